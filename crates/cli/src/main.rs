@@ -1,0 +1,81 @@
+//! `daqflow`: the one binary of the daqflow data-acquisition framework.
+//!
+//! Every subcommand has `--help` with examples. See the README and `docs/`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod format;
+mod inspect;
+
+/// daqflow: a data-acquisition dataflow framework for physics experiments.
+///
+/// Readout, event building across hosts, event distribution, recording and online monitoring,
+/// with the control plane and run control that hold them together.
+#[derive(Parser, Debug)]
+#[command(name = "daqflow", version, propagate_version = true)]
+#[command(after_help = "Examples:\n  \
+    daqflow bench transport --quick --out bench-out   reproduce the transport figures\n  \
+    daqflow inspect --verify run000123_0001.daq       check a data file\n\n\
+    Logging: set DAQFLOW_LOG (e.g. DAQFLOW_LOG=debug or DAQFLOW_LOG=daqflow_transport=trace).")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the version of daqflow and of its formats.
+    Version,
+    /// Read data files: summary, size distribution, and with --verify every CRC.
+    #[command(after_help = inspect::AFTER_HELP)]
+    Inspect(inspect::Args),
+    /// Reproduce the papers' figures on this machine: table, CSV, JSON and PNG.
+    #[command(after_help = bench::AFTER_HELP)]
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Version => {
+            print_version();
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("daqflow: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("DAQFLOW_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn print_version() {
+    use daqflow_wire::*;
+    println!("daqflow {}", env!("CARGO_PKG_VERSION"));
+    println!(
+        "formats: fragment v{FRAGMENT_VERSION}, super-fragment v{SUPER_FRAGMENT_VERSION}, event v{EVENT_VERSION}, frame v{}, data file v{}",
+        frame::FRAME_VERSION,
+        file::FILE_VERSION
+    );
+    println!("checksum: CRC32C (crc-fast, hardware accelerated where the CPU allows)");
+}
+
+/// A directory argument that is created when missing.
+pub(crate) fn ensure_dir(dir: &PathBuf) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))
+}

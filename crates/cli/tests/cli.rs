@@ -1,0 +1,194 @@
+//! The `daqflow` binary end to end: help, version, inspect on good and damaged files, and a
+//! quick benchmark writing its table, CSV, JSON and PNG.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use daqflow_wire::file::{FILE_HEADER_LEN, FileWriter, FileWriterConfig, RECORD_HEADER_LEN, record_len};
+use daqflow_wire::*;
+
+fn daqflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_daqflow")).args(args).output().expect("run daqflow")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A built event of `streams` fragments of `len` bytes each, in two super-fragments.
+fn event(id: u64, streams: u32, len: usize) -> Vec<u8> {
+    let frag = |s: u32| {
+        let info = FragmentInfo { source_id: s, event_id: EventId(id), run_number: 42, ..Default::default() };
+        let payload: Vec<u8> = (0..len).map(|i| (i as u64 + id * 7 + s as u64) as u8).collect();
+        Fragment::parse(Fragment::encode(&info, &payload)).unwrap()
+    };
+    let sfs: Vec<SuperFragment> = (0..2u32)
+        .map(|ru| {
+            let fr: Vec<Fragment> = (0..streams / 2).map(|s| frag(ru * 100 + s)).collect();
+            SuperFragment::parse(SuperFragment::assemble(ru, EventId(id), SuperFragmentFlags::default(), &fr)).unwrap()
+        })
+        .collect();
+    let info = EventInfo { bu_id: 1, event_id: EventId(id), run_number: 42, ..Default::default() };
+    Event::assemble(&info, &sfs).to_vec()
+}
+
+fn write_run(dir: &Path, events: u64) -> PathBuf {
+    let mut cfg = FileWriterConfig::new(dir, 42);
+    cfg.sync_on_close = false;
+    let mut w = FileWriter::new(cfg).unwrap();
+    for i in 0..events {
+        w.write_event(EventId(1000 + i), &event(1000 + i, 4, 100 + (i as usize % 7) * 50)).unwrap();
+    }
+    w.finish().unwrap().remove(0).path
+}
+
+#[test]
+fn help_lists_every_subcommand_with_examples() {
+    let o = daqflow(&["--help"]);
+    assert!(o.status.success());
+    let t = text(&o);
+    for cmd in ["version", "inspect", "bench", "Examples"] {
+        assert!(t.contains(cmd), "{cmd} missing from:\n{t}");
+    }
+    for sub in ["inspect", "bench"] {
+        let o = daqflow(&[sub, "--help"]);
+        assert!(o.status.success());
+        assert!(text(&o).contains("Examples"), "{sub} --help has no examples");
+    }
+}
+
+#[test]
+fn version_names_the_formats() {
+    let o = daqflow(&["version"]);
+    assert!(o.status.success());
+    let t = text(&o);
+    assert!(t.contains(env!("CARGO_PKG_VERSION")) && t.contains("data file v1"), "{t}");
+}
+
+#[test]
+fn inspect_summarizes_and_verifies_a_good_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_run(dir.path(), 50);
+    let o = daqflow(&["inspect", "--verify", path.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("run 42, file 1"), "{t}");
+    assert!(t.contains("events: 50 (event ids 1000 … 1049)"), "{t}");
+    assert!(t.contains("event size: min"), "{t}");
+    assert!(t.contains("closed properly"), "{t}");
+    assert!(t.contains("50 events checked fragment by fragment"), "{t}");
+
+    let o = daqflow(&["inspect", "--json", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["events"].as_u64(), v["first_event"].as_u64(), v["complete"].as_bool()),
+        (Some(50), Some(1000), Some(true))
+    );
+}
+
+#[test]
+fn inspect_verify_names_the_record_with_a_flipped_payload_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_run(dir.path(), 20);
+    let mut data = std::fs::read(&path).unwrap();
+    // Flip a byte in the payload of record 7.
+    let offset: u64 = FILE_HEADER_LEN as u64
+        + (0..7).map(|i| record_len(event(1000 + i, 4, 100 + (i as usize % 7) * 50).len())).sum::<u64>();
+    data[(offset + RECORD_HEADER_LEN as u64 + 200) as usize] ^= 0x01;
+    std::fs::write(&path, &data).unwrap();
+    let o = daqflow(&["inspect", "--verify", path.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("first bad record: 7 (event 1007)"), "{t}");
+    assert!(t.contains(&format!("record 7 (event 1007) at offset {offset}: payload CRC32C")), "{t}");
+}
+
+#[test]
+fn inspect_reads_a_file_cut_short_up_to_its_last_whole_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_run(dir.path(), 30);
+    let data = std::fs::read(&path).unwrap();
+    // Cut in the middle of record 21.
+    let offset: u64 = FILE_HEADER_LEN as u64
+        + (0..21).map(|i| record_len(event(1000 + i, 4, 100 + (i as usize % 7) * 50).len())).sum::<u64>();
+    let cut = dir.path().join("run000042_0001.daq.part");
+    std::fs::write(&cut, &data[..offset as usize + 100]).unwrap();
+    let o = daqflow(&["inspect", cut.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("events: 21 (event ids 1000 … 1020)"), "{t}");
+    assert!(t.contains("CUT SHORT"), "{t}");
+    assert!(t.contains("NOT closed properly"), "{t}");
+    let o = daqflow(&["inspect", "--verify", cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "intact but cut short: {}", text(&o));
+}
+
+#[test]
+fn inspect_verify_finds_a_bad_fragment_inside_an_intact_record() {
+    // A builder that wrote an event with a corrupted fragment: the record CRC matches (it was
+    // computed over the bad bytes), the fragment CRC does not.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = FileWriterConfig::new(dir.path(), 42);
+    cfg.sync_on_close = false;
+    let mut w = FileWriter::new(cfg).unwrap();
+    for i in 0..5u64 {
+        let mut e = event(i, 4, 64);
+        if i == 3 {
+            let n = e.len();
+            e[n - 10] ^= 0xff;
+        }
+        w.write_event(EventId(i), &e).unwrap();
+    }
+    let path = w.finish().unwrap().remove(0).path;
+    let o = daqflow(&["inspect", "--verify", path.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("first bad record: 3 (event 3)"), "{t}");
+    assert!(t.contains("fragment of event 3 from source 101"), "{t}");
+    // Without --verify's depth the record itself is fine.
+    assert_eq!(daqflow(&["inspect", path.to_str().unwrap()]).status.code(), Some(0));
+}
+
+#[test]
+fn inspect_refuses_a_file_that_is_not_daqflow_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, b"these are not the events you are looking for, not at all, not one of them").unwrap();
+    let o = daqflow(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("file header: bad magic"), "{}", text(&o));
+    let o = daqflow(&["inspect", dir.path().join("missing.daq").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn bench_transport_quick_writes_table_csv_json_and_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = daqflow(&["bench", "transport", "--quick", "--seconds", "0.05", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("[frame_size]") && t.contains("[connections]") && t.contains("raw reference"), "{t}");
+    let csv = std::fs::read_to_string(out.join("transport.csv")).unwrap();
+    assert!(csv.starts_with("case,frame_bytes,connections,"), "{csv}");
+    let png = std::fs::read(out.join("transport.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("transport.json")).unwrap()).unwrap();
+    let points = json.as_array().unwrap();
+    let frame_size: Vec<_> = points.iter().filter(|p| p["case"] == "frame_size").collect();
+    assert_eq!(frame_size.len(), 4);
+    for p in &frame_size {
+        assert!(p["params"]["frame_bytes"].is_u64() && p["params"]["connections"] == 1);
+        for m in ["frames_per_s", "mb_per_s", "raw_mb_per_s", "ratio_to_raw"] {
+            assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+    }
+    let conns: Vec<u64> = points
+        .iter()
+        .filter(|p| p["case"] == "connections")
+        .map(|p| p["params"]["connections"].as_u64().unwrap())
+        .collect();
+    assert!(conns.contains(&1) && conns.contains(&2) && conns.contains(&4));
+}

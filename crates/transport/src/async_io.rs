@@ -1,0 +1,483 @@
+//! The control-plane I/O layer, on tokio.
+//!
+//! [`AsyncConnection::split`] gives a [`FrameSender`] (cheap to clone, usable from many tasks)
+//! and a [`FrameReceiver`]. Senders put frames into a queue bounded in bytes; a writer task per
+//! connection takes everything queued (coalesced into chunks of up to 128 KiB) and writes it with
+//! one vectored write, so frames sent while a write is under way leave together in the next one.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::{Buf, Bytes};
+use daqflow_wire::frame::{Frame, FrameCodec};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Notify;
+
+use crate::blocking::ListenError;
+use crate::error::{ConnectError, FlushError, RecvError, SendError};
+use crate::options::Attempts;
+use crate::queue::{MAX_WRITE_SLICES, SendQueue};
+use crate::recv_buffer::{DirectionStats, Inbox};
+use crate::sys;
+use crate::{ConnectionOptions, RetryPolicy, WhenFull};
+
+/// A connected framed TCP stream, before it is split into sender and receiver.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use bytes::Bytes;
+/// use daqflow_transport::{AsyncConnection, AsyncListener, ConnectionOptions};
+/// use daqflow_wire::frame::Frame;
+/// let listener = AsyncListener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).await.unwrap();
+/// let addr = listener.local_addr();
+/// let client = tokio::spawn(async move {
+///     let (tx, _rx) = AsyncConnection::connect(addr, &ConnectionOptions::default()).await.unwrap().split();
+///     tx.send(Frame::new(1, Bytes::from_static(b"hello"))).await.unwrap();
+///     tx.close().await.unwrap();
+/// });
+/// let (_tx, mut rx) = listener.accept().await.unwrap().split();
+/// assert_eq!(&rx.recv().await.unwrap().payload[..], b"hello");
+/// assert!(rx.recv().await.unwrap_err().is_clean_close());
+/// client.await.unwrap();
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct AsyncConnection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    opts: ConnectionOptions,
+}
+
+impl AsyncConnection {
+    /// Connects to `addr` once.
+    pub async fn connect(addr: SocketAddr, opts: &ConnectionOptions) -> Result<AsyncConnection, ConnectError> {
+        Self::connect_with_retry(&[addr], opts, &RetryPolicy::once()).await
+    }
+
+    /// Connects to the first of `addrs` that answers, trying them in turn and backing off
+    /// between rounds as `policy` says. Dropping the future stops trying.
+    pub async fn connect_with_retry(
+        addrs: &[SocketAddr],
+        opts: &ConnectionOptions,
+        policy: &RetryPolicy,
+    ) -> Result<AsyncConnection, ConnectError> {
+        if addrs.is_empty() {
+            return Err(ConnectError::NoAddress("empty address list".into()));
+        }
+        let mut attempts = Attempts::new(policy);
+        loop {
+            let mut last = None;
+            for &addr in addrs {
+                let attempt = attempts.attempt();
+                match connect_once(addr, opts).await {
+                    Ok(stream) => return Ok(AsyncConnection { stream, peer: addr, opts: opts.clone() }),
+                    Err(e) => {
+                        tracing::debug!(%addr, attempt, error = %e, "connect failed");
+                        last = Some(e);
+                    }
+                }
+            }
+            tokio::time::sleep(attempts.after_failed_round(addrs, last)?).await;
+        }
+    }
+
+    /// Wraps a connected tokio stream.
+    pub fn from_tokio(stream: TcpStream, opts: &ConnectionOptions) -> io::Result<AsyncConnection> {
+        let peer = stream.peer_addr()?;
+        stream.set_nodelay(opts.nodelay)?;
+        Ok(AsyncConnection { stream, peer, opts: opts.clone() })
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// This end's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+
+    /// Splits into a sender and a receiver, and spawns the writer task on the current tokio
+    /// runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn split(self) -> (FrameSender, FrameReceiver) {
+        let (read, write) = self.stream.into_split();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: SendQueue::new(
+                    self.opts.send_queue_bytes,
+                    self.opts.coalesce_bytes,
+                    self.opts.copy_threshold_bytes,
+                )
+                .with_max_write(self.opts.max_write_bytes),
+                closed: None,
+                closing: false,
+                finished: false,
+                enqueued: 0,
+                written: 0,
+                senders: 1,
+                stats: DirectionStats::default(),
+            }),
+            writer_wake: Notify::new(),
+            progress: Notify::new(),
+            peer: self.peer,
+            when_full: self.opts.when_full,
+            max_write: self.opts.max_write_bytes,
+        });
+        tokio::spawn(writer_task(shared.clone(), write));
+        let receiver = FrameReceiver {
+            read,
+            peer: self.peer,
+            inbox: Inbox::new(self.peer, FrameCodec::new(self.opts.max_frame_bytes), self.opts.recv_chunk_bytes),
+        };
+        (FrameSender { shared }, receiver)
+    }
+}
+
+async fn connect_once(addr: SocketAddr, opts: &ConnectionOptions) -> io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    if let Some(n) = opts.send_buffer_bytes {
+        socket.set_send_buffer_size(n.try_into().unwrap_or(u32::MAX))?;
+    }
+    if let Some(n) = opts.recv_buffer_bytes {
+        socket.set_recv_buffer_size(n.try_into().unwrap_or(u32::MAX))?;
+    }
+    let stream = tokio::time::timeout(opts.connect_timeout, socket.connect(addr))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(opts.nodelay)?;
+    Ok(stream)
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Senders wake the writer (a stored permit covers a wake-up before it waits).
+    writer_wake: Notify,
+    /// The writer wakes everyone waiting for room, a flush, or the end.
+    progress: Notify,
+    peer: SocketAddr,
+    when_full: WhenFull,
+    max_write: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    queue: SendQueue,
+    /// Why the connection is closed for sending; set on a write error or once closing finished.
+    closed: Option<String>,
+    /// `close()` was called: the writer drains the queue, shuts the socket down and finishes.
+    closing: bool,
+    finished: bool,
+    /// Bytes ever queued and ever written: a flush waits until `written` reaches the `enqueued`
+    /// it saw.
+    enqueued: u64,
+    written: u64,
+    senders: usize,
+    stats: DirectionStats,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The lock is never held across an await or a call that can panic; a poisoned lock
+        // still holds a consistent state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Sends frames on a connection; clone it to send from several tasks. See
+/// [`AsyncConnection::split`]. When the last sender is dropped, the writer finishes what is
+/// queued and shuts the sending direction down.
+#[derive(Debug)]
+pub struct FrameSender {
+    shared: Arc<Shared>,
+}
+
+impl Clone for FrameSender {
+    fn clone(&self) -> Self {
+        self.shared.lock().senders += 1;
+        FrameSender { shared: self.shared.clone() }
+    }
+}
+
+impl Drop for FrameSender {
+    fn drop(&mut self) {
+        let last = {
+            let mut st = self.shared.lock();
+            st.senders -= 1;
+            st.senders == 0
+        };
+        if last {
+            self.shared.writer_wake.notify_one();
+        }
+    }
+}
+
+impl FrameSender {
+    /// Queues `frame`. If the queue is full, waits for room ([`WhenFull::Block`]) or gives the
+    /// frame back ([`WhenFull::Fail`]).
+    pub async fn send(&self, frame: Frame) -> Result<(), SendError> {
+        let mut frame = frame;
+        loop {
+            let mut progress = pin!(self.shared.progress.notified());
+            progress.as_mut().enable();
+            match self.push(frame) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Full { frame: f, .. }) if self.shared.when_full == WhenFull::Block => frame = f,
+                Err(e) => return Err(e),
+            }
+            progress.await;
+        }
+    }
+
+    /// Queues `frame` without waiting, whatever the policy: a full queue gives it back.
+    pub fn try_send(&self, frame: Frame) -> Result<(), SendError> {
+        self.push(frame)
+    }
+
+    fn push(&self, frame: Frame) -> Result<(), SendError> {
+        let peer = self.shared.peer;
+        let mut st = self.shared.lock();
+        if let Some(reason) = &st.closed {
+            return Err(SendError::Closed { peer, reason: reason.clone(), frame });
+        }
+        if st.closing {
+            return Err(SendError::Closed { peer, reason: "closing".into(), frame });
+        }
+        let len = frame.wire_len() as u64;
+        let was_empty = st.queue.is_empty();
+        match st.queue.push(frame) {
+            Ok(()) => {
+                st.enqueued += len;
+                st.stats.frames += 1;
+                drop(st);
+                if was_empty {
+                    self.shared.writer_wake.notify_one();
+                }
+                Ok(())
+            }
+            Err(frame) => Err(SendError::Full { peer, queued: st.queue.queued_bytes(), frame }),
+        }
+    }
+
+    /// Waits until every frame queued before the call has been written to the socket.
+    pub async fn flush(&self) -> Result<(), FlushError> {
+        let target = self.shared.lock().enqueued;
+        loop {
+            let mut progress = pin!(self.shared.progress.notified());
+            progress.as_mut().enable();
+            {
+                let st = self.shared.lock();
+                if st.written >= target {
+                    return Ok(());
+                }
+                if let Some(reason) = &st.closed {
+                    return Err(FlushError::Closed {
+                        peer: self.shared.peer,
+                        reason: reason.clone(),
+                        unsent: (target - st.written) as usize,
+                    });
+                }
+            }
+            progress.await;
+        }
+    }
+
+    /// Writes everything queued, shuts the sending direction down (the peer sees a clean end)
+    /// and waits until that is done. Further sends fail with [`SendError::Closed`].
+    pub async fn close(&self) -> Result<(), FlushError> {
+        {
+            let mut st = self.shared.lock();
+            st.closing = true;
+        }
+        self.shared.writer_wake.notify_one();
+        loop {
+            let mut progress = pin!(self.shared.progress.notified());
+            progress.as_mut().enable();
+            {
+                let st = self.shared.lock();
+                if st.finished {
+                    let unsent = st.queue.queued_bytes();
+                    return match &st.closed {
+                        Some(reason) if unsent > 0 || reason != CLOSED_BY_US => {
+                            Err(FlushError::Closed { peer: self.shared.peer, reason: reason.clone(), unsent })
+                        }
+                        _ => Ok(()),
+                    };
+                }
+            }
+            progress.await;
+        }
+    }
+
+    /// Bytes waiting in the queue.
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.lock().queue.queued_bytes()
+    }
+
+    /// Whether the connection is closed for sending.
+    pub fn is_closed(&self) -> bool {
+        let st = self.shared.lock();
+        st.closed.is_some() || st.closing
+    }
+
+    /// Counters of the sending direction.
+    pub fn stats(&self) -> DirectionStats {
+        self.shared.lock().stats
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.shared.peer
+    }
+}
+
+const CLOSED_BY_US: &str = "closed by this end";
+
+async fn writer_task(shared: Arc<Shared>, mut write: OwnedWriteHalf) {
+    let mut batch: Vec<Bytes> = Vec::with_capacity(MAX_WRITE_SLICES);
+    loop {
+        // `None`: the queue is drained and the connection is being closed.
+        let taken = {
+            let mut st = shared.lock();
+            let n = st.queue.take(shared.max_write, &mut batch);
+            if n == 0 && (st.closing || st.senders == 0) { None } else { Some(n) }
+        };
+        let Some(taken) = taken else {
+            let _ = write.shutdown().await;
+            {
+                let mut st = shared.lock();
+                st.closed.get_or_insert_with(|| CLOSED_BY_US.to_owned());
+                st.finished = true;
+            }
+            shared.progress.notify_waiters();
+            return;
+        };
+        if taken == 0 {
+            shared.writer_wake.notified().await;
+            continue;
+        }
+        let result = write_all(&mut write, &mut batch).await;
+        let mut st = shared.lock();
+        match result {
+            Ok(syscalls) => {
+                st.written += taken as u64;
+                st.stats.bytes += taken as u64;
+                st.stats.syscalls += syscalls;
+            }
+            Err(e) => {
+                tracing::debug!(peer = %shared.peer, error = %e, "write failed; connection closed for sending");
+                st.closed = Some(format!("write failed: {e}"));
+                st.finished = true;
+                drop(st);
+                shared.progress.notify_waiters();
+                return;
+            }
+        }
+        drop(st);
+        shared.progress.notify_waiters();
+    }
+}
+
+/// Writes every byte of `batch` with vectored writes; returns the number of system calls.
+async fn write_all(write: &mut OwnedWriteHalf, batch: &mut Vec<Bytes>) -> io::Result<u64> {
+    let mut segments: VecDeque<Bytes> = batch.drain(..).collect();
+    let mut syscalls = 0;
+    while !segments.is_empty() {
+        let slices: Vec<IoSlice<'_>> = segments.iter().map(|b| IoSlice::new(b)).collect();
+        let mut n = write.write_vectored(&slices).await?;
+        syscalls += 1;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let Some(front) = segments.front_mut() else { break };
+            if front.len() <= n {
+                n -= front.len();
+                segments.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+    Ok(syscalls)
+}
+
+/// Receives frames from a connection. See [`AsyncConnection::split`].
+#[derive(Debug)]
+pub struct FrameReceiver {
+    read: OwnedReadHalf,
+    peer: SocketAddr,
+    inbox: Inbox,
+}
+
+impl FrameReceiver {
+    /// The next frame. Cancel-safe: if the future is dropped (e.g. in `tokio::select!`), no
+    /// data is lost and the next call continues where this one stopped.
+    pub async fn recv(&mut self) -> Result<Frame, RecvError> {
+        loop {
+            if let Some(frame) = self.inbox.take_frame()? {
+                return Ok(frame);
+            }
+            let buf = self.inbox.read_buf()?;
+            match self.read.read_buf(buf).await {
+                Ok(0) => return Err(self.inbox.on_eof()),
+                Ok(n) => self.inbox.on_read(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.inbox.on_error(e)),
+            }
+        }
+    }
+
+    /// Counters of the receiving direction.
+    pub fn stats(&self) -> DirectionStats {
+        self.inbox.stats
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+}
+
+/// Listens for framed connections on tokio.
+#[derive(Debug)]
+pub struct AsyncListener {
+    listener: tokio::net::TcpListener,
+    local: SocketAddr,
+    opts: ConnectionOptions,
+}
+
+impl AsyncListener {
+    /// Listens on `addr` (port 0 picks a free port).
+    pub async fn bind(addr: SocketAddr, opts: ConnectionOptions) -> Result<AsyncListener, ListenError> {
+        let bind = |source| ListenError::Bind { addr, source };
+        let socket = sys::listen(addr, &opts).map_err(bind)?;
+        socket.set_nonblocking(true).map_err(bind)?;
+        let listener = tokio::net::TcpListener::from_std(socket.into()).map_err(bind)?;
+        let local = listener.local_addr().map_err(bind)?;
+        Ok(AsyncListener { listener, local, opts })
+    }
+
+    /// The address listened on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Waits for the next connection.
+    pub async fn accept(&self) -> Result<AsyncConnection, ListenError> {
+        let (stream, peer) =
+            self.listener.accept().await.map_err(|source| ListenError::Accept { addr: self.local, source })?;
+        stream.set_nodelay(self.opts.nodelay).map_err(|source| ListenError::Accept { addr: self.local, source })?;
+        Ok(AsyncConnection { stream, peer, opts: self.opts.clone() })
+    }
+}

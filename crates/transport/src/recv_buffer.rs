@@ -1,0 +1,218 @@
+//! The receive side of the framing core: a reusable buffer that reads land in and frames are
+//! split off without copying. No I/O happens here.
+
+use bytes::BytesMut;
+use daqflow_wire::frame::{Frame, FrameCodec, FrameError};
+
+/// Bytes received and not yet handed out as frames.
+///
+/// A reader asks for [`RecvBuffer::read_buf`] (spare room for at least one chunk or the rest of
+/// the frame being received, checked against the maximum frame size first), reads into it, and
+/// takes frames with [`RecvBuffer::next_frame`]. Each frame's payload is a slice of the buffer:
+/// no copy. When every frame of a chunk has been dropped, the chunk's memory is reused.
+///
+/// ```
+/// use bytes::{BufMut, Bytes, BytesMut};
+/// use daqflow_transport::RecvBuffer;
+/// use daqflow_wire::frame::{Frame, FrameCodec};
+/// let mut wire = BytesMut::new();
+/// FrameCodec::default().encode(&Frame::new(5, Bytes::from_static(b"payload")), &mut wire);
+/// let mut rb = RecvBuffer::new(FrameCodec::default(), 64 << 10);
+/// rb.read_buf().unwrap().put_slice(&wire); // what a socket read would do
+/// let frame = rb.next_frame().unwrap().unwrap();
+/// assert_eq!(&frame.payload[..], b"payload");
+/// ```
+#[derive(Debug)]
+pub struct RecvBuffer {
+    buf: BytesMut,
+    codec: FrameCodec,
+    chunk: usize,
+}
+
+impl RecvBuffer {
+    /// A buffer for `codec`'s frames, reading in chunks of `chunk` bytes.
+    pub fn new(codec: FrameCodec, chunk: usize) -> Self {
+        RecvBuffer { buf: BytesMut::new(), codec, chunk: chunk.max(4096) }
+    }
+
+    /// The next whole frame, if one has arrived.
+    #[inline]
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        self.codec.decode(&mut self.buf)
+    }
+
+    /// Room to read into: the buffer, with spare capacity for at least one chunk or for the rest
+    /// of the frame under way (its header is checked against the maximum first, so that a
+    /// hostile length cannot make us allocate).
+    pub fn read_buf(&mut self) -> Result<&mut BytesMut, FrameError> {
+        self.prepare_read()?;
+        Ok(&mut self.buf)
+    }
+
+    /// Makes the room [`RecvBuffer::read_buf`] promises; then [`RecvBuffer::buf_mut`] gives it.
+    pub fn prepare_read(&mut self) -> Result<(), FrameError> {
+        let len = self.buf.len();
+        let missing = self.codec.bytes_needed(&self.buf)?.saturating_sub(len);
+        let spare = self.buf.capacity() - len;
+        if spare < missing.max(self.chunk / 2) {
+            // Asking for no more than the chunk holds lets `reserve` take the chunk back (moving
+            // the partial frame to its start) once every frame handed out of it was dropped.
+            self.buf.reserve(missing.max(self.chunk.saturating_sub(len)).max(self.chunk / 2));
+        }
+        Ok(())
+    }
+
+    /// The buffer to read into, as prepared by [`RecvBuffer::prepare_read`].
+    pub fn buf_mut(&mut self) -> &mut BytesMut {
+        &mut self.buf
+    }
+
+    /// Bytes buffered (a partial frame, or whole frames not taken yet).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{BufMut, Bytes};
+
+    #[test]
+    fn a_large_frame_reserves_its_size_once_after_the_header_checks() {
+        let codec = FrameCodec::new(10 << 20);
+        let mut wire = BytesMut::new();
+        codec.encode(&Frame::new(1, Bytes::from(vec![7u8; 5 << 20])), &mut wire);
+        let mut rb = RecvBuffer::new(codec, 64 << 10);
+        rb.read_buf().unwrap().put_slice(&wire[..100]);
+        let spare = {
+            let b = rb.read_buf().unwrap();
+            b.capacity() - b.len()
+        };
+        assert!(spare >= (5 << 20) + 16 - 100, "room for the whole frame: {spare}");
+        rb.read_buf().unwrap().put_slice(&wire[100..]);
+        let f = rb.next_frame().unwrap().unwrap();
+        assert_eq!(f.payload.len(), 5 << 20);
+    }
+
+    #[test]
+    fn a_hostile_length_is_refused_before_allocating() {
+        let codec = FrameCodec::new(1 << 20);
+        let h = daqflow_wire::frame::FrameHeader { kind: 1, flags: 0, channel: 0, len: u32::MAX }.encode();
+        let mut rb = RecvBuffer::new(codec, 64 << 10);
+        rb.read_buf().unwrap().put_slice(&h);
+        assert!(matches!(rb.read_buf(), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(rb.next_frame(), Err(FrameError::TooLarge { .. })));
+    }
+}
+
+/// Counters of one direction of a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectionStats {
+    /// Frames queued for sending, or frames received.
+    pub frames: u64,
+    /// Bytes written to or read from the socket (headers included).
+    pub bytes: u64,
+    /// System calls that moved data (`writev` or `recv`).
+    pub syscalls: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Dead {
+    Closed,
+    Truncated(usize),
+    Protocol(FrameError),
+    Failed,
+}
+
+/// The receive state both I/O layers share: the buffer, whether the connection ended and how,
+/// and the counters. The layers only do the reads.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    buf: RecvBuffer,
+    dead: Option<Dead>,
+    pub(crate) stats: DirectionStats,
+    peer: std::net::SocketAddr,
+}
+
+impl Inbox {
+    pub(crate) fn new(peer: std::net::SocketAddr, codec: FrameCodec, chunk: usize) -> Self {
+        Inbox { buf: RecvBuffer::new(codec, chunk), dead: None, stats: DirectionStats::default(), peer }
+    }
+
+    /// The next buffered frame. After the connection ended, frames that arrived before the end
+    /// are still delivered, then the reason it ended. A protocol error is logged once.
+    #[inline]
+    pub(crate) fn take_frame(&mut self) -> Result<Option<Frame>, crate::RecvError> {
+        match self.buf.next_frame() {
+            Ok(Some(f)) => {
+                self.stats.frames += 1;
+                Ok(Some(f))
+            }
+            Ok(None) => match self.dead {
+                None => Ok(None),
+                Some(d) => Err(self.error(d)),
+            },
+            Err(e) => Err(self.protocol(e)),
+        }
+    }
+
+    /// Where the next read goes; fails once the connection ended.
+    pub(crate) fn read_buf(&mut self) -> Result<&mut BytesMut, crate::RecvError> {
+        if let Some(d) = self.dead {
+            return Err(self.error(d));
+        }
+        if let Err(e) = self.buf.prepare_read() {
+            return Err(self.protocol(e));
+        }
+        Ok(self.buf.buf_mut())
+    }
+
+    /// Accounts a read of `n > 0` bytes.
+    pub(crate) fn on_read(&mut self, n: usize) {
+        self.stats.bytes += n as u64;
+        self.stats.syscalls += 1;
+    }
+
+    /// The peer closed its side.
+    pub(crate) fn on_eof(&mut self) -> crate::RecvError {
+        let buffered = self.buf.buffered();
+        let dead = if buffered == 0 {
+            Dead::Closed
+        } else {
+            tracing::warn!(peer = %self.peer, buffered, "peer closed the connection in the middle of a frame");
+            Dead::Truncated(buffered)
+        };
+        self.dead = Some(dead);
+        self.error(dead)
+    }
+
+    /// A read failed.
+    pub(crate) fn on_error(&mut self, source: std::io::Error) -> crate::RecvError {
+        self.dead = Some(Dead::Failed);
+        crate::RecvError::Io { peer: self.peer, source }
+    }
+
+    /// Whether the connection must be shut down because the peer sent garbage.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        matches!(self.dead, Some(Dead::Protocol(_)))
+    }
+
+    fn protocol(&mut self, e: FrameError) -> crate::RecvError {
+        if self.dead.is_none() {
+            tracing::warn!(peer = %self.peer, error = %e, "closing connection: the peer sent data that is not daqflow framing");
+        }
+        self.dead = Some(Dead::Protocol(e));
+        crate::RecvError::Protocol { peer: self.peer, source: e }
+    }
+
+    fn error(&self, d: Dead) -> crate::RecvError {
+        let peer = self.peer;
+        match d {
+            Dead::Closed => crate::RecvError::Closed { peer },
+            Dead::Truncated(buffered) => crate::RecvError::Truncated { peer, buffered },
+            Dead::Protocol(source) => crate::RecvError::Protocol { peer, source },
+            Dead::Failed => crate::RecvError::Io { peer, source: std::io::Error::other("an earlier read failed") },
+        }
+    }
+}

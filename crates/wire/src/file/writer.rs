@@ -1,0 +1,391 @@
+//! [`FileWriter`]: writes event records into data files, rotating by size.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::format::{
+    FILE_HEADER_LEN, FOOTER_LEN, FileHeader, Footer, INDEX_ENTRY_LEN, INDEX_MARKER_LEN, IndexEntry, MAX_RECORD_LEN,
+    RECORD_HEADER_LEN, RecordHeader, index_marker,
+};
+use crate::EventId;
+use crate::crc::{Crc32c, crc32c};
+use crate::le::pad8;
+
+/// Where and how a [`FileWriter`] writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileWriterConfig {
+    /// Directory the files go into; created if missing.
+    pub directory: PathBuf,
+    /// Run number, in the file names and headers.
+    pub run_number: u32,
+    /// Optional stream name (e.g. the builder unit's name) so that several writers of one run
+    /// can share a directory: `run000123_bu-1_0001.daq`. Letters, digits, `-`, `_` and `.` only.
+    pub stream: Option<String>,
+    /// A file is closed and the next one opened before a record would make it larger than this
+    /// (a single record larger than the limit still gets a file of its own). Default 1 GiB.
+    pub max_file_bytes: u64,
+    /// Digest of the run's configuration, stored in every file header.
+    pub config_digest: [u8; 32],
+    /// `fsync` each file (and its directory) when it is closed. Default on.
+    pub sync_on_close: bool,
+    /// Size of the write buffer. Default 1 MiB.
+    pub buffer_bytes: usize,
+}
+
+impl FileWriterConfig {
+    /// Defaults for run `run_number` in `directory`.
+    pub fn new(directory: impl Into<PathBuf>, run_number: u32) -> Self {
+        FileWriterConfig {
+            directory: directory.into(),
+            run_number,
+            stream: None,
+            max_file_bytes: 1 << 30,
+            config_digest: [0; 32],
+            sync_on_close: true,
+            buffer_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A file the writer finished: renamed from `.part` to its final name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedFile {
+    /// Final path.
+    pub path: PathBuf,
+    /// Sequence number within the run (and stream).
+    pub sequence: u32,
+    /// Event records in the file.
+    pub events: u64,
+    /// Sum of the record payloads.
+    pub payload_bytes: u64,
+    /// Size of the file.
+    pub file_bytes: u64,
+    /// First event id written, if any.
+    pub first_event: Option<EventId>,
+    /// Last event id written, if any.
+    pub last_event: Option<EventId>,
+}
+
+/// Writing a data file failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileWriteError {
+    /// The operating system refused an operation on `path`.
+    #[error("{operation} {path}: {source}")]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The file to be written exists already; nothing is overwritten.
+    #[error("{path} exists already; refusing to overwrite data (is another writer using run {run} in this directory?)")]
+    FileExists {
+        /// The existing file.
+        path: PathBuf,
+        /// The run.
+        run: u32,
+    },
+    /// A record is larger than the format allows.
+    #[error("event {event_id}: record of {len} bytes is larger than the maximum of {max}")]
+    RecordTooLarge {
+        /// The event.
+        event_id: EventId,
+        /// Its length.
+        len: u64,
+        /// The maximum.
+        max: u64,
+    },
+    /// The stream name would make an unsafe or ambiguous file name.
+    #[error("stream name {0:?} may only contain letters, digits, '-', '_' and '.'")]
+    BadStreamName(String),
+    /// The writer failed earlier and was closed; no more events are accepted.
+    #[error("the writer failed earlier and accepts no more events")]
+    Failed,
+}
+
+struct OpenFile {
+    out: BufWriter<File>,
+    part_path: PathBuf,
+    final_path: PathBuf,
+    sequence: u32,
+    bytes: u64,
+    payload_bytes: u64,
+    index: Vec<IndexEntry>,
+}
+
+/// Writes event records into `run000123_0001.daq`, `run000123_0002.daq`, … rotating by size.
+///
+/// A file is written as `NAME.daq.part` and renamed to `NAME.daq` when it is closed with its
+/// trailer, so a `.part` file is one that was being written when the writer stopped; the
+/// [`FileReader`](super::FileReader) reads it up to its last whole event.
+///
+/// ```
+/// use daqflow_wire::file::{FileReader, FileWriter, FileWriterConfig};
+/// use daqflow_wire::EventId;
+/// let dir = tempfile::tempdir().unwrap();
+/// let mut writer = FileWriter::new(FileWriterConfig::new(dir.path(), 123)).unwrap();
+/// writer.write_event(EventId(1), b"first event").unwrap();
+/// writer.write_event(EventId(2), b"second event").unwrap();
+/// let files = writer.finish().unwrap();
+/// assert!(files[0].path.ends_with("run000123_0001.daq"));
+/// let mut reader = FileReader::open(&files[0].path).unwrap();
+/// assert_eq!(reader.read_record(1).unwrap().payload, &b"second event"[..]);
+/// ```
+pub struct FileWriter {
+    config: FileWriterConfig,
+    current: Option<OpenFile>,
+    next_sequence: u32,
+    closed: Vec<ClosedFile>,
+    failed: bool,
+}
+
+impl FileWriter {
+    /// A writer for `config`: creates the directory and opens the first file, so that a run
+    /// without events still leaves a (valid, empty) file and a clash of names fails here.
+    pub fn new(config: FileWriterConfig) -> Result<Self, FileWriteError> {
+        if let Some(stream) = &config.stream {
+            let ok = !stream.is_empty()
+                && !stream.starts_with('.')
+                && stream.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            if !ok {
+                return Err(FileWriteError::BadStreamName(stream.clone()));
+            }
+        }
+        fs::create_dir_all(&config.directory).map_err(|source| FileWriteError::Io {
+            operation: "creating directory",
+            path: config.directory.clone(),
+            source,
+        })?;
+        let mut writer = FileWriter { config, current: None, next_sequence: 1, closed: Vec::new(), failed: false };
+        writer.open_next()?;
+        Ok(writer)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FileWriterConfig {
+        &self.config
+    }
+
+    /// The final name of file number `sequence` of this writer.
+    pub fn file_name(&self, sequence: u32) -> String {
+        match &self.config.stream {
+            Some(s) => format!("run{:06}_{}_{:04}.daq", self.config.run_number, s, sequence),
+            None => format!("run{:06}_{:04}.daq", self.config.run_number, sequence),
+        }
+    }
+
+    /// Writes one event record.
+    pub fn write_event(&mut self, event_id: EventId, payload: &[u8]) -> Result<(), FileWriteError> {
+        self.write_event_parts(event_id, &[payload])
+    }
+
+    /// Writes one event record whose payload is the concatenation of `parts` (e.g. an event
+    /// header and its super-fragments), without concatenating them in memory first.
+    pub fn write_event_parts(&mut self, event_id: EventId, parts: &[&[u8]]) -> Result<(), FileWriteError> {
+        if self.failed {
+            return Err(FileWriteError::Failed);
+        }
+        let result = self.write_record(event_id, parts);
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
+    fn write_record(&mut self, event_id: EventId, parts: &[&[u8]]) -> Result<(), FileWriteError> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if len > MAX_RECORD_LEN as u64 {
+            return Err(FileWriteError::RecordTooLarge { event_id, len, max: MAX_RECORD_LEN as u64 });
+        }
+        let record_len = RECORD_HEADER_LEN as u64 + pad8(len as usize) as u64;
+        if let Some(f) = &self.current {
+            let after =
+                f.bytes + record_len + (INDEX_MARKER_LEN + (f.index.len() + 1) * INDEX_ENTRY_LEN + FOOTER_LEN) as u64;
+            if !f.index.is_empty() && after > self.config.max_file_bytes {
+                self.close_current()?;
+            }
+        }
+        if self.current.is_none() {
+            self.open_next()?;
+        }
+        let payload_crc = match parts {
+            [one] => crc32c(one),
+            _ => {
+                let mut crc = Crc32c::new();
+                for p in parts {
+                    crc.update(p);
+                }
+                crc.finish()
+            }
+        };
+        let Some(f) = self.current.as_mut() else { unreachable!("a file was just opened") };
+        let header = RecordHeader { payload_len: len as u32, event_id, payload_crc };
+        let offset = f.bytes;
+        let io = |source| FileWriteError::Io { operation: "writing", path: f.part_path.clone(), source };
+        f.out.write_all(&header.encode()).map_err(io)?;
+        for p in parts {
+            f.out.write_all(p).map_err(io)?;
+        }
+        let pad = pad8(len as usize) - len as usize;
+        f.out.write_all(&[0u8; 8][..pad]).map_err(io)?;
+        f.bytes += record_len;
+        f.payload_bytes += len;
+        f.index.push(IndexEntry { event_id, offset });
+        Ok(())
+    }
+
+    fn open_next(&mut self) -> Result<(), FileWriteError> {
+        let sequence = self.next_sequence;
+        let final_path = self.config.directory.join(self.file_name(sequence));
+        let part_path = part_path_of(&final_path);
+        if final_path.exists() {
+            return Err(FileWriteError::FileExists { path: final_path, run: self.config.run_number });
+        }
+        let file = OpenOptions::new().write(true).create_new(true).open(&part_path).map_err(|source| {
+            if source.kind() == io::ErrorKind::AlreadyExists {
+                FileWriteError::FileExists { path: part_path.clone(), run: self.config.run_number }
+            } else {
+                FileWriteError::Io { operation: "creating", path: part_path.clone(), source }
+            }
+        })?;
+        let creation_time_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let header = FileHeader {
+            flags: 0,
+            run_number: self.config.run_number,
+            file_sequence: sequence,
+            creation_time_ns,
+            config_digest: self.config.config_digest,
+            writer_version: writer_version(),
+        };
+        let mut out = BufWriter::with_capacity(self.config.buffer_bytes.max(4096), file);
+        out.write_all(&header.encode()).map_err(|source| FileWriteError::Io {
+            operation: "writing",
+            path: part_path.clone(),
+            source,
+        })?;
+        self.next_sequence += 1;
+        self.current = Some(OpenFile {
+            out,
+            part_path,
+            final_path,
+            sequence,
+            bytes: FILE_HEADER_LEN as u64,
+            payload_bytes: 0,
+            index: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn close_current(&mut self) -> Result<(), FileWriteError> {
+        let Some(mut f) = self.current.take() else { return Ok(()) };
+        let io = |operation, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| FileWriteError::Io { operation, path, source }
+        };
+        let mut index_crc = Crc32c::new();
+        let index_offset = f.bytes;
+        f.out.write_all(&index_marker()).map_err(io("writing", &f.part_path))?;
+        for entry in &f.index {
+            let e = entry.encode();
+            index_crc.update(&e);
+            f.out.write_all(&e).map_err(io("writing", &f.part_path))?;
+        }
+        let footer = Footer {
+            event_count: f.index.len() as u64,
+            index_offset,
+            payload_bytes: f.payload_bytes,
+            index_crc: index_crc.finish(),
+        };
+        f.out.write_all(&footer.encode()).map_err(io("writing", &f.part_path))?;
+        let file_bytes = index_offset + (INDEX_MARKER_LEN + f.index.len() * INDEX_ENTRY_LEN + FOOTER_LEN) as u64;
+        let file = f.out.into_inner().map_err(|e| FileWriteError::Io {
+            operation: "flushing",
+            path: f.part_path.clone(),
+            source: e.into_error(),
+        })?;
+        if self.config.sync_on_close {
+            file.sync_all().map_err(io("syncing", &f.part_path))?;
+        }
+        drop(file);
+        if f.final_path.exists() {
+            return Err(FileWriteError::FileExists { path: f.final_path, run: self.config.run_number });
+        }
+        fs::rename(&f.part_path, &f.final_path).map_err(io("renaming", &f.part_path))?;
+        if self.config.sync_on_close {
+            // The rename is durable once the directory is synced.
+            if let Ok(dir) = File::open(&self.config.directory) {
+                let _ = dir.sync_all();
+            }
+        }
+        self.closed.push(ClosedFile {
+            path: f.final_path,
+            sequence: f.sequence,
+            events: f.index.len() as u64,
+            payload_bytes: f.payload_bytes,
+            file_bytes,
+            first_event: f.index.first().map(|e| e.event_id),
+            last_event: f.index.last().map(|e| e.event_id),
+        });
+        Ok(())
+    }
+
+    /// Pushes buffered records to the operating system (they survive a crash of this process,
+    /// though not of the machine).
+    pub fn flush(&mut self) -> Result<(), FileWriteError> {
+        if let Some(f) = self.current.as_mut() {
+            f.out.flush().map_err(|source| FileWriteError::Io {
+                operation: "flushing",
+                path: f.part_path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Files closed so far.
+    pub fn closed_files(&self) -> &[ClosedFile] {
+        &self.closed
+    }
+
+    /// The path of the file being written (with its `.part` suffix), if one is open.
+    pub fn current_path(&self) -> Option<&Path> {
+        self.current.as_ref().map(|f| f.part_path.as_path())
+    }
+
+    /// Events written in the current file.
+    pub fn current_events(&self) -> u64 {
+        self.current.as_ref().map_or(0, |f| f.index.len() as u64)
+    }
+
+    /// Closes the current file with its trailer and returns every file this writer closed.
+    pub fn finish(mut self) -> Result<Vec<ClosedFile>, FileWriteError> {
+        self.close_current()?;
+        Ok(std::mem::take(&mut self.closed))
+    }
+}
+
+impl Drop for FileWriter {
+    /// Closes the current file on a best-effort basis; call [`FileWriter::finish`] to see errors.
+    fn drop(&mut self) {
+        let _ = self.close_current();
+    }
+}
+
+/// `NAME.daq` → `NAME.daq.part`.
+pub fn part_path_of(final_path: &Path) -> PathBuf {
+    let mut s = final_path.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+/// This crate's version packed as `major << 16 | minor << 8 | patch`.
+pub fn writer_version() -> u32 {
+    let part = |s: &str| s.parse::<u32>().unwrap_or(0).min(255);
+    part(env!("CARGO_PKG_VERSION_MAJOR")) << 16
+        | part(env!("CARGO_PKG_VERSION_MINOR")) << 8
+        | part(env!("CARGO_PKG_VERSION_PATCH"))
+}
