@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod dialog_cmd;
 mod format;
 mod inspect;
 
@@ -19,7 +20,9 @@ mod inspect;
 #[command(name = "daqflow", version, propagate_version = true)]
 #[command(after_help = "Examples:\n  \
     daqflow bench transport --quick --out bench-out   reproduce the transport figures\n  \
-    daqflow inspect --verify run000123_0001.daq       check a data file\n\n\
+    daqflow inspect --verify run000123_0001.daq       check a data file\n  \
+    daqflow control-server &                          start a control plane\n  \
+    daqflow dialog ls                                 list its processes\n\n\
     Logging: set DAQFLOW_LOG (e.g. DAQFLOW_LOG=debug or DAQFLOW_LOG=daqflow_transport=trace).")]
 struct Cli {
     #[command(subcommand)]
@@ -36,11 +39,27 @@ enum Command {
     /// Reproduce the papers' figures on this machine: table, CSV, JSON and PNG.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::Args),
+    /// Run the dialog control server (the control plane's directory).
+    #[command(name = "control-server", after_help = dialog_cmd::SERVER_AFTER_HELP)]
+    ControlServer(dialog_cmd::ServerArgs),
+    /// Look at and talk to the control plane: list processes, listen, send, publish.
+    #[command(after_help = dialog_cmd::DIALOG_AFTER_HELP)]
+    Dialog(dialog_cmd::DialogArgs),
+    /// Processes the benchmark suites start (not for direct use).
+    #[command(name = "bench-helper", hide = true)]
+    BenchHelper {
+        #[command(subcommand)]
+        role: bench::dialog::HelperRole,
+    },
 }
 
 fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    // Servers and components report what they do; short-lived tools only what goes wrong.
+    init_logging(match cli.command {
+        Command::ControlServer(_) => "info",
+        _ => "warn",
+    });
     let result = match cli.command {
         Command::Version => {
             print_version();
@@ -48,6 +67,9 @@ fn main() -> ExitCode {
         }
         Command::Inspect(args) => inspect::run(&args),
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::ControlServer(args) => dialog_cmd::run_server(&args),
+        Command::Dialog(args) => dialog_cmd::run(&args),
+        Command::BenchHelper { role } => bench::dialog::run_helper(&role).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -58,10 +80,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("DAQFLOW_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let filter = EnvFilter::try_from_env("DAQFLOW_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
 }
 
 fn print_version() {

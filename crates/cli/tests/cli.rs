@@ -192,3 +192,37 @@ fn bench_transport_quick_writes_table_csv_json_and_png() {
         .collect();
     assert!(conns.contains(&1) && conns.contains(&2) && conns.contains(&4));
 }
+
+#[test]
+fn bench_dialog_quick_runs_processes_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = daqflow(&[
+        "bench",
+        "dialog",
+        "--quick",
+        "--senders",
+        "3",
+        "--sizes",
+        "16,4096",
+        "--seconds",
+        "0.2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("dialog.json")).unwrap()).unwrap();
+    let points = json.as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for p in points {
+        assert_eq!(p["params"]["senders"], 3);
+        assert_eq!(p["metrics"]["lost_msgs"], 0.0, "{p}");
+        assert_eq!(p["metrics"]["out_of_order_msgs"], 0.0, "{p}");
+        for m in ["msgs_per_s", "mb_per_s", "peak_rss_mb", "raw_msgs_per_s", "raw_mb_per_s"] {
+            assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+    }
+    assert!(out.join("dialog.png").exists() && out.join("dialog.csv").exists());
+}

@@ -128,6 +128,7 @@ impl AsyncConnection {
             }),
             writer_wake: Notify::new(),
             progress: Notify::new(),
+            abort: Notify::new(),
             peer: self.peer,
             when_full: self.opts.when_full,
             max_write: self.opts.max_write_bytes,
@@ -164,6 +165,8 @@ struct Shared {
     writer_wake: Notify,
     /// The writer wakes everyone waiting for room, a flush, or the end.
     progress: Notify,
+    /// Stops the writer at once, even in the middle of a write.
+    abort: Notify,
     peer: SocketAddr,
     when_full: WhenFull,
     max_write: usize,
@@ -229,8 +232,8 @@ impl FrameSender {
         loop {
             let mut progress = pin!(self.shared.progress.notified());
             progress.as_mut().enable();
-            match self.push(frame) {
-                Ok(()) => return Ok(()),
+            match self.push(frame, false) {
+                Ok(_) => return Ok(()),
                 Err(SendError::Full { frame: f, .. }) if self.shared.when_full == WhenFull::Block => frame = f,
                 Err(e) => return Err(e),
             }
@@ -240,10 +243,84 @@ impl FrameSender {
 
     /// Queues `frame` without waiting, whatever the policy: a full queue gives it back.
     pub fn try_send(&self, frame: Frame) -> Result<(), SendError> {
-        self.push(frame)
+        self.push(frame, false).map(|_| ())
     }
 
-    fn push(&self, frame: Frame) -> Result<(), SendError> {
+    /// Queues `frame` even if the queue is over its bound (like `Sink::start_send`), failing
+    /// only if the connection is closed; returns whether the queue is still below its bound. A
+    /// caller that must keep several queues in one order (the same update to many
+    /// subscribers) pushes with this under its own lock, then waits for
+    /// [`FrameSender::ready`] outside it: the queue then exceeds its bound by at most one frame
+    /// per such caller.
+    pub fn start_send(&self, frame: Frame) -> Result<bool, SendError> {
+        self.push(frame, true)
+    }
+
+    /// [`FrameSender::start_send`] of a frame whose payload is `prefix` then `payload`; the
+    /// prefix is copied, `payload` is written from its own memory (see
+    /// [`SendQueue::push_prefixed_unbounded`]). Returns whether the queue is below its bound.
+    pub fn start_send_prefixed(
+        &self,
+        kind: u16,
+        flags: u8,
+        channel: u32,
+        prefix: &[u8],
+        payload: Bytes,
+    ) -> Result<bool, SendError> {
+        let peer = self.shared.peer;
+        let mut st = self.shared.lock();
+        let reason = match (&st.closed, st.closing) {
+            (Some(r), _) => Some(r.clone()),
+            (None, true) => Some("closing".to_owned()),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            let mut joined = bytes::BytesMut::with_capacity(prefix.len() + payload.len());
+            joined.extend_from_slice(prefix);
+            joined.extend_from_slice(&payload);
+            let frame = Frame::new(kind, joined.freeze()).with_flags(flags).with_channel(channel);
+            return Err(SendError::Closed { peer, reason, frame });
+        }
+        let was_empty = st.queue.is_empty();
+        let wire_len = daqflow_wire::frame::FRAME_HEADER_LEN + prefix.len() + payload.len();
+        st.queue.push_prefixed_unbounded(kind, flags, channel, prefix, payload);
+        Ok(self.queued(st, was_empty, wire_len))
+    }
+
+    /// Books a frame of `wire_len` bytes just queued, wakes the writer if the queue was empty,
+    /// and says whether the queue is below its bound.
+    fn queued(&self, mut st: MutexGuard<'_, State>, was_empty: bool, wire_len: usize) -> bool {
+        st.enqueued += wire_len as u64;
+        st.stats.frames += 1;
+        let room = st.queue.has_room_for(0);
+        drop(st);
+        if was_empty {
+            self.shared.writer_wake.notify_one();
+        }
+        room
+    }
+
+    /// Whether the queue is below its bound.
+    pub fn has_room(&self) -> bool {
+        let st = self.shared.lock();
+        st.closed.is_some() || st.queue.has_room_for(0)
+    }
+
+    /// Waits until the queue is below its bound (or the connection closed; the next send then
+    /// says so).
+    pub async fn ready(&self) {
+        loop {
+            let mut progress = pin!(self.shared.progress.notified());
+            progress.as_mut().enable();
+            if self.has_room() {
+                return;
+            }
+            progress.await;
+        }
+    }
+
+    /// Queues a frame; `Ok(room)` says whether the queue is below its bound afterwards.
+    fn push(&self, frame: Frame, ignore_bound: bool) -> Result<bool, SendError> {
         let peer = self.shared.peer;
         let mut st = self.shared.lock();
         if let Some(reason) = &st.closed {
@@ -252,18 +329,11 @@ impl FrameSender {
         if st.closing {
             return Err(SendError::Closed { peer, reason: "closing".into(), frame });
         }
-        let len = frame.wire_len() as u64;
+        let len = frame.wire_len();
         let was_empty = st.queue.is_empty();
-        match st.queue.push(frame) {
-            Ok(()) => {
-                st.enqueued += len;
-                st.stats.frames += 1;
-                drop(st);
-                if was_empty {
-                    self.shared.writer_wake.notify_one();
-                }
-                Ok(())
-            }
+        let pushed = if ignore_bound { st.queue.push_unbounded(frame) } else { st.queue.push(frame) };
+        match pushed {
+            Ok(()) => Ok(self.queued(st, was_empty, len)),
             Err(frame) => Err(SendError::Full { peer, queued: st.queue.queued_bytes(), frame }),
         }
     }
@@ -318,9 +388,27 @@ impl FrameSender {
         }
     }
 
+    /// Closes the connection for sending at once, dropping what is queued, even if the writer
+    /// is blocked because the peer stopped reading. Waiting senders wake up and see
+    /// [`SendError::Closed`].
+    pub fn abort(&self) {
+        {
+            let mut st = self.shared.lock();
+            st.closed.get_or_insert_with(|| "aborted by this end".to_owned());
+        }
+        self.shared.abort.notify_one();
+        self.shared.progress.notify_waiters();
+    }
+
     /// Bytes waiting in the queue.
     pub fn queued_bytes(&self) -> usize {
         self.shared.lock().queue.queued_bytes()
+    }
+
+    /// Whether `other` sends on the same connection as this sender (one is a clone of the
+    /// other).
+    pub fn same_connection(&self, other: &FrameSender) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// Whether the connection is closed for sending.
@@ -344,28 +432,56 @@ const CLOSED_BY_US: &str = "closed by this end";
 
 async fn writer_task(shared: Arc<Shared>, mut write: OwnedWriteHalf) {
     let mut batch: Vec<Bytes> = Vec::with_capacity(MAX_WRITE_SLICES);
+    enum Next {
+        Write(usize),
+        Idle,
+        Drained,
+        Aborted,
+    }
     loop {
-        // `None`: the queue is drained and the connection is being closed.
-        let taken = {
+        let next = {
             let mut st = shared.lock();
-            let n = st.queue.take(shared.max_write, &mut batch);
-            if n == 0 && (st.closing || st.senders == 0) { None } else { Some(n) }
-        };
-        let Some(taken) = taken else {
-            let _ = write.shutdown().await;
-            {
-                let mut st = shared.lock();
-                st.closed.get_or_insert_with(|| CLOSED_BY_US.to_owned());
-                st.finished = true;
+            if st.closed.is_some() {
+                Next::Aborted
+            } else {
+                match st.queue.take(shared.max_write, &mut batch) {
+                    0 if st.closing || st.senders == 0 => Next::Drained,
+                    0 => Next::Idle,
+                    n => Next::Write(n),
+                }
             }
-            shared.progress.notify_waiters();
-            return;
         };
-        if taken == 0 {
-            shared.writer_wake.notified().await;
-            continue;
-        }
-        let result = write_all(&mut write, &mut batch).await;
+        let taken = match next {
+            Next::Write(n) => n,
+            Next::Idle => {
+                tokio::select! {
+                    _ = shared.writer_wake.notified() => {}
+                    _ = shared.abort.notified() => {}
+                }
+                continue;
+            }
+            Next::Aborted => {
+                finish(&shared);
+                return;
+            }
+            Next::Drained => {
+                let _ = write.shutdown().await;
+                {
+                    let mut st = shared.lock();
+                    st.closed.get_or_insert_with(|| CLOSED_BY_US.to_owned());
+                    st.finished = true;
+                }
+                shared.progress.notify_waiters();
+                return;
+            }
+        };
+        let result = tokio::select! {
+            r = write_all(&mut write, &mut batch) => r,
+            _ = shared.abort.notified() => {
+                finish(&shared);
+                return;
+            }
+        };
         let mut st = shared.lock();
         match result {
             Ok(syscalls) => {
@@ -385,6 +501,18 @@ async fn writer_task(shared: Arc<Shared>, mut write: OwnedWriteHalf) {
         drop(st);
         shared.progress.notify_waiters();
     }
+}
+
+/// Marks the writer finished after an abort and wakes every waiter.
+fn finish(shared: &Shared) {
+    {
+        let mut st = shared.lock();
+        st.finished = true;
+        let n = st.queue.queued_bytes();
+        let mut drop_all = Vec::new();
+        st.queue.take(n.max(1), &mut drop_all);
+    }
+    shared.progress.notify_waiters();
 }
 
 /// Writes every byte of `batch` with vectored writes; returns the number of system calls.

@@ -99,10 +99,17 @@ impl SendQueue {
 
     /// Queues `frame`, or gives it back if the queue is full.
     pub fn push(&mut self, frame: Frame) -> Result<(), Frame> {
-        let len = frame.payload.len();
-        if !self.has_room_for(len) {
+        if !self.has_room_for(frame.payload.len()) {
             return Err(frame);
         }
+        self.push_unbounded(frame)
+    }
+
+    /// Queues `frame` whether or not the queue is full (the caller bounds the queue itself,
+    /// e.g. by waiting for room afterwards). Never fails; returns `Ok` for symmetry with
+    /// [`SendQueue::push`].
+    pub fn push_unbounded(&mut self, frame: Frame) -> Result<(), Frame> {
+        let len = frame.payload.len();
         let header = frame.header();
         if len <= self.copy_threshold {
             self.put_small(&header, &frame.payload);
@@ -115,6 +122,33 @@ impl SendQueue {
         self.queued += FRAME_HEADER_LEN + len;
         self.frames_queued += 1;
         Ok(())
+    }
+
+    /// Queues a frame whose payload is `prefix` followed by `payload`, whether or not the queue
+    /// is full: the small prefix (a sequence number, a sub-header) is copied next to the frame
+    /// header, and a large `payload` is written from its own memory. The receiver sees one
+    /// contiguous payload.
+    pub fn push_prefixed_unbounded(&mut self, kind: u16, flags: u8, channel: u32, prefix: &[u8], payload: Bytes) {
+        let len = prefix.len() + payload.len();
+        let header = FrameHeader { kind, flags, channel, len: u32::try_from(len).unwrap_or(u32::MAX) };
+        if len <= self.copy_threshold {
+            let n = FRAME_HEADER_LEN + len;
+            if self.staging.len() + n > self.coalesce_bytes && !self.staging.is_empty() {
+                self.segments.push_back(self.staging.split().freeze());
+            }
+            self.reserve_staging(n);
+            self.staging.put_slice(&header.encode());
+            self.staging.put_slice(prefix);
+            self.staging.put_slice(&payload);
+        } else {
+            self.reserve_staging(FRAME_HEADER_LEN + prefix.len());
+            self.staging.put_slice(&header.encode());
+            self.staging.put_slice(prefix);
+            self.segments.push_back(self.staging.split().freeze());
+            self.segments.push_back(payload);
+        }
+        self.queued += FRAME_HEADER_LEN + len;
+        self.frames_queued += 1;
     }
 
     /// Queues a frame whose payload is copied from `payload` (no `Bytes` needed for small

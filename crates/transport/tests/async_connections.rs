@@ -207,3 +207,49 @@ async fn blocking_and_async_layers_speak_the_same_framing() {
     assert!(rx.recv().await.unwrap_err().is_clean_close());
     assert_eq!(tokio::task::spawn_blocking(move || server.join().unwrap()).await.unwrap(), 50);
 }
+
+#[tokio::test]
+async fn start_send_orders_frames_past_the_bound_and_ready_waits_for_room() {
+    let opts = ConnectionOptions { send_queue_bytes: 4096, ..Default::default() };
+    let listener = AsyncListener::bind(localhost(), opts.clone()).await.unwrap();
+    let (tx, _rx) = AsyncConnection::connect(listener.local_addr(), &opts).await.unwrap().split();
+    let (_stx, mut srx) = listener.accept().await.unwrap().split();
+    for i in 0..100u32 {
+        let _room = tx.start_send(Frame::new(1, Bytes::from(vec![0u8; 1000])).with_channel(i)).unwrap();
+    }
+    assert!(!tx.has_room(), "100 KB queued past a 4 KiB bound");
+    tx.ready().await;
+    assert!(tx.has_room());
+    for i in 0..100u32 {
+        assert_eq!(srx.recv().await.unwrap().channel, i);
+    }
+}
+
+#[tokio::test]
+async fn abort_unblocks_a_sender_whose_peer_stopped_reading() {
+    let opts = ConnectionOptions {
+        send_queue_bytes: 64 << 10,
+        send_buffer_bytes: Some(16 << 10),
+        recv_buffer_bytes: Some(16 << 10),
+        ..Default::default()
+    };
+    let listener = AsyncListener::bind(localhost(), opts.clone()).await.unwrap();
+    let (tx, _rx) = AsyncConnection::connect(listener.local_addr(), &opts).await.unwrap().split();
+    let _never_read = listener.accept().await.unwrap();
+    let blocked = {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = tx.send(Frame::new(1, Bytes::from(vec![0u8; 8192]))).await {
+                    return e;
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!blocked.is_finished(), "the sender should be blocked by back-pressure");
+    tx.abort();
+    let err = tokio::time::timeout(Duration::from_secs(10), blocked).await.expect("abort wakes the sender").unwrap();
+    assert!(matches!(err, SendError::Closed { .. }), "{err}");
+    assert!(tx.is_closed());
+}

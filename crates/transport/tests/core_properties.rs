@@ -75,3 +75,46 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #[test]
+    fn prefixed_frames_arrive_as_one_payload(
+        items in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..16), prop_oneof![0usize..64, 3000usize..5000], any::<bool>()), 1..30),
+    ) {
+        let mut q = SendQueue::new(usize::MAX, 128 << 10, 2048);
+        let mut expected = Vec::new();
+        for (i, (prefix, len, plain)) in items.iter().enumerate() {
+            let payload = Bytes::from(vec![i as u8; *len]);
+            if *plain {
+                let mut whole = prefix.clone();
+                whole.extend_from_slice(&payload);
+                let f = Frame::new(1, Bytes::from(whole)).with_channel(i as u32);
+                q.push(f.clone()).unwrap();
+                expected.push(f);
+            } else {
+                q.push_prefixed_unbounded(2, 1, i as u32, prefix, payload.clone());
+                let mut whole = prefix.clone();
+                whole.extend_from_slice(&payload);
+                expected.push(Frame::new(2, Bytes::from(whole)).with_channel(i as u32).with_flags(1));
+            }
+        }
+        let mut wire = Vec::new();
+        while !q.is_empty() {
+            let mut slices = Vec::new();
+            let n = q.gather(&mut slices);
+            for s in &slices {
+                wire.extend_from_slice(s);
+            }
+            drop(slices);
+            q.advance(n);
+        }
+        let codec = FrameCodec::new(1 << 20);
+        let mut buf = bytes::BytesMut::from(&wire[..]);
+        let mut out = Vec::new();
+        while let Some(f) = codec.decode(&mut buf).unwrap() {
+            out.push(f);
+        }
+        prop_assert_eq!(out, expected);
+    }
+}

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
+pub mod dialog;
 pub mod harness;
 mod plot;
+mod raw;
 mod transport;
 
 pub use harness::BenchConfig;
@@ -17,6 +19,9 @@ pub enum SuiteName {
     /// Framed TCP: throughput and frame rate vs frame size, and 1, 2, 4 connections into one
     /// receiver, next to raw blocking sockets.
     Transport,
+    /// The control plane (DIALOG figs. 9–10): many sender processes publishing into one
+    /// subscriber process, vs message size, next to raw TCP.
+    Dialog,
 }
 
 /// Arguments of `daqflow bench`.
@@ -34,9 +39,16 @@ pub struct Args {
     /// Repetitions per point; the median is reported [default: 5, or 1 with --quick].
     #[arg(long)]
     pub repetitions: Option<usize>,
-    /// Seconds per measurement [default: 1, or 0.25 with --quick].
+    /// Seconds per measurement [default: 1, or 0.25 with --quick; dialog: 2, or 0.5].
     #[arg(long)]
     pub seconds: Option<f64>,
+    /// dialog: number of sender processes.
+    #[arg(long, default_value_t = 25)]
+    pub senders: usize,
+    /// dialog: message sizes in bytes, comma-separated [default: 16,128,1024,2048,10240,102400,1048576;
+    /// with --quick 16,1024,102400].
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
 }
 
 pub const AFTER_HELP: &str = "\
@@ -47,18 +59,30 @@ we share are noisy: compare medians, and repeat a run before believing a change.
 
 Examples:
   daqflow bench transport --quick --out bench-out
+  daqflow bench dialog --quick --out bench-out
+  daqflow bench dialog --senders 25 --sizes 16,1024 --seconds 3
   daqflow bench transport --repetitions 9 --seconds 2 --out bench-out";
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    let (default_seconds, default_reps) = match args.suite {
+        SuiteName::Transport => (if args.quick { 0.25 } else { 1.0 }, 5),
+        SuiteName::Dialog => (if args.quick { 0.5 } else { 2.0 }, 3),
+    };
     let config = BenchConfig {
         quick: args.quick,
-        repetitions: args.repetitions.unwrap_or(if args.quick { 1 } else { 5 }),
-        measure_time: Duration::from_secs_f64(args.seconds.unwrap_or(if args.quick { 0.25 } else { 1.0 }).max(0.01)),
+        repetitions: args.repetitions.unwrap_or(if args.quick { 1 } else { default_reps }),
+        measure_time: Duration::from_secs_f64(args.seconds.unwrap_or(default_seconds).max(0.01)),
         warmup: !args.quick,
         out: args.out.clone(),
     };
     let suite = match args.suite {
         SuiteName::Transport => transport::run(config)?,
+        SuiteName::Dialog => {
+            let sizes = args.sizes.clone().unwrap_or_else(|| {
+                if args.quick { vec![16, 1024, 102400] } else { vec![16, 128, 1024, 2048, 10240, 102400, 1 << 20] }
+            });
+            dialog::run(config, dialog::DialogOptions { senders: args.senders.max(1), sizes })?
+        }
     };
     suite.finish()
 }

@@ -9,7 +9,6 @@
 //! Every repetition measures the raw reference first and then daqflow, so the ratio compares
 //! two numbers taken under the same load.
 
-use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -325,69 +324,29 @@ fn raw(size: usize, connections: usize, duration: Duration) -> anyhow::Result<Mo
     let listener = TcpListener::bind(localhost()).context("raw reference: bind")?;
     let addr = listener.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let per_call = ((4usize << 20) / size.max(1)).clamp(1, 64);
     let senders: Vec<_> = (0..connections)
         .map(|_| {
             let stop = stop.clone();
-            thread::spawn(move || -> anyhow::Result<()> {
-                let mut s = TcpStream::connect(addr)?;
-                s.set_nodelay(true)?;
-                let payload = vec![0x5au8; size];
-                while !stop.load(Ordering::Relaxed) {
-                    let mut slices: Vec<IoSlice<'_>> = (0..per_call).map(|_| IoSlice::new(&payload)).collect();
-                    let mut bufs = &mut slices[..];
-                    while !bufs.is_empty() {
-                        let n = s.write_vectored(bufs)?;
-                        IoSlice::advance_slices(&mut bufs, n);
-                    }
-                }
-                s.shutdown(std::net::Shutdown::Write)?;
-                Ok(())
+            thread::spawn(move || {
+                super::raw::send_until(TcpStream::connect(addr)?, size, || stop.load(Ordering::Relaxed))
             })
         })
         .collect();
     let mut socks = Vec::new();
     for _ in 0..connections {
-        let (s, _) = listener.accept()?;
-        s.set_nonblocking(connections > 1)?;
-        socks.push(s);
+        socks.push(listener.accept()?.0);
     }
     let start = Instant::now();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut bytes = 0u64;
-    let mut first: Option<Instant> = None;
-    let mut open = vec![true; socks.len()];
-    while open.iter().any(|&o| o) {
-        let mut got = false;
-        for (i, s) in socks.iter_mut().enumerate() {
-            if !open[i] {
-                continue;
-            }
-            match s.read(&mut buf) {
-                Ok(0) => open[i] = false,
-                Ok(n) => {
-                    bytes += n as u64;
-                    got = true;
-                    first.get_or_insert_with(Instant::now);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if !got && connections > 1 {
-            let fds: Vec<_> = socks.iter().zip(&open).filter(|(_, o)| **o).map(|(s, _)| s.as_fd()).collect();
-            wait_ready(&fds, libc_pollin(), Some(Duration::from_millis(1)))?;
-        }
+    let got = super::raw::receive_all(socks, || {
         if start.elapsed() >= duration {
             stop.store(true, Ordering::Relaxed);
         }
-    }
+    })?;
     stop.store(true, Ordering::Relaxed);
     for s in senders {
         s.join().map_err(|_| anyhow::anyhow!("raw sender panicked"))??;
     }
-    let seconds = first.map_or(0.0, |f| f.elapsed().as_secs_f64()).max(1e-9);
-    Ok(Moved { frames: bytes / size as u64, payload_bytes: bytes, seconds, writes: 0 })
+    Ok(Moved { frames: got.bytes / size as u64, payload_bytes: got.bytes, seconds: got.seconds, writes: 0 })
 }
 
 fn localhost() -> SocketAddr {

@@ -1,0 +1,379 @@
+//! `daqflow control-server` and `daqflow dialog …`: the DIALOG GUI's functions for terminals.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use daqflow_dialog::{
+    ControlServer, Dialog, DialogConfig, DialogError, ServerConfig, ServiceEvent, parse_control_addrs, read_token_file,
+};
+
+/// Parses `250ms`, `2s`, `1.5s`, `1m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| c.is_ascii_alphabetic()).map_or((s, "s"), |i| s.split_at(i));
+    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 2s, 1m)"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        _ => return Err(format!("{s:?}: unit must be ms, s or m")),
+    };
+    if !(0.0..1e9).contains(&secs) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Arguments of `daqflow control-server`.
+#[derive(clap::Args, Debug)]
+pub struct ServerArgs {
+    /// Address to listen on (use 0.0.0.0:7000 to accept processes from other hosts).
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    pub listen: std::net::SocketAddr,
+    /// File holding a shared secret every process must present.
+    #[arg(long, env = "DAQFLOW_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Heartbeat interval told to processes.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+    /// A process silent for this long is declared lost.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub lost_after: Duration,
+}
+
+pub const SERVER_AFTER_HELP: &str = "\
+The control server keeps the directory of processes, services, commands and subscriptions,
+forwards commands, and watches heartbeats. Service data never passes through it. It prints
+`listening on ADDR` on stdout once ready, and runs until interrupted (Ctrl-C, SIGTERM).
+
+Examples:
+  daqflow control-server
+  daqflow control-server --listen 0.0.0.0:7000 --token-file /etc/daqflow/token
+  daqflow control-server --listen 127.0.0.1:7001      # a spare: give clients --control a,b";
+
+pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
+    let token = args.token_file.as_deref().map(read_token_file).transpose()?;
+    let config = ServerConfig {
+        listen: args.listen,
+        heartbeat_interval: args.heartbeat_interval,
+        lost_after: args.lost_after,
+        token,
+        ..ServerConfig::default()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let server = ControlServer::start(config).await?;
+        println!("listening on {}", server.local_addr());
+        std::io::stdout().flush()?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+            _ = server.wait() => {}
+        }
+        tracing::info!("control server stopping");
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Arguments of `daqflow dialog`.
+#[derive(clap::Args, Debug)]
+pub struct DialogArgs {
+    /// Control server address(es), primary first then spares, comma-separated.
+    #[arg(long, global = true, env = "DAQFLOW_CONTROL", default_value = "127.0.0.1:7000")]
+    pub control: String,
+    /// File holding the shared secret, if the control server requires one.
+    #[arg(long, global = true, env = "DAQFLOW_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Process name to join as (default: derived from the command and the pid).
+    #[arg(long, global = true)]
+    pub name: Option<String>,
+    #[command(subcommand)]
+    pub command: DialogCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum DialogCommand {
+    /// List the processes: address, port, pid, provided and subscribed services, commands.
+    Ls {
+        /// Only processes where a field contains this text (case-insensitive).
+        #[arg(long)]
+        filter: Option<String>,
+        /// Print the directory as JSON.
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for the control server.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// Print each update of a service as one line as it arrives (and `lost …` lines); keeps
+    /// listening across provider restarts.
+    Listen {
+        /// The service.
+        service: String,
+        /// Exit after this many updates.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Prefix each line with the update counter and `*` for the current value.
+        #[arg(long)]
+        seq: bool,
+    },
+    /// Send a command to every process that registered it.
+    Send {
+        /// The command.
+        command: String,
+        /// Its payload (text).
+        #[arg(default_value = "")]
+        payload: String,
+    },
+    /// Provide a service and publish each line read from stdin as a value.
+    Publish {
+        /// The service.
+        service: String,
+    },
+    /// A process that provides, subscribes and accepts commands, printing everything it sees
+    /// (for trying a system out and for tests).
+    Peer {
+        /// Services to provide; stdin lines `SERVICE VALUE` publish.
+        #[arg(long)]
+        provide: Vec<String>,
+        /// Services to subscribe to.
+        #[arg(long)]
+        subscribe: Vec<String>,
+        /// Commands to accept.
+        #[arg(long)]
+        command: Vec<String>,
+    },
+}
+
+pub const DIALOG_AFTER_HELP: &str = "\
+Examples:
+  daqflow dialog ls
+  daqflow dialog ls --filter ru-1
+  daqflow dialog listen ru-1/stats
+  daqflow dialog send all/stop
+  echo '{\"state\":\"Running\"}' | daqflow dialog publish test/state
+  daqflow dialog --control host1:7000,host2:7000 ls     # primary and spare control servers";
+
+fn config(args: &DialogArgs, default_name: &str) -> anyhow::Result<DialogConfig> {
+    let control = parse_control_addrs(&args.control)?;
+    let name = args.name.clone().unwrap_or_else(|| format!("{default_name}-{}", std::process::id()));
+    let mut config = DialogConfig::new(name, control);
+    config.token = args.token_file.as_deref().map(read_token_file).transpose()?;
+    Ok(config)
+}
+
+fn out_line(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn printable(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).replace('\n', "\\n")
+}
+
+pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        DialogCommand::Ls { filter, json, timeout } => {
+            let dialog = Dialog::start(config(args, "dialog-ls")?)?;
+            let mut procs = dialog.processes(*timeout).context("reading the directory")?;
+            if let Some(f) = filter {
+                let f = f.to_lowercase();
+                procs.retain(|p| {
+                    let fields = [p.name.clone(), p.host.clone(), p.port.to_string(), p.pid.to_string()];
+                    fields
+                        .iter()
+                        .chain(&p.provides)
+                        .chain(&p.subscribes)
+                        .chain(&p.commands)
+                        .any(|s| s.to_lowercase().contains(&f))
+                });
+            }
+            let me = dialog.client().name().to_owned();
+            procs.retain(|p| p.name != me);
+            if *json {
+                out_line(&serde_json::to_string_pretty(&procs)?);
+            } else {
+                print_table(&procs);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DialogCommand::Listen { service, count, seq } => {
+            let dialog = Dialog::start(config(args, "dialog-listen")?)?;
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let limit = *count;
+            let show_seq = *seq;
+            let s2 = seen.clone();
+            let _sub = dialog.subscribe(service, move |e| match e {
+                ServiceEvent::Update { data, seq, initial } => {
+                    if show_seq {
+                        out_line(&format!("{seq}{} {}", if initial { "*" } else { "" }, printable(&data)));
+                    } else {
+                        out_line(&printable(&data));
+                    }
+                    let n = s2.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if limit.is_some_and(|l| n >= l) {
+                        let _ = tx.send(());
+                    }
+                }
+                ServiceEvent::Lost { provider, cause } => {
+                    out_line(&format!("lost: provider {provider} ({cause}); waiting for a provider"))
+                }
+                _ => {}
+            })?;
+            if limit.is_some() {
+                let _ = rx.recv();
+            } else {
+                // Until interrupted.
+                loop {
+                    std::thread::park();
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DialogCommand::Send { command, payload } => {
+            let dialog = Dialog::start(config(args, "dialog-send")?)?;
+            let n = dialog.send_command(command, payload.as_bytes())?;
+            if n == 0 {
+                eprintln!("daqflow: command `{command}` was delivered to no process (nobody registered it)");
+                return Ok(ExitCode::from(1));
+            }
+            out_line(&format!("delivered to {n} process(es)"));
+            Ok(ExitCode::SUCCESS)
+        }
+        DialogCommand::Publish { service } => {
+            let dialog = Dialog::start(config(args, "dialog-publish")?)?;
+            let svc = match dialog.provide(service) {
+                Ok(s) => s,
+                Err(e @ DialogError::ServiceTaken { .. }) => {
+                    eprintln!("daqflow: error: {e}");
+                    return Ok(ExitCode::from(1));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            eprintln!("providing {service}; each line on stdin is published");
+            for line in std::io::stdin().lock().lines() {
+                svc.update(line?.as_bytes())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DialogCommand::Peer { provide, subscribe, command } => run_peer(args, provide, subscribe, command),
+    }
+}
+
+fn run_peer(
+    args: &DialogArgs,
+    provide: &[String],
+    subscribe: &[String],
+    commands: &[String],
+) -> anyhow::Result<ExitCode> {
+    let dialog = Arc::new(Dialog::start(config(args, "dialog-peer")?)?);
+    let mut services = std::collections::HashMap::new();
+    for name in provide {
+        match dialog.provide(name) {
+            Ok(s) => {
+                services.insert(name.clone(), Arc::new(s));
+            }
+            Err(e) => {
+                eprintln!("daqflow: error: {e}");
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    let mut keep = Vec::new();
+    for name in subscribe {
+        let n = name.clone();
+        keep.push(dialog.subscribe(name, move |e| match e {
+            ServiceEvent::Update { data, seq, initial } => {
+                out_line(&format!("update {n} {seq}{} {}", if initial { "*" } else { "" }, printable(&data)))
+            }
+            ServiceEvent::Lost { provider, cause } => out_line(&format!("lost {n} {provider} ({cause})")),
+            _ => {}
+        })?);
+    }
+    let mut regs = Vec::new();
+    for name in commands {
+        regs.push(dialog.register_command(name, |c| {
+            out_line(&format!("command {} from {} {}", c.name, c.from, printable(&c.data)))
+        })?);
+    }
+    // Report subscriber counts as they change (shows the control server's LOST_RECEIVER).
+    {
+        let services = services.clone();
+        std::thread::spawn(move || {
+            let mut last = std::collections::HashMap::new();
+            loop {
+                for (name, s) in &services {
+                    let n = s.subscriber_count();
+                    if last.insert(name.clone(), n) != Some(n) {
+                        out_line(&format!("subscribers {name} {n}"));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+    }
+    dialog.wait_connected(Duration::from_secs(30));
+    out_line(&format!("ready {}", dialog.client().name()));
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        let (name, value) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        match services.get(name) {
+            Some(s) => s.update(value.as_bytes())?,
+            None => eprintln!("not providing {name}"),
+        }
+    }
+    drop(keep);
+    drop(regs);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(procs: &[daqflow_dialog::ProcessInfo]) {
+    let header = ["NAME", "ADDRESS", "PORT", "PID", "PROVIDES", "SUBSCRIBES", "COMMANDS"];
+    let rows: Vec<[String; 7]> = procs
+        .iter()
+        .map(|p| {
+            [
+                p.name.clone(),
+                p.host.clone(),
+                p.port.to_string(),
+                p.pid.to_string(),
+                p.provides.join(","),
+                p.subscribes.join(","),
+                p.commands.join(","),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> =
+        (0..7).map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0)).collect();
+    let line =
+        |cells: &[String]| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ");
+    out_line(line(&header.map(String::from)).trim_end());
+    for r in &rows {
+        out_line(line(r).trim_end());
+    }
+    if procs.is_empty() {
+        out_line("(no processes)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3h").is_err());
+    }
+}

@@ -1,0 +1,252 @@
+//! The control plane with real processes: `daqflow control-server` and `daqflow dialog …`
+//! children, killed with SIGKILL, frozen with SIGSTOP, restarted.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+    stderr: Receiver<String>,
+}
+
+impl Proc {
+    fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+            .args(args)
+            .env("DAQFLOW_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn daqflow");
+        let (tx, lines) = channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let (etx, stderr) = channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = etx.send(l);
+            }
+        });
+        let stdin = child.stdin.take();
+        Proc { child, stdin, lines, seen: Vec::new(), stderr }
+    }
+
+    /// Waits for a stdout line containing `text`; returns it.
+    fn expect(&mut self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        if let Some(l) = self.seen.iter().find(|l| l.contains(text)) {
+            return l.clone();
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.contains(text) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!("no line containing {text:?}; got {:?}", self.seen),
+            }
+        }
+    }
+
+    fn stderr_contains(&mut self, text: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            match self.stderr.recv_timeout(Duration::from_millis(100)) {
+                Ok(l) if l.contains(text) => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) with the pid of our own child process; no memory is involved.
+        let r = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(r, 0);
+    }
+
+    fn wait_exit(&mut self) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < deadline, "process did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn control_server(extra: &[&str]) -> (Proc, String) {
+    let mut args =
+        vec!["control-server", "--listen", "127.0.0.1:0", "--heartbeat-interval", "200ms", "--lost-after", "1s"];
+    args.extend_from_slice(extra);
+    let mut p = Proc::spawn(&args);
+    let line = p.expect("listening on ");
+    let addr = line.trim_start_matches("listening on ").to_owned();
+    (p, addr)
+}
+
+fn dialog(control: &str, args: &[&str]) -> Proc {
+    let mut a = vec!["dialog", "--control", control];
+    a.extend_from_slice(args);
+    Proc::spawn(&a)
+}
+
+#[test]
+fn a_provider_killed_with_sigkill_is_reported_lost_and_a_spare_takes_over() {
+    let (_cs, addr) = control_server(&[]);
+    let mut provider = dialog(&addr, &["--name", "hv-1", "peer", "--provide", "hv/state"]);
+    provider.expect("ready hv-1");
+    let mut listener = dialog(&addr, &["listen", "hv/state", "--seq"]);
+    provider.expect("subscribers hv/state 1");
+    provider.send("hv/state ramping");
+    listener.expect("ramping");
+    provider.signal(libc::SIGKILL);
+    let lost = listener.expect("lost: provider hv-1");
+    assert!(lost.contains("connection closed") || lost.contains("no heartbeat"), "{lost}");
+    let mut spare = dialog(&addr, &["--name", "hv-spare", "peer", "--provide", "hv/state"]);
+    spare.expect("ready hv-spare");
+    spare.expect("subscribers hv/state 1");
+    spare.send("hv/state on");
+    listener.expect("on");
+}
+
+#[test]
+fn a_frozen_process_is_declared_lost_and_both_sides_are_told() {
+    let (_cs, addr) = control_server(&[]);
+    let mut upstream = dialog(&addr, &["--name", "upstream", "peer", "--provide", "b"]);
+    upstream.expect("ready upstream");
+    let mut middle = dialog(&addr, &["--name", "middle", "peer", "--provide", "a", "--subscribe", "b"]);
+    middle.expect("ready middle");
+    upstream.expect("subscribers b 1");
+    let mut downstream = dialog(&addr, &["--name", "downstream", "peer", "--subscribe", "a"]);
+    downstream.expect("ready downstream");
+    middle.expect("subscribers a 1");
+    middle.signal(libc::SIGSTOP);
+    // Silent for the check interval: the subscriber of its service is told (lost sender) and
+    // the provider it subscribed from is told (lost receiver).
+    downstream.expect("lost a middle (no heartbeat)");
+    upstream.expect("subscribers b 0");
+    middle.signal(libc::SIGCONT);
+    // Back from the dead, it reconnects, registers again, and its subscriber gets it back.
+    middle.send("a alive-again");
+    downstream.expect("alive-again");
+    upstream.expect("subscribers b 1");
+}
+
+#[test]
+fn the_control_server_killed_and_restarted_gets_everything_registered_again() {
+    let (mut cs, addr) = control_server(&[]);
+    let mut provider =
+        dialog(&addr, &["--name", "ru-1", "peer", "--provide", "ru-1/stats", "--command", "ru-1/configure"]);
+    provider.expect("ready ru-1");
+    let mut listener = dialog(&addr, &["--name", "monitor", "peer", "--subscribe", "ru-1/stats"]);
+    listener.expect("ready monitor");
+    provider.expect("subscribers ru-1/stats 1");
+    provider.send("ru-1/stats before");
+    listener.expect("before");
+    cs.signal(libc::SIGKILL);
+    cs.wait_exit();
+    // Updates keep flowing on the established connection while the server is down.
+    provider.send("ru-1/stats during");
+    listener.expect("during");
+    let (_cs2, addr2) = {
+        let mut p =
+            Proc::spawn(&["control-server", "--listen", &addr, "--heartbeat-interval", "200ms", "--lost-after", "1s"]);
+        p.expect("listening on ");
+        (p, addr.clone())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+            .args(["dialog", "--control", &addr2, "ls", "--json", "--timeout", "2s"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() {
+            let procs: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let find = |n: &str| procs.as_array().unwrap().iter().find(|p| p["name"] == n).cloned();
+            if let (Some(ru), Some(mon)) = (find("ru-1"), find("monitor"))
+                && ru["provides"][0] == "ru-1/stats"
+                && ru["commands"][0] == "ru-1/configure"
+                && mon["subscribes"][0] == "ru-1/stats"
+            {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "not everything registered again: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["dialog", "--control", &addr2, "send", "ru-1/configure", "run=8"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    provider.expect("command ru-1/configure from");
+    provider.send("ru-1/stats after");
+    listener.expect("after");
+}
+
+#[test]
+fn publishing_a_service_another_process_provides_is_refused_and_exits_non_zero() {
+    let (_cs, addr) = control_server(&[]);
+    let mut owner = dialog(&addr, &["--name", "owner", "peer", "--provide", "x/y"]);
+    owner.expect("ready owner");
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["dialog", "--control", &addr, "publish", "x/y"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("service `x/y` is already provided by `owner`"), "{err}");
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("token");
+    let bad = dir.path().join("bad");
+    std::fs::write(&good, "correct horse\n").unwrap();
+    std::fs::write(&bad, "battery staple\n").unwrap();
+    let (mut cs, addr) = control_server(&["--token-file", good.to_str().unwrap()]);
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["dialog", "--control", &addr, "--token-file", bad.to_str().unwrap(), "ls", "--timeout", "1s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(cs.stderr_contains("wrong or missing token"));
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["dialog", "--control", &addr, "--token-file", good.to_str().unwrap(), "ls"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

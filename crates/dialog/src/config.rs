@@ -1,0 +1,141 @@
+//! Configuration of a dialog process and of the control server.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use daqflow_transport::{ConnectionOptions, RetryPolicy, WhenFull};
+
+use crate::error::DialogError;
+
+/// The control server's address when nothing else is configured.
+pub const DEFAULT_CONTROL: &str = "127.0.0.1:7000";
+/// The environment variable with the control server address(es).
+pub const CONTROL_ENV: &str = "DAQFLOW_CONTROL";
+
+/// Parses `host:port[,host:port…]` (a primary control server and its spares), resolving names.
+///
+/// ```
+/// let addrs = daqflow_dialog::parse_control_addrs("127.0.0.1:7000,127.0.0.1:7001").unwrap();
+/// assert_eq!(addrs.len(), 2);
+/// ```
+pub fn parse_control_addrs(text: &str) -> Result<Vec<SocketAddr>, DialogError> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let resolved =
+            part.to_socket_addrs().map_err(|e| DialogError::Config(format!("control server address {part:?}: {e}")))?;
+        let first = resolved
+            .into_iter()
+            .next()
+            .ok_or_else(|| DialogError::Config(format!("control server address {part:?} resolves to nothing")))?;
+        out.push(first);
+    }
+    if out.is_empty() {
+        return Err(DialogError::Config("no control server address given".into()));
+    }
+    Ok(out)
+}
+
+/// The control server address(es) from `DAQFLOW_CONTROL`, else `127.0.0.1:7000`.
+pub fn control_addrs_from_env() -> Result<Vec<SocketAddr>, DialogError> {
+    match std::env::var(CONTROL_ENV) {
+        Ok(v) if !v.trim().is_empty() => parse_control_addrs(&v),
+        _ => parse_control_addrs(DEFAULT_CONTROL),
+    }
+}
+
+/// How a dialog process behaves. [`DialogConfig::new`] gives the defaults.
+#[derive(Debug, Clone)]
+pub struct DialogConfig {
+    /// The process name, unique in the system.
+    pub name: String,
+    /// Control server addresses: the primary first, then spares, tried in turn.
+    pub control: Vec<SocketAddr>,
+    /// Where this process listens for its peers (subscribers sending requests, providers
+    /// sending updates). Default `127.0.0.1:0` (a free port on the loopback interface).
+    pub listen: SocketAddr,
+    /// The host published for the listening socket. Default: its IP, or, when listening on all
+    /// interfaces, the local IP of the connection to the control server.
+    pub advertise_host: Option<String>,
+    /// Shared secret sent in every handshake (to the control server and to peers) and required
+    /// from peers.
+    pub token: Option<String>,
+    /// Heartbeat interval until the control server says otherwise. Default 1 s.
+    pub heartbeat_interval: Duration,
+    /// The control server is considered gone if it answers nothing for this long; the process
+    /// then connects to the next address. Default 3 s.
+    pub lost_after: Duration,
+    /// Back-off between attempts to reach a control server. Default 50 ms doubling to 2 s.
+    pub retry: RetryPolicy,
+    /// A connection to a peer unused for this long is closed; it is opened again when needed.
+    /// Default 60 s.
+    pub idle_timeout: Duration,
+    /// How long `send_command` waits for a control server. Default 5 s.
+    pub command_timeout: Duration,
+    /// Threads of the runtime the synchronous [`Dialog`](crate::Dialog) creates. Default 2.
+    pub worker_threads: usize,
+    /// Options of every connection (queue bounds, buffer sizes).
+    pub connection: ConnectionOptions,
+}
+
+impl DialogConfig {
+    /// Defaults for process `name` talking to the control server(s) at `control`.
+    pub fn new(name: impl Into<String>, control: Vec<SocketAddr>) -> Self {
+        DialogConfig {
+            name: name.into(),
+            control,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise_host: None,
+            token: None,
+            heartbeat_interval: Duration::from_secs(1),
+            lost_after: Duration::from_secs(3),
+            retry: RetryPolicy { max: Duration::from_secs(2), ..RetryPolicy::default() },
+            idle_timeout: Duration::from_secs(60),
+            command_timeout: Duration::from_secs(5),
+            worker_threads: 2,
+            connection: ConnectionOptions {
+                max_frame_bytes: 256 << 20,
+                send_queue_bytes: 8 << 20,
+                when_full: WhenFull::Block,
+                ..ConnectionOptions::default()
+            },
+        }
+    }
+}
+
+/// How the control server behaves.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where it listens. Default `127.0.0.1:7000`.
+    pub listen: SocketAddr,
+    /// Heartbeat interval told to processes. Default 1 s.
+    pub heartbeat_interval: Duration,
+    /// A process silent for this long is lost. Default 3 s.
+    pub lost_after: Duration,
+    /// Shared secret every handshake must carry.
+    pub token: Option<String>,
+    /// How often the directory checks heartbeats and publishes changes. Default 100 ms.
+    pub tick: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7000)),
+            heartbeat_interval: Duration::from_secs(1),
+            lost_after: Duration::from_secs(3),
+            token: None,
+            tick: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Reads a shared-secret file: its content without surrounding whitespace.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, DialogError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| DialogError::Config(format!("token file {}: {e}", path.display())))?;
+    let token = text.trim().to_owned();
+    if token.is_empty() {
+        return Err(DialogError::Config(format!("token file {} is empty", path.display())));
+    }
+    Ok(token)
+}

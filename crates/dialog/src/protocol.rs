@@ -1,0 +1,742 @@
+//! The DIALOG protocol: the messages exchanged between processes and the control server, and
+//! between providers and subscribers. Each message is one [frame](daqflow_wire::frame) whose
+//! `kind` is the message type; the payload layouts are in `docs/dialog.md`.
+//!
+//! Decoding never panics: a malformed payload is a [`ProtocolError`] and the connection that
+//! sent it is closed.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use daqflow_wire::frame::Frame;
+
+/// Version of the protocol spoken by this build, sent in every handshake.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Message kinds (the frame `kind`). The names of the paper's message headers are kept.
+pub mod kind {
+    /// Process → control server: the handshake.
+    pub const CONNECT_TO_CONTROL_SERVER: u16 = 1;
+    /// Control server → process: the handshake succeeded.
+    pub const SUCCESSFULLY_CONNECTED: u16 = 2;
+    /// Control server → process: the handshake was refused; the connection is closed.
+    pub const CONNECT_REFUSED: u16 = 3;
+    /// Either way: a message came from a peer that has not completed the handshake.
+    pub const NOT_CONNECTED: u16 = 4;
+    /// Process → control server, at regular intervals.
+    pub const HEARTBEAT: u16 = 5;
+    /// Control server → process: answers a heartbeat.
+    pub const HEARTBEAT_ACK: u16 = 6;
+    /// Process → control server: provide a service.
+    pub const REGISTER_SERVICE: u16 = 7;
+    /// Control server → process: the service is registered.
+    pub const SERVICE_REGISTERED: u16 = 8;
+    /// Control server → process: the service is provided by another process.
+    pub const SERVICE_REFUSED: u16 = 9;
+    /// Process → control server: stop providing a service.
+    pub const UNREGISTER_SERVICE: u16 = 10;
+    /// Process → control server: subscribe to a service (where is it?).
+    pub const REQUEST_SERVICE: u16 = 11;
+    /// Control server → process: where a requested service is (or that nobody provides it yet).
+    pub const INFO_SERVICE: u16 = 12;
+    /// Process → control server: forget a request.
+    pub const CANCEL_REQUEST: u16 = 13;
+    /// Process → control server: accept a command.
+    pub const REGISTER_COMMAND: u16 = 14;
+    /// Process → control server: stop accepting a command.
+    pub const UNREGISTER_COMMAND: u16 = 15;
+    /// Process → control server: deliver a command to every process that registered it.
+    pub const SEND_COMMAND: u16 = 16;
+    /// Control server → process: how many processes a command was delivered to.
+    pub const COMMAND_SENT: u16 = 17;
+    /// Control server → process: a command for it.
+    pub const COMMAND_MESSAGE: u16 = 18;
+    /// Control server → subscriber: a process it subscribed from is lost.
+    pub const LOST_SENDER: u16 = 19;
+    /// Control server → provider: a process that subscribed from it is lost.
+    pub const LOST_RECEIVER: u16 = 20;
+    /// Control server → process: you were declared lost and are disconnected.
+    pub const CONNECTION_LOST: u16 = 21;
+    /// Provider → subscriber (or control server → subscriber for `dialog/…`): a service
+    /// value. Channel: the subscription id; flag bit 0: the current value sent on subscribing.
+    pub const SERVICE_MESSAGE: u16 = 22;
+    /// Subscriber → provider: start sending a service.
+    pub const SUBSCRIBE_SERVICE: u16 = 23;
+    /// Subscriber → provider: stop sending a service.
+    pub const UNSUBSCRIBE_SERVICE: u16 = 24;
+    /// First message on a connection between two processes.
+    pub const PEER_HELLO: u16 = 25;
+    /// Provider → subscriber: the provider does not provide that service (stale directory).
+    pub const SERVICE_UNKNOWN: u16 = 26;
+    /// Process → control server: leaving cleanly.
+    pub const DISCONNECT: u16 = 27;
+    /// Last message on a connection between two processes closed on purpose (idle, exit).
+    pub const PEER_BYE: u16 = 28;
+}
+
+/// Flag of a `SERVICE_MESSAGE`: the value is the current one, sent on subscribing.
+pub const FLAG_INITIAL: u8 = 1;
+
+/// Why a handshake was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RefuseReason {
+    /// The shared secret is missing or wrong.
+    WrongToken = 1,
+    /// Another live process has this name.
+    NameTaken = 2,
+    /// The protocol version is not spoken by the server.
+    Version = 3,
+    /// The name is not a valid process name.
+    BadName = 4,
+}
+
+impl RefuseReason {
+    fn from_u8(v: u8) -> Result<Self, ProtocolError> {
+        Ok(match v {
+            1 => RefuseReason::WrongToken,
+            2 => RefuseReason::NameTaken,
+            3 => RefuseReason::Version,
+            4 => RefuseReason::BadName,
+            other => return Err(ProtocolError::BadValue { field: "refuse reason", value: other as u64 }),
+        })
+    }
+}
+
+/// Why a process was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum LostReason {
+    /// No heartbeat within the check interval: the process died or is stuck.
+    Heartbeat = 1,
+    /// Its connection closed without a goodbye (crash, kill, network).
+    ConnectionClosed = 2,
+    /// It said goodbye.
+    Disconnected = 3,
+}
+
+impl LostReason {
+    fn from_u8(v: u8) -> Result<Self, ProtocolError> {
+        Ok(match v {
+            1 => LostReason::Heartbeat,
+            2 => LostReason::ConnectionClosed,
+            3 => LostReason::Disconnected,
+            other => return Err(ProtocolError::BadValue { field: "lost reason", value: other as u64 }),
+        })
+    }
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Heartbeat => "no heartbeat",
+            LostReason::ConnectionClosed => "connection closed",
+            LostReason::Disconnected => "disconnected",
+        })
+    }
+}
+
+/// Where a requested service is, in an `INFO_SERVICE`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServiceLocation {
+    /// Nobody provides it yet; the request stays queued in the control server.
+    NotProvided,
+    /// Its provider stopped providing it (unregistered); the request stays queued.
+    Withdrawn,
+    /// A process provides it; subscribe at its listening address.
+    Process {
+        /// The provider's name.
+        name: String,
+        /// Its host (address as text).
+        host: String,
+        /// Its listening port.
+        port: u16,
+    },
+    /// The control server provides it (`dialog/…`) and sends it on the control connection.
+    ControlServer,
+}
+
+/// A protocol message. See `docs/dialog.md` for the layouts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // fields are documented with the message kinds and in docs/dialog.md
+pub enum Message {
+    ConnectToControlServer {
+        version: u16,
+        name: String,
+        pid: u32,
+        host: String,
+        port: u16,
+        start_time_ns: u64,
+        token: String,
+    },
+    SuccessfullyConnected {
+        server: String,
+        heartbeat_interval_ms: u32,
+        lost_after_ms: u32,
+    },
+    ConnectRefused {
+        reason: RefuseReason,
+        message: String,
+    },
+    NotConnected {
+        message: String,
+    },
+    Heartbeat {
+        seq: u64,
+    },
+    HeartbeatAck {
+        seq: u64,
+    },
+    RegisterService {
+        request: u32,
+        name: String,
+    },
+    ServiceRegistered {
+        request: u32,
+    },
+    ServiceRefused {
+        request: u32,
+        owner: String,
+        owner_addr: String,
+    },
+    UnregisterService {
+        name: String,
+    },
+    RequestService {
+        sub: u32,
+        name: String,
+    },
+    InfoService {
+        sub: u32,
+        name: String,
+        location: ServiceLocation,
+    },
+    CancelRequest {
+        sub: u32,
+    },
+    RegisterCommand {
+        name: String,
+    },
+    UnregisterCommand {
+        name: String,
+    },
+    SendCommand {
+        request: u32,
+        name: String,
+        data: Bytes,
+    },
+    CommandSent {
+        request: u32,
+        delivered: u32,
+    },
+    CommandMessage {
+        name: String,
+        from: String,
+        data: Bytes,
+    },
+    LostSender {
+        process: String,
+        reason: LostReason,
+    },
+    LostReceiver {
+        process: String,
+        reason: LostReason,
+    },
+    ConnectionLost {
+        message: String,
+    },
+    ServiceMessage {
+        sub: u32,
+        initial: bool,
+        seq: u64,
+        data: Bytes,
+    },
+    SubscribeService {
+        sub: u32,
+        name: String,
+    },
+    UnsubscribeService {
+        sub: u32,
+    },
+    PeerHello {
+        version: u16,
+        name: String,
+        host: String,
+        port: u16,
+        token: String,
+    },
+    ServiceUnknown {
+        sub: u32,
+        name: String,
+    },
+    Disconnect,
+    PeerBye,
+}
+
+/// A payload that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// The frame kind is not a DIALOG message.
+    #[error("unknown message kind {0}")]
+    UnknownKind(u16),
+    /// The payload ends before a field.
+    #[error("message kind {kind}: payload ends inside field `{field}`")]
+    Short {
+        /// The message kind.
+        kind: u16,
+        /// The field.
+        field: &'static str,
+    },
+    /// Bytes are left after the last field.
+    #[error("message kind {kind}: {extra} bytes after the last field")]
+    Trailing {
+        /// The message kind.
+        kind: u16,
+        /// How many.
+        extra: usize,
+    },
+    /// A string is not UTF-8.
+    #[error("field `{field}` is not UTF-8")]
+    NotUtf8 {
+        /// The field.
+        field: &'static str,
+    },
+    /// A field has a value the protocol does not define.
+    #[error("field `{field}` has the undefined value {value}")]
+    BadValue {
+        /// The field.
+        field: &'static str,
+        /// The value.
+        value: u64,
+    },
+}
+
+struct Writer(BytesMut);
+
+impl Writer {
+    fn str(&mut self, s: &str) {
+        let b = s.as_bytes();
+        let len = b.len().min(u16::MAX as usize);
+        self.0.put_u16_le(len as u16);
+        self.0.put_slice(&b[..len]);
+    }
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    kind: u16,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ProtocolError> {
+        if self.data.len() < n {
+            return Err(ProtocolError::Short { kind: self.kind, field });
+        }
+        let (a, b) = self.data.split_at(n);
+        self.data = b;
+        Ok(a)
+    }
+    fn u8(&mut self, field: &'static str) -> Result<u8, ProtocolError> {
+        Ok(self.take(1, field)?[0])
+    }
+    fn u16(&mut self, field: &'static str) -> Result<u16, ProtocolError> {
+        let b = self.take(2, field)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self, field: &'static str) -> Result<u32, ProtocolError> {
+        let b = self.take(4, field)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self, field: &'static str) -> Result<u64, ProtocolError> {
+        let b = self.take(8, field)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn str(&mut self, field: &'static str) -> Result<String, ProtocolError> {
+        let n = self.u16(field)? as usize;
+        let b = self.take(n, field)?;
+        String::from_utf8(b.to_vec()).map_err(|_| ProtocolError::NotUtf8 { field })
+    }
+    fn end(&self) -> Result<(), ProtocolError> {
+        if self.data.is_empty() {
+            Ok(())
+        } else {
+            Err(ProtocolError::Trailing { kind: self.kind, extra: self.data.len() })
+        }
+    }
+}
+
+impl Message {
+    /// The frame kind of this message.
+    pub fn kind(&self) -> u16 {
+        use kind::*;
+        match self {
+            Message::ConnectToControlServer { .. } => CONNECT_TO_CONTROL_SERVER,
+            Message::SuccessfullyConnected { .. } => SUCCESSFULLY_CONNECTED,
+            Message::ConnectRefused { .. } => CONNECT_REFUSED,
+            Message::NotConnected { .. } => NOT_CONNECTED,
+            Message::Heartbeat { .. } => HEARTBEAT,
+            Message::HeartbeatAck { .. } => HEARTBEAT_ACK,
+            Message::RegisterService { .. } => REGISTER_SERVICE,
+            Message::ServiceRegistered { .. } => SERVICE_REGISTERED,
+            Message::ServiceRefused { .. } => SERVICE_REFUSED,
+            Message::UnregisterService { .. } => UNREGISTER_SERVICE,
+            Message::RequestService { .. } => REQUEST_SERVICE,
+            Message::InfoService { .. } => INFO_SERVICE,
+            Message::CancelRequest { .. } => CANCEL_REQUEST,
+            Message::RegisterCommand { .. } => REGISTER_COMMAND,
+            Message::UnregisterCommand { .. } => UNREGISTER_COMMAND,
+            Message::SendCommand { .. } => SEND_COMMAND,
+            Message::CommandSent { .. } => COMMAND_SENT,
+            Message::CommandMessage { .. } => COMMAND_MESSAGE,
+            Message::LostSender { .. } => LOST_SENDER,
+            Message::LostReceiver { .. } => LOST_RECEIVER,
+            Message::ConnectionLost { .. } => CONNECTION_LOST,
+            Message::ServiceMessage { .. } => SERVICE_MESSAGE,
+            Message::SubscribeService { .. } => SUBSCRIBE_SERVICE,
+            Message::UnsubscribeService { .. } => UNSUBSCRIBE_SERVICE,
+            Message::PeerHello { .. } => PEER_HELLO,
+            Message::ServiceUnknown { .. } => SERVICE_UNKNOWN,
+            Message::Disconnect => DISCONNECT,
+            Message::PeerBye => PEER_BYE,
+        }
+    }
+
+    /// The frame carrying this message.
+    pub fn to_frame(&self) -> Frame {
+        if let Message::ServiceMessage { sub, initial, seq, data } = self {
+            return service_message(*sub, *initial, *seq, data);
+        }
+        let mut w = Writer(BytesMut::with_capacity(64));
+        let mut channel = 0;
+        match self {
+            Message::ConnectToControlServer { version, name, pid, host, port, start_time_ns, token } => {
+                w.0.put_u16_le(*version);
+                w.str(name);
+                w.0.put_u32_le(*pid);
+                w.str(host);
+                w.0.put_u16_le(*port);
+                w.0.put_u64_le(*start_time_ns);
+                w.str(token);
+            }
+            Message::SuccessfullyConnected { server, heartbeat_interval_ms, lost_after_ms } => {
+                w.str(server);
+                w.0.put_u32_le(*heartbeat_interval_ms);
+                w.0.put_u32_le(*lost_after_ms);
+            }
+            Message::ConnectRefused { reason, message } => {
+                w.0.put_u8(*reason as u8);
+                w.str(message);
+            }
+            Message::NotConnected { message } | Message::ConnectionLost { message } => w.str(message),
+            Message::Heartbeat { seq } | Message::HeartbeatAck { seq } => w.0.put_u64_le(*seq),
+            Message::RegisterService { request, name } => {
+                w.0.put_u32_le(*request);
+                w.str(name);
+            }
+            Message::ServiceRegistered { request } => w.0.put_u32_le(*request),
+            Message::ServiceRefused { request, owner, owner_addr } => {
+                w.0.put_u32_le(*request);
+                w.str(owner);
+                w.str(owner_addr);
+            }
+            Message::UnregisterService { name }
+            | Message::RegisterCommand { name }
+            | Message::UnregisterCommand { name } => w.str(name),
+            Message::RequestService { sub, name }
+            | Message::SubscribeService { sub, name }
+            | Message::ServiceUnknown { sub, name } => {
+                channel = *sub;
+                w.str(name);
+            }
+            Message::InfoService { sub, name, location } => {
+                channel = *sub;
+                w.str(name);
+                match location {
+                    ServiceLocation::NotProvided => w.0.put_u8(0),
+                    ServiceLocation::Withdrawn => w.0.put_u8(3),
+                    ServiceLocation::ControlServer => w.0.put_u8(2),
+                    ServiceLocation::Process { name, host, port } => {
+                        w.0.put_u8(1);
+                        w.str(name);
+                        w.str(host);
+                        w.0.put_u16_le(*port);
+                    }
+                }
+            }
+            Message::CancelRequest { sub } | Message::UnsubscribeService { sub } => channel = *sub,
+            Message::SendCommand { request, name, data } => {
+                w.0.put_u32_le(*request);
+                w.str(name);
+                w.0.put_slice(data);
+            }
+            Message::CommandSent { request, delivered } => {
+                w.0.put_u32_le(*request);
+                w.0.put_u32_le(*delivered);
+            }
+            Message::CommandMessage { name, from, data } => {
+                w.str(name);
+                w.str(from);
+                w.0.put_slice(data);
+            }
+            Message::LostSender { process, reason } | Message::LostReceiver { process, reason } => {
+                w.str(process);
+                w.0.put_u8(*reason as u8);
+            }
+            Message::PeerHello { version, name, host, port, token } => {
+                w.0.put_u16_le(*version);
+                w.str(name);
+                w.str(host);
+                w.0.put_u16_le(*port);
+                w.str(token);
+            }
+            Message::Disconnect | Message::PeerBye => {}
+            Message::ServiceMessage { .. } => unreachable!("handled above"),
+        }
+        Frame::new(self.kind(), w.0.freeze()).with_channel(channel)
+    }
+
+    /// Decodes a frame. `SERVICE_MESSAGE` payloads are sliced, not copied.
+    pub fn from_frame(frame: &Frame) -> Result<Message, ProtocolError> {
+        use kind::*;
+        let k = frame.kind;
+        let mut r = Reader { data: &frame.payload, kind: k };
+        let ch = frame.channel;
+        let rest = |r: &Reader<'_>| frame.payload.slice(frame.payload.len() - r.data.len()..);
+        let m = match k {
+            CONNECT_TO_CONTROL_SERVER => Message::ConnectToControlServer {
+                version: r.u16("version")?,
+                name: r.str("name")?,
+                pid: r.u32("pid")?,
+                host: r.str("host")?,
+                port: r.u16("port")?,
+                start_time_ns: r.u64("start time")?,
+                token: r.str("token")?,
+            },
+            SUCCESSFULLY_CONNECTED => Message::SuccessfullyConnected {
+                server: r.str("server")?,
+                heartbeat_interval_ms: r.u32("heartbeat interval")?,
+                lost_after_ms: r.u32("lost after")?,
+            },
+            CONNECT_REFUSED => {
+                Message::ConnectRefused { reason: RefuseReason::from_u8(r.u8("reason")?)?, message: r.str("message")? }
+            }
+            NOT_CONNECTED => Message::NotConnected { message: r.str("message")? },
+            HEARTBEAT => Message::Heartbeat { seq: r.u64("seq")? },
+            HEARTBEAT_ACK => Message::HeartbeatAck { seq: r.u64("seq")? },
+            REGISTER_SERVICE => Message::RegisterService { request: r.u32("request")?, name: r.str("name")? },
+            SERVICE_REGISTERED => Message::ServiceRegistered { request: r.u32("request")? },
+            SERVICE_REFUSED => Message::ServiceRefused {
+                request: r.u32("request")?,
+                owner: r.str("owner")?,
+                owner_addr: r.str("owner address")?,
+            },
+            UNREGISTER_SERVICE => Message::UnregisterService { name: r.str("name")? },
+            REQUEST_SERVICE => Message::RequestService { sub: ch, name: r.str("name")? },
+            INFO_SERVICE => {
+                let name = r.str("name")?;
+                let location = match r.u8("status")? {
+                    0 => ServiceLocation::NotProvided,
+                    1 => ServiceLocation::Process {
+                        name: r.str("provider")?,
+                        host: r.str("host")?,
+                        port: r.u16("port")?,
+                    },
+                    2 => ServiceLocation::ControlServer,
+                    3 => ServiceLocation::Withdrawn,
+                    other => return Err(ProtocolError::BadValue { field: "status", value: other as u64 }),
+                };
+                Message::InfoService { sub: ch, name, location }
+            }
+            CANCEL_REQUEST => Message::CancelRequest { sub: ch },
+            REGISTER_COMMAND => Message::RegisterCommand { name: r.str("name")? },
+            UNREGISTER_COMMAND => Message::UnregisterCommand { name: r.str("name")? },
+            SEND_COMMAND => {
+                let request = r.u32("request")?;
+                let name = r.str("name")?;
+                let data = rest(&r);
+                return Ok(Message::SendCommand { request, name, data });
+            }
+            COMMAND_SENT => Message::CommandSent { request: r.u32("request")?, delivered: r.u32("delivered")? },
+            COMMAND_MESSAGE => {
+                let name = r.str("name")?;
+                let from = r.str("from")?;
+                let data = rest(&r);
+                return Ok(Message::CommandMessage { name, from, data });
+            }
+            LOST_SENDER => {
+                Message::LostSender { process: r.str("process")?, reason: LostReason::from_u8(r.u8("reason")?)? }
+            }
+            LOST_RECEIVER => {
+                Message::LostReceiver { process: r.str("process")?, reason: LostReason::from_u8(r.u8("reason")?)? }
+            }
+            CONNECTION_LOST => Message::ConnectionLost { message: r.str("message")? },
+            SERVICE_MESSAGE => {
+                let seq = r.u64("seq")?;
+                return Ok(Message::ServiceMessage {
+                    sub: ch,
+                    initial: frame.flags & FLAG_INITIAL != 0,
+                    seq,
+                    data: frame.payload.slice(8..),
+                });
+            }
+            SUBSCRIBE_SERVICE => Message::SubscribeService { sub: ch, name: r.str("name")? },
+            UNSUBSCRIBE_SERVICE => Message::UnsubscribeService { sub: ch },
+            PEER_HELLO => Message::PeerHello {
+                version: r.u16("version")?,
+                name: r.str("name")?,
+                host: r.str("host")?,
+                port: r.u16("port")?,
+                token: r.str("token")?,
+            },
+            SERVICE_UNKNOWN => Message::ServiceUnknown { sub: ch, name: r.str("name")? },
+            DISCONNECT => Message::Disconnect,
+            PEER_BYE => Message::PeerBye,
+            other => return Err(ProtocolError::UnknownKind(other)),
+        };
+        r.end()?;
+        Ok(m)
+    }
+}
+
+/// The frame of a `SERVICE_MESSAGE` to subscription `sub` carrying update `seq` of `data`.
+pub fn service_message(sub: u32, initial: bool, seq: u64, data: &[u8]) -> Frame {
+    let mut b = BytesMut::with_capacity(8 + data.len());
+    b.put_u64_le(seq);
+    b.put_slice(data);
+    Frame::new(kind::SERVICE_MESSAGE, b.freeze()).with_channel(sub).with_flags(if initial { FLAG_INITIAL } else { 0 })
+}
+
+/// Whether `name` is a valid process, service or command name: 1 to 200 characters among
+/// ASCII letters, digits and `- _ . : / @ +`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/' | b'@' | b'+'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        "[a-z0-9/_.-]{1,20}"
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        let data = proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from);
+        let reason = prop_oneof![
+            Just(LostReason::Heartbeat),
+            Just(LostReason::ConnectionClosed),
+            Just(LostReason::Disconnected)
+        ];
+        let location = prop_oneof![
+            Just(ServiceLocation::NotProvided),
+            Just(ServiceLocation::Withdrawn),
+            Just(ServiceLocation::ControlServer),
+            (name(), name(), any::<u16>()).prop_map(|(name, host, port)| ServiceLocation::Process { name, host, port }),
+        ];
+        prop_oneof![
+            (any::<u16>(), name(), any::<u32>(), name(), any::<u16>(), any::<u64>(), name()).prop_map(
+                |(version, name, pid, host, port, start_time_ns, token)| Message::ConnectToControlServer {
+                    version,
+                    name,
+                    pid,
+                    host,
+                    port,
+                    start_time_ns,
+                    token
+                }
+            ),
+            (name(), any::<u32>(), any::<u32>()).prop_map(|(server, heartbeat_interval_ms, lost_after_ms)| {
+                Message::SuccessfullyConnected { server, heartbeat_interval_ms, lost_after_ms }
+            }),
+            name().prop_map(|message| Message::ConnectRefused { reason: RefuseReason::NameTaken, message }),
+            name().prop_map(|message| Message::NotConnected { message }),
+            any::<u64>().prop_map(|seq| Message::Heartbeat { seq }),
+            any::<u64>().prop_map(|seq| Message::HeartbeatAck { seq }),
+            (any::<u32>(), name()).prop_map(|(request, name)| Message::RegisterService { request, name }),
+            any::<u32>().prop_map(|request| Message::ServiceRegistered { request }),
+            (any::<u32>(), name(), name()).prop_map(|(request, owner, owner_addr)| Message::ServiceRefused {
+                request,
+                owner,
+                owner_addr
+            }),
+            name().prop_map(|name| Message::UnregisterService { name }),
+            (any::<u32>(), name()).prop_map(|(sub, name)| Message::RequestService { sub, name }),
+            (any::<u32>(), name(), location).prop_map(|(sub, name, location)| Message::InfoService {
+                sub,
+                name,
+                location
+            }),
+            any::<u32>().prop_map(|sub| Message::CancelRequest { sub }),
+            name().prop_map(|name| Message::RegisterCommand { name }),
+            name().prop_map(|name| Message::UnregisterCommand { name }),
+            (any::<u32>(), name(), data.clone()).prop_map(|(request, name, data)| Message::SendCommand {
+                request,
+                name,
+                data
+            }),
+            (any::<u32>(), any::<u32>()).prop_map(|(request, delivered)| Message::CommandSent { request, delivered }),
+            (name(), name(), data.clone()).prop_map(|(name, from, data)| Message::CommandMessage { name, from, data }),
+            (name(), reason.clone()).prop_map(|(process, reason)| Message::LostSender { process, reason }),
+            (name(), reason).prop_map(|(process, reason)| Message::LostReceiver { process, reason }),
+            name().prop_map(|message| Message::ConnectionLost { message }),
+            (any::<u32>(), any::<bool>(), any::<u64>(), data)
+                .prop_map(|(sub, initial, seq, data)| Message::ServiceMessage { sub, initial, seq, data }),
+            (any::<u32>(), name()).prop_map(|(sub, name)| Message::SubscribeService { sub, name }),
+            any::<u32>().prop_map(|sub| Message::UnsubscribeService { sub }),
+            (any::<u16>(), name(), name(), any::<u16>(), name())
+                .prop_map(|(version, name, host, port, token)| Message::PeerHello { version, name, host, port, token }),
+            (any::<u32>(), name()).prop_map(|(sub, name)| Message::ServiceUnknown { sub, name }),
+            Just(Message::Disconnect),
+            Just(Message::PeerBye),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_message_round_trips(m in message()) {
+            let frame = m.to_frame();
+            prop_assert_eq!(frame.kind, m.kind());
+            prop_assert_eq!(Message::from_frame(&frame).unwrap(), m);
+        }
+
+        #[test]
+        fn random_payloads_never_panic(kind in 0u16..40, flags in any::<u8>(), channel in any::<u32>(), payload in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let frame = Frame::new(kind, Bytes::from(payload)).with_flags(flags).with_channel(channel);
+            let _ = Message::from_frame(&frame);
+        }
+
+        #[test]
+        fn truncated_messages_are_errors_not_panics(m in message(), cut in any::<proptest::sample::Index>()) {
+            let frame = m.to_frame();
+            let n = frame.payload.len();
+            if n > 0 {
+                let short = Frame { payload: frame.payload.slice(..cut.index(n)), ..frame.clone() };
+                // Messages ending in free-form data may still decode; none may panic.
+                let _ = Message::from_frame(&short);
+            }
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_name("ru-1/stats"));
+        assert!(valid_name("dialog/processes"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("has space"));
+        assert!(!valid_name(&"x".repeat(201)));
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut f = Message::Heartbeat { seq: 1 }.to_frame();
+        let mut p = BytesMut::from(&f.payload[..]);
+        p.put_u8(0);
+        f.payload = p.freeze();
+        assert!(matches!(Message::from_frame(&f), Err(ProtocolError::Trailing { .. })));
+    }
+}

@@ -1,0 +1,224 @@
+//! The control server: the I/O layer around the [`Directory`].
+//!
+//! One task per connection reads messages and feeds them to the directory; a ticker declares
+//! silent processes lost and publishes the directory services. What the directory answers is
+//! queued on the connections without ever waiting: a process that does not read its control
+//! connection is disconnected rather than allowed to block the server.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use daqflow_transport::{AsyncConnection, AsyncListener, ConnectionOptions, FrameSender, WhenFull};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::config::ServerConfig;
+use crate::directory::{ConnId, Directory, DirectoryConfig, Now, Output, ProcessInfo};
+use crate::error::ServerError;
+use crate::protocol::Message;
+
+struct ConnHandle {
+    sender: FrameSender,
+    kill: Arc<Notify>,
+}
+
+struct Shared {
+    directory: Mutex<Directory>,
+    conns: Mutex<HashMap<ConnId, ConnHandle>>,
+}
+
+impl Shared {
+    fn directory(&self) -> std::sync::MutexGuard<'_, Directory> {
+        self.directory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<ConnId, ConnHandle>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn apply(self: &Arc<Self>, outputs: Vec<Output>) {
+        let mut overloaded = Vec::new();
+        {
+            let conns = self.conns();
+            for o in outputs {
+                match o {
+                    Output::Send { conn, msg } => {
+                        if let Some(h) = conns.get(&conn)
+                            && let Err(e) = h.sender.try_send(msg.to_frame())
+                            && matches!(e, daqflow_transport::SendError::Full { .. })
+                        {
+                            tracing::warn!(conn, "a process does not read its control connection; disconnecting it");
+                            overloaded.push(conn);
+                        }
+                    }
+                    Output::Close { conn, reason } => {
+                        tracing::debug!(conn, %reason, "closing control connection");
+                        if let Some(h) = conns.get(&conn) {
+                            let sender = h.sender.clone();
+                            let kill = h.kill.clone();
+                            tokio::spawn(async move {
+                                // Deliver what was queued for it (the refusal, the "lost" notice), then cut.
+                                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), sender.close()).await;
+                                sender.abort();
+                                kill.notify_one();
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for conn in overloaded {
+            if let Some(h) = self.conns().get(&conn) {
+                h.sender.abort();
+                h.kill.notify_one();
+            }
+        }
+    }
+}
+
+/// A running control server. Dropping the handle stops it (its connections close, as if it
+/// had died); [`ServerHandle::wait`] runs it until then.
+pub struct ServerHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The connected processes, as `dialog/processes` publishes them.
+    pub fn processes(&self) -> Vec<ProcessInfo> {
+        self.shared.directory().processes()
+    }
+
+    /// Runs until the accept loop ends (it does not, unless the listener fails).
+    pub async fn wait(mut self) {
+        if let Some(accept) = self.tasks.first_mut() {
+            let _ = accept.await;
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for (_, h) in self.shared.conns().drain() {
+            h.sender.abort();
+            h.kill.notify_one();
+        }
+    }
+}
+
+/// The control server (paper section IV.D.3).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use daqflow_dialog::{ControlServer, ServerConfig};
+/// let server = ControlServer::start(ServerConfig::default()).await?;
+/// println!("control server on {}", server.local_addr());
+/// server.wait().await;
+/// # Ok(()) }
+/// ```
+pub struct ControlServer;
+
+impl ControlServer {
+    /// Binds and starts serving on the current tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+        let opts = ConnectionOptions {
+            max_frame_bytes: 16 << 20,
+            send_queue_bytes: 32 << 20,
+            when_full: WhenFull::Fail,
+            ..ConnectionOptions::default()
+        };
+        let listener = AsyncListener::bind(config.listen, opts)
+            .await
+            .map_err(|source| ServerError::Bind { addr: config.listen, source })?;
+        let addr = listener.local_addr();
+        let directory = Directory::new(DirectoryConfig {
+            heartbeat_interval: config.heartbeat_interval,
+            lost_after: config.lost_after,
+            token: config.token.clone(),
+            server_name: addr.to_string(),
+            ..DirectoryConfig::default()
+        });
+        let shared = Arc::new(Shared { directory: Mutex::new(directory), conns: Mutex::new(HashMap::new()) });
+        tracing::info!(%addr, token = config.token.is_some(), "control server listening");
+        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        let ticker = {
+            let shared = shared.clone();
+            let tick = config.tick;
+            tokio::spawn(async move {
+                let mut interval = tokio::time::interval(tick);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    interval.tick().await;
+                    let out = shared.directory().tick(Now::current());
+                    shared.apply(out);
+                }
+            })
+        };
+        Ok(ServerHandle { addr, shared, tasks: vec![accept, ticker] })
+    }
+}
+
+async fn accept_loop(listener: AsyncListener, shared: Arc<Shared>) {
+    let next = AtomicU64::new(1);
+    loop {
+        match listener.accept().await {
+            Ok(conn) => {
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(serve(shared.clone(), id, conn));
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: keep serving the connections we have.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve(shared: Arc<Shared>, id: ConnId, conn: AsyncConnection) {
+    let peer = conn.peer_addr();
+    let (sender, mut receiver) = conn.split();
+    let kill = Arc::new(Notify::new());
+    shared.conns().insert(id, ConnHandle { sender, kill: kill.clone() });
+    shared.directory().on_accept(id, peer.to_string(), Now::current());
+    loop {
+        let frame = tokio::select! {
+            r = receiver.recv() => r,
+            _ = kill.notified() => break,
+        };
+        match frame {
+            Ok(frame) => match Message::from_frame(&frame) {
+                Ok(msg) => {
+                    let out = shared.directory().on_message(id, msg, Now::current());
+                    shared.apply(out);
+                }
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "closing control connection: malformed message");
+                    break;
+                }
+            },
+            Err(e) => {
+                if !e.is_clean_close() {
+                    tracing::debug!(%peer, error = %e, "control connection ended");
+                }
+                break;
+            }
+        }
+    }
+    let out = shared.directory().on_closed(id, Now::current());
+    shared.apply(out);
+    if let Some(h) = shared.conns().remove(&id) {
+        h.sender.abort();
+    }
+}
