@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod dialog_cmd;
+mod et_cmd;
 mod format;
 mod inspect;
 
@@ -45,11 +46,14 @@ enum Command {
     /// Look at and talk to the control plane: list processes, listen, send, publish.
     #[command(after_help = dialog_cmd::DIALOG_AFTER_HELP)]
     Dialog(dialog_cmd::DialogArgs),
+    /// The Event Transfer system: run one, produce, consume, monitor, bridge.
+    #[command(after_help = et_cmd::AFTER_HELP)]
+    Et(et_cmd::EtArgs),
     /// Processes the benchmark suites start (not for direct use).
     #[command(name = "bench-helper", hide = true)]
     BenchHelper {
         #[command(subcommand)]
-        role: bench::dialog::HelperRole,
+        role: bench::helper::HelperRole,
     },
 }
 
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
     // Servers and components report what they do; short-lived tools only what goes wrong.
     init_logging(match cli.command {
         Command::ControlServer(_) => "info",
+        Command::Et(ref args) if args.is_server() => "info",
         _ => "warn",
     });
     let result = match cli.command {
@@ -69,7 +74,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::ControlServer(args) => dialog_cmd::run_server(&args),
         Command::Dialog(args) => dialog_cmd::run(&args),
-        Command::BenchHelper { role } => bench::dialog::run_helper(&role).map(|()| ExitCode::SUCCESS),
+        Command::Et(args) => et_cmd::run(&args),
+        Command::BenchHelper { role } => bench::helper::run_helper(&role).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -226,3 +226,38 @@ fn bench_dialog_quick_runs_processes_and_loses_nothing() {
     }
     assert!(out.join("dialog.png").exists() && out.join("dialog.csv").exists());
 }
+
+#[test]
+fn bench_et_quick_runs_every_case_across_processes_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o =
+        daqflow(&["bench", "et", "--quick", "--sizes", "8,65536", "--seconds", "0.05", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    // The suite itself fails (exit 1) if any consumer saw fewer events or bytes than produced.
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("[size]") && t.contains("[batch]") && t.contains("[consumers]") && t.contains("[remote]"),
+        "{t}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("et.json")).unwrap()).unwrap();
+    let points = json.as_array().unwrap();
+    let count = |case: &str| points.iter().filter(|p| p["case"] == case).count();
+    assert_eq!((count("size"), count("batch"), count("consumers"), count("remote")), (2, 2, 4, 2), "{json}");
+    for p in points {
+        for k in ["event_bytes", "batch", "consumers"] {
+            assert!(p["params"][k].is_u64(), "{k} in {p}");
+        }
+        assert!(p["params"]["stations"] == "shared" || p["params"]["stations"] == "separate", "{p}");
+        assert_eq!(p["params"]["remote"], p["case"] == "remote", "{p}");
+        for m in ["events_per_s", "mb_per_s"] {
+            assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+        if p["case"] == "size" {
+            assert!(p["metrics"]["memcpy_mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
+        }
+    }
+    let png = std::fs::read(out.join("et.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(std::fs::read_to_string(out.join("et.csv")).unwrap().starts_with("case,"));
+}

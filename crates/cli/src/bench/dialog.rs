@@ -7,55 +7,18 @@
 //! senders writing 64 messages per `writev`, the receiver reading 1 MiB at a time. Every
 //! process is a child of this one (`daqflow bench-helper …`), and each reports its peak RSS.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use daqflow_dialog::{Dialog, DialogConfig, ServiceEvent, parse_control_addrs};
 use serde::{Deserialize, Serialize};
 
 use super::harness::{BenchConfig, Metrics, Plot, Series, Suite};
-
-/// Hidden helper roles, run as child processes by the suites.
-#[derive(clap::Subcommand, Debug)]
-pub enum HelperRole {
-    /// Provide `bench/sender-INDEX` and publish as fast as possible after `bench/go`.
-    DialogSender {
-        #[arg(long)]
-        control: String,
-        #[arg(long)]
-        index: usize,
-        #[arg(long)]
-        size: usize,
-        #[arg(long)]
-        seconds: f64,
-    },
-    /// Subscribe to `bench/sender-0..SENDERS` and count; report after `bench/stop`.
-    DialogSubscriber {
-        #[arg(long)]
-        control: String,
-        #[arg(long)]
-        senders: usize,
-    },
-    /// Write messages on a raw TCP connection for SECONDS.
-    RawSender {
-        #[arg(long)]
-        connect: SocketAddr,
-        #[arg(long)]
-        size: usize,
-        #[arg(long)]
-        seconds: f64,
-    },
-    /// Accept CONNECTIONS raw TCP connections and count bytes until all close.
-    RawReceiver {
-        #[arg(long)]
-        connections: usize,
-    },
-}
+use super::helper::{Helper, HelperRole, helper_args, peak_rss_mb};
 
 #[derive(Debug, Serialize, Deserialize, Default)]
 struct SenderReport {
@@ -80,23 +43,13 @@ struct RawReport {
     peak_rss_mb: f64,
 }
 
-/// Peak resident set of this process, MB (VmHWM).
-pub fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
 fn helper_config(name: String, control: &str, threads: usize) -> anyhow::Result<DialogConfig> {
     let mut c = DialogConfig::new(name, parse_control_addrs(control)?);
     c.worker_threads = threads;
     Ok(c)
 }
 
-/// Runs a helper role; prints its JSON report on stdout.
+/// Runs a dialog helper role; prints its JSON report on stdout.
 pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
     match role {
         HelperRole::DialogSender { control, index, size, seconds } => {
@@ -238,60 +191,9 @@ pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
                 })?
             );
         }
+        other => anyhow::bail!("not a dialog helper: {other:?}"),
     }
     Ok(())
-}
-
-/// A child process whose stdout lines we read.
-struct Helper {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Helper {
-    fn spawn(args: &[String]) -> anyhow::Result<Helper> {
-        let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .args(args)
-            .env("DAQFLOW_LOG", std::env::var("DAQFLOW_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("starting a benchmark process")?;
-        let out = child.stdout.take().context("helper stdout")?;
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Helper { child, lines })
-    }
-
-    fn line(&self, timeout: Duration) -> anyhow::Result<String> {
-        self.lines.recv_timeout(timeout).context("a benchmark process did not answer in time (see its errors above)")
-    }
-
-    fn json<T: for<'de> Deserialize<'de>>(&mut self, timeout: Duration) -> anyhow::Result<T> {
-        let line = self.line(timeout)?;
-        let v = serde_json::from_str(&line).with_context(|| format!("benchmark process said: {line}"))?;
-        let _ = self.child.wait();
-        Ok(v)
-    }
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn helper_args(role: &[&str]) -> Vec<String> {
-    std::iter::once("bench-helper").chain(role.iter().copied()).map(String::from).collect()
 }
 
 struct Measured {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use clap::ValueEnum;
 
 pub mod dialog;
+mod et;
 pub mod harness;
+pub mod helper;
 mod plot;
 mod raw;
 mod transport;
@@ -22,6 +24,10 @@ pub enum SuiteName {
     /// The control plane (DIALOG figs. 9–10): many sender processes publishing into one
     /// subscriber process, vs message size, next to raw TCP.
     Dialog,
+    /// The Event Transfer system (ET figs. 2–4): events/s and MB/s vs event size next to memcpy,
+    /// vs batch size, vs consumers on shared or separate stations, and through a remote
+    /// attachment; separate processes for the system, the producer and the consumers.
+    Et,
 }
 
 /// Arguments of `daqflow bench`.
@@ -46,7 +52,8 @@ pub struct Args {
     #[arg(long, default_value_t = 25)]
     pub senders: usize,
     /// dialog: message sizes in bytes, comma-separated [default: 16,128,1024,2048,10240,102400,1048576;
-    /// with --quick 16,1024,102400].
+    /// with --quick 16,1024,102400]. et: event sizes of the size sweep [default:
+    /// 8,64,512,1024,5120,16384,65536,262144,1048576; with --quick 64,4096,65536].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
 }
@@ -60,6 +67,7 @@ we share are noisy: compare medians, and repeat a run before believing a change.
 Examples:
   daqflow bench transport --quick --out bench-out
   daqflow bench dialog --quick --out bench-out
+  daqflow bench et --quick --out bench-out
   daqflow bench dialog --senders 25 --sizes 16,1024 --seconds 3
   daqflow bench transport --repetitions 9 --seconds 2 --out bench-out";
 
@@ -67,6 +75,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let (default_seconds, default_reps) = match args.suite {
         SuiteName::Transport => (if args.quick { 0.25 } else { 1.0 }, 5),
         SuiteName::Dialog => (if args.quick { 0.5 } else { 2.0 }, 3),
+        SuiteName::Et => (if args.quick { 0.25 } else { 1.0 }, 3),
     };
     let config = BenchConfig {
         quick: args.quick,
@@ -82,6 +91,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 if args.quick { vec![16, 1024, 102400] } else { vec![16, 128, 1024, 2048, 10240, 102400, 1 << 20] }
             });
             dialog::run(config, dialog::DialogOptions { senders: args.senders.max(1), sizes })?
+        }
+        SuiteName::Et => {
+            let sizes = args.sizes.clone().unwrap_or_else(|| {
+                if args.quick {
+                    vec![64, 4096, 65536]
+                } else {
+                    vec![8, 64, 512, 1024, 5120, 16384, 65536, 262144, 1 << 20]
+                }
+            });
+            et::run(config, et::EtOptions { sizes })?
         }
     };
     suite.finish()

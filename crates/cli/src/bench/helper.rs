@@ -1,0 +1,122 @@
+//! The child processes benchmark suites start (`daqflow bench-helper ROLE`), and the
+//! driver's handle on them.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+/// Hidden helper roles, run as child processes by the suites.
+#[derive(clap::Subcommand, Debug)]
+pub enum HelperRole {
+    /// Provide `bench/sender-INDEX` and publish as fast as possible after `bench/go`.
+    DialogSender {
+        #[arg(long)]
+        control: String,
+        #[arg(long)]
+        index: usize,
+        #[arg(long)]
+        size: usize,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// Subscribe to `bench/sender-0..SENDERS` and count; report after `bench/stop`.
+    DialogSubscriber {
+        #[arg(long)]
+        control: String,
+        #[arg(long)]
+        senders: usize,
+    },
+    /// Write messages on a raw TCP connection for SECONDS.
+    RawSender {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long)]
+        size: usize,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// Accept CONNECTIONS raw TCP connections and count bytes until all close.
+    RawReceiver {
+        #[arg(long)]
+        connections: usize,
+    },
+    /// Produce into an ET system for SECONDS; report the count.
+    EtProducer(super::et::ProducerArgs),
+    /// Consume from an ET station until the flow stops; report the count and the window.
+    EtConsumer(super::et::ConsumerArgs),
+}
+
+/// Runs a helper role; prints its JSON report on stdout.
+pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
+    match role {
+        HelperRole::EtProducer(a) => super::et::producer(a),
+        HelperRole::EtConsumer(a) => super::et::consumer(a),
+        _ => super::dialog::run_helper(role),
+    }
+}
+
+/// Peak resident set of this process, MB (VmHWM).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A child process whose stdout lines we read.
+pub struct Helper {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Helper {
+    pub fn spawn(args: &[String]) -> anyhow::Result<Helper> {
+        let exe = std::env::current_exe()?;
+        let mut child = Command::new(exe)
+            .args(args)
+            .env("DAQFLOW_LOG", std::env::var("DAQFLOW_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting a benchmark process")?;
+        let out = child.stdout.take().context("helper stdout")?;
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Helper { child, lines })
+    }
+
+    pub fn line(&self, timeout: Duration) -> anyhow::Result<String> {
+        self.lines.recv_timeout(timeout).context("a benchmark process did not answer in time (see its errors above)")
+    }
+
+    pub fn json<T: for<'de> Deserialize<'de>>(&mut self, timeout: Duration) -> anyhow::Result<T> {
+        let line = self.line(timeout)?;
+        let v = serde_json::from_str(&line).with_context(|| format!("benchmark process said: {line}"))?;
+        let _ = self.child.wait();
+        Ok(v)
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn helper_args(role: &[&str]) -> Vec<String> {
+    std::iter::once("bench-helper").chain(role.iter().copied()).map(String::from).collect()
+}

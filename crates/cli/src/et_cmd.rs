@@ -1,0 +1,534 @@
+//! `daqflow et …`: an ET system and its test clients (like ET's example programs).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use daqflow_et::{
+    Attachment, EtClient, EtError, EtSystem, Position, Priority, RemoteClient, RestoreMode, Selection, Snapshot,
+    StationConfig, SystemConfig, Wait,
+};
+
+use crate::dialog_cmd::parse_duration;
+use crate::format;
+
+/// Arguments of `daqflow et`.
+#[derive(clap::Args, Debug)]
+pub struct EtArgs {
+    #[command(subcommand)]
+    pub command: EtCommand,
+}
+
+/// How a client reaches the system.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Reach {
+    /// The ET system's name.
+    #[arg(long)]
+    pub name: String,
+    /// Attach over TCP to the system's remote server at this address instead of locally.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub remote: Option<SocketAddr>,
+    /// Attach over TCP, finding the system by name with UDP discovery on this port.
+    #[arg(long, value_name = "PORT", conflicts_with = "remote")]
+    pub discover: Option<u16>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum EtCommand {
+    /// Run an ET system: the event pool in shared memory, GrandCentral and the stations.
+    Start {
+        /// The system's name (clients find it by this name).
+        #[arg(long)]
+        name: String,
+        /// Number of events in the pool.
+        #[arg(long, default_value_t = 3000)]
+        events: u32,
+        /// Size of each event in bytes (larger events get temporary buffers).
+        #[arg(long, default_value_t = 65536)]
+        event_size: usize,
+        /// Serve remote clients on this TCP address.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Answer discovery queries for the name on this UDP port.
+        #[arg(long, value_name = "PORT")]
+        discovery_port: Option<u16>,
+        /// Most temporary buffers for large events at a time.
+        #[arg(long, default_value_t = 64)]
+        max_temp: u32,
+        /// An attachment silent for this long is declared dead (a local one is killed).
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        heartbeat_timeout: Duration,
+    },
+    /// Produce events: fill and put batches from GrandCentral.
+    Produce {
+        #[command(flatten)]
+        reach: Reach,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Event size in bytes.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Events per call.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+        /// Events per second at most.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Control integers of every event, comma-separated (up to 4).
+        #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+        control: Vec<i32>,
+        /// Give the events high priority.
+        #[arg(long)]
+        high: bool,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Consume events from a station, and put them on (or hold them).
+    Consume {
+        #[command(flatten)]
+        reach: Reach,
+        /// The station to attach to.
+        #[arg(long)]
+        station: String,
+        /// Create the station if it does not exist.
+        #[arg(long, value_name = "blocking|nonblocking")]
+        create: Option<String>,
+        /// Selection of a created station: all, high, match:A,B,C,D (* for any), range:I:LO:HI,
+        /// mask-any:I:MASK, mask-all:I:MASK.
+        #[arg(long, default_value = "all")]
+        select: String,
+        /// Prescale of a created station.
+        #[arg(long, default_value_t = 1)]
+        prescale: u32,
+        /// Cue of a created non-blocking station.
+        #[arg(long, default_value_t = 100)]
+        cue: u32,
+        /// Restore mode of a created station: output, input, grand-central, redistribute.
+        #[arg(long, default_value = "output")]
+        restore: String,
+        /// Events per call.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Keep the events got (up to --count) without putting them back, until killed (for
+        /// testing recovery).
+        #[arg(long)]
+        hold: bool,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the stations, their queues and rates, and the attachments.
+    Monitor {
+        /// The ET system's name.
+        name: String,
+        /// Reach it over TCP at this address.
+        #[arg(long, value_name = "HOST:PORT")]
+        remote: Option<SocketAddr>,
+        /// Print one snapshot and exit.
+        #[arg(long)]
+        once: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Refresh interval.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        interval: Duration,
+    },
+    /// Move events from a station of one ET system into another ET system.
+    Bridge {
+        /// The source system (local).
+        #[arg(long)]
+        from: String,
+        /// The source station (created, blocking, at the end of the chain if missing).
+        #[arg(long)]
+        station: String,
+        /// The destination system, local by name…
+        #[arg(long, required_unless_present = "to_remote")]
+        to: Option<String>,
+        /// …or remote at this address.
+        #[arg(long, value_name = "HOST:PORT")]
+        to_remote: Option<SocketAddr>,
+        /// Events per batch.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  daqflow et start --name daq --events 3000 --event-size 65536 --listen 127.0.0.1:11111
+  daqflow et consume --name daq --station mon --create nonblocking --cue 50 --select match:1,*,*,*
+  daqflow et produce --name daq --size 4096 --batch 100 --count 1000000 --control 1
+  daqflow et monitor daq
+  daqflow et consume --name daq --remote 10.0.0.5:11111 --station mon --count 1000
+  daqflow et bridge --from daq --station export --to-remote monitor-host:11111";
+
+enum Conn {
+    Local(EtClient),
+    Remote(RemoteClient),
+}
+
+impl Conn {
+    fn open(r: &Reach) -> anyhow::Result<Conn> {
+        if let Some(addr) = r.remote {
+            return Ok(Conn::Remote(RemoteClient::connect(addr)?));
+        }
+        if let Some(port) = r.discover {
+            return Ok(Conn::Remote(RemoteClient::discover(&r.name, port, Duration::from_secs(3))?));
+        }
+        Ok(Conn::Local(EtClient::connect(&r.name)?))
+    }
+
+    fn attach(&self, station: &str) -> Result<Box<dyn Attachment>, EtError> {
+        Ok(match self {
+            Conn::Local(c) => Box::new(c.attach(station)?),
+            Conn::Remote(c) => Box::new(c.attach(station)?),
+        })
+    }
+
+    fn create_station(&self, name: &str, config: StationConfig) -> Result<(), EtError> {
+        match self {
+            Conn::Local(c) => c.create_station(name, config, Position::End),
+            Conn::Remote(c) => c.create_station(name, config, Position::End),
+        }
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, EtError> {
+        match self {
+            Conn::Local(c) => c.snapshot(),
+            Conn::Remote(c) => c.snapshot(),
+        }
+    }
+}
+
+fn out_line(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        if let Ok(rt) = rt {
+            rt.block_on(async {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                }
+            });
+            s.store(true, Ordering::Release);
+        }
+    });
+    stop
+}
+
+pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        EtCommand::Start { name, events, event_size, listen, discovery_port, max_temp, heartbeat_timeout } => {
+            let mut config = SystemConfig::new(name, *events, *event_size);
+            config.listen = *listen;
+            config.discovery_port = *discovery_port;
+            config.max_temp_events = *max_temp;
+            config.heartbeat_timeout = *heartbeat_timeout;
+            let stop = stop_flag();
+            let system = EtSystem::create(config)?;
+            match system.remote_addr() {
+                Some(a) => out_line(&format!("ready {name} remote {a}")),
+                None => out_line(&format!("ready {name}")),
+            }
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            drop(system);
+            Ok(ExitCode::SUCCESS)
+        }
+        EtCommand::Produce { reach, count, seconds, size, batch, rate, control, high, json } => {
+            let conn = Conn::open(reach)?;
+            let att = conn.attach(daqflow_et::GRAND_CENTRAL)?;
+            let mut ctl = [0i32; 4];
+            for (i, c) in control.iter().take(4).enumerate() {
+                ctl[i] = *c;
+            }
+            let stop = stop_flag();
+            let start = Instant::now();
+            let deadline = seconds.map(|s| start + Duration::from_secs_f64(s));
+            let mut produced = 0u64;
+            let mut events = Vec::with_capacity(*batch);
+            let fill: Vec<u8> = (0..*size).map(|i| i as u8).collect();
+            while !stop.load(Ordering::Acquire)
+                && count.is_none_or(|c| produced < c)
+                && deadline.is_none_or(|d| Instant::now() < d)
+            {
+                let n = count.map_or(*batch, |c| (*batch as u64).min(c - produced) as usize);
+                att.new_events_into(n, *size, Wait::Sleep, &mut events)?;
+                for e in events.iter_mut() {
+                    e.write(&fill)?;
+                    e.set_control(ctl);
+                    if *high {
+                        e.set_priority(Priority::High);
+                    }
+                }
+                produced += events.len() as u64;
+                att.put_events(&mut events)?;
+                if let Some(r) = rate {
+                    let due = start + Duration::from_secs_f64(produced as f64 / r);
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            }
+            summary("produced", produced, produced * *size as u64, 0, start.elapsed(), *json);
+            Ok(ExitCode::SUCCESS)
+        }
+        EtCommand::Consume {
+            reach,
+            station,
+            create,
+            select,
+            prescale,
+            cue,
+            restore,
+            batch,
+            count,
+            seconds,
+            hold,
+            json,
+        } => {
+            let conn = Conn::open(reach)?;
+            if let Some(kind) = create {
+                let blocking = match kind.as_str() {
+                    "blocking" => true,
+                    "nonblocking" | "non-blocking" => false,
+                    other => anyhow::bail!("--create takes blocking or nonblocking, not {other:?}"),
+                };
+                let restore = match restore.as_str() {
+                    "output" => RestoreMode::Output,
+                    "input" => RestoreMode::Input,
+                    "grand-central" | "gc" => RestoreMode::GrandCentral,
+                    "redistribute" => RestoreMode::Redistribute,
+                    other => {
+                        anyhow::bail!("--restore takes output, input, grand-central or redistribute, not {other:?}")
+                    }
+                };
+                let config = StationConfig {
+                    blocking,
+                    cue: *cue,
+                    prescale: *prescale,
+                    selection: Selection::parse(select).map_err(anyhow::Error::msg)?,
+                    restore,
+                    ..StationConfig::default()
+                };
+                match conn.create_station(station, config) {
+                    Ok(()) | Err(EtError::StationExists(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let att = conn.attach(station)?;
+            let stop = stop_flag();
+            let start = Instant::now();
+            let deadline = seconds.map(|s| start + Duration::from_secs_f64(s));
+            let mut consumed = 0u64;
+            let mut bytes = 0u64;
+            let mut corrupt = 0u64;
+            let mut events = Vec::with_capacity(*batch);
+            let mut held = Vec::new();
+            out_line(&format!("attached to {station}"));
+            while !stop.load(Ordering::Acquire)
+                && count.is_none_or(|c| consumed < c)
+                && deadline.is_none_or(|d| Instant::now() < d)
+            {
+                let n = count.map_or(*batch, |c| (*batch as u64).min(c - consumed) as usize);
+                match att.get_events_into(n, Wait::Timed(Duration::from_millis(200)), &mut events) {
+                    Ok(_) | Err(EtError::Timeout) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                consumed += events.len() as u64;
+                for e in &events {
+                    bytes += e.len() as u64;
+                    corrupt += u64::from(e.is_possibly_corrupt());
+                }
+                if *hold {
+                    held.append(&mut events);
+                } else {
+                    att.put_events(&mut events)?;
+                }
+            }
+            if *hold {
+                out_line(&format!("holding {} events", held.len()));
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                att.put_events(&mut held)?;
+            }
+            summary("consumed", consumed, bytes, corrupt, start.elapsed(), *json);
+            Ok(ExitCode::SUCCESS)
+        }
+        EtCommand::Monitor { name, remote, once, json, interval } => {
+            let conn = match remote {
+                Some(a) => Conn::Remote(RemoteClient::connect(*a)?),
+                None => Conn::Local(EtClient::connect(name)?),
+            };
+            let mut last: Option<(Snapshot, Instant)> = None;
+            loop {
+                let snap = conn.snapshot()?;
+                if *json {
+                    out_line(&serde_json::to_string(&snap)?);
+                } else {
+                    if !once {
+                        print!("\x1b[2J\x1b[H");
+                    }
+                    print_snapshot(&snap, last.as_ref());
+                }
+                if *once {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                last = Some((snap, Instant::now()));
+                std::thread::sleep(*interval);
+            }
+        }
+        EtCommand::Bridge { from, station, to, to_remote, batch, count } => {
+            let src_client = EtClient::connect(from)?;
+            // The bridge's station is an ordinary blocking one at the end of the chain, made if
+            // missing (everything reaching it is moved).
+            match src_client.create_station(station, StationConfig::default(), Position::End) {
+                Ok(()) | Err(EtError::StationExists(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let src = src_client.attach(station)?;
+            let stop = stop_flag();
+            let stats = match (to, to_remote) {
+                (_, Some(addr)) => {
+                    let dst_client = RemoteClient::connect(*addr)?;
+                    let dst = dst_client.attach(daqflow_et::GRAND_CENTRAL)?;
+                    daqflow_et::bridge(&src, &dst, *batch, *count, &stop)?
+                }
+                (Some(name), None) => {
+                    let dst_client = EtClient::connect(name).with_context(|| format!("destination {name}"))?;
+                    let dst = dst_client.attach(daqflow_et::GRAND_CENTRAL)?;
+                    daqflow_et::bridge(&src, &dst, *batch, *count, &stop)?
+                }
+                (None, None) => anyhow::bail!("give --to NAME or --to-remote ADDR"),
+            };
+            out_line(&format!("bridged {} events, {}", stats.events, format::bytes(stats.bytes as f64)));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn summary(what: &str, events: u64, bytes: u64, corrupt: u64, elapsed: Duration, json: bool) {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    if json {
+        out_line(
+            &serde_json::json!({
+                what: events, "bytes": bytes, "possibly_corrupt": corrupt, "seconds": secs,
+                "events_per_s": events as f64 / secs, "mb_per_s": bytes as f64 / secs / 1e6
+            })
+            .to_string(),
+        );
+    } else {
+        out_line(&format!(
+            "{what} {events} events ({} events/s, {:.1} MB/s){}",
+            format::si(events as f64 / secs),
+            bytes as f64 / secs / 1e6,
+            if corrupt > 0 { format!(", {corrupt} possibly corrupt") } else { String::new() }
+        ));
+    }
+}
+
+fn print_snapshot(s: &Snapshot, last: Option<&(Snapshot, Instant)>) {
+    let dt = last.map(|(_, t)| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+    let rate = |name: &str, now: u64, f: fn(&daqflow_et::StationStatus) -> u64| -> String {
+        match last.and_then(|(l, _)| l.stations.iter().find(|x| x.name == name)) {
+            Some(prev) if dt > 0.0 => format!("{}/s", format::si(now.saturating_sub(f(prev)) as f64 / dt)),
+            _ => "-".into(),
+        }
+    };
+    out_line(&format!(
+        "ET system {} (pid {}): {} events of {}, {} free, {} large in use{}",
+        s.name,
+        s.pid,
+        s.events,
+        format::bytes(s.event_size as f64),
+        s.free_events,
+        s.temp_events,
+        s.remote.as_ref().map(|r| format!(", remote {r}")).unwrap_or_default()
+    ));
+    out_line("");
+    out_line(&format!(
+        "{:<3} {:<20} {:<12} {:>6} {:>9} {:<16} {:>8} {:>12} {:>12} {:>11} {:>4}",
+        "#", "STATION", "MODE", "CUE", "PRESCALE", "SELECT", "QUEUED", "IN", "OUT", "OUT RATE", "ATT"
+    ));
+    for (i, st) in s.stations.iter().enumerate() {
+        let mode = if i == 0 {
+            "-".to_string()
+        } else {
+            format!(
+                "{}{}",
+                if st.config.blocking { "blocking" } else { "nonblock" },
+                st.group.map(|g| format!(" g{g}")).unwrap_or_default()
+            )
+        };
+        let select = if st.closure { "closure".to_string() } else { st.config.selection.to_string() };
+        out_line(&format!(
+            "{:<3} {:<20} {:<12} {:>6} {:>9} {:<16} {:>8} {:>12} {:>12} {:>11} {:>4}",
+            i,
+            st.name,
+            mode,
+            if st.config.blocking { "-".into() } else { st.config.cue.to_string() },
+            st.config.prescale,
+            select.chars().take(16).collect::<String>(),
+            st.queued,
+            st.events_in,
+            st.events_out,
+            rate(&st.name, st.events_out, |x| x.events_out),
+            st.attachments
+        ));
+    }
+    out_line("");
+    out_line(&format!(
+        "{:<4} {:<20} {:>8} {:<7} {:>8} {:>12} {:>12}",
+        "ID", "STATION", "PID", "WHERE", "HELD", "GOT", "PUT"
+    ));
+    for a in &s.attachments {
+        out_line(&format!(
+            "{:<4} {:<20} {:>8} {:<7} {:>8} {:>12} {:>12}",
+            a.id,
+            a.station,
+            a.pid,
+            if a.remote { "remote" } else { "local" },
+            a.held,
+            a.got,
+            a.put
+        ));
+    }
+    out_line(&format!("\nevents accounted for: {} of {}", s.accounted(), s.events));
+}
+
+impl EtArgs {
+    /// Whether this runs a long-lived server (which logs at info level).
+    pub fn is_server(&self) -> bool {
+        matches!(self.command, EtCommand::Start { .. })
+    }
+}

@@ -1,0 +1,647 @@
+//! Attachments on the ET system's machine: events are used in place, in shared memory.
+//!
+//! A `get` or `new` pops a batch of event indices from a queue under its lock; a `put` routes
+//! the events itself (no round trip to the ET process) and pushes each destination's share
+//! under that queue's lock. A whole batch costs a few lock operations; nothing is copied.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::config::{Priority, Wait};
+use crate::error::EtError;
+use crate::event::{Attachment, Data, Event};
+use crate::pool::{ATT_ACTIVE, FLAG_CORRUPT, FLAG_TEMP, OWNER_ATTACHMENT, Pool, ShmEnv};
+use crate::queue::{Block, Empty};
+use crate::routing::{self, Dest, EventHead, StationView};
+use crate::sys::Mapping;
+
+/// What a local attachment needs from the system it belongs to: the shared memory, large-event
+/// buffers, and detaching. Implemented by a client process (through the ET process's socket)
+/// and by the ET process itself (in-process attachments, the remote server).
+pub(crate) trait Backend: Send + Sync {
+    fn pool(&self) -> &Pool;
+    fn system_name(&self) -> &str;
+    /// A new temporary buffer of at least `size` bytes: (id, mapping).
+    fn new_temp(&self, size: usize) -> Result<(u32, Arc<Mapping>), EtError>;
+    /// The mapping of temporary buffer `id`.
+    fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError>;
+    fn detach(&self, att: u32);
+    fn is_dead(&self) -> bool;
+}
+
+/// An attachment to a station of an ET system on this machine.
+pub struct LocalAttachment {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) att: u32,
+    pub(crate) station: u32,
+    pub(crate) station_name: String,
+    /// Mappings of the large events this attachment holds.
+    temps: Mutex<HashMap<u32, Arc<Mapping>>>,
+    scratch: Mutex<Scratch>,
+    /// Set once the attachment was ended on its holder's behalf: dropping must not end the
+    /// slot again (it may belong to someone else by then).
+    ended: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Default)]
+struct Scratch {
+    idx: Vec<u32>,
+    high: Vec<bool>,
+    chain: Vec<u32>,
+    views: Vec<StationView>,
+}
+
+/// An event being put: index, control integers, high priority, large, temporary buffer id.
+type PutItem = (u32, [i32; 4], bool, bool, u32);
+
+impl std::fmt::Debug for LocalAttachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalAttachment").field("id", &self.att).field("station", &self.station_name).finish()
+    }
+}
+
+fn block_of(wait: Wait) -> Block {
+    match wait {
+        Wait::NoWait => Block::No,
+        Wait::Sleep => Block::Until(None),
+        Wait::Timed(d) => Block::Until(Some(Instant::now() + d)),
+    }
+}
+
+impl LocalAttachment {
+    pub(crate) fn new(backend: Arc<dyn Backend>, att: u32, station: u32, station_name: String) -> Self {
+        LocalAttachment {
+            backend,
+            att,
+            station,
+            station_name,
+            temps: Mutex::default(),
+            scratch: Mutex::default(),
+            ended: Default::default(),
+        }
+    }
+
+    /// The attachment's id in the system.
+    pub fn id(&self) -> u32 {
+        self.att
+    }
+
+    fn owner(&self) -> u32 {
+        OWNER_ATTACHMENT + self.att
+    }
+
+    fn alive(&self) -> Result<(), EtError> {
+        if self.backend.is_dead() {
+            return Err(EtError::SystemDead(self.backend.system_name().to_owned()));
+        }
+        if self.backend.pool().attachment(self.att).state.load(Ordering::Acquire) != ATT_ACTIVE {
+            return Err(EtError::AttachmentDead(self.att));
+        }
+        Ok(())
+    }
+
+    fn empty_error(&self, e: Empty, wait: Wait) -> Result<usize, EtError> {
+        match e {
+            Empty::Nothing if wait == Wait::NoWait => Ok(0),
+            Empty::Nothing => Err(EtError::Timeout),
+            Empty::Aborted => {
+                self.alive()?;
+                Err(EtError::SystemDead(self.backend.system_name().to_owned()))
+            }
+        }
+    }
+
+    fn pop(&self, q: u32, n: usize, wait: Wait, idx: &mut Vec<u32>) -> Result<usize, EtError> {
+        self.alive()?;
+        let pool = self.backend.pool();
+        let me = self.owner();
+        let abort = || self.backend.is_dead() || pool.attachment(self.att).state.load(Ordering::Acquire) != ATT_ACTIVE;
+        idx.clear();
+        if n == 0 {
+            return Ok(0);
+        }
+        match pool.queue(q).pop(n, idx, block_of(wait), &pool.marks(q, me), &abort) {
+            Ok(k) => Ok(k),
+            Err(e) => self.empty_error(e, wait),
+        }
+    }
+
+    fn event_from(&self, idx: u32, cap_hint: Option<usize>) -> Result<Event<'_>, EtError> {
+        let pool = self.backend.pool();
+        // SAFETY: the event was just taken by this attachment under the queue lock: we own it.
+        let d = unsafe { *pool.desc(idx) };
+        let (ptr, cap) = self.raw_data(idx);
+        Ok(Event {
+            idx,
+            len: cap_hint.unwrap_or(d.len as usize).min(cap),
+            cap,
+            control: d.control,
+            priority: if d.priority == 1 { Priority::High } else { Priority::Low },
+            corrupt: d.flags & FLAG_CORRUPT != 0,
+            temp_id: if d.flags & FLAG_TEMP != 0 { d.temp_id } else { 0 },
+            data: Data::Shared(ptr),
+            dirty_header: false,
+            dirty_data: false,
+            att: self.att,
+            _life: PhantomData,
+        })
+    }
+
+    /// Pushes events (already out of the caller's hands) to queue `q`, high priority first.
+    fn push(&self, q: u32, idx: &[u32], high: &[bool]) {
+        let pool = self.backend.pool();
+        let marks = pool.marks(q, self.owner());
+        let queue = pool.queue(q);
+        if high.iter().all(|h| !h) {
+            queue.push(idx, false, &marks);
+        } else if high.iter().all(|h| *h) {
+            queue.push(idx, true, &marks);
+        } else {
+            let h: Vec<u32> = idx.iter().zip(high).filter(|x| *x.1).map(|x| *x.0).collect();
+            let l: Vec<u32> = idx.iter().zip(high).filter(|x| !*x.1).map(|x| *x.0).collect();
+            queue.push(&h, true, &marks);
+            queue.push(&l, false, &marks);
+        }
+        if q > 0 && q < pool.layout.max_stations {
+            pool.station(q).events_in.fetch_add(idx.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes back what changed in the events' headers and checks they are ours.
+    fn settle(&self, events: &[Event<'_>]) -> Result<(), EtError> {
+        let pool = self.backend.pool();
+        for e in events {
+            if e.att != self.att {
+                return Err(EtError::NotOwned { idx: e.idx });
+            }
+            if e.dirty_header {
+                // SAFETY: the event is held by this attachment (checked above): we own its
+                // descriptor until we push it.
+                unsafe {
+                    let d = &mut *pool.desc(e.idx);
+                    d.len = e.len as u32;
+                    d.control = e.control;
+                    d.priority = u8::from(e.priority == Priority::High);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends events back to GrandCentral (the free list; large ones through the ET process,
+    /// which frees their buffers).
+    fn recycle(&self, idx: &[u32], temps: &[bool]) {
+        let pool = self.backend.pool();
+        if temps.iter().any(|t| *t) {
+            let t: Vec<u32> = idx.iter().zip(temps).filter(|x| *x.1).map(|x| *x.0).collect();
+            let f: Vec<u32> = idx.iter().zip(temps).filter(|x| !*x.1).map(|x| *x.0).collect();
+            self.push(pool.temp_queue(), &t, &vec![false; t.len()]);
+            self.push(0, &f, &vec![false; f.len()]);
+        } else {
+            self.push(0, idx, &vec![false; idx.len()]);
+        }
+    }
+
+    fn account_out(&self, n: usize) {
+        let a = self.backend.pool().attachment(self.att);
+        a.put.fetch_add(n as u64, Ordering::Relaxed);
+        a.held.fetch_sub(n as u64, Ordering::Relaxed);
+    }
+
+    fn account_in(&self, n: usize) {
+        let a = self.backend.pool().attachment(self.att);
+        a.got.fetch_add(n as u64, Ordering::Relaxed);
+        a.held.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Where routing starts for events leaving `station`: the chain position after it (after its
+/// whole group).
+pub(crate) fn start_position(chain: &[u32], views: &[StationView], station: u32) -> usize {
+    if station == 0 {
+        return 0;
+    }
+    match chain.iter().position(|&s| s == station) {
+        Some(p) => {
+            let group = views[p].group;
+            let mut q = p + 1;
+            while group != 0 && q < views.len() && views[q].group == group {
+                q += 1;
+            }
+            q
+        }
+        // The station was removed while we held events: route from the start.
+        None => 0,
+    }
+}
+
+/// Routes and pushes `events` leaving `from_station`, for any holder of the events (a local
+/// attachment, the conductor, recovery). `env` provides prescale counters and closures.
+///
+/// Within a batch, the queue lengths routing sees include the events this batch already sent
+/// (shortest-queue groups and cues stay exact); a non-blocking station's cue is checked again
+/// under its queue's lock, and the events it turns away continue down the chain.
+pub(crate) fn route_and_push(
+    pool: &Pool,
+    from_station: u32,
+    from_pos: Option<usize>,
+    events: &[(u32, [i32; 4], bool, bool)],
+    env: &impl routing::RouteEnv,
+    holder: u32,
+) {
+    let mut chain = Vec::with_capacity(16);
+    pool.chain(&mut chain);
+    let mut views: Vec<StationView> = chain.iter().map(|&s| pool.station_view(s)).collect();
+    let from = from_pos.unwrap_or_else(|| start_position(&chain, &views, from_station));
+    if let Some(dest) = routing::uniform(&views, from) {
+        // The common case: the whole batch goes to one blocking station, or back.
+        let all: Vec<(u32, [i32; 4], bool, bool, usize)> =
+            events.iter().map(|&(i, c, h, t)| (i, c, h, t, from)).collect();
+        push_routed(pool, &mut views, &all, |_| dest, holder);
+        return;
+    }
+    let mut work: Vec<(u32, [i32; 4], bool, bool, usize)> =
+        events.iter().map(|&(i, c, h, t)| (i, c, h, t, from)).collect();
+    while !work.is_empty() {
+        let mut dests = Vec::with_capacity(work.len());
+        for &(idx, control, high, _, from) in &work {
+            let d = routing::route(&views, from, &EventHead { idx, control, high }, env);
+            if let Dest::Station(s) = d
+                && let Some(v) = views.iter_mut().find(|v| v.slot == s)
+            {
+                v.queued = v.queued.saturating_add(1);
+            }
+            dests.push(d);
+        }
+        let mut k = 0;
+        work = push_routed(
+            pool,
+            &mut views,
+            &work,
+            |_| {
+                k += 1;
+                dests[k - 1]
+            },
+            holder,
+        );
+    }
+}
+
+/// Pushes each of `events` to `dest(event)`, bucketed by queue, high priority first. Returns
+/// the events a non-blocking station turned away (its cue filled meanwhile), each with the
+/// chain position to route it on from.
+fn push_routed(
+    pool: &Pool,
+    views: &mut [StationView],
+    events: &[(u32, [i32; 4], bool, bool, usize)],
+    mut dest: impl FnMut(&(u32, [i32; 4], bool, bool, usize)) -> Dest,
+    holder: u32,
+) -> Vec<(u32, [i32; 4], bool, bool, usize)> {
+    // (queue, chain position if a station, events)
+    let mut buckets: Vec<(u32, Option<usize>, Vec<usize>)> = Vec::new();
+    for (n, ev) in events.iter().enumerate() {
+        let (q, pos) = match dest(ev) {
+            Dest::Station(s) => (s, views.iter().position(|v| v.slot == s)),
+            Dest::GrandCentral if ev.3 => (pool.temp_queue(), None),
+            Dest::GrandCentral => (0, None),
+            Dest::Conductor(p) => {
+                // SAFETY: the caller holds these events: their descriptors are ours to write.
+                unsafe { (*pool.desc(ev.0)).route_from = p as u32 };
+                (pool.conductor_queue(), None)
+            }
+        };
+        match buckets.iter_mut().find(|b| b.0 == q) {
+            Some(b) => b.2.push(n),
+            None => buckets.push((q, pos, vec![n])),
+        }
+    }
+    let mut turned_away = Vec::new();
+    let mut idx = Vec::new();
+    for (q, pos, members) in buckets {
+        let marks = pool.marks(q, holder);
+        let queue = pool.queue(q);
+        let limit = match pos {
+            Some(p) if !views[p].blocking => views[p].cue,
+            _ => u32::MAX,
+        };
+        let mut pushed = 0;
+        // GrandCentral and the temporary-buffer queue ignore priorities.
+        let is_high = |m: usize| events[m].2 && q != 0 && q != pool.temp_queue();
+        for high in [true, false] {
+            let part: Vec<usize> = members.iter().copied().filter(|&m| is_high(m) == high).collect();
+            if part.is_empty() {
+                continue;
+            }
+            idx.clear();
+            idx.extend(part.iter().map(|&m| events[m].0));
+            let k = queue.push_upto(&idx, high, limit, &marks).unwrap_or_else(|| {
+                // Every ring holds the whole pool: overflowing one means an event is in two queues.
+                panic!("ET queue {q} overflowed: the event ownership protocol was broken")
+            });
+            pushed += k;
+            if let Some(p) = pos {
+                turned_away.extend(part[k..].iter().map(|&m| {
+                    let (i, c, h, t, _) = events[m];
+                    (i, c, h, t, p + 1)
+                }));
+            }
+        }
+        if q > 0 && q < pool.layout.max_stations {
+            pool.station(q).events_in.fetch_add(pushed as u64, Ordering::Relaxed);
+        }
+        if let Some(p) = pos {
+            views[p].queued = queue.count.load(Ordering::Acquire);
+        }
+    }
+    turned_away
+}
+
+impl LocalAttachment {
+    /// Takes up to `n` new events from GrandCentral, sized `size` (large ones get temporary
+    /// buffers, which this attachment keeps mapped until it puts them). Indices into `out`.
+    pub(crate) fn raw_new(&self, n: usize, size: usize, wait: Wait, out: &mut Vec<u32>) -> Result<usize, EtError> {
+        let start = out.len();
+        let mut taken = Vec::with_capacity(n);
+        let k = self.pop(0, n, wait, &mut taken)?;
+        let pool = self.backend.pool();
+        let large = size > pool.layout.event_size;
+        for &idx in &taken {
+            // SAFETY: just taken from the free list by this attachment: we own it.
+            unsafe {
+                let d = &mut *pool.desc(idx);
+                d.len = size.min(u32::MAX as usize) as u32;
+                d.control = [0; 4];
+                d.priority = 0;
+                d.flags = 0;
+                d.temp_id = 0;
+            }
+            if large {
+                match self.backend.new_temp(size) {
+                    Ok((id, map)) => {
+                        // SAFETY: as above.
+                        unsafe {
+                            let d = &mut *pool.desc(idx);
+                            d.flags = FLAG_TEMP;
+                            d.temp_id = id;
+                        }
+                        self.temps.lock().unwrap_or_else(|p| p.into_inner()).insert(id, map);
+                    }
+                    Err(e) => {
+                        // Give back everything taken, the buffers made so far included.
+                        out.truncate(start);
+                        self.account_in(k);
+                        let _ = self.raw_dump(&taken);
+                        return Err(e);
+                    }
+                }
+            }
+            out.push(idx);
+        }
+        self.account_in(k);
+        pool.station(0).events_out.fetch_add(k as u64, Ordering::Relaxed);
+        Ok(k)
+    }
+
+    /// Takes up to `n` events from the station's input list. Indices into `out`.
+    pub(crate) fn raw_get(&self, n: usize, wait: Wait, out: &mut Vec<u32>) -> Result<usize, EtError> {
+        if self.station == 0 {
+            return Err(EtError::Refused("GrandCentral hands out new events: use new_events".into()));
+        }
+        let mut taken = Vec::with_capacity(n);
+        let k = self.pop(self.station, n, wait, &mut taken)?;
+        let pool = self.backend.pool();
+        for &idx in &taken {
+            // SAFETY: just taken by this attachment.
+            let d = unsafe { *pool.desc(idx) };
+            if d.flags & FLAG_TEMP != 0 {
+                match self.backend.temp(d.temp_id) {
+                    Ok(map) => {
+                        self.temps.lock().unwrap_or_else(|p| p.into_inner()).insert(d.temp_id, map);
+                    }
+                    Err(e) => tracing::warn!(event = idx, error = %e, "large event buffer unavailable"),
+                }
+            }
+        }
+        out.extend_from_slice(&taken);
+        self.account_in(k);
+        pool.station(self.station).events_out.fetch_add(k as u64, Ordering::Relaxed);
+        Ok(k)
+    }
+
+    /// Where event `idx`'s bytes are, and how many it holds (the event must be held).
+    pub(crate) fn raw_data(&self, idx: u32) -> (*mut u8, usize) {
+        let pool = self.backend.pool();
+        // SAFETY: the caller holds the event.
+        let d = unsafe { *pool.desc(idx) };
+        if d.flags & FLAG_TEMP != 0
+            && let Some(map) = self.temps.lock().unwrap_or_else(|p| p.into_inner()).get(&d.temp_id)
+        {
+            return (map.base(), map.len());
+        }
+        (pool.data(idx), pool.layout.event_size)
+    }
+
+    /// Checks that every event in `idx` is held by this attachment.
+    pub(crate) fn check_held(&self, idx: &[u32]) -> Result<(), EtError> {
+        let pool = self.backend.pool();
+        let me = self.owner();
+        match idx.iter().find(|&&i| i >= pool.layout.events || pool.owner(i).load(Ordering::Acquire) != me) {
+            Some(&i) => Err(EtError::NotOwned { idx: i }),
+            None => Ok(()),
+        }
+    }
+
+    /// Hands held events on (their descriptors already written): reads their headers back from
+    /// shared memory (the remote server's path).
+    pub(crate) fn raw_put(&self, idx: &[u32]) -> Result<(), EtError> {
+        let pool = self.backend.pool();
+        self.check_held(idx)?;
+        let items: Vec<PutItem> = idx
+            .iter()
+            .map(|&i| {
+                // SAFETY: held by this attachment (checked).
+                let d = unsafe { *pool.desc(i) };
+                (i, d.control, d.priority == 1, d.flags & FLAG_TEMP != 0, d.temp_id)
+            })
+            .collect();
+        self.put_items(&items)
+    }
+
+    /// Hands held events on, given their headers (no read of shared memory).
+    fn put_items(&self, items: &[PutItem]) -> Result<(), EtError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.alive()?;
+        let pool = self.backend.pool();
+        if items.iter().any(|x| x.3) {
+            let mut temps = self.temps.lock().unwrap_or_else(|p| p.into_inner());
+            for x in items.iter().filter(|x| x.3) {
+                temps.remove(&x.4);
+            }
+        }
+        let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let Scratch { chain, views, idx, high } = &mut *s;
+        pool.chain(chain);
+        views.clear();
+        views.extend(chain.iter().map(|&slot| pool.station_view(slot)));
+        let from = start_position(chain, views, self.station);
+        match routing::uniform(views, from) {
+            // The common case: the whole batch goes to one place.
+            Some(Dest::Station(q)) => {
+                idx.clear();
+                idx.extend(items.iter().map(|x| x.0));
+                high.clear();
+                high.extend(items.iter().map(|x| x.2));
+                self.push(q, idx, high);
+            }
+            Some(Dest::GrandCentral) => {
+                idx.clear();
+                idx.extend(items.iter().map(|x| x.0));
+                high.clear();
+                high.extend(items.iter().map(|x| x.3));
+                self.recycle(idx, high);
+            }
+            _ => {
+                drop(s);
+                let batch: Vec<(u32, [i32; 4], bool, bool)> = items.iter().map(|x| (x.0, x.1, x.2, x.3)).collect();
+                route_and_push(pool, self.station, Some(from), &batch, &ShmEnv(pool), self.owner());
+            }
+        }
+        self.account_out(items.len());
+        Ok(())
+    }
+
+    /// Returns held events straight to GrandCentral.
+    pub(crate) fn raw_dump(&self, idx: &[u32]) -> Result<(), EtError> {
+        if idx.is_empty() {
+            return Ok(());
+        }
+        self.check_held(idx)?;
+        let pool = self.backend.pool();
+        let mut temps = self.temps.lock().unwrap_or_else(|p| p.into_inner());
+        let temp: Vec<bool> = idx
+            .iter()
+            .map(|&i| {
+                // SAFETY: held by this attachment (checked).
+                let d = unsafe { *pool.desc(i) };
+                if d.flags & FLAG_TEMP != 0 {
+                    temps.remove(&d.temp_id);
+                    true
+                } else {
+                    false
+                }
+            })
+            .collect();
+        drop(temps);
+        self.recycle(idx, &temp);
+        let a = pool.attachment(self.att);
+        a.dumped.fetch_add(idx.len() as u64, Ordering::Relaxed);
+        a.held.fetch_sub(idx.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Marks the attachment alive (remote server: on every request of its client).
+    pub(crate) fn beat(&self) {
+        self.backend.pool().attachment(self.att).heartbeat.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl Attachment for LocalAttachment {
+    fn station(&self) -> &str {
+        &self.station_name
+    }
+
+    fn new_events_into<'a>(
+        &'a self,
+        n: usize,
+        size: usize,
+        wait: Wait,
+        out: &mut Vec<Event<'a>>,
+    ) -> Result<usize, EtError> {
+        let mut idx = Vec::with_capacity(n);
+        let k = self.raw_new(n, size, wait, &mut idx)?;
+        let pool = self.backend.pool();
+        let large = size > pool.layout.event_size;
+        for &i in &idx {
+            if large {
+                let mut e = self.event_from(i, Some(size))?;
+                e.len = size.min(e.cap);
+                out.push(e);
+            } else {
+                // Just reset by `raw_new`: no need to read the descriptor back.
+                out.push(Event {
+                    idx: i,
+                    len: size,
+                    cap: pool.layout.event_size,
+                    control: [0; 4],
+                    priority: Priority::Low,
+                    corrupt: false,
+                    temp_id: 0,
+                    data: Data::Shared(pool.data(i)),
+                    dirty_header: false,
+                    dirty_data: false,
+                    att: self.att,
+                    _life: PhantomData,
+                });
+            }
+        }
+        Ok(k)
+    }
+
+    fn get_events_into<'a>(&'a self, n: usize, wait: Wait, out: &mut Vec<Event<'a>>) -> Result<usize, EtError> {
+        let mut idx = Vec::with_capacity(n);
+        let k = self.raw_get(n, wait, &mut idx)?;
+        for &i in &idx {
+            out.push(self.event_from(i, None)?);
+        }
+        Ok(k)
+    }
+
+    fn put_events<'a>(&'a self, events: &mut Vec<Event<'a>>) -> Result<(), EtError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.alive()?;
+        self.settle(events)?;
+        let items: Vec<PutItem> = events
+            .iter()
+            .map(|e| (e.idx, e.control, e.priority == Priority::High, e.temp_id != 0, e.temp_id))
+            .collect();
+        self.put_items(&items)?;
+        events.clear();
+        Ok(())
+    }
+
+    fn dump_events<'a>(&'a self, events: &mut Vec<Event<'a>>) -> Result<(), EtError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.alive()?;
+        self.settle(events)?;
+        let idx: Vec<u32> = events.iter().map(|e| e.idx).collect();
+        self.raw_dump(&idx)?;
+        events.clear();
+        Ok(())
+    }
+}
+
+impl LocalAttachment {
+    /// Ends the attachment because its holder died (the remote server's client vanished): its
+    /// events come back marked possibly corrupt, and dropping it afterwards does nothing.
+    pub(crate) fn end_dead(self, system: &crate::system::SystemInner) {
+        self.ended.store(true, Ordering::Release);
+        system.detach(self.att, true);
+    }
+}
+
+impl Drop for LocalAttachment {
+    fn drop(&mut self) {
+        if !self.ended.load(Ordering::Acquire) {
+            self.backend.detach(self.att);
+        }
+    }
+}

@@ -1,0 +1,634 @@
+//! The shared memory of an ET system: its layout and typed access to it.
+//!
+//! ```text
+//! ┌────────┬──────────────┬─────────────────┬───────────────┬──────────┬────────────────┬──────────┐
+//! │ header │ station recs │ attachment recs │ event descs   │ owners   │ queues         │ data     │
+//! │ 4 KiB  │ 64 × 192 B   │ A × 64 B        │ N × 32 B      │ N × 4 B  │ (S+2) × (128 B │ N × size │
+//! │        │              │                 │               │          │  + 2 × N × 4 B)│          │
+//! └────────┴──────────────┴─────────────────┴───────────────┴──────────┴────────────────┴──────────┘
+//! ```
+//!
+//! Queue `q < max_stations` is station slot `q`'s input list (slot 0, GrandCentral: the free
+//! list); queue `max_stations` feeds the conductor, `max_stations + 1` returns temporary
+//! events. Every event's owner (a queue, an attachment, or the ET process) is in the owners
+//! array, kept apart from the descriptors so that ownership changes touch few cache lines.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use crate::config::{GroupPolicy, RestoreMode, Selection, StationConfig};
+use crate::queue::{Marks, Platform, Queue, Ring};
+use crate::routing::{self, RouteEnv, Select, StationView};
+use crate::sys::{self, Mapping};
+
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"DQFLET01");
+pub(crate) const LAYOUT_VERSION: u32 = 1;
+/// Most stations a system can be built with.
+pub const MAX_STATIONS: u32 = 64;
+pub(crate) const HEADER_LEN: usize = 4096;
+
+/// Owner values: a queue id, an attachment, or the ET process itself.
+pub(crate) const OWNER_ATTACHMENT: u32 = 0x4000_0000;
+pub(crate) const OWNER_SYSTEM: u32 = 0x7fff_ffff;
+
+/// Event descriptor flags.
+pub(crate) const FLAG_CORRUPT: u16 = 1;
+pub(crate) const FLAG_TEMP: u16 = 2;
+
+/// Station record states.
+pub(crate) const STATION_FREE: u32 = 0;
+pub(crate) const STATION_ACTIVE: u32 = 1;
+
+/// Attachment record states.
+pub(crate) const ATT_FREE: u32 = 0;
+pub(crate) const ATT_ACTIVE: u32 = 1;
+/// Declared dead: its process must not touch events any more.
+pub(crate) const ATT_DEAD: u32 = 2;
+
+#[repr(C)]
+pub(crate) struct Header {
+    pub magic: u64,
+    pub version: u32,
+    pub header_len: u32,
+    pub et_pid: AtomicU32,
+    /// 1 running, 2 stopped.
+    pub state: AtomicU32,
+    pub heartbeat: AtomicU64,
+    pub events: u32,
+    pub max_stations: u32,
+    pub max_attachments: u32,
+    pub _pad: u32,
+    pub event_size: u64,
+    pub event_stride: u64,
+    pub total_len: u64,
+    pub off_stations: u64,
+    pub off_attachments: u64,
+    pub off_descs: u64,
+    pub off_owners: u64,
+    pub off_queues: u64,
+    pub queue_stride: u64,
+    pub off_data: u64,
+    /// Seqlock of the chain: odd while it changes.
+    pub chain_version: AtomicU64,
+    pub chain_len: AtomicU32,
+    pub _pad2: u32,
+    /// Station slots after GrandCentral, in order.
+    pub chain: [AtomicU32; MAX_STATIONS as usize],
+    pub name: [u8; 64],
+}
+
+#[repr(C, align(64))]
+pub(crate) struct StationRecord {
+    pub state: AtomicU32,
+    pub blocking: AtomicU32,
+    pub cue: AtomicU32,
+    pub prescale: AtomicU32,
+    /// 0 all, 1 match, 2 range, 3 mask-any, 4 mask-all, 5 high, 6 closure.
+    pub select: AtomicU32,
+    pub select_ints: [AtomicI32; 4],
+    pub select_wild: AtomicU32,
+    pub select_index: AtomicU32,
+    pub select_a: AtomicI32,
+    pub select_b: AtomicI32,
+    pub group: AtomicU32,
+    pub group_policy: AtomicU32,
+    pub restore: AtomicU32,
+    pub single_user: AtomicU32,
+    pub attachments: AtomicU32,
+    pub prescale_counter: AtomicU64,
+    pub rr_counter: AtomicU64,
+    pub events_in: AtomicU64,
+    pub events_out: AtomicU64,
+    pub name_len: AtomicU32,
+    pub name: [u8; 64],
+}
+
+#[repr(C, align(64))]
+pub(crate) struct AttachmentRecord {
+    pub state: AtomicU32,
+    pub station: AtomicU32,
+    pub pid: AtomicU32,
+    pub _pad: u32,
+    pub heartbeat: AtomicU64,
+    pub held: AtomicU64,
+    pub got: AtomicU64,
+    pub put: AtomicU64,
+    pub dumped: AtomicU64,
+}
+
+/// An event's header in shared memory; only its owner reads or writes it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EventDesc {
+    pub len: u32,
+    pub flags: u16,
+    pub priority: u8,
+    pub _pad: u8,
+    pub control: [i32; 4],
+    pub temp_id: u32,
+    /// For the conductor: the chain position routing continues from.
+    pub route_from: u32,
+}
+
+#[repr(C, align(64))]
+pub(crate) struct QueueHeader {
+    pub mutex: libc::pthread_mutex_t,
+    pub ring: Ring,
+    pub count: AtomicU32,
+    pub seq: AtomicU32,
+    pub waiters: AtomicU32,
+    pub _pad: u32,
+}
+
+const fn round_up(v: usize, to: usize) -> usize {
+    v.div_ceil(to) * to
+}
+
+/// Where everything is, computed from the sizes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    pub events: u32,
+    pub event_size: usize,
+    pub event_stride: usize,
+    pub max_stations: u32,
+    pub max_attachments: u32,
+    pub off_stations: usize,
+    pub off_attachments: usize,
+    pub off_descs: usize,
+    pub off_owners: usize,
+    pub off_queues: usize,
+    pub queue_stride: usize,
+    pub off_data: usize,
+    pub total: usize,
+}
+
+impl Layout {
+    pub(crate) fn new(events: u32, event_size: usize, max_stations: u32, max_attachments: u32) -> Layout {
+        let n = events as usize;
+        let off_stations = HEADER_LEN;
+        let off_attachments = round_up(off_stations + MAX_STATIONS as usize * size_of::<StationRecord>(), 4096);
+        let off_descs = round_up(off_attachments + max_attachments as usize * size_of::<AttachmentRecord>(), 64);
+        let off_owners = round_up(off_descs + n * size_of::<EventDesc>(), 64);
+        let off_queues = round_up(off_owners + n * 4, 4096);
+        let queue_stride = round_up(size_of::<QueueHeader>() + 2 * n * 4, 64);
+        let event_stride = round_up(event_size.max(1), 64);
+        let off_data = round_up(off_queues + (max_stations as usize + 2) * queue_stride, 4096);
+        let total = round_up(off_data + n * event_stride, 4096);
+        Layout {
+            events,
+            event_size,
+            event_stride,
+            max_stations,
+            max_attachments,
+            off_stations,
+            off_attachments,
+            off_descs,
+            off_owners,
+            off_queues,
+            queue_stride,
+            off_data,
+            total,
+        }
+    }
+}
+
+/// The mapped shared memory of one ET system, with typed access.
+pub(crate) struct Pool {
+    map: Mapping,
+    pub layout: Layout,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("layout", &self.layout).finish()
+    }
+}
+
+/// Shared memory is not what it should be.
+#[derive(Debug, thiserror::Error)]
+#[error("the shared memory of the ET system is not valid: {0}")]
+pub(crate) struct BadPool(pub String);
+
+impl Pool {
+    /// Lays out fresh, zeroed shared memory (the ET process, once).
+    pub(crate) fn create(map: Mapping, layout: Layout, name: &str) -> std::io::Result<Pool> {
+        assert!(map.len() >= layout.total);
+        let pool = Pool { map, layout };
+        // SAFETY: the mapping is fresh (all zero) and nobody else maps it yet; the header
+        // region is HEADER_LEN bytes and the struct fits in it.
+        let h = unsafe { &mut *pool.map.base().cast::<Header>() };
+        h.magic = MAGIC;
+        h.version = LAYOUT_VERSION;
+        h.header_len = HEADER_LEN as u32;
+        h.events = layout.events;
+        h.max_stations = layout.max_stations;
+        h.max_attachments = layout.max_attachments;
+        h.event_size = layout.event_size as u64;
+        h.event_stride = layout.event_stride as u64;
+        h.total_len = layout.total as u64;
+        h.off_stations = layout.off_stations as u64;
+        h.off_attachments = layout.off_attachments as u64;
+        h.off_descs = layout.off_descs as u64;
+        h.off_owners = layout.off_owners as u64;
+        h.off_queues = layout.off_queues as u64;
+        h.queue_stride = layout.queue_stride as u64;
+        h.off_data = layout.off_data as u64;
+        let n = name.as_bytes();
+        h.name[..n.len().min(63)].copy_from_slice(&n[..n.len().min(63)]);
+        h.et_pid.store(sys::getpid(), Ordering::Release);
+        for q in 0..layout.max_stations + 2 {
+            // SAFETY: each queue header is inside the mapping, unused, and 64-byte aligned.
+            unsafe { sys::robust_init(&raw mut (*pool.queue_header(q)).mutex)? };
+        }
+        Ok(pool)
+    }
+
+    /// Checks and adopts shared memory mapped from an ET system's memory file (a client).
+    pub(crate) fn open(map: Mapping) -> Result<Pool, BadPool> {
+        if map.len() < HEADER_LEN {
+            return Err(BadPool(format!("{} bytes is smaller than the header", map.len())));
+        }
+        // SAFETY: at least HEADER_LEN bytes are mapped; the header is plain data.
+        let h = unsafe { &*map.base().cast::<Header>() };
+        if h.magic != MAGIC || h.version != LAYOUT_VERSION {
+            return Err(BadPool("wrong magic or layout version (another daqflow version?)".into()));
+        }
+        if h.max_stations > MAX_STATIONS || h.max_stations < 1 {
+            return Err(BadPool(format!("{} stations", h.max_stations)));
+        }
+        let layout = Layout::new(h.events, h.event_size as usize, h.max_stations, h.max_attachments);
+        let consistent = layout.total as u64 == h.total_len
+            && layout.off_data as u64 == h.off_data
+            && layout.off_queues as u64 == h.off_queues
+            && layout.total <= map.len();
+        if !consistent {
+            return Err(BadPool("offsets disagree with the sizes".into()));
+        }
+        Ok(Pool { map, layout })
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: checked or created at construction; the mapping lives as long as `self`.
+        unsafe { &*self.map.base().cast::<Header>() }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> String {
+        let n = &self.header().name;
+        String::from_utf8_lossy(&n[..n.iter().position(|&b| b == 0).unwrap_or(n.len())]).into_owned()
+    }
+
+    pub(crate) fn station(&self, slot: u32) -> &StationRecord {
+        assert!(slot < MAX_STATIONS);
+        // SAFETY: the station records region holds MAX_STATIONS records.
+        unsafe { &*self.map.base().add(self.layout.off_stations).cast::<StationRecord>().add(slot as usize) }
+    }
+
+    /// Writes a station's name (ET process only, while the record is free).
+    pub(crate) fn set_station_name(&self, slot: u32, name: &str) {
+        let s = self.station(slot);
+        let b = &name.as_bytes()[..name.len().min(64)];
+        // SAFETY: only the ET process writes names, and only into a free record that no client
+        // reads (clients read names of active records, published by the `state` store after).
+        unsafe {
+            let dst = (&raw const s.name).cast::<u8>().cast_mut();
+            std::ptr::copy_nonoverlapping(b.as_ptr(), dst, b.len());
+        }
+        s.name_len.store(b.len() as u32, Ordering::Release);
+    }
+
+    pub(crate) fn attachment(&self, slot: u32) -> &AttachmentRecord {
+        assert!(slot < self.layout.max_attachments);
+        // SAFETY: the attachment region holds max_attachments records.
+        unsafe { &*self.map.base().add(self.layout.off_attachments).cast::<AttachmentRecord>().add(slot as usize) }
+    }
+
+    /// The descriptor of event `idx`. Reading or writing it is only sound for its owner.
+    pub(crate) fn desc(&self, idx: u32) -> *mut EventDesc {
+        assert!(idx < self.layout.events);
+        // SAFETY: the descriptor region holds `events` descriptors.
+        unsafe { self.map.base().add(self.layout.off_descs).cast::<EventDesc>().add(idx as usize) }
+    }
+
+    pub(crate) fn owner(&self, idx: u32) -> &AtomicU32 {
+        assert!(idx < self.layout.events);
+        // SAFETY: the owners region holds `events` 32-bit words, 4-byte aligned.
+        unsafe { &*self.map.base().add(self.layout.off_owners).cast::<AtomicU32>().add(idx as usize) }
+    }
+
+    /// The data buffer of event `idx` (`event_size` bytes). Only its owner may touch it.
+    pub(crate) fn data(&self, idx: u32) -> *mut u8 {
+        assert!(idx < self.layout.events);
+        // SAFETY: the data region holds `events` buffers of `event_stride` bytes.
+        unsafe { self.map.base().add(self.layout.off_data + idx as usize * self.layout.event_stride) }
+    }
+
+    fn queue_header(&self, q: u32) -> *mut QueueHeader {
+        assert!(q < self.layout.max_stations + 2);
+        // SAFETY: the queues region holds max_stations + 2 queues of `queue_stride` bytes.
+        unsafe {
+            self.map.base().add(self.layout.off_queues + q as usize * self.layout.queue_stride).cast::<QueueHeader>()
+        }
+    }
+
+    /// Queue `q`.
+    pub(crate) fn queue(&self, q: u32) -> Queue<'_, ShmPlat> {
+        let h = self.queue_header(q);
+        let n = self.layout.events as usize;
+        // SAFETY: the header and its two rings of `n` slots are inside the queue's stride; the
+        // references live as long as the mapping (`self`).
+        unsafe {
+            let slots = h.add(1).cast::<u32>();
+            Queue {
+                plat: ShmPlat { mutex: &raw mut (*h).mutex },
+                ring: &raw mut (*h).ring,
+                high: slots,
+                low: slots.add(n),
+                cap: n as u64,
+                count: &(*h).count,
+                seq: &(*h).seq,
+                waiters: &(*h).waiters,
+            }
+        }
+    }
+
+    pub(crate) fn conductor_queue(&self) -> u32 {
+        self.layout.max_stations
+    }
+
+    pub(crate) fn temp_queue(&self) -> u32 {
+        self.layout.max_stations + 1
+    }
+
+    /// Marks that set the owners of events entering queue `q` and taken by `taker`.
+    pub(crate) fn marks(&self, q: u32, taker: u32) -> OwnerMarks<'_> {
+        OwnerMarks { pool: self, queued: q, taker }
+    }
+
+    /// The station slots after GrandCentral, in order (a consistent snapshot).
+    pub(crate) fn chain(&self, out: &mut Vec<u32>) {
+        let h = self.header();
+        loop {
+            let v1 = h.chain_version.load(Ordering::Acquire);
+            if v1 % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            out.clear();
+            let len = (h.chain_len.load(Ordering::Acquire) as usize).min(MAX_STATIONS as usize);
+            out.extend(h.chain[..len].iter().map(|s| s.load(Ordering::Acquire)));
+            if h.chain_version.load(Ordering::Acquire) == v1 {
+                return;
+            }
+        }
+    }
+
+    /// Replaces the chain (ET process only; readers retry while it changes).
+    pub(crate) fn set_chain(&self, slots: &[u32]) {
+        let h = self.header();
+        h.chain_version.fetch_add(1, Ordering::AcqRel);
+        for (i, s) in slots.iter().enumerate() {
+            h.chain[i].store(*s, Ordering::Release);
+        }
+        h.chain_len.store(slots.len() as u32, Ordering::Release);
+        h.chain_version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// What routing needs to know of station `slot`.
+    pub(crate) fn station_view(&self, slot: u32) -> StationView {
+        let s = self.station(slot);
+        let r = |a: &AtomicU32| a.load(Ordering::Relaxed);
+        let i = |a: &AtomicI32| a.load(Ordering::Relaxed);
+        let select = match r(&s.select) {
+            1 => Select::Match {
+                ints: [i(&s.select_ints[0]), i(&s.select_ints[1]), i(&s.select_ints[2]), i(&s.select_ints[3])],
+                wild: r(&s.select_wild),
+            },
+            2 => Select::Range { index: r(&s.select_index) as usize, lo: i(&s.select_a), hi: i(&s.select_b) },
+            3 => Select::MaskAny { index: r(&s.select_index) as usize, mask: i(&s.select_a) },
+            4 => Select::MaskAll { index: r(&s.select_index) as usize, mask: i(&s.select_a) },
+            5 => Select::High,
+            6 => Select::Closure,
+            _ => Select::All,
+        };
+        StationView {
+            slot,
+            group: r(&s.group),
+            policy: if r(&s.group_policy) == 1 {
+                routing::GroupPolicy::ShortestQueue
+            } else {
+                routing::GroupPolicy::RoundRobin
+            },
+            attached: r(&s.attachments) > 0,
+            blocking: r(&s.blocking) != 0,
+            cue: r(&s.cue),
+            queued: self.queue(slot).count.load(Ordering::Relaxed),
+            prescale: r(&s.prescale),
+            select,
+        }
+    }
+
+    /// Stores a station's configuration (ET process; also while it runs).
+    pub(crate) fn store_config(&self, slot: u32, c: &StationConfig) {
+        let s = self.station(slot);
+        let w = |a: &AtomicU32, v: u32| a.store(v, Ordering::Release);
+        let wi = |a: &AtomicI32, v: i32| a.store(v, Ordering::Release);
+        w(&s.blocking, u32::from(c.blocking));
+        w(&s.cue, c.cue);
+        w(&s.prescale, c.prescale.max(1));
+        w(&s.single_user, u32::from(c.single_user));
+        w(
+            &s.restore,
+            match c.restore {
+                RestoreMode::Output => 0,
+                RestoreMode::Input => 1,
+                RestoreMode::GrandCentral => 2,
+                RestoreMode::Redistribute => 3,
+            },
+        );
+        w(&s.group_policy, u32::from(c.group_policy == GroupPolicy::ShortestQueue));
+        match &c.selection {
+            Selection::All => w(&s.select, 0),
+            Selection::Match(m) => {
+                let mut wild = 0;
+                for (k, v) in m.iter().enumerate() {
+                    match v {
+                        Some(v) => wi(&s.select_ints[k], *v),
+                        None => wild |= 1 << k,
+                    }
+                }
+                w(&s.select_wild, wild);
+                w(&s.select, 1);
+            }
+            Selection::Range { index, lo, hi } => {
+                w(&s.select_index, *index as u32);
+                wi(&s.select_a, *lo);
+                wi(&s.select_b, *hi);
+                w(&s.select, 2);
+            }
+            Selection::MaskAny { index, mask } => {
+                w(&s.select_index, *index as u32);
+                wi(&s.select_a, *mask);
+                w(&s.select, 3);
+            }
+            Selection::MaskAll { index, mask } => {
+                w(&s.select_index, *index as u32);
+                wi(&s.select_a, *mask);
+                w(&s.select, 4);
+            }
+            Selection::HighPriority => w(&s.select, 5),
+            Selection::Closure(_) => w(&s.select, 6),
+        }
+    }
+
+    /// A station's configuration as stored (closures appear as `Selection::All`; the ET
+    /// process keeps them).
+    pub(crate) fn load_config(&self, slot: u32) -> StationConfig {
+        let s = self.station(slot);
+        let r = |a: &AtomicU32| a.load(Ordering::Acquire);
+        let i = |a: &AtomicI32| a.load(Ordering::Acquire);
+        let selection = match r(&s.select) {
+            1 => {
+                let wild = r(&s.select_wild);
+                let mut m = [None; 4];
+                for (k, v) in m.iter_mut().enumerate() {
+                    if wild & (1 << k) == 0 {
+                        *v = Some(i(&s.select_ints[k]));
+                    }
+                }
+                Selection::Match(m)
+            }
+            2 => Selection::Range { index: r(&s.select_index) as usize, lo: i(&s.select_a), hi: i(&s.select_b) },
+            3 => Selection::MaskAny { index: r(&s.select_index) as usize, mask: i(&s.select_a) },
+            4 => Selection::MaskAll { index: r(&s.select_index) as usize, mask: i(&s.select_a) },
+            5 => Selection::HighPriority,
+            _ => Selection::All,
+        };
+        StationConfig {
+            blocking: r(&s.blocking) != 0,
+            cue: r(&s.cue),
+            prescale: r(&s.prescale),
+            selection,
+            single_user: r(&s.single_user) != 0,
+            restore: match r(&s.restore) {
+                1 => RestoreMode::Input,
+                2 => RestoreMode::GrandCentral,
+                3 => RestoreMode::Redistribute,
+                _ => RestoreMode::Output,
+            },
+            group_policy: if r(&s.group_policy) == 1 { GroupPolicy::ShortestQueue } else { GroupPolicy::RoundRobin },
+        }
+    }
+}
+
+/// The robust mutex and futex of a queue in shared memory.
+pub(crate) struct ShmPlat {
+    mutex: *mut libc::pthread_mutex_t,
+}
+
+impl Platform for ShmPlat {
+    type W = AtomicU32;
+    fn lock(&self) -> bool {
+        // SAFETY: the mutex was initialized by the ET process and lives in the mapping,
+        // which outlives every `Queue` made from the pool.
+        match unsafe { sys::robust_lock(self.mutex) } {
+            Ok(sys::Locked::Clean) => false,
+            Ok(sys::Locked::OwnerDied) => true,
+            Err(e) => panic!("locking an ET queue failed: {e}"),
+        }
+    }
+    fn consistent(&self) {
+        // SAFETY: we hold the lock after an OwnerDied lock.
+        unsafe { sys::robust_consistent(self.mutex) }
+    }
+    fn unlock(&self) {
+        // SAFETY: we hold the lock (called by the queue's guard only).
+        unsafe { sys::robust_unlock(self.mutex) }
+    }
+    fn wait(&self, word: &AtomicU32, expected: u32, timeout: Option<std::time::Duration>) {
+        sys::futex_wait(word, expected, timeout)
+    }
+    fn wake(&self, word: &AtomicU32) {
+        sys::futex_wake(word, u32::MAX)
+    }
+    fn spin_limit(&self) -> u32 {
+        POP_SPINS
+    }
+}
+
+/// How many times a popper re-checks an empty queue (with a CPU pause between checks, a few
+/// microseconds in all) before it sleeps on the futex. Chosen by measurement on a 2-core machine
+/// (`daqflow bench et`, see docs/et.md): 0 costs 4× in the remote case, where every wake-up is on
+/// the critical path; 8000 helps it a little but costs a third of the throughput when more busy
+/// threads than cores share the machine (4 consumers on separate stations: 6.2 M → 4.1 M events/s).
+const POP_SPINS: u32 = 2000;
+
+/// Sets events' owners as they move through a queue.
+pub(crate) struct OwnerMarks<'a> {
+    pool: &'a Pool,
+    queued: u32,
+    taker: u32,
+}
+
+impl Marks for OwnerMarks<'_> {
+    fn queued(&self, idx: u32) {
+        self.pool.owner(idx).store(self.queued, Ordering::Release);
+    }
+    fn taken(&self, idx: u32) {
+        self.pool.owner(idx).store(self.taker, Ordering::Release);
+    }
+}
+
+/// Routing counters in shared memory (no closures: a client process has none).
+pub(crate) struct ShmEnv<'a>(pub &'a Pool);
+
+impl RouteEnv for ShmEnv<'_> {
+    fn prescale_tick(&self, slot: u32) -> u64 {
+        self.0.station(slot).prescale_counter.fetch_add(1, Ordering::Relaxed)
+    }
+    fn round_robin(&self, slot: u32) -> u64 {
+        self.0.station(slot).rr_counter.fetch_add(1, Ordering::Relaxed)
+    }
+    fn closure(&self, _slot: u32, _idx: u32) -> Option<bool> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_fits_and_is_aligned() {
+        for (n, size) in [(1u32, 1usize), (3000, 64), (100_000, 1024), (17, 1 << 20)] {
+            let l = Layout::new(n, size, 32, 128);
+            assert!(l.off_attachments >= l.off_stations + 64 * size_of::<StationRecord>());
+            assert!(l.off_data + n as usize * l.event_stride <= l.total);
+            assert_eq!(l.off_queues % 4096, 0);
+            assert_eq!(l.queue_stride % 64, 0);
+            assert_eq!(l.event_stride % 64, 0);
+        }
+        assert!(size_of::<Header>() <= HEADER_LEN);
+        assert_eq!(size_of::<EventDesc>(), 32);
+    }
+
+    #[test]
+    fn a_created_pool_opens_and_its_queues_work() {
+        let layout = Layout::new(100, 64, 8, 16);
+        let fd = sys::memfd("pool-test", layout.total as u64).unwrap();
+        let created = Pool::create(Mapping::map(&fd, layout.total).unwrap(), layout, "test").unwrap();
+        let opened = Pool::open(Mapping::map(&fd, layout.total).unwrap()).unwrap();
+        assert_eq!(opened.name(), "test");
+        let free: Vec<u32> = (0..100).collect();
+        assert!(created.queue(0).push(&free, false, &created.marks(0, 0)));
+        let mut got = Vec::new();
+        let taker = OWNER_ATTACHMENT + 3;
+        opened.queue(0).pop(10, &mut got, crate::queue::Block::No, &opened.marks(0, taker), &|| false).unwrap();
+        assert_eq!(got, (0..10).collect::<Vec<_>>());
+        assert!(got.iter().all(|&i| created.owner(i).load(Ordering::Relaxed) == taker));
+        assert_eq!(created.owner(50).load(Ordering::Relaxed), 0);
+        created.set_chain(&[3, 1]);
+        let mut chain = Vec::new();
+        opened.chain(&mut chain);
+        assert_eq!(chain, [3, 1]);
+    }
+}

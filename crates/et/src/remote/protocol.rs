@@ -1,0 +1,236 @@
+//! The remote protocol: daqflow frames whose kind is the message; station and status messages
+//! carry JSON, event batches a compact binary layout (see `docs/et.md`).
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Position, StationConfig, Wait};
+use crate::error::EtError;
+
+pub(crate) const HELLO: u16 = 1;
+pub(crate) const WELCOME: u16 = 2;
+pub(crate) const ATTACH: u16 = 3;
+pub(crate) const ATTACHED: u16 = 4;
+pub(crate) const DETACH: u16 = 5;
+pub(crate) const NEW: u16 = 6;
+pub(crate) const EVENTS: u16 = 7;
+pub(crate) const GET: u16 = 8;
+pub(crate) const PUT: u16 = 9;
+pub(crate) const DUMP: u16 = 10;
+pub(crate) const STATION: u16 = 11;
+pub(crate) const STATUS: u16 = 12;
+pub(crate) const SNAPSHOT: u16 = 13;
+/// Keeps an idle client's attachments alive.
+pub(crate) const PING: u16 = 14;
+/// The data of one event of the batch before it (events of at least [`INLINE_MAX`] bytes).
+pub(crate) const DATA: u16 = 15;
+pub(crate) const OK: u16 = 100;
+pub(crate) const ERROR: u16 = 101;
+
+/// The longest a server waits inside one GET before answering with no event (the client asks
+/// again): keeps the connection responsive and lets both ends notice a dead peer.
+pub(crate) const MAX_SERVER_WAIT_MS: u64 = 500;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Welcome {
+    pub name: String,
+    pub events: u32,
+    pub event_size: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum StationOp {
+    Create { name: String, config: StationConfig, position: Position },
+    Remove { name: String },
+    Configure { name: String, config: StationConfig },
+}
+
+/// Event header flags on the wire.
+pub(crate) const EV_CORRUPT: u8 = 1;
+pub(crate) const EV_LARGE: u8 = 2;
+pub(crate) const EV_HIGH: u8 = 4;
+/// The event's data follows its header in the batch.
+pub(crate) const EV_DATA: u8 = 8;
+/// The event's data follows the batch in a DATA frame of its own.
+pub(crate) const EV_FRAME: u8 = 16;
+
+/// Events with less data than this travel inside the batch (one copy, cheap); larger ones in
+/// DATA frames of their own, which both ends send from the event's memory without a copy.
+pub(crate) const INLINE_MAX: usize = 2048;
+
+/// One event on the wire: its header and, if sent, its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WireEvent {
+    pub idx: u32,
+    pub len: u32,
+    pub cap: u32,
+    pub flags: u8,
+    pub control: [i32; 4],
+    pub data: Option<Bytes>,
+}
+
+pub(crate) const WIRE_HEADER: usize = 4 + 4 + 4 + 1 + 3 + 16;
+
+pub(crate) fn encode_wait(w: Wait, out: &mut BytesMut) {
+    match w {
+        Wait::NoWait => out.put_u64_le(0),
+        Wait::Timed(d) => out.put_u64_le((d.as_millis() as u64).clamp(1, u64::MAX - 1)),
+        Wait::Sleep => out.put_u64_le(u64::MAX),
+    }
+}
+
+pub(crate) fn decode_wait(b: &mut Bytes) -> Result<Wait, EtError> {
+    if b.remaining() < 8 {
+        return Err(EtError::Protocol("wait mode missing".into()));
+    }
+    Ok(match b.get_u64_le() {
+        0 => Wait::NoWait,
+        u64::MAX => Wait::Sleep,
+        ms => Wait::Timed(std::time::Duration::from_millis(ms)),
+    })
+}
+
+/// Appends a batch header (event count).
+pub(crate) fn begin_batch(out: &mut BytesMut, n: usize) {
+    out.put_u32_le(n as u32);
+}
+
+/// How an event's data travels with its header.
+pub(crate) enum DataMode<'a> {
+    /// Not at all.
+    None,
+    /// Inside the batch, after the header.
+    Inline(&'a [u8]),
+    /// In a DATA frame after the batch (`len` bytes).
+    Frame,
+}
+
+/// Appends one event's header, and its data if inline.
+pub(crate) fn put_event(
+    out: &mut BytesMut,
+    idx: u32,
+    len: u32,
+    cap: u32,
+    flags: u8,
+    control: [i32; 4],
+    data: DataMode<'_>,
+) {
+    out.put_u32_le(idx);
+    out.put_u32_le(len);
+    out.put_u32_le(cap);
+    out.put_u8(
+        flags
+            | match data {
+                DataMode::None => 0,
+                DataMode::Inline(_) => EV_DATA,
+                DataMode::Frame => EV_FRAME,
+            },
+    );
+    out.put_bytes(0, 3);
+    for c in control {
+        out.put_i32_le(c);
+    }
+    if let DataMode::Inline(d) = data {
+        out.put_slice(d);
+    }
+}
+
+/// Decodes a batch; inline data are slices of `b`, not copies. Events flagged [`EV_FRAME`] get
+/// their data from the DATA frames that follow, in order: `frame_data` reads the next one.
+pub(crate) fn decode_batch(
+    mut b: Bytes,
+    max_events: usize,
+    mut frame_data: impl FnMut() -> Result<Bytes, EtError>,
+) -> Result<Vec<WireEvent>, EtError> {
+    if b.remaining() < 4 {
+        return Err(EtError::Protocol("batch without a count".into()));
+    }
+    let n = b.get_u32_le() as usize;
+    if n > max_events {
+        return Err(EtError::Protocol(format!("batch of {n} events, more than the system's {max_events}")));
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut in_frames = Vec::new();
+    for _ in 0..n {
+        if b.remaining() < WIRE_HEADER {
+            return Err(EtError::Protocol("batch ends inside an event header".into()));
+        }
+        let idx = b.get_u32_le();
+        let len = b.get_u32_le();
+        let cap = b.get_u32_le();
+        let flags = b.get_u8();
+        b.advance(3);
+        let control = [b.get_i32_le(), b.get_i32_le(), b.get_i32_le(), b.get_i32_le()];
+        let (inline, framed) = (flags & EV_DATA != 0, flags & EV_FRAME != 0);
+        if inline && framed {
+            return Err(EtError::Protocol("an event's data both inline and in a frame".into()));
+        }
+        if inline && b.remaining() < len as usize {
+            return Err(EtError::Protocol("batch ends inside an event's data".into()));
+        }
+        let data = if inline { Some(b.split_to(len as usize)) } else { None };
+        if framed {
+            in_frames.push(out.len());
+        }
+        out.push(WireEvent { idx, len, cap, flags: flags & !(EV_DATA | EV_FRAME), control, data });
+    }
+    if b.has_remaining() {
+        return Err(EtError::Protocol(format!("{} bytes after the batch", b.remaining())));
+    }
+    for i in in_frames {
+        let e = &mut out[i];
+        let d = frame_data()?;
+        if d.len() != e.len as usize {
+            return Err(EtError::Protocol(format!(
+                "event {}: {} bytes of data for a length of {}",
+                e.idx,
+                d.len(),
+                e.len
+            )));
+        }
+        e.data = Some(d);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn batches_round_trip(events in proptest::collection::vec((any::<u32>(), any::<u8>(), any::<[i32; 4]>(), proptest::option::of(proptest::collection::vec(any::<u8>(), 0..50)), any::<bool>()), 0..20)) {
+            let mut out = BytesMut::new();
+            let mut frames = std::collections::VecDeque::new();
+            begin_batch(&mut out, events.len());
+            for (idx, flags, control, data, in_frame) in &events {
+                let len = data.as_ref().map_or(7, |d| d.len() as u32);
+                let mode = match data {
+                    None => DataMode::None,
+                    Some(d) if *in_frame => {
+                        frames.push_back(Bytes::from(d.clone()));
+                        DataMode::Frame
+                    }
+                    Some(d) => DataMode::Inline(d),
+                };
+                put_event(&mut out, *idx, len, 100, flags & 7, *control, mode);
+            }
+            let back = decode_batch(out.freeze(), 1000, || frames.pop_front().ok_or_else(|| EtError::Protocol("no frame".into()))).unwrap();
+            prop_assert!(frames.is_empty());
+            prop_assert_eq!(back.len(), events.len());
+            for (w, (idx, flags, control, data, _)) in back.iter().zip(&events) {
+                prop_assert_eq!(w.idx, *idx);
+                prop_assert_eq!(w.flags, flags & 7);
+                prop_assert_eq!(w.control, *control);
+                prop_assert_eq!(w.data.as_deref(), data.as_deref());
+            }
+        }
+
+        #[test]
+        fn random_batches_never_panic(data in proptest::collection::vec(any::<u8>(), 0..200), frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..4)) {
+            let mut frames: std::collections::VecDeque<Bytes> = frames.into_iter().map(Bytes::from).collect();
+            let _ = decode_batch(Bytes::from(data), 100, || frames.pop_front().ok_or_else(|| EtError::Protocol("no frame".into())));
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The remote-access server in the ET process: one thread per client connection, serving the
+//! attachment API with events copied over TCP in batches.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use daqflow_transport::{Connection, ConnectionOptions, Listener};
+use daqflow_wire::frame::Frame;
+
+use super::protocol::*;
+use crate::config::Wait;
+use crate::error::EtError;
+use crate::local::LocalAttachment;
+use crate::pool::{FLAG_CORRUPT, FLAG_TEMP};
+use crate::system::{Holder, InProcess, SystemInner};
+
+pub(crate) fn options() -> ConnectionOptions {
+    ConnectionOptions { max_frame_bytes: u32::MAX / 2, ..ConnectionOptions::default() }
+}
+
+pub(crate) fn bind(addr: SocketAddr) -> Result<Listener, EtError> {
+    Listener::bind(addr, options()).map_err(|e| EtError::io(format!("listening for remote clients on {addr}"), e))
+}
+
+pub(crate) fn serve(system: Weak<SystemInner>, listener: Listener) {
+    loop {
+        let Some(s) = system.upgrade() else { return };
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        drop(s);
+        match listener.accept_timeout(Duration::from_millis(200)) {
+            Ok(Some(conn)) => {
+                let w = system.clone();
+                let _ = std::thread::Builder::new().name("et-remote-client".into()).spawn(move || serve_conn(w, conn));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a remote client failed");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn error_frame(e: &EtError) -> Frame {
+    Frame::new(ERROR, Bytes::from(serde_json::to_vec(e).unwrap_or_default()))
+}
+
+fn json_frame(kind: u16, v: &impl serde::Serialize) -> Frame {
+    Frame::new(kind, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
+}
+
+/// A server-side wait never exceeds `MAX_SERVER_WAIT_MS`; the client repeats.
+fn server_wait(w: Wait) -> Wait {
+    let max = Duration::from_millis(MAX_SERVER_WAIT_MS);
+    match w {
+        Wait::NoWait => Wait::NoWait,
+        Wait::Sleep => Wait::Timed(max),
+        Wait::Timed(d) => Wait::Timed(d.min(max)),
+    }
+}
+
+fn serve_conn(system: Weak<SystemInner>, mut conn: Connection) {
+    let peer = conn.peer_addr();
+    let mut atts: HashMap<u32, LocalAttachment> = HashMap::new();
+    let mut next: Option<Frame> = None;
+    let mut extra = Vec::new();
+    loop {
+        let frame = match next.take() {
+            Some(f) => f,
+            None => match conn.recv_timeout(Duration::from_millis(500)) {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    if system.upgrade().is_none_or(|s| s.stop.load(Ordering::Acquire)) {
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    if !e.is_clean_close() {
+                        tracing::debug!(%peer, error = %e, "remote client connection ended");
+                    }
+                    break;
+                }
+            },
+        };
+        let Some(s) = system.upgrade() else { break };
+        for a in atts.values() {
+            a.beat();
+        }
+        extra.clear();
+        let (reply, fatal) = match handle(&s, &mut atts, frame, &mut conn, &mut extra) {
+            Ok(f) => (f, false),
+            Err(e) => {
+                extra.clear();
+                // A malformed message leaves the stream in an unknown state: answer and close.
+                let fatal = matches!(e, EtError::Protocol(_));
+                if fatal {
+                    tracing::warn!(%peer, error = %e, "closing a remote client's connection");
+                }
+                (error_frame(&e), fatal)
+            }
+        };
+        if conn.send(reply).is_err() || extra.drain(..).any(|f| conn.send(f).is_err()) {
+            break;
+        }
+        if fatal {
+            let _ = conn.close();
+            break;
+        }
+        // Answer pipelined requests before flushing: their answers travel together.
+        match conn.try_recv() {
+            Ok(Some(f)) => next = Some(f),
+            Ok(None) => {
+                if conn.flush().is_err() {
+                    break;
+                }
+            }
+            Err(_) => {
+                let _ = conn.flush();
+                break;
+            }
+        }
+    }
+    // The connection goes first: its send queue may still refer to events' memory.
+    drop(extra);
+    drop(conn);
+    // A client that leaves without detaching died: its events come back, possibly corrupt.
+    if let Some(s) = system.upgrade() {
+        for (_, att) in atts.drain() {
+            att.end_dead(&s);
+        }
+    }
+}
+
+/// Event data sent straight from the pool (no copy): keeps the system, and so its memory,
+/// alive while the transport holds it.
+struct PoolBytes {
+    _system: Arc<SystemInner>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the bytes belong to an event the remote attachment holds until its client puts it
+// back, which it can only do after receiving them; nothing writes them meanwhile, and the
+// mapping outlives this value (it holds the system).
+unsafe impl Send for PoolBytes {}
+
+impl AsRef<[u8]> for PoolBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: see the `Send` impl: `len` bytes at `ptr` stay mapped and unchanged.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+fn att(atts: &HashMap<u32, LocalAttachment>, id: u32) -> Result<&LocalAttachment, EtError> {
+    atts.get(&id).ok_or_else(|| EtError::Protocol(format!("no attachment {id} on this connection")))
+}
+
+/// Handles one request: its answer, and DATA frames to send after it in `extra`. A PUT's DATA
+/// frames are read from `conn`.
+fn handle(
+    s: &Arc<SystemInner>,
+    atts: &mut HashMap<u32, LocalAttachment>,
+    frame: Frame,
+    conn: &mut Connection,
+    extra: &mut Vec<Frame>,
+) -> Result<Frame, EtError> {
+    let json = |b: &Bytes| -> Result<serde_json::Value, EtError> {
+        serde_json::from_slice(b).map_err(|e| EtError::Protocol(e.to_string()))
+    };
+    let mut p = frame.payload.clone();
+    match frame.kind {
+        HELLO => Ok(json_frame(
+            WELCOME,
+            &Welcome {
+                name: s.config.name.clone(),
+                events: s.pool.layout.events,
+                event_size: s.pool.layout.event_size,
+            },
+        )),
+        ATTACH => {
+            let v = json(&p)?;
+            let station = v["station"].as_str().ok_or_else(|| EtError::Protocol("attach without a station".into()))?;
+            let (id, slot) = s.attach(station, Holder::Remote)?;
+            atts.insert(
+                id,
+                LocalAttachment::new(Arc::new(InProcess { system: s.clone() }), id, slot, station.to_owned()),
+            );
+            Ok(json_frame(ATTACHED, &serde_json::json!({ "attachment": id })))
+        }
+        DETACH => {
+            atts.remove(&frame.channel);
+            Ok(Frame::new(OK, Bytes::new()))
+        }
+        NEW | GET => {
+            if p.remaining() < 12 {
+                return Err(EtError::Protocol("short request".into()));
+            }
+            let n = (p.get_u32_le() as usize).min(s.pool.layout.events as usize);
+            let size = if frame.kind == NEW { p.get_u64_le() as usize } else { 0 };
+            if size > u32::MAX as usize {
+                return Err(EtError::Refused("events larger than 4 GiB cannot travel remotely".into()));
+            }
+            let wait = server_wait(decode_wait(&mut p)?);
+            let a = att(atts, frame.channel)?;
+            let mut idx = Vec::with_capacity(n);
+            let got = if frame.kind == NEW { a.raw_new(n, size, wait, &mut idx) } else { a.raw_get(n, wait, &mut idx) };
+            match got {
+                Ok(_) | Err(EtError::Timeout) => {}
+                Err(e) => return Err(e),
+            }
+            let pool = &s.pool;
+            let mut out = BytesMut::with_capacity(4 + idx.len() * WIRE_HEADER);
+            begin_batch(&mut out, idx.len());
+            for &i in &idx {
+                // SAFETY: the attachment holds the event (just taken).
+                let d = unsafe { *pool.desc(i) };
+                let (ptr, cap) = a.raw_data(i);
+                let mut flags = 0u8;
+                if d.flags & FLAG_CORRUPT != 0 {
+                    flags |= EV_CORRUPT;
+                }
+                if d.flags & FLAG_TEMP != 0 {
+                    flags |= EV_LARGE;
+                }
+                if d.priority == 1 {
+                    flags |= EV_HIGH;
+                }
+                let len = (d.len as usize).min(cap);
+                let data = if frame.kind == NEW {
+                    DataMode::None
+                } else if len < INLINE_MAX {
+                    // SAFETY: the attachment holds the event; its buffer has `cap >= len` bytes.
+                    DataMode::Inline(unsafe { std::slice::from_raw_parts(ptr, len) })
+                } else {
+                    let bytes = Bytes::from_owner(PoolBytes { _system: s.clone(), ptr, len });
+                    extra.push(Frame::new(DATA, bytes).with_channel(frame.channel));
+                    DataMode::Frame
+                };
+                put_event(&mut out, i, len as u32, cap.min(u32::MAX as usize) as u32, flags, d.control, data);
+            }
+            Ok(Frame::new(EVENTS, out.freeze()).with_channel(frame.channel))
+        }
+        PUT => {
+            let a = att(atts, frame.channel)?;
+            let events =
+                decode_batch(p, s.pool.layout.events as usize, || match conn.recv_timeout(Duration::from_secs(30)) {
+                    Ok(Some(f)) if f.kind == DATA => Ok(f.payload),
+                    Ok(Some(f)) => Err(EtError::Protocol(format!("expected event data, got message {}", f.kind))),
+                    _ => Err(EtError::Protocol("the event data did not come".into())),
+                })?;
+            let idx: Vec<u32> = events.iter().map(|e| e.idx).collect();
+            a.check_held(&idx)?;
+            for e in &events {
+                let (ptr, cap) = a.raw_data(e.idx);
+                if e.len as usize > cap {
+                    return Err(EtError::Refused(format!(
+                        "event {}: length {} exceeds its capacity {cap}",
+                        e.idx, e.len
+                    )));
+                }
+                if let Some(d) = &e.data {
+                    // SAFETY: held by this attachment (checked), so no one else touches its
+                    // `cap` bytes while this slice lives.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(ptr, cap) };
+                    crate::copy::copy_into(dst, &d[..d.len().min(cap)]);
+                }
+                // SAFETY: held by this attachment (checked).
+                unsafe {
+                    let desc = &mut *s.pool.desc(e.idx);
+                    desc.len = e.len;
+                    desc.control = e.control;
+                    desc.priority = u8::from(e.flags & EV_HIGH != 0);
+                }
+            }
+            a.raw_put(&idx)?;
+            Ok(Frame::new(OK, Bytes::new()))
+        }
+        DUMP => {
+            let a = att(atts, frame.channel)?;
+            if p.remaining() < 4 {
+                return Err(EtError::Protocol("short dump".into()));
+            }
+            let n = p.get_u32_le() as usize;
+            if p.remaining() != n * 4 {
+                return Err(EtError::Protocol("dump length disagrees with its count".into()));
+            }
+            let idx: Vec<u32> = (0..n).map(|_| p.get_u32_le()).collect();
+            a.raw_dump(&idx)?;
+            Ok(Frame::new(OK, Bytes::new()))
+        }
+        STATION => {
+            let op: StationOp = serde_json::from_slice(&p).map_err(|e| EtError::Protocol(e.to_string()))?;
+            match op {
+                StationOp::Create { name, config, position } => {
+                    s.create_station(&name, config, position).map(|_| ())?
+                }
+                StationOp::Remove { name } => s.remove_station(&name)?,
+                StationOp::Configure { name, config } => s.configure_station(&name, config)?,
+            }
+            Ok(Frame::new(OK, Bytes::new()))
+        }
+        STATUS => Ok(json_frame(SNAPSHOT, &s.snapshot())),
+        PING => Ok(Frame::new(OK, Bytes::new())),
+        other => Err(EtError::Protocol(format!("unknown request kind {other}"))),
+    }
+}

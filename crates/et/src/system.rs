@@ -1,0 +1,902 @@
+//! The ET system process: the pool, GrandCentral and the stations, the attachments, recovery,
+//! large events, the conductor for closure stations, and the control socket local processes
+//! talk to. Remote access and discovery are in [`crate::remote`].
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::config::{
+    EventView, GRAND_CENTRAL, Position, Priority, RestoreMode, SelectFn, Selection, StationConfig, SystemConfig,
+};
+use crate::error::EtError;
+use crate::ipc::{self, Request, Response};
+use crate::local::{Backend, LocalAttachment, route_and_push};
+use crate::monitor::{AttachmentStatus, Snapshot, StationStatus};
+use crate::pool::{
+    ATT_ACTIVE, ATT_DEAD, ATT_FREE, FLAG_CORRUPT, FLAG_TEMP, Layout, MAX_STATIONS, OWNER_ATTACHMENT, OWNER_SYSTEM,
+    Pool, STATION_ACTIVE, STATION_FREE,
+};
+use crate::queue::Block;
+use crate::routing::RouteEnv;
+use crate::sys::{self, Mapping};
+
+/// Who uses an attachment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// A process on this machine, through control connection `conn`.
+    Local { conn: u64, pid: u32 },
+    /// The ET process itself.
+    InProcess,
+    /// A remote client, served by this process.
+    Remote,
+}
+
+#[derive(Debug)]
+struct AttMeta {
+    station: u32,
+    holder: Holder,
+    last_beat: u64,
+    last_change: Instant,
+}
+
+struct StationMeta {
+    name: String,
+    group: u32,
+    closure: Option<SelectFn>,
+}
+
+struct Temp {
+    _fd: OwnedFd,
+    map: Arc<Mapping>,
+}
+
+pub(crate) struct State {
+    stations: Vec<Option<StationMeta>>,
+    chain: Vec<u32>,
+    next_group: u32,
+    attachments: Vec<Option<AttMeta>>,
+    temps: HashMap<u32, Temp>,
+    next_temp: u32,
+}
+
+pub(crate) struct SystemInner {
+    pub(crate) config: SystemConfig,
+    pub(crate) pool: Pool,
+    memfd: OwnedFd,
+    state: Mutex<State>,
+    pub(crate) stop: AtomicBool,
+    next_conn: AtomicU64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    pub(crate) remote_addr: Mutex<Option<std::net::SocketAddr>>,
+}
+
+/// An ET system, running in this process: create it, then let processes attach (locally by its
+/// name, remotely by TCP). Dropping it stops it.
+///
+/// ```no_run
+/// use daqflow_et::{Attachment, EtClient, EtSystem, Position, StationConfig, SystemConfig, Wait};
+/// let system = EtSystem::create(SystemConfig::new("daq", 3000, 4096))?;
+/// system.create_station("recorder", StationConfig::default(), Position::End)?;
+/// // In another process (or this one):
+/// let client = EtClient::connect("daq")?;
+/// let producer = client.attach("GRAND_CENTRAL")?;
+/// let mut batch = producer.new_events(100, 64, Wait::Sleep)?;
+/// for e in &mut batch { e.write(b"event data")?; }
+/// producer.put_events(&mut batch)?;
+/// let consumer = client.attach("recorder")?;
+/// let mut got = consumer.get_events(100, Wait::Sleep)?;
+/// consumer.put_events(&mut got)?; // on to the next station, or back to GrandCentral
+/// # Ok::<(), daqflow_et::EtError>(())
+/// ```
+pub struct EtSystem {
+    pub(crate) inner: Arc<SystemInner>,
+}
+
+impl std::fmt::Debug for EtSystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtSystem").field("name", &self.inner.config.name).finish()
+    }
+}
+
+impl SystemInner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn station_slot(st: &State, name: &str) -> Option<u32> {
+        st.stations.iter().position(|s| s.as_ref().is_some_and(|m| m.name == name)).map(|p| p as u32)
+    }
+
+    pub(crate) fn create_station(&self, name: &str, config: StationConfig, position: Position) -> Result<u32, EtError> {
+        if name.is_empty() || name.len() > 64 || name == GRAND_CENTRAL {
+            return Err(EtError::Refused(format!(
+                "{name:?} cannot be a station name (1 to 64 bytes, not {GRAND_CENTRAL})"
+            )));
+        }
+        if config.cue == 0 && !config.blocking {
+            return Err(EtError::Refused("a non-blocking station needs a cue of at least 1".into()));
+        }
+        if let Selection::Range { index, .. } | Selection::MaskAny { index, .. } | Selection::MaskAll { index, .. } =
+            config.selection
+            && index > 3
+        {
+            return Err(EtError::Refused(format!("control integer {index} does not exist (0 to 3)")));
+        }
+        let mut st = self.state();
+        if Self::station_slot(&st, name).is_some() {
+            return Err(EtError::StationExists(name.into()));
+        }
+        let max = self.pool.layout.max_stations as usize;
+        let Some(slot) = (1..max).find(|&s| st.stations[s].is_none()) else {
+            return Err(EtError::Refused(format!("the system has room for {} stations", max - 1)));
+        };
+        let slot = slot as u32;
+        // Where in the chain, and which group.
+        let (at, group) = match &position {
+            Position::End => (st.chain.len(), 0),
+            Position::First => (0, 0),
+            Position::After(other) => {
+                let o = Self::station_slot(&st, other).ok_or_else(|| EtError::NoSuchStation(other.clone()))?;
+                if o == 0 {
+                    (0, 0)
+                } else {
+                    let p = st.chain.iter().position(|&s| s == o).unwrap_or(st.chain.len());
+                    let g = st.stations[o as usize].as_ref().map_or(0, |m| m.group);
+                    let mut q = p + 1;
+                    while g != 0
+                        && q < st.chain.len()
+                        && st.stations[st.chain[q] as usize].as_ref().is_some_and(|m| m.group == g)
+                    {
+                        q += 1;
+                    }
+                    (q, 0)
+                }
+            }
+            Position::ParallelWith(other) => {
+                let o = Self::station_slot(&st, other).ok_or_else(|| EtError::NoSuchStation(other.clone()))?;
+                if o == 0 {
+                    return Err(EtError::Refused("GrandCentral cannot be in a parallel group".into()));
+                }
+                let p = st.chain.iter().position(|&s| s == o).unwrap_or(st.chain.len());
+                let mut g = st.stations[o as usize].as_ref().map_or(0, |m| m.group);
+                if g == 0 {
+                    st.next_group += 1;
+                    g = st.next_group;
+                    if let Some(m) = st.stations[o as usize].as_mut() {
+                        m.group = g;
+                    }
+                    self.pool.station(o).group.store(g, Ordering::Release);
+                }
+                let mut q = p + 1;
+                while q < st.chain.len() && st.stations[st.chain[q] as usize].as_ref().is_some_and(|m| m.group == g) {
+                    q += 1;
+                }
+                (q, g)
+            }
+        };
+        let rec = self.pool.station(slot);
+        rec.attachments.store(0, Ordering::Release);
+        rec.prescale_counter.store(0, Ordering::Release);
+        rec.rr_counter.store(0, Ordering::Release);
+        rec.events_in.store(0, Ordering::Release);
+        rec.events_out.store(0, Ordering::Release);
+        rec.group.store(group, Ordering::Release);
+        self.pool.set_station_name(slot, name);
+        self.pool.store_config(slot, &config);
+        let closure = match &config.selection {
+            Selection::Closure(f) => Some(f.clone()),
+            _ => None,
+        };
+        rec.state.store(STATION_ACTIVE, Ordering::Release);
+        st.stations[slot as usize] = Some(StationMeta { name: name.to_owned(), group, closure });
+        st.chain.insert(at, slot);
+        self.pool.set_chain(&st.chain);
+        tracing::info!(system = %self.config.name, station = name, position = at + 1, "station created");
+        Ok(slot)
+    }
+
+    pub(crate) fn remove_station(&self, name: &str) -> Result<(), EtError> {
+        let slot = {
+            let mut st = self.state();
+            let slot = Self::station_slot(&st, name).ok_or_else(|| EtError::NoSuchStation(name.into()))?;
+            if slot == 0 {
+                return Err(EtError::Refused("GrandCentral cannot be removed".into()));
+            }
+            if self.pool.station(slot).attachments.load(Ordering::Acquire) > 0 {
+                return Err(EtError::Refused(format!("station `{name}` has attachments; detach them first")));
+            }
+            st.chain.retain(|&s| s != slot);
+            self.pool.set_chain(&st.chain);
+            st.stations[slot as usize] = None;
+            slot
+        };
+        // Putters that read the old chain may still push here: drain now and again shortly
+        // (the watchdog keeps draining free stations, in case).
+        self.drain_station(slot);
+        std::thread::sleep(Duration::from_millis(20));
+        self.drain_station(slot);
+        self.pool.station(slot).state.store(STATION_FREE, Ordering::Release);
+        tracing::info!(system = %self.config.name, station = name, "station removed");
+        Ok(())
+    }
+
+    /// Routes the events waiting in station `slot`'s input list onward (the station is gone).
+    fn drain_station(&self, slot: u32) {
+        let mut idx = Vec::new();
+        let q = self.pool.queue(slot);
+        while q.pop(1024, &mut idx, Block::No, &self.pool.marks(slot, OWNER_SYSTEM), &|| false).is_ok() {
+            let batch = self.held_batch(&idx, false);
+            route_and_push(&self.pool, 0, Some(0), &batch, &ProcessEnv(self), OWNER_SYSTEM);
+            idx.clear();
+        }
+    }
+
+    /// (index, control, high priority, large) of events the ET process holds; marks them
+    /// possibly corrupt if asked.
+    fn held_batch(&self, idx: &[u32], corrupt: bool) -> Vec<(u32, [i32; 4], bool, bool)> {
+        idx.iter()
+            .map(|&i| {
+                // SAFETY: the ET process holds these events (owner OWNER_SYSTEM).
+                let d = unsafe { &mut *self.pool.desc(i) };
+                if corrupt {
+                    d.flags |= FLAG_CORRUPT;
+                }
+                (i, d.control, d.priority == 1, d.flags & FLAG_TEMP != 0)
+            })
+            .collect()
+    }
+
+    pub(crate) fn configure_station(&self, name: &str, mut config: StationConfig) -> Result<(), EtError> {
+        let mut st = self.state();
+        let slot = Self::station_slot(&st, name).ok_or_else(|| EtError::NoSuchStation(name.into()))?;
+        if slot == 0 {
+            return Err(EtError::Refused("GrandCentral has no configuration".into()));
+        }
+        let meta = st.stations[slot as usize].as_mut().expect("slot found by name");
+        match &config.selection {
+            Selection::Closure(f) => meta.closure = Some(f.clone()),
+            _ => meta.closure = None,
+        }
+        // Keep the group policy consistent with the station's group.
+        if meta.group == 0 {
+            config.group_policy = Default::default();
+        }
+        self.pool.store_config(slot, &config);
+        Ok(())
+    }
+
+    pub(crate) fn attach(&self, station: &str, holder: Holder) -> Result<(u32, u32), EtError> {
+        let mut st = self.state();
+        let slot = Self::station_slot(&st, station).ok_or_else(|| EtError::NoSuchStation(station.into()))?;
+        let rec = self.pool.station(slot);
+        if rec.single_user.load(Ordering::Acquire) != 0 && rec.attachments.load(Ordering::Acquire) > 0 {
+            return Err(EtError::Refused(format!("station `{station}` takes a single attachment and has one")));
+        }
+        let Some(att) = st.attachments.iter().position(Option::is_none) else {
+            return Err(EtError::Refused(format!(
+                "the system has room for {} attachments",
+                self.config.max_attachments
+            )));
+        };
+        let a = self.pool.attachment(att as u32);
+        a.station.store(slot, Ordering::Release);
+        a.pid.store(
+            match holder {
+                Holder::Local { pid, .. } => pid,
+                _ => sys::getpid(),
+            },
+            Ordering::Release,
+        );
+        for c in [&a.heartbeat, &a.held, &a.got, &a.put, &a.dumped] {
+            c.store(0, Ordering::Release);
+        }
+        a.state.store(ATT_ACTIVE, Ordering::Release);
+        rec.attachments.fetch_add(1, Ordering::AcqRel);
+        st.attachments[att] = Some(AttMeta { station: slot, holder, last_beat: 0, last_change: Instant::now() });
+        tracing::debug!(system = %self.config.name, station, attachment = att, ?holder, "attached");
+        Ok((att as u32, slot))
+    }
+
+    /// Ends attachment `att`: its events go where its station's restore mode says (marked
+    /// possibly corrupt if the holder died), and its slot is freed. Idempotent.
+    pub(crate) fn detach(&self, att: u32, died: bool) {
+        let meta = {
+            let mut st = self.state();
+            match st.attachments.get_mut(att as usize).and_then(Option::take) {
+                Some(m) => m,
+                None => return,
+            }
+        };
+        let a = self.pool.attachment(att);
+        // Fence: from now on the holder's calls fail.
+        a.state.store(ATT_DEAD, Ordering::Release);
+        // A holder that died inside a queue operation left that queue locked "owner died":
+        // taking every lock once repairs them, so that the owners below are exact.
+        for q in 0..self.pool.layout.max_stations + 2 {
+            self.pool.queue(q).for_each(&self.pool.marks(q, OWNER_SYSTEM), |_| {});
+        }
+        let mine = OWNER_ATTACHMENT + att;
+        let held: Vec<u32> = (0..self.pool.layout.events)
+            .filter(|&i| {
+                self.pool.owner(i).compare_exchange(mine, OWNER_SYSTEM, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            })
+            .collect();
+        let station = meta.station;
+        let rec = self.pool.station(station);
+        rec.attachments.fetch_sub(1, Ordering::AcqRel);
+        if !held.is_empty() {
+            let batch = self.held_batch(&held, died);
+            let restore = self.pool.load_config(station).restore;
+            let others = rec.attachments.load(Ordering::Acquire) > 0;
+            let station_alive = rec.state.load(Ordering::Acquire) == STATION_ACTIVE;
+            let into_input = station != 0
+                && station_alive
+                && (restore == RestoreMode::Input || (restore == RestoreMode::Redistribute && others));
+            if restore == RestoreMode::GrandCentral || station == 0 {
+                route_and_push(&self.pool, 0, Some(usize::MAX), &batch, &ProcessEnv(self), OWNER_SYSTEM);
+            } else if into_input {
+                #[allow(clippy::type_complexity)]
+                let (h, l): (Vec<&(u32, [i32; 4], bool, bool)>, Vec<_>) = batch.iter().partition(|x| x.2);
+                let marks = self.pool.marks(station, OWNER_SYSTEM);
+                self.pool.queue(station).push(&h.iter().map(|x| x.0).collect::<Vec<_>>(), true, &marks);
+                self.pool.queue(station).push(&l.iter().map(|x| x.0).collect::<Vec<_>>(), false, &marks);
+            } else {
+                route_and_push(&self.pool, station, None, &batch, &ProcessEnv(self), OWNER_SYSTEM);
+            }
+            let level = if died { tracing::Level::WARN } else { tracing::Level::DEBUG };
+            if level == tracing::Level::WARN {
+                tracing::warn!(system = %self.config.name, attachment = att, events = held.len(), ?restore, "attachment lost; its events were restored");
+            }
+        }
+        a.held.store(0, Ordering::Release);
+        a.state.store(ATT_FREE, Ordering::Release);
+        if station != 0 && rec.attachments.load(Ordering::Acquire) == 0 {
+            self.flush_idle(station);
+        }
+    }
+
+    /// Passes the events queued at station `slot`, which has no attachment any more, on to the
+    /// stations after it (an idle station lets events flow past).
+    fn flush_idle(&self, slot: u32) {
+        let mut idx = Vec::new();
+        let q = self.pool.queue(slot);
+        let marks = self.pool.marks(slot, OWNER_SYSTEM);
+        while self.pool.station(slot).attachments.load(Ordering::Acquire) == 0
+            && q.pop(1024, &mut idx, Block::No, &marks, &|| false).is_ok()
+        {
+            let batch = self.held_batch(&idx, false);
+            self.pool.station(slot).events_out.fetch_add(idx.len() as u64, Ordering::Relaxed);
+            route_and_push(&self.pool, slot, None, &batch, &ProcessEnv(self), OWNER_SYSTEM);
+            idx.clear();
+        }
+    }
+
+    pub(crate) fn new_temp(&self, size: usize) -> Result<(u32, OwnedFd, Arc<Mapping>), EtError> {
+        let mut st = self.state();
+        if st.temps.len() >= self.config.max_temp_events as usize {
+            return Err(EtError::Refused(format!(
+                "all {} temporary buffers for large events are in use",
+                self.config.max_temp_events
+            )));
+        }
+        let size = size.div_ceil(4096) * 4096;
+        let fd =
+            sys::memfd("daqflow-et-large-event", size as u64).map_err(|e| EtError::io("creating a large event", e))?;
+        let map = Arc::new(Mapping::map(&fd, size).map_err(|e| EtError::io("mapping a large event", e))?);
+        let dup = fd.try_clone().map_err(|e| EtError::io("duplicating a descriptor", e))?;
+        st.next_temp = st.next_temp.wrapping_add(1).max(1);
+        let id = st.next_temp;
+        st.temps.insert(id, Temp { _fd: fd, map: map.clone() });
+        Ok((id, dup, map))
+    }
+
+    pub(crate) fn temp(&self, id: u32) -> Result<(OwnedFd, Arc<Mapping>), EtError> {
+        let st = self.state();
+        let t = st.temps.get(&id).ok_or_else(|| EtError::Refused(format!("no large event buffer {id}")))?;
+        Ok((t._fd.try_clone().map_err(|e| EtError::io("duplicating a descriptor", e))?, t.map.clone()))
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let st = self.state();
+        let mut stations = Vec::new();
+        for &slot in std::iter::once(&0).chain(st.chain.iter()) {
+            let Some(meta) = st.stations[slot as usize].as_ref() else { continue };
+            let rec = self.pool.station(slot);
+            stations.push(StationStatus {
+                name: meta.name.clone(),
+                group: (meta.group != 0).then_some(meta.group),
+                config: self.pool.load_config(slot),
+                closure: meta.closure.is_some(),
+                queued: self.pool.queue(slot).count.load(Ordering::Acquire),
+                events_in: rec.events_in.load(Ordering::Relaxed),
+                events_out: rec.events_out.load(Ordering::Relaxed),
+                attachments: rec.attachments.load(Ordering::Relaxed),
+            });
+        }
+        let attachments = st
+            .attachments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let m = m.as_ref()?;
+                let a = self.pool.attachment(i as u32);
+                Some(AttachmentStatus {
+                    id: i as u32,
+                    station: st.stations[m.station as usize].as_ref().map_or_else(String::new, |s| s.name.clone()),
+                    pid: a.pid.load(Ordering::Relaxed),
+                    remote: m.holder == Holder::Remote,
+                    held: a.held.load(Ordering::Relaxed),
+                    got: a.got.load(Ordering::Relaxed),
+                    put: a.put.load(Ordering::Relaxed),
+                    dumped: a.dumped.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        let in_transit = self.pool.queue(self.pool.conductor_queue()).count.load(Ordering::Acquire)
+            + self.pool.queue(self.pool.temp_queue()).count.load(Ordering::Acquire);
+        Snapshot {
+            name: self.config.name.clone(),
+            pid: sys::getpid(),
+            events: self.pool.layout.events,
+            event_size: self.pool.layout.event_size,
+            free_events: self.pool.queue(0).count.load(Ordering::Acquire),
+            temp_events: st.temps.len() as u32,
+            in_transit,
+            stations,
+            attachments,
+            remote: self.remote_addr.lock().unwrap_or_else(|p| p.into_inner()).map(|a| a.to_string()),
+            time_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        }
+    }
+}
+
+/// Routing inside the ET process: shared-memory counters, and the closures it holds.
+pub(crate) struct ProcessEnv<'a>(pub(crate) &'a SystemInner);
+
+impl RouteEnv for ProcessEnv<'_> {
+    fn prescale_tick(&self, slot: u32) -> u64 {
+        self.0.pool.station(slot).prescale_counter.fetch_add(1, Ordering::Relaxed)
+    }
+    fn round_robin(&self, slot: u32) -> u64 {
+        self.0.pool.station(slot).rr_counter.fetch_add(1, Ordering::Relaxed)
+    }
+    fn closure(&self, slot: u32, idx: u32) -> Option<bool> {
+        let (f, temp) = {
+            let st = self.0.state();
+            let f = st.stations.get(slot as usize)?.as_ref()?.closure.clone()?;
+            // SAFETY: the conductor holds the event while it routes it.
+            let d = unsafe { *self.0.pool.desc(idx) };
+            let temp = (d.flags & FLAG_TEMP != 0).then(|| st.temps.get(&d.temp_id).map(|t| t.map.clone())).flatten();
+            (f, temp)
+        };
+        // SAFETY: the event is held by the ET process (the conductor) while the closure runs.
+        let d = unsafe { *self.0.pool.desc(idx) };
+        let (ptr, cap) = match &temp {
+            Some(m) => (m.base(), m.len()),
+            None => (self.0.pool.data(idx), self.0.pool.layout.event_size),
+        };
+        // SAFETY: as above; the buffer holds at least `cap` bytes and the length is clamped.
+        let data = unsafe { std::slice::from_raw_parts(ptr, (d.len as usize).min(cap)) };
+        let view = EventView {
+            control: d.control,
+            priority: if d.priority == 1 { Priority::High } else { Priority::Low },
+            data,
+        };
+        Some(f(&view))
+    }
+}
+
+/// The in-process backend: attachments made by the ET process itself.
+pub(crate) struct InProcess {
+    pub(crate) system: Arc<SystemInner>,
+}
+
+impl Backend for InProcess {
+    fn pool(&self) -> &Pool {
+        &self.system.pool
+    }
+    fn system_name(&self) -> &str {
+        &self.system.config.name
+    }
+    fn new_temp(&self, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
+        self.system.new_temp(size).map(|(id, _fd, map)| (id, map))
+    }
+    fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError> {
+        self.system.temp(id).map(|(_, m)| m)
+    }
+    fn detach(&self, att: u32) {
+        self.system.detach(att, false);
+    }
+    fn is_dead(&self) -> bool {
+        self.system.stop.load(Ordering::Acquire)
+    }
+}
+
+impl EtSystem {
+    /// Creates the system: the shared memory, GrandCentral with every event, the control
+    /// socket (by name, in the abstract namespace), and the threads that keep it running.
+    pub fn create(config: SystemConfig) -> Result<EtSystem, EtError> {
+        if config.name.is_empty() || config.name.len() > 100 || config.name.contains('/') {
+            return Err(EtError::Refused(format!("{:?} cannot be an ET system name", config.name)));
+        }
+        if config.events == 0 || config.event_size == 0 {
+            return Err(EtError::Refused("an ET system needs at least one event of at least one byte".into()));
+        }
+        let max_stations = config.max_stations.clamp(2, MAX_STATIONS);
+        let addr = ipc::address(&config.name).map_err(|e| EtError::io("naming the control socket", e))?;
+        let listener = match UnixListener::bind_addr(&addr) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(EtError::NameTaken(config.name.clone())),
+            Err(e) => return Err(EtError::io("binding the control socket", e)),
+        };
+        let layout = Layout::new(config.events, config.event_size, max_stations, config.max_attachments.max(1));
+        let memfd = sys::memfd(&format!("daqflow-et-{}", config.name), layout.total as u64)
+            .map_err(|e| EtError::io("creating shared memory", e))?;
+        let map = Mapping::map(&memfd, layout.total).map_err(|e| EtError::io("mapping shared memory", e))?;
+        let pool = Pool::create(map, layout, &config.name).map_err(|e| EtError::io("initializing shared memory", e))?;
+        // GrandCentral: slot 0, holding every event.
+        pool.set_station_name(0, GRAND_CENTRAL);
+        pool.store_config(0, &StationConfig::default());
+        pool.station(0).state.store(STATION_ACTIVE, Ordering::Release);
+        let all: Vec<u32> = (0..config.events).collect();
+        pool.queue(0).push(&all, false, &pool.marks(0, OWNER_SYSTEM));
+        pool.header().state.store(1, Ordering::Release);
+        let mut stations: Vec<Option<StationMeta>> = (0..MAX_STATIONS).map(|_| None).collect();
+        stations[0] = Some(StationMeta { name: GRAND_CENTRAL.into(), group: 0, closure: None });
+        let inner = Arc::new(SystemInner {
+            pool,
+            memfd,
+            state: Mutex::new(State {
+                stations,
+                chain: Vec::new(),
+                next_group: 0,
+                attachments: (0..config.max_attachments.max(1)).map(|_| None).collect(),
+                temps: HashMap::new(),
+                next_temp: 0,
+            }),
+            stop: AtomicBool::new(false),
+            next_conn: AtomicU64::new(1),
+            threads: Mutex::new(Vec::new()),
+            remote_addr: Mutex::new(None),
+            config,
+        });
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(format!("et-{name}"))
+                .spawn(f)
+                .map_err(|e| EtError::io("starting a thread", e))
+        };
+        {
+            let w = Arc::downgrade(&inner);
+            threads.push(spawn("control", Box::new(move || control_server(w, listener)))?);
+        }
+        {
+            let w = Arc::downgrade(&inner);
+            threads.push(spawn("conductor", Box::new(move || conductor(w)))?);
+        }
+        {
+            let w = Arc::downgrade(&inner);
+            threads.push(spawn("large-events", Box::new(move || temp_reaper(w)))?);
+        }
+        {
+            let w = Arc::downgrade(&inner);
+            threads.push(spawn("watchdog", Box::new(move || watchdog(w)))?);
+        }
+        if let Some(addr) = inner.config.listen {
+            let listener = crate::remote::server::bind(addr)?;
+            *inner.remote_addr.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener.local_addr());
+            let w = Arc::downgrade(&inner);
+            threads.push(spawn("remote", Box::new(move || crate::remote::server::serve(w, listener)))?);
+        }
+        if let Some(port) = inner.config.discovery_port {
+            let sock = crate::remote::discovery::bind(port)?;
+            let w = Arc::downgrade(&inner);
+            threads.push(spawn("discovery", Box::new(move || crate::remote::discovery::answer(w, sock)))?);
+        }
+        *inner.threads.lock().unwrap_or_else(|p| p.into_inner()) = threads;
+        tracing::info!(
+            system = %inner.config.name,
+            events = inner.config.events,
+            event_size = inner.config.event_size,
+            shared_memory_mb = layout.total as f64 / 1e6,
+            "ET system started"
+        );
+        Ok(EtSystem { inner })
+    }
+
+    /// The system's name.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    /// The remote-access TCP address, if remote access is on.
+    pub fn remote_addr(&self) -> Option<std::net::SocketAddr> {
+        *self.inner.remote_addr.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a station; here, in the system's process, its selection may be a closure.
+    pub fn create_station(&self, name: &str, config: StationConfig, position: Position) -> Result<(), EtError> {
+        self.inner.create_station(name, config, position).map(|_| ())
+    }
+
+    /// Removes a station without attachments; its waiting events flow on.
+    pub fn remove_station(&self, name: &str) -> Result<(), EtError> {
+        self.inner.remove_station(name)
+    }
+
+    /// Changes a station's configuration while it runs.
+    pub fn configure_station(&self, name: &str, config: StationConfig) -> Result<(), EtError> {
+        self.inner.configure_station(name, config)
+    }
+
+    /// Attaches this process to a station (no socket involved).
+    pub fn attach(&self, station: &str) -> Result<LocalAttachment, EtError> {
+        let (att, slot) = self.inner.attach(station, Holder::InProcess)?;
+        Ok(LocalAttachment::new(Arc::new(InProcess { system: self.inner.clone() }), att, slot, station.to_owned()))
+    }
+
+    /// The system's state now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.inner.snapshot()
+    }
+
+    /// Waits until the system stops (`stop()` from another thread, or never).
+    pub fn wait(&self) {
+        while !self.inner.stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the system: attachments get errors, every thread ends, the memory is freed when
+    /// the last process unmaps it.
+    pub fn stop(&self) {
+        if self.inner.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.inner.pool.header().state.store(2, Ordering::Release);
+        for q in 0..self.inner.pool.layout.max_stations + 2 {
+            self.inner.pool.queue(q).wake_all();
+        }
+        // Unblock the control socket's accept loop.
+        if let Ok(addr) = ipc::address(&self.inner.config.name) {
+            let _ = UnixStream::connect_addr(&addr);
+        }
+        if let Some(a) = *self.inner.remote_addr.lock().unwrap_or_else(|p| p.into_inner()) {
+            let _ = std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200));
+        }
+        let threads = std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        tracing::info!(system = %self.inner.config.name, "ET system stopped");
+    }
+}
+
+impl Drop for EtSystem {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Serves the local processes' control connections.
+fn control_server(system: Weak<SystemInner>, listener: UnixListener) {
+    for conn in listener.incoming() {
+        let Some(s) = system.upgrade() else { return };
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(conn) = conn else { continue };
+        let id = s.next_conn.fetch_add(1, Ordering::Relaxed);
+        let w = system.clone();
+        let _ = std::thread::Builder::new().name("et-client".into()).spawn(move || serve_client(w, conn, id));
+    }
+}
+
+fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u64) {
+    // The kernel says who is on the other end: a client cannot name another process to be
+    // watched (and killed when it stops heartbeating).
+    let pid = match sys::peer_pid(&sock) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "control connection without a peer process id; closing it");
+            return;
+        }
+    };
+    let mut hello = false;
+    let mut mine: Vec<u32> = Vec::new();
+    loop {
+        let req = match ipc::recv::<Request>(&sock) {
+            Ok((r, _)) => r,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    tracing::debug!(error = %e, "control connection ended");
+                }
+                break;
+            }
+        };
+        let Some(s) = system.upgrade() else { return };
+        let mut fd = None;
+        let resp = match req {
+            Request::Hello { pid: p } => {
+                if p != pid {
+                    tracing::debug!(said = p, peer = pid, "client's Hello names another pid; using the kernel's");
+                }
+                hello = true;
+                fd = Some(s.memfd.as_raw_fd());
+                Response::Hello { name: s.config.name.clone(), pool_len: s.pool.layout.total as u64 }
+            }
+            Request::Attach { .. } if !hello => Response::Error(EtError::Protocol("attach before hello".into())),
+            Request::Attach { station } => match s.attach(&station, Holder::Local { conn, pid }) {
+                Ok((attachment, station)) => {
+                    mine.push(attachment);
+                    Response::Attached { attachment, station }
+                }
+                Err(e) => Response::Error(e),
+            },
+            Request::Detach { attachment } => {
+                if let Some(p) = mine.iter().position(|&a| a == attachment) {
+                    mine.swap_remove(p);
+                    s.detach(attachment, false);
+                }
+                Response::Done
+            }
+            Request::CreateStation { name, config, position } => match s.create_station(&name, config, position) {
+                Ok(_) => Response::Done,
+                Err(e) => Response::Error(e),
+            },
+            Request::RemoveStation { name } => s.remove_station(&name).map_or_else(Response::Error, |_| Response::Done),
+            Request::Configure { name, config } => {
+                s.configure_station(&name, config).map_or_else(Response::Error, |_| Response::Done)
+            }
+            Request::NewTemp { size } => match s.new_temp(size as usize) {
+                Ok((temp, f, map)) => {
+                    let r = Response::Temp { temp, size: map.len() as u64 };
+                    let _ = ipc::send(&sock, &r, Some(f.as_raw_fd()));
+                    continue;
+                }
+                Err(e) => Response::Error(e),
+            },
+            Request::TempFd { temp } => match s.temp(temp) {
+                Ok((f, map)) => {
+                    let r = Response::Temp { temp, size: map.len() as u64 };
+                    let _ = ipc::send(&sock, &r, Some(f.as_raw_fd()));
+                    continue;
+                }
+                Err(e) => Response::Error(e),
+            },
+            Request::Status => Response::Status(Box::new(s.snapshot())),
+        };
+        if ipc::send(&sock, &resp, fd).is_err() {
+            break;
+        }
+    }
+    // The connection closed: a process that did not detach died. Its events come back.
+    if let Some(s) = system.upgrade() {
+        for att in mine {
+            s.detach(att, true);
+        }
+    }
+}
+
+/// Serves one of the system's own queues until the system stops: takes up to 256 events at a
+/// time (waking at least every 200 ms to notice a stop) and hands them to `handle`.
+fn serve_system_queue(system: Weak<SystemInner>, queue: fn(&Pool) -> u32, handle: fn(&SystemInner, &[u32])) {
+    let mut idx = Vec::new();
+    loop {
+        let Some(s) = system.upgrade() else { return };
+        let q = queue(&s.pool);
+        idx.clear();
+        let stop = || s.stop.load(Ordering::Acquire);
+        let got = s.pool.queue(q).pop(
+            256,
+            &mut idx,
+            Block::Until(Some(Instant::now() + Duration::from_millis(200))),
+            &s.pool.marks(q, OWNER_SYSTEM),
+            &stop,
+        );
+        if stop() {
+            return;
+        }
+        if got.is_ok() {
+            handle(&s, &idx);
+        }
+    }
+}
+
+/// Routes events sent to closure stations: the closures live in this process.
+fn conductor(system: Weak<SystemInner>) {
+    serve_system_queue(system, Pool::conductor_queue, |s, idx| {
+        for &i in idx {
+            let batch = s.held_batch(&[i], false);
+            // SAFETY: the conductor holds the event.
+            let from = unsafe { (*s.pool.desc(i)).route_from } as usize;
+            route_and_push(&s.pool, 0, Some(from), &batch, &ProcessEnv(s), OWNER_SYSTEM);
+        }
+    })
+}
+
+/// Frees the buffers of large events that came back to GrandCentral.
+fn temp_reaper(system: Weak<SystemInner>) {
+    serve_system_queue(system, Pool::temp_queue, |s, idx| {
+        {
+            let mut st = s.state();
+            for &i in idx {
+                // SAFETY: the reaper holds the event.
+                let d = unsafe { &mut *s.pool.desc(i) };
+                st.temps.remove(&d.temp_id);
+                d.temp_id = 0;
+                d.flags &= !FLAG_TEMP;
+            }
+        }
+        s.pool.queue(0).push(idx, false, &s.pool.marks(0, OWNER_SYSTEM));
+    })
+}
+
+/// Heartbeat of the system; liveness of the attachments; stragglers in removed stations.
+fn watchdog(system: Weak<SystemInner>) {
+    let me = sys::getpid();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let Some(s) = system.upgrade() else { return };
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        s.pool.header().heartbeat.fetch_add(1, Ordering::Release);
+        let timeout = s.config.heartbeat_timeout;
+        let mut dead = Vec::new();
+        let mut stuck = Vec::new();
+        {
+            let mut st = s.state();
+            for (i, m) in st.attachments.iter_mut().enumerate() {
+                let Some(m) = m else { continue };
+                let beat = s.pool.attachment(i as u32).heartbeat.load(Ordering::Acquire);
+                if beat != m.last_beat {
+                    m.last_beat = beat;
+                    m.last_change = Instant::now();
+                }
+                match m.holder {
+                    Holder::Local { pid, .. } if pid != me => {
+                        if !sys::pid_alive(pid) {
+                            dead.push(i as u32);
+                        } else if m.last_change.elapsed() > timeout {
+                            stuck.push((i as u32, pid));
+                        }
+                    }
+                    Holder::Remote if m.last_change.elapsed() > timeout => dead.push(i as u32),
+                    _ => {}
+                }
+            }
+        }
+        for (att, pid) in stuck {
+            // A stopped process may hold a queue lock that everyone needs: it is killed, and its
+            // events come back through the usual recovery when its connection closes.
+            tracing::warn!(system = %s.config.name, attachment = att, pid, "attachment's process stopped heartbeating; killing it");
+            sys::kill(pid);
+        }
+        for att in dead {
+            s.detach(att, true);
+        }
+        // Events pushed into a station removed, or left by its last attachment, under a
+        // putter's feet flow on.
+        for slot in 1..s.pool.layout.max_stations {
+            let rec = s.pool.station(slot);
+            if s.pool.queue(slot).count.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            match rec.state.load(Ordering::Acquire) {
+                STATION_FREE => s.drain_station(slot),
+                STATION_ACTIVE if rec.attachments.load(Ordering::Acquire) == 0 => s.flush_idle(slot),
+                _ => {}
+            }
+        }
+    }
+}
