@@ -9,9 +9,11 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod dialog_cmd;
+mod engine_cmd;
 mod et_cmd;
 mod format;
 mod inspect;
+mod profile_cmd;
 
 /// daqflow: a data-acquisition dataflow framework for physics experiments.
 ///
@@ -23,7 +25,9 @@ mod inspect;
     daqflow bench transport --quick --out bench-out   reproduce the transport figures\n  \
     daqflow inspect --verify run000123_0001.daq       check a data file\n  \
     daqflow control-server &                          start a control plane\n  \
-    daqflow dialog ls                                 list its processes\n\n\
+    daqflow dialog ls                                 list its processes\n  \
+    daqflow engine testbed --profile run.prof         run the ROB test bed, profiled\n  \
+    daqflow profile run.prof --out profile-out        its histograms and sequence diagram\n\n\
     Logging: set DAQFLOW_LOG (e.g. DAQFLOW_LOG=debug or DAQFLOW_LOG=daqflow_transport=trace).")]
 struct Cli {
     #[command(subcommand)]
@@ -49,6 +53,13 @@ enum Command {
     /// The Event Transfer system: run one, produce, consume, monitor, bridge.
     #[command(after_help = et_cmd::AFTER_HELP)]
     Et(et_cmd::EtArgs),
+    /// The data-plane engine's examples: the paper's ROB / TRG / collector test bed, profiled.
+    #[command(after_help = engine_cmd::AFTER_HELP)]
+    Engine(engine_cmd::EngineArgs),
+    /// Read a time-stamp profile: per-probe time distributions, scheduler transitions, and
+    /// histograms and a sequence diagram as PNG.
+    #[command(after_help = profile_cmd::AFTER_HELP)]
+    Profile(profile_cmd::Args),
     /// Processes the benchmark suites start (not for direct use).
     #[command(name = "bench-helper", hide = true)]
     BenchHelper {
@@ -75,6 +86,8 @@ fn main() -> ExitCode {
         Command::ControlServer(args) => dialog_cmd::run_server(&args),
         Command::Dialog(args) => dialog_cmd::run(&args),
         Command::Et(args) => et_cmd::run(&args),
+        Command::Engine(args) => engine_cmd::run(&args),
+        Command::Profile(args) => profile_cmd::run(&args),
         Command::BenchHelper { role } => bench::helper::run_helper(&role).map(|()| ExitCode::SUCCESS),
     };
     match result {

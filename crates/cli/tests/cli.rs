@@ -261,3 +261,118 @@ fn bench_et_quick_runs_every_case_across_processes_and_loses_nothing() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert!(std::fs::read_to_string(out.join("et.csv")).unwrap().starts_with("case,"));
 }
+
+#[test]
+fn bench_engine_quick_measures_every_case_and_draws_the_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = daqflow(&["bench", "engine", "--quick", "--seconds", "0.05", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    // The suite fails (exit 2) if a test-bed run's counts do not add up.
+    assert!(o.status.success(), "{t}");
+    for case in ["[timestamp]", "[scheduler]", "[event_manager]", "[rob]", "5.8 µs", "target:"] {
+        assert!(t.contains(case), "{case} missing from:\n{t}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("engine.json")).unwrap()).unwrap();
+    let points = json.as_array().unwrap();
+    let of = |case: &str| points.iter().filter(|p| p["case"] == case).collect::<Vec<_>>();
+    let metrics: [(&str, &[&str]); 4] = [
+        ("timestamp", &["ns_per_timestamp", "ns_per_disabled_probe"]),
+        ("scheduler", &["ns_per_task_cycle"]),
+        ("event_manager", &["ns_insert", "ns_lookup", "ns_remove"]),
+        ("rob", &["ns_per_event", "events_per_s"]),
+    ];
+    for (case, names) in metrics {
+        let pts = of(case);
+        assert!(!pts.is_empty(), "no {case} point in {json}");
+        for p in pts {
+            for m in names {
+                assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+            }
+        }
+    }
+    // Transitions are corrected for one stamp's cost: they may be 0 on a fast machine.
+    let sched = &of("scheduler")[0]["metrics"];
+    for m in ["ns_poll_to_action", "ns_action_to_poll"] {
+        assert!(sched[m].as_f64().unwrap() >= 0.0, "{m} in {sched}");
+    }
+    let em_pages: Vec<u64> = of("event_manager").iter().map(|p| p["params"]["pages"].as_u64().unwrap()).collect();
+    assert!(em_pages.contains(&200), "{em_pages:?}");
+    let rob: Vec<(String, u64)> = of("rob")
+        .iter()
+        .map(|p| (p["params"]["layout"].as_str().unwrap().to_owned(), p["params"]["robs"].as_u64().unwrap()))
+        .collect();
+    for want in [("one", 2), ("apart", 2), ("one", 1)] {
+        assert!(rob.contains(&(want.0.to_owned(), want.1)), "{want:?} missing from {rob:?}");
+    }
+    let png = std::fs::read(out.join("engine.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+#[test]
+fn engine_testbed_profile_then_profile_draws_histograms_and_a_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("run.prof");
+    let o =
+        daqflow(&["engine", "testbed", "--events", "20200", "--ring", "200000", "--profile", prof.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("20200 events decided") && t.contains("consistent"), "{t}");
+    assert!(t.contains("rob1: generated 20200, rejected 20000, discarded 200, held 0"), "{t}");
+
+    let out = dir.path().join("out");
+    let o = daqflow(&["profile", prof.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in ["rob0.in.poll", "rob0.in.action", "rob1.dc.action", "trg.input", "poll exit → action entry", "median"]
+    {
+        assert!(t.contains(want), "{want} missing from:\n{t}");
+    }
+    for png in ["histograms.png", "sequence.png"] {
+        let bytes = std::fs::read(out.join(png)).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{png}");
+    }
+    // A window of another thread, later on.
+    let o = daqflow(&[
+        "profile",
+        prof.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--thread",
+        "trg-ebif",
+        "--from-us",
+        "100",
+        "--window-us",
+        "20",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("thread trg-ebif, 100 … 120 µs"), "{}", text(&o));
+    let o = daqflow(&["profile", prof.to_str().unwrap(), "--out", out.to_str().unwrap(), "--thread", "nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no thread `nope`"), "{}", text(&o));
+}
+
+#[test]
+fn profile_refuses_a_missing_or_damaged_file_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.prof");
+    std::fs::write(&garbage, b"this is not a profile, it is a shopping list: eggs, milk, rdtsc").unwrap();
+    let o = daqflow(&["profile", garbage.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("not a daqflow profile"), "{}", text(&o));
+    assert!(!text(&o).contains("panicked"), "{}", text(&o));
+    // A real header followed by fewer stamps than it announces.
+    let mut cut = b"DQPROF\0\x01".to_vec();
+    let header = br#"{"calibration":{"ticks_per_ns":1.0,"overhead_ticks":[]},"probes":["a"],"threads":[{"name":"t","lost":0,"stamps":5}]}"#;
+    cut.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    cut.extend_from_slice(header);
+    cut.extend_from_slice(&[0; 20]);
+    std::fs::write(&garbage, &cut).unwrap();
+    let o = daqflow(&["profile", garbage.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("cut short"), "{}", text(&o));
+    let o = daqflow(&["profile", dir.path().join("missing.prof").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("missing.prof"), "{}", text(&o));
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 
 pub mod dialog;
+mod engine;
 mod et;
 pub mod harness;
 pub mod helper;
@@ -28,6 +29,9 @@ pub enum SuiteName {
     /// vs batch size, vs consumers on shared or separate stations, and through a remote
     /// attachment; separate processes for the system, the producer and the consumers.
     Et,
+    /// The data-plane engine (ATLAS DAQ-Unit figs. 2, 3, 11–16): time-stamp overhead, scheduler
+    /// transitions, event manager insert / lookup / remove, and the ROB test bed's events/s.
+    Engine,
 }
 
 /// Arguments of `daqflow bench`.
@@ -68,6 +72,7 @@ Examples:
   daqflow bench transport --quick --out bench-out
   daqflow bench dialog --quick --out bench-out
   daqflow bench et --quick --out bench-out
+  daqflow bench engine --quick --out bench-out
   daqflow bench dialog --senders 25 --sizes 16,1024 --seconds 3
   daqflow bench transport --repetitions 9 --seconds 2 --out bench-out";
 
@@ -76,6 +81,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         SuiteName::Transport => (if args.quick { 0.25 } else { 1.0 }, 5),
         SuiteName::Dialog => (if args.quick { 0.5 } else { 2.0 }, 3),
         SuiteName::Et => (if args.quick { 0.25 } else { 1.0 }, 3),
+        SuiteName::Engine => (if args.quick { 0.25 } else { 1.0 }, 3),
     };
     let config = BenchConfig {
         quick: args.quick,
@@ -101,6 +107,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 }
             });
             et::run(config, et::EtOptions { sizes })?
+        }
+        SuiteName::Engine => {
+            let (suite, figures) = engine::run(config)?;
+            return engine::finish(&suite, &figures);
         }
     };
     suite.finish()

@@ -1,0 +1,439 @@
+//! The event manager: fragments stored by event id in pages of a preallocated pool (the paper's
+//! event buffer; the readout unit's fragment store).
+//!
+//! The pool is `pages × page_size` bytes allocated once. A fragment of up to one page takes one
+//! page; a larger fragment gets its own allocation, counted against a budget (`large_bytes`), so
+//! a burst of large fragments is back-pressure like any other, never an allocation storm. The
+//! index is a hash table from event id to the event's fragments (kept in arrival order), sized
+//! once for the most fragments the pool can hold, so it never grows either.
+//!
+//! An input task's `poll` asks [`EventManager::has_room`]: a full pool makes the poll fail, the
+//! input stops reading, and the back-pressure travels up the link (the paper's ROB does the same).
+//!
+//! ```
+//! use daqflow_engine::{EventManager, EventManagerConfig};
+//! let mut em = EventManager::new(EventManagerConfig { page_size: 1024, pages: 200, ..Default::default() }).unwrap();
+//! em.insert(7, 0, b"fragment of source 0").unwrap();
+//! em.insert(7, 1, b"fragment of source 1").unwrap();
+//! let event = em.get(7).unwrap();
+//! assert_eq!(event.fragment_count(), 2);
+//! assert_eq!(event.fragments().nth(1).unwrap().data, b"fragment of source 1");
+//! assert_eq!(em.remove(7), Some(2));
+//! assert_eq!(em.free_pages(), 200);
+//! ```
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::error::{ConfigError, InsertError};
+
+/// Event ids are mostly consecutive: a multiplicative hash spreads them over the table.
+#[derive(Default, Clone, Copy)]
+pub struct EventIdHasher(u64);
+
+impl Hasher for EventIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, id: u64) {
+        self.0 = (id ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Sizes of an event manager.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventManagerConfig {
+    /// Bytes per page (the paper: 1024).
+    pub page_size: usize,
+    /// Pages in the pool (the paper: 200).
+    pub pages: usize,
+    /// Most bytes held in fragments larger than a page, each in its own allocation
+    /// (default: the pool's size).
+    pub large_bytes: Option<usize>,
+    /// Most fragments stored at once (default: `pages`, plus room for large fragments).
+    pub max_fragments: Option<usize>,
+}
+
+impl Default for EventManagerConfig {
+    fn default() -> Self {
+        EventManagerConfig { page_size: 4096, pages: 4096, large_bytes: None, max_fragments: None }
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug)]
+enum Storage {
+    Page(u32),
+    Own(Box<[u8]>),
+    Free,
+}
+
+#[derive(Debug)]
+struct Slot {
+    source: u32,
+    len: u32,
+    next: u32,
+    storage: Storage,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    first: u32,
+    last: u32,
+    count: u32,
+    bytes: u64,
+}
+
+/// One stored fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fragment<'a> {
+    /// The source (stream, ROB) it came from, as given to [`EventManager::insert`].
+    pub source: u32,
+    /// Its bytes.
+    pub data: &'a [u8],
+}
+
+/// The fragments of one event.
+#[derive(Debug, Clone, Copy)]
+pub struct EventFragments<'a> {
+    em: &'a EventManager,
+    entry: Entry,
+}
+
+impl<'a> EventFragments<'a> {
+    /// Number of fragments.
+    pub fn fragment_count(&self) -> usize {
+        self.entry.count as usize
+    }
+    /// Total bytes of its fragments.
+    pub fn bytes(&self) -> u64 {
+        self.entry.bytes
+    }
+    /// The fragments in the order they were inserted.
+    pub fn fragments(&self) -> impl Iterator<Item = Fragment<'a>> + 'a {
+        let em = self.em;
+        let mut at = self.entry.first;
+        std::iter::from_fn(move || {
+            if at == NONE {
+                return None;
+            }
+            let slot = &em.slots[at as usize];
+            at = slot.next;
+            Some(Fragment { source: slot.source, data: em.slot_data(slot) })
+        })
+    }
+}
+
+/// Fragments by event id in a preallocated page pool.
+#[derive(Debug)]
+pub struct EventManager {
+    page_size: usize,
+    pool: Box<[u8]>,
+    free_pages: Vec<u32>,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    index: HashMap<u64, Entry, BuildHasherDefault<EventIdHasher>>,
+    large_limit: usize,
+    large_used: usize,
+    bytes: u64,
+}
+
+impl EventManager {
+    /// Allocates the pool, the fragment slots and the index, once.
+    pub fn new(config: EventManagerConfig) -> Result<EventManager, ConfigError> {
+        let bad = |s: &str| Err(ConfigError::Invalid(s.to_owned()));
+        if config.page_size == 0 || config.page_size > u32::MAX as usize {
+            return bad("event manager: page_size must be between 1 and 4 GiB");
+        }
+        if config.pages == 0 || config.pages >= NONE as usize {
+            return bad("event manager: pages must be at least 1 and below 2^32 - 1");
+        }
+        let Some(pool_bytes) = config.page_size.checked_mul(config.pages) else {
+            return bad("event manager: page_size × pages overflows");
+        };
+        let large_limit = config.large_bytes.unwrap_or(pool_bytes);
+        let max_fragments = config.max_fragments.unwrap_or(config.pages + large_limit / config.page_size.max(1) + 1);
+        if max_fragments == 0 || max_fragments >= NONE as usize {
+            return bad("event manager: max_fragments must be at least 1 and below 2^32 - 1");
+        }
+        let mut pool = vec![0u8; pool_bytes].into_boxed_slice();
+        // Touch every page now, so that the first fragments of a run do not pay the page faults.
+        for at in (0..pool_bytes).step_by(4096) {
+            // SAFETY: `at < pool_bytes`: inside the allocation; a volatile write is not elided.
+            unsafe { std::ptr::write_volatile(pool.as_mut_ptr().add(at), 0) };
+        }
+        let mut index = HashMap::with_hasher(BuildHasherDefault::default());
+        index.reserve(max_fragments);
+        Ok(EventManager {
+            page_size: config.page_size,
+            pool,
+            free_pages: (0..config.pages as u32).rev().collect(),
+            slots: (0..max_fragments).map(|_| Slot { source: 0, len: 0, next: NONE, storage: Storage::Free }).collect(),
+            free_slots: (0..max_fragments as u32).rev().collect(),
+            index,
+            large_limit,
+            large_used: 0,
+            bytes: 0,
+        })
+    }
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+    /// Pages in the pool.
+    pub fn pages(&self) -> usize {
+        self.pool.len() / self.page_size
+    }
+    /// Pages free now.
+    pub fn free_pages(&self) -> usize {
+        self.free_pages.len()
+    }
+    /// Events stored.
+    pub fn events(&self) -> usize {
+        self.index.len()
+    }
+    /// Fragments stored.
+    pub fn fragments(&self) -> usize {
+        self.slots.len() - self.free_slots.len()
+    }
+    /// Bytes stored in fragments.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// Bytes held in large fragments' own allocations.
+    pub fn large_bytes(&self) -> usize {
+        self.large_used
+    }
+
+    /// Whether a fragment of `len` bytes can be stored now: the input task's poll condition.
+    #[inline]
+    pub fn has_room(&self, len: usize) -> bool {
+        !self.free_slots.is_empty()
+            && if len <= self.page_size {
+                !self.free_pages.is_empty()
+            } else {
+                self.large_used + len <= self.large_limit
+            }
+    }
+
+    /// Stores a copy of `data` as the next fragment of event `event_id` from `source`.
+    #[inline]
+    pub fn insert(&mut self, event_id: u64, source: u32, data: &[u8]) -> Result<(), InsertError> {
+        self.insert_with(event_id, source, data.len(), |buf| buf.copy_from_slice(data))
+    }
+
+    /// Stores a fragment of `len` bytes that `fill` writes in place (no copy: the ROB formats
+    /// its fragments straight into the page).
+    pub fn insert_with(
+        &mut self,
+        event_id: u64,
+        source: u32,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), InsertError> {
+        if len > self.page_size && (len > self.large_limit || len > u32::MAX as usize) {
+            return Err(InsertError::TooLarge { len, page_size: self.page_size, large_bytes: self.large_limit });
+        }
+        let needed = len.div_ceil(self.page_size).max(1);
+        if !self.has_room(len) {
+            return Err(InsertError::Full { needed, free: self.free_pages.len() });
+        }
+        let slot_index = self.free_slots.pop().expect("has_room checked a free slot");
+        let storage = if len <= self.page_size {
+            let page = self.free_pages.pop().expect("has_room checked a free page");
+            let start = page as usize * self.page_size;
+            fill(&mut self.pool[start..start + len]);
+            Storage::Page(page)
+        } else {
+            let mut own = vec![0u8; len].into_boxed_slice();
+            fill(&mut own);
+            self.large_used += len;
+            Storage::Own(own)
+        };
+        self.slots[slot_index as usize] = Slot { source, len: len as u32, next: NONE, storage };
+        self.bytes += len as u64;
+        match self.index.get_mut(&event_id) {
+            Some(entry) => {
+                self.slots[entry.last as usize].next = slot_index;
+                entry.last = slot_index;
+                entry.count += 1;
+                entry.bytes += len as u64;
+            }
+            None => {
+                self.index.insert(event_id, Entry { first: slot_index, last: slot_index, count: 1, bytes: len as u64 });
+            }
+        }
+        Ok(())
+    }
+
+    /// The fragments of event `event_id`, if any are stored.
+    #[inline]
+    pub fn get(&self, event_id: u64) -> Option<EventFragments<'_>> {
+        self.index.get(&event_id).map(|&entry| EventFragments { em: self, entry })
+    }
+
+    /// Whether event `event_id` has fragments stored.
+    #[inline]
+    pub fn contains(&self, event_id: u64) -> bool {
+        self.index.contains_key(&event_id)
+    }
+
+    /// Removes every fragment of event `event_id` and frees their pages: the number removed, or
+    /// `None` if the event was not stored.
+    #[inline]
+    pub fn remove(&mut self, event_id: u64) -> Option<usize> {
+        let entry = self.index.remove(&event_id)?;
+        let mut at = entry.first;
+        while at != NONE {
+            let slot = &mut self.slots[at as usize];
+            match std::mem::replace(&mut slot.storage, Storage::Free) {
+                Storage::Page(p) => self.free_pages.push(p),
+                Storage::Own(b) => self.large_used -= b.len(),
+                Storage::Free => {}
+            }
+            self.bytes -= u64::from(slot.len);
+            self.free_slots.push(at);
+            at = std::mem::replace(&mut slot.next, NONE);
+        }
+        Some(entry.count as usize)
+    }
+
+    /// Removes a group of events (a grouped reject or discard): the number of events that were
+    /// stored and are now removed.
+    pub fn remove_many(&mut self, event_ids: impl IntoIterator<Item = u64>) -> usize {
+        event_ids.into_iter().filter(|&id| self.remove(id).is_some()).count()
+    }
+
+    /// Removes everything (a new run).
+    pub fn clear(&mut self) {
+        let ids: Vec<u64> = self.index.keys().copied().collect();
+        self.remove_many(ids);
+    }
+
+    /// The event ids stored, in no particular order.
+    pub fn event_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.index.keys().copied()
+    }
+
+    fn slot_data<'a>(&'a self, slot: &'a Slot) -> &'a [u8] {
+        match &slot.storage {
+            Storage::Page(p) => {
+                let start = *p as usize * self.page_size;
+                &self.pool[start..start + slot.len as usize]
+            }
+            Storage::Own(b) => b,
+            Storage::Free => &[],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert { id: u64, source: u32, len: usize },
+        Remove(u64),
+        RemoveMany(Vec<u64>),
+        Lookup(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..40, 0u32..4, prop_oneof![3 => 0usize..=64, 1 => 65usize..300]).prop_map(|(id, source, len)| Op::Insert { id, source, len }),
+            2 => (0u64..40).prop_map(Op::Remove),
+            1 => proptest::collection::vec(0u64..40, 0..12).prop_map(Op::RemoveMany),
+            2 => (0u64..40).prop_map(Op::Lookup),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn behaves_like_a_hash_map_of_fragment_lists(ops in proptest::collection::vec(op(), 1..300)) {
+            let config = EventManagerConfig { page_size: 64, pages: 16, large_bytes: Some(600), max_fragments: Some(24) };
+            let mut em = EventManager::new(config).unwrap();
+            let mut model: HashMap<u64, Vec<(u32, Vec<u8>)>> = HashMap::new();
+            let mut fill = 0u8;
+            for op in ops {
+                match op {
+                    Op::Insert { id, source, len } => {
+                        fill = fill.wrapping_add(1);
+                        let data = vec![fill; len];
+                        let frags: usize = model.values().map(Vec::len).sum();
+                        let pages: usize = model.values().flatten().filter(|f| f.1.len() <= 64).count();
+                        let large: usize = model.values().flatten().filter(|f| f.1.len() > 64).map(|f| f.1.len()).sum();
+                        let room = frags < 24 && if len <= 64 { pages < 16 } else { large + len <= 600 };
+                        prop_assert_eq!(em.has_room(len), room);
+                        match em.insert(id, source, &data) {
+                            Ok(()) => { prop_assert!(room); model.entry(id).or_default().push((source, data)); }
+                            Err(InsertError::Full { .. }) => prop_assert!(!room),
+                            Err(e) => prop_assert!(false, "unexpected {e}"),
+                        }
+                    }
+                    Op::Remove(id) => {
+                        prop_assert_eq!(em.remove(id), model.remove(&id).map(|v| v.len()));
+                    }
+                    Op::RemoveMany(ids) => {
+                        let expected = ids.iter().filter(|id| model.remove(id).is_some()).count();
+                        prop_assert_eq!(em.remove_many(ids), expected);
+                    }
+                    Op::Lookup(id) => {
+                        let got = em.get(id).map(|e| e.fragments().map(|f| (f.source, f.data.to_vec())).collect::<Vec<_>>());
+                        prop_assert_eq!(got.as_ref(), model.get(&id));
+                    }
+                }
+                prop_assert_eq!(em.events(), model.len());
+                prop_assert_eq!(em.fragments(), model.values().map(Vec::len).sum::<usize>());
+                prop_assert_eq!(em.bytes(), model.values().flatten().map(|f| f.1.len() as u64).sum::<u64>());
+            }
+            em.clear();
+            prop_assert_eq!((em.free_pages(), em.events(), em.large_bytes()), (16, 0, 0));
+        }
+    }
+
+    #[test]
+    fn a_full_pool_refuses_until_fragments_are_removed() {
+        let mut em = EventManager::new(EventManagerConfig {
+            page_size: 128,
+            pages: 4,
+            large_bytes: Some(0),
+            ..Default::default()
+        })
+        .unwrap();
+        for id in 0..4 {
+            em.insert(id, 0, &[1; 100]).unwrap();
+        }
+        assert!(!em.has_room(10));
+        assert_eq!(em.insert(4, 0, &[1; 10]), Err(InsertError::Full { needed: 1, free: 0 }));
+        assert_eq!(
+            em.insert(4, 0, &[1; 1000]),
+            Err(InsertError::TooLarge { len: 1000, page_size: 128, large_bytes: 0 })
+        );
+        assert_eq!(em.remove_many([0, 1, 99]), 2);
+        assert!(em.has_room(10));
+        em.insert(4, 0, &[2; 10]).unwrap();
+        assert_eq!(em.get(4).unwrap().fragments().next().unwrap().data, &[2; 10]);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        for c in [
+            EventManagerConfig { page_size: 0, ..Default::default() },
+            EventManagerConfig { pages: 0, ..Default::default() },
+            EventManagerConfig { page_size: usize::MAX / 2, pages: 4, ..Default::default() },
+            EventManagerConfig { max_fragments: Some(0), ..Default::default() },
+        ] {
+            assert!(EventManager::new(c).is_err());
+        }
+    }
+}

@@ -1,0 +1,817 @@
+//! The paper's measurement set-up as example I/O modules, in one process: ROBs generating
+//! fragments into their event managers, a TRG generating accept / reject / ROI messages in a
+//! configured ratio (default 1:100:10 as in the paper), an EBIF-like collector, and a level-2
+//! consumer for ROI data. They talk through [`fifo`](crate::fifo()) s exactly as separate
+//! processes would talk through links; the event builder makes them real processes.
+//!
+//! - **ROB** (tasks `in`, `trg`, `dc`): `in` formats a fragment (a `daqflow-wire` fragment header
+//!   with the payload's CRC32C, and a few data words) straight into an event-manager page, while
+//!   the manager has room; `trg` handles grouped rejects (frees the events) and ROIs (copies the
+//!   wanted fragment to the level-2 consumer); `dc` answers the collector's data requests with a
+//!   copy of the fragment and frees events on grouped discards. Each ROB publishes how far it has
+//!   generated: the TRG's synchronisation (it never decides an event a ROB does not hold yet).
+//! - **TRG** (tasks `input`, `dispatch`): `input` decides the next event (accept, reject, with an
+//!   ROI first for some rejected events) into an internal buffer; `dispatch` groups the messages
+//!   ([`Grouper`]) and sends rejects and ROIs to every ROB, accepts to the collector.
+//! - **EBIF** (tasks `input`, `collect`, `flush`): on an accept, asks every ROB for its fragment;
+//!   when all have answered, checks each fragment's CRC, assembles the crate fragment (a
+//!   `daqflow-wire` super-fragment) and sends a discard to every ROB.
+//!
+//! Every event ends rejected or built, at every ROB: [`TestbedReport`] counts them.
+//!
+//! ```
+//! use daqflow_engine::ioms::{Layout, Testbed, TestbedConfig};
+//! let report = Testbed::new(TestbedConfig { events: Some(5_000), ..Default::default() })
+//!     .unwrap()
+//!     .run(Layout::OneScheduler, None)
+//!     .unwrap();
+//! assert_eq!(report.decided(), 5_000);
+//! assert!(report.is_consistent(), "{report:?}");
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use daqflow_wire::FRAGMENT_HEADER_LEN;
+use daqflow_wire::crc::crc32c;
+use daqflow_wire::frame::Frame;
+use daqflow_wire::{EventId, Fragment, FragmentFlags, FragmentHeader, SuperFragment, SuperFragmentFlags};
+use rtrb::{Consumer, Producer};
+
+use crate::error::{BoxError, ConfigError, SchedulerError};
+use crate::event_manager::{EventManager, EventManagerConfig};
+use crate::fifo::fifo;
+use crate::messages::{self, ControlMessage, GroupSizes, Grouper, MessageKind};
+use crate::profile::ThreadStamps;
+use crate::scheduler::{IdleStrategy, Report, Scheduler, StopHandle};
+use crate::task::Module;
+
+/// Decisions per block of the TRG: accepts, rejects, and ROIs (sent before the reject of as many
+/// rejected events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Ratio {
+    /// Accepted events per block (L2A).
+    pub accept: u32,
+    /// Rejected events per block (L2R).
+    pub reject: u32,
+    /// ROI messages per block, each for one of the rejected events (at most `reject`).
+    pub roi: u32,
+}
+
+impl Default for Ratio {
+    /// The paper's 1:100:10.
+    fn default() -> Self {
+        Ratio { accept: 1, reject: 100, roi: 10 }
+    }
+}
+
+/// The set-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestbedConfig {
+    /// ROBs (the paper measured with two).
+    pub robs: u32,
+    /// Fragment sizes (bytes including the 48-byte header) and their weights; the paper: 512 and
+    /// 768 bytes in the ratio 1:3.
+    pub fragment_sizes: Vec<(usize, u32)>,
+    /// Each ROB's event manager; the paper: 200 pages of 1024 bytes.
+    pub event_manager: EventManagerConfig,
+    /// The TRG's decisions.
+    pub ratio: Ratio,
+    /// Messages per group; the paper: ten rejects per message.
+    pub groups: GroupSizes,
+    /// Slots of every FIFO between modules.
+    pub fifo_capacity: usize,
+    /// Stop after this many events are decided and freed everywhere (`None`: run until stopped).
+    pub events: Option<u64>,
+    /// The run number written into fragment headers.
+    pub run_number: u32,
+}
+
+impl Default for TestbedConfig {
+    fn default() -> Self {
+        TestbedConfig {
+            robs: 2,
+            fragment_sizes: vec![(512, 1), (768, 3)],
+            event_manager: EventManagerConfig {
+                page_size: 1024,
+                pages: 200,
+                large_bytes: Some(0),
+                max_fragments: None,
+            },
+            ratio: Ratio::default(),
+            groups: GroupSizes::default(),
+            fifo_capacity: 256,
+            events: None,
+            run_number: 1,
+        }
+    }
+}
+
+/// How the modules are spread over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Everything on one scheduler (one thread): the cost of the whole set-up per event.
+    OneScheduler,
+    /// The ROBs on one scheduler, the TRG, the collector and the level-2 consumer on another (the
+    /// paper's set-up: the ROB on a processor of its own). Optionally pinned: (ROB core, others).
+    RobsApart(Option<(usize, usize)>),
+}
+
+/// Counters shared by a ROB with the TRG (its synchronisation) and the report.
+#[derive(Debug, Default)]
+struct RobShared {
+    generated: AtomicU64,
+    freed: AtomicU64,
+    rejected: AtomicU64,
+    discarded: AtomicU64,
+    roi_sent: AtomicU64,
+    collected: AtomicU64,
+}
+
+fn publish(c: &AtomicU64, v: u64) {
+    c.store(v, Ordering::Release);
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Collected {
+    rob: u32,
+    event_id: u64,
+}
+
+struct Rob {
+    id: u32,
+    run_number: u32,
+    em: EventManager,
+    sizes: Vec<usize>,
+    next: u64,
+    limit: u64,
+    from_trg: Consumer<Frame>,
+    from_ebif: Consumer<Frame>,
+    to_ebif: Producer<(Collected, Bytes)>,
+    to_l2: Producer<Bytes>,
+    shared: Arc<RobShared>,
+    counts: [u64; 5],
+}
+
+const GENERATED: usize = 0;
+const REJECTED: usize = 1;
+const DISCARDED: usize = 2;
+const ROI_SENT: usize = 3;
+const COLLECTED: usize = 4;
+
+impl Rob {
+    fn free(&mut self, id: u64, what: usize) -> bool {
+        if self.em.remove(id).is_some() {
+            self.counts[what] += 1;
+            publish(&self.shared.freed, self.counts[REJECTED] + self.counts[DISCARDED]);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn copy_of(&self, event_id: u64) -> Option<Bytes> {
+        let event = self.em.get(event_id)?;
+        let f = event.fragments().next()?;
+        Some(Bytes::copy_from_slice(f.data))
+    }
+}
+
+impl Module for Rob {
+    fn tasks(&self) -> usize {
+        3
+    }
+    fn task_name(&self, task: usize) -> String {
+        format!("rob{}.{}", self.id, ["in", "trg", "dc"][task.min(2)])
+    }
+    #[inline]
+    fn poll(&mut self, task: usize) -> bool {
+        match task {
+            0 => self.next < self.limit && self.em.has_room(self.sizes[(self.next % self.sizes.len() as u64) as usize]),
+            1 => !self.from_trg.is_empty() && self.to_l2.slots() > 0,
+            _ => !self.from_ebif.is_empty() && self.to_ebif.slots() > 0,
+        }
+    }
+    fn action(&mut self, task: usize) -> Result<(), BoxError> {
+        match task {
+            0 => {
+                let id = self.next;
+                let len = self.sizes[(id % self.sizes.len() as u64) as usize];
+                let (rob, run) = (self.id, self.run_number);
+                self.em.insert_with(id, rob, len, |page| {
+                    let (head, payload) = page.split_at_mut(FRAGMENT_HEADER_LEN);
+                    // The ROD header and a few data words; the rest of the page is what it held.
+                    payload[..8].copy_from_slice(&id.to_le_bytes());
+                    payload[8..12].copy_from_slice(&rob.to_le_bytes());
+                    let header = FragmentHeader {
+                        flags: FragmentFlags::empty(),
+                        source_id: rob,
+                        event_id: EventId(id),
+                        run_number: run,
+                        trigger_type: 0,
+                        timestamp: id,
+                        payload_len: payload.len() as u32,
+                        payload_crc: crc32c(payload),
+                    };
+                    head.copy_from_slice(&header.encode());
+                })?;
+                self.next += 1;
+                self.counts[GENERATED] += 1;
+                publish(&self.shared.generated, self.next);
+            }
+            1 => {
+                let frame = self.from_trg.pop()?;
+                let group = messages::decode(&frame)?;
+                match group.kind() {
+                    MessageKind::Reject => {
+                        for id in group.event_ids() {
+                            if !self.free(id, REJECTED) {
+                                return Err(
+                                    format!("ROB {}: reject of event {id}, which it does not hold", self.id).into()
+                                );
+                            }
+                        }
+                        publish(&self.shared.rejected, self.counts[REJECTED]);
+                    }
+                    MessageKind::Roi => {
+                        for m in group.iter() {
+                            if let ControlMessage::Roi { event_id, base, mask, .. } = m {
+                                let wanted =
+                                    self.id.checked_sub(base).is_some_and(|bit| bit < 64 && mask >> bit & 1 == 1);
+                                if wanted {
+                                    let data = self.copy_of(event_id).ok_or_else(|| {
+                                        format!("ROB {}: ROI for event {event_id}, which it does not hold", self.id)
+                                    })?;
+                                    self.to_l2.push(data).map_err(|_| "level-2 FIFO full")?;
+                                    self.counts[ROI_SENT] += 1;
+                                }
+                            }
+                        }
+                        publish(&self.shared.roi_sent, self.counts[ROI_SENT]);
+                    }
+                    other => return Err(format!("ROB {}: unexpected {} from the TRG", self.id, other.name()).into()),
+                }
+            }
+            _ => {
+                let frame = self.from_ebif.pop()?;
+                let group = messages::decode(&frame)?;
+                match group.kind() {
+                    MessageKind::Accept => {
+                        for id in group.event_ids() {
+                            let data = self.copy_of(id).ok_or_else(|| {
+                                format!("ROB {}: data request for event {id}, which it does not hold", self.id)
+                            })?;
+                            self.to_ebif
+                                .push((Collected { rob: self.id, event_id: id }, data))
+                                .map_err(|_| "collector FIFO full")?;
+                            self.counts[COLLECTED] += 1;
+                        }
+                        publish(&self.shared.collected, self.counts[COLLECTED]);
+                    }
+                    MessageKind::Discard => {
+                        for id in group.event_ids() {
+                            if !self.free(id, DISCARDED) {
+                                return Err(
+                                    format!("ROB {}: discard of event {id}, which it does not hold", self.id).into()
+                                );
+                            }
+                        }
+                        publish(&self.shared.discarded, self.counts[DISCARDED]);
+                    }
+                    other => {
+                        return Err(format!("ROB {}: unexpected {} from the collector", self.id, other.name()).into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct TrgShared {
+    accepts: AtomicU64,
+    rejects: AtomicU64,
+    rois: AtomicU64,
+}
+
+struct Trg {
+    ratio: Ratio,
+    next: u64,
+    limit: u64,
+    robs: Vec<Arc<RobShared>>,
+    /// The lowest `generated` of the ROBs last time we looked.
+    synced: u64,
+    buffer: VecDeque<ControlMessage>,
+    grouper: Grouper,
+    blocked: bool,
+    to_robs: Vec<Producer<Frame>>,
+    to_ebif: Producer<Frame>,
+    shared: Arc<TrgShared>,
+    counts: [u64; 3],
+}
+
+const BUFFER: usize = 64;
+
+impl Trg {
+    fn can_decide(&mut self) -> bool {
+        if self.next >= self.limit || self.buffer.len() + 2 > BUFFER {
+            return false;
+        }
+        if self.next >= self.synced {
+            self.synced = self.robs.iter().map(|r| r.generated.load(Ordering::Acquire)).min().unwrap_or(0);
+        }
+        self.next < self.synced
+    }
+
+    fn send(&mut self, frame: Frame) -> Result<(), BoxError> {
+        if frame.kind == messages::KIND_ACCEPT {
+            self.to_ebif.push(frame).map_err(|_| "collector FIFO full")?;
+        } else {
+            for tx in &mut self.to_robs {
+                tx.push(frame.clone()).map_err(|_| "ROB FIFO full")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn outputs_have_room(&self) -> bool {
+        self.to_ebif.slots() > 0 && self.to_robs.iter().all(|t| t.slots() > 0)
+    }
+}
+
+impl Module for Trg {
+    fn tasks(&self) -> usize {
+        2
+    }
+    fn task_name(&self, task: usize) -> String {
+        ["trg.input", "trg.dispatch"][task.min(1)].to_owned()
+    }
+    #[inline]
+    fn poll(&mut self, task: usize) -> bool {
+        if task == 0 {
+            let ok = self.can_decide();
+            self.blocked = !ok;
+            ok
+        } else {
+            (!self.buffer.is_empty() || (self.blocked && self.grouper.pending() > 0)) && self.outputs_have_room()
+        }
+    }
+    fn action(&mut self, task: usize) -> Result<(), BoxError> {
+        if task == 0 {
+            let id = self.next;
+            let block = u64::from(self.ratio.accept + self.ratio.reject).max(1);
+            let k = (id % block) as u32;
+            if k < self.ratio.accept {
+                self.buffer.push_back(ControlMessage::Accept { event_id: id, trigger_type: 1, destination: 0 });
+                self.counts[0] += 1;
+            } else {
+                if k - self.ratio.accept < self.ratio.roi {
+                    let n = self.robs.len().min(64) as u32;
+                    let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+                    self.buffer.push_back(ControlMessage::Roi { event_id: id, destination: 0, base: 0, mask });
+                    self.counts[2] += 1;
+                }
+                self.buffer.push_back(ControlMessage::Reject { event_id: id });
+                self.counts[1] += 1;
+            }
+            self.next += 1;
+            publish(&self.shared.accepts, self.counts[0]);
+            publish(&self.shared.rejects, self.counts[1]);
+            publish(&self.shared.rois, self.counts[2]);
+        } else {
+            // One message per action, so that a full output stops us between messages.
+            if let Some(m) = self.buffer.pop_front() {
+                if let Some(frame) = self.grouper.push(m) {
+                    self.send(frame)?;
+                }
+            } else {
+                for frame in self.grouper.flush() {
+                    self.send(frame)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct EbifShared {
+    built: AtomicU64,
+    bytes: AtomicU64,
+}
+
+struct Ebif {
+    from_trg: Consumer<Frame>,
+    from_robs: Vec<Consumer<(Collected, Bytes)>>,
+    to_robs: Vec<Producer<Frame>>,
+    collecting: HashMap<u64, Vec<Option<Fragment>>>,
+    discards: Grouper,
+    shared: Arc<EbifShared>,
+    built: u64,
+    bytes: u64,
+}
+
+impl Ebif {
+    fn send_to_robs(&mut self, frame: Frame) -> Result<(), BoxError> {
+        for tx in &mut self.to_robs {
+            tx.push(frame.clone()).map_err(|_| "ROB FIFO full")?;
+        }
+        Ok(())
+    }
+    fn robs_have_room(&self) -> bool {
+        self.to_robs.iter().all(|t| t.slots() > 1)
+    }
+}
+
+impl Module for Ebif {
+    fn tasks(&self) -> usize {
+        3
+    }
+    fn task_name(&self, task: usize) -> String {
+        ["ebif.input", "ebif.collect", "ebif.flush"][task.min(2)].to_owned()
+    }
+    #[inline]
+    fn poll(&mut self, task: usize) -> bool {
+        match task {
+            0 => !self.from_trg.is_empty() && self.robs_have_room() && self.collecting.len() < 64,
+            1 => self.robs_have_room() && self.from_robs.iter().any(|r| !r.is_empty()),
+            _ => {
+                self.discards.pending() > 0
+                    && self.from_trg.is_empty()
+                    && self.from_robs.iter().all(|r| r.is_empty())
+                    && self.robs_have_room()
+            }
+        }
+    }
+    fn action(&mut self, task: usize) -> Result<(), BoxError> {
+        match task {
+            0 => {
+                let frame = self.from_trg.pop()?;
+                let group = messages::decode(&frame)?;
+                if group.kind() != MessageKind::Accept {
+                    return Err(format!("collector: unexpected {} from the TRG", group.kind().name()).into());
+                }
+                for id in group.event_ids() {
+                    self.collecting.insert(id, vec![None; self.to_robs.len()]);
+                }
+                // The data request to every ROB is the accept itself.
+                self.send_to_robs(frame)?;
+            }
+            1 => {
+                for r in 0..self.from_robs.len() {
+                    let Ok((c, data)) = self.from_robs[r].pop() else { continue };
+                    let fragment = Fragment::parse(data)?;
+                    fragment.verify_crc()?;
+                    let slots = self
+                        .collecting
+                        .get_mut(&c.event_id)
+                        .ok_or_else(|| format!("collector: data for event {} it did not ask for", c.event_id))?;
+                    slots[c.rob as usize] = Some(fragment);
+                    if slots.iter().all(Option::is_some) {
+                        let fragments: Vec<Fragment> =
+                            self.collecting.remove(&c.event_id).into_iter().flatten().flatten().collect();
+                        let crate_fragment =
+                            SuperFragment::assemble(0, EventId(c.event_id), SuperFragmentFlags::default(), &fragments);
+                        self.built += 1;
+                        self.bytes += crate_fragment.len() as u64;
+                        publish(&self.shared.built, self.built);
+                        publish(&self.shared.bytes, self.bytes);
+                        if let Some(frame) = self.discards.push(ControlMessage::Discard { event_id: c.event_id }) {
+                            self.send_to_robs(frame)?;
+                        }
+                    }
+                }
+            }
+            _ => {
+                for frame in self.discards.flush() {
+                    self.send_to_robs(frame)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts ROI data arriving at the level-2 consumer.
+struct Level2 {
+    from_robs: Vec<Consumer<Bytes>>,
+    received: Arc<AtomicU64>,
+    count: u64,
+}
+
+impl Module for Level2 {
+    fn tasks(&self) -> usize {
+        1
+    }
+    fn task_name(&self, _: usize) -> String {
+        "l2.input".into()
+    }
+    fn poll(&mut self, _: usize) -> bool {
+        self.from_robs.iter().any(|r| !r.is_empty())
+    }
+    fn action(&mut self, _: usize) -> Result<(), BoxError> {
+        for r in &mut self.from_robs {
+            while let Ok(data) = r.pop() {
+                Fragment::parse(data)?.verify_crc()?;
+                self.count += 1;
+            }
+        }
+        publish(&self.received, self.count);
+        Ok(())
+    }
+}
+
+/// The ROBs, the TRG, the collector and the level-2 consumer, wired, ready to run.
+pub struct Testbed {
+    config: TestbedConfig,
+    robs: Vec<Rob>,
+    trg: Trg,
+    ebif: Ebif,
+    l2: Level2,
+    rob_shared: Vec<Arc<RobShared>>,
+    trg_shared: Arc<TrgShared>,
+    ebif_shared: Arc<EbifShared>,
+    l2_received: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Testbed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Testbed").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// What a test-bed run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestbedReport {
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Fragments generated, per ROB.
+    pub generated: Vec<u64>,
+    /// Events freed by a reject, per ROB.
+    pub rejected: Vec<u64>,
+    /// Events freed by a discard, per ROB.
+    pub discarded: Vec<u64>,
+    /// Events still held, per ROB (0 after a run to a fixed count).
+    pub held: Vec<u64>,
+    /// ROI fragments sent to level 2, per ROB.
+    pub roi_sent: Vec<u64>,
+    /// ROI fragments level 2 received.
+    pub roi_received: u64,
+    /// Accepts, rejects and ROIs the TRG decided.
+    pub accepts: u64,
+    /// Rejects decided.
+    pub rejects: u64,
+    /// ROIs decided.
+    pub rois: u64,
+    /// Crate fragments built by the collector.
+    pub built: u64,
+    /// Bytes of crate fragments built.
+    pub built_bytes: u64,
+    /// Each scheduler's report (counters, stamps if profiling).
+    pub schedulers: Vec<Report>,
+}
+
+impl TestbedReport {
+    /// Events decided and freed at every ROB.
+    pub fn decided(&self) -> u64 {
+        self.rejected.iter().zip(&self.discarded).map(|(r, d)| r + d).min().unwrap_or(0)
+    }
+
+    /// Whether every event is accounted for: at each ROB, generated = rejected + discarded +
+    /// held; rejected ≤ the TRG's rejects, discarded ≤ built ≤ accepts; every ROI sent arrived.
+    pub fn is_consistent(&self) -> bool {
+        (0..self.generated.len()).all(|i| {
+            self.generated[i] == self.rejected[i] + self.discarded[i] + self.held[i]
+                && self.rejected[i] <= self.rejects
+                && self.discarded[i] <= self.built
+        }) && self.built <= self.accepts
+            && self.roi_sent.iter().sum::<u64>() == self.roi_received
+    }
+
+    /// Stamps of every scheduler that profiled.
+    pub fn stamps(&self) -> Vec<ThreadStamps> {
+        self.schedulers.iter().filter_map(|r| r.stamps.clone()).collect()
+    }
+}
+
+impl Testbed {
+    /// Wires the modules.
+    pub fn new(config: TestbedConfig) -> Result<Testbed, ConfigError> {
+        if config.robs == 0 || config.robs > 64 {
+            return Err(ConfigError::Invalid("robs must be between 1 and 64".into()));
+        }
+        let weight: u32 = config.fragment_sizes.iter().map(|s| s.1).sum();
+        if weight == 0 || weight > 1000 {
+            return Err(ConfigError::Invalid("fragment size weights must add up to between 1 and 1000".into()));
+        }
+        let header = FRAGMENT_HEADER_LEN;
+        if let Some(&(s, _)) = config
+            .fragment_sizes
+            .iter()
+            .find(|(s, _)| *s < header + 16 || *s > config.event_manager.page_size || s % 8 != 0)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "fragment size {s} must be a multiple of 8 between {} and the page size {}",
+                header + 16,
+                config.event_manager.page_size
+            )));
+        }
+        let sizes: Vec<usize> =
+            config.fragment_sizes.iter().flat_map(|&(s, w)| std::iter::repeat_n(s, w as usize)).collect();
+        let limit = config.events.unwrap_or(u64::MAX);
+        let cap = config.fifo_capacity.max(4);
+        let n = config.robs as usize;
+        let (mut trg_to_rob, mut ebif_to_rob, mut rob_to_ebif, mut rob_to_l2) = (vec![], vec![], vec![], vec![]);
+        let mut robs = Vec::with_capacity(n);
+        let mut rob_shared = Vec::with_capacity(n);
+        for id in 0..config.robs {
+            let (t_tx, t_rx) = fifo(cap);
+            let (e_tx, e_rx) = fifo(cap);
+            let (d_tx, d_rx) = fifo(cap);
+            let (l_tx, l_rx) = fifo(cap);
+            trg_to_rob.push(t_tx);
+            ebif_to_rob.push(e_tx);
+            rob_to_ebif.push(d_rx);
+            rob_to_l2.push(l_rx);
+            let shared = Arc::new(RobShared::default());
+            rob_shared.push(shared.clone());
+            robs.push(Rob {
+                id,
+                run_number: config.run_number,
+                em: EventManager::new(config.event_manager.clone())?,
+                sizes: sizes.clone(),
+                next: 0,
+                limit,
+                from_trg: t_rx,
+                from_ebif: e_rx,
+                to_ebif: d_tx,
+                to_l2: l_tx,
+                shared,
+                counts: [0; 5],
+            });
+        }
+        let (a_tx, a_rx) = fifo(cap);
+        let trg_shared = Arc::new(TrgShared::default());
+        let trg = Trg {
+            ratio: config.ratio,
+            next: 0,
+            limit,
+            robs: rob_shared.clone(),
+            synced: 0,
+            buffer: VecDeque::with_capacity(BUFFER),
+            grouper: Grouper::new(config.groups),
+            blocked: false,
+            to_robs: trg_to_rob,
+            to_ebif: a_tx,
+            shared: trg_shared.clone(),
+            counts: [0; 3],
+        };
+        let ebif_shared = Arc::new(EbifShared::default());
+        let ebif = Ebif {
+            from_trg: a_rx,
+            from_robs: rob_to_ebif,
+            to_robs: ebif_to_rob,
+            collecting: HashMap::with_capacity(128),
+            discards: Grouper::new(config.groups),
+            shared: ebif_shared.clone(),
+            built: 0,
+            bytes: 0,
+        };
+        let l2_received = Arc::new(AtomicU64::new(0));
+        let l2 = Level2 { from_robs: rob_to_l2, received: l2_received.clone(), count: 0 };
+        Ok(Testbed { config, robs, trg, ebif, l2, rob_shared, trg_shared, ebif_shared, l2_received })
+    }
+
+    /// Runs until `config.events` events are decided and freed at every ROB, or for `duration`
+    /// (whichever comes first; one of them must be set), with `profile` stamps per scheduler if
+    /// given. A failing task stops the run with its error.
+    pub fn run(self, layout: Layout, duration: Option<Duration>) -> Result<TestbedReport, SchedulerError> {
+        self.run_profiled(layout, duration, None, IdleStrategy::default())
+    }
+
+    /// [`Testbed::run`] with profiling (`Some(ring capacity)`) and an idle strategy.
+    pub fn run_profiled(
+        self,
+        layout: Layout,
+        duration: Option<Duration>,
+        profile: Option<usize>,
+        idle: IdleStrategy,
+    ) -> Result<TestbedReport, SchedulerError> {
+        let Testbed { config, robs, trg, ebif, l2, rob_shared, trg_shared, ebif_shared, l2_received } = self;
+        let setup = |name: &str, core: Option<usize>| {
+            let mut s = Scheduler::new(name).with_idle(idle);
+            if let Some(c) = core {
+                s = s.pinned_to(c);
+            }
+            if let Some(cap) = profile {
+                s = s.with_profiling(cap);
+            }
+            s
+        };
+        let mut schedulers = Vec::new();
+        match layout {
+            Layout::OneScheduler => {
+                let mut s = setup("testbed", None);
+                for r in robs {
+                    s.add_module(r);
+                }
+                s.add_module(trg).add_module(ebif).add_module(l2);
+                schedulers.push(s);
+            }
+            Layout::RobsApart(cores) => {
+                let mut a = setup("robs", cores.map(|c| c.0));
+                for r in robs {
+                    a.add_module(r);
+                }
+                let mut b = setup("trg-ebif", cores.map(|c| c.1));
+                b.add_module(trg).add_module(ebif).add_module(l2);
+                schedulers.extend([a, b]);
+            }
+        }
+        let stops: Vec<StopHandle> = schedulers.iter().map(|s| s.stop_handle()).collect();
+        let start = Instant::now();
+        let running = schedulers.into_iter().map(Scheduler::spawn).collect::<Result<Vec<_>, _>>()?;
+        let target = config.events;
+        let deadline = duration.map(|d| start + d);
+        loop {
+            std::thread::sleep(Duration::from_micros(200));
+            let freed = rob_shared.iter().map(|r| r.freed.load(Ordering::Acquire)).min().unwrap_or(0);
+            let done = target.is_some_and(|t| freed >= t);
+            let late = deadline.is_some_and(|d| Instant::now() >= d);
+            let failed = running.iter().any(|r| r.is_finished());
+            if done || late || failed || (target.is_none() && deadline.is_none()) {
+                break;
+            }
+        }
+        let elapsed = start.elapsed();
+        // Stop upstream first: with the ROBs apart, their scheduler stops, then the others run
+        // until the ROI data already sent has arrived (bounded), so the counts balance.
+        let mut running = running;
+        let mut first = Vec::new();
+        if running.len() > 1 {
+            stops[0].stop();
+            first.push(running.remove(0));
+            while !first[0].is_finished() {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            let sent = || rob_shared.iter().map(|r| r.roi_sent.load(Ordering::Acquire)).sum::<u64>();
+            let drain_until = Instant::now() + Duration::from_secs(2);
+            while l2_received.load(Ordering::Acquire) < sent()
+                && Instant::now() < drain_until
+                && !running.iter().any(|r| r.is_finished())
+            {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        for s in &stops {
+            s.stop();
+        }
+        let mut reports = Vec::new();
+        let mut first_error = None;
+        for r in first.into_iter().chain(running) {
+            match r.join() {
+                Ok(rep) => reports.push(rep),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let load = |c: &AtomicU64| c.load(Ordering::Acquire);
+        let generated: Vec<u64> = rob_shared.iter().map(|r| load(&r.generated)).collect();
+        let rejected: Vec<u64> = rob_shared.iter().map(|r| load(&r.rejected)).collect();
+        let discarded: Vec<u64> = rob_shared.iter().map(|r| load(&r.discarded)).collect();
+        let held = (0..generated.len()).map(|i| generated[i].saturating_sub(rejected[i] + discarded[i])).collect();
+        Ok(TestbedReport {
+            elapsed,
+            generated,
+            rejected,
+            discarded,
+            held,
+            roi_sent: rob_shared.iter().map(|r| load(&r.roi_sent)).collect(),
+            roi_received: load(&l2_received),
+            accepts: load(&trg_shared.accepts),
+            rejects: load(&trg_shared.rejects),
+            rois: load(&trg_shared.rois),
+            built: load(&ebif_shared.built),
+            built_bytes: load(&ebif_shared.bytes),
+            schedulers: reports,
+        })
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Rob>();
+    is_send::<Trg>();
+    is_send::<Ebif>();
+    is_send::<Level2>();
+    let _ = BytesMut::new();
+}

@@ -1,0 +1,278 @@
+//! The scheduler, the test bed and profiling, across threads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use daqflow_engine::ioms::{Layout, Testbed, TestbedConfig};
+use daqflow_engine::profile::{self, Probe, ProfileDump};
+use daqflow_engine::{EventManager, EventManagerConfig, IdleStrategy, Scheduler, SchedulerError, fifo, task};
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn every_ready_task_gets_its_turn_round_robin() {
+    let mut s = Scheduler::new("fair").with_idle(IdleStrategy::LAZY);
+    let stop = s.stop_handle();
+    let total = Arc::new(AtomicU64::new(0));
+    for i in 0..3 {
+        let total = total.clone();
+        let stop = stop.clone();
+        s.add(task::from_fn(
+            format!("t{i}"),
+            (),
+            |_| true,
+            move |_| {
+                if total.fetch_add(1, Ordering::Relaxed) + 1 == 30_000 {
+                    stop.stop();
+                }
+                Ok(())
+            },
+        ));
+    }
+    // A task that is never ready is polled every cycle but never run.
+    s.add(task::from_fn("never", (), |_| false, |_| Err("must not run".into())));
+    let report = s.spawn().unwrap().join().unwrap();
+    let actions: Vec<u64> = report.tasks.iter().map(|t| t.actions).collect();
+    assert_eq!(actions[..3], [10_000, 10_000, 10_000], "{report:?}");
+    assert_eq!(actions[3], 0);
+    assert_eq!(report.tasks[3].polls, report.cycles);
+    for t in &report.tasks[..3] {
+        assert_eq!((t.polls, t.successes), (report.cycles, t.actions));
+    }
+}
+
+#[test]
+fn stop_ends_an_idle_parked_scheduler_promptly() {
+    let s = Scheduler::new("idle").with_idle(IdleStrategy {
+        spins: 10,
+        yields: 10,
+        park_min: Duration::from_secs(60),
+        park_max: Duration::from_secs(60),
+    });
+    let mut s = s;
+    s.add(task::from_fn("nothing", (), |_| false, |_| Ok(())));
+    let running = s.spawn().unwrap();
+    wait_until("the scheduler to park", || running.counters().parks() > 0);
+    let t = Instant::now();
+    let report = running.stop().unwrap();
+    // Parked for 60 s, yet stopped at once: the stop handle unparks it.
+    assert!(t.elapsed() < Duration::from_secs(30));
+    assert!(report.parks >= 1 && report.idle_cycles == report.cycles);
+}
+
+#[test]
+fn a_waker_ends_the_park_of_a_consumer_on_another_thread() {
+    let (mut tx, rx) = fifo::<u64>(16);
+    let got = Arc::new(AtomicU64::new(0));
+    let mut s = Scheduler::new("consumer").with_idle(IdleStrategy {
+        spins: 10,
+        yields: 0,
+        park_min: Duration::from_secs(60),
+        park_max: Duration::from_secs(60),
+    });
+    let g = got.clone();
+    s.add(task::from_fn(
+        "pop",
+        rx,
+        |rx| !rx.is_empty(),
+        move |rx| {
+            g.fetch_add(rx.pop()?, Ordering::Relaxed);
+            Ok(())
+        },
+    ));
+    let waker = s.waker();
+    let running = s.spawn().unwrap();
+    for i in 1..=5u64 {
+        wait_until("the consumer to park", || running.counters().parks() >= i);
+        tx.push(i).unwrap();
+        waker.wake();
+        wait_until("the value to arrive", || got.load(Ordering::Relaxed) == i * (i + 1) / 2);
+    }
+    running.stop().unwrap();
+}
+
+#[test]
+fn a_failing_action_stops_the_scheduler_with_its_error() {
+    let mut s = Scheduler::new("failing");
+    s.add(task::from_fn(
+        "ok",
+        0u32,
+        |_| true,
+        |n| {
+            *n += 1;
+            Ok(())
+        },
+    ));
+    s.add(task::from_fn(
+        "breaks",
+        0u32,
+        |_| true,
+        |n| {
+            *n += 1;
+            if *n == 3 { Err("link to RU 2 closed".into()) } else { Ok(()) }
+        },
+    ));
+    let err = s.spawn().unwrap().join().unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, SchedulerError::Task { .. }), "{err:?}");
+    assert!(text.contains("`breaks`") && text.contains("`failing`") && text.contains("link to RU 2 closed"), "{text}");
+}
+
+#[test]
+fn a_panicking_task_is_reported_not_propagated() {
+    let mut s = Scheduler::new("panicky");
+    s.add(task::from_fn("boom", (), |_| true, |_| panic!("bad index")));
+    let err = s.spawn().unwrap().join().unwrap_err();
+    assert!(matches!(&err, SchedulerError::Panicked { message, .. } if message.contains("bad index")), "{err:?}");
+}
+
+#[test]
+fn pinning_to_an_allowed_core_works_and_to_a_missing_core_fails_clearly() {
+    let mut s = Scheduler::new("pinned").pinned_to(0);
+    let stop = s.stop_handle();
+    s.add(task::from_fn(
+        "once",
+        (),
+        |_| true,
+        move |_| {
+            stop.stop();
+            Ok(())
+        },
+    ));
+    s.spawn().unwrap().join().unwrap();
+    let mut s = Scheduler::new("nowhere").pinned_to(1000);
+    s.add(task::from_fn("never", (), |_| false, |_| Ok(())));
+    let err = s.spawn().unwrap().join().unwrap_err();
+    assert!(matches!(err, SchedulerError::Pin { core: 1000, .. }), "{err:?}");
+}
+
+#[test]
+fn a_full_event_manager_stops_the_input_task_until_fragments_are_removed() {
+    // Input stores fragments while the event manager has room; a slow "trigger" frees one
+    // event every 10th cycle. The input must wait (its poll fails), never error, never allocate.
+    let em =
+        EventManager::new(EventManagerConfig { page_size: 256, pages: 8, large_bytes: Some(0), ..Default::default() })
+            .unwrap();
+    struct State {
+        em: EventManager,
+        next: u64,
+        oldest: u64,
+        cycle: u64,
+        refused_polls: u64,
+    }
+    let state = State { em, next: 0, oldest: 0, cycle: 0, refused_polls: 0 };
+    let mut s = Scheduler::new("backpressure").with_idle(IdleStrategy::LAZY);
+    let stop = s.stop_handle();
+    let m = daqflow_engine_module(state, stop);
+    s.add_module(m);
+    let report = s.run().unwrap();
+    let input = &report.tasks[0];
+    assert_eq!(input.actions, 1000);
+    assert!(input.polls > input.successes, "the input must have been refused while full: {report:?}");
+
+    fn daqflow_engine_module(state: State, stop: daqflow_engine::StopHandle) -> impl daqflow_engine::Module {
+        struct M(State, daqflow_engine::StopHandle);
+        impl daqflow_engine::Module for M {
+            fn tasks(&self) -> usize {
+                2
+            }
+            fn task_name(&self, t: usize) -> String {
+                ["input", "trigger"][t].into()
+            }
+            fn poll(&mut self, t: usize) -> bool {
+                let s = &mut self.0;
+                if t == 0 {
+                    let ok = s.next < 1000 && s.em.has_room(200);
+                    if !ok && s.next < 1000 {
+                        s.refused_polls += 1;
+                    }
+                    ok
+                } else {
+                    s.cycle += 1;
+                    s.cycle.is_multiple_of(10) && s.oldest < s.next
+                }
+            }
+            fn action(&mut self, t: usize) -> Result<(), daqflow_engine::BoxError> {
+                let s = &mut self.0;
+                if t == 0 {
+                    s.em.insert(s.next, 0, &[7; 200])?;
+                    s.next += 1;
+                    assert!(s.em.events() <= 8);
+                } else {
+                    assert_eq!(s.em.remove(s.oldest), Some(1));
+                    s.oldest += 1;
+                    if s.oldest == 1000 {
+                        assert!(s.refused_polls > 0);
+                        self.1.stop();
+                    }
+                }
+                Ok(())
+            }
+        }
+        M(state, stop)
+    }
+}
+
+#[test]
+fn the_testbed_accounts_for_every_event_on_one_scheduler() {
+    let report = Testbed::new(TestbedConfig { events: Some(20_200), ..Default::default() })
+        .unwrap()
+        .run(Layout::OneScheduler, Some(Duration::from_secs(120)))
+        .unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+    assert_eq!(report.decided(), 20_200, "{report:?}");
+    // 1:100:10 over 200 blocks of 101 events.
+    assert_eq!((report.accepts, report.rejects, report.rois), (200, 20_000, 2_000));
+    assert_eq!(report.built, 200);
+    assert_eq!(report.generated, vec![20_200, 20_200]);
+    assert_eq!(report.rejected, vec![20_000, 20_000]);
+    assert_eq!(report.discarded, vec![200, 200]);
+    assert_eq!(report.held, vec![0, 0]);
+    assert_eq!(report.roi_received, 4_000);
+}
+
+#[test]
+fn the_testbed_accounts_for_every_event_across_two_schedulers() {
+    let config = TestbedConfig { robs: 3, events: Some(10_100), ..Default::default() };
+    let report = Testbed::new(config).unwrap().run(Layout::RobsApart(None), Some(Duration::from_secs(120))).unwrap();
+    assert!(report.is_consistent(), "{report:?}");
+    assert_eq!(report.decided(), 10_100, "{report:?}");
+    assert_eq!(report.built, 100);
+    assert_eq!(report.roi_received, 3 * 1_000);
+    assert_eq!(report.schedulers.len(), 2);
+}
+
+#[test]
+fn profiling_records_every_poll_and_action_and_off_records_nothing() {
+    let config = TestbedConfig { robs: 1, events: Some(1_010), ..Default::default() };
+    let off = Testbed::new(config.clone()).unwrap().run(Layout::OneScheduler, Some(Duration::from_secs(60))).unwrap();
+    assert!(off.stamps().is_empty());
+    assert!(!profile::is_recording());
+
+    let on = Testbed::new(config)
+        .unwrap()
+        .run_profiled(Layout::OneScheduler, Some(Duration::from_secs(60)), Some(1 << 22), IdleStrategy::default())
+        .unwrap();
+    let stamps = on.stamps();
+    assert_eq!(stamps.len(), 1);
+    let t = &stamps[0];
+    assert_eq!(t.lost, 0);
+    let sched = &on.schedulers[0];
+    let polls: u64 = sched.tasks.iter().map(|t| t.polls).sum();
+    let actions: u64 = sched.tasks.iter().map(|t| t.actions).sum();
+    assert_eq!(t.stamps.len() as u64, 2 * polls + 2 * actions);
+    let dump = ProfileDump::new(profile::calibrate(Duration::from_millis(10), 1000), stamps);
+    let tr = dump.transitions();
+    assert_eq!(tr.poll_to_action.len() as u64, actions);
+    let intervals = dump.intervals();
+    let rob_in = Probe::new("testbed/rob0.in.action").index();
+    let n = intervals.iter().find(|(p, _)| *p == rob_in).map(|(_, v)| v.len());
+    assert_eq!(n, Some(1_010));
+}
