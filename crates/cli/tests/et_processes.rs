@@ -31,6 +31,26 @@ fn et(args: &[&str]) -> Proc {
     Proc::spawn(&a)
 }
 
+/// A consumer that creates the blocking station `hold` with `restore`, takes `count` events and
+/// holds them (until killed).
+fn holder(name: &str, restore: &str, count: u32) -> Proc {
+    let count = count.to_string();
+    et(&[
+        "consume",
+        "--name",
+        name,
+        "--station",
+        "hold",
+        "--create",
+        "blocking",
+        "--restore",
+        restore,
+        "--count",
+        &count,
+        "--hold",
+    ])
+}
+
 /// `daqflow et monitor NAME --once --json`, parsed.
 fn snapshot(name: &str) -> serde_json::Value {
     let out =
@@ -87,20 +107,7 @@ fn a_consumer_killed_holding_events_gives_them_back_per_restore_mode() {
     let (mut system, _) = et_start(&name, &[]);
     // "hold" keeps what it gets; "spare" shares its station (restore: input); "after" counts
     // what comes out of "hold2" (restore: output).
-    let mut holder = et(&[
-        "consume",
-        "--name",
-        &name,
-        "--station",
-        "hold",
-        "--create",
-        "blocking",
-        "--restore",
-        "input",
-        "--count",
-        "30",
-        "--hold",
-    ]);
+    let mut holder = holder(&name, "input", 30);
     holder.expect("attached to hold");
     let mut holder2 =
         et(&["consume", "--name", &name, "--station", "hold2", "--create", "blocking", "--count", "40", "--hold"]);
@@ -148,20 +155,7 @@ fn a_consumer_killed_holding_large_events_leaves_nothing_behind() {
     let before = shm_entries();
     let name = unique("crash-large");
     let (mut system, _) = et_start(&name, &["--max-temp", "8"]);
-    let mut holder = et(&[
-        "consume",
-        "--name",
-        &name,
-        "--station",
-        "hold",
-        "--create",
-        "blocking",
-        "--restore",
-        "grand-central",
-        "--count",
-        "8",
-        "--hold",
-    ]);
+    let mut holder = holder(&name, "grand-central", 8);
     holder.expect("attached to hold");
     let mut producer = et(&["produce", "--name", &name, "--count", "8", "--size", "1000000", "--batch", "4", "--json"]);
     assert_eq!(summary(&mut producer, "produced")["produced"], 8);
@@ -184,20 +178,7 @@ fn a_consumer_killed_holding_large_events_leaves_nothing_behind() {
 fn a_frozen_consumer_is_killed_after_the_heartbeat_timeout_and_its_events_restored() {
     let name = unique("frozen");
     let (_system, _) = et_start(&name, &["--heartbeat-timeout", "1s"]);
-    let mut holder = et(&[
-        "consume",
-        "--name",
-        &name,
-        "--station",
-        "hold",
-        "--create",
-        "blocking",
-        "--restore",
-        "grand-central",
-        "--count",
-        "20",
-        "--hold",
-    ]);
+    let mut holder = holder(&name, "grand-central", 20);
     holder.expect("attached to hold");
     let mut producer = et(&["produce", "--name", &name, "--count", "20", "--size", "64", "--json"]);
     summary(&mut producer, "produced");
