@@ -8,9 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod component_cmd;
 mod dialog_cmd;
 mod engine_cmd;
 mod et_cmd;
+mod evb_cmd;
 mod format;
 mod inspect;
 mod profile_cmd;
@@ -27,6 +29,7 @@ mod profile_cmd;
     daqflow control-server &                          start a control plane\n  \
     daqflow dialog ls                                 list its processes\n  \
     daqflow engine testbed --profile run.prof         run the ROB test bed, profiled\n  \
+    daqflow evb local --output /dev/shm/evb           a whole event builder on this machine\n  \
     daqflow profile run.prof --out profile-out        its histograms and sequence diagram\n\n\
     Logging: set DAQFLOW_LOG (e.g. DAQFLOW_LOG=debug or DAQFLOW_LOG=daqflow_transport=trace).")]
 struct Cli {
@@ -53,6 +56,12 @@ enum Command {
     /// The Event Transfer system: run one, produce, consume, monitor, bridge.
     #[command(after_help = et_cmd::AFTER_HELP)]
     Et(et_cmd::EtArgs),
+    /// The event builder (CMS DAQ2): a whole builder on this machine (`evb local`).
+    #[command(after_help = evb_cmd::AFTER_HELP)]
+    Evb(evb_cmd::EvbArgs),
+    /// Run one component (source, evm, ru, bu) as this process, driven by commands on stdin.
+    #[command(after_help = component_cmd::AFTER_HELP)]
+    Component(component_cmd::Args),
     /// The data-plane engine's examples: the paper's ROB / TRG / collector test bed, profiled.
     #[command(after_help = engine_cmd::AFTER_HELP)]
     Engine(engine_cmd::EngineArgs),
@@ -72,7 +81,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Servers and components report what they do; short-lived tools only what goes wrong.
     init_logging(match cli.command {
-        Command::ControlServer(_) => "info",
+        Command::ControlServer(_) | Command::Component(_) => "info",
         Command::Et(ref args) if args.is_server() => "info",
         _ => "warn",
     });
@@ -87,6 +96,8 @@ fn main() -> ExitCode {
         Command::Dialog(args) => dialog_cmd::run(&args),
         Command::Et(args) => et_cmd::run(&args),
         Command::Engine(args) => engine_cmd::run(&args),
+        Command::Evb(args) => evb_cmd::run(&args),
+        Command::Component(args) => component_cmd::run(&args),
         Command::Profile(args) => profile_cmd::run(&args),
         Command::BenchHelper { role } => bench::helper::run_helper(&role).map(|()| ExitCode::SUCCESS),
     };

@@ -7,6 +7,12 @@
 //! index is a hash table from event id to the event's fragments (kept in arrival order), sized
 //! once for the most fragments the pool can hold, so it never grows either.
 //!
+//! A fragment that already lives in a reference-counted receive buffer can be stored without a
+//! copy ([`EventManager::insert_shared`]): the event manager keeps a handle to the `Bytes` and
+//! counts its length against the same budget as large fragments (`large_bytes`, "bytes held
+//! outside the pool"). The readout unit stores its streams' fragments this way and sends them on
+//! from the same memory.
+//!
 //! An input task's `poll` asks [`EventManager::has_room`]: a full pool makes the poll fail, the
 //! input stops reading, and the back-pressure travels up the link (the paper's ROB does the same).
 //!
@@ -53,7 +59,8 @@ pub struct EventManagerConfig {
     pub page_size: usize,
     /// Pages in the pool (the paper: 200).
     pub pages: usize,
-    /// Most bytes held in fragments larger than a page, each in its own allocation
+    /// Most bytes held outside the page pool: fragments larger than a page, each in its own
+    /// allocation, and shared fragments stored with [`EventManager::insert_shared`]
     /// (default: the pool's size).
     pub large_bytes: Option<usize>,
     /// Most fragments stored at once (default: `pages`, plus room for large fragments).
@@ -72,6 +79,7 @@ const NONE: u32 = u32::MAX;
 enum Storage {
     Page(u32),
     Own(Box<[u8]>),
+    Shared(bytes::Bytes),
     Free,
 }
 
@@ -98,6 +106,9 @@ pub struct Fragment<'a> {
     pub source: u32,
     /// Its bytes.
     pub data: &'a [u8],
+    /// The reference-counted buffer holding `data`, for a fragment stored with
+    /// [`EventManager::insert_shared`]: cloning it sends the fragment on without a copy.
+    pub shared: Option<&'a bytes::Bytes>,
 }
 
 /// The fragments of one event.
@@ -126,7 +137,11 @@ impl<'a> EventFragments<'a> {
             }
             let slot = &em.slots[at as usize];
             at = slot.next;
-            Some(Fragment { source: slot.source, data: em.slot_data(slot) })
+            let shared = match &slot.storage {
+                Storage::Shared(b) => Some(b),
+                _ => None,
+            };
+            Some(Fragment { source: slot.source, data: em.slot_data(slot), shared })
         })
     }
 }
@@ -213,6 +228,31 @@ impl EventManager {
         self.large_used
     }
 
+    /// Whether a fragment of `len` bytes can be stored without a copy now
+    /// ([`EventManager::insert_shared`]).
+    #[inline]
+    pub fn has_room_shared(&self, len: usize) -> bool {
+        !self.free_slots.is_empty() && self.large_used + len <= self.large_limit
+    }
+
+    /// Stores `data` as the next fragment of event `event_id` from `source` without copying it:
+    /// the event manager keeps the handle until the event is removed. Its length counts against
+    /// `large_bytes`.
+    pub fn insert_shared(&mut self, event_id: u64, source: u32, data: bytes::Bytes) -> Result<(), InsertError> {
+        let len = data.len();
+        if len > self.large_limit || len > u32::MAX as usize {
+            return Err(InsertError::TooLarge { len, page_size: self.page_size, large_bytes: self.large_limit });
+        }
+        if !self.has_room_shared(len) {
+            return Err(InsertError::Full { needed: 0, free: self.free_pages.len() });
+        }
+        let slot_index = self.free_slots.pop().expect("has_room_shared checked a free slot");
+        self.large_used += len;
+        self.slots[slot_index as usize] = Slot { source, len: len as u32, next: NONE, storage: Storage::Shared(data) };
+        self.link(event_id, slot_index, len);
+        Ok(())
+    }
+
     /// Whether a fragment of `len` bytes can be stored now: the input task's poll condition.
     #[inline]
     pub fn has_room(&self, len: usize) -> bool {
@@ -259,6 +299,12 @@ impl EventManager {
             Storage::Own(own)
         };
         self.slots[slot_index as usize] = Slot { source, len: len as u32, next: NONE, storage };
+        self.link(event_id, slot_index, len);
+        Ok(())
+    }
+
+    /// Appends slot `slot_index` (already filled) to event `event_id`'s list.
+    fn link(&mut self, event_id: u64, slot_index: u32, len: usize) {
         self.bytes += len as u64;
         match self.index.get_mut(&event_id) {
             Some(entry) => {
@@ -271,7 +317,6 @@ impl EventManager {
                 self.index.insert(event_id, Entry { first: slot_index, last: slot_index, count: 1, bytes: len as u64 });
             }
         }
-        Ok(())
     }
 
     /// The fragments of event `event_id`, if any are stored.
@@ -297,6 +342,7 @@ impl EventManager {
             match std::mem::replace(&mut slot.storage, Storage::Free) {
                 Storage::Page(p) => self.free_pages.push(p),
                 Storage::Own(b) => self.large_used -= b.len(),
+                Storage::Shared(b) => self.large_used -= b.len(),
                 Storage::Free => {}
             }
             self.bytes -= u64::from(slot.len);
@@ -330,6 +376,7 @@ impl EventManager {
                 &self.pool[start..start + slot.len as usize]
             }
             Storage::Own(b) => b,
+            Storage::Shared(b) => b,
             Storage::Free => &[],
         }
     }
@@ -343,6 +390,7 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         Insert { id: u64, source: u32, len: usize },
+        InsertShared { id: u64, source: u32, len: usize },
         Remove(u64),
         RemoveMany(Vec<u64>),
         Lookup(u64),
@@ -351,6 +399,7 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             4 => (0u64..40, 0u32..4, prop_oneof![3 => 0usize..=64, 1 => 65usize..300]).prop_map(|(id, source, len)| Op::Insert { id, source, len }),
+            2 => (0u64..40, 0u32..4, 0usize..200).prop_map(|(id, source, len)| Op::InsertShared { id, source, len }),
             2 => (0u64..40).prop_map(Op::Remove),
             1 => proptest::collection::vec(0u64..40, 0..12).prop_map(Op::RemoveMany),
             2 => (0u64..40).prop_map(Op::Lookup),
@@ -362,7 +411,8 @@ mod tests {
         fn behaves_like_a_hash_map_of_fragment_lists(ops in proptest::collection::vec(op(), 1..300)) {
             let config = EventManagerConfig { page_size: 64, pages: 16, large_bytes: Some(600), max_fragments: Some(24) };
             let mut em = EventManager::new(config).unwrap();
-            let mut model: HashMap<u64, Vec<(u32, Vec<u8>)>> = HashMap::new();
+            // (source, data, stored outside the pool)
+            let mut model: HashMap<u64, Vec<(u32, Vec<u8>, bool)>> = HashMap::new();
             let mut fill = 0u8;
             for op in ops {
                 match op {
@@ -370,12 +420,31 @@ mod tests {
                         fill = fill.wrapping_add(1);
                         let data = vec![fill; len];
                         let frags: usize = model.values().map(Vec::len).sum();
-                        let pages: usize = model.values().flatten().filter(|f| f.1.len() <= 64).count();
-                        let large: usize = model.values().flatten().filter(|f| f.1.len() > 64).map(|f| f.1.len()).sum();
-                        let room = frags < 24 && if len <= 64 { pages < 16 } else { large + len <= 600 };
+                        let pages: usize = model.values().flatten().filter(|f| !f.2).count();
+                        let outside: usize = model.values().flatten().filter(|f| f.2).map(|f| f.1.len()).sum();
+                        let room = frags < 24 && if len <= 64 { pages < 16 } else { outside + len <= 600 };
                         prop_assert_eq!(em.has_room(len), room);
                         match em.insert(id, source, &data) {
-                            Ok(()) => { prop_assert!(room); model.entry(id).or_default().push((source, data)); }
+                            Ok(()) => { prop_assert!(room); model.entry(id).or_default().push((source, data, len > 64)); }
+                            Err(InsertError::Full { .. }) => prop_assert!(!room),
+                            Err(e) => prop_assert!(false, "unexpected {e}"),
+                        }
+                    }
+                    Op::InsertShared { id, source, len } => {
+                        fill = fill.wrapping_add(1);
+                        let data = vec![fill; len];
+                        let frags: usize = model.values().map(Vec::len).sum();
+                        let outside: usize = model.values().flatten().filter(|f| f.2).map(|f| f.1.len()).sum();
+                        let room = frags < 24 && outside + len <= 600;
+                        prop_assert_eq!(em.has_room_shared(len), room);
+                        let shared = bytes::Bytes::from(data.clone());
+                        match em.insert_shared(id, source, shared.clone()) {
+                            Ok(()) => {
+                                prop_assert!(room);
+                                let stored = em.get(id).unwrap().fragments().last().unwrap();
+                                prop_assert_eq!(stored.shared.map(|b| b.as_ptr()), Some(shared.as_ptr()));
+                                model.entry(id).or_default().push((source, data, true));
+                            }
                             Err(InsertError::Full { .. }) => prop_assert!(!room),
                             Err(e) => prop_assert!(false, "unexpected {e}"),
                         }
@@ -389,7 +458,8 @@ mod tests {
                     }
                     Op::Lookup(id) => {
                         let got = em.get(id).map(|e| e.fragments().map(|f| (f.source, f.data.to_vec())).collect::<Vec<_>>());
-                        prop_assert_eq!(got.as_ref(), model.get(&id));
+                        let want = model.get(&id).map(|v| v.iter().map(|f| (f.0, f.1.clone())).collect::<Vec<_>>());
+                        prop_assert_eq!(got, want);
                     }
                 }
                 prop_assert_eq!(em.events(), model.len());

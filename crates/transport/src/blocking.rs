@@ -165,6 +165,28 @@ impl Connection {
     pub fn send_slice(&mut self, kind: u16, flags: u8, channel: u32, payload: &[u8]) -> Result<(), SendError> {
         self.tx.send_slice(kind, flags, channel, payload)
     }
+    /// See [`SendHalf::send_parts`].
+    pub fn send_parts(
+        &mut self,
+        kind: u16,
+        flags: u8,
+        channel: u32,
+        prefix: &[u8],
+        parts: &[Bytes],
+    ) -> Result<(), SendError> {
+        self.tx.send_parts(kind, flags, channel, prefix, parts)
+    }
+    /// See [`SendHalf::send_prefixed`].
+    pub fn send_prefixed(
+        &mut self,
+        kind: u16,
+        flags: u8,
+        channel: u32,
+        prefix: &[u8],
+        payload: Bytes,
+    ) -> Result<(), SendError> {
+        self.tx.send_prefixed(kind, flags, channel, prefix, payload)
+    }
     /// See [`SendHalf::flush`].
     pub fn flush(&mut self) -> Result<(), FlushError> {
         self.tx.flush()
@@ -270,6 +292,86 @@ impl SendHalf {
                 Room::Io(source) => SendError::Io { peer: self.peer, source },
             })?;
         }
+        self.stats.frames += 1;
+        self.write_eagerly()
+    }
+
+    /// Queues a frame whose payload is `prefix` (copied: a sub-header) followed by `payload`
+    /// (written from its own memory when large): a producer sends a fresh header in front of
+    /// data it already holds without copying the data.
+    pub fn send_prefixed(
+        &mut self,
+        kind: u16,
+        flags: u8,
+        channel: u32,
+        prefix: &[u8],
+        payload: Bytes,
+    ) -> Result<(), SendError> {
+        let whole = |payload: &Bytes| {
+            let mut v = Vec::with_capacity(prefix.len() + payload.len());
+            v.extend_from_slice(prefix);
+            v.extend_from_slice(payload);
+            Frame::new(kind, Bytes::from(v)).with_flags(flags).with_channel(channel)
+        };
+        if let Some(reason) = &self.closed {
+            return Err(SendError::Closed { peer: self.peer, reason: reason.clone(), frame: whole(&payload) });
+        }
+        let len = prefix.len() + payload.len();
+        if u32::try_from(len).is_err() {
+            return Err(SendError::Io { peer: self.peer, source: io::Error::other("frame payload of 4 GiB or more") });
+        }
+        while !self.queue.has_room_for(len) {
+            match self.make_room(len) {
+                Ok(()) => {}
+                Err(Room::Full) => {
+                    return Err(SendError::Full {
+                        peer: self.peer,
+                        queued: self.queue.queued_bytes(),
+                        frame: whole(&payload),
+                    });
+                }
+                Err(Room::Io(source)) => return Err(SendError::Io { peer: self.peer, source }),
+            }
+        }
+        self.queue.push_prefixed_unbounded(kind, flags, channel, prefix, payload);
+        self.stats.frames += 1;
+        self.write_eagerly()
+    }
+
+    /// Queues a frame whose payload is `prefix` followed by `parts`, gathered without copying
+    /// the large parts ([`SendQueue::push_parts_unbounded`]).
+    pub fn send_parts(
+        &mut self,
+        kind: u16,
+        flags: u8,
+        channel: u32,
+        prefix: &[u8],
+        parts: &[Bytes],
+    ) -> Result<(), SendError> {
+        let whole = || {
+            let mut v = prefix.to_vec();
+            for p in parts {
+                v.extend_from_slice(p);
+            }
+            Frame::new(kind, Bytes::from(v)).with_flags(flags).with_channel(channel)
+        };
+        if let Some(reason) = &self.closed {
+            return Err(SendError::Closed { peer: self.peer, reason: reason.clone(), frame: whole() });
+        }
+        let len = prefix.len() + parts.iter().map(Bytes::len).sum::<usize>();
+        if u32::try_from(len).is_err() {
+            return Err(SendError::Io { peer: self.peer, source: io::Error::other("frame payload of 4 GiB or more") });
+        }
+        while !self.queue.has_room_for(len) {
+            match self.make_room(len) {
+                Ok(()) => {}
+                Err(Room::Full) => {
+                    return Err(SendError::Full { peer: self.peer, queued: self.queue.queued_bytes(), frame: whole() });
+                }
+                Err(Room::Io(source)) => return Err(SendError::Io { peer: self.peer, source }),
+            }
+        }
+        self.queue.push_parts_unbounded(kind, flags, channel, prefix, parts);
         self.stats.frames += 1;
         self.write_eagerly()
     }

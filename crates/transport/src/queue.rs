@@ -151,6 +151,38 @@ impl SendQueue {
         self.frames_queued += 1;
     }
 
+    /// Queues a frame whose payload is `prefix` followed by every part of `parts`, whether or not
+    /// the queue is full: small parts are copied into the coalescing chunk, parts above the copy
+    /// threshold are written from their own memory. The receiver sees one contiguous payload
+    /// (a readout unit sends a super-fragment header and the fragments it holds this way).
+    pub fn push_parts_unbounded(&mut self, kind: u16, flags: u8, channel: u32, prefix: &[u8], parts: &[Bytes]) {
+        let len = prefix.len() + parts.iter().map(Bytes::len).sum::<usize>();
+        let header = FrameHeader { kind, flags, channel, len: u32::try_from(len).unwrap_or(u32::MAX) };
+        let n = FRAME_HEADER_LEN + prefix.len();
+        if self.staging.len() + n > self.coalesce_bytes && !self.staging.is_empty() {
+            self.segments.push_back(self.staging.split().freeze());
+        }
+        self.reserve_staging(n);
+        self.staging.put_slice(&header.encode());
+        self.staging.put_slice(prefix);
+        for part in parts {
+            if part.len() <= self.copy_threshold {
+                if self.staging.len() + part.len() > self.coalesce_bytes && !self.staging.is_empty() {
+                    self.segments.push_back(self.staging.split().freeze());
+                }
+                self.reserve_staging(part.len());
+                self.staging.put_slice(part);
+            } else {
+                if !self.staging.is_empty() {
+                    self.segments.push_back(self.staging.split().freeze());
+                }
+                self.segments.push_back(part.clone());
+            }
+        }
+        self.queued += FRAME_HEADER_LEN + len;
+        self.frames_queued += 1;
+    }
+
     /// Queues a frame whose payload is copied from `payload` (no `Bytes` needed for small
     /// messages), or returns `false` if the queue is full.
     pub fn push_slice(&mut self, kind: u16, flags: u8, channel: u32, payload: &[u8]) -> bool {
@@ -354,5 +386,40 @@ mod tests {
         let n = q.gather(&mut slices);
         assert!(slices.iter().all(|s| s.len() <= 4096));
         assert!((4096..4096 + 4096).contains(&n), "gathered {n}");
+    }
+
+    #[test]
+    fn gathered_frames_arrive_contiguous_and_large_parts_are_not_copied() {
+        let codec = FrameCodec::default();
+        let big = Bytes::from(vec![7u8; 10_000]);
+        let small = Bytes::from_static(b"small part");
+        for sizes in [&[usize::MAX][..], &[1, 7, 100, 65536], &[13]] {
+            let mut q = SendQueue::new(usize::MAX, 4096, 2048);
+            q.push_slice(9, 0, 0, b"before");
+            q.push_parts_unbounded(5, 1, 3, b"HDR", &[small.clone(), big.clone(), small.clone(), Bytes::new()]);
+            q.push_parts_unbounded(6, 0, 0, b"", &[]);
+            if sizes[0] == usize::MAX {
+                let mut slices = Vec::new();
+                q.gather(&mut slices);
+                assert!(
+                    slices.iter().any(|s| s.as_ptr() == big.as_ptr()),
+                    "the large part is written from its own memory"
+                );
+            }
+            let wire = drain(&mut q, sizes);
+            let mut buf = BytesMut::from(&wire[..]);
+            let a = codec.decode(&mut buf).unwrap().unwrap();
+            let b = codec.decode(&mut buf).unwrap().unwrap();
+            let c = codec.decode(&mut buf).unwrap().unwrap();
+            assert_eq!(&a.payload[..], b"before");
+            let mut want = b"HDR".to_vec();
+            want.extend_from_slice(&small);
+            want.extend_from_slice(&big);
+            want.extend_from_slice(&small);
+            assert_eq!((b.kind, b.flags, b.channel), (5, 1, 3));
+            assert_eq!(&b.payload[..], &want[..]);
+            assert_eq!((c.kind, c.payload.len()), (6, 0));
+            assert!(buf.is_empty());
+        }
     }
 }

@@ -1,0 +1,767 @@
+//! The builder unit (BU): asks the EVM for events with credits, collects the super-fragments of
+//! every RU, and builds each complete event on one of its builder threads (each on its own
+//! engine scheduler), which checks it and hands it to the output: discard, data files (the wire
+//! `FileWriter`, e.g. on a RAM disk), or an ET system. An event is confirmed to the EVM only once
+//! it is in the output: written to the file and flushed to the operating system, or put into the
+//! ET system.
+//!
+//! ```no_run
+//! use daqflow_evb::component::Component;
+//! use daqflow_evb::bu::{Bu, BuConfig, Output};
+//! let mut bu = Bu::new("bu-0", BuConfig {
+//!     id: 0,
+//!     evm: "127.0.0.1:7100".into(),
+//!     threads: 2,
+//!     output: Output::Files,
+//!     directory: "/dev/shm/daqflow".into(),
+//!     ..Default::default()
+//! });
+//! bu.configure()?;
+//! bu.start(1)?;
+//! # Ok::<(), daqflow_evb::EvbError>(())
+//! ```
+
+mod core;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use daqflow_engine::fifo::{Consumer, Producer};
+use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
+use daqflow_et::{Attachment, EtClient, LocalAttachment, Wait};
+use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
+use daqflow_wire::{EventFlags, EventId};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
+use crate::component::{Component, State, expect_state};
+use crate::link::{Peer, connect, control_options, data_options};
+use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
+use crate::{EvbError, Idle};
+
+/// Where built events go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Output {
+    /// Nowhere (for measurements): confirmed once built and checked.
+    #[default]
+    Discard,
+    /// Data files in `directory`, one stream per builder thread.
+    Files,
+    /// The ET system named `et`.
+    Et,
+}
+
+/// Configuration of a builder unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BuConfig {
+    /// The BU's id, unique in the run.
+    pub id: u32,
+    /// The EVM's address.
+    pub evm: String,
+    /// Events in flight (assigned and not yet confirmed).
+    pub credits: u32,
+    /// Credits are handed back in groups of this many.
+    pub request_batch: u32,
+    /// Builder threads.
+    pub threads: usize,
+    /// Verify every fragment's CRC (event ids and structure are always checked).
+    pub check_crc: bool,
+    /// Where built events go.
+    pub output: Output,
+    /// Directory of the data files (`output = "files"`).
+    pub directory: PathBuf,
+    /// A data file is closed and the next opened at this size.
+    pub max_file_bytes: u64,
+    /// Name of the ET system (`output = "et"`).
+    pub et: String,
+    /// Written events are flushed to the operating system (and then confirmed) at least this
+    /// often (ms).
+    pub flush_interval_ms: u64,
+    /// The BU tells the EVM it is alive at least this often (ms).
+    pub heartbeat_ms: u64,
+    /// How long (ms) `stop` waits for the EVM's end of run.
+    pub end_timeout_ms: u64,
+    /// How long (ms) `start` retries connecting to the EVM and the RUs.
+    pub connect_timeout_ms: u64,
+    /// Idle strategy of the BU's schedulers.
+    pub idle: Idle,
+}
+
+impl Default for BuConfig {
+    fn default() -> Self {
+        BuConfig {
+            id: 0,
+            evm: "127.0.0.1:7100".into(),
+            credits: 256,
+            request_batch: 32,
+            threads: 1,
+            check_crc: true,
+            output: Output::Discard,
+            directory: PathBuf::from("data"),
+            max_file_bytes: 1 << 30,
+            et: String::new(),
+            flush_interval_ms: 20,
+            heartbeat_ms: 200,
+            end_timeout_ms: 30_000,
+            connect_timeout_ms: 10_000,
+            idle: Idle::Lazy,
+        }
+    }
+}
+
+#[derive(Default)]
+struct BuilderCounters {
+    events: AtomicU64,
+    bytes: AtomicU64,
+    flagged: AtomicU64,
+    crc_errors: AtomicU64,
+}
+
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    live: Mutex<Value>,
+    failure: Mutex<Option<String>>,
+    summary: Mutex<Option<Value>>,
+    builders: Vec<BuilderCounters>,
+}
+
+/// The builder unit component.
+pub struct Bu {
+    name: String,
+    config: BuConfig,
+    state: State,
+    shared: Arc<Shared>,
+    running: Option<Running>,
+    run: u32,
+}
+
+impl Bu {
+    /// A builder unit named `name`.
+    pub fn new(name: &str, config: BuConfig) -> Bu {
+        Bu { name: name.into(), config, state: State::Initial, shared: Arc::default(), running: None, run: 0 }
+    }
+}
+
+impl Component for Bu {
+    fn kind(&self) -> &'static str {
+        "bu"
+    }
+    fn state(&self) -> State {
+        if self.state == State::Running && self.failure().is_some() { State::Error } else { self.state }
+    }
+
+    fn configure(&mut self) -> Result<Value, EvbError> {
+        expect_state("configure", self.state, State::Initial)?;
+        let c = &self.config;
+        if c.threads == 0 || c.threads > 64 {
+            return Err(EvbError::Config(format!("bu: threads must be between 1 and 64 (got {})", c.threads)));
+        }
+        if c.credits == 0 || c.request_batch == 0 {
+            return Err(EvbError::Config("bu: credits and request_batch must be at least 1".into()));
+        }
+        match c.output {
+            Output::Files => std::fs::create_dir_all(&c.directory)
+                .map_err(|e| EvbError::io(format!("creating {}", c.directory.display()), e))?,
+            Output::Et if c.et.is_empty() => {
+                return Err(EvbError::Config("bu: output = \"et\" needs et = NAME".into()));
+            }
+            _ => {}
+        }
+        self.state = State::Configured;
+        Ok(json!({}))
+    }
+
+    fn start(&mut self, run: u32) -> Result<(), EvbError> {
+        expect_state("start", self.state, State::Configured)?;
+        let hello =
+            Message::Hello { role: Role::Bu, id: self.config.id, run, name: self.name.clone(), addr: String::new() };
+        let patience = Duration::from_millis(self.config.connect_timeout_ms);
+        let evm = connect(&self.config.evm, &control_options(), patience, &hello)?;
+        self.shared = Arc::new(Shared {
+            builders: (0..self.config.threads).map(|_| BuilderCounters::default()).collect(),
+            ..Default::default()
+        });
+        self.run = run;
+        // Builder threads first: each with its output, opened now so that errors show at start.
+        let mut to_builders = Vec::new();
+        let mut from_builders = Vec::new();
+        let mut builders = Vec::new();
+        let mut outputs = Vec::new();
+        for t in 0..self.config.threads {
+            let closed: Closed = Arc::default();
+            outputs.push(closed.clone());
+            let (tx, rx) = fifo::<ReadyEvent>(4096);
+            let (done_tx, done_rx) = fifo::<u64>(1 << 16);
+            let sink = Sink::open(&self.config, &self.name, t, run)?;
+            let mut s = Scheduler::new(format!("{}-build{t}", self.name)).with_idle(self.config.idle.strategy());
+            s.add(Builder {
+                name: format!("build-{t}"),
+                rx,
+                done: done_tx,
+                unconfirmed: Vec::new(),
+                confirmable: VecDeque::new(),
+                sink: Some(sink),
+                bu_id: self.config.id,
+                run,
+                level: CheckLevel { crc: self.config.check_crc },
+                flush_every: Duration::from_millis(self.config.flush_interval_ms),
+                flush_batch: (self.config.credits as usize / (2 * self.config.threads)).max(1),
+                durable_at_once: self.config.output != Output::Files,
+                last_flush: Instant::now(),
+                shared: self.shared.clone(),
+                index: t,
+                closed,
+            });
+            let closed = s.stop_handle();
+            builders.push((closed, s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?));
+            to_builders.push(tx);
+            from_builders.push(done_rx);
+        }
+        let mut s = Scheduler::new(format!("{}-bu", self.name)).with_idle(self.config.idle.strategy());
+        let io = BuIo::new(self, evm, to_builders, from_builders, builders, outputs, s.stop_handle());
+        s.add_module(io);
+        self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
+        self.state = State::Running;
+        Ok(())
+    }
+
+    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
+        expect_state("stop", self.state, State::Running)?;
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let joined = self.running.take().expect("running").join();
+        self.state = State::Configured;
+        if let Err(e) = joined {
+            self.state = State::Error;
+            return Err(EvbError::Failed(e.to_string()));
+        }
+        let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        summary.ok_or_else(|| EvbError::Failed("the BU ended without a summary".into()))
+    }
+
+    fn reset(&mut self) -> Result<(), EvbError> {
+        if let Some(r) = self.running.take() {
+            self.shared.stop.store(true, Ordering::SeqCst);
+            let _ = r.stop();
+        }
+        self.state = State::Initial;
+        Ok(())
+    }
+
+    fn stats(&self) -> Value {
+        let mut v = self.shared.live.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Value::Object(m) = &mut v {
+            m.insert("state".into(), json!(self.state().name()));
+            m.insert("run".into(), json!(self.run));
+        }
+        v
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// A builder thread's output.
+enum Sink {
+    Discard,
+    Files(FileWriter),
+    Et { _client: EtClient, producer: LocalAttachment },
+}
+
+impl Sink {
+    fn open(config: &BuConfig, name: &str, thread: usize, run: u32) -> Result<Sink, EvbError> {
+        Ok(match config.output {
+            Output::Discard => Sink::Discard,
+            Output::Files => {
+                let stream = if config.threads > 1 { format!("{name}-t{thread}") } else { name.to_owned() };
+                let stream: String = stream
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+                    .collect();
+                let mut fc = FileWriterConfig::new(&config.directory, run);
+                fc.stream = Some(stream);
+                fc.max_file_bytes = config.max_file_bytes;
+                Sink::Files(FileWriter::new(fc).map_err(|e| EvbError::Output(e.to_string()))?)
+            }
+            Output::Et => {
+                let client = EtClient::connect(&config.et)
+                    .map_err(|e| EvbError::Output(format!("ET system {}: {e}", config.et)))?;
+                let producer =
+                    client.attach("GRAND_CENTRAL").map_err(|e| EvbError::Output(format!("ET attach: {e}")))?;
+                Sink::Et { _client: client, producer }
+            }
+        })
+    }
+
+    /// Hands an event to the output.
+    fn put(&mut self, ev: &BuiltEvent, trigger_type: u32) -> Result<(), String> {
+        match self {
+            Sink::Discard => Ok(()),
+            Sink::Files(w) => {
+                let parts: Vec<&[u8]> = ev.parts.iter().map(|b| &b[..]).collect();
+                w.write_event_parts(EventId(ev.event_id), &parts).map_err(|e| e.to_string())
+            }
+            Sink::Et { producer, .. } => {
+                let mut events = producer.new_events(1, ev.len, Wait::Sleep).map_err(|e| e.to_string())?;
+                let e = &mut events[0];
+                let buf = e.buffer_mut();
+                let mut at = 0;
+                for p in &ev.parts {
+                    buf[at..at + p.len()].copy_from_slice(p);
+                    at += p.len();
+                }
+                e.set_len(ev.len).map_err(|e| e.to_string())?;
+                e.set_control([trigger_type as i32, ev.flags.0 as i32, 0, 0]);
+                producer.put_events(&mut events).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Makes what was put durable against a crash of this process.
+    fn flush(&mut self) -> Result<(), String> {
+        match self {
+            Sink::Files(w) => w.flush().map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
+    }
+
+    fn finish(self) -> Result<Vec<ClosedFile>, String> {
+        match self {
+            Sink::Files(w) => w.finish().map_err(|e| e.to_string()),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+/// A builder thread's task: builds, checks and outputs events, confirms them once durable.
+struct Builder {
+    name: String,
+    rx: Consumer<ReadyEvent>,
+    done: Producer<u64>,
+    /// Put into the output, not yet flushed.
+    unconfirmed: Vec<u64>,
+    /// Flushed, waiting for room in the done FIFO.
+    confirmable: VecDeque<u64>,
+    sink: Option<Sink>,
+    bu_id: u32,
+    run: u32,
+    level: CheckLevel,
+    flush_every: Duration,
+    /// Flush (and confirm) once this many events wait, even before `flush_every`.
+    flush_batch: usize,
+    /// The output holds an event as soon as it is put (discard, ET): confirm at once.
+    durable_at_once: bool,
+    last_flush: Instant,
+    shared: Arc<Shared>,
+    index: usize,
+    closed: Closed,
+}
+
+/// Where a builder leaves its output's closing result when its thread ends.
+type Closed = Arc<Mutex<Option<Result<Vec<ClosedFile>, String>>>>;
+
+impl Builder {
+    fn flush(&mut self) -> Result<(), BoxError> {
+        if let Some(s) = self.sink.as_mut() {
+            s.flush()?;
+        }
+        self.last_flush = Instant::now();
+        self.confirmable.extend(self.unconfirmed.drain(..));
+        while let Some(&id) = self.confirmable.front() {
+            if self.done.push(id).is_err() {
+                break;
+            }
+            self.confirmable.pop_front();
+        }
+        Ok(())
+    }
+}
+
+impl Task for Builder {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn poll(&mut self) -> bool {
+        !self.rx.is_empty()
+            || (!self.unconfirmed.is_empty() && self.last_flush.elapsed() >= self.flush_every)
+            || (!self.confirmable.is_empty() && !self.done.is_full())
+    }
+    fn action(&mut self) -> Result<(), BoxError> {
+        let c = &self.shared.builders[self.index];
+        for _ in 0..64 {
+            let Ok(ev) = self.rx.pop() else { break };
+            let trigger_type = ev.trigger.trigger_type;
+            let built = build(ev, self.bu_id, self.run, self.level);
+            if built.flags != EventFlags::empty() {
+                c.flagged.fetch_add(1, Ordering::Relaxed);
+                c.crc_errors.fetch_add(u64::from(built.crc_errors), Ordering::Relaxed);
+                tracing::warn!(builder = %self.name, "event {} built with flags {:#x}", built.event_id, built.flags.0);
+            }
+            self.sink.as_mut().expect("open until the end").put(&built, trigger_type)?;
+            c.events.fetch_add(1, Ordering::Relaxed);
+            c.bytes.fetch_add(built.len as u64, Ordering::Relaxed);
+            self.unconfirmed.push(built.event_id);
+        }
+        if self.durable_at_once
+            || self.last_flush.elapsed() >= self.flush_every
+            || self.unconfirmed.len() >= self.flush_batch
+            || !self.confirmable.is_empty()
+        {
+            self.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Builder {
+    fn drop(&mut self) {
+        if let Some(s) = self.sink.take() {
+            *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.finish());
+        }
+    }
+}
+
+struct BuIo {
+    name: String,
+    config: BuConfig,
+    run: u32,
+    evm: Peer,
+    rus: Vec<Peer>,
+    core: BuCore,
+    ready: Vec<ReadyEvent>,
+    backlog: VecDeque<ReadyEvent>,
+    to_builders: Vec<Producer<ReadyEvent>>,
+    from_builders: Vec<Consumer<u64>>,
+    builders: Vec<(StopHandle, Running)>,
+    outputs: Vec<Closed>,
+    next_builder: usize,
+    done: Vec<u64>,
+    credits_owed: u32,
+    requested_first: bool,
+    shared: Arc<Shared>,
+    stopper: StopHandle,
+    started: Instant,
+    next_tick: Instant,
+    last_request: Instant,
+    run_end: Option<u64>,
+    stop_requested: Option<Instant>,
+    failure: Option<String>,
+    dispatched: u64,
+    confirmed: u64,
+    last_rate: (Instant, u64, u64),
+}
+
+impl BuIo {
+    fn new(
+        bu: &Bu,
+        evm: daqflow_transport::Connection,
+        to_builders: Vec<Producer<ReadyEvent>>,
+        from_builders: Vec<Consumer<u64>>,
+        builders: Vec<(StopHandle, Running)>,
+        outputs: Vec<Closed>,
+        stopper: StopHandle,
+    ) -> BuIo {
+        let now = Instant::now();
+        let mut evm = Peer::new(evm);
+        evm.role = Some(Role::Bu);
+        BuIo {
+            name: bu.name.clone(),
+            config: bu.config.clone(),
+            run: bu.run,
+            evm,
+            rus: Vec::new(),
+            core: BuCore::new(),
+            ready: Vec::new(),
+            backlog: VecDeque::new(),
+            to_builders,
+            from_builders,
+            builders,
+            outputs,
+            next_builder: 0,
+            done: Vec::new(),
+            credits_owed: 0,
+            requested_first: false,
+            shared: bu.shared.clone(),
+            stopper,
+            started: now,
+            next_tick: now,
+            last_request: now,
+            run_end: None,
+            stop_requested: None,
+            failure: None,
+            dispatched: 0,
+            confirmed: 0,
+            last_rate: (now, 0, 0),
+        }
+    }
+
+    fn fail(&mut self, reason: String) {
+        if self.failure.is_some() {
+            return;
+        }
+        tracing::error!(bu = %self.name, "{reason}");
+        self.failure = Some(reason.clone());
+        *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+        self.evm.send(Message::Abort { reason }.to_frame());
+        self.evm.try_flush();
+    }
+
+    fn read_evm(&mut self) {
+        while let Some(frame) = self.evm.next() {
+            match Message::decode(&frame) {
+                Ok(Message::RuList { rus, .. }) => self.connect_rus(rus),
+                Ok(Message::Triggers { rus, triggers }) => self.core.on_triggers(&rus, &triggers, &mut self.ready),
+                Ok(Message::RunEnd { last_event }) => self.run_end = Some(last_event),
+                Ok(Message::Abort { reason }) => self.fail(format!("the EVM aborted the run: {reason}")),
+                Ok(m) => tracing::warn!(bu = %self.name, "ignoring {:?} from the EVM", m.kind()),
+                Err(e) => self.fail(format!("the EVM sent a malformed message: {e}")),
+            }
+        }
+        if let Some(why) = self.evm.closed.clone()
+            && self.run_end.is_none()
+        {
+            self.fail(format!("lost the EVM: {why}"));
+        }
+        self.dispatch();
+    }
+
+    fn connect_rus(&mut self, rus: Vec<(u32, String)>) {
+        let hello = Message::Hello {
+            role: Role::Bu,
+            id: self.config.id,
+            run: self.run,
+            name: self.name.clone(),
+            addr: String::new(),
+        };
+        let patience = Duration::from_millis(self.config.connect_timeout_ms);
+        for (id, addr) in rus {
+            if self.rus.iter().any(|p| p.id == id) {
+                continue;
+            }
+            match connect(&addr, &data_options(), patience, &hello) {
+                Ok(conn) => {
+                    let mut p = Peer::new(conn);
+                    p.role = Some(Role::Ru);
+                    p.id = id;
+                    self.rus.push(p);
+                }
+                Err(e) => {
+                    self.fail(format!("RU {id} at {addr}: {e}"));
+                    return;
+                }
+            }
+        }
+        if !self.requested_first {
+            self.requested_first = true;
+            self.evm.send(Message::Request { credits: self.config.credits, done: Vec::new() }.to_frame());
+            self.evm.try_flush();
+            self.last_request = Instant::now();
+        }
+    }
+
+    fn read_rus(&mut self) {
+        for i in 0..self.rus.len() {
+            for _ in 0..1024 {
+                let Some(frame) = self.rus[i].next() else { break };
+                let ru = self.rus[i].id;
+                let r = match frame.kind {
+                    KIND_SUPER_FRAGMENT => self.core.on_super_fragment(ru, frame.payload, &mut self.ready),
+                    k => Err(format!("frame kind {k:#06x} on a super-fragment link")),
+                };
+                if let Err(e) = r {
+                    self.fail(format!("RU {ru}: {e}"));
+                    return;
+                }
+            }
+            if let Some(why) = self.rus[i].closed.clone()
+                && self.rus[i].stash.is_none()
+                && self.run_end.is_none()
+            {
+                let ru = self.rus[i].id;
+                self.fail(format!("lost RU {ru}: {why}"));
+            }
+        }
+        self.dispatch();
+    }
+
+    fn dispatch(&mut self) {
+        self.backlog.extend(self.ready.drain(..));
+        let n = self.to_builders.len();
+        while let Some(ev) = self.backlog.pop_front() {
+            let mut ev = Some(ev);
+            for k in 0..n {
+                let b = (self.next_builder + k) % n;
+                match self.to_builders[b].push(ev.take().expect("not yet pushed")) {
+                    Ok(()) => {
+                        self.next_builder = (b + 1) % n;
+                        self.dispatched += 1;
+                        break;
+                    }
+                    Err(daqflow_engine::fifo::PushError::Full(e)) => ev = Some(e),
+                }
+            }
+            if let Some(ev) = ev {
+                self.backlog.push_front(ev);
+                break;
+            }
+        }
+    }
+
+    fn confirm(&mut self, now: Instant) {
+        for rx in &mut self.from_builders {
+            while let Ok(id) = rx.pop() {
+                self.done.push(id);
+                self.confirmed += 1;
+                self.credits_owed += 1;
+            }
+        }
+        let since = now.duration_since(self.last_request);
+        let heartbeat_due = since >= Duration::from_millis(self.config.heartbeat_ms);
+        let confirm_due = !self.done.is_empty() && since >= Duration::from_millis(2);
+        if self.requested_first && (self.credits_owed >= self.config.request_batch || confirm_due || heartbeat_due) {
+            // Once the run is over, confirmations only: no new credits.
+            let credits = if self.run_end.is_some() { 0 } else { self.credits_owed };
+            self.evm.send(Message::Request { credits, done: std::mem::take(&mut self.done) }.to_frame());
+            self.credits_owed = 0;
+            self.last_request = now;
+        }
+        self.evm.try_flush();
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.next_tick = now + Duration::from_millis(1);
+        self.dispatch();
+        self.confirm(now);
+        if self.shared.stop.load(Ordering::Relaxed) && self.stop_requested.is_none() {
+            self.stop_requested = Some(now);
+        }
+        if let Some(t) = self.stop_requested {
+            let timed_out = now.duration_since(t) > Duration::from_millis(self.config.end_timeout_ms);
+            let idle = self.backlog.is_empty() && self.dispatched == self.confirmed && self.done.is_empty();
+            if (self.run_end.is_some() && idle) || self.failure.is_some() || timed_out {
+                if timed_out && self.run_end.is_none() {
+                    self.fail("no end of run from the EVM before the timeout".into());
+                }
+                self.finish(now);
+                self.stopper.stop();
+                return;
+            }
+        }
+        self.publish(now);
+    }
+
+    fn totals(&self) -> (u64, u64, u64, u64) {
+        self.shared.builders.iter().fold((0, 0, 0, 0), |a, c| {
+            (
+                a.0 + c.events.load(Ordering::Relaxed),
+                a.1 + c.bytes.load(Ordering::Relaxed),
+                a.2 + c.flagged.load(Ordering::Relaxed),
+                a.3 + c.crc_errors.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    fn finish(&mut self, now: Instant) {
+        let mut files = Vec::new();
+        let mut errors = Vec::new();
+        for (stop, running) in self.builders.drain(..) {
+            stop.stop();
+            if let Err(e) = running.join() {
+                errors.push(e.to_string());
+            }
+        }
+        // The builders' outputs were finished when their tasks were dropped.
+        for o in &self.outputs {
+            match o.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(Ok(closed)) => files.extend(closed),
+                Some(Err(e)) => errors.push(e),
+                None => {}
+            }
+        }
+        let files: Vec<Value> = files
+            .iter()
+            .map(|f| json!({"path": f.path, "events": f.events, "bytes": f.file_bytes, "first_event": f.first_event.map(|e| e.0), "last_event": f.last_event.map(|e| e.0)}))
+            .collect();
+        let incomplete = self.core.clear();
+        let (events, bytes, flagged, crc_errors) = self.totals();
+        let secs = now.duration_since(self.started).as_secs_f64();
+        let summary = json!({
+            "component": self.name,
+            "kind": "bu",
+            "id": self.config.id,
+            "run": self.run,
+            "events_built": events,
+            "bytes": bytes,
+            "events_flagged": flagged,
+            "crc_errors": crc_errors,
+            "incomplete_at_end": incomplete.len(),
+            "seconds": secs,
+            "events_per_s": events as f64 / secs.max(1e-9),
+            "mb_per_s": bytes as f64 / secs.max(1e-9) / 1e6,
+            "threads": self.config.threads,
+            "output": self.config.output,
+            "files": files,
+            "errors": errors,
+            "error": self.failure,
+        });
+        *self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+    }
+
+    fn publish(&mut self, now: Instant) {
+        let (t, ev0, b0) = self.last_rate;
+        let dt = now.duration_since(t).as_secs_f64();
+        if dt < 0.1 {
+            return;
+        }
+        let (events, bytes, flagged, crc_errors) = self.totals();
+        let live = json!({
+            "t": now.duration_since(self.started).as_secs_f64(),
+            "events_built": events,
+            "bytes": bytes,
+            "events_per_s": (events - ev0) as f64 / dt,
+            "mb_per_s": (bytes - b0) as f64 / dt / 1e6,
+            "events_flagged": flagged,
+            "crc_errors": crc_errors,
+            "in_progress": self.core.in_progress(),
+            "rus_connected": self.rus.len(),
+        });
+        self.last_rate = (now, events, bytes);
+        *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) = live;
+    }
+}
+
+const TASK_EVM: usize = 0;
+const TASK_RUS: usize = 1;
+const TASK_TICK: usize = 2;
+
+impl Module for BuIo {
+    fn tasks(&self) -> usize {
+        3
+    }
+    fn task_name(&self, task: usize) -> String {
+        ["evm", "rus", "tick"][task].into()
+    }
+    fn poll(&mut self, task: usize) -> bool {
+        match task {
+            TASK_EVM => self.evm.poll(),
+            TASK_RUS => self.rus.iter_mut().any(|p| p.poll()),
+            TASK_TICK => Instant::now() >= self.next_tick || self.from_builders.iter().any(|r| !r.is_empty()),
+            _ => false,
+        }
+    }
+    fn action(&mut self, task: usize) -> Result<(), BoxError> {
+        match task {
+            TASK_EVM => self.read_evm(),
+            TASK_RUS => self.read_rus(),
+            _ => self.tick(Instant::now()),
+        }
+        Ok(())
+    }
+}

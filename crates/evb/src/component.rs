@@ -1,0 +1,75 @@
+//! What every event-builder component offers to whoever drives it: the state machine of
+//! `DESIGN.md` reduced to the commands a process receives (configure, start, stop, reset), live
+//! statistics, and a summary at the end of a run.
+//!
+//! `daqflow component KIND` drives a component from its standard input (one command per line,
+//! one JSON answer per line; see `docs/evb.md`); the run-control layer drives the same trait
+//! over the control plane.
+//!
+//! ```no_run
+//! use daqflow_evb::component::{Component, State};
+//! use daqflow_evb::evm::{Evm, EvmConfig};
+//! let mut evm = Evm::new("evm", EvmConfig { rus: 1, ..Default::default() });
+//! let info = evm.configure()?;          // binds the listening socket: {"listen": "127.0.0.1:…"}
+//! evm.start(1)?;                        // run 1
+//! assert_eq!(evm.state(), State::Running);
+//! let summary = evm.stop(None)?;        // stops triggering, drains, accounts for every event
+//! # let _ = (info, summary);
+//! # Ok::<(), daqflow_evb::EvbError>(())
+//! ```
+
+use serde_json::Value;
+
+use crate::EvbError;
+
+/// The states of a component (`DESIGN.md`, process model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum State {
+    /// Created, nothing bound.
+    Initial,
+    /// Sockets bound, ready to start a run.
+    Configured,
+    /// Taking a run.
+    Running,
+    /// Failed; `reset` goes back to Initial.
+    Error,
+}
+
+impl State {
+    /// The state's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Initial => "Initial",
+            State::Configured => "Configured",
+            State::Running => "Running",
+            State::Error => "Error",
+        }
+    }
+}
+
+/// An event-builder component.
+pub trait Component: Send {
+    /// The kind: `source`, `evm`, `ru` or `bu`.
+    fn kind(&self) -> &'static str;
+    /// The current state.
+    fn state(&self) -> State;
+    /// Initial → Configured: checks the configuration and binds listening sockets; returns what
+    /// others need to know (e.g. `{"listen": ADDR}`).
+    fn configure(&mut self) -> Result<Value, EvbError>;
+    /// Configured → Running: connects to the peers and starts the threads.
+    fn start(&mut self, run: u32) -> Result<(), EvbError>;
+    /// Running → Configured: ends the run and returns its summary. `arg` is kind-specific: a
+    /// source produces up to event `arg` before it ends its stream.
+    fn stop(&mut self, arg: Option<u64>) -> Result<Value, EvbError>;
+    /// Any → Initial: stops whatever runs, forgets the run, closes sockets.
+    fn reset(&mut self) -> Result<(), EvbError>;
+    /// Live counters and rates (JSON object).
+    fn stats(&self) -> Value;
+    /// Why the component failed during the run, if it did (the driver then reports Error).
+    fn failure(&self) -> Option<String>;
+}
+
+/// Refuses `command` unless the component is in `want`.
+pub(crate) fn expect_state(command: &'static str, have: State, want: State) -> Result<(), EvbError> {
+    if have == want { Ok(()) } else { Err(EvbError::IllegalTransition { command, state: have.name() }) }
+}

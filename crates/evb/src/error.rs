@@ -1,0 +1,47 @@
+//! Errors of the event builder.
+
+use crate::protocol::ProtocolError;
+
+/// What can go wrong in an event-builder component.
+#[derive(Debug, thiserror::Error)]
+pub enum EvbError {
+    /// The configuration is not usable.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A command arrived in a state that does not allow it.
+    #[error("cannot {command} in state {state}")]
+    IllegalTransition {
+        /// The command.
+        command: &'static str,
+        /// The current state.
+        state: &'static str,
+    },
+    /// A socket could not be opened, connected or used.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A peer sent something that is not a valid message.
+    #[error("{peer}: {source}")]
+    Protocol {
+        /// Who sent it.
+        peer: String,
+        /// What is wrong.
+        source: ProtocolError,
+    },
+    /// The run cannot go on (a peer died, a stream broke, the EVM aborted).
+    #[error("run failed: {0}")]
+    Failed(String),
+    /// Writing the output failed.
+    #[error("output: {0}")]
+    Output(String),
+}
+
+impl EvbError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> EvbError {
+        EvbError::Io { what: what.into(), source }
+    }
+}

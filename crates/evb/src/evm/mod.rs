@@ -1,0 +1,702 @@
+//! The event manager (EVM, CMS paper section 3): receives the triggers, keeps the builder units
+//! and their credits, assigns events to BUs, tells every RU (grouped assignments) and sends the
+//! BU the trigger data. It is also the run's accountant: every triggered event ends built,
+//! rejected, or lost with a reason.
+//!
+//! ```no_run
+//! use daqflow_evb::component::Component;
+//! use daqflow_evb::evm::{Evm, EvmConfig};
+//! let mut evm = Evm::new("evm", EvmConfig { rus: 2, reject_fraction: 0.1, ..Default::default() });
+//! let addr = evm.configure()?["listen"].as_str().unwrap().to_owned(); // RUs and BUs connect here
+//! evm.start(7)?;
+//! // … RUs, BUs and sources run …
+//! let summary = evm.stop(None)?;
+//! assert_eq!(summary["lost"], 0);
+//! # let _ = addr;
+//! # Ok::<(), daqflow_evb::EvbError>(())
+//! ```
+
+mod core;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use daqflow_engine::messages::{ControlMessage, GroupSizes, Grouper};
+use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
+use daqflow_transport::Listener;
+use daqflow_wire::Fragment;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
+use crate::component::{Component, State, expect_state};
+use crate::link::{Peer, bind, control_options, unix_ns};
+use crate::protocol::{KIND_FRAGMENT, Message, Role, Trigger};
+use crate::{EvbError, Idle};
+
+/// Where the EVM's triggers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerMode {
+    /// Emulated level-1 accepts: on demand (as fast as the BUs ask) or at `rate_hz`.
+    #[default]
+    Emulated,
+    /// Trigger fragments from a source process connected with role `trigger`.
+    Source,
+}
+
+/// Configuration of the EVM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvmConfig {
+    /// Address RUs, BUs and a trigger source connect to (port 0: any free port).
+    pub listen: String,
+    /// Number of RUs in the run; assignments start once all have connected.
+    pub rus: usize,
+    /// Where triggers come from.
+    pub trigger: TriggerMode,
+    /// Emulated trigger rate in Hz; 0: as fast as the BUs ask (free-running).
+    pub rate_hz: f64,
+    /// Fraction of events the level-2 emulation rejects.
+    pub reject_fraction: f64,
+    /// Rejects per grouped reject message to the RUs (ATLAS: 10).
+    pub reject_group: usize,
+    /// Releases (built events) per grouped discard message to the RUs.
+    pub release_group: usize,
+    /// Most events in one assignment.
+    pub assign_batch: u32,
+    /// A smaller assignment goes out when its oldest trigger waited this long (ms).
+    pub assign_timeout_ms: u64,
+    /// A BU silent this long (ms) is taken for dead and its events re-assigned.
+    pub bu_timeout_ms: u64,
+    /// After stop, how long (ms) to wait for every event to be built.
+    pub drain_timeout_ms: u64,
+    /// Most triggers waiting for a BU; a trigger source is not read beyond it.
+    pub max_pending: usize,
+    /// Seed of the level-2 emulation.
+    pub seed: u64,
+    /// Idle strategy of the EVM's scheduler.
+    pub idle: Idle,
+}
+
+impl Default for EvmConfig {
+    fn default() -> Self {
+        EvmConfig {
+            listen: "127.0.0.1:0".into(),
+            rus: 1,
+            trigger: TriggerMode::Emulated,
+            rate_hz: 0.0,
+            reject_fraction: 0.0,
+            reject_group: 10,
+            release_group: 64,
+            assign_batch: 32,
+            assign_timeout_ms: 5,
+            bu_timeout_ms: 3000,
+            drain_timeout_ms: 10_000,
+            max_pending: 1 << 20,
+            seed: 1,
+            idle: Idle::Lazy,
+        }
+    }
+}
+
+impl EvmConfig {
+    fn validate(&self) -> Result<(), EvbError> {
+        let bad = |s: String| Err(EvbError::Config(s));
+        if self.rus == 0 {
+            return bad("evm: rus must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&self.reject_fraction) {
+            return bad(format!("evm: reject_fraction {} is not between 0 and 1", self.reject_fraction));
+        }
+        if self.reject_fraction >= 1.0 && self.rate_hz == 0.0 && self.trigger == TriggerMode::Emulated {
+            return bad("evm: rejecting every event with on-demand triggers would trigger forever".into());
+        }
+        if !(self.rate_hz >= 0.0 && self.rate_hz.is_finite()) {
+            return bad(format!("evm: rate_hz {} must be 0 or positive", self.rate_hz));
+        }
+        if self.assign_batch == 0 {
+            return bad("evm: assign_batch must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    live: Mutex<Value>,
+    failure: Mutex<Option<String>>,
+    last_event: Mutex<Option<u64>>,
+    summary: Mutex<Option<Value>>,
+}
+
+/// The EVM component.
+pub struct Evm {
+    name: String,
+    config: EvmConfig,
+    state: State,
+    listener: Option<Listener>,
+    shared: Arc<Shared>,
+    running: Option<Running>,
+    run: u32,
+}
+
+impl Evm {
+    /// An EVM named `name`.
+    pub fn new(name: &str, config: EvmConfig) -> Evm {
+        Evm {
+            name: name.into(),
+            config,
+            state: State::Initial,
+            listener: None,
+            shared: Arc::default(),
+            running: None,
+            run: 0,
+        }
+    }
+
+    /// The listening address, once configured.
+    pub fn listen_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener.as_ref().map(|l| l.local_addr())
+    }
+}
+
+impl Component for Evm {
+    fn kind(&self) -> &'static str {
+        "evm"
+    }
+    fn state(&self) -> State {
+        if self.state == State::Running && self.failure().is_some() { State::Error } else { self.state }
+    }
+
+    fn configure(&mut self) -> Result<Value, EvbError> {
+        expect_state("configure", self.state, State::Initial)?;
+        self.config.validate()?;
+        let listener = bind(&self.config.listen, control_options())?;
+        let addr = listener.local_addr();
+        self.listener = Some(listener);
+        self.state = State::Configured;
+        Ok(json!({ "listen": addr.to_string() }))
+    }
+
+    fn start(&mut self, run: u32) -> Result<(), EvbError> {
+        expect_state("start", self.state, State::Configured)?;
+        let listener = self.listener.take().expect("configured");
+        self.shared = Arc::default();
+        self.run = run;
+        let mut s = Scheduler::new(format!("{}-evm", self.name)).with_idle(self.config.idle.strategy());
+        let io =
+            EvmIo::new(self.name.clone(), self.config.clone(), run, listener, self.shared.clone(), s.stop_handle());
+        s.add_module(io);
+        self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
+        self.state = State::Running;
+        Ok(())
+    }
+
+    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
+        expect_state("stop", self.state, State::Running)?;
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let running = self.running.take().expect("running");
+        let joined = running.join();
+        let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.state = State::Initial;
+        if let Err(e) = joined {
+            self.state = State::Error;
+            return Err(EvbError::Failed(e.to_string()));
+        }
+        // Rebind so that the component can be started again on the same address.
+        self.configure_again()?;
+        summary.ok_or_else(|| EvbError::Failed("the EVM ended without a summary".into()))
+    }
+
+    fn reset(&mut self) -> Result<(), EvbError> {
+        if let Some(r) = self.running.take() {
+            self.shared.stop.store(true, Ordering::SeqCst);
+            let _ = r.join();
+        }
+        self.listener = None;
+        self.state = State::Initial;
+        Ok(())
+    }
+
+    fn stats(&self) -> Value {
+        let mut v = self.shared.live.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Value::Object(m) = &mut v {
+            m.insert("state".into(), json!(self.state().name()));
+            m.insert("run".into(), json!(self.run));
+        }
+        v
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Evm {
+    fn configure_again(&mut self) -> Result<(), EvbError> {
+        let listener = bind(&self.config.listen, control_options());
+        match listener {
+            Ok(l) => {
+                self.listener = Some(l);
+                self.state = State::Configured;
+            }
+            // A fixed port may still be in TIME_WAIT elsewhere; the caller can reset and retry.
+            Err(_) => self.state = State::Initial,
+        }
+        Ok(())
+    }
+
+    /// The last event of the run, once triggering has stopped.
+    pub fn last_event(&self) -> Option<u64> {
+        *self.shared.last_event.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct EvmIo {
+    name: String,
+    config: EvmConfig,
+    run: u32,
+    listener: Listener,
+    peers: Vec<Peer>,
+    core: EvmCore,
+    ready: bool,
+    rus: Vec<(u32, String)>,
+    shared: Arc<Shared>,
+    out: Vec<Out>,
+    grouper: Grouper,
+    started: Instant,
+    next_tick: Instant,
+    next_accept: Instant,
+    stop_at: Option<Instant>,
+    done: bool,
+    trigger_ended: bool,
+    failure: Option<String>,
+    last_rate: (Instant, u64, u64),
+    stopper: StopHandle,
+}
+
+impl EvmIo {
+    fn new(
+        name: String,
+        config: EvmConfig,
+        run: u32,
+        listener: Listener,
+        shared: Arc<Shared>,
+        stopper: StopHandle,
+    ) -> EvmIo {
+        let core = EvmCore::new(
+            CoreConfig {
+                reject_fraction: config.reject_fraction,
+                assign_batch: config.assign_batch,
+                assign_timeout: Duration::from_millis(config.assign_timeout_ms),
+                seed: config.seed,
+            },
+            Vec::new(),
+        );
+        let grouper = Grouper::new(GroupSizes {
+            reject: config.reject_group.max(1),
+            discard: config.release_group.max(1),
+            ..GroupSizes::default()
+        });
+        let now = Instant::now();
+        EvmIo {
+            name,
+            config,
+            run,
+            listener,
+            peers: Vec::new(),
+            core,
+            ready: false,
+            rus: Vec::new(),
+            shared,
+            out: Vec::new(),
+            grouper,
+            started: now,
+            next_tick: now,
+            next_accept: now,
+            stop_at: None,
+            done: false,
+            trigger_ended: false,
+            failure: None,
+            last_rate: (now, 0, 0),
+            stopper,
+        }
+    }
+
+    fn accept(&mut self) {
+        while let Ok(Some(conn)) = self.listener.accept_timeout(Duration::ZERO) {
+            self.peers.push(Peer::new(conn));
+        }
+    }
+
+    fn abort(&mut self, reason: String) {
+        if self.failure.is_some() {
+            return;
+        }
+        tracing::error!(evm = %self.name, "run aborted: {reason}");
+        self.failure = Some(reason.clone());
+        *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+        for p in &mut self.peers {
+            p.send(Message::Abort { reason: reason.clone() }.to_frame());
+            p.try_flush();
+        }
+    }
+
+    fn handle(&mut self, i: usize, frame: daqflow_wire::frame::Frame) {
+        let now = Instant::now();
+        let role = self.peers[i].role;
+        if role.is_none() {
+            match Message::decode(&frame) {
+                Ok(Message::Hello { role, id, name, addr, .. }) => self.hello(i, role, id, name, addr),
+                Ok(m) => self.peers[i].closed = Some(format!("sent {m:?} before hello")),
+                Err(e) => self.peers[i].closed = Some(format!("garbage before hello: {e}")),
+            }
+            return;
+        }
+        if role == Some(Role::Trigger) && frame.kind == KIND_FRAGMENT {
+            match Fragment::parse(frame.payload) {
+                Ok(f) => {
+                    let h = f.header();
+                    let t = Trigger {
+                        event_id: h.event_id.0,
+                        trigger_type: h.trigger_type,
+                        flags: 0,
+                        timestamp: h.timestamp,
+                    };
+                    if self.core.stopped_at().is_none()
+                        && let Err(e) = self.core.trigger(t, now, &mut self.out)
+                    {
+                        self.abort(format!("trigger source: {e}"));
+                    }
+                }
+                Err(e) => self.abort(format!("trigger source sent a malformed fragment: {e}")),
+            }
+            return;
+        }
+        let id = self.peers[i].id;
+        match (role, Message::decode(&frame)) {
+            (Some(Role::Bu), Ok(Message::Request { credits, done })) => {
+                self.core.request(id, credits, &done, &mut self.out);
+            }
+            (Some(Role::Trigger), Ok(Message::End { .. })) => self.trigger_ended = true,
+            (_, Ok(Message::Abort { reason })) => {
+                let label = self.peers[i].label();
+                self.abort(format!("{label}: {reason}"));
+            }
+            (_, Ok(m)) => tracing::warn!(evm = %self.name, "ignoring {:?} from {}", m.kind(), self.peers[i].label()),
+            (_, Err(e)) => {
+                let label = self.peers[i].label();
+                self.peers[i].closed = Some(format!("sent garbage: {e}"));
+                tracing::warn!(evm = %self.name, "{label} sent garbage: {e}");
+            }
+        }
+    }
+
+    fn hello(&mut self, i: usize, role: Role, id: u32, name: String, addr: String) {
+        let p = &mut self.peers[i];
+        p.role = Some(role);
+        p.id = id;
+        p.name = name;
+        p.addr = addr.clone();
+        tracing::info!(evm = %self.name, "{} connected", p.label());
+        match role {
+            Role::Ru => {
+                if self.rus.iter().any(|(r, _)| *r == id) || self.ready {
+                    let reason = format!("RU {id} connected twice or after the run started");
+                    self.peers[i].closed = Some(reason.clone());
+                    self.abort(reason);
+                    return;
+                }
+                self.rus.push((id, addr));
+                if self.rus.len() == self.config.rus {
+                    self.rus.sort();
+                    self.ready = true;
+                    let ids: Vec<u32> = self.rus.iter().map(|r| r.0).collect();
+                    let fresh = EvmCore::new(self.core_config(), ids);
+                    let old = std::mem::replace(&mut self.core, fresh);
+                    // BUs that joined before the RUs keep their place.
+                    for (bu, ..) in old.bus() {
+                        self.core.add_bu(bu);
+                    }
+                    let list = Message::RuList { run: self.run, rus: self.rus.clone() }.to_frame();
+                    for p in self.peers.iter_mut().filter(|p| p.role == Some(Role::Bu)) {
+                        p.send(list.clone());
+                    }
+                }
+            }
+            Role::Bu => {
+                if self.peers.iter().enumerate().any(|(j, p)| j != i && p.role == Some(Role::Bu) && p.id == id) {
+                    self.peers[i].closed = Some(format!("BU {id} is already connected"));
+                    return;
+                }
+                self.core.add_bu(id);
+                if self.ready {
+                    let list = Message::RuList { run: self.run, rus: self.rus.clone() }.to_frame();
+                    self.peers[i].send(list);
+                }
+            }
+            Role::Trigger => {
+                if self.config.trigger != TriggerMode::Source {
+                    self.peers[i].closed = Some("this EVM emulates its triggers; no trigger source wanted".into());
+                }
+            }
+            Role::Source => self.peers[i].closed = Some("sources connect to RUs, not to the EVM".into()),
+        }
+    }
+
+    fn core_config(&self) -> CoreConfig {
+        CoreConfig {
+            reject_fraction: self.config.reject_fraction,
+            assign_batch: self.config.assign_batch,
+            assign_timeout: Duration::from_millis(self.config.assign_timeout_ms),
+            seed: self.config.seed,
+        }
+    }
+
+    fn closed(&mut self, i: usize) {
+        let p = self.peers.remove(i);
+        let why = p.closed.clone().unwrap_or_default();
+        match p.role {
+            Some(Role::Bu) => {
+                tracing::warn!(evm = %self.name, "{} lost ({why}): re-assigning its events", p.label());
+                self.core.remove_bu(p.id, Instant::now(), &mut self.out);
+            }
+            Some(Role::Ru) if !self.done => self.abort(format!("{} lost: {why}", p.label())),
+            Some(Role::Trigger) if !self.trigger_ended && !self.done => {
+                self.abort(format!("trigger source lost: {why}"));
+            }
+            _ => tracing::debug!(evm = %self.name, "{} went away ({why})", p.label()),
+        }
+    }
+
+    fn send_out(&mut self) {
+        for o in std::mem::take(&mut self.out) {
+            match o {
+                Out::Bu(bu, m) => {
+                    let frame = m.to_frame();
+                    if let Some(p) = self.peers.iter_mut().find(|p| p.role == Some(Role::Bu) && p.id == bu) {
+                        p.send(frame);
+                    }
+                }
+                Out::Rus(m) => self.send_to_rus(m.to_frame()),
+                Out::Reject(ids) => {
+                    for id in ids {
+                        if let Some(f) = self.grouper.push(ControlMessage::Reject { event_id: id }) {
+                            self.send_to_rus(f);
+                        }
+                    }
+                }
+                Out::Release(ids) => {
+                    for id in ids {
+                        if let Some(f) = self.grouper.push(ControlMessage::Discard { event_id: id }) {
+                            self.send_to_rus(f);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_to_rus(&mut self, frame: daqflow_wire::frame::Frame) {
+        for p in self.peers.iter_mut().filter(|p| p.role == Some(Role::Ru)) {
+            p.send(frame.clone());
+        }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        // Stuck BUs: silent too long.
+        let timeout = Duration::from_millis(self.config.bu_timeout_ms);
+        for p in &mut self.peers {
+            if p.role == Some(Role::Bu) && p.closed.is_none() && now.duration_since(p.last_heard) > timeout {
+                p.closed = Some(format!("silent for {} ms", now.duration_since(p.last_heard).as_millis()));
+            }
+        }
+        // Emulated triggers.
+        if self.ready && self.config.trigger == TriggerMode::Emulated && self.core.stopped_at().is_none() {
+            let ts = unix_ns();
+            if self.config.rate_hz > 0.0 {
+                let due = (now.duration_since(self.started).as_secs_f64() * self.config.rate_hz) as u64;
+                while self.core.next_event_id() <= due && self.core.pending() < self.config.max_pending {
+                    let t = Trigger { event_id: self.core.next_event_id(), trigger_type: 1, flags: 0, timestamp: ts };
+                    let _ = self.core.trigger(t, now, &mut self.out);
+                }
+            } else {
+                self.core.trigger_on_demand(now, ts, &mut self.out);
+            }
+        }
+        if self.ready {
+            self.core.assign(now, &mut self.out);
+        }
+        // Stop: freeze triggering, then drain.
+        if self.shared.stop.load(Ordering::Relaxed) && self.stop_at.is_none() {
+            let last = self.core.stop();
+            *self.shared.last_event.lock().unwrap_or_else(|p| p.into_inner()) = Some(last);
+            self.stop_at = Some(now);
+            tracing::info!(evm = %self.name, "stopping: last event {last}, draining");
+        }
+        if let Some(t) = self.stop_at
+            && !self.done
+            && (self.core.is_drained()
+                || self.failure.is_some()
+                || now.duration_since(t) > Duration::from_millis(self.config.drain_timeout_ms))
+        {
+            self.finish(now);
+        }
+        self.send_out();
+        if now >= self.next_tick {
+            for f in self.grouper.flush() {
+                self.send_to_rus(f);
+            }
+            self.publish(now);
+            self.next_tick = now + Duration::from_millis(1);
+        }
+        for p in &mut self.peers {
+            p.try_flush();
+        }
+    }
+
+    fn finish(&mut self, now: Instant) {
+        self.done = true;
+        let acc = self.core.finish();
+        let last = self.core.stopped_at().unwrap_or(0);
+        self.send_out();
+        for f in self.grouper.flush() {
+            self.send_to_rus(f);
+        }
+        let end = Message::RunEnd { last_event: last }.to_frame();
+        for p in &mut self.peers {
+            if matches!(p.role, Some(Role::Ru | Role::Bu)) {
+                p.send(end.clone());
+            }
+        }
+        for p in &mut self.peers {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while p.closed.is_none() && p.conn.queued_bytes() > 0 && Instant::now() < deadline {
+                p.try_flush();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let secs = now.duration_since(self.started).as_secs_f64();
+        let summary = json!({
+            "component": self.name,
+            "kind": "evm",
+            "run": self.run,
+            "last_event": last,
+            "triggered": acc.triggered,
+            "built": acc.built,
+            "rejected": acc.rejected,
+            "reassigned": acc.reassigned,
+            "assignments": acc.assignments,
+            "lost": acc.lost_total(),
+            "lost_reasons": acc.lost,
+            "unexpected_confirmations": acc.unexpected_confirmations,
+            "seconds": secs,
+            "error": self.failure,
+        });
+        *self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+    }
+
+    fn publish(&mut self, now: Instant) {
+        let acc = self.core.accounting();
+        let (t, built0, trig0) = self.last_rate;
+        let dt = now.duration_since(t).as_secs_f64();
+        if dt < 0.1 {
+            return;
+        }
+        let bus: Vec<Value> = self
+            .core
+            .bus()
+            .map(|(id, credits, in_flight, built)| json!({"id": id, "credits": credits, "in_flight": in_flight, "built": built}))
+            .collect();
+        let live = json!({
+            "t": now.duration_since(self.started).as_secs_f64(),
+            "triggered": acc.triggered,
+            "built": acc.built,
+            "rejected": acc.rejected,
+            "reassigned": acc.reassigned,
+            "pending": self.core.pending(),
+            "in_flight": self.core.in_flight(),
+            "events_per_s": (acc.built - built0) as f64 / dt,
+            "triggers_per_s": (acc.triggered - trig0) as f64 / dt,
+            "rus_connected": self.rus.len(),
+            "rus_expected": self.config.rus,
+            "bus": bus,
+        });
+        self.last_rate = (now, acc.built, acc.triggered);
+        *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) = live;
+    }
+}
+
+const TASK_ACCEPT: usize = 0;
+const TASK_LINKS: usize = 1;
+const TASK_TICK: usize = 2;
+
+impl Module for EvmIo {
+    fn tasks(&self) -> usize {
+        3
+    }
+    fn task_name(&self, task: usize) -> String {
+        ["accept", "links", "tick"][task].into()
+    }
+    fn poll(&mut self, task: usize) -> bool {
+        match task {
+            TASK_ACCEPT => !self.done && Instant::now() >= self.next_accept,
+            TASK_LINKS => {
+                let max_pending = self.config.max_pending;
+                let pending = self.core.pending();
+                self.peers.iter_mut().any(|p| {
+                    if p.role == Some(Role::Trigger) && pending >= max_pending {
+                        return false;
+                    }
+                    p.poll()
+                })
+            }
+            _ => self.done || Instant::now() >= self.next_tick || !self.out.is_empty(),
+        }
+    }
+    fn action(&mut self, task: usize) -> Result<(), BoxError> {
+        match task {
+            TASK_ACCEPT => {
+                self.accept();
+                self.next_accept = Instant::now() + Duration::from_millis(2);
+                Ok(())
+            }
+            TASK_LINKS => {
+                for _ in 0..64 {
+                    let mut any = false;
+                    for i in 0..self.peers.len() {
+                        if let Some(f) = self.peers[i].next() {
+                            any = true;
+                            self.handle(i, f);
+                        }
+                    }
+                    if !any {
+                        break;
+                    }
+                }
+                let mut i = 0;
+                while i < self.peers.len() {
+                    if self.peers[i].closed.is_some() && self.peers[i].stash.is_none() {
+                        self.closed(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                self.tick(Instant::now());
+                Ok(())
+            }
+            TASK_TICK => {
+                if self.done {
+                    self.stopper.stop();
+                    return Ok(());
+                }
+                self.tick(Instant::now());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}

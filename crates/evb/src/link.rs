@@ -1,0 +1,179 @@
+//! Connections between components: binding, connecting, the hello exchange, and a peer record
+//! for the polling tasks.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use daqflow_transport::{Connection, ConnectionOptions, Listener, RecvError, RetryPolicy, WhenFull};
+use daqflow_wire::frame::Frame;
+
+use crate::EvbError;
+use crate::protocol::{Message, Role};
+
+/// Resolves `addr` (`host:port`).
+pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, EvbError> {
+    addr.to_socket_addrs()
+        .map_err(|e| EvbError::Config(format!("address `{addr}`: {e}")))?
+        .next()
+        .ok_or_else(|| EvbError::Config(format!("address `{addr}` resolves to nothing")))
+}
+
+/// Options for control links: a full queue is the peer's problem, never a hang of ours.
+pub(crate) fn control_options() -> ConnectionOptions {
+    ConnectionOptions { when_full: WhenFull::Fail, send_queue_bytes: 64 << 20, ..Default::default() }
+}
+
+/// Options for data links (fragments, super-fragments).
+pub(crate) fn data_options() -> ConnectionOptions {
+    ConnectionOptions { send_queue_bytes: 16 << 20, ..Default::default() }
+}
+
+pub(crate) fn bind(addr: &str, opts: ConnectionOptions) -> Result<Listener, EvbError> {
+    let a = resolve(addr)?;
+    Listener::bind(a, opts)
+        .map_err(|e| EvbError::Io { what: format!("listening on {addr}"), source: std::io::Error::other(e) })
+}
+
+/// Connects (retrying for `patience`) and says hello.
+pub(crate) fn connect(
+    addr: &str,
+    opts: &ConnectionOptions,
+    patience: Duration,
+    hello: &Message,
+) -> Result<Connection, EvbError> {
+    let a = resolve(addr)?;
+    let mut conn = Connection::connect_with_retry(&[a], opts, &RetryPolicy::for_duration(patience))
+        .map_err(|e| EvbError::Failed(format!("cannot connect to {addr}: {e}")))?;
+    conn.send(hello.to_frame()).map_err(|e| EvbError::Failed(format!("saying hello to {addr}: {e}")))?;
+    conn.flush().map_err(|e| EvbError::Failed(format!("saying hello to {addr}: {e}")))?;
+    Ok(conn)
+}
+
+/// A connected peer as the polling tasks see it.
+pub(crate) struct Peer {
+    pub conn: Connection,
+    pub role: Option<Role>,
+    pub id: u32,
+    pub name: String,
+    pub addr: String,
+    pub since: Instant,
+    pub last_heard: Instant,
+    /// A frame taken off the socket by a poll and not handled yet.
+    pub stash: Option<Frame>,
+    pub closed: Option<String>,
+}
+
+impl Peer {
+    pub fn new(conn: Connection) -> Peer {
+        let now = Instant::now();
+        Peer {
+            conn,
+            role: None,
+            id: 0,
+            name: String::new(),
+            addr: String::new(),
+            since: now,
+            last_heard: now,
+            stash: None,
+            closed: None,
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self.role {
+            Some(r) => format!("{} {} ({}, {})", role_name(r), self.id, self.name, self.conn.peer_addr()),
+            None => format!("unidentified peer {}", self.conn.peer_addr()),
+        }
+    }
+
+    /// Takes the next frame (the stashed one first) without waiting; a closed or broken
+    /// connection is remembered in `closed`.
+    pub fn next(&mut self) -> Option<Frame> {
+        if let Some(f) = self.stash.take() {
+            return Some(f);
+        }
+        if self.closed.is_some() {
+            return None;
+        }
+        match self.conn.try_recv() {
+            Ok(Some(f)) => {
+                self.last_heard = Instant::now();
+                Some(f)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.closed = Some(match e {
+                    RecvError::Closed { .. } => "closed the connection".to_owned(),
+                    e => e.to_string(),
+                });
+                None
+            }
+        }
+    }
+
+    /// Polls for a frame and keeps it for the action: whether there is one (or the connection
+    /// just closed, which the action must handle too).
+    pub fn poll(&mut self) -> bool {
+        if self.stash.is_some() {
+            return true;
+        }
+        if self.closed.is_some() {
+            return false;
+        }
+        let was_open = self.closed.is_none();
+        self.stash = self.next();
+        self.stash.is_some() || (was_open && self.closed.is_some())
+    }
+
+    /// Sends a frame; an error closes the peer.
+    pub fn send(&mut self, frame: Frame) -> bool {
+        if self.closed.is_some() {
+            return false;
+        }
+        match self.conn.send(frame) {
+            Ok(()) => true,
+            Err(e) => {
+                self.closed = Some(format!("sending failed: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Sends a frame gathered from a prefix and parts; an error closes the peer.
+    pub fn send_parts(&mut self, kind: u16, prefix: &[u8], parts: &[bytes::Bytes]) -> bool {
+        if self.closed.is_some() {
+            return false;
+        }
+        match self.conn.send_parts(kind, 0, 0, prefix, parts) {
+            Ok(()) => true,
+            Err(e) => {
+                self.closed = Some(format!("sending failed: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Pushes queued bytes without waiting.
+    pub fn try_flush(&mut self) {
+        if self.closed.is_none()
+            && self.conn.queued_bytes() > 0
+            && let Err(e) = self.conn.try_flush()
+        {
+            self.closed = Some(format!("sending failed: {e}"));
+        }
+    }
+}
+
+pub(crate) fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Source => "source",
+        Role::Ru => "RU",
+        Role::Bu => "BU",
+        Role::Trigger => "trigger source",
+    }
+}
+
+/// Milliseconds since the Unix epoch, for summaries.
+pub(crate) fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}

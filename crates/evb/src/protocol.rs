@@ -1,0 +1,501 @@
+//! The event builder's messages: frame kinds and payload codecs.
+//!
+//! Every message is one `daqflow-wire` control frame (16-byte header: magic, version, flags,
+//! kind, channel, length) whose payload is laid out here, little-endian throughout. Fragments
+//! travel as frames whose payload is one encoded [`daqflow_wire::Fragment`]; super-fragments as
+//! frames whose payload is one encoded [`daqflow_wire::SuperFragment`], which a readout unit
+//! gathers from the memory it received the fragments into (no copy for fragments above the
+//! transport's copy threshold; small ones are packed with other frames into 128 KiB writes).
+//! Releases (events built: free their fragments) and level-2
+//! rejects are the engine's grouped data control messages
+//! ([`daqflow_engine::messages::KIND_DISCARD`] and [`daqflow_engine::messages::KIND_REJECT`]).
+//!
+//! `docs/evb.md` describes the protocol step by step. [`Message::decode`] checks every length
+//! before reading and never panics:
+//!
+//! ```
+//! use daqflow_evb::protocol::{Message, Trigger};
+//! let m = Message::Request { credits: 16, done: vec![1, 2, 3] };
+//! assert_eq!(Message::decode(&m.to_frame()).unwrap(), m);
+//! let t = Message::Triggers { rus: vec![0, 1], triggers: vec![Trigger { event_id: 7, trigger_type: 1, flags: 0, timestamp: 99 }] };
+//! assert_eq!(Message::decode(&t.to_frame()).unwrap(), t);
+//! ```
+
+use bytes::{BufMut, Bytes, BytesMut};
+use daqflow_wire::frame::Frame;
+
+/// A peer introduces itself: the first frame on every connection.
+pub const KIND_HELLO: u16 = 0x0E01;
+/// Source → RU: one encoded fragment.
+pub const KIND_FRAGMENT: u16 = 0x0E02;
+/// Source → RU: the stream ends cleanly after event `last_event`.
+pub const KIND_END: u16 = 0x0E03;
+/// EVM → BU: the run number and the readout units with their addresses.
+pub const KIND_RU_LIST: u16 = 0x0E04;
+/// BU → EVM: new credits and the events now in the BU's output.
+pub const KIND_REQUEST: u16 = 0x0E05;
+/// EVM → BU: the events assigned to it, with their trigger data.
+pub const KIND_TRIGGERS: u16 = 0x0E06;
+/// EVM → RU: events assigned to a BU.
+pub const KIND_ASSIGN: u16 = 0x0E07;
+/// RU → BU: one encoded super-fragment.
+pub const KIND_SUPER_FRAGMENT: u16 = 0x0E08;
+/// EVM → RU: a BU is gone; drop what is queued for it (its events are re-assigned).
+pub const KIND_BU_GONE: u16 = 0x0E0A;
+/// EVM → RU, BU: the run is over; every event up to `last_event` is accounted for.
+pub const KIND_RUN_END: u16 = 0x0E0B;
+/// Any → EVM, EVM → any: the run cannot go on, with the reason.
+pub const KIND_ABORT: u16 = 0x0E0C;
+
+/// Role of a peer in [`Message::Hello`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A front-end readout stream (FEROL emulator or a user's program).
+    Source,
+    /// A readout unit.
+    Ru,
+    /// A builder unit.
+    Bu,
+    /// A trigger source feeding the EVM.
+    Trigger,
+}
+
+impl Role {
+    fn code(self) -> u32 {
+        match self {
+            Role::Source => 1,
+            Role::Ru => 2,
+            Role::Bu => 3,
+            Role::Trigger => 4,
+        }
+    }
+    fn from_code(c: u32) -> Option<Role> {
+        Some(match c {
+            1 => Role::Source,
+            2 => Role::Ru,
+            3 => Role::Bu,
+            4 => Role::Trigger,
+            _ => return None,
+        })
+    }
+}
+
+/// One event's trigger data, as the EVM sends it to a BU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Trigger {
+    /// The event (level-1 trigger number).
+    pub event_id: u64,
+    /// Trigger type.
+    pub trigger_type: u32,
+    /// [`Trigger::REASSIGNED`] when the event was first assigned to a BU that died.
+    pub flags: u32,
+    /// Trigger time stamp (ns since the Unix epoch).
+    pub timestamp: u64,
+}
+
+impl Trigger {
+    /// The event was re-assigned after its first BU was lost.
+    pub const REASSIGNED: u32 = 1;
+}
+
+/// A decoded event-builder message (fragments and super-fragment parts are not decoded here:
+/// they are `daqflow-wire` structures).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// The first frame on a connection.
+    Hello {
+        /// What the peer is.
+        role: Role,
+        /// Its id: source id, RU id or BU id.
+        id: u32,
+        /// The run it was started for (0: not known yet).
+        run: u32,
+        /// Its component name, for logs.
+        name: String,
+        /// An RU's address for builder units (empty otherwise).
+        addr: String,
+    },
+    /// The stream (or the run, from the EVM) ends after `last_event`.
+    End {
+        /// Last event sent.
+        last_event: u64,
+    },
+    /// The run and its readout units.
+    RuList {
+        /// Run number.
+        run: u32,
+        /// `(RU id, address for builder units)`.
+        rus: Vec<(u32, String)>,
+    },
+    /// A BU asks for `credits` more events and confirms `done`.
+    Request {
+        /// Further events the BU can take.
+        credits: u32,
+        /// Events now in the BU's output (file written, or put into the ET system).
+        done: Vec<u64>,
+    },
+    /// Events assigned to the receiving BU.
+    Triggers {
+        /// Every RU that sends a super-fragment for these events.
+        rus: Vec<u32>,
+        /// The events with their trigger data.
+        triggers: Vec<Trigger>,
+    },
+    /// Events assigned to BU `bu` (to an RU).
+    Assign {
+        /// The builder unit.
+        bu: u32,
+        /// The events, in assignment order.
+        events: Vec<u64>,
+    },
+    /// BU `bu` is gone.
+    BuGone {
+        /// The builder unit.
+        bu: u32,
+    },
+    /// The run is over.
+    RunEnd {
+        /// Last event of the run.
+        last_event: u64,
+    },
+    /// The run cannot go on.
+    Abort {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A message could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// The payload is shorter than its fields say.
+    #[error("{what}: payload too short ({have} bytes, needs {need})")]
+    Short {
+        /// The message.
+        what: &'static str,
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// The payload is longer than its fields say.
+    #[error("{what}: {extra} unexpected bytes after the message")]
+    Trailing {
+        /// The message.
+        what: &'static str,
+        /// Extra bytes.
+        extra: usize,
+    },
+    /// A field has a value no valid message has.
+    #[error("{what}: {detail}")]
+    Invalid {
+        /// The message.
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The frame kind is not an event-builder message.
+    #[error("frame kind {0:#06x} is not an event-builder message")]
+    UnknownKind(u16),
+}
+
+struct Reader<'a> {
+    what: &'static str,
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(what: &'static str, data: &'a [u8]) -> Self {
+        Reader { what, data, at: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.data.len()).ok_or(ProtocolError::Short {
+            what: self.what,
+            need: self.at.saturating_add(n),
+            have: self.data.len(),
+        })?;
+        let s = &self.data[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u16(&mut self) -> Result<u16, ProtocolError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+    fn u32(&mut self) -> Result<u32, ProtocolError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, ProtocolError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn string(&mut self) -> Result<String, ProtocolError> {
+        let n = self.u16()? as usize;
+        let b = self.take(n)?;
+        String::from_utf8(b.to_vec())
+            .map_err(|_| ProtocolError::Invalid { what: self.what, detail: "a text field is not UTF-8".into() })
+    }
+    /// A count of `entry`-byte entries, checked against the bytes left before anything is
+    /// allocated.
+    fn count(&mut self, entry: usize) -> Result<usize, ProtocolError> {
+        let n = self.u32()? as usize;
+        let left = self.data.len() - self.at;
+        if n.saturating_mul(entry) > left {
+            return Err(ProtocolError::Short {
+                what: self.what,
+                need: self.at + n.saturating_mul(entry),
+                have: self.data.len(),
+            });
+        }
+        Ok(n)
+    }
+    fn finish(self) -> Result<(), ProtocolError> {
+        match self.data.len() - self.at {
+            0 => Ok(()),
+            extra => Err(ProtocolError::Trailing { what: self.what, extra }),
+        }
+    }
+}
+
+fn put_string(b: &mut BytesMut, s: &str) {
+    let s = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
+    b.put_u16_le(s.len() as u16);
+    b.put_slice(s);
+}
+
+impl Message {
+    /// The frame kind of this message.
+    pub fn kind(&self) -> u16 {
+        match self {
+            Message::Hello { .. } => KIND_HELLO,
+            Message::End { .. } => KIND_END,
+            Message::RuList { .. } => KIND_RU_LIST,
+            Message::Request { .. } => KIND_REQUEST,
+            Message::Triggers { .. } => KIND_TRIGGERS,
+            Message::Assign { .. } => KIND_ASSIGN,
+            Message::BuGone { .. } => KIND_BU_GONE,
+            Message::RunEnd { .. } => KIND_RUN_END,
+            Message::Abort { .. } => KIND_ABORT,
+        }
+    }
+
+    /// Encodes the payload.
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        match self {
+            Message::Hello { role, id, run, name, addr } => {
+                b.put_u32_le(role.code());
+                b.put_u32_le(*id);
+                b.put_u32_le(*run);
+                put_string(&mut b, name);
+                put_string(&mut b, addr);
+            }
+            Message::End { last_event } | Message::RunEnd { last_event } => b.put_u64_le(*last_event),
+            Message::RuList { run, rus } => {
+                b.put_u32_le(*run);
+                b.put_u32_le(rus.len() as u32);
+                for (id, addr) in rus {
+                    b.put_u32_le(*id);
+                    put_string(&mut b, addr);
+                }
+            }
+            Message::Request { credits, done } => {
+                b.reserve(8 + 8 * done.len());
+                b.put_u32_le(*credits);
+                b.put_u32_le(done.len() as u32);
+                for id in done {
+                    b.put_u64_le(*id);
+                }
+            }
+            Message::Triggers { rus, triggers } => {
+                b.reserve(8 + 4 * rus.len() + 24 * triggers.len());
+                b.put_u32_le(rus.len() as u32);
+                for r in rus {
+                    b.put_u32_le(*r);
+                }
+                b.put_u32_le(triggers.len() as u32);
+                for t in triggers {
+                    b.put_u64_le(t.event_id);
+                    b.put_u32_le(t.trigger_type);
+                    b.put_u32_le(t.flags);
+                    b.put_u64_le(t.timestamp);
+                }
+            }
+            Message::Assign { bu, events } => {
+                b.reserve(8 + 8 * events.len());
+                b.put_u32_le(*bu);
+                b.put_u32_le(events.len() as u32);
+                for id in events {
+                    b.put_u64_le(*id);
+                }
+            }
+            Message::BuGone { bu } => b.put_u32_le(*bu),
+            Message::Abort { reason } => put_string(&mut b, reason),
+        }
+        b.freeze()
+    }
+
+    /// The message as a frame.
+    pub fn to_frame(&self) -> Frame {
+        Frame::new(self.kind(), self.encode())
+    }
+
+    /// Decodes a frame of one of this module's kinds (not [`KIND_FRAGMENT`] or
+    /// [`KIND_SUPER_FRAGMENT`], whose payloads are `daqflow-wire` structures).
+    pub fn decode(frame: &Frame) -> Result<Message, ProtocolError> {
+        let p = &frame.payload[..];
+        let m = match frame.kind {
+            KIND_HELLO => {
+                let mut r = Reader::new("hello", p);
+                let code = r.u32()?;
+                let role = Role::from_code(code)
+                    .ok_or_else(|| ProtocolError::Invalid { what: "hello", detail: format!("unknown role {code}") })?;
+                let m = Message::Hello { role, id: r.u32()?, run: r.u32()?, name: r.string()?, addr: r.string()? };
+                r.finish()?;
+                m
+            }
+            KIND_END | KIND_RUN_END => {
+                let mut r = Reader::new("end", p);
+                let last_event = r.u64()?;
+                r.finish()?;
+                if frame.kind == KIND_END { Message::End { last_event } } else { Message::RunEnd { last_event } }
+            }
+            KIND_RU_LIST => {
+                let mut r = Reader::new("RU list", p);
+                let run = r.u32()?;
+                let n = r.count(6)?;
+                let mut rus = Vec::with_capacity(n);
+                for _ in 0..n {
+                    rus.push((r.u32()?, r.string()?));
+                }
+                r.finish()?;
+                Message::RuList { run, rus }
+            }
+            KIND_REQUEST => {
+                let mut r = Reader::new("request", p);
+                let credits = r.u32()?;
+                let n = r.count(8)?;
+                let done = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                r.finish()?;
+                Message::Request { credits, done }
+            }
+            KIND_TRIGGERS => {
+                let mut r = Reader::new("triggers", p);
+                let n = r.count(4)?;
+                let rus = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+                let n = r.count(24)?;
+                let mut triggers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    triggers.push(Trigger {
+                        event_id: r.u64()?,
+                        trigger_type: r.u32()?,
+                        flags: r.u32()?,
+                        timestamp: r.u64()?,
+                    });
+                }
+                r.finish()?;
+                Message::Triggers { rus, triggers }
+            }
+            KIND_ASSIGN => {
+                let mut r = Reader::new("assign", p);
+                let bu = r.u32()?;
+                let n = r.count(8)?;
+                let events = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                r.finish()?;
+                Message::Assign { bu, events }
+            }
+            KIND_BU_GONE => {
+                let mut r = Reader::new("BU gone", p);
+                let bu = r.u32()?;
+                r.finish()?;
+                Message::BuGone { bu }
+            }
+            KIND_ABORT => {
+                let mut r = Reader::new("abort", p);
+                let reason = r.string()?;
+                r.finish()?;
+                Message::Abort { reason }
+            }
+            k => return Err(ProtocolError::UnknownKind(k)),
+        };
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn message() -> impl Strategy<Value = Message> {
+        let text = "[a-z0-9:._-]{0,20}";
+        prop_oneof![
+            (0u32..4, any::<u32>(), any::<u32>(), text, text).prop_map(|(r, id, run, name, addr)| Message::Hello {
+                role: Role::from_code(r + 1).unwrap(),
+                id,
+                run,
+                name,
+                addr
+            }),
+            any::<u64>().prop_map(|last_event| Message::End { last_event }),
+            (any::<u32>(), proptest::collection::vec((any::<u32>(), text), 0..5))
+                .prop_map(|(run, rus)| Message::RuList { run, rus }),
+            (any::<u32>(), proptest::collection::vec(any::<u64>(), 0..50))
+                .prop_map(|(credits, done)| Message::Request { credits, done }),
+            (
+                proptest::collection::vec(any::<u32>(), 0..5),
+                proptest::collection::vec((any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()), 0..20)
+            )
+                .prop_map(|(rus, t)| Message::Triggers {
+                    rus,
+                    triggers: t
+                        .into_iter()
+                        .map(|(event_id, trigger_type, flags, timestamp)| Trigger {
+                            event_id,
+                            trigger_type,
+                            flags,
+                            timestamp
+                        })
+                        .collect()
+                }),
+            (any::<u32>(), proptest::collection::vec(any::<u64>(), 0..50))
+                .prop_map(|(bu, events)| Message::Assign { bu, events }),
+            any::<u32>().prop_map(|bu| Message::BuGone { bu }),
+            any::<u64>().prop_map(|last_event| Message::RunEnd { last_event }),
+            text.prop_map(|reason| Message::Abort { reason }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_message_round_trips(m in message()) {
+            prop_assert_eq!(Message::decode(&m.to_frame()).unwrap(), m);
+        }
+
+        #[test]
+        fn random_payloads_give_errors_not_panics(kind in 0x0E00u16..0x0E10, payload in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Message::decode(&Frame::new(kind, Bytes::from(payload)));
+        }
+
+        #[test]
+        fn a_cut_or_extended_message_is_refused(m in message(), cut in any::<prop::sample::Index>(), extra in 1usize..9) {
+            let full = m.encode();
+            if !full.is_empty() {
+                let at = cut.index(full.len());
+                prop_assert!(Message::decode(&Frame::new(m.kind(), full.slice(..at))).is_err());
+            }
+            let mut longer = full.to_vec();
+            longer.extend(std::iter::repeat_n(0u8, extra));
+            prop_assert!(Message::decode(&Frame::new(m.kind(), Bytes::from(longer))).is_err());
+        }
+    }
+
+    #[test]
+    fn a_huge_count_is_refused_before_allocating() {
+        let mut b = BytesMut::new();
+        b.put_u32_le(1);
+        b.put_u32_le(u32::MAX);
+        let err = Message::decode(&Frame::new(KIND_REQUEST, b.freeze())).unwrap_err();
+        assert!(matches!(err, ProtocolError::Short { .. }), "{err}");
+    }
+}

@@ -1,0 +1,446 @@
+//! The readout unit's logic, without sockets: fragments in, super-fragments out.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use daqflow_engine::{EventManager, EventManagerConfig};
+use daqflow_wire::{
+    EventId, Fragment, FragmentFlags, SUPER_FRAGMENT_HEADER_LEN, SuperFragmentFlags, SuperFragmentHeader,
+};
+
+/// Counters of a readout unit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RuCounters {
+    /// Fragments received from the streams.
+    pub fragments: u64,
+    /// Bytes of those fragments (headers included).
+    pub fragment_bytes: u64,
+    /// Super-fragments sent to BUs.
+    pub super_fragments: u64,
+    /// Bytes of those super-fragments.
+    pub super_fragment_bytes: u64,
+    /// Fragments whose event id broke a stream's sequence (gap, repeat, or wrong source id).
+    pub sequence_errors: u64,
+    /// Fragments whose payload CRC did not match (flagged, still built).
+    pub crc_errors: u64,
+    /// Super-fragments sent with a stream's fragment missing.
+    pub incomplete: u64,
+    /// Events freed after their BU confirmed them.
+    pub released: u64,
+    /// Events freed after a level-2 reject.
+    pub rejected: u64,
+    /// Assignments dropped because their BU was lost (the EVM re-assigns them).
+    pub dropped_for_lost_bu: u64,
+    /// Fragments after the run's last event, discarded.
+    pub after_run_end: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Stream {
+    source_id: Option<u32>,
+    /// Next event id expected.
+    next: u64,
+    /// Highest event id received (0: none).
+    last: u64,
+}
+
+/// A super-fragment ready to send: its header and its fragments' bytes.
+#[derive(Debug, Clone)]
+pub struct OutgoingSf {
+    /// The header.
+    pub header: SuperFragmentHeader,
+    /// The fragments, in stream order, each one encoded fragment.
+    pub fragments: Vec<Bytes>,
+}
+
+/// The readout unit's state.
+#[derive(Debug)]
+pub struct RuCore {
+    ru_id: u32,
+    soft_limit: usize,
+    check_crc: bool,
+    streams: Vec<Stream>,
+    em: EventManager,
+    queues: BTreeMap<u32, VecDeque<u64>>,
+    rejects: VecDeque<u64>,
+    run_end: Option<u64>,
+    counters: RuCounters,
+    problems: Vec<String>,
+}
+
+const MAX_PROBLEMS: usize = 20;
+
+impl RuCore {
+    /// An RU with `streams` input streams, storing up to `buffer_bytes` of fragments (at most
+    /// `max_fragments` of them).
+    pub fn new(ru_id: u32, streams: usize, buffer_bytes: usize, max_fragments: usize, check_crc: bool) -> RuCore {
+        // Streams that lead may fill `buffer_bytes`; streams that lag behind may use as much
+        // again to catch up, so that a full buffer never blocks the fragments that would complete
+        // (and so free) the oldest events.
+        let em = EventManager::new(EventManagerConfig {
+            page_size: 64,
+            pages: 1,
+            large_bytes: Some(buffer_bytes.saturating_mul(2)),
+            max_fragments: Some(max_fragments.max(1)),
+        })
+        .expect("valid event manager sizes");
+        RuCore {
+            ru_id,
+            soft_limit: buffer_bytes,
+            check_crc,
+            streams: vec![Stream { source_id: None, next: 1, last: 0 }; streams],
+            em,
+            queues: BTreeMap::new(),
+            rejects: VecDeque::new(),
+            run_end: None,
+            counters: RuCounters::default(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> &RuCounters {
+        &self.counters
+    }
+
+    /// The first problems seen (sequence and CRC errors), for the summary.
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
+    /// Events with fragments stored.
+    pub fn events_stored(&self) -> usize {
+        self.em.events()
+    }
+
+    /// Bytes of fragments stored.
+    pub fn bytes_stored(&self) -> u64 {
+        self.em.bytes()
+    }
+
+    /// Whether stream `slot` may deliver a fragment of up to `len` bytes now (the stream tasks'
+    /// poll condition): while the buffer is below its size, every stream; beyond it, only
+    /// streams behind the leading one (they complete the oldest events, which frees memory).
+    pub fn may_read(&self, slot: usize, len: usize) -> bool {
+        if self.em.bytes() as usize + len <= self.soft_limit {
+            return self.em.has_room_shared(len);
+        }
+        let lead = self.streams.iter().map(|s| s.last).max().unwrap_or(0);
+        self.streams[slot].last < lead && self.em.has_room_shared(len)
+    }
+
+    /// Binds stream `slot` to source `source_id`.
+    pub fn bind_stream(&mut self, slot: usize, source_id: u32) {
+        self.streams[slot].source_id = Some(source_id);
+    }
+
+    /// Highest event id stream `slot` delivered.
+    pub fn stream_last(&self, slot: usize) -> u64 {
+        self.streams[slot].last
+    }
+
+    fn problem(&mut self, p: String) {
+        if self.problems.len() < MAX_PROBLEMS {
+            tracing::warn!(ru = self.ru_id, "{p}");
+            self.problems.push(p);
+        }
+    }
+
+    /// A fragment from stream `slot`. A structurally broken fragment is an error (the stream
+    /// cannot be trusted any more); sequence and CRC problems are counted and flagged.
+    pub fn on_fragment(&mut self, slot: usize, bytes: Bytes) -> Result<(), String> {
+        let fragment = Fragment::parse(bytes).map_err(|e| format!("stream {slot}: malformed fragment: {e}"))?;
+        let h = *fragment.header();
+        let id = h.event_id.0;
+        self.counters.fragments += 1;
+        self.counters.fragment_bytes += fragment.as_bytes().len() as u64;
+        let stream = &mut self.streams[slot];
+        let expected_source = stream.source_id;
+        let expected = stream.next;
+        stream.next = id.saturating_add(1);
+        stream.last = stream.last.max(id);
+        if expected_source.is_some_and(|s| s != h.source_id) {
+            self.counters.sequence_errors += 1;
+            self.problem(format!(
+                "stream {slot}: fragment of source {} on the stream of source {}",
+                h.source_id,
+                expected_source.unwrap_or(0)
+            ));
+        }
+        if id != expected {
+            self.counters.sequence_errors += 1;
+            self.problem(format!("source {}: event {id} where {expected} was expected", h.source_id));
+        }
+        if self.run_end.is_some_and(|end| id > end) {
+            self.counters.after_run_end += 1;
+            return Ok(());
+        }
+        let mut bytes = fragment.into_bytes();
+        if self.check_crc {
+            let payload =
+                &bytes[daqflow_wire::FRAGMENT_HEADER_LEN..daqflow_wire::FRAGMENT_HEADER_LEN + h.payload_len as usize];
+            if daqflow_wire::crc::crc32c(payload) != h.payload_crc {
+                self.counters.crc_errors += 1;
+                self.problem(format!("source {}: event {id}: payload CRC mismatch", h.source_id));
+                // Flag it in the fragment's header (a copy: the received bytes are shared).
+                let mut copy = BytesMut::from(&bytes[..]);
+                let flags = h.flags.with(FragmentFlags::CRC_ERROR);
+                copy[8..12].copy_from_slice(&flags.0.to_le_bytes());
+                bytes = copy.freeze();
+            }
+        }
+        self.em.insert_shared(id, slot as u32, bytes).map_err(|e| format!("stream {slot}: storing event {id}: {e}"))
+    }
+
+    /// Whether every stream delivered event `id` (or has gone past it).
+    fn ready(&self, id: u64) -> bool {
+        self.em.get(id).is_some_and(|e| e.fragment_count() >= self.streams.len())
+            || self.streams.iter().all(|s| s.last >= id)
+    }
+
+    /// Events `ids` are assigned to BU `bu`.
+    pub fn assign(&mut self, bu: u32, ids: impl IntoIterator<Item = u64>) {
+        self.queues.entry(bu).or_default().extend(ids);
+    }
+
+    /// BU `bu` is gone: drop what is queued for it.
+    pub fn bu_gone(&mut self, bu: u32) {
+        if let Some(q) = self.queues.remove(&bu) {
+            self.counters.dropped_for_lost_bu += q.len() as u64;
+        }
+    }
+
+    /// The BUs with assignments waiting.
+    pub fn waiting_bus(&self) -> impl Iterator<Item = u32> + '_ {
+        self.queues.iter().filter(|(_, q)| !q.is_empty()).map(|(b, _)| *b)
+    }
+
+    /// Whether the next super-fragment for `bu` can be built now, and its size.
+    pub fn next_ready(&self, bu: u32) -> Option<usize> {
+        let id = *self.queues.get(&bu)?.front()?;
+        self.ready(id).then(|| SUPER_FRAGMENT_HEADER_LEN + self.em.get(id).map_or(0, |e| e.bytes() as usize))
+    }
+
+    /// Takes the next super-fragment for `bu` if it can be built now. The fragments stay stored
+    /// until the event is released: a re-assignment builds it again.
+    pub fn next_for(&mut self, bu: u32) -> Option<OutgoingSf> {
+        let id = *self.queues.get(&bu)?.front()?;
+        if !self.ready(id) {
+            return None;
+        }
+        self.queues.get_mut(&bu).expect("has a queue").pop_front();
+        let mut frags: Vec<(u32, Bytes)> = match self.em.get(id) {
+            Some(e) => e
+                .fragments()
+                .map(|f| (f.source, f.shared.cloned().unwrap_or_else(|| Bytes::copy_from_slice(f.data))))
+                .collect(),
+            None => Vec::new(),
+        };
+        frags.sort_by_key(|f| f.0);
+        let mut flags = SuperFragmentFlags::default();
+        if frags.len() < self.streams.len() {
+            flags = flags.with(SuperFragmentFlags::INCOMPLETE);
+            self.counters.incomplete += 1;
+        }
+        if frags.iter().any(|(_, b)| u32::from_le_bytes([b[8], b[9], b[10], b[11]]) & FragmentFlags::CRC_ERROR.0 != 0) {
+            flags = flags.with(SuperFragmentFlags::CRC_ERROR);
+        }
+        let body: usize = frags.iter().map(|f| f.1.len()).sum();
+        let header = SuperFragmentHeader {
+            flags,
+            ru_id: self.ru_id,
+            event_id: EventId(id),
+            fragment_count: frags.len() as u32,
+            total_len: (SUPER_FRAGMENT_HEADER_LEN + body) as u32,
+        };
+        self.counters.super_fragments += 1;
+        self.counters.super_fragment_bytes += header.total_len as u64;
+        Some(OutgoingSf { header, fragments: frags.into_iter().map(|f| f.1).collect() })
+    }
+
+    /// Built events: free their fragments.
+    pub fn release(&mut self, ids: impl IntoIterator<Item = u64>) {
+        for id in ids {
+            if self.em.remove(id).is_some() {
+                self.counters.released += 1;
+            }
+        }
+    }
+
+    /// Level-2 rejects: freed once every stream delivered them.
+    pub fn reject(&mut self, ids: impl IntoIterator<Item = u64>) {
+        self.rejects.extend(ids);
+        self.process_rejects();
+    }
+
+    /// Frees rejected events that are complete; whether any is still waiting.
+    pub fn process_rejects(&mut self) -> bool {
+        while let Some(&id) = self.rejects.front() {
+            if !self.ready(id) {
+                return true;
+            }
+            self.rejects.pop_front();
+            self.em.remove(id);
+            self.counters.rejected += 1;
+        }
+        false
+    }
+
+    /// Whether rejects wait for fragments.
+    pub fn rejects_waiting(&self) -> bool {
+        self.rejects.front().is_some_and(|&id| self.ready(id))
+    }
+
+    /// The run ended with event `last`: fragments after it are discarded from now on.
+    pub fn run_end(&mut self, last: u64) {
+        self.run_end = Some(last);
+        let after: Vec<u64> = self.em.event_ids().filter(|&id| id > last).collect();
+        for id in after {
+            if let Some(n) = self.em.remove(id) {
+                self.counters.after_run_end += n as u64;
+            }
+        }
+    }
+
+    /// Whether the run's end was announced.
+    pub fn ended(&self) -> Option<u64> {
+        self.run_end
+    }
+
+    /// Events of the run still stored (should be none after the run ended): they are counted
+    /// and freed.
+    pub fn leftover(&mut self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.em.event_ids().collect();
+        ids.sort_unstable();
+        self.em.clear();
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use daqflow_wire::FragmentInfo;
+
+    fn frag(source: u32, id: u64, payload: &[u8]) -> Bytes {
+        Fragment::encode(&FragmentInfo { source_id: source, event_id: EventId(id), ..Default::default() }, payload)
+    }
+
+    #[test]
+    fn a_full_buffer_still_lets_lagging_streams_catch_up() {
+        let mut r = RuCore::new(0, 2, 1000, 1000, false);
+        let mut id = 1;
+        while r.may_read(0, 100) {
+            r.on_fragment(0, frag(10, id, &[0; 100])).unwrap();
+            id += 1;
+        }
+        assert!(id > 5, "the leader filled the buffer");
+        assert!(r.may_read(1, 100), "the lagging stream may still read");
+        for k in 1..id {
+            assert!(r.may_read(1, 100));
+            r.on_fragment(1, frag(11, k, &[0; 100])).unwrap();
+        }
+        assert!(!r.may_read(1, 100), "caught up: no longer behind");
+        r.assign(0, 1..id);
+        while r.next_for(0).is_some() {}
+        r.release(1..id);
+        assert!(r.may_read(0, 100));
+    }
+
+    fn ru(streams: usize) -> RuCore {
+        let mut r = RuCore::new(3, streams, 1 << 20, 1000, true);
+        for s in 0..streams {
+            r.bind_stream(s, 10 + s as u32);
+        }
+        r
+    }
+
+    #[test]
+    fn an_assigned_event_waits_for_every_stream_then_builds_without_copying() {
+        let mut r = ru(2);
+        let a = frag(10, 1, b"aaaa");
+        r.on_fragment(0, a.clone()).unwrap();
+        r.assign(7, [1]);
+        assert!(r.next_ready(7).is_none());
+        assert!(r.next_for(7).is_none());
+        r.on_fragment(1, frag(11, 1, b"bbbbbbbb")).unwrap();
+        let sf = r.next_for(7).unwrap();
+        assert_eq!(sf.header.event_id, EventId(1));
+        assert_eq!(sf.header.ru_id, 3);
+        assert_eq!(sf.header.fragment_count, 2);
+        assert_eq!(sf.header.flags, SuperFragmentFlags::default());
+        assert_eq!(sf.fragments[0].as_ptr(), a.as_ptr(), "sent from the received memory");
+        assert_eq!(sf.header.total_len as usize, 32 + sf.fragments.iter().map(Bytes::len).sum::<usize>());
+        // Still stored until released; a re-assignment builds it again.
+        r.assign(8, [1]);
+        assert!(r.next_for(8).is_some());
+        r.release([1]);
+        assert_eq!(r.events_stored(), 0);
+        assert_eq!(r.counters().released, 1);
+    }
+
+    #[test]
+    fn a_gap_in_a_stream_is_counted_and_the_event_goes_out_incomplete() {
+        let mut r = ru(2);
+        r.on_fragment(0, frag(10, 1, b"x")).unwrap();
+        r.on_fragment(1, frag(11, 2, b"y")).unwrap(); // stream 1 skipped event 1
+        assert_eq!(r.counters().sequence_errors, 1);
+        r.assign(1, [1]);
+        let sf = r.next_for(1).unwrap();
+        assert!(sf.header.flags.contains(SuperFragmentFlags::INCOMPLETE));
+        assert_eq!(sf.header.fragment_count, 1);
+        assert_eq!(r.counters().incomplete, 1);
+    }
+
+    #[test]
+    fn a_corrupted_payload_is_flagged_in_the_fragment_and_the_super_fragment() {
+        let mut r = ru(1);
+        let mut bad = BytesMut::from(&frag(10, 1, b"payload!")[..]);
+        bad[50] ^= 0xFF;
+        r.on_fragment(0, bad.freeze()).unwrap();
+        assert_eq!(r.counters().crc_errors, 1);
+        r.assign(1, [1]);
+        let sf = r.next_for(1).unwrap();
+        assert!(sf.header.flags.contains(SuperFragmentFlags::CRC_ERROR));
+        let f = Fragment::parse(sf.fragments[0].clone()).unwrap();
+        assert!(f.header().flags.contains(FragmentFlags::CRC_ERROR));
+        assert!(f.verify_crc().is_err());
+    }
+
+    #[test]
+    fn rejects_wait_for_their_fragments_then_free_them() {
+        let mut r = ru(2);
+        r.reject([1, 2]);
+        assert!(r.process_rejects());
+        for id in 1..=2 {
+            r.on_fragment(0, frag(10, id, b"a")).unwrap();
+            r.on_fragment(1, frag(11, id, b"b")).unwrap();
+        }
+        assert!(!r.process_rejects());
+        assert_eq!((r.counters().rejected, r.events_stored()), (2, 0));
+    }
+
+    #[test]
+    fn a_lost_bu_drops_its_queue_and_the_run_end_discards_later_fragments() {
+        let mut r = ru(1);
+        r.assign(4, [1, 2, 3]);
+        r.bu_gone(4);
+        assert_eq!(r.counters().dropped_for_lost_bu, 3);
+        assert_eq!(r.waiting_bus().count(), 0);
+        for id in 1..=5 {
+            r.on_fragment(0, frag(10, id, b"z")).unwrap();
+        }
+        r.run_end(3);
+        assert_eq!(r.counters().after_run_end, 2);
+        r.on_fragment(0, frag(10, 6, b"z")).unwrap();
+        assert_eq!(r.counters().after_run_end, 3);
+        assert_eq!(r.leftover(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn garbage_on_a_stream_is_an_error_not_a_panic() {
+        let mut r = ru(1);
+        assert!(r.on_fragment(0, Bytes::from_static(b"definitely not a fragment, too short?")).is_err());
+        assert!(r.on_fragment(0, Bytes::new()).is_err());
+    }
+}
