@@ -99,6 +99,78 @@ struct Entry {
     bytes: u64,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct RingSlot {
+    id: u64,
+    used: bool,
+    entry: Entry,
+}
+
+/// Event id → the event's entry. Event ids are mostly consecutive, so a direct-mapped ring
+/// (slot `id mod size`) finds almost every event at one predictable, cache-friendly place;
+/// an id whose slot is taken by another live event goes to a hash map sized once.
+#[derive(Debug)]
+struct Index {
+    ring: Box<[RingSlot]>,
+    mask: u64,
+    in_ring: usize,
+    overflow: HashMap<u64, Entry, BuildHasherDefault<EventIdHasher>>,
+}
+
+impl Index {
+    fn with_capacity(events: usize) -> Index {
+        let size = events.next_power_of_two().max(16);
+        let empty = RingSlot { id: 0, used: false, entry: Entry { first: NONE, last: NONE, count: 0, bytes: 0 } };
+        let mut overflow = HashMap::with_hasher(BuildHasherDefault::default());
+        overflow.reserve(events);
+        Index { ring: vec![empty; size].into_boxed_slice(), mask: size as u64 - 1, in_ring: 0, overflow }
+    }
+
+    #[inline]
+    fn get(&self, id: u64) -> Option<&Entry> {
+        let s = &self.ring[(id & self.mask) as usize];
+        if s.used && s.id == id { Some(&s.entry) } else { self.overflow.get(&id) }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, id: u64) -> Option<&mut Entry> {
+        let s = &mut self.ring[(id & self.mask) as usize];
+        if s.used && s.id == id { Some(&mut s.entry) } else { self.overflow.get_mut(&id) }
+    }
+
+    /// Adds `id`, which must not be present.
+    #[inline]
+    fn insert(&mut self, id: u64, entry: Entry) {
+        let s = &mut self.ring[(id & self.mask) as usize];
+        if s.used {
+            self.overflow.insert(id, entry);
+        } else {
+            *s = RingSlot { id, used: true, entry };
+            self.in_ring += 1;
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let s = &mut self.ring[(id & self.mask) as usize];
+        if s.used && s.id == id {
+            s.used = false;
+            self.in_ring -= 1;
+            Some(s.entry)
+        } else {
+            self.overflow.remove(&id)
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.in_ring + self.overflow.len()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ring.iter().filter(|s| s.used).map(|s| s.id).chain(self.overflow.keys().copied())
+    }
+}
+
 /// One stored fragment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fragment<'a> {
@@ -154,7 +226,7 @@ pub struct EventManager {
     free_pages: Vec<u32>,
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
-    index: HashMap<u64, Entry, BuildHasherDefault<EventIdHasher>>,
+    index: Index,
     large_limit: usize,
     large_used: usize,
     bytes: u64,
@@ -184,8 +256,7 @@ impl EventManager {
             // SAFETY: `at < pool_bytes`: inside the allocation; a volatile write is not elided.
             unsafe { std::ptr::write_volatile(pool.as_mut_ptr().add(at), 0) };
         }
-        let mut index = HashMap::with_hasher(BuildHasherDefault::default());
-        index.reserve(max_fragments);
+        let index = Index::with_capacity(max_fragments);
         Ok(EventManager {
             page_size: config.page_size,
             pool,
@@ -306,7 +377,7 @@ impl EventManager {
     /// Appends slot `slot_index` (already filled) to event `event_id`'s list.
     fn link(&mut self, event_id: u64, slot_index: u32, len: usize) {
         self.bytes += len as u64;
-        match self.index.get_mut(&event_id) {
+        match self.index.get_mut(event_id) {
             Some(entry) => {
                 self.slots[entry.last as usize].next = slot_index;
                 entry.last = slot_index;
@@ -322,20 +393,20 @@ impl EventManager {
     /// The fragments of event `event_id`, if any are stored.
     #[inline]
     pub fn get(&self, event_id: u64) -> Option<EventFragments<'_>> {
-        self.index.get(&event_id).map(|&entry| EventFragments { em: self, entry })
+        self.index.get(event_id).map(|&entry| EventFragments { em: self, entry })
     }
 
     /// Whether event `event_id` has fragments stored.
     #[inline]
     pub fn contains(&self, event_id: u64) -> bool {
-        self.index.contains_key(&event_id)
+        self.index.get(event_id).is_some()
     }
 
     /// Removes every fragment of event `event_id` and frees their pages: the number removed, or
     /// `None` if the event was not stored.
     #[inline]
     pub fn remove(&mut self, event_id: u64) -> Option<usize> {
-        let entry = self.index.remove(&event_id)?;
+        let entry = self.index.remove(event_id)?;
         let mut at = entry.first;
         while at != NONE {
             let slot = &mut self.slots[at as usize];
@@ -360,13 +431,13 @@ impl EventManager {
 
     /// Removes everything (a new run).
     pub fn clear(&mut self) {
-        let ids: Vec<u64> = self.index.keys().copied().collect();
+        let ids: Vec<u64> = self.index.keys().collect();
         self.remove_many(ids);
     }
 
     /// The event ids stored, in no particular order.
     pub fn event_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.index.keys().copied()
+        self.index.keys()
     }
 
     fn slot_data<'a>(&'a self, slot: &'a Slot) -> &'a [u8] {

@@ -26,6 +26,7 @@
 //! # Ok::<(), daqflow_evb::EvbError>(())
 //! ```
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,6 +97,8 @@ pub struct SourceConfig {
     pub seed: u64,
     /// How long (ms) `start` retries connecting.
     pub connect_timeout_ms: u64,
+    /// How long (ms) `stop` waits for a stream its RU no longer reads before cutting it.
+    pub stop_timeout_ms: u64,
 }
 
 impl Default for SourceConfig {
@@ -113,11 +116,15 @@ impl Default for SourceConfig {
             corrupt_event: None,
             seed: 0,
             connect_timeout_ms: 10_000,
+            stop_timeout_ms: 5_000,
         }
     }
 }
 
 struct Shared {
+    /// The connection's socket while the sending thread owns it (to cut a stream the RU no
+    /// longer reads when stopping).
+    fd: Mutex<Option<RawFd>>,
     stop_at: AtomicU64,
     sent: AtomicU64,
     bytes: AtomicU64,
@@ -128,6 +135,7 @@ struct Shared {
 impl Default for Shared {
     fn default() -> Self {
         Shared {
+            fd: Mutex::new(None),
             stop_at: AtomicU64::new(u64::MAX),
             sent: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -222,23 +230,15 @@ impl Component for Source {
     fn stop(&mut self, arg: Option<u64>) -> Result<Value, EvbError> {
         expect_state("stop", self.state, State::Running)?;
         let sent = self.shared.sent.load(Ordering::SeqCst);
-        self.shared.stop_at.store(arg.unwrap_or(sent), Ordering::SeqCst);
-        let summary = self
-            .thread
-            .take()
-            .expect("running")
-            .join()
-            .map_err(|_| EvbError::Failed("source thread panicked".into()))?;
+        let patience = Duration::from_millis(self.config.stop_timeout_ms);
+        let summary = self.end_thread(arg.unwrap_or(sent), patience).unwrap_or(Value::Null);
         self.state = State::Configured;
         Ok(summary)
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {
-        if let Some(t) = self.thread.take() {
-            self.shared.abandon.store(true, Ordering::SeqCst);
-            self.shared.stop_at.store(0, Ordering::SeqCst);
-            let _ = t.join();
-        }
+        self.shared.abandon.store(true, Ordering::SeqCst);
+        self.end_thread(0, Duration::from_secs(1));
         self.state = State::Initial;
         Ok(())
     }
@@ -262,6 +262,29 @@ impl Component for Source {
     }
 }
 
+impl Source {
+    /// Tells the sending thread to end after event `stop_at` and joins it; a thread still blocked
+    /// after `patience` (its RU no longer reads) has its socket shut down.
+    fn end_thread(&mut self, stop_at: u64, patience: Duration) -> Option<Value> {
+        let thread = self.thread.take()?;
+        self.shared.stop_at.store(stop_at, Ordering::SeqCst);
+        let deadline = Instant::now() + patience;
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !thread.is_finished() {
+            let fd = self.shared.fd.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(fd) = *fd {
+                self.shared.abandon.store(true, Ordering::SeqCst);
+                // SAFETY: the sending thread clears `fd` under this lock before it closes the
+                // socket, so `fd` is still its open socket; shutdown(2) only wakes its write.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
+        }
+        Some(thread.join().unwrap_or_else(|_| json!({ "error": "the source thread panicked" })))
+    }
+}
+
 fn produce(
     name: String,
     config: SourceConfig,
@@ -279,6 +302,7 @@ fn produce(
     } else {
         Bytes::new()
     };
+    *shared.fd.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.as_raw_fd());
     let started = Instant::now();
     let mut id: u64 = 1;
     let mut error = None;
@@ -341,12 +365,17 @@ fn produce(
         id += 1;
     }
     let last = id - 1;
-    if error.is_none() && !shared.abandon.load(Ordering::Relaxed) {
+    if shared.abandon.load(Ordering::Relaxed) {
+        error = Some(format!("the RU stopped reading: stream cut after event {last}"));
+    }
+    if error.is_none() {
         let end = conn.send(Message::End { last_event: last }.to_frame()).map_err(|e| e.to_string());
         if let Err(e) = end.and_then(|()| conn.close().map_err(|e| e.to_string())) {
             error = Some(format!("ending the stream: {e}"));
         }
     }
+    *shared.fd.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    drop(conn);
     if let Some(e) = &error {
         tracing::error!(source = %name, "{e}");
         *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());

@@ -11,6 +11,7 @@ use daqflow_evb::source::{Source, SourceConfig};
 use serde_json::Value;
 
 struct Builder {
+    ru_addr: String,
     evm: Evm,
     rus: Vec<Ru>,
     bus: Vec<Bu>,
@@ -26,12 +27,14 @@ fn setup(rus: u32, bus: u32, streams: u32, evm: EvmConfig, bu: BuConfig, size: S
     let evm_addr = listen(e.configure().unwrap());
     let mut r = Vec::new();
     let mut s = Vec::new();
+    let mut ru_addr = String::new();
     for i in 0..rus {
         let mut ru = Ru::new(
             &format!("ru-{i}"),
             RuConfig { id: i, evm: evm_addr.clone(), streams: streams as usize, ..Default::default() },
         );
         let addr = listen(ru.configure().unwrap());
+        ru_addr = addr.clone();
         for k in 0..streams {
             let id = i * 100 + k;
             let mut src = Source::new(
@@ -50,7 +53,7 @@ fn setup(rus: u32, bus: u32, streams: u32, evm: EvmConfig, bu: BuConfig, size: S
             b
         })
         .collect();
-    Builder { evm: e, rus: r, bus: b, sources: s }
+    Builder { ru_addr, evm: e, rus: r, bus: b, sources: s }
 }
 
 impl Builder {
@@ -127,4 +130,189 @@ fn level_2_rejects_are_accounted_and_freed() {
     assert_eq!(bus[0]["events_built"].as_u64().unwrap() + rejected, last);
     assert_eq!(rus[0]["counters"]["rejected"].as_u64().unwrap(), rejected);
     assert_eq!(rus[0]["leftover_events"], 0);
+}
+
+#[test]
+fn built_events_go_into_an_et_system() {
+    use daqflow_et::{Attachment, EtClient, EtSystem, Position, StationConfig, SystemConfig, Wait};
+    let name = format!("evb-test-{}", std::process::id());
+    let system = EtSystem::create(SystemConfig::new(&name, 512, 16 << 10)).unwrap();
+    system.create_station("all", StationConfig::default(), Position::End).unwrap();
+    // A consumer that checks every event while the builder runs.
+    let consumer = {
+        let name = name.clone();
+        std::thread::spawn(move || {
+            let client = EtClient::connect(&name).unwrap();
+            let station = client.attach("all").unwrap();
+            let mut ids = Vec::new();
+            let idle_until = |d| std::time::Instant::now() + d;
+            let mut deadline = idle_until(Duration::from_secs(5));
+            while std::time::Instant::now() < deadline {
+                let mut got = station.get_events(64, Wait::Timed(Duration::from_millis(100))).unwrap_or_default();
+                if !got.is_empty() {
+                    deadline = idle_until(Duration::from_secs(2));
+                }
+                for e in &got {
+                    let ev = daqflow_wire::Event::parse(bytes::Bytes::copy_from_slice(e.data())).unwrap();
+                    assert!(ev.check().unwrap().is_clean());
+                    assert_eq!(e.control()[0], 1, "trigger type in control word 0");
+                    ids.push(ev.header().event_id.0);
+                }
+                station.put_events(&mut got).unwrap();
+            }
+            ids
+        })
+    };
+    let bu = BuConfig { output: Output::Et, et: name.clone(), ..Default::default() };
+    let mut b = setup(1, 1, 2, EvmConfig::default(), bu, SizeModel::Fixed { bytes: 2000 });
+    let (evm, _, bus) = b.run(3, 0.5);
+    let mut ids = consumer.join().unwrap();
+    ids.sort_unstable();
+    let last = evm["last_event"].as_u64().unwrap();
+    assert_eq!(evm["lost"], 0);
+    assert_eq!(bus[0]["events_built"].as_u64(), Some(last));
+    assert_eq!(ids, (1..=last).collect::<Vec<_>>(), "every event reached the ET consumer once");
+    drop(system);
+}
+
+#[test]
+fn garbage_on_every_listening_socket_harms_no_one() {
+    use std::io::Write;
+    let mut b = setup(1, 1, 2, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 300 });
+    let evm_addr = b.evm.listen_addr().unwrap();
+    b.evm.start(1).unwrap();
+    let ru_addr: std::net::SocketAddr = b.ru_addr.parse().unwrap();
+    b.rus[0].start(1).unwrap();
+    b.bus[0].start(1).unwrap();
+    for s in &mut b.sources {
+        s.start(1).unwrap();
+    }
+    // Rogue clients: random bytes, a valid frame header announcing a huge frame, a half hello.
+    for addr in [evm_addr, ru_addr] {
+        let mut rogue = Vec::new();
+        for payload in [
+            b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            (0..4096u32).map(|i| (i * 7919) as u8).collect(),
+            daqflow_evb::protocol::Message::Hello {
+                role: daqflow_evb::protocol::Role::Source,
+                id: 99,
+                run: 1,
+                name: "rogue".into(),
+                addr: String::new(),
+            }
+            .to_frame()
+            .payload[..5]
+                .to_vec(),
+        ] {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(&payload);
+            rogue.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        drop(rogue);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let evm = b.evm.stop(None).unwrap();
+    let last = evm["last_event"].as_u64().unwrap();
+    for s in &mut b.sources {
+        s.stop(Some(last)).unwrap();
+    }
+    let ru = b.rus[0].stop(None).unwrap();
+    let bu = b.bus[0].stop(None).unwrap();
+    assert!(evm["error"].is_null() && ru["error"].is_null() && bu["error"].is_null(), "{evm}\n{ru}\n{bu}");
+    assert_eq!(evm["lost"], 0);
+    assert!(last > 0);
+    assert_eq!(bu["events_built"].as_u64(), Some(last));
+}
+
+#[test]
+fn commands_out_of_order_are_refused_with_the_state() {
+    let mut evm = Evm::new("evm", EvmConfig::default());
+    let err = evm.start(1).unwrap_err().to_string();
+    assert_eq!(err, "cannot start in state Initial");
+    assert!(evm.stop(None).unwrap_err().to_string().contains("cannot stop in state Initial"));
+    evm.configure().unwrap();
+    assert!(evm.configure().unwrap_err().to_string().contains("cannot configure in state Configured"));
+    let bad = Ru::new("ru", RuConfig { streams: 0, ..Default::default() }).configure().unwrap_err().to_string();
+    assert!(bad.contains("streams"), "{bad}");
+}
+
+#[test]
+fn a_bu_leaving_during_the_run_loses_nothing() {
+    let mut b = setup(1, 2, 2, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 400 });
+    b.evm.start(1).unwrap();
+    b.rus[0].start(1).unwrap();
+    for bu in &mut b.bus {
+        bu.start(1).unwrap();
+    }
+    for s in &mut b.sources {
+        s.start(1).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let left = b.bus[1].stop(None).unwrap();
+    assert_eq!(left["left_during_run"], true, "{left}");
+    assert!(left["events_built"].as_u64().unwrap() > 0);
+    std::thread::sleep(Duration::from_millis(400));
+    let evm = b.evm.stop(None).unwrap();
+    let last = evm["last_event"].as_u64().unwrap();
+    for s in &mut b.sources {
+        s.stop(Some(last)).unwrap();
+    }
+    b.rus[0].stop(None).unwrap();
+    let stayed = b.bus[0].stop(None).unwrap();
+    assert_eq!(evm["lost"], 0, "{evm}");
+    // At least once: an event the leaving BU had not confirmed is built again by the other.
+    let built = left["events_built"].as_u64().unwrap() + stayed["events_built"].as_u64().unwrap();
+    assert!(built >= last, "{built} built of {last}");
+    assert_eq!(evm["built"].as_u64(), Some(last));
+}
+
+#[test]
+fn triggers_from_a_trigger_source_process_drive_the_run() {
+    use daqflow_evb::evm::TriggerMode;
+    use daqflow_evb::source::SourceRole;
+    let dir = tempfile::tempdir().unwrap();
+    let evm = EvmConfig { trigger: TriggerMode::Source, ..Default::default() };
+    let bu = BuConfig { output: Output::Files, directory: dir.path().to_owned(), ..Default::default() };
+    let mut b = setup(1, 1, 2, evm, bu, SizeModel::Fixed { bytes: 256 });
+    let evm_addr = b.evm.listen_addr().unwrap().to_string();
+    let mut trigger = Source::new(
+        "trigger",
+        SourceConfig {
+            source_id: 1000,
+            ru: evm_addr,
+            role: SourceRole::Trigger,
+            trigger_type: 7,
+            rate_hz: 5000.0,
+            ..Default::default()
+        },
+    );
+    trigger.configure().unwrap();
+    b.evm.start(2).unwrap();
+    b.rus[0].start(2).unwrap();
+    b.bus[0].start(2).unwrap();
+    for s in &mut b.sources {
+        s.start(2).unwrap();
+    }
+    trigger.start(2).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    // Producers first: the trigger ends its stream, then the EVM drains.
+    let t = trigger.stop(None).unwrap();
+    assert!(t["error"].is_null(), "{t}");
+    std::thread::sleep(Duration::from_millis(50));
+    let evm = b.evm.stop(None).unwrap();
+    let last = evm["last_event"].as_u64().unwrap();
+    assert_eq!(last, t["last_event"].as_u64().unwrap(), "every trigger sent became an event");
+    for s in &mut b.sources {
+        s.stop(Some(last)).unwrap();
+    }
+    b.rus[0].stop(None).unwrap();
+    let bu = b.bus[0].stop(None).unwrap();
+    assert_eq!(evm["lost"], 0);
+    assert_eq!(bu["events_built"].as_u64(), Some(last));
+    assert!((1500..=4000).contains(&last), "about 5 kHz for 0.6 s: {last}");
+    let path = bu["files"][0]["path"].as_str().unwrap();
+    let mut reader = daqflow_wire::file::FileReader::open(path).unwrap();
+    let ev = daqflow_wire::Event::parse(reader.read_record(0).unwrap().payload).unwrap();
+    assert_eq!(ev.header().trigger_type, 7, "the trigger source's trigger type");
 }

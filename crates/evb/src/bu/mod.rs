@@ -68,6 +68,10 @@ pub struct BuConfig {
     pub credits: u32,
     /// Credits are handed back in groups of this many.
     pub request_batch: u32,
+    /// Most bytes of events in flight (assigned, not yet confirmed), estimated from the mean
+    /// size of the events built so far: credits are withheld above it, so that large events do
+    /// not take more memory in the RUs than they have.
+    pub max_bytes_in_flight: u64,
     /// Builder threads.
     pub threads: usize,
     /// Verify every fragment's CRC (event ids and structure are always checked).
@@ -100,6 +104,7 @@ impl Default for BuConfig {
             evm: "127.0.0.1:7100".into(),
             credits: 256,
             request_batch: 32,
+            max_bytes_in_flight: 32 << 20,
             threads: 1,
             check_crc: true,
             output: Output::Discard,
@@ -455,6 +460,10 @@ struct BuIo {
     failure: Option<String>,
     dispatched: u64,
     confirmed: u64,
+    /// Credits given to the EVM so far.
+    granted: u64,
+    /// Stopped while the run went on.
+    left_during_run: bool,
     last_rate: (Instant, u64, u64),
 }
 
@@ -498,6 +507,8 @@ impl BuIo {
             failure: None,
             dispatched: 0,
             confirmed: 0,
+            granted: 0,
+            left_during_run: false,
             last_rate: (now, 0, 0),
         }
     }
@@ -561,6 +572,7 @@ impl BuIo {
         if !self.requested_first {
             self.requested_first = true;
             self.evm.send(Message::Request { credits: self.config.credits, done: Vec::new() }.to_frame());
+            self.granted = u64::from(self.config.credits);
             self.evm.try_flush();
             self.last_request = Instant::now();
         }
@@ -626,10 +638,20 @@ impl BuIo {
         let heartbeat_due = since >= Duration::from_millis(self.config.heartbeat_ms);
         let confirm_due = !self.done.is_empty() && since >= Duration::from_millis(2);
         if self.requested_first && (self.credits_owed >= self.config.request_batch || confirm_due || heartbeat_due) {
-            // Once the run is over, confirmations only: no new credits.
-            let credits = if self.run_end.is_some() { 0 } else { self.credits_owed };
+            // Credits within the memory budget; once the run is over, confirmations only.
+            let (events, bytes, ..) = self.totals();
+            let mean = bytes.checked_div(events).unwrap_or(0);
+            let in_flight = self.granted - self.confirmed;
+            let room =
+                self.config.max_bytes_in_flight.checked_div(mean).map_or(u64::MAX, |n| n.saturating_sub(in_flight));
+            let done_asking = self.run_end.is_some() || self.stop_requested.is_some();
+            let credits = if done_asking { 0 } else { u64::from(self.credits_owed).min(room.max(1)) as u32 };
             self.evm.send(Message::Request { credits, done: std::mem::take(&mut self.done) }.to_frame());
-            self.credits_owed = 0;
+            self.credits_owed -= credits.min(self.credits_owed);
+            if done_asking {
+                self.credits_owed = 0;
+            }
+            self.granted += u64::from(credits);
             self.last_request = now;
         }
         self.evm.try_flush();
@@ -644,11 +666,18 @@ impl BuIo {
         }
         if let Some(t) = self.stop_requested {
             let timed_out = now.duration_since(t) > Duration::from_millis(self.config.end_timeout_ms);
-            let idle = self.backlog.is_empty() && self.dispatched == self.confirmed && self.done.is_empty();
-            if (self.run_end.is_some() && idle) || self.failure.is_some() || timed_out {
+            let idle = self.backlog.is_empty()
+                && self.dispatched == self.confirmed
+                && self.done.is_empty()
+                && self.evm.conn.queued_bytes() == 0;
+            // Stopped while the run goes on: the BU leaves. It asks for nothing more, confirms
+            // everything it built, and goes; the EVM re-assigns what it had not received whole.
+            let leaving = self.run_end.is_none() && self.failure.is_none();
+            if (idle && (self.run_end.is_some() || leaving)) || self.failure.is_some() || timed_out {
                 if timed_out && self.run_end.is_none() {
                     self.fail("no end of run from the EVM before the timeout".into());
                 }
+                self.left_during_run = leaving && !timed_out;
                 self.finish(now);
                 self.stopper.stop();
                 return;
@@ -702,6 +731,7 @@ impl BuIo {
             "events_flagged": flagged,
             "crc_errors": crc_errors,
             "incomplete_at_end": incomplete.len(),
+            "left_during_run": self.left_during_run,
             "seconds": secs,
             "events_per_s": events as f64 / secs.max(1e-9),
             "mb_per_s": bytes as f64 / secs.max(1e-9) / 1e6,

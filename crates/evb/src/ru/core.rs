@@ -73,14 +73,21 @@ const MAX_PROBLEMS: usize = 20;
 impl RuCore {
     /// An RU with `streams` input streams, storing up to `buffer_bytes` of fragments (at most
     /// `max_fragments` of them).
-    pub fn new(ru_id: u32, streams: usize, buffer_bytes: usize, max_fragments: usize, check_crc: bool) -> RuCore {
+    pub fn new(
+        ru_id: u32,
+        streams: usize,
+        buffer_bytes: usize,
+        max_fragment_bytes: usize,
+        max_fragments: usize,
+        check_crc: bool,
+    ) -> RuCore {
         // Streams that lead may fill `buffer_bytes`; streams that lag behind may use as much
         // again to catch up, so that a full buffer never blocks the fragments that would complete
         // (and so free) the oldest events.
         let em = EventManager::new(EventManagerConfig {
             page_size: 64,
             pages: 1,
-            large_bytes: Some(buffer_bytes.saturating_mul(2)),
+            large_bytes: Some(buffer_bytes.saturating_mul(2).saturating_add(max_fragment_bytes)),
             max_fragments: Some(max_fragments.max(1)),
         })
         .expect("valid event manager sizes");
@@ -119,14 +126,32 @@ impl RuCore {
     }
 
     /// Whether stream `slot` may deliver a fragment of up to `len` bytes now (the stream tasks'
-    /// poll condition): while the buffer is below its size, every stream; beyond it, only
-    /// streams behind the leading one (they complete the oldest events, which frees memory).
+    /// poll condition): while the buffer is below its size, every stream; beyond it (up to twice
+    /// the size), only streams behind the leading one or behind the oldest assigned event that
+    /// waits for fragments: they complete events that are (or will be) built and freed.
     pub fn may_read(&self, slot: usize, len: usize) -> bool {
         if self.em.bytes() as usize + len <= self.soft_limit {
             return self.em.has_room_shared(len);
         }
+        let last = self.streams[slot].last;
         let lead = self.streams.iter().map(|s| s.last).max().unwrap_or(0);
-        self.streams[slot].last < lead && self.em.has_room_shared(len)
+        (last < lead || self.oldest_waiting().is_some_and(|id| last < id)) && self.em.has_room_shared(len)
+    }
+
+    /// The oldest assigned event not yet sent.
+    fn oldest_waiting(&self) -> Option<u64> {
+        self.queues.values().filter_map(|q| q.front().copied()).min()
+    }
+
+    /// Whether the RU is stuck: its buffer is full, an assigned event waits for fragments and no
+    /// stream may deliver them. The buffer is then too small for the events in flight.
+    pub fn is_stuck(&self, len: usize) -> bool {
+        !self.em.has_room_shared(len) && self.oldest_waiting().is_some_and(|id| !self.ready(id))
+    }
+
+    /// Bytes of fragments stored, the buffer size and its hard limit.
+    pub fn buffer(&self) -> (u64, usize) {
+        (self.em.bytes(), self.soft_limit)
     }
 
     /// Binds stream `slot` to source `source_id`.
@@ -328,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_full_buffer_still_lets_lagging_streams_catch_up() {
-        let mut r = RuCore::new(0, 2, 1000, 1000, false);
+        let mut r = RuCore::new(0, 2, 1000, 100, 1000, false);
         let mut id = 1;
         while r.may_read(0, 100) {
             r.on_fragment(0, frag(10, id, &[0; 100])).unwrap();
@@ -348,7 +373,7 @@ mod tests {
     }
 
     fn ru(streams: usize) -> RuCore {
-        let mut r = RuCore::new(3, streams, 1 << 20, 1000, true);
+        let mut r = RuCore::new(3, streams, 1 << 20, 1 << 16, 1000, true);
         for s in 0..streams {
             r.bind_stream(s, 10 + s as u32);
         }

@@ -45,7 +45,8 @@ pub struct RuConfig {
     pub streams: usize,
     /// Check each fragment's payload CRC on arrival.
     pub check_crc: bool,
-    /// Most bytes of fragments stored (then the streams are not read: back-pressure).
+    /// Bytes of fragments stored before the leading streams stop being read (back-pressure);
+    /// streams that lag, or that owe fragments of an assigned event, may use as much again.
     pub buffer_bytes: usize,
     /// Most fragments stored.
     pub max_fragments: usize,
@@ -69,7 +70,7 @@ impl Default for RuConfig {
             listen: "127.0.0.1:0".into(),
             streams: 1,
             check_crc: true,
-            buffer_bytes: 128 << 20,
+            buffer_bytes: 64 << 20,
             max_fragments: 1 << 18,
             max_fragment_bytes: 1 << 20,
             send_queue_bytes: 8 << 20,
@@ -224,6 +225,7 @@ struct RuIo {
     started: Instant,
     next_tick: Instant,
     stop_requested: Option<Instant>,
+    stuck_since: Option<Instant>,
     failure: Option<String>,
     last_rate: (Instant, u64, u64),
 }
@@ -238,7 +240,14 @@ impl RuIo {
         shared: Arc<Shared>,
         stopper: StopHandle,
     ) -> RuIo {
-        let core = RuCore::new(config.id, config.streams, config.buffer_bytes, config.max_fragments, config.check_crc);
+        let core = RuCore::new(
+            config.id,
+            config.streams,
+            config.buffer_bytes,
+            config.max_fragment_bytes,
+            config.max_fragments,
+            config.check_crc,
+        );
         let now = Instant::now();
         let mut evm = Peer::new(evm);
         evm.role = Some(Role::Ru);
@@ -257,6 +266,7 @@ impl RuIo {
             started: now,
             next_tick: now,
             stop_requested: None,
+            stuck_since: None,
             failure: None,
             last_rate: (now, 0, 0),
         }
@@ -427,6 +437,19 @@ impl RuIo {
 
     fn tick(&mut self, now: Instant) {
         self.next_tick = now + Duration::from_millis(1);
+        if self.core.is_stuck(self.config.max_fragment_bytes) {
+            let since = *self.stuck_since.get_or_insert(now);
+            if now.duration_since(since) > Duration::from_secs(2) && self.failure.is_none() {
+                let (bytes, size) = self.core.buffer();
+                self.fail(format!(
+                    "buffer full ({bytes} bytes stored, buffer_bytes {size}) with assigned events still waiting for \
+                     fragments: the events in flight need more memory than the RU has; raise ru.buffer_bytes or \
+                     lower bu.max_bytes_in_flight / bu.credits"
+                ));
+            }
+        } else {
+            self.stuck_since = None;
+        }
         self.evm.try_flush();
         if self.shared.stop.load(Ordering::Relaxed) && self.stop_requested.is_none() {
             self.stop_requested = Some(now);
