@@ -2,8 +2,8 @@
 //! input (what `daqflow evb local` and scripts use; the run-control layer drives the same
 //! components over the control plane).
 //!
-//! Commands, one per line: `configure`, `start RUN`, `stop [ARG]`, `stats`, `state`, `reset`,
-//! `quit`. Every command gets exactly one JSON line on standard output:
+//! Commands, one per line: `configure`, `start RUN`, `pause`, `resume`, `stop [ARG]`, `stats`,
+//! `state`, `reset`, `quit`. Every command gets exactly one JSON line on standard output:
 //! `{"ok":true,"state":"Running","result":…}` or `{"ok":false,"state":…,"error":"…"}`. When the
 //! component fails during a run, a line `{"event":"error","error":"…"}` appears by itself. End of
 //! input stops a running component and exits; so does SIGTERM or Ctrl-C.
@@ -26,7 +26,8 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     daqflow component bu --name bu-0 --config bu.toml --set output=files --set directory=/dev/shm/run\n  \
     daqflow component source --name src-3 --set source_id=3 --set ru=127.0.0.1:7201 --set size.kind=lognormal \\\n      \
     --set size.mean=2048 --set size.rms=512\n\n\
-    Then type commands (one per line): configure, start RUN, stats, stop [LAST_EVENT], reset, quit.\n\
+    Then type commands (one per line): configure, start RUN, pause, resume, stats, stop [LAST_EVENT],\n\
+    reset, quit.\n\
     Each gets one JSON line back. With --start RUN the component configures and starts at once and\n\
     runs until its input ends or it gets SIGTERM / Ctrl-C; it then stops and prints its summary.\n\n\
     Configuration keys of every kind: docs/evb.md.";
@@ -130,12 +131,16 @@ fn command(c: &mut dyn Component, line: &str) -> (Value, bool) {
             Ok(a) => c.stop(a).map_err(|e| e.to_string()),
             Err(_) => Err("usage: stop [LAST_EVENT]".into()),
         },
+        "pause" => c.pause().map(|()| Value::Null).map_err(|e| e.to_string()),
+        "resume" => c.resume().map(|()| Value::Null).map_err(|e| e.to_string()),
         "stats" => Ok(c.stats()),
         "state" => Ok(json!({ "failure": c.failure() })),
         "reset" => c.reset().map(|()| Value::Null).map_err(|e| e.to_string()),
         "quit" => return (json!({ "ok": true, "state": c.state().name() }), true),
         "" => return (Value::Null, false),
-        other => Err(format!("unknown command `{other}` (configure, start RUN, stop [N], stats, state, reset, quit)")),
+        other => Err(format!(
+            "unknown command `{other}` (configure, start RUN, pause, resume, stop [N], stats, state, reset, quit)"
+        )),
     };
     let state = c.state().name();
     let v = match result {
@@ -214,7 +219,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     // End of input, quit or a signal: end a run in progress with its summary.
     let mut c = component.lock().unwrap_or_else(|p| p.into_inner());
     let failed = c.failure().is_some();
-    if c.state() == daqflow_evb::component::State::Running || c.state() == daqflow_evb::component::State::Error {
+    use daqflow_evb::component::State;
+    if matches!(c.state(), State::Running | State::Paused | State::Error) {
         match c.stop(None) {
             Ok(summary) => reply(&out, &json!({ "ok": true, "state": c.state().name(), "result": summary })),
             Err(e) => reply(&out, &json!({ "ok": false, "state": c.state().name(), "error": e.to_string() })),

@@ -31,6 +31,8 @@ pub enum State {
     Configured,
     /// Taking a run.
     Running,
+    /// The run is paused: no new triggers (EVM) or fragments (sources); data in flight goes on.
+    Paused,
     /// Failed; `reset` goes back to Initial.
     Error,
 }
@@ -42,6 +44,7 @@ impl State {
             State::Initial => "Initial",
             State::Configured => "Configured",
             State::Running => "Running",
+            State::Paused => "Paused",
             State::Error => "Error",
         }
     }
@@ -61,12 +64,31 @@ pub trait Component: Send {
     /// Running → Configured: ends the run and returns its summary. `arg` is kind-specific: a
     /// source produces up to event `arg` before it ends its stream.
     fn stop(&mut self, arg: Option<u64>) -> Result<Value, EvbError>;
+    /// Running → Paused: the EVM stops triggering, a source stops sending; RUs and BUs carry on
+    /// with what is in flight.
+    fn pause(&mut self) -> Result<(), EvbError>;
+    /// Paused → Running.
+    fn resume(&mut self) -> Result<(), EvbError>;
     /// Any → Initial: stops whatever runs, forgets the run, closes sockets.
     fn reset(&mut self) -> Result<(), EvbError>;
     /// Live counters and rates (JSON object).
     fn stats(&self) -> Value;
     /// Why the component failed during the run, if it did (the driver then reports Error).
     fn failure(&self) -> Option<String>;
+}
+
+/// Refuses `command` unless the component takes a run (Running or Paused).
+pub(crate) fn expect_run(command: &'static str, have: State) -> Result<(), EvbError> {
+    if matches!(have, State::Running | State::Paused) {
+        Ok(())
+    } else {
+        Err(EvbError::IllegalTransition { command, state: have.name() })
+    }
+}
+
+/// The state a component reports: Error once it failed during a run.
+pub(crate) fn reported(state: State, failed: bool) -> State {
+    if failed && matches!(state, State::Running | State::Paused) { State::Error } else { state }
 }
 
 /// Refuses `command` unless the component is in `want`.

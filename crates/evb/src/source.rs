@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::EvbError;
-use crate::component::{Component, State, expect_state};
+use crate::component::{Component, State, expect_run, expect_state, reported};
 use crate::link::{connect, data_options, unix_ns};
 use crate::model::{Rng, SizeModel, StreamTable, fill_pattern};
 use crate::protocol::{KIND_FRAGMENT, Message, Role};
@@ -126,6 +126,7 @@ struct Shared {
     /// longer reads when stopping).
     fd: Mutex<Option<RawFd>>,
     stop_at: AtomicU64,
+    paused: AtomicBool,
     sent: AtomicU64,
     bytes: AtomicU64,
     abandon: AtomicBool,
@@ -137,6 +138,7 @@ impl Default for Shared {
         Shared {
             fd: Mutex::new(None),
             stop_at: AtomicU64::new(u64::MAX),
+            paused: AtomicBool::new(false),
             sent: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             abandon: AtomicBool::new(false),
@@ -178,7 +180,7 @@ impl Component for Source {
         "source"
     }
     fn state(&self) -> State {
-        if self.state == State::Running && self.failure().is_some() { State::Error } else { self.state }
+        reported(self.state, self.failure().is_some())
     }
 
     fn configure(&mut self) -> Result<Value, EvbError> {
@@ -228,12 +230,26 @@ impl Component for Source {
     }
 
     fn stop(&mut self, arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_state("stop", self.state, State::Running)?;
+        expect_run("stop", self.state)?;
         let sent = self.shared.sent.load(Ordering::SeqCst);
         let patience = Duration::from_millis(self.config.stop_timeout_ms);
         let summary = self.end_thread(arg.unwrap_or(sent), patience).unwrap_or(Value::Null);
         self.state = State::Configured;
         Ok(summary)
+    }
+
+    fn pause(&mut self) -> Result<(), EvbError> {
+        expect_state("pause", self.state, State::Running)?;
+        self.shared.paused.store(true, Ordering::SeqCst);
+        self.state = State::Paused;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), EvbError> {
+        expect_state("resume", self.state, State::Paused)?;
+        self.shared.paused.store(false, Ordering::SeqCst);
+        self.state = State::Running;
+        Ok(())
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {
@@ -305,14 +321,22 @@ fn produce(
     *shared.fd.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.as_raw_fd());
     let started = Instant::now();
     let mut id: u64 = 1;
+    // Pacing restarts from here after a pause.
+    let mut paced_from: Option<(Instant, u64)> = None;
     let mut error = None;
     let mut buf = BytesMut::new();
     loop {
         if id > shared.stop_at.load(Ordering::Relaxed) {
             break;
         }
+        if shared.paused.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+            paced_from = None;
+            continue;
+        }
         if config.rate_hz > 0.0 {
-            let due = started + Duration::from_secs_f64((id - 1) as f64 / config.rate_hz);
+            let (t0, id0) = *paced_from.get_or_insert((Instant::now(), id));
+            let due = t0 + Duration::from_secs_f64((id - id0) as f64 / config.rate_hz);
             let now = Instant::now();
             if due > now {
                 // Sleep in short steps so that a stop is seen promptly.

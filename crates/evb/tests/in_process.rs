@@ -316,3 +316,31 @@ fn triggers_from_a_trigger_source_process_drive_the_run() {
     let ev = daqflow_wire::Event::parse(reader.read_record(0).unwrap().payload).unwrap();
     assert_eq!(ev.header().trigger_type, 7, "the trigger source's trigger type");
 }
+
+#[test]
+fn a_paused_run_takes_no_new_events_and_resumes() {
+    let mut b = setup(1, 1, 1, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 100 });
+    b.evm.start(1).unwrap();
+    b.rus[0].start(1).unwrap();
+    b.bus[0].start(1).unwrap();
+    b.sources[0].start(1).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    b.evm.pause().unwrap();
+    assert_eq!(b.evm.state(), daqflow_evb::component::State::Paused);
+    assert!(b.evm.pause().is_err(), "already paused");
+    std::thread::sleep(Duration::from_millis(300)); // what was in flight finishes
+    let t1 = b.evm.stats()["triggered"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t2 = b.evm.stats()["triggered"].as_u64().unwrap();
+    assert_eq!(t1, t2, "no triggers while paused");
+    b.evm.resume().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t3 = b.evm.stats()["triggered"].as_u64().unwrap();
+    assert!(t3 > t2, "triggering resumed");
+    let evm = b.evm.stop(None).unwrap();
+    let last = evm["last_event"].as_u64().unwrap();
+    b.sources[0].stop(Some(last)).unwrap();
+    b.rus[0].stop(None).unwrap();
+    b.bus[0].stop(None).unwrap();
+    assert_eq!(evm["lost"], 0);
+}

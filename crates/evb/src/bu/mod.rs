@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
-use crate::component::{Component, State, expect_state};
+use crate::component::{Component, State, expect_run, expect_state, reported};
 use crate::link::{Peer, connect, control_options, data_options};
 use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
 use crate::{EvbError, Idle};
@@ -159,7 +159,7 @@ impl Component for Bu {
         "bu"
     }
     fn state(&self) -> State {
-        if self.state == State::Running && self.failure().is_some() { State::Error } else { self.state }
+        reported(self.state, self.failure().is_some())
     }
 
     fn configure(&mut self) -> Result<Value, EvbError> {
@@ -238,7 +238,7 @@ impl Component for Bu {
     }
 
     fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_state("stop", self.state, State::Running)?;
+        expect_run("stop", self.state)?;
         self.shared.stop.store(true, Ordering::SeqCst);
         let joined = self.running.take().expect("running").join();
         self.state = State::Configured;
@@ -248,6 +248,20 @@ impl Component for Bu {
         }
         let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
         summary.ok_or_else(|| EvbError::Failed("the BU ended without a summary".into()))
+    }
+
+    fn pause(&mut self) -> Result<(), EvbError> {
+        expect_state("pause", self.state, State::Running)?;
+        // RUs and BUs follow the data: nothing to hold back.
+        self.state = State::Paused;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), EvbError> {
+        expect_state("resume", self.state, State::Paused)?;
+        // Nothing was held back.
+        self.state = State::Running;
+        Ok(())
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
-use crate::component::{Component, State, expect_state};
+use crate::component::{Component, State, expect_run, expect_state, reported};
 use crate::link::{Peer, bind, control_options, unix_ns};
 use crate::protocol::{KIND_FRAGMENT, Message, Role, Trigger};
 use crate::{EvbError, Idle};
@@ -126,6 +126,7 @@ impl EvmConfig {
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
+    paused: AtomicBool,
     live: Mutex<Value>,
     failure: Mutex<Option<String>>,
     last_event: Mutex<Option<u64>>,
@@ -168,7 +169,7 @@ impl Component for Evm {
         "evm"
     }
     fn state(&self) -> State {
-        if self.state == State::Running && self.failure().is_some() { State::Error } else { self.state }
+        reported(self.state, self.failure().is_some())
     }
 
     fn configure(&mut self) -> Result<Value, EvbError> {
@@ -196,7 +197,7 @@ impl Component for Evm {
     }
 
     fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_state("stop", self.state, State::Running)?;
+        expect_run("stop", self.state)?;
         self.shared.stop.store(true, Ordering::SeqCst);
         let running = self.running.take().expect("running");
         let joined = running.join();
@@ -209,6 +210,20 @@ impl Component for Evm {
         // Rebind so that the component can be started again on the same address.
         self.configure_again()?;
         summary.ok_or_else(|| EvbError::Failed("the EVM ended without a summary".into()))
+    }
+
+    fn pause(&mut self) -> Result<(), EvbError> {
+        expect_state("pause", self.state, State::Running)?;
+        self.shared.paused.store(true, Ordering::SeqCst);
+        self.state = State::Paused;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), EvbError> {
+        expect_state("resume", self.state, State::Paused)?;
+        self.shared.paused.store(false, Ordering::SeqCst);
+        self.state = State::Running;
+        Ok(())
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {
@@ -515,7 +530,8 @@ impl EvmIo {
             }
         }
         // Emulated triggers.
-        if self.ready && self.config.trigger == TriggerMode::Emulated && self.core.stopped_at().is_none() {
+        let paused = self.shared.paused.load(Ordering::Relaxed);
+        if self.ready && self.config.trigger == TriggerMode::Emulated && self.core.stopped_at().is_none() && !paused {
             let ts = unix_ns();
             if self.config.rate_hz > 0.0 {
                 let due = (now.duration_since(self.started).as_secs_f64() * self.config.rate_hz) as u64;
@@ -648,7 +664,9 @@ impl Module for EvmIo {
                 let max_pending = self.config.max_pending;
                 let pending = self.core.pending();
                 self.peers.iter_mut().any(|p| {
-                    if p.role == Some(Role::Trigger) && pending >= max_pending {
+                    if p.role == Some(Role::Trigger)
+                        && (pending >= max_pending || self.shared.paused.load(Ordering::Relaxed))
+                    {
                         return false;
                     }
                     p.poll()

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::core::{OutgoingSf, RuCore, RuCounters};
-use crate::component::{Component, State, expect_state};
+use crate::component::{Component, State, expect_run, expect_state, reported};
 use crate::link::{Peer, bind, connect, control_options, data_options};
 use crate::protocol::{KIND_END, KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
 use crate::{EvbError, Idle};
@@ -120,7 +120,7 @@ impl Component for Ru {
         "ru"
     }
     fn state(&self) -> State {
-        if self.state == State::Running && self.failure().is_some() { State::Error } else { self.state }
+        reported(self.state, self.failure().is_some())
     }
 
     fn configure(&mut self) -> Result<Value, EvbError> {
@@ -167,7 +167,7 @@ impl Component for Ru {
     }
 
     fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_state("stop", self.state, State::Running)?;
+        expect_run("stop", self.state)?;
         self.shared.stop.store(true, Ordering::SeqCst);
         let joined = self.running.take().expect("running").join();
         self.state = State::Initial;
@@ -178,6 +178,20 @@ impl Component for Ru {
         let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.configure()?;
         summary.ok_or_else(|| EvbError::Failed("the RU ended without a summary".into()))
+    }
+
+    fn pause(&mut self) -> Result<(), EvbError> {
+        expect_state("pause", self.state, State::Running)?;
+        // RUs and BUs follow the data: nothing to hold back.
+        self.state = State::Paused;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), EvbError> {
+        expect_state("resume", self.state, State::Paused)?;
+        // Nothing was held back.
+        self.state = State::Running;
+        Ok(())
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {
