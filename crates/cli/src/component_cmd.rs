@@ -151,6 +151,7 @@ fn command(c: &mut dyn Component, line: &str) -> (Value, bool) {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    set_process_name(&args.name);
     let table = config_table(args.config.as_ref(), &args.set)?;
     let component = Arc::new(Mutex::new(make(args.kind, &args.name, table)?));
     let out = Arc::new(Mutex::new(std::io::stdout()));
@@ -229,6 +230,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let _ = c.reset();
     quit.store(true, Ordering::Relaxed);
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Names the process after the component (what `ps` and `top` show; at most 15 bytes).
+fn set_process_name(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from `buf`, which
+    // lives across the call and ends with a NUL.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong, 0, 0, 0) };
 }
 
 /// A flag set by SIGTERM or SIGINT.

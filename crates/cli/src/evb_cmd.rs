@@ -136,6 +136,13 @@ impl Default for LocalArgs {
     }
 }
 
+/// The running binary, for starting components: `/proc/self/exe` stays valid when the file is
+/// replaced by a rebuild during a long run (its path would then name a deleted or newer file).
+fn self_exe() -> anyhow::Result<PathBuf> {
+    let proc = PathBuf::from("/proc/self/exe");
+    if proc.exists() { Ok(proc) } else { std::env::current_exe().context("finding the daqflow binary") }
+}
+
 /// Parses `fixed:B`, `uniform:MIN:MAX`, `lognormal:MEAN:RMS`.
 pub fn parse_size(s: &str) -> anyhow::Result<SizeModel> {
     let parts: Vec<&str> = s.split(':').collect();
@@ -162,8 +169,8 @@ struct Child {
 
 impl Child {
     fn spawn(kind: &'static str, name: &str, sets: &[String]) -> anyhow::Result<Child> {
-        let exe = std::env::current_exe().context("finding the daqflow binary")?;
-        let mut cmd = std::process::Command::new(exe);
+        let mut cmd = std::process::Command::new(self_exe()?);
+        std::os::unix::process::CommandExt::arg0(&mut cmd, "daqflow");
         cmd.args(["component", kind, "--name", name]);
         if std::env::var_os("DAQFLOW_LOG").is_none() {
             cmd.env("DAQFLOW_LOG", "warn");
@@ -205,10 +212,20 @@ impl Child {
 
     /// Sends a command and waits for its answer.
     fn call(&mut self, command: &str, timeout: Duration) -> anyhow::Result<Value> {
+        self.send(command)?;
+        self.answer(command, timeout)
+    }
+
+    /// Sends a command without waiting for the answer ([`Child::answer`]).
+    fn send(&mut self, command: &str) -> anyhow::Result<()> {
         let stdin = self.stdin.as_mut().ok_or_else(|| anyhow::anyhow!("{}: input closed", self.name))?;
         writeln!(stdin, "{command}")
             .and_then(|()| stdin.flush())
-            .with_context(|| format!("{}: sending `{command}` (has it died?)", self.name))?;
+            .with_context(|| format!("{}: sending `{command}` (has it died?)", self.name))
+    }
+
+    /// Waits for the answer to `command`, sent before.
+    fn answer(&mut self, command: &str, timeout: Duration) -> anyhow::Result<Value> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -554,11 +571,15 @@ pub fn run_local(args: &LocalArgs, warmup: f64, progress: bool) -> anyhow::Resul
         }
     };
     let last = evm_summary["last_event"].as_u64().unwrap_or(0);
+    // Each kind is stopped all at once (the command goes to every process, then the answers
+    // are collected), so that slow stops overlap instead of adding up.
     let mut stop_all = |children: &mut Vec<Child>, cmd: &str| -> Vec<Value> {
+        let sent: Vec<anyhow::Result<()>> = children.iter_mut().filter(|c| !c.killed).map(|c| c.send(cmd)).collect();
         children
             .iter_mut()
             .filter(|c| !c.killed)
-            .map(|c| match c.call(cmd, Duration::from_secs(60)) {
+            .zip(sent)
+            .map(|(c, sent)| match sent.and_then(|()| c.answer(cmd, Duration::from_secs(60))) {
                 Ok(v) => v,
                 Err(e) => {
                     errors.push(e.to_string());

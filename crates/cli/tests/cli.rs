@@ -311,6 +311,45 @@ fn bench_engine_quick_measures_every_case_and_draws_the_figures() {
 }
 
 #[test]
+fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = daqflow(&["bench", "evb", "--quick", "--seconds", "0.5", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    // The suite fails (exit 1) if a run lost an event or a component reported an error.
+    assert!(o.status.success(), "{t}");
+    for want in ["[ru]", "[target_1ru_1bu]", "[bu]", "[scaling]", "[realistic]", "raw reference", "target: 1 KiB"] {
+        assert!(t.contains(want), "{want} missing from:\n{t}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("evb.json")).unwrap()).unwrap();
+    let points = json.as_array().unwrap();
+    let count = |case: &str| points.iter().filter(|p| p["case"] == case).count();
+    assert_eq!(
+        (count("ru"), count("target_1ru_1bu"), count("bu"), count("scaling"), count("realistic")),
+        (2, 1, 4, 2, 1),
+        "{json}"
+    );
+    for p in points {
+        for k in ["fragment_bytes", "streams", "rus", "bus"] {
+            assert!(p["params"][k].is_u64(), "{k} in {p}");
+        }
+        assert_eq!(p["metrics"]["lost_events"], 0.0, "{p}");
+        for m in ["events_per_s", "mb_per_s", "raw_mb_per_s", "ratio_to_raw"] {
+            assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+    }
+    let tasks: Vec<&str> =
+        points.iter().filter(|p| p["case"] == "bu").map(|p| p["params"]["task"].as_str().unwrap()).collect();
+    for task in ["build", "crc", "write"] {
+        assert!(tasks.contains(&task), "{task} missing from {tasks:?}");
+    }
+    let png = std::fs::read(out.join("evb.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(std::fs::read_to_string(out.join("evb.csv")).unwrap().starts_with("case,fragment_bytes,streams,"));
+}
+
+#[test]
 fn engine_testbed_profile_then_profile_draws_histograms_and_a_sequence() {
     let dir = tempfile::tempdir().unwrap();
     let prof = dir.path().join("run.prof");

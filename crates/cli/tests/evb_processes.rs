@@ -196,7 +196,20 @@ fn an_ru_death_stops_the_run_with_a_clear_error_not_a_hang() {
 
 #[test]
 fn an_evm_death_stops_the_run_with_a_clear_error_not_a_hang() {
-    let (s, ok, took) = evb_local(&["--rus", "1", "--bus", "1", "--streams", "2", "--seconds", "30", "--rate", "2000", "--kill", "evm@1"]);
+    let (s, ok, took) = evb_local(&[
+        "--rus",
+        "1",
+        "--bus",
+        "1",
+        "--streams",
+        "2",
+        "--seconds",
+        "30",
+        "--rate",
+        "2000",
+        "--kill",
+        "evm@1",
+    ]);
     assert!(!ok, "the run must fail");
     assert!(took < Duration::from_secs(20), "stopped promptly, took {took:?}");
     assert!(s["lost"].is_null(), "no accounting without the EVM: {s:#}");

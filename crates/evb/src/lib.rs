@@ -78,8 +78,8 @@ impl Idle {
             Idle::Busy => IdleStrategy::BUSY,
             Idle::Default => IdleStrategy::default(),
             Idle::Lazy => IdleStrategy {
-                spins: 200,
-                yields: 20,
+                spins: 20,
+                yields: 4,
                 park_min: std::time::Duration::from_micros(20),
                 park_max: std::time::Duration::from_micros(500),
             },

@@ -96,10 +96,7 @@ impl Peer {
             return None;
         }
         match self.conn.try_recv() {
-            Ok(Some(f)) => {
-                self.last_heard = Instant::now();
-                Some(f)
-            }
+            Ok(Some(f)) => Some(f),
             Ok(None) => None,
             Err(e) => {
                 self.closed = Some(match e {

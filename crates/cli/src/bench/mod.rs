@@ -8,6 +8,7 @@ use clap::ValueEnum;
 pub mod dialog;
 mod engine;
 mod et;
+mod evb;
 pub mod harness;
 pub mod helper;
 mod plot;
@@ -32,6 +33,10 @@ pub enum SuiteName {
     /// The data-plane engine (ATLAS DAQ-Unit figs. 2, 3, 11–16): time-stamp overhead, scheduler
     /// transitions, event manager insert / lookup / remove, and the ROB test bed's events/s.
     Engine,
+    /// The event builder (CMS DAQ2 figs. 4–7): RU throughput vs fragment size and streams, BU
+    /// throughput per task (build, CRC check, write files) and builder threads, RUs × BUs
+    /// scaling, and realistic per-stream sizes; whole builders as processes, next to raw TCP.
+    Evb,
 }
 
 /// Arguments of `daqflow bench`.
@@ -46,10 +51,12 @@ pub struct Args {
     /// Write SUITE.csv, SUITE.json and SUITE.png into this directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Repetitions per point; the median is reported [default: 5, or 1 with --quick].
+    /// Repetitions per point; the median is reported [default: 5 (dialog, et, engine, evb: 3),
+    /// or 1 with --quick].
     #[arg(long)]
     pub repetitions: Option<usize>,
-    /// Seconds per measurement [default: 1, or 0.25 with --quick; dialog: 2, or 0.5].
+    /// Seconds per measurement [default: 1, or 0.25 with --quick; dialog: 2, or 0.5; evb: the
+    /// window after 0.5 s of warm-up of each event-builder run, 1.5, or 1 with --quick].
     #[arg(long)]
     pub seconds: Option<f64>,
     /// dialog: number of sender processes.
@@ -57,7 +64,8 @@ pub struct Args {
     pub senders: usize,
     /// dialog: message sizes in bytes, comma-separated [default: 16,128,1024,2048,10240,102400,1048576;
     /// with --quick 16,1024,102400]. et: event sizes of the size sweep [default:
-    /// 8,64,512,1024,5120,16384,65536,262144,1048576; with --quick 64,4096,65536].
+    /// 8,64,512,1024,5120,16384,65536,262144,1048576; with --quick 64,4096,65536]. evb: fragment
+    /// sizes of the RU sweep [default: 256,1024,4096,16384,65536; with --quick 1024,16384].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
 }
@@ -73,6 +81,7 @@ Examples:
   daqflow bench dialog --quick --out bench-out
   daqflow bench et --quick --out bench-out
   daqflow bench engine --quick --out bench-out
+  daqflow bench evb --quick --out bench-out
   daqflow bench dialog --senders 25 --sizes 16,1024 --seconds 3
   daqflow bench transport --repetitions 9 --seconds 2 --out bench-out";
 
@@ -82,6 +91,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         SuiteName::Dialog => (if args.quick { 0.5 } else { 2.0 }, 3),
         SuiteName::Et => (if args.quick { 0.25 } else { 1.0 }, 3),
         SuiteName::Engine => (if args.quick { 0.25 } else { 1.0 }, 3),
+        SuiteName::Evb => (if args.quick { 1.0 } else { 1.5 }, 3),
     };
     let config = BenchConfig {
         quick: args.quick,
@@ -111,6 +121,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         SuiteName::Engine => {
             let (suite, figures) = engine::run(config)?;
             return engine::finish(&suite, &figures);
+        }
+        SuiteName::Evb => {
+            let sizes = args
+                .sizes
+                .clone()
+                .unwrap_or_else(|| if args.quick { vec![1024, 16384] } else { vec![256, 1024, 4096, 16384, 65536] });
+            let (suite, failures) = evb::run(config, evb::EvbOptions { sizes })?;
+            return evb::finish(&suite, &failures);
         }
     };
     suite.finish()

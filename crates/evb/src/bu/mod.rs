@@ -64,13 +64,14 @@ pub struct BuConfig {
     pub id: u32,
     /// The EVM's address.
     pub evm: String,
-    /// Events in flight (assigned and not yet confirmed).
+    /// Most events in flight (assigned and not yet confirmed); see also `max_bytes_in_flight`.
     pub credits: u32,
     /// Credits are handed back in groups of this many.
     pub request_batch: u32,
     /// Most bytes of events in flight (assigned, not yet confirmed), estimated from the mean
     /// size of the events built so far: credits are withheld above it, so that large events do
-    /// not take more memory in the RUs than they have.
+    /// not take more memory in the RUs than they have. The first request asks for one
+    /// `request_batch`, before any event size is known.
     pub max_bytes_in_flight: u64,
     /// Builder threads.
     pub threads: usize,
@@ -104,7 +105,7 @@ impl Default for BuConfig {
             evm: "127.0.0.1:7100".into(),
             credits: 256,
             request_batch: 32,
-            max_bytes_in_flight: 32 << 20,
+            max_bytes_in_flight: 16 << 20,
             threads: 1,
             check_crc: true,
             output: Output::Discard,
@@ -462,7 +463,6 @@ struct BuIo {
     outputs: Vec<Closed>,
     next_builder: usize,
     done: Vec<u64>,
-    credits_owed: u32,
     requested_first: bool,
     shared: Arc<Shared>,
     stopper: StopHandle,
@@ -509,7 +509,6 @@ impl BuIo {
             outputs,
             next_builder: 0,
             done: Vec::new(),
-            credits_owed: 0,
             requested_first: false,
             shared: bu.shared.clone(),
             stopper,
@@ -585,8 +584,9 @@ impl BuIo {
         }
         if !self.requested_first {
             self.requested_first = true;
-            self.evm.send(Message::Request { credits: self.config.credits, done: Vec::new() }.to_frame());
-            self.granted = u64::from(self.config.credits);
+            let credits = self.credit_target() as u32;
+            self.evm.send(Message::Request { credits, done: Vec::new() }.to_frame());
+            self.granted = u64::from(credits);
             self.evm.try_flush();
             self.last_request = Instant::now();
         }
@@ -640,31 +640,35 @@ impl BuIo {
         }
     }
 
+    /// Credits the BU wants in flight now: `credits`, less when the events built so far say
+    /// that many would exceed `max_bytes_in_flight`; before any event is built, one request
+    /// batch (the size of the events is not known yet).
+    fn credit_target(&self) -> u64 {
+        let (events, bytes, ..) = self.totals();
+        let credits = u64::from(self.config.credits);
+        match bytes.checked_div(events) {
+            Some(mean) if mean > 0 => credits.min(self.config.max_bytes_in_flight / mean).max(1),
+            _ => credits.min(u64::from(self.config.request_batch)),
+        }
+    }
+
     fn confirm(&mut self, now: Instant) {
         for rx in &mut self.from_builders {
             while let Ok(id) = rx.pop() {
                 self.done.push(id);
                 self.confirmed += 1;
-                self.credits_owed += 1;
             }
         }
+        let done_asking = self.run_end.is_some() || self.stop_requested.is_some();
+        let in_flight = self.granted - self.confirmed;
+        let grant = if done_asking { 0 } else { self.credit_target().saturating_sub(in_flight) };
         let since = now.duration_since(self.last_request);
         let heartbeat_due = since >= Duration::from_millis(self.config.heartbeat_ms);
         let confirm_due = !self.done.is_empty() && since >= Duration::from_millis(2);
-        if self.requested_first && (self.credits_owed >= self.config.request_batch || confirm_due || heartbeat_due) {
-            // Credits within the memory budget; once the run is over, confirmations only.
-            let (events, bytes, ..) = self.totals();
-            let mean = bytes.checked_div(events).unwrap_or(0);
-            let in_flight = self.granted - self.confirmed;
-            let room =
-                self.config.max_bytes_in_flight.checked_div(mean).map_or(u64::MAX, |n| n.saturating_sub(in_flight));
-            let done_asking = self.run_end.is_some() || self.stop_requested.is_some();
-            let credits = if done_asking { 0 } else { u64::from(self.credits_owed).min(room.max(1)) as u32 };
+        let grant_due = grant >= u64::from(self.config.request_batch) || (grant > 0 && in_flight == 0);
+        if self.requested_first && (grant_due || confirm_due || heartbeat_due) {
+            let credits = grant.min(u64::from(u32::MAX)) as u32;
             self.evm.send(Message::Request { credits, done: std::mem::take(&mut self.done) }.to_frame());
-            self.credits_owed -= credits.min(self.credits_owed);
-            if done_asking {
-                self.credits_owed = 0;
-            }
             self.granted += u64::from(credits);
             self.last_request = now;
         }

@@ -362,6 +362,7 @@ impl EvmIo {
 
     fn handle(&mut self, i: usize, frame: daqflow_wire::frame::Frame) {
         let now = Instant::now();
+        self.peers[i].last_heard = now;
         let role = self.peers[i].role;
         if role.is_none() {
             match Message::decode(&frame) {

@@ -45,8 +45,8 @@ pub struct RuConfig {
     pub streams: usize,
     /// Check each fragment's payload CRC on arrival.
     pub check_crc: bool,
-    /// Bytes of fragments stored before the leading streams stop being read (back-pressure);
-    /// streams that lag, or that owe fragments of an assigned event, may use as much again.
+    /// Bytes of fragments stored before the streams stop being read (back-pressure); streams
+    /// that owe fragments of events already assigned or rejected may use as much again.
     pub buffer_bytes: usize,
     /// Most fragments stored.
     pub max_fragments: usize,
@@ -240,6 +240,8 @@ struct RuIo {
     next_tick: Instant,
     stop_requested: Option<Instant>,
     stuck_since: Option<Instant>,
+    /// The fragments of the super-fragment being sent (reused).
+    scratch: Vec<bytes::Bytes>,
     failure: Option<String>,
     last_rate: (Instant, u64, u64),
 }
@@ -281,6 +283,7 @@ impl RuIo {
             next_tick: now,
             stop_requested: None,
             stuck_since: None,
+            scratch: Vec::with_capacity(64),
             failure: None,
             last_rate: (now, 0, 0),
         }
@@ -429,8 +432,8 @@ impl RuIo {
                 if queued > 0 && queued + size > limit {
                     break;
                 }
-                let sf = self.core.next_for(bu).expect("next_ready said so");
-                if !peer.send_parts(KIND_SUPER_FRAGMENT, &sf.header.encode(), &sf.fragments) {
+                let header = self.core.next_into(bu, &mut self.scratch).expect("next_ready said so");
+                if !peer.send_parts(KIND_SUPER_FRAGMENT, &header.encode(), &self.scratch) {
                     break;
                 }
             }

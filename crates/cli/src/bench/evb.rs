@@ -1,0 +1,533 @@
+//! `daqflow bench evb`: the CMS event-builder paper's figures 4–7 on this machine.
+//!
+//! Every repetition of every point starts a whole event builder with
+//! [`run_local`](crate::evb_cmd::run_local): the EVM, the RUs, the BUs and the sources are child
+//! processes (`daqflow component KIND`), the sources free-running with the cached payload (one
+//! pattern with a fresh header and CRC per fragment: cheap sources, so that the builder is what
+//! is measured). Rates are taken over a window after a warm-up; a point fails if any event was
+//! lost or any component reported an error.
+//!
+//! - (a) `ru`: RU throughput vs fragment size, 256 B … 64 KiB, with 4, 8 and 16 streams into one
+//!   RU; one EVM, two BUs that build and discard (fig. 4). A dedicated `target` point: 1 KiB × 8
+//!   streams through 1 RU → 1 BU.
+//! - (b) `bu`: BU throughput of one BU fed by 1 RU × 8 streams, vs event size for the tasks
+//!   `build` (no CRC check), `crc` (CRC check of every fragment) and `write` (CRC check and data
+//!   files in a fresh directory under `/dev/shm`), and vs builder threads 1 … 4 (fig. 5).
+//! - (c) `scaling`: 1×1, 2×2 and 4×4 RUs × BUs at a few fragment sizes, 2 streams per RU (fig. 6).
+//! - (d) `realistic`: log-normal fragment sizes per stream from a stream table, means 500 B … 8 KiB
+//!   and relative RMS 0.5, through 2 RUs × 2 BUs (fig. 7).
+//!
+//! Every repetition first measures the raw reference, one blocking TCP connection over
+//! 127.0.0.1 between two threads moving fragment-sized messages, so that `ratio_to_raw`
+//! compares two numbers taken under the same load.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
+use crate::evb_cmd::{LocalArgs, run_local};
+
+/// Seconds of every event-builder run before the measurement window opens.
+const WARMUP_S: f64 = 0.5;
+
+/// What a BU does with each built event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    /// Build and check the structure, no CRC check, discard.
+    Build,
+    /// Build and check every fragment's CRC, discard.
+    Crc,
+    /// Build, check the CRCs, write data files into a fresh directory under `/dev/shm`.
+    Write,
+}
+
+impl Task {
+    fn name(self) -> &'static str {
+        match self {
+            Task::Build => "build",
+            Task::Crc => "crc",
+            Task::Write => "write",
+        }
+    }
+}
+
+/// Which side's throughput a point reports as `mb_per_s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// Fragment bytes into all RUs.
+    Ru,
+    /// Event bytes out of all BUs.
+    Bu,
+}
+
+/// One event builder to measure.
+#[derive(Debug, Clone)]
+struct Setup {
+    rus: u32,
+    bus: u32,
+    /// Streams (sources) per RU.
+    streams: u32,
+    /// Fixed fragment size, or the mean of the stream table's.
+    fragment: usize,
+    task: Task,
+    /// Builder threads per BU.
+    threads: usize,
+    /// Per-stream log-normal sizes (overrides `fragment` in the sources).
+    table: Option<PathBuf>,
+    side: Side,
+}
+
+impl Setup {
+    fn new(rus: u32, bus: u32, streams: u32, fragment: usize) -> Setup {
+        Setup { rus, bus, streams, fragment, task: Task::Build, threads: 1, table: None, side: Side::Ru }
+    }
+}
+
+/// A directory removed, with everything in it, when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh, empty directory `daqflow-bench-evb-PID-TAG` under `parent`.
+    fn new(parent: &Path, tag: &str) -> anyhow::Result<TempDir> {
+        let path = parent.join(format!("daqflow-bench-evb-{}-{tag}", std::process::id()));
+        if path.exists() {
+            std::fs::remove_dir_all(&path).with_context(|| format!("removing the old {}", path.display()))?;
+        }
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("bench evb: could not remove {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// The RAM disk the `write` task writes to (the system's temporary directory if there is none).
+fn ram_disk() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+}
+
+/// The reference: one blocking TCP connection over 127.0.0.1 between two threads of this
+/// process, the sender writing `chunk`-byte messages 64 per `writev` (at most 4 MiB per call),
+/// the receiver reading 1 MiB at a time, for `duration`: MB/s.
+fn raw_mb_per_s(chunk: usize, duration: Duration) -> anyhow::Result<f64> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).context("raw reference: bind")?;
+    let addr = listener.local_addr().context("raw reference: local address")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let stop = stop.clone();
+        thread::spawn(move || super::raw::send_until(TcpStream::connect(addr)?, chunk, || stop.load(Ordering::Relaxed)))
+    };
+    let (sock, _) = listener.accept().context("raw reference: accept")?;
+    let start = Instant::now();
+    let got = super::raw::receive_all(vec![sock], || {
+        if start.elapsed() >= duration {
+            stop.store(true, Ordering::Relaxed);
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    sender.join().map_err(|_| anyhow::anyhow!("raw reference: sender panicked"))?.context("raw reference: send")?;
+    let got = got.context("raw reference: receive")?;
+    Ok(got.bytes as f64 / got.seconds / 1e6)
+}
+
+/// One repetition: the raw reference, then the event builder.
+fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<Metrics> {
+    let raw = raw_mb_per_s(s.fragment, raw_time)?;
+    let out = match s.task {
+        Task::Write => Some(TempDir::new(&ram_disk(), &format!("out-{n}"))?),
+        Task::Build | Task::Crc => None,
+    };
+    let args = LocalArgs {
+        rus: s.rus,
+        bus: s.bus,
+        streams: s.streams,
+        seconds: WARMUP_S + window,
+        fragment_size: s.fragment,
+        stream_table: s.table.clone(),
+        output: out.as_ref().map(|d| d.0.clone()),
+        threads: s.threads,
+        no_crc: s.task == Task::Build,
+        cached_payload: true,
+        ..LocalArgs::default()
+    };
+    let r = run_local(&args, WARMUP_S, false)?;
+    drop(out);
+    // The components' own words, the first few of them (a failing run reports one per source).
+    let errors: Vec<&str> = r.summary["errors"].as_array().into_iter().flatten().filter_map(|e| e.as_str()).collect();
+    let why = match errors.len() {
+        0 => String::new(),
+        1..=3 => format!(": {}", errors.join("; ")),
+        n => format!(": {}; and {} more", errors[..3].join("; "), n - 3),
+    };
+    let lost = match r.lost {
+        Some(0) => 0,
+        Some(n) => bail!("{n} event(s) lost{why}"),
+        None => bail!("no accounting of lost events (the EVM did not end the run){why}"),
+    };
+    if !r.clean {
+        bail!("a component failed{why}");
+    }
+    if r.events_per_s <= 0.0 {
+        bail!("no event built in the measurement window");
+    }
+    let mb = match s.side {
+        Side::Ru => r.ru_mb_per_s,
+        Side::Bu => r.bu_mb_per_s,
+    };
+    Ok(Metrics::new()
+        .with("events_per_s", r.events_per_s)
+        .with("mb_per_s", mb)
+        .with("raw_mb_per_s", raw)
+        .with("ratio_to_raw", mb / raw)
+        .with("lost_events", lost as f64))
+}
+
+/// Options of the event-builder suite.
+#[derive(Debug, Clone)]
+pub struct EvbOptions {
+    /// Fragment sizes of (a).
+    pub sizes: Vec<usize>,
+}
+
+/// Means of the `realistic` stream table: 500 B … 8 KiB, evenly spaced on a log scale.
+fn table_means(streams: usize) -> Vec<f64> {
+    let (lo, hi) = (500.0_f64, 8192.0_f64);
+    (0..streams).map(|k| (lo * (hi / lo).powf(k as f64 / (streams - 1).max(1) as f64)).round()).collect()
+}
+
+/// Runs the suite: the results and the failed points.
+pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<String>)> {
+    // Every event-builder run has its own warm-up before its window: an extra unrecorded
+    // repetition per point would only add process start-ups.
+    let config = BenchConfig { warmup: false, ..config };
+    let mut suite =
+        Suite::new("evb", "the event builder (CMS DAQ2 figs. 4–7): RU, BU, scaling, realistic sizes", config.clone());
+    let quick = config.quick;
+    let window = config.measure_time.as_secs_f64();
+    let raw_time = Duration::from_secs_f64(if quick { 0.25 } else { 0.4 });
+    let mut n = 0u64;
+    let mut failures: Vec<String> = Vec::new();
+    // A failing point (lost events, a component error) is reported and the suite goes on; the
+    // command fails at the end, after writing the files.
+    let mut measure = |suite: &mut Suite, case: &str, params: Vec<(&'static str, Param)>, s: Setup| {
+        let r = suite.measure(case, params, || {
+            n += 1;
+            point(&s, window, raw_time, n)
+        });
+        if let Err(e) = r {
+            eprintln!("\n  FAILED: {e:#}");
+            failures.push(format!("{e:#}"));
+        }
+    };
+
+    // (a) One RU: fragment size × streams, two BUs building and discarding.
+    let ru_streams: &[u32] = if quick { &[8] } else { &[4, 8, 16] };
+    for &streams in ru_streams {
+        for &f in &opts.sizes {
+            let p = vec![("fragment_bytes", f.into()), ("streams", (streams as usize).into()), rus(1), bus(2)];
+            measure(&mut suite, "ru", p, Setup::new(1, 2, streams, f));
+        }
+    }
+    // The first target's exact point: 1 KiB × 8 streams, 1 RU → 1 BU.
+    let p = vec![("fragment_bytes", 1024usize.into()), ("streams", 8usize.into()), rus(1), bus(1)];
+    measure(&mut suite, "target_1ru_1bu", p, Setup::new(1, 1, 8, 1024));
+
+    // (b) One BU fed by 1 RU × 8 streams: event size × task, then builder threads.
+    let bu_streams = 8u32;
+    let bu_sizes: &[usize] = if quick { &[16384] } else { &[1024, 4096, 16384, 65536] };
+    let threads_fragment = 16384usize;
+    let bu_params = |f: usize, task: Task, threads: usize| -> Vec<(&'static str, Param)> {
+        vec![
+            ("task", task.name().into()),
+            ("threads", threads.into()),
+            ("event_bytes", (f * bu_streams as usize).into()),
+            ("fragment_bytes", f.into()),
+            ("streams", (bu_streams as usize).into()),
+            rus(1),
+            bus(1),
+        ]
+    };
+    for task in [Task::Build, Task::Crc, Task::Write] {
+        for &f in bu_sizes {
+            let s = Setup { task, side: Side::Bu, ..Setup::new(1, 1, bu_streams, f) };
+            measure(&mut suite, "bu", bu_params(f, task, 1), s);
+        }
+    }
+    // threads = 1 is the `crc` point of the size sweep above.
+    let threads: &[usize] = if quick { &[2] } else { &[2, 3, 4] };
+    for &t in threads {
+        let s = Setup { task: Task::Crc, threads: t, side: Side::Bu, ..Setup::new(1, 1, bu_streams, threads_fragment) };
+        measure(&mut suite, "bu", bu_params(threads_fragment, Task::Crc, t), s);
+    }
+
+    // (c) Scaling: N RUs × N BUs, 2 streams per RU.
+    let scale_streams = 2u32;
+    let scale_n: &[u32] = if quick { &[1, 2] } else { &[1, 2, 4] };
+    let scale_sizes: &[usize] = if quick { &[1024] } else { &[1024, 4096, 16384] };
+    for &f in scale_sizes {
+        for &k in scale_n {
+            let p = vec![
+                rus(k),
+                bus(k),
+                ("streams", (scale_streams as usize).into()),
+                ("fragment_bytes", f.into()),
+                ("sources", ((k * scale_streams) as usize).into()),
+            ];
+            measure(&mut suite, "scaling", p, Setup::new(k, k, scale_streams, f));
+        }
+    }
+
+    // (d) Realistic: per-stream log-normal sizes from a table, 2 RUs × 2 BUs × 4 streams.
+    let (real_rus, real_streams) = (2u32, 4u32);
+    let means = table_means((real_rus * real_streams) as usize);
+    let table_dir = TempDir::new(&std::env::temp_dir(), "table")?;
+    let table = table_dir.0.join("streams.txt");
+    let mut text = String::from("# source_id mean_bytes rms_bytes (log-normal; RU r has sources r*4 .. r*4+3)\n");
+    for (id, m) in means.iter().enumerate() {
+        text.push_str(&format!("{id} {m} {}\n", (m * 0.5).round()));
+    }
+    std::fs::write(&table, &text).with_context(|| format!("writing {}", table.display()))?;
+    let mean = (means.iter().sum::<f64>() / means.len() as f64).round() as usize;
+    let p = vec![
+        rus(real_rus),
+        bus(2),
+        ("streams", (real_streams as usize).into()),
+        ("fragment_bytes", mean.into()),
+        ("event_bytes", (means.iter().sum::<f64>().round() as usize).into()),
+    ];
+    let s = Setup { table: Some(table.clone()), ..Setup::new(real_rus, 2, real_streams, mean) };
+    measure(&mut suite, "realistic", p, s);
+    drop(table_dir);
+
+    suite.plots = plots(ru_streams, threads_fragment, scale_sizes);
+    notes(&mut suite, window, raw_time, &means);
+    if !failures.is_empty() {
+        suite.note(format!("FAILED points ({}), not in the table or the files:", failures.len()));
+        for f in &failures {
+            suite.note(format!("  {f}"));
+        }
+    }
+    Ok((suite, failures))
+}
+
+/// Prints the table and writes the files; then fails if a point failed.
+pub fn finish(suite: &Suite, failures: &[String]) -> anyhow::Result<()> {
+    suite.finish()?;
+    if !failures.is_empty() {
+        bail!("{} point(s) of the evb suite failed (see the notes above)", failures.len());
+    }
+    Ok(())
+}
+
+fn rus(n: u32) -> (&'static str, Param) {
+    ("rus", (n as usize).into())
+}
+
+fn bus(n: u32) -> (&'static str, Param) {
+    ("bus", (n as usize).into())
+}
+
+fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
+    suite.note(super::machine_note());
+    suite.note(format!(
+        "Every repetition runs a whole event builder as separate processes (`daqflow component` EVM, RUs, BUs, \
+         sources; `daqflow evb local`'s machinery) on loopback for {WARMUP_S} s of warm-up and a {window} s window. \
+         Sources are free-running and send the cached payload (one pattern with a fresh header and CRC per \
+         fragment: cheap sources). RUs check every fragment's CRC on arrival. BUs build and discard without a CRC \
+         check (task build) except in (b): crc checks every fragment's CRC, write also writes data files into a \
+         fresh directory under /dev/shm (removed after each run). mb_per_s: fragment bytes into all RUs per second \
+         (ru, target_1ru_1bu, scaling, realistic) or event bytes out of all BUs (bu); MB = 10^6 bytes. \
+         lost_events: from the EVM's accounting at the end of the run; a point fails if it is not 0 or a component \
+         reported an error."
+    ));
+    suite.note(format!(
+        "raw reference (raw_mb_per_s), measured before each run: one blocking TCP connection over 127.0.0.1 between \
+         two threads of the bench process, messages of the point's fragment size (the table's mean in realistic), \
+         64 per writev, read 1 MiB at a time, for {} s. It is loopback's best case for one hop; the builder moves \
+         every byte twice over loopback (source → RU, RU → BU), checks CRCs and runs 1 + RUs + BUs + sources processes \
+         on the same cores, so ratio_to_raw well below 1 is expected here.",
+        raw_time.as_secs_f64()
+    ));
+    suite.note(
+        "scaling: 2 streams per RU (4×4 × 8 streams would be 32 sources on this 2-core machine). On a cluster each \
+         RU and BU has its own host and NIC, so the aggregate throughput grows with the number of RU/BU pairs until \
+         the switch's bisection bandwidth is reached (the paper's fig. 6); here every process shares the same cores \
+         and loopback, so the aggregate is flat or drops as processes are added.",
+    );
+    let list: Vec<String> = means.iter().map(|m| format!("{m:.0}")).collect();
+    suite.note(format!(
+        "realistic: 8 streams with log-normal sizes, means {} B and RMS half the mean, sources 0–3 on RU 0 and 4–7 \
+         on RU 1 (so the RUs are unbalanced, as in physics running); fragment_bytes is the mean of the means, \
+         event_bytes their sum.",
+        list.join(", ")
+    ));
+    let pick = |case: &str, f: f64, streams: f64| {
+        suite.points.iter().find(|p| {
+            p.case == case
+                && p.param("fragment_bytes").and_then(Param::num) == Some(f)
+                && p.param("streams").and_then(Param::num) == Some(streams)
+        })
+    };
+    let target1 = pick("target_1ru_1bu", 1024.0, 8.0).and_then(|p| p.metric("events_per_s")).map(|s| s.median);
+    let target2 = pick("ru", 16384.0, 8.0).and_then(|p| p.metric("ratio_to_raw")).map(|s| s.median);
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    suite.note(match target1 {
+        Some(v) => format!(
+            "target: 1 KiB fragments × 8 streams, 1 RU → 1 BU (build, no CRC): ≥ 100 kHz events — measured {} \
+             events/s ({})",
+            crate::format::si(v),
+            verdict(v >= 100e3)
+        ),
+        None => "target: 1 KiB × 8 streams, 1 RU → 1 BU: ≥ 100 kHz events — not measured".into(),
+    });
+    suite.note(match target2 {
+        Some(v) => format!(
+            "target: 16 KiB fragments (ru, 8 streams, 2 BUs): ≥ 50% of the raw loopback reference — measured {:.0}% \
+             ({})",
+            v * 100.0,
+            verdict(v >= 0.5)
+        ),
+        None => "target: 16 KiB fragments: ≥ 50% of raw loopback — not measured (no ru point at 16 KiB × 8)".into(),
+    });
+}
+
+fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> Vec<Plot> {
+    let s = |label: &str, case: &'static str, metric: &'static str, filter: Vec<(&'static str, Param)>| Series {
+        label: label.into(),
+        case,
+        metric,
+        filter,
+    };
+    let per_streams = |metric: &'static str| -> Vec<Series> {
+        ru_streams
+            .iter()
+            .map(|&k| s(&format!("{k} streams"), "ru", metric, vec![("streams", (k as usize).into())]))
+            .collect()
+    };
+    let mut ru_mb = per_streams("mb_per_s");
+    // The reference depends on the fragment size only: draw the one measured with the fewest
+    // streams (the runs most likely to complete at every size).
+    let raw_streams = ru_streams.iter().copied().min().unwrap_or(8);
+    ru_mb.push(s(
+        &format!("raw loopback TCP (with the {raw_streams}-stream points)"),
+        "ru",
+        "raw_mb_per_s",
+        vec![("streams", (raw_streams as usize).into())],
+    ));
+    let tasks: Vec<Series> = [Task::Build, Task::Crc, Task::Write]
+        .iter()
+        .map(|t| s(t.name(), "bu", "mb_per_s", vec![("task", t.name().into()), ("threads", 1usize.into())]))
+        .collect();
+    let scale = |metric: &'static str| -> Vec<Series> {
+        scale_sizes
+            .iter()
+            .map(|&f| {
+                s(
+                    &format!("{} fragments", crate::format::bytes(f as f64)),
+                    "scaling",
+                    metric,
+                    vec![("fragment_bytes", f.into())],
+                )
+            })
+            .collect()
+    };
+    vec![
+        Plot {
+            title: "(a) one RU, 2 BUs: RU throughput vs fragment size (fig. 4)".into(),
+            x: "fragment_bytes",
+            x_label: "fragment size (bytes)".into(),
+            x_log: true,
+            x_bytes: true,
+            y_label: "MB/s into the RU".into(),
+            y_log: false,
+            series: ru_mb,
+        },
+        Plot {
+            title: "(a) one RU: events/s vs fragment size".into(),
+            x: "fragment_bytes",
+            x_label: "fragment size (bytes)".into(),
+            x_log: true,
+            x_bytes: true,
+            y_label: "events per second".into(),
+            y_log: true,
+            series: per_streams("events_per_s"),
+        },
+        Plot {
+            title: "(b) one BU (1 RU × 8 streams): throughput vs event size (fig. 5)".into(),
+            x: "event_bytes",
+            x_label: "event size (bytes of payload)".into(),
+            x_log: true,
+            x_bytes: true,
+            y_label: "MB/s out of the BU".into(),
+            y_log: false,
+            series: tasks,
+        },
+        Plot {
+            title: format!(
+                "(b) one BU, CRC check, {} events: builder threads",
+                crate::format::bytes((threads_fragment * 8) as f64)
+            ),
+            x: "threads",
+            x_label: "builder threads".into(),
+            x_log: false,
+            x_bytes: false,
+            y_label: "events per second".into(),
+            y_log: false,
+            series: vec![s(
+                "crc",
+                "bu",
+                "events_per_s",
+                vec![("task", "crc".into()), ("fragment_bytes", threads_fragment.into())],
+            )],
+        },
+        Plot {
+            title: "(c) N RUs × N BUs, 2 streams per RU: aggregate throughput (fig. 6)".into(),
+            x: "rus",
+            x_label: "RUs = BUs (all on this host)".into(),
+            x_log: false,
+            x_bytes: false,
+            y_label: "MB/s into all RUs".into(),
+            y_log: false,
+            series: scale("mb_per_s"),
+        },
+        Plot {
+            title: "(c) N RUs × N BUs: events/s".into(),
+            x: "rus",
+            x_label: "RUs = BUs (all on this host)".into(),
+            x_log: false,
+            x_bytes: false,
+            y_label: "events per second".into(),
+            y_log: false,
+            series: scale("events_per_s"),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_table_spans_500_b_to_8_kib() {
+        let m = table_means(8);
+        assert_eq!((m.len(), m[0], m[7]), (8, 500.0, 8192.0));
+        assert!(m.windows(2).all(|w| w[0] < w[1]), "{m:?}");
+    }
+
+    #[test]
+    fn the_raw_reference_moves_bytes() {
+        assert!(raw_mb_per_s(1024, Duration::from_millis(50)).unwrap() > 0.0);
+    }
+}
