@@ -4,8 +4,9 @@
 //! The pool is `pages × page_size` bytes allocated once. A fragment of up to one page takes one
 //! page; a larger fragment gets its own allocation, counted against a budget (`large_bytes`), so
 //! a burst of large fragments is back-pressure like any other, never an allocation storm. The
-//! index is a hash table from event id to the event's fragments (kept in arrival order), sized
-//! once for the most fragments the pool can hold, so it never grows either.
+//! index from event id to the event's fragments (kept in arrival order) is a direct-mapped ring,
+//! which finds consecutive event ids at predictable places, with a hash map for ids that collide
+//! in it; both are sized once for the most fragments the pool can hold, so they never grow.
 //!
 //! A fragment that already lives in a reference-counted receive buffer can be stored without a
 //! copy ([`EventManager::insert_shared`]): the event manager keeps a handle to the `Bytes` and
