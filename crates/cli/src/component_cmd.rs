@@ -30,6 +30,8 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     reset, quit.\n\
     Each gets one JSON line back. With --start RUN the component configures and starts at once and\n\
     runs until its input ends or it gets SIGTERM / Ctrl-C; it then stops and prints its summary.\n\n\
+    With --control HOST:PORT the component also joins the control plane: `daqflow dialog send\n\
+    evm/start 7`, `daqflow dialog listen evm/state`.\n\n\
     Configuration keys of every kind: docs/evb.md.";
 
 /// The component kinds this binary runs.
@@ -63,6 +65,88 @@ pub struct Args {
     /// Configure and start run RUN at once, then run until the input ends or a signal.
     #[arg(long, value_name = "RUN")]
     pub start: Option<u32>,
+    /// Also take commands from the control plane (the dialog control server at HOST:PORT):
+    /// `NAME/configure`, `NAME/start` (payload: the run number), `NAME/pause`, `NAME/resume`,
+    /// `NAME/stop` (payload: optional last event), `NAME/reset`, and the same under `all/`;
+    /// publish `NAME/state` and `NAME/stats` (JSON, once a second and on every change). The end
+    /// of standard input then does not end the process; SIGTERM or Ctrl-C does.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub control: Option<String>,
+}
+
+/// The commands a component takes over the control plane.
+const VERBS: [&str; 6] = ["configure", "start", "pause", "resume", "stop", "reset"];
+
+/// A component's presence on the control plane.
+struct ControlLink {
+    dialog: daqflow_dialog::Dialog,
+    state: daqflow_dialog::Service,
+    stats: daqflow_dialog::Service,
+    _commands: Vec<daqflow_dialog::CommandRegistration>,
+    since: std::time::SystemTime,
+    last_state: &'static str,
+    last_result: Value,
+}
+
+impl ControlLink {
+    fn start(control: &str, name: &str, tx: std::sync::mpsc::Sender<Option<String>>) -> anyhow::Result<ControlLink> {
+        let dialog = daqflow_dialog::Dialog::connect(control, name)
+            .map_err(|e| anyhow::anyhow!("joining the control plane at {control}: {e}"))?;
+        let state = dialog.provide(&format!("{name}/state")).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let stats = dialog.provide(&format!("{name}/stats")).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut commands = Vec::new();
+        for verb in VERBS {
+            for target in [name, "all"] {
+                let tx = tx.clone();
+                let reg = dialog
+                    .register_command(&format!("{target}/{verb}"), move |m| {
+                        let arg = String::from_utf8_lossy(&m.data).trim().to_owned();
+                        // A payload may be a bare number or JSON {"run": N} / {"last_event": N}.
+                        let arg = serde_json::from_str::<Value>(&arg)
+                            .ok()
+                            .and_then(|v| v.get("run").or_else(|| v.get("last_event")).and_then(Value::as_u64))
+                            .map_or(arg, |n| n.to_string());
+                        let _ = tx.send(Some(format!("{verb} {arg}")));
+                    })
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                commands.push(reg);
+            }
+        }
+        Ok(ControlLink {
+            dialog,
+            state,
+            stats,
+            _commands: commands,
+            since: std::time::SystemTime::now(),
+            last_state: "",
+            last_result: Value::Null,
+        })
+    }
+
+    /// Publishes the state (when it changed, or `force`) and the statistics.
+    fn publish(&mut self, c: &dyn Component, result: Option<&Value>, force: bool) {
+        if let Some(r) = result {
+            self.last_result = r.clone();
+        }
+        let state = c.state().name();
+        if state != self.last_state {
+            self.since = std::time::SystemTime::now();
+        }
+        if state != self.last_state || force || result.is_some() {
+            self.last_state = state;
+            let since = self.since.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            let stats = c.stats();
+            let v = json!({
+                "state": state,
+                "run": stats.get("run").cloned().unwrap_or(Value::Null),
+                "since_ms": since,
+                "error": c.failure(),
+                "last_command": self.last_result,
+            });
+            let _ = self.state.update(v.to_string().as_bytes());
+            let _ = self.stats.update(stats.to_string().as_bytes());
+        }
+    }
 }
 
 /// Reads `--config` and applies `--set`s into one TOML table.
@@ -182,6 +266,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     // Commands from stdin on a thread, so that a signal is seen while no command comes.
     let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
+    let mut link = match &args.control {
+        Some(addr) => Some(ControlLink::start(addr, &args.name, tx.clone())?),
+        None => None,
+    };
+    let stdin_ends = link.is_none();
+    if let Some(l) = link.as_mut() {
+        let c = component.lock().unwrap_or_else(|p| p.into_inner());
+        l.publish(c.as_ref(), None, true);
+    }
     std::thread::Builder::new().name("stdin".into()).spawn(move || {
         for line in std::io::stdin().lock().lines() {
             match line {
@@ -193,8 +286,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 Err(_) => break,
             }
         }
-        let _ = tx.send(None);
+        if stdin_ends {
+            let _ = tx.send(None);
+        }
     })?;
+    let mut next_publish = std::time::Instant::now();
     loop {
         let line = match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(Some(l)) => l,
@@ -203,12 +299,23 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 if stop_signal.load(Ordering::Relaxed) {
                     break;
                 }
+                if let Some(l) = link.as_mut() {
+                    let c = component.lock().unwrap_or_else(|p| p.into_inner());
+                    let force = std::time::Instant::now() >= next_publish;
+                    l.publish(c.as_ref(), None, force);
+                    if force {
+                        next_publish = std::time::Instant::now() + Duration::from_secs(1);
+                    }
+                }
                 continue;
             }
             Err(_) => break,
         };
         let mut c = component.lock().unwrap_or_else(|p| p.into_inner());
         let (v, done) = command(c.as_mut(), line.trim());
+        if let Some(l) = link.as_mut() {
+            l.publish(c.as_ref(), Some(&v), true);
+        }
         drop(c);
         if !v.is_null() {
             reply(&out, &v);
@@ -228,6 +335,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     let _ = c.reset();
+    if let Some(l) = link.as_mut() {
+        l.publish(c.as_ref(), None, true);
+        l.dialog.shutdown();
+    }
     quit.store(true, Ordering::Relaxed);
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -238,6 +238,9 @@ impl Component for Evm {
 
     fn stats(&self) -> Value {
         let mut v = self.shared.live.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if !v.is_object() {
+            v = json!({});
+        }
         if let Value::Object(m) = &mut v {
             m.insert("state".into(), json!(self.state().name()));
             m.insert("run".into(), json!(self.run));
