@@ -165,6 +165,10 @@ impl Connection {
     pub fn send_slice(&mut self, kind: u16, flags: u8, channel: u32, payload: &[u8]) -> Result<(), SendError> {
         self.tx.send_slice(kind, flags, channel, payload)
     }
+    /// See [`SendHalf::send_slices`].
+    pub fn send_slices(&mut self, kind: u16, flags: u8, channel: u32, parts: &[&[u8]]) -> Result<(), SendError> {
+        self.tx.send_slices(kind, flags, channel, parts)
+    }
     /// See [`SendHalf::send_parts`].
     pub fn send_parts(
         &mut self,
@@ -372,6 +376,33 @@ impl SendHalf {
             }
         }
         self.queue.push_parts_unbounded(kind, flags, channel, prefix, parts);
+        self.stats.frames += 1;
+        self.write_eagerly()
+    }
+
+    /// Queues a frame whose payload is the concatenation of `parts`, copied
+    /// ([`SendQueue::push_slices`]): no allocation for small frames.
+    pub fn send_slices(&mut self, kind: u16, flags: u8, channel: u32, parts: &[&[u8]]) -> Result<(), SendError> {
+        let whole = || {
+            let v: Vec<u8> = parts.concat();
+            Frame::new(kind, Bytes::from(v)).with_flags(flags).with_channel(channel)
+        };
+        if let Some(reason) = &self.closed {
+            return Err(SendError::Closed { peer: self.peer, reason: reason.clone(), frame: whole() });
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if u32::try_from(len).is_err() {
+            return Err(SendError::Io { peer: self.peer, source: io::Error::other("frame payload of 4 GiB or more") });
+        }
+        while !self.queue.push_slices(kind, flags, channel, parts) {
+            match self.make_room(len) {
+                Ok(()) => {}
+                Err(Room::Full) => {
+                    return Err(SendError::Full { peer: self.peer, queued: self.queue.queued_bytes(), frame: whole() });
+                }
+                Err(Room::Io(source)) => return Err(SendError::Io { peer: self.peer, source }),
+            }
+        }
         self.stats.frames += 1;
         self.write_eagerly()
     }
