@@ -282,7 +282,12 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
                 && deadline.is_none_or(|d| Instant::now() < d)
             {
                 let n = count.map_or(*batch, |c| (*batch as u64).min(c - produced) as usize);
-                att.new_events_into(n, *size, Wait::Sleep, &mut events)?;
+                // Short waits, so that Ctrl-C is seen while the system has no free event.
+                match att.new_events_into(n, *size, Wait::Timed(Duration::from_millis(200)), &mut events) {
+                    Ok(_) => {}
+                    Err(daqflow_et::EtError::Timeout) => continue,
+                    Err(e) => return Err(e.into()),
+                }
                 for e in events.iter_mut() {
                     e.write(&fill)?;
                     e.set_control(ctl);

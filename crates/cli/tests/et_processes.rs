@@ -265,3 +265,19 @@ fn two_systems_on_one_machine_with_a_bridge_and_discovery() {
         "{text}"
     );
 }
+
+#[test]
+fn a_producer_waiting_for_free_events_stops_on_ctrl_c() {
+    let name = unique("full");
+    let (_system, _) = et_start(&name, &[]);
+    // A holder keeps the whole pool: the producer then waits for free events.
+    let mut h = holder(&name, "output", 200);
+    h.expect("attached to hold");
+    let mut producer = et(&["produce", "--name", &name, "--size", "100", "--batch", "10", "--json"]);
+    h.expect("holding 200 events");
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    producer.signal(libc::SIGINT);
+    assert_eq!(summary(&mut producer, "produced")["produced"], 200, "it produced the pool, then waited");
+    assert!(t.elapsed() < Duration::from_secs(3), "stopped {:?} after Ctrl-C", t.elapsed());
+}

@@ -41,7 +41,18 @@ pub fn bridge(
         let size = src.iter().map(|e| e.len()).max().unwrap_or(0);
         let mut got = 0;
         while got < src.len() {
-            got += to.new_events_into(src.len() - got, size, Wait::Sleep, &mut dst)?;
+            // Wait in short steps so that a stop is seen while the destination is full; the
+            // events already taken then go back where they came from, none is lost.
+            match to.new_events_into(src.len() - got, size, Wait::Timed(Duration::from_millis(200)), &mut dst) {
+                Ok(n) => got += n,
+                Err(EtError::Timeout) if stop.load(Ordering::Acquire) => {
+                    to.dump_events(&mut dst)?;
+                    from.put_events(&mut src)?;
+                    return Ok(stats);
+                }
+                Err(EtError::Timeout) => {}
+                Err(e) => return Err(e),
+            }
         }
         for (s, d) in src.iter().zip(dst.iter_mut()) {
             d.write(s.data())?;

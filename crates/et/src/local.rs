@@ -134,13 +134,18 @@ impl LocalAttachment {
         // SAFETY: the event was just taken by this attachment under the queue lock: we own it.
         let d = unsafe { *pool.desc(idx) };
         let (ptr, cap) = self.raw_data(idx);
+        // A large event whose temporary buffer this process could not map: its bytes are not
+        // here. It is handed out empty and marked possibly corrupt (never as the pool slot's
+        // unrelated bytes); putting it on leaves the event itself unchanged for the others.
+        let unmapped = d.flags & FLAG_TEMP != 0 && cap == pool.layout.event_size && !self.has_temp(d.temp_id);
+        let cap = if unmapped { 0 } else { cap };
         Ok(Event {
             idx,
             len: cap_hint.unwrap_or(d.len as usize).min(cap),
             cap,
             control: d.control,
             priority: if d.priority == 1 { Priority::High } else { Priority::Low },
-            corrupt: d.flags & FLAG_CORRUPT != 0,
+            corrupt: d.flags & FLAG_CORRUPT != 0 || unmapped,
             temp_id: if d.flags & FLAG_TEMP != 0 { d.temp_id } else { 0 },
             data: Data::Shared(ptr),
             dirty_header: false,
@@ -429,6 +434,11 @@ impl LocalAttachment {
         self.account_in(k);
         pool.station(self.station).events_out.fetch_add(k as u64, Ordering::Relaxed);
         Ok(k)
+    }
+
+    /// Whether temporary buffer `id` is mapped in this process.
+    fn has_temp(&self, id: u32) -> bool {
+        self.temps.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
     }
 
     /// Where event `idx`'s bytes are, and how many it holds (the event must be held).

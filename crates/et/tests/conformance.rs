@@ -443,6 +443,14 @@ fn large_events_are_limited(kind: Kind) {
     let mut again = producer.new_events(4, 4096, Wait::Sleep).unwrap();
     producer.put_events(&mut again).unwrap();
     s.assert_all_free();
+    if kind == Kind::Remote {
+        // Larger than one frame can carry: refused up front, nothing taken.
+        match producer.new_events(1, 3 << 30, Wait::NoWait) {
+            Err(EtError::Refused(m)) => assert!(m.contains("cannot travel remotely"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        s.assert_all_free();
+    }
 }
 
 /// Several consumers on one station share its flow: each event goes to exactly one.

@@ -329,8 +329,11 @@ impl Attachment for RemoteAttachment {
         wait: Wait,
         out: &mut Vec<Event<'a>>,
     ) -> Result<usize, EtError> {
-        if size > u32::MAX as usize {
-            return Err(EtError::Refused("events larger than 4 GiB cannot travel remotely".into()));
+        if size > super::protocol::MAX_REMOTE_EVENT {
+            return Err(EtError::Refused(format!(
+                "events larger than {} bytes cannot travel remotely",
+                super::protocol::MAX_REMOTE_EVENT
+            )));
         }
         let got = self.fetch(NEW, n, size, wait)?;
         let k = got.len();

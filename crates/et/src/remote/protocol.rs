@@ -193,6 +193,10 @@ pub(crate) fn decode_batch(
     Ok(out)
 }
 
+/// The largest event that travels over a remote connection: one frame's payload (the
+/// connections accept frames up to 2 GiB − 1).
+pub(crate) const MAX_REMOTE_EVENT: usize = (u32::MAX / 2) as usize;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use crate::pool::{FLAG_CORRUPT, FLAG_TEMP};
 use crate::system::{Holder, InProcess, SystemInner};
 
 pub(crate) fn options() -> ConnectionOptions {
-    ConnectionOptions { max_frame_bytes: u32::MAX / 2, ..ConnectionOptions::default() }
+    ConnectionOptions { max_frame_bytes: super::protocol::MAX_REMOTE_EVENT as u32, ..ConnectionOptions::default() }
 }
 
 pub(crate) fn bind(addr: SocketAddr) -> Result<Listener, EtError> {
@@ -204,8 +204,11 @@ fn handle(
             }
             let n = (p.get_u32_le() as usize).min(s.pool.layout.events as usize);
             let size = if frame.kind == NEW { p.get_u64_le() as usize } else { 0 };
-            if size > u32::MAX as usize {
-                return Err(EtError::Refused("events larger than 4 GiB cannot travel remotely".into()));
+            if size > super::protocol::MAX_REMOTE_EVENT {
+                return Err(EtError::Refused(format!(
+                    "events larger than {} bytes cannot travel remotely",
+                    super::protocol::MAX_REMOTE_EVENT
+                )));
             }
             let wait = server_wait(decode_wait(&mut p)?);
             let a = att(atts, frame.channel)?;
