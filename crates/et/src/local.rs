@@ -38,6 +38,8 @@ pub struct LocalAttachment {
     pub(crate) att: u32,
     pub(crate) station: u32,
     pub(crate) station_name: String,
+    /// The slot's generation when this attachment was made (see `AttachmentRecord`).
+    generation: u32,
     /// Mappings of the large events this attachment holds.
     temps: Mutex<HashMap<u32, Arc<Mapping>>>,
     scratch: Mutex<Scratch>,
@@ -73,7 +75,10 @@ fn block_of(wait: Wait) -> Block {
 
 impl LocalAttachment {
     pub(crate) fn new(backend: Arc<dyn Backend>, att: u32, station: u32, station_name: String) -> Self {
+        // Made right after the attach: the slot's generation is this attachment's.
+        let generation = backend.pool().attachment(att).generation.load(Ordering::Acquire);
         LocalAttachment {
+            generation,
             backend,
             att,
             station,
@@ -97,10 +102,16 @@ impl LocalAttachment {
         if self.backend.is_dead() {
             return Err(EtError::SystemDead(self.backend.system_name().to_owned()));
         }
-        if self.backend.pool().attachment(self.att).state.load(Ordering::Acquire) != ATT_ACTIVE {
+        if !self.is_mine() {
             return Err(EtError::AttachmentDead(self.att));
         }
         Ok(())
+    }
+
+    /// The slot is active and still this attachment's (not recovered and reused by another).
+    fn is_mine(&self) -> bool {
+        let rec = self.backend.pool().attachment(self.att);
+        rec.state.load(Ordering::Acquire) == ATT_ACTIVE && rec.generation.load(Ordering::Acquire) == self.generation
     }
 
     fn empty_error(&self, e: Empty, wait: Wait) -> Result<usize, EtError> {
@@ -118,7 +129,7 @@ impl LocalAttachment {
         self.alive()?;
         let pool = self.backend.pool();
         let me = self.owner();
-        let abort = || self.backend.is_dead() || pool.attachment(self.att).state.load(Ordering::Acquire) != ATT_ACTIVE;
+        let abort = || self.backend.is_dead() || !self.is_mine();
         idx.clear();
         if n == 0 {
             return Ok(0);
@@ -644,14 +655,43 @@ impl LocalAttachment {
     /// events come back marked possibly corrupt, and dropping it afterwards does nothing.
     pub(crate) fn end_dead(self, system: &crate::system::SystemInner) {
         self.ended.store(true, Ordering::Release);
-        system.detach(self.att, true);
+        if self.same_generation() {
+            system.detach(self.att, true);
+        }
+    }
+
+    /// The slot still belongs to this attachment (whatever its state).
+    fn same_generation(&self) -> bool {
+        self.backend.pool().attachment(self.att).generation.load(Ordering::Acquire) == self.generation
     }
 }
 
 impl Drop for LocalAttachment {
     fn drop(&mut self) {
-        if !self.ended.load(Ordering::Acquire) {
+        // A stale handle (its attachment was recovered and the slot given to someone else) must
+        // not end the new owner's attachment.
+        if !self.ended.load(Ordering::Acquire) && self.same_generation() {
             self.backend.detach(self.att);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Attachment, EtError, EtSystem, SystemConfig, Wait};
+
+    #[test]
+    fn a_stale_handle_cannot_touch_the_attachment_that_reused_its_slot() {
+        let system = EtSystem::create(SystemConfig::new(&format!("stale-{}", std::process::id()), 20, 64)).unwrap();
+        let old = system.attach("GRAND_CENTRAL").unwrap();
+        // The old attachment is recovered (as if its holder had died) and its slot reused.
+        system.inner.detach(old.att, true);
+        let new = system.attach("GRAND_CENTRAL").unwrap();
+        assert_eq!(new.att, old.att, "the slot was reused");
+        assert!(matches!(old.new_events(1, 10, Wait::NoWait), Err(EtError::AttachmentDead(_))));
+        drop(old);
+        let mut evs = new.new_events(2, 10, Wait::NoWait).expect("the new attachment still works");
+        assert_eq!(evs.len(), 2);
+        new.put_events(&mut evs).unwrap();
     }
 }

@@ -107,7 +107,9 @@ pub(crate) struct AttachmentRecord {
     pub state: AtomicU32,
     pub station: AtomicU32,
     pub pid: AtomicU32,
-    pub _pad: u32,
+    /// Incremented by every attach of this slot: a handle that remembers another generation
+    /// is stale (its attachment died and the slot was reused).
+    pub generation: AtomicU32,
     pub heartbeat: AtomicU64,
     pub held: AtomicU64,
     pub got: AtomicU64,

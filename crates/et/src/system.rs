@@ -296,6 +296,7 @@ impl SystemInner {
         for c in [&a.heartbeat, &a.held, &a.got, &a.put, &a.dumped] {
             c.store(0, Ordering::Release);
         }
+        a.generation.fetch_add(1, Ordering::AcqRel);
         a.state.store(ATT_ACTIVE, Ordering::Release);
         rec.attachments.fetch_add(1, Ordering::AcqRel);
         st.attachments[att] = Some(AttMeta { station: slot, holder, last_beat: 0, last_change: Instant::now() });
