@@ -682,7 +682,7 @@ mod tests {
 
     #[test]
     fn a_stale_handle_cannot_touch_the_attachment_that_reused_its_slot() {
-        let system = EtSystem::create(SystemConfig::new(&format!("stale-{}", std::process::id()), 20, 64)).unwrap();
+        let system = EtSystem::create(SystemConfig::new(format!("stale-{}", std::process::id()), 20, 64)).unwrap();
         let old = system.attach("GRAND_CENTRAL").unwrap();
         // The old attachment is recovered (as if its holder had died) and its slot reused.
         system.inner.detach(old.att, true);
