@@ -130,6 +130,10 @@ fn a_consumer_killed_holding_events_gives_them_back_per_restore_mode() {
     assert_eq!(s["consumed"], 100, "the spare got the 70 queued and the 30 restored");
     assert_eq!(s["possibly_corrupt"], 30, "restored events are marked possibly corrupt");
     assert!(system.stderr_contains("attachment lost"));
+    // The 30 entered hold's input twice and were taken twice: in and out agree.
+    let snap = snapshot(&name);
+    let hold = station(&snap, "hold");
+    assert_eq!((hold["events_in"].as_u64(), hold["events_out"].as_u64()), (Some(130), Some(130)), "{hold:#}");
 
     // hold2 took 40 of those and holds them; the other 60 wait in its queue.
     holder2.expect("holding 40 events");

@@ -347,6 +347,9 @@ impl SystemInner {
                 let marks = self.pool.marks(station, OWNER_SYSTEM);
                 self.pool.queue(station).push(&h.iter().map(|x| x.0).collect::<Vec<_>>(), true, &marks);
                 self.pool.queue(station).push(&l.iter().map(|x| x.0).collect::<Vec<_>>(), false, &marks);
+                // They entered the input list again: counted in again, so that events out (which
+                // counts them a second time when they are taken) never exceeds events in.
+                rec.events_in.fetch_add(batch.len() as u64, Ordering::Relaxed);
             } else {
                 route_and_push(&self.pool, station, None, &batch, &ProcessEnv(self), OWNER_SYSTEM);
             }
