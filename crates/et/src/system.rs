@@ -59,6 +59,9 @@ struct Temp {
 pub(crate) struct State {
     stations: Vec<Option<StationMeta>>,
     chain: Vec<u32>,
+    /// Where each removed station stood in the chain: events found in its input list later
+    /// continue from that position (the stations that followed it), not from the start.
+    removed_at: HashMap<u32, usize>,
     next_group: u32,
     attachments: Vec<Option<AttMeta>>,
     temps: HashMap<u32, Temp>,
@@ -195,6 +198,7 @@ impl SystemInner {
         };
         rec.state.store(STATION_ACTIVE, Ordering::Release);
         st.stations[slot as usize] = Some(StationMeta { name: name.to_owned(), group, closure });
+        st.removed_at.remove(&slot);
         st.chain.insert(at, slot);
         self.pool.set_chain(&st.chain);
         tracing::info!(system = %self.config.name, station = name, position = at + 1, "station created");
@@ -211,6 +215,8 @@ impl SystemInner {
             if self.pool.station(slot).attachments.load(Ordering::Acquire) > 0 {
                 return Err(EtError::Refused(format!("station `{name}` has attachments; detach them first")));
             }
+            let pos = st.chain.iter().position(|&s| s == slot).unwrap_or(0);
+            st.removed_at.insert(slot, pos);
             st.chain.retain(|&s| s != slot);
             self.pool.set_chain(&st.chain);
             st.stations[slot as usize] = None;
@@ -226,13 +232,15 @@ impl SystemInner {
         Ok(())
     }
 
-    /// Routes the events waiting in station `slot`'s input list onward (the station is gone).
+    /// Routes the events waiting in station `slot`'s input list onward (the station is gone):
+    /// to the stations that followed it in the chain.
     fn drain_station(&self, slot: u32) {
+        let pos = self.state().removed_at.get(&slot).copied().unwrap_or(0);
         let mut idx = Vec::new();
         let q = self.pool.queue(slot);
         while q.pop(1024, &mut idx, Block::No, &self.pool.marks(slot, OWNER_SYSTEM), &|| false).is_ok() {
             let batch = self.held_batch(&idx, false);
-            route_and_push(&self.pool, 0, Some(0), &batch, &ProcessEnv(self), OWNER_SYSTEM);
+            route_and_push(&self.pool, 0, Some(pos), &batch, &ProcessEnv(self), OWNER_SYSTEM);
             idx.clear();
         }
     }
@@ -561,6 +569,7 @@ impl EtSystem {
             state: Mutex::new(State {
                 stations,
                 chain: Vec::new(),
+                removed_at: HashMap::new(),
                 next_group: 0,
                 attachments: (0..config.max_attachments.max(1)).map(|_| None).collect(),
                 temps: HashMap::new(),
