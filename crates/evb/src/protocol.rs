@@ -258,7 +258,12 @@ impl<'a> Reader<'a> {
 }
 
 fn put_string(b: &mut BytesMut, s: &str) {
-    let s = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
+    // At most 65535 bytes, cut at a character boundary so that the text stays UTF-8.
+    let mut end = s.len().min(u16::MAX as usize);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let s = &s.as_bytes()[..end];
     b.put_u16_le(s.len() as u16);
     b.put_slice(s);
 }
@@ -487,6 +492,16 @@ mod tests {
             let mut longer = full.to_vec();
             longer.extend(std::iter::repeat_n(0u8, extra));
             prop_assert!(Message::decode(&Frame::new(m.kind(), Bytes::from(longer))).is_err());
+        }
+    }
+
+    #[test]
+    fn a_long_text_is_cut_at_a_character_boundary() {
+        let reason = "é".repeat(40_000); // 80 000 bytes
+        let m = Message::Abort { reason };
+        match Message::decode(&m.to_frame()).unwrap() {
+            Message::Abort { reason } => assert!(reason.len() <= 65535 && reason.chars().all(|c| c == 'é')),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -284,14 +284,17 @@ impl Source {
     fn end_thread(&mut self, stop_at: u64, patience: Duration) -> Option<Value> {
         let thread = self.thread.take()?;
         self.shared.stop_at.store(stop_at, Ordering::SeqCst);
+        // A stop ends a pause: the source produces up to `stop_at` (or is cut off below).
+        self.shared.paused.store(false, Ordering::SeqCst);
         let deadline = Instant::now() + patience;
         while !thread.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         if !thread.is_finished() {
+            // Whether it waits in a write (its RU no longer reads) or for its pacing: end it.
+            self.shared.abandon.store(true, Ordering::SeqCst);
             let fd = self.shared.fd.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(fd) = *fd {
-                self.shared.abandon.store(true, Ordering::SeqCst);
                 // SAFETY: the sending thread clears `fd` under this lock before it closes the
                 // socket, so `fd` is still its open socket; shutdown(2) only wakes its write.
                 unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
@@ -330,6 +333,9 @@ fn produce(
     let mut buf = BytesMut::new();
     loop {
         if id > shared.stop_at.load(Ordering::Relaxed) {
+            break;
+        }
+        if shared.abandon.load(Ordering::Relaxed) {
             break;
         }
         if shared.paused.load(Ordering::Relaxed) {

@@ -208,6 +208,22 @@ fn garbage_on_every_listening_socket_harms_no_one() {
             let _ = s.write_all(&payload);
             rogue.push(s);
         }
+        if addr == evm_addr {
+            // An impostor: a well-formed hello of a BU whose id is taken. Refused, and its
+            // leaving must not look like the real BU leaving (no re-assignment).
+            let hello = daqflow_evb::protocol::Message::Hello {
+                role: daqflow_evb::protocol::Role::Bu,
+                id: 0,
+                run: 1,
+                name: "impostor".into(),
+                addr: String::new(),
+            };
+            let mut buf = bytes::BytesMut::new();
+            daqflow_wire::frame::FrameCodec::default().encode(&hello.to_frame(), &mut buf);
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(&buf).unwrap();
+            rogue.push(s);
+        }
         std::thread::sleep(Duration::from_millis(200));
         drop(rogue);
     }
@@ -221,6 +237,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
     let bu = b.bus[0].stop(None).unwrap();
     assert!(evm["error"].is_null() && ru["error"].is_null() && bu["error"].is_null(), "{evm}\n{ru}\n{bu}");
     assert_eq!(evm["lost"], 0);
+    assert_eq!(evm["reassigned"], 0, "the impostor's exit did not count as the real BU's");
     assert!(last > 0);
     assert_eq!(bu["events_built"].as_u64(), Some(last));
 }

@@ -323,8 +323,8 @@ impl Sink {
         })
     }
 
-    /// Hands an event to the output.
-    fn put(&mut self, ev: &BuiltEvent, trigger_type: u32) -> Result<(), String> {
+    /// Hands an event to the output; `stop` ends a wait for room (a full ET system).
+    fn put(&mut self, ev: &BuiltEvent, trigger_type: u32, stop: &AtomicBool) -> Result<(), String> {
         match self {
             Sink::Discard => Ok(()),
             Sink::Files(w) => {
@@ -332,7 +332,16 @@ impl Sink {
                 w.write_event_parts(EventId(ev.event_id), &parts).map_err(|e| e.to_string())
             }
             Sink::Et { producer, .. } => {
-                let mut events = producer.new_events(1, ev.len, Wait::Sleep).map_err(|e| e.to_string())?;
+                let mut events = loop {
+                    match producer.new_events(1, ev.len, Wait::Timed(Duration::from_millis(50))) {
+                        Ok(e) => break e,
+                        Err(daqflow_et::EtError::Timeout) if stop.load(Ordering::Relaxed) => {
+                            return Err("the ET system had no free event until the stop".into());
+                        }
+                        Err(daqflow_et::EtError::Timeout) => {}
+                        Err(e) => return Err(e.to_string()),
+                    }
+                };
                 let e = &mut events[0];
                 let buf = e.buffer_mut();
                 let mut at = 0;
@@ -427,7 +436,7 @@ impl Task for Builder {
                 c.crc_errors.fetch_add(u64::from(built.crc_errors), Ordering::Relaxed);
                 tracing::warn!(builder = %self.name, "event {} built with flags {:#x}", built.event_id, built.flags.0);
             }
-            self.sink.as_mut().expect("open until the end").put(&built, trigger_type)?;
+            self.sink.as_mut().expect("open until the end").put(&built, trigger_type, &self.shared.stop)?;
             c.events.fetch_add(1, Ordering::Relaxed);
             c.bytes.fetch_add(built.len as u64, Ordering::Relaxed);
             self.unconfirmed.push(built.event_id);
@@ -663,12 +672,17 @@ impl BuIo {
             }
         }
         let done_asking = self.run_end.is_some() || self.stop_requested.is_some();
-        let in_flight = self.granted - self.confirmed;
+        let in_flight = self.granted.saturating_sub(self.confirmed);
         let grant = if done_asking { 0 } else { self.credit_target().saturating_sub(in_flight) };
         let since = now.duration_since(self.last_request);
         let heartbeat_due = since >= Duration::from_millis(self.config.heartbeat_ms);
         let confirm_due = !self.done.is_empty() && since >= Duration::from_millis(2);
         let grant_due = grant >= u64::from(self.config.request_batch) || (grant > 0 && in_flight == 0);
+        if !self.requested_first && heartbeat_due {
+            // Still connecting to the RUs: tell the EVM this BU is alive.
+            self.evm.send(Message::Request { credits: 0, done: Vec::new() }.to_frame());
+            self.last_request = now;
+        }
         if self.requested_first && (grant_due || confirm_due || heartbeat_due) {
             let credits = grant.min(u64::from(u32::MAX)) as u32;
             self.evm.send(Message::Request { credits, done: std::mem::take(&mut self.done) }.to_frame());
@@ -680,6 +694,19 @@ impl BuIo {
 
     fn tick(&mut self, now: Instant) {
         self.next_tick = now + Duration::from_millis(1);
+        // A builder whose output failed has ended its thread: the BU cannot confirm any more.
+        // It leaves the run (closing its link to the EVM) so that the EVM re-assigns its
+        // unconfirmed events to the other BUs; the reason is this BU's error.
+        if self.failure.is_none()
+            && let Some(t) = self.builders.iter().position(|(_, r)| r.is_finished())
+        {
+            let reason = format!("builder thread {t} stopped (its output failed; see the log); leaving the run");
+            tracing::error!(bu = %self.name, "{reason}");
+            self.failure = Some(reason.clone());
+            *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+            let _ = self.evm.conn.close();
+            self.evm.closed = Some("left the run".into());
+        }
         self.dispatch();
         self.confirm(now);
         if self.shared.stop.load(Ordering::Relaxed) && self.stop_requested.is_none() {
@@ -785,6 +812,17 @@ impl BuIo {
         });
         self.last_rate = (now, events, bytes);
         *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) = live;
+    }
+}
+
+impl Drop for BuIo {
+    /// A BU reset (or failing) during a run: its builder threads are stopped and joined, so
+    /// that their outputs close (files finished, ET attachments detached).
+    fn drop(&mut self) {
+        for (stop, running) in self.builders.drain(..) {
+            stop.stop();
+            let _ = running.join();
+        }
     }
 }
 

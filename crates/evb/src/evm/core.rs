@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 use crate::model::Rng;
 use crate::protocol::{Message, Trigger};
 
+/// Most unassigned credits one BU may hold.
+pub const MAX_CREDITS: u64 = 1 << 20;
+
 /// What the core wants sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Out {
@@ -182,12 +185,14 @@ impl EvmCore {
         Ok(true)
     }
 
-    /// Emulated free-running triggers: makes as many as the BUs' credits can take now.
-    pub fn trigger_on_demand(&mut self, now: Instant, timestamp: u64, out: &mut Vec<Out>) {
+    /// Emulated free-running triggers: makes as many as the BUs' credits can take now, keeping
+    /// at most `max_pending` waiting.
+    pub fn trigger_on_demand(&mut self, now: Instant, timestamp: u64, max_pending: usize, out: &mut Vec<Out>) {
         if self.stopped_at.is_some() {
             return;
         }
-        let want = self.total_credits().saturating_sub(self.pending.len() as u64);
+        let room = max_pending.saturating_sub(self.pending.len()) as u64;
+        let want = self.total_credits().saturating_sub(self.pending.len() as u64).min(room);
         let mut accepted = 0;
         // With rejects, keep triggering until the credits are covered (bounded for safety).
         let mut budget = want.saturating_mul(4).max(want + 64);
@@ -203,7 +208,9 @@ impl EvmCore {
     /// A BU's request: `credits` more, and confirmations of `done`.
     pub fn request(&mut self, bu: u32, credits: u32, done: &[u64], out: &mut Vec<Out>) {
         let Some(b) = self.bus.get_mut(&bu) else { return };
-        b.credits += u64::from(credits);
+        // A BU cannot hold more than this many unassigned credits (a peer asking for 2^32 would
+        // otherwise make the EVM trigger without bound).
+        b.credits = (b.credits + u64::from(credits)).min(MAX_CREDITS);
         let mut released = Vec::with_capacity(done.len());
         for id in done {
             if b.outstanding.remove(id).is_some() {
@@ -442,10 +449,10 @@ mod tests {
         let mut out = Vec::new();
         c.add_bu(1);
         c.request(1, 10, &[], &mut out);
-        c.trigger_on_demand(now, 0, &mut out);
+        c.trigger_on_demand(now, 0, 1 << 20, &mut out);
         assert_eq!(c.pending(), 10);
         assert_eq!(c.stop(), 10);
-        c.trigger_on_demand(now, 0, &mut out);
+        c.trigger_on_demand(now, 0, 1 << 20, &mut out);
         assert_eq!(c.accounting().triggered, 10);
         assert!(c.trigger(Trigger { event_id: 11, ..Default::default() }, now, &mut out).is_err());
     }

@@ -142,6 +142,7 @@ pub struct Evm {
     shared: Arc<Shared>,
     running: Option<Running>,
     run: u32,
+    bound: Option<std::net::SocketAddr>,
 }
 
 impl Evm {
@@ -155,6 +156,7 @@ impl Evm {
             shared: Arc::default(),
             running: None,
             run: 0,
+            bound: None,
         }
     }
 
@@ -177,6 +179,7 @@ impl Component for Evm {
         self.config.validate()?;
         let listener = bind(&self.config.listen, control_options())?;
         let addr = listener.local_addr();
+        self.bound = Some(addr);
         self.listener = Some(listener);
         self.state = State::Configured;
         Ok(json!({ "listen": addr.to_string() }))
@@ -255,7 +258,10 @@ impl Component for Evm {
 
 impl Evm {
     fn configure_again(&mut self) -> Result<(), EvbError> {
-        let listener = bind(&self.config.listen, control_options());
+        // The same address as before (with port 0 configured, the port it got), so that peers
+        // configured with it reach the next run too.
+        let addr = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
+        let listener = bind(&addr, control_options());
         match listener {
             Ok(l) => {
                 self.listener = Some(l);
@@ -288,6 +294,8 @@ struct EvmIo {
     started: Instant,
     next_tick: Instant,
     next_accept: Instant,
+    /// (start, first event id) of the current paced stretch of emulated triggers.
+    paced_from: Option<(Instant, u64)>,
     stop_at: Option<Instant>,
     done: bool,
     trigger_ended: bool,
@@ -335,6 +343,7 @@ impl EvmIo {
             started: now,
             next_tick: now,
             next_accept: now,
+            paced_from: None,
             stop_at: None,
             done: false,
             trigger_ended: false,
@@ -448,6 +457,9 @@ impl EvmIo {
             }
             Role::Bu => {
                 if self.peers.iter().enumerate().any(|(j, p)| j != i && p.role == Some(Role::Bu) && p.id == id) {
+                    // Refused as a nobody: closing it must not look like the live BU leaving.
+                    tracing::warn!(evm = %self.name, "refusing a second BU {id} ({})", self.peers[i].conn.peer_addr());
+                    self.peers[i].role = None;
                     self.peers[i].closed = Some(format!("BU {id} is already connected"));
                     return;
                 }
@@ -535,16 +547,21 @@ impl EvmIo {
         }
         // Emulated triggers.
         let paused = self.shared.paused.load(Ordering::Relaxed);
+        if paused {
+            self.paced_from = None;
+        }
         if self.ready && self.config.trigger == TriggerMode::Emulated && self.core.stopped_at().is_none() && !paused {
             let ts = unix_ns();
             if self.config.rate_hz > 0.0 {
-                let due = (now.duration_since(self.started).as_secs_f64() * self.config.rate_hz) as u64;
+                // Paced from when triggering (re)started: no burst after a pause or a late RU.
+                let (t0, id0) = *self.paced_from.get_or_insert((now, self.core.next_event_id()));
+                let due = id0 - 1 + (now.duration_since(t0).as_secs_f64() * self.config.rate_hz) as u64;
                 while self.core.next_event_id() <= due && self.core.pending() < self.config.max_pending {
                     let t = Trigger { event_id: self.core.next_event_id(), trigger_type: 1, flags: 0, timestamp: ts };
                     let _ = self.core.trigger(t, now, &mut self.out);
                 }
             } else {
-                self.core.trigger_on_demand(now, ts, &mut self.out);
+                self.core.trigger_on_demand(now, ts, self.config.max_pending, &mut self.out);
             }
         }
         if self.ready {
@@ -639,8 +656,8 @@ impl EvmIo {
             "reassigned": acc.reassigned,
             "pending": self.core.pending(),
             "in_flight": self.core.in_flight(),
-            "events_per_s": (acc.built - built0) as f64 / dt,
-            "triggers_per_s": (acc.triggered - trig0) as f64 / dt,
+            "events_per_s": acc.built.saturating_sub(built0) as f64 / dt,
+            "triggers_per_s": acc.triggered.saturating_sub(trig0) as f64 / dt,
             "rus_connected": self.rus.len(),
             "rus_expected": self.config.rus,
             "bus": bus,
@@ -690,6 +707,12 @@ impl Module for EvmIo {
                 for _ in 0..64 {
                     let mut any = false;
                     for i in 0..self.peers.len() {
+                        // Triggers wait until every RU is there (the run's RU list is known).
+                        let hold = self.peers[i].role == Some(Role::Trigger)
+                            && (!self.ready || self.core.pending() >= self.config.max_pending);
+                        if hold && self.peers[i].stash.is_none() {
+                            continue;
+                        }
                         if let Some(f) = self.peers[i].next() {
                             any = true;
                             self.handle(i, f);

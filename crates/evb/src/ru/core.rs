@@ -37,6 +37,8 @@ pub struct RuCounters {
 
 #[derive(Debug, Clone, Default)]
 struct Stream {
+    /// Ended cleanly (end frame): past every event.
+    ended: bool,
     source_id: Option<u32>,
     /// Next event id expected.
     next: u64,
@@ -95,7 +97,7 @@ impl RuCore {
             ru_id,
             soft_limit: buffer_bytes,
             check_crc,
-            streams: vec![Stream { source_id: None, next: 1, last: 0 }; streams],
+            streams: vec![Stream { ended: false, source_id: None, next: 1, last: 0 }; streams],
             em,
             queues: BTreeMap::new(),
             rejects: VecDeque::new(),
@@ -160,6 +162,15 @@ impl RuCore {
         self.streams[slot].source_id = Some(source_id);
     }
 
+    /// Stream `slot` ended cleanly after event `last`: it counts as past every later event, so
+    /// that an assigned event it will never deliver goes out marked incomplete instead of
+    /// waiting for the drain timeout.
+    pub fn stream_ended(&mut self, slot: usize, last: u64) {
+        let s = &mut self.streams[slot];
+        s.last = s.last.max(last);
+        s.ended = true;
+    }
+
     /// Highest event id stream `slot` delivered.
     pub fn stream_last(&self, slot: usize) -> u64 {
         self.streams[slot].last
@@ -183,6 +194,14 @@ impl RuCore {
         let stream = &mut self.streams[slot];
         let expected_source = stream.source_id;
         let expected = stream.next;
+        if stream.last > 0 && id <= stream.last {
+            // A repeat (or a step back): storing it would make the event look complete with
+            // another stream's fragment missing. Dropped, counted, logged.
+            let past = stream.last;
+            self.counters.sequence_errors += 1;
+            self.problem(format!("source {}: event {id} again (already past {past}): dropped", h.source_id));
+            return Ok(());
+        }
         stream.next = id.saturating_add(1);
         stream.last = stream.last.max(id);
         if expected_source.is_some_and(|s| s != h.source_id) {
@@ -221,7 +240,7 @@ impl RuCore {
     /// Whether every stream delivered event `id` (or has gone past it).
     fn ready(&self, id: u64) -> bool {
         self.em.get(id).is_some_and(|e| e.fragment_count() >= self.streams.len())
-            || self.streams.iter().all(|s| s.last >= id)
+            || self.streams.iter().all(|s| s.ended || s.last >= id)
     }
 
     /// Events `ids` are assigned to BU `bu`.
@@ -414,6 +433,33 @@ mod tests {
         r.release([1]);
         assert_eq!(r.events_stored(), 0);
         assert_eq!(r.counters().released, 1);
+    }
+
+    #[test]
+    fn a_repeated_fragment_is_dropped_not_taken_for_another_stream() {
+        let mut r = ru(2);
+        r.on_fragment(0, frag(10, 1, b"x")).unwrap();
+        r.on_fragment(0, frag(10, 1, b"x")).unwrap(); // stream 0 sends event 1 twice
+        assert_eq!(r.counters().sequence_errors, 1);
+        r.assign(1, [1]);
+        assert!(r.next_for(1).is_none(), "still waiting for stream 1");
+        r.on_fragment(1, frag(11, 1, b"y")).unwrap();
+        let sf = r.next_for(1).unwrap();
+        assert_eq!(sf.header.fragment_count, 2);
+        assert_eq!(sf.header.flags, SuperFragmentFlags::default());
+    }
+
+    #[test]
+    fn an_ended_stream_lets_later_events_go_out_incomplete() {
+        let mut r = ru(2);
+        r.on_fragment(0, frag(10, 1, b"x")).unwrap();
+        r.on_fragment(0, frag(10, 2, b"x")).unwrap();
+        r.on_fragment(1, frag(11, 1, b"y")).unwrap();
+        r.stream_ended(1, 1);
+        r.assign(1, [1, 2]);
+        assert_eq!(r.next_for(1).unwrap().header.fragment_count, 2);
+        let sf = r.next_for(1).unwrap();
+        assert!(sf.header.flags.contains(SuperFragmentFlags::INCOMPLETE));
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub struct Ru {
     shared: Arc<Shared>,
     running: Option<Running>,
     run: u32,
+    bound: Option<std::net::SocketAddr>,
 }
 
 impl Ru {
@@ -111,6 +112,7 @@ impl Ru {
             shared: Arc::default(),
             running: None,
             run: 0,
+            bound: None,
         }
     }
 }
@@ -131,8 +133,19 @@ impl Component for Ru {
         if self.config.max_fragment_bytes >= self.config.buffer_bytes {
             return Err(EvbError::Config("ru: buffer_bytes must be larger than max_fragment_bytes".into()));
         }
-        let listener = bind(&self.config.listen, data_options())?;
+        if self.config.max_fragments == 0 || self.config.max_fragments > 1 << 26 {
+            return Err(EvbError::Config("ru: max_fragments must be between 1 and 67108864".into()));
+        }
+        if self.config.send_queue_bytes > 16 << 20 {
+            // Above the data link's own queue, a send could wait inside the RU's only thread.
+            return Err(EvbError::Config("ru: send_queue_bytes must be at most 16 MiB".into()));
+        }
+        // After a run, the same address again (with port 0 configured, the port it got), so
+        // that sources and BUs configured with it reach the next run too.
+        let want = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
+        let listener = bind(&want, data_options())?;
         let addr = listener.local_addr();
+        self.bound = Some(addr);
         self.listener = Some(listener);
         self.state = State::Configured;
         Ok(json!({ "listen": addr.to_string() }))
@@ -176,7 +189,11 @@ impl Component for Ru {
             return Err(EvbError::Failed(e.to_string()));
         }
         let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        self.configure()?;
+        // Ready for the next run on the same address; if it cannot be bound now (taken), the
+        // RU stays in Initial and `configure` tells why.
+        if let Err(e) = self.configure() {
+            tracing::warn!(ru = %self.name, "not configured for another run: {e}");
+        }
         summary.ok_or_else(|| EvbError::Failed("the RU ended without a summary".into()))
     }
 
@@ -399,6 +416,7 @@ impl RuIo {
                     });
                     self.streams[slot].ended = Some(last.unwrap_or(0));
                     self.streams[slot].peer = None;
+                    self.core.stream_ended(slot, last.unwrap_or(0));
                     return;
                 }
                 k => {
