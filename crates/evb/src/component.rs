@@ -77,6 +77,25 @@ pub trait Component: Send {
     fn failure(&self) -> Option<String>;
 }
 
+/// The `stats` answer of a component whose run loop publishes its counters into `live`: those
+/// counters (an empty object before the first publication) with the state and the run number.
+pub(crate) fn live_stats(live: &std::sync::Mutex<Value>, state: State, run: u32) -> Value {
+    let mut v = live.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if !v.is_object() {
+        v = serde_json::json!({});
+    }
+    if let Value::Object(m) = &mut v {
+        m.insert("state".into(), serde_json::json!(state.name()));
+        m.insert("run".into(), serde_json::json!(run));
+    }
+    v
+}
+
+/// A copy of what a mutex holds, even if a thread panicked while holding it.
+pub(crate) fn read<T: Clone>(m: &std::sync::Mutex<T>) -> T {
+    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// Refuses `command` unless the component takes a run (Running or Paused).
 pub(crate) fn expect_run(command: &'static str, have: State) -> Result<(), EvbError> {
     if matches!(have, State::Running | State::Paused) {

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
-use crate::component::{Component, State, expect_run, expect_state, reported};
+use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported};
 use crate::link::{Peer, connect, control_options, data_options};
 use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
 use crate::{EvbError, Idle};
@@ -275,19 +275,11 @@ impl Component for Bu {
     }
 
     fn stats(&self) -> Value {
-        let mut v = self.shared.live.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if !v.is_object() {
-            v = json!({});
-        }
-        if let Value::Object(m) = &mut v {
-            m.insert("state".into(), json!(self.state().name()));
-            m.insert("run".into(), json!(self.run));
-        }
-        v
+        live_stats(&self.shared.live, self.state(), self.run)
     }
 
     fn failure(&self) -> Option<String> {
-        self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        read(&self.shared.failure)
     }
 }
 

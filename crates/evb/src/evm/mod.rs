@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
-use crate::component::{Component, State, expect_run, expect_state, reported};
+use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported};
 use crate::link::{Peer, bind, control_options, unix_ns};
 use crate::protocol::{KIND_FRAGMENT, Message, Role, Trigger};
 use crate::{EvbError, Idle};
@@ -240,19 +240,11 @@ impl Component for Evm {
     }
 
     fn stats(&self) -> Value {
-        let mut v = self.shared.live.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if !v.is_object() {
-            v = json!({});
-        }
-        if let Value::Object(m) = &mut v {
-            m.insert("state".into(), json!(self.state().name()));
-            m.insert("run".into(), json!(self.run));
-        }
-        v
+        live_stats(&self.shared.live, self.state(), self.run)
     }
 
     fn failure(&self) -> Option<String> {
-        self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        read(&self.shared.failure)
     }
 }
 
