@@ -96,6 +96,23 @@ pub(crate) fn read<T: Clone>(m: &std::sync::Mutex<T>) -> T {
     m.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
+/// Running → Paused, or Paused → Running (`pause` true or false): checks the state, then sets
+/// `flag` (what the component's threads watch; `None` for components that follow the data).
+pub(crate) fn set_paused(
+    state: &mut State,
+    pause: bool,
+    flag: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<(), EvbError> {
+    let (command, from, to) =
+        if pause { ("pause", State::Running, State::Paused) } else { ("resume", State::Paused, State::Running) };
+    expect_state(command, *state, from)?;
+    if let Some(f) = flag {
+        f.store(pause, std::sync::atomic::Ordering::SeqCst);
+    }
+    *state = to;
+    Ok(())
+}
+
 /// Refuses `command` unless the component takes a run (Running or Paused).
 pub(crate) fn expect_run(command: &'static str, have: State) -> Result<(), EvbError> {
     if matches!(have, State::Running | State::Paused) {

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::EvbError;
-use crate::component::{Component, State, expect_run, expect_state, reported};
+use crate::component::{Component, State, expect_run, expect_state, reported, set_paused};
 use crate::link::{connect, data_options, unix_ns};
 use crate::model::{Rng, SizeModel, StreamTable, fill_pattern};
 use crate::protocol::{KIND_FRAGMENT, Message, Role};
@@ -239,17 +239,11 @@ impl Component for Source {
     }
 
     fn pause(&mut self) -> Result<(), EvbError> {
-        expect_state("pause", self.state, State::Running)?;
-        self.shared.paused.store(true, Ordering::SeqCst);
-        self.state = State::Paused;
-        Ok(())
+        set_paused(&mut self.state, true, Some(&self.shared.paused))
     }
 
     fn resume(&mut self) -> Result<(), EvbError> {
-        expect_state("resume", self.state, State::Paused)?;
-        self.shared.paused.store(false, Ordering::SeqCst);
-        self.state = State::Running;
-        Ok(())
+        set_paused(&mut self.state, false, Some(&self.shared.paused))
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {

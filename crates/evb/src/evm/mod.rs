@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
-use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported};
+use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported, set_paused};
 use crate::link::{Peer, bind, control_options, unix_ns};
 use crate::protocol::{KIND_FRAGMENT, Message, Role, Trigger};
 use crate::{EvbError, Idle};
@@ -216,17 +216,11 @@ impl Component for Evm {
     }
 
     fn pause(&mut self) -> Result<(), EvbError> {
-        expect_state("pause", self.state, State::Running)?;
-        self.shared.paused.store(true, Ordering::SeqCst);
-        self.state = State::Paused;
-        Ok(())
+        set_paused(&mut self.state, true, Some(&self.shared.paused))
     }
 
     fn resume(&mut self) -> Result<(), EvbError> {
-        expect_state("resume", self.state, State::Paused)?;
-        self.shared.paused.store(false, Ordering::SeqCst);
-        self.state = State::Running;
-        Ok(())
+        set_paused(&mut self.state, false, Some(&self.shared.paused))
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {

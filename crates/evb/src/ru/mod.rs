@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::core::{OutgoingSf, RuCore, RuCounters};
-use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported};
+use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported, set_paused};
 use crate::link::{Peer, bind, connect, control_options, data_options};
 use crate::protocol::{KIND_END, KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
 use crate::{EvbError, Idle};
@@ -198,17 +198,12 @@ impl Component for Ru {
     }
 
     fn pause(&mut self) -> Result<(), EvbError> {
-        expect_state("pause", self.state, State::Running)?;
         // RUs and BUs follow the data: nothing to hold back.
-        self.state = State::Paused;
-        Ok(())
+        set_paused(&mut self.state, true, None)
     }
 
     fn resume(&mut self) -> Result<(), EvbError> {
-        expect_state("resume", self.state, State::Paused)?;
-        // Nothing was held back.
-        self.state = State::Running;
-        Ok(())
+        set_paused(&mut self.state, false, None)
     }
 
     fn reset(&mut self) -> Result<(), EvbError> {
