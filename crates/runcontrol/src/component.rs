@@ -1,0 +1,485 @@
+//! The component framework: the [`Component`] trait a process implements, and the [`Driver`]
+//! that runs it through the state machine of `DESIGN.md`:
+//!
+//! ```text
+//! Initial ──configure──▶ Configured ──start(run)──▶ Running ──pause──▶ Paused
+//!    ▲                      │  ▲                      │  ▲               │
+//!    └──────reset───────────┘  └────────stop──────────┘  └────resume─────┘
+//! any state ──fault──▶ Error ──reset──▶ Initial
+//! ```
+//!
+//! The driver owns the state: it refuses illegal transitions with
+//! [`ComponentError::IllegalTransition`] before any hook runs, builds the component from its
+//! configuration on `configure` (so that a reconfigure takes new parameters), and moves to
+//! Error with the reason when a hook fails or the component reports a failure during the run.
+//! A component only implements what happens in each transition.
+//!
+//! ```
+//! use daqflow_runcontrol::component::{Component, Driver, Registry, State};
+//! use daqflow_runcontrol::ComponentError;
+//! use serde_json::{json, Value};
+//!
+//! struct Counter { n: u64 }
+//! impl Component for Counter {
+//!     fn kind(&self) -> &str { "counter" }
+//!     fn start(&mut self, _run: u32) -> Result<(), ComponentError> { self.n = 0; Ok(()) }
+//!     fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> { Ok(json!({"events": self.n})) }
+//!     fn stats(&self) -> Value { json!({"events": self.n}) }
+//! }
+//!
+//! let mut registry = Registry::new();
+//! registry.add("counter", |_name, _config| Ok(Box::new(Counter { n: 0 })));
+//! let mut driver = Driver::new(registry, "counter", "c-1", toml::Table::new());
+//! driver.configure(None)?;
+//! driver.start(7)?;
+//! assert_eq!(driver.state(), State::Running);
+//! assert!(driver.configure(None).is_err()); // refused: configure while running
+//! let summary = driver.stop(None)?;
+//! assert_eq!(summary["events"], 0);
+//! # Ok::<(), ComponentError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::ComponentError;
+
+/// The states of a component (`DESIGN.md`, process model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum State {
+    /// Created, nothing bound.
+    Initial,
+    /// Configured: sockets bound, ready to start a run.
+    Configured,
+    /// Taking a run.
+    Running,
+    /// The run is paused.
+    Paused,
+    /// Failed; `reset` goes back to Initial.
+    Error,
+}
+
+impl State {
+    /// The state's name, as published in `<name>/state`.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Initial => "Initial",
+            State::Configured => "Configured",
+            State::Running => "Running",
+            State::Paused => "Paused",
+            State::Error => "Error",
+        }
+    }
+
+    /// The state of a name (`"Running"` …).
+    pub fn parse(s: &str) -> Option<State> {
+        [State::Initial, State::Configured, State::Running, State::Paused, State::Error]
+            .into_iter()
+            .find(|st| st.name() == s)
+    }
+}
+
+/// What a component does in each transition. Every hook has a default that does nothing, so a
+/// component implements only what it needs; the [`Driver`] checks the state before calling.
+pub trait Component: Send {
+    /// The kind (`recorder`, `ru`, …).
+    fn kind(&self) -> &str;
+    /// Initial → Configured: check the configuration, bind listening sockets, open what the
+    /// run needs. Returns what others need to know (e.g. `{"listen": "127.0.0.1:7101"}`); the
+    /// operator can put these values into other components' parameters (`${name.listen}`).
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        Ok(json!({}))
+    }
+    /// Configured → Running: take run `run`.
+    fn start(&mut self, run: u32) -> Result<(), ComponentError>;
+    /// Running or Paused → Configured: end the run, return its summary (counters, files).
+    /// `arg` is kind-specific (a source produces up to event `arg`).
+    fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError>;
+    /// Running → Paused.
+    fn pause(&mut self) -> Result<(), ComponentError> {
+        Ok(())
+    }
+    /// Paused → Running.
+    fn resume(&mut self) -> Result<(), ComponentError> {
+        Ok(())
+    }
+    /// Any → Initial: stop whatever runs, release everything.
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        Ok(())
+    }
+    /// Live counters and rates (a JSON object), published in `<name>/stats` once a second.
+    fn stats(&self) -> Value {
+        json!({})
+    }
+    /// Why the component failed during the run, if it did; the driver then reports Error.
+    fn failure(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Builds a component of one kind from its name and configuration table.
+pub type Factory = Arc<dyn Fn(&str, toml::Table) -> Result<Box<dyn Component>, ComponentError> + Send + Sync>;
+
+/// The component kinds a binary can run, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    kinds: BTreeMap<String, Factory>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Adds (or replaces) a kind.
+    pub fn add(
+        &mut self,
+        kind: &str,
+        factory: impl Fn(&str, toml::Table) -> Result<Box<dyn Component>, ComponentError> + Send + Sync + 'static,
+    ) -> &mut Registry {
+        self.kinds.insert(kind.to_owned(), Arc::new(factory));
+        self
+    }
+
+    /// The kinds, sorted.
+    pub fn kinds(&self) -> Vec<&str> {
+        self.kinds.keys().map(String::as_str).collect()
+    }
+
+    /// Builds a component.
+    pub fn make(&self, kind: &str, name: &str, config: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
+        let f = self
+            .kinds
+            .get(kind)
+            .ok_or_else(|| ComponentError::UnknownKind(kind.to_owned(), self.kinds().join(", ")))?;
+        f(name, config)
+    }
+}
+
+/// Deserializes a component's configuration table into its config struct, with an error that
+/// names the component and the key.
+pub fn parse_config<T: serde::de::DeserializeOwned>(name: &str, table: toml::Table) -> Result<T, ComponentError> {
+    table.try_into().map_err(|e: toml::de::Error| ComponentError::Config(format!("{name}: {}", e.message().trim())))
+}
+
+/// Runs one component through the state machine.
+pub struct Driver {
+    registry: Registry,
+    kind: String,
+    name: String,
+    base: toml::Table,
+    component: Option<Box<dyn Component>>,
+    state: State,
+    run: Option<u32>,
+    error: Option<String>,
+}
+
+impl Driver {
+    /// A driver in state Initial for a component of `kind` named `name`, with the base
+    /// configuration `base` (what `--config` and `--set` gave).
+    pub fn new(registry: Registry, kind: &str, name: &str, base: toml::Table) -> Driver {
+        Driver {
+            registry,
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            base,
+            component: None,
+            state: State::Initial,
+            run: None,
+            error: None,
+        }
+    }
+
+    /// The component's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The component's kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The state; Error as soon as the component reports a failure during a run.
+    pub fn state(&self) -> State {
+        if matches!(self.state, State::Running | State::Paused) && self.failure().is_some() {
+            State::Error
+        } else {
+            self.state
+        }
+    }
+
+    /// The run taken (Running, Paused) or last taken.
+    pub fn run(&self) -> Option<u32> {
+        self.run
+    }
+
+    /// Why the component is in Error, if it is.
+    pub fn failure(&self) -> Option<String> {
+        self.error.clone().or_else(|| self.component.as_ref().and_then(|c| c.failure()))
+    }
+
+    fn refuse(&self, command: &'static str) -> ComponentError {
+        ComponentError::IllegalTransition { command, state: self.state().name() }
+    }
+
+    fn fail(&mut self, e: ComponentError) -> ComponentError {
+        if !matches!(e, ComponentError::IllegalTransition { .. }) {
+            self.state = State::Error;
+            self.error = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Initial → Configured. `overrides` (from the operator) are merged over the base
+    /// configuration, key by key; the component is built anew from the result.
+    pub fn configure(&mut self, overrides: Option<toml::Table>) -> Result<Value, ComponentError> {
+        if self.state() != State::Initial {
+            return Err(self.refuse("configure"));
+        }
+        let mut table = self.base.clone();
+        if let Some(o) = overrides {
+            merge(&mut table, o);
+        }
+        let mut c = match self.registry.make(&self.kind, &self.name, table) {
+            Ok(c) => c,
+            Err(e) => return Err(self.fail(e)),
+        };
+        match c.configure() {
+            Ok(info) => {
+                self.component = Some(c);
+                self.state = State::Configured;
+                Ok(info)
+            }
+            Err(e) => {
+                let _ = c.reset();
+                Err(self.fail(e))
+            }
+        }
+    }
+
+    fn hook<T>(
+        &mut self,
+        command: &'static str,
+        from: &[State],
+        to: State,
+        f: impl FnOnce(&mut dyn Component) -> Result<T, ComponentError>,
+    ) -> Result<T, ComponentError> {
+        if !from.contains(&self.state()) {
+            return Err(self.refuse(command));
+        }
+        let Some(c) = self.component.as_mut() else { return Err(self.refuse(command)) };
+        match f(c.as_mut()) {
+            Ok(v) => {
+                self.state = to;
+                Ok(v)
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// Configured → Running.
+    pub fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        self.hook("start", &[State::Configured], State::Running, |c| c.start(run))?;
+        self.run = Some(run);
+        Ok(())
+    }
+
+    /// Running or Paused → Configured, with the run's summary. A component that failed
+    /// during the run (state Error) can be stopped too, to collect what it has.
+    pub fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError> {
+        let failed_in_run = self.state() == State::Error && matches!(self.state, State::Running | State::Paused);
+        let to = if failed_in_run { State::Error } else { State::Configured };
+        let from = [State::Running, State::Paused, State::Error];
+        let v = self.hook("stop", &from, to, |c| c.stop(arg))?;
+        if failed_in_run {
+            self.error = self.failure();
+        }
+        Ok(v)
+    }
+
+    /// Running → Paused.
+    pub fn pause(&mut self) -> Result<(), ComponentError> {
+        self.hook("pause", &[State::Running], State::Paused, |c| c.pause())
+    }
+
+    /// Paused → Running.
+    pub fn resume(&mut self) -> Result<(), ComponentError> {
+        self.hook("resume", &[State::Paused], State::Running, |c| c.resume())
+    }
+
+    /// Any state → Initial: the component is reset and dropped.
+    pub fn reset(&mut self) -> Result<(), ComponentError> {
+        let r = match self.component.take() {
+            Some(mut c) => c.reset(),
+            None => Ok(()),
+        };
+        self.state = State::Initial;
+        self.error = None;
+        r
+    }
+
+    /// Live counters (an object; empty before configure) with `state` and `run`.
+    pub fn stats(&self) -> Value {
+        let mut v = self.component.as_ref().map_or_else(|| json!({}), |c| c.stats());
+        if !v.is_object() {
+            v = json!({ "value": v });
+        }
+        if let Value::Object(m) = &mut v {
+            m.insert("state".into(), json!(self.state().name()));
+            m.insert("run".into(), json!(self.run));
+        }
+        v
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.component.take() {
+            if matches!(self.state, State::Running | State::Paused) {
+                let _ = c.stop(None);
+            }
+            let _ = c.reset();
+        }
+    }
+}
+
+/// Merges `over` into `base`: tables merge key by key, anything else replaces.
+pub fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// An event-builder component (`daqflow-evb`) as a framework component.
+pub struct Evb(pub Box<dyn daqflow_evb::component::Component>);
+
+impl Component for Evb {
+    fn kind(&self) -> &str {
+        self.0.kind()
+    }
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        Ok(self.0.configure()?)
+    }
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        Ok(self.0.start(run)?)
+    }
+    fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError> {
+        Ok(self.0.stop(arg)?)
+    }
+    fn pause(&mut self) -> Result<(), ComponentError> {
+        Ok(self.0.pause()?)
+    }
+    fn resume(&mut self) -> Result<(), ComponentError> {
+        Ok(self.0.resume()?)
+    }
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        Ok(self.0.reset()?)
+    }
+    fn stats(&self) -> Value {
+        self.0.stats()
+    }
+    fn failure(&self) -> Option<String> {
+        self.0.failure()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Probe {
+        fail_start: bool,
+    }
+    impl Component for Probe {
+        fn kind(&self) -> &str {
+            "probe"
+        }
+        fn start(&mut self, _run: u32) -> Result<(), ComponentError> {
+            if self.fail_start { Err(ComponentError::Failed("no hardware".into())) } else { Ok(()) }
+        }
+        fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+            Ok(json!({}))
+        }
+    }
+
+    fn driver() -> Driver {
+        let mut r = Registry::new();
+        r.add("probe", |_, t| {
+            Ok(Box::new(Probe { fail_start: t.get("fail_start").and_then(|v| v.as_bool()).unwrap_or(false) }))
+        });
+        Driver::new(r, "probe", "p", toml::Table::new())
+    }
+
+    #[test]
+    fn illegal_transitions_are_refused_with_the_state() {
+        let mut d = driver();
+        for (what, r) in [
+            ("start", d.start(1).err()),
+            ("stop", d.stop(None).err()),
+            ("pause", d.pause().err()),
+            ("resume", d.resume().err()),
+        ] {
+            let e = r.unwrap_or_else(|| panic!("{what} accepted in Initial"));
+            assert_eq!(e.to_string(), format!("`{what}` is not allowed in state Initial"));
+        }
+        d.configure(None).unwrap();
+        assert!(matches!(
+            d.configure(None),
+            Err(ComponentError::IllegalTransition { command: "configure", state: "Configured" })
+        ));
+        d.start(3).unwrap();
+        assert!(d.resume().is_err());
+        d.pause().unwrap();
+        assert_eq!(d.state(), State::Paused);
+        assert!(d.pause().is_err());
+        d.resume().unwrap();
+        d.stop(None).unwrap();
+        assert_eq!(d.state(), State::Configured);
+        assert_eq!(d.run(), Some(3));
+        d.reset().unwrap();
+        assert_eq!(d.state(), State::Initial);
+    }
+
+    #[test]
+    fn a_failing_hook_puts_the_component_in_error_until_reset() {
+        let mut d = driver();
+        let mut o = toml::Table::new();
+        o.insert("fail_start".into(), toml::Value::Boolean(true));
+        d.configure(Some(o)).unwrap();
+        assert!(d.start(1).is_err());
+        assert_eq!(d.state(), State::Error);
+        assert_eq!(d.failure().as_deref(), Some("no hardware"));
+        assert!(d.configure(None).is_err());
+        d.reset().unwrap();
+        assert_eq!(d.failure(), None);
+        // Reconfigured without the override: starts.
+        d.configure(None).unwrap();
+        d.start(2).unwrap();
+    }
+
+    #[test]
+    fn an_unknown_kind_is_named_with_the_known_ones() {
+        let mut d = Driver::new(Registry::new(), "nope", "x", toml::Table::new());
+        let e = d.configure(None).unwrap_err().to_string();
+        assert!(e.contains("unknown component kind `nope`"), "{e}");
+        assert_eq!(d.state(), State::Error);
+    }
+
+    #[test]
+    fn overrides_merge_nested_tables() {
+        let mut base: toml::Table = "a = 1\n[size]\nkind = 'fixed'\nbytes = 10".parse().unwrap();
+        merge(&mut base, "b = 2\n[size]\nbytes = 20".parse().unwrap());
+        assert_eq!(base["size"]["kind"].as_str(), Some("fixed"));
+        assert_eq!(base["size"]["bytes"].as_integer(), Some(20));
+        assert_eq!(base["b"].as_integer(), Some(2));
+    }
+}

@@ -1,0 +1,46 @@
+//! The errors of the component framework.
+
+/// Why a component refused or failed a command.
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    /// The command is not allowed in the component's state (`DESIGN.md` state machine).
+    #[error("`{command}` is not allowed in state {state}")]
+    IllegalTransition {
+        /// The command refused.
+        command: &'static str,
+        /// The state the component is in.
+        state: &'static str,
+    },
+    /// The configuration is wrong: an unknown or missing key, a bad value.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The component kind is not known to this binary.
+    #[error("unknown component kind `{0}` (known: {1})")]
+    UnknownKind(String, String),
+    /// The hook failed; the text says why.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<daqflow_evb::EvbError> for ComponentError {
+    fn from(e: daqflow_evb::EvbError) -> Self {
+        match e {
+            daqflow_evb::EvbError::IllegalTransition { command, state } => {
+                ComponentError::IllegalTransition { command, state }
+            }
+            other => ComponentError::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<daqflow_et::EtError> for ComponentError {
+    fn from(e: daqflow_et::EtError) -> Self {
+        ComponentError::Failed(format!("ET: {e}"))
+    }
+}
+
+impl From<std::io::Error> for ComponentError {
+    fn from(e: std::io::Error) -> Self {
+        ComponentError::Failed(e.to_string())
+    }
+}
