@@ -16,6 +16,7 @@ mod evb_cmd;
 mod format;
 mod inspect;
 mod profile_cmd;
+mod run_cmd;
 
 /// daqflow: a data-acquisition dataflow framework for physics experiments.
 ///
@@ -39,6 +40,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The main job: a whole DAQ on this machine (trigger, sources, readout and builder units,
+    /// ET, recorder, monitor, message logger, run database, web UI), one run, a summary.
+    #[command(after_help = run_cmd::DEMO_AFTER_HELP)]
+    Demo(run_cmd::DemoArgs),
+    /// The operator: start the system a TOML file describes, drive its runs, serve the web UI.
+    #[command(after_help = run_cmd::RUN_AFTER_HELP)]
+    Run(run_cmd::RunArgs),
     /// Print the version of daqflow and of its formats.
     Version,
     /// Read data files: summary, size distribution, and with --verify every CRC.
@@ -59,7 +67,8 @@ enum Command {
     /// The event builder (CMS DAQ2): a whole builder on this machine (`evb local`).
     #[command(after_help = evb_cmd::AFTER_HELP)]
     Evb(evb_cmd::EvbArgs),
-    /// Run one component (source, evm, ru, bu) as this process, driven by commands on stdin.
+    /// Run one component (source, evm, ru, bu, et, recorder, monitor, msglogger, generator,
+    /// repeater, sink) as this process, driven by commands on stdin or the control plane.
     #[command(after_help = component_cmd::AFTER_HELP)]
     Component(component_cmd::Args),
     /// The data-plane engine's examples: the paper's ROB / TRG / collector test bed, profiled.
@@ -82,10 +91,13 @@ fn main() -> ExitCode {
     // Servers and components report what they do; short-lived tools only what goes wrong.
     init_logging(match cli.command {
         Command::ControlServer(_) | Command::Component(_) => "info",
+        Command::Run(_) | Command::Demo(_) => "warn",
         Command::Et(ref args) if args.is_server() => "info",
         _ => "warn",
     });
     let result = match cli.command {
+        Command::Demo(args) => run_cmd::demo(&args),
+        Command::Run(args) => run_cmd::run(&args),
         Command::Version => {
             print_version();
             Ok(ExitCode::SUCCESS)
@@ -113,13 +125,19 @@ fn main() -> ExitCode {
 fn init_logging(default_level: &str) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_env("DAQFLOW_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
-        .init();
+        .with_filter(filter);
+    // Records at info and above are also kept for the process's `<name>/log` service (the
+    // message logger stores them), whatever the terminal shows.
+    let capture = daqflow_runcontrol::log::layer().with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+    let _ = tracing_subscriber::registry().with(fmt).with(capture).try_init();
 }
 
 fn print_version() {

@@ -429,7 +429,7 @@ mod tests {
             ("resume", d.resume().err()),
         ] {
             let e = r.unwrap_or_else(|| panic!("{what} accepted in Initial"));
-            assert_eq!(e.to_string(), format!("`{what}` is not allowed in state Initial"));
+            assert_eq!(e.to_string(), format!("cannot {what} in state Initial"));
         }
         d.configure(None).unwrap();
         assert!(matches!(

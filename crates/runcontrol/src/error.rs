@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum ComponentError {
     /// The command is not allowed in the component's state (`DESIGN.md` state machine).
-    #[error("`{command}` is not allowed in state {state}")]
+    #[error("cannot {command} in state {state}")]
     IllegalTransition {
         /// The command refused.
         command: &'static str,

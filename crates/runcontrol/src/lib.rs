@@ -17,8 +17,15 @@
 //! component of one's own.
 #![warn(missing_docs)]
 
+pub mod chain;
 pub mod component;
+pub mod components;
+pub mod db;
 mod error;
+pub mod log;
+pub mod operator;
+pub mod process;
 pub mod registry;
+pub mod system;
 
 pub use error::ComponentError;

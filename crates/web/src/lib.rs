@@ -1,10 +1,244 @@
 //! # daqflow-web: the operator's web UI and HTTP API
 //!
-//! (Being written.) The operator implements [`Backend`]; [`serve`] serves the UI, the JSON API,
-//! live updates as server-sent events and Prometheus metrics from it.
+//! The run-control and monitoring front end of daqflow, after the web UIs of DAQ-Middleware and
+//! iFDAQ and the DIALOG GUI: the operator implements [`Backend`]; [`serve`] (or [`spawn`], on a
+//! thread of its own) serves from it
+//!
+//! - the UI: one page of HTML, vanilla JavaScript and CSS embedded in the binary (run control,
+//!   rates, histograms, ET stations, the DIALOG process view, the message browser, run history);
+//! - a JSON API (`/api/…`), with live updates as server-sent events (`/api/events`,
+//!   `/api/listen`);
+//! - Prometheus metrics (`/metrics`): the backend's plus the web server's own;
+//! - control ownership: one client controls the run at a time, the others watch.
+//!
+//! `docs/web.md` documents every route, the event formats and the ownership rules. The HTTP/1.1
+//! server is written here on tokio (no web framework): request heads up to 16 KiB, bodies up to
+//! 1 MiB with `Content-Length`, keep-alive; whatever a client sends, it answers or closes that
+//! connection and keeps serving the others. Every [`Backend`] method runs on a blocking thread.
+//!
+//! ## Example
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use std::sync::Arc;
+//! use daqflow_web::{Backend, LogFilter, WebOptions};
+//! use serde_json::{json, Value};
+//!
+//! /// A system that never leaves `Initial`.
+//! struct Idle;
+//!
+//! impl Backend for Idle {
+//!     fn status(&self) -> Value {
+//!         json!({"system": "demo", "state": "Initial", "components": [], "rates": []})
+//!     }
+//!     fn transition(&self, verb: &str, _arg: Value) -> Result<Value, String> {
+//!         Err(format!("`{verb}` is not allowed in state Initial"))
+//!     }
+//!     fn processes(&self) -> Result<Value, String> { Ok(json!([])) }
+//!     fn send_command(&self, _name: &str, _data: &str) -> Result<u32, String> { Ok(0) }
+//!     fn listen(
+//!         &self,
+//!         service: &str,
+//!         _tx: tokio::sync::mpsc::UnboundedSender<String>,
+//!     ) -> Result<Box<dyn Send>, String> {
+//!         Err(format!("no service `{service}`"))
+//!     }
+//!     fn logs(&self, _filter: &LogFilter) -> Result<Value, String> { Ok(json!([])) }
+//!     fn runs(&self, _limit: usize) -> Result<Value, String> { Ok(json!([])) }
+//!     fn run(&self, _run: u32) -> Result<Option<Value>, String> { Ok(None) }
+//!     fn histograms(&self) -> Value { json!([]) }
+//!     fn et(&self) -> Value { json!([]) }
+//!     fn metrics(&self) -> String { "daqflow_events_total 0\n".into() }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Port 0: any free port; the handle tells which.
+//! let web = daqflow_web::spawn("127.0.0.1:0", Arc::new(Idle), WebOptions::default())?;
+//! println!("web UI on {}", web.url());
+//!
+//! let mut http = std::net::TcpStream::connect(web.local_addr())?;
+//! http.write_all(b"GET /api/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+//! let mut response = String::new();
+//! http.read_to_string(&mut response)?;
+//! assert!(response.starts_with("HTTP/1.1 200 OK"));
+//! assert!(response.contains(r#""state":"Initial""#));
+//!
+//! web.shutdown()?;
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 
+mod control;
+mod http;
+mod metrics;
+mod server;
+mod ui;
+
+use std::fmt::Display;
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
 use serde_json::Value;
+
+/// How the web server behaves. `WebOptions::default()` is what the operator uses; tests
+/// shorten the times.
+#[derive(Debug, Clone)]
+pub struct WebOptions {
+    /// A controlling client unseen this long (no request, no open event stream) loses control.
+    /// Default 30 s.
+    pub control_lapse: Duration,
+    /// How often `/api/events` sends the status (it also sends it right after a transition
+    /// made through the web). Default 1 s.
+    pub status_interval: Duration,
+    /// How often an idle event stream sends a comment line, so that proxies and the browser
+    /// keep it open. Default 15 s.
+    pub keepalive_interval: Duration,
+    /// A connection that sends nothing for this long (between requests, or in the middle of
+    /// one) is closed. Default 60 s.
+    pub idle_timeout: Duration,
+    /// The largest request head (request line and header fields), in bytes; a larger one is
+    /// refused with 431. Default 16 KiB.
+    pub max_head_bytes: usize,
+    /// The largest request body, in bytes; a larger one is refused with 413. Default 1 MiB.
+    pub max_body_bytes: usize,
+    /// At most this many connections at once; more are answered 503 and closed. Default 256.
+    pub max_connections: usize,
+}
+
+impl Default for WebOptions {
+    fn default() -> Self {
+        WebOptions {
+            control_lapse: Duration::from_secs(30),
+            status_interval: Duration::from_secs(1),
+            keepalive_interval: Duration::from_secs(15),
+            idle_timeout: Duration::from_secs(60),
+            max_head_bytes: 16 * 1024,
+            max_body_bytes: 1024 * 1024,
+            max_connections: 256,
+        }
+    }
+}
+
+/// Why the web server could not start or stopped badly.
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    /// The listening socket could not be bound: the port is taken, or the address is not one
+    /// of this host's. Pick another `web` address (port 0 picks a free port).
+    #[error("the web server cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An I/O error setting up the listening socket.
+    #[error("the web server's listening socket failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The web server's thread or its tokio runtime could not be created (out of threads or
+    /// memory).
+    #[error("cannot start the web server's thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The web server's thread panicked (a bug: please report it).
+    #[error("the web server's thread panicked")]
+    Panicked,
+}
+
+/// Serves the UI and the API from `backend` on `listener` until the process ends.
+///
+/// Errors accepting a connection (out of file descriptors, …) are logged and retried; this
+/// returns only if the server cannot run at all.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    backend: Arc<dyn Backend>,
+    options: WebOptions,
+) -> Result<(), WebError> {
+    serve_with_shutdown(listener, backend, options, std::future::pending()).await
+}
+
+/// Like [`serve`], until `shutdown` completes: then it stops accepting, ends the event streams,
+/// lets requests in progress finish (for up to 5 s) and returns.
+pub async fn serve_with_shutdown(
+    listener: tokio::net::TcpListener,
+    backend: Arc<dyn Backend>,
+    options: WebOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), WebError> {
+    server::run(listener, backend, options, shutdown).await
+}
+
+/// Binds `addr` and serves on a thread of its own (with its own tokio runtime), for callers
+/// that are not async or do not want to share their runtime. The port may be 0: the handle
+/// tells the one bound.
+pub fn spawn(
+    addr: impl ToSocketAddrs + Display,
+    backend: Arc<dyn Backend>,
+    options: WebOptions,
+) -> Result<WebHandle, WebError> {
+    let listener =
+        std::net::TcpListener::bind(&addr).map_err(|source| WebError::Bind { addr: addr.to_string(), source })?;
+    listener.set_nonblocking(true)?;
+    let local_addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(WebError::Thread)?;
+    let thread = std::thread::Builder::new()
+        .name("daqflow-web".into())
+        .spawn(move || {
+            let result = runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                // The handle's sender fires or is dropped: either way, stop.
+                serve_with_shutdown(listener, backend, options, async move {
+                    let _ = stop_rx.await;
+                })
+                .await
+            });
+            // Backend calls still running on blocking threads are not waited for long.
+            runtime.shutdown_timeout(Duration::from_secs(5));
+            result
+        })
+        .map_err(WebError::Thread)?;
+    Ok(WebHandle { local_addr, stop: Some(stop_tx), thread: Some(thread) })
+}
+
+/// A web server started by [`spawn`]. Dropping it stops the server too, without waiting.
+#[derive(Debug)]
+pub struct WebHandle {
+    local_addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), WebError>>>,
+}
+
+impl WebHandle {
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The UI's URL, `http://ADDRESS:PORT/`.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.local_addr)
+    }
+
+    /// Stops the server and waits for its thread (at most about 10 s: event streams end at once,
+    /// requests in progress get 5 s, backend calls still running 5 s more).
+    pub fn shutdown(mut self) -> Result<(), WebError> {
+        self.stop.take().map(|s| s.send(()));
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(WebError::Panicked),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for WebHandle {
+    fn drop(&mut self) {
+        self.stop.take().map(|s| s.send(()));
+    }
+}
 
 /// What the web server asks the operator. Every method is called from a blocking thread
 /// (`spawn_blocking`), so an implementation may block for as long as the operation takes (a
@@ -19,7 +253,7 @@ pub trait Backend: Send + Sync + 'static {
     fn status(&self) -> Value;
     /// A run-control transition of the whole system: `configure`, `start`, `stop`, `pause`,
     /// `resume`, `reset`; `arg` is optional (e.g. `{"run": 12}` for start). Returns the
-    /// transition's result or an error text (e.g. "`start` is not allowed in state Initial").
+    /// transition's result or an error text (e.g. "cannot start in state Initial").
     fn transition(&self, verb: &str, arg: Value) -> Result<Value, String>;
     /// The control plane's directory (DIALOG GUI view): `[{"name","host","port","pid",
     /// "provides":[…],"subscribes":[…],"commands":[…], …}]`.

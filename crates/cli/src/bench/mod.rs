@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
+mod chain;
 pub mod dialog;
 mod engine;
 mod et;
@@ -37,6 +38,9 @@ pub enum SuiteName {
     /// throughput per task (build, CRC check, write files) and builder threads, RUs × BUs
     /// scaling, and realistic per-stream sizes; whole builders as processes, next to raw TCP.
     Evb,
+    /// The DAQ-Middleware component chain (figs. 4–9): generator → k repeaters → sink as
+    /// processes, k = 0 … 6, MB/s vs chunk size 1 KiB … 1 MiB, next to raw TCP.
+    Chain,
 }
 
 /// Arguments of `daqflow bench`.
@@ -51,12 +55,13 @@ pub struct Args {
     /// Write SUITE.csv, SUITE.json and SUITE.png into this directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Repetitions per point; the median is reported [default: 5 (dialog, et, engine, evb: 3),
+    /// Repetitions per point; the median is reported [default: 5 (dialog, et, engine, evb, chain: 3),
     /// or 1 with --quick].
     #[arg(long)]
     pub repetitions: Option<usize>,
     /// Seconds per measurement [default: 1, or 0.25 with --quick; dialog: 2, or 0.5; evb: the
-    /// window after 0.5 s of warm-up of each event-builder run, 1.5, or 1 with --quick].
+    /// window after 0.5 s of warm-up of each event-builder run, 1.5, or 1 with --quick; chain: the
+    /// window after the warm-up of each chain run, 1, or 0.3 with --quick].
     #[arg(long)]
     pub seconds: Option<f64>,
     /// dialog: number of sender processes.
@@ -65,7 +70,8 @@ pub struct Args {
     /// dialog: message sizes in bytes, comma-separated [default: 16,128,1024,2048,10240,102400,1048576;
     /// with --quick 16,1024,102400]. et: event sizes of the size sweep [default:
     /// 8,64,512,1024,5120,16384,65536,262144,1048576; with --quick 64,4096,65536]. evb: fragment
-    /// sizes of the RU sweep [default: 256,1024,4096,16384,65536; with --quick 1024,16384].
+    /// sizes of the RU sweep [default: 256,1024,4096,16384,65536; with --quick 1024,16384]. chain:
+    /// chunk sizes [default: 1024,4096,16384,65536,262144,1048576; with --quick 4096,65536,1048576].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
 }
@@ -82,6 +88,7 @@ Examples:
   daqflow bench et --quick --out bench-out
   daqflow bench engine --quick --out bench-out
   daqflow bench evb --quick --out bench-out
+  daqflow bench chain --quick --out bench-out
   daqflow bench dialog --senders 25 --sizes 16,1024 --seconds 3
   daqflow bench transport --repetitions 9 --seconds 2 --out bench-out";
 
@@ -92,6 +99,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         SuiteName::Et => (if args.quick { 0.25 } else { 1.0 }, 3),
         SuiteName::Engine => (if args.quick { 0.25 } else { 1.0 }, 3),
         SuiteName::Evb => (if args.quick { 1.0 } else { 1.5 }, 3),
+        SuiteName::Chain => (if args.quick { 0.3 } else { 1.0 }, 3),
     };
     let config = BenchConfig {
         quick: args.quick,
@@ -129,6 +137,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .unwrap_or_else(|| if args.quick { vec![1024, 16384] } else { vec![256, 1024, 4096, 16384, 65536] });
             let (suite, failures) = evb::run(config, evb::EvbOptions { sizes })?;
             return evb::finish(&suite, &failures);
+        }
+        SuiteName::Chain => {
+            let (suite, failures) = chain::run(config, chain::ChainOptions::new(args.quick, args.sizes.clone()))?;
+            return chain::finish(&suite, &failures);
         }
     };
     suite.finish()

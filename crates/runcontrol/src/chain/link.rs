@@ -1,0 +1,316 @@
+//! What the three chain components share: addresses, connection options, the live counters
+//! behind `stats`, a sending side that never blocks without looking at the stop flag, and the
+//! end of a component's thread.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use daqflow_transport::{Connection, ConnectionOptions, Listener};
+use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame};
+use serde_json::{Map, Value, json};
+
+use crate::ComponentError;
+
+/// How long a component's thread waits in one `poll(2)` before it looks at its flags again.
+pub(crate) const TICK: Duration = Duration::from_millis(50);
+
+/// Resolves `addr` (`host:port`) for the key `key`.
+pub(crate) fn resolve(name: &str, key: &str, addr: &str) -> Result<SocketAddr, ComponentError> {
+    if addr.is_empty() {
+        return Err(ComponentError::Config(format!("{name}: `{key}` is required (HOST:PORT)")));
+    }
+    addr.to_socket_addrs()
+        .map_err(|e| ComponentError::Config(format!("{name}: {key} = `{addr}`: {e}")))?
+        .next()
+        .ok_or_else(|| ComponentError::Config(format!("{name}: {key} = `{addr}` resolves to no address")))
+}
+
+/// The transport keys every chain kind has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    pub send_queue_bytes: usize,
+    pub recv_chunk_bytes: usize,
+    pub socket_buffer_bytes: Option<usize>,
+}
+
+impl Tuning {
+    pub(crate) fn options(self) -> ConnectionOptions {
+        ConnectionOptions {
+            send_queue_bytes: self.send_queue_bytes.max(1),
+            recv_chunk_bytes: self.recv_chunk_bytes.max(4096),
+            send_buffer_bytes: self.socket_buffer_bytes,
+            recv_buffer_bytes: self.socket_buffer_bytes,
+            ..ConnectionOptions::default()
+        }
+    }
+}
+
+/// Binds the listening socket of a repeater or a sink.
+pub(crate) fn bind(name: &str, listen: &str, tuning: Tuning) -> Result<Listener, ComponentError> {
+    let addr = resolve(name, "listen", listen)?;
+    Listener::bind(addr, tuning.options()).map_err(|e| ComponentError::Failed(format!("{name}: {e}")))
+}
+
+/// Waits at most `timeout` until `read` is readable or `write` writable (either may be absent).
+pub(crate) fn wait(read: Option<RawFd>, write: Option<RawFd>, timeout: Duration) -> std::io::Result<()> {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(2);
+    if let Some(fd) = read {
+        fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    }
+    if let Some(fd) = write {
+        fds.push(libc::pollfd { fd, events: libc::POLLOUT, revents: 0 });
+    }
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: `fds` is a valid array of `fds.len()` initialised pollfd structures that lives
+    // across the call; the descriptors belong to connections the caller keeps open.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The sending side of a chain connection. The transport's queue is bounded by
+/// `send_queue_bytes` with the blocking policy; a frame is only queued once it fits, so that no
+/// send ever waits in the kernel: the thread waits in `poll(2)` in steps of [`TICK`] instead
+/// and sees the stop flag between them.
+pub(crate) struct Outlet {
+    pub conn: Connection,
+    capacity: usize,
+}
+
+/// Why sending ended early.
+pub(crate) enum Cut {
+    /// The stop flag was raised while waiting for the peer.
+    Abandoned,
+    /// Writing failed (the text says why).
+    Failed(String),
+}
+
+impl Outlet {
+    pub(crate) fn new(conn: Connection, capacity: usize) -> Outlet {
+        Outlet { conn, capacity: capacity.max(1) }
+    }
+
+    /// Whether a frame of `len` payload bytes fits in the queue now (an empty queue takes any).
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        let q = self.conn.queued_bytes();
+        q == 0 || q + FRAME_HEADER_LEN + len <= self.capacity
+    }
+
+    /// Writes what the socket takes now; whether anything was written.
+    pub(crate) fn push(&mut self) -> Result<bool, Cut> {
+        let before = self.conn.queued_bytes();
+        if before == 0 {
+            return Ok(false);
+        }
+        self.conn.try_flush().map_err(|e| Cut::Failed(e.to_string()))?;
+        Ok(self.conn.queued_bytes() < before)
+    }
+
+    /// Waits until a frame of `len` payload bytes fits.
+    pub(crate) fn wait_room(&mut self, len: usize, abandon: &AtomicBool) -> Result<(), Cut> {
+        while !self.has_room(len) {
+            if abandon.load(Ordering::Relaxed) {
+                return Err(Cut::Abandoned);
+            }
+            if !self.push()? {
+                wait(None, Some(self.conn.as_raw_fd()), TICK).map_err(|e| Cut::Failed(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues `frame` (it must fit: [`Outlet::wait_room`]).
+    pub(crate) fn send(&mut self, frame: Frame) -> Result<(), Cut> {
+        self.conn.send(frame).map_err(|e| Cut::Failed(e.to_string()))
+    }
+
+    /// Queues a frame of `prefix` and `payload` (it must fit).
+    pub(crate) fn send_prefixed(&mut self, kind: u16, flags: u8, prefix: &[u8], payload: Bytes) -> Result<(), Cut> {
+        self.conn.send_prefixed(kind, flags, 0, prefix, payload).map_err(|e| Cut::Failed(e.to_string()))
+    }
+
+    /// Writes everything queued, then shuts the sending direction down: the peer sees a clean
+    /// end after the last frame.
+    pub(crate) fn finish(&mut self, abandon: &AtomicBool) -> Result<(), Cut> {
+        while self.conn.queued_bytes() > 0 {
+            if abandon.load(Ordering::Relaxed) {
+                return Err(Cut::Abandoned);
+            }
+            if !self.push()? {
+                wait(None, Some(self.conn.as_raw_fd()), TICK).map_err(|e| Cut::Failed(e.to_string()))?;
+            }
+        }
+        self.conn.close().map_err(|e| Cut::Failed(e.to_string()))
+    }
+}
+
+/// Counters of one run, written by the component's thread and read by `stats`.
+pub(crate) struct Live {
+    /// When the run started (the origin of the time stamps below).
+    pub origin: Instant,
+    pub chunks: AtomicU64,
+    pub bytes: AtomicU64,
+    pub sequence_errors: AtomicU64,
+    pub crc_errors: AtomicU64,
+    /// Nanoseconds from `origin` to the first chunk (`u64::MAX`: none yet) and the latest.
+    pub first_ns: AtomicU64,
+    pub last_ns: AtomicU64,
+    /// The thread must end now, without waiting for anything.
+    pub abandon: AtomicBool,
+    /// Set with `abandon` by `reset`: the thread ends without reporting a failure.
+    pub quiet: AtomicBool,
+    /// The generator sends nothing while set.
+    pub paused: AtomicBool,
+    /// The generator ends its stream after this chunk.
+    pub stop_at: AtomicU64,
+    pub failure: Mutex<Option<String>>,
+    /// The previous `stats` call: when, chunks, bytes; and the rates over the interval before it.
+    recent: Mutex<(Instant, u64, u64, f64, f64)>,
+}
+
+impl Live {
+    pub(crate) fn new() -> Arc<Live> {
+        let now = Instant::now();
+        Arc::new(Live {
+            origin: now,
+            chunks: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            sequence_errors: AtomicU64::new(0),
+            crc_errors: AtomicU64::new(0),
+            first_ns: AtomicU64::new(u64::MAX),
+            last_ns: AtomicU64::new(0),
+            abandon: AtomicBool::new(false),
+            quiet: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            stop_at: AtomicU64::new(u64::MAX),
+            failure: Mutex::new(None),
+            recent: Mutex::new((now, 0, 0, 0.0, 0.0)),
+        })
+    }
+
+    /// Publishes the counters after a batch of chunks.
+    pub(crate) fn publish(&self, chunks: u64, bytes: u64) {
+        let now = self.origin.elapsed().as_nanos() as u64;
+        if self.first_ns.load(Ordering::Relaxed) == u64::MAX && chunks > 0 {
+            self.first_ns.store(now, Ordering::Relaxed);
+        }
+        self.last_ns.store(now, Ordering::Relaxed);
+        self.chunks.store(chunks, Ordering::Relaxed);
+        self.bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Records why the run of component `name` failed (the first reason) and logs it, unless
+    /// the component is being reset.
+    pub(crate) fn fail(&self, name: &str, why: String) {
+        if self.quiet.load(Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(component = %name, "{why}");
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(why);
+        }
+    }
+
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Seconds from the first chunk to the latest (0 before two publications).
+    pub(crate) fn seconds(&self) -> f64 {
+        let first = self.first_ns.load(Ordering::Relaxed);
+        let last = self.last_ns.load(Ordering::Relaxed);
+        if first == u64::MAX { 0.0 } else { last.saturating_sub(first) as f64 / 1e9 }
+    }
+
+    /// The counters and rates every chain kind reports, by their names (`docs/performance.md`
+    /// and the operator guide use the same): `chunks`, `bytes` (data bytes, headers not
+    /// counted), `seconds` (first chunk to latest), `chunks_per_s` and `mb_per_s` over those
+    /// seconds (MB = 10^6 bytes), and `recent_chunks_per_s` / `recent_mb_per_s` since the
+    /// previous `stats` call (at least 0.2 s before; otherwise the previous values).
+    pub(crate) fn stats(&self) -> Map<String, Value> {
+        let chunks = self.chunks.load(Ordering::Relaxed);
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        let secs = self.seconds();
+        let (rc, rb) = {
+            let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            let dt = r.0.elapsed().as_secs_f64();
+            if dt >= 0.2 {
+                *r = (
+                    Instant::now(),
+                    chunks,
+                    bytes,
+                    chunks.saturating_sub(r.1) as f64 / dt,
+                    bytes.saturating_sub(r.2) as f64 / dt,
+                );
+            }
+            (r.3, r.4)
+        };
+        let mut m = Map::new();
+        m.insert("chunks".into(), json!(chunks));
+        m.insert("bytes".into(), json!(bytes));
+        m.insert("seconds".into(), json!(secs));
+        m.insert("chunks_per_s".into(), json!(if secs > 0.0 { chunks as f64 / secs } else { 0.0 }));
+        m.insert("mb_per_s".into(), json!(if secs > 0.0 { bytes as f64 / secs / 1e6 } else { 0.0 }));
+        m.insert("recent_chunks_per_s".into(), json!(rc));
+        m.insert("recent_mb_per_s".into(), json!(rb / 1e6));
+        m
+    }
+}
+
+/// Waits up to `patience` for the component's thread to end by itself; then raises the
+/// abandon flag (the thread sees it within [`TICK`]) and joins it. The thread's summary.
+pub(crate) fn end_thread(thread: JoinHandle<Value>, live: &Live, patience: Duration) -> Value {
+    let deadline = Instant::now() + patience;
+    while !thread.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    live.abandon.store(true, Ordering::SeqCst);
+    thread.join().unwrap_or_else(|_| json!({ "error": "the component's thread panicked" }))
+}
+
+/// Ends the thread at once, for `reset`: no failure is reported.
+pub(crate) fn abandon_thread(thread: Option<JoinHandle<Value>>, live: &Live) {
+    if let Some(t) = thread {
+        live.quiet.store(true, Ordering::SeqCst);
+        live.abandon.store(true, Ordering::SeqCst);
+        let _ = t.join();
+    }
+}
+
+/// Spawns a component's thread.
+pub(crate) fn spawn(
+    name: &str,
+    role: &str,
+    f: impl FnOnce() -> Value + Send + 'static,
+) -> Result<JoinHandle<Value>, ComponentError> {
+    std::thread::Builder::new()
+        .name(format!("{name}-{role}"))
+        .spawn(f)
+        .map_err(|e| ComponentError::Failed(format!("{name}: starting the {role} thread: {e}")))
+}
+
+/// Accepts the upstream connection, looking at the abandon flag every [`TICK`]; `None` if
+/// abandoned first.
+pub(crate) fn accept(listener: &Listener, live: &Live) -> Result<Option<Connection>, String> {
+    loop {
+        if live.abandon.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        match listener.accept_timeout(TICK) {
+            Ok(Some(c)) => return Ok(Some(c)),
+            Ok(None) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}

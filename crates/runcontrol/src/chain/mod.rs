@@ -1,0 +1,58 @@
+//! The component chain of DAQ-Middleware (Sendai et al., "Performance measurement of
+//! DAQ-Middleware", figs. 4–9): a [`generator`](generator::Generator) sends chunks of data
+//! through any number of [`repeater`](repeater::Repeater)s to a [`sink`](sink::Sink), each a
+//! component of its own process, connected by [`daqflow_transport`] framed TCP.
+//!
+//! ```text
+//!  generator ──chunks──▶ repeater ──▶ repeater ──▶ … ──▶ sink
+//!  (downstream=R1)       (listen, downstream=R2)         (listen)
+//! ```
+//!
+//! The stream of a run ([`protocol`]) is a begin marker with the run number, chunks with
+//! sequence numbers 1, 2, 3, … (a 16-byte header and `chunk_bytes` of data, the data's CRC32C
+//! with `check = true`), and an end marker that says how many chunks and bytes were sent. A
+//! repeater passes every frame on without copying its payload; the sink checks and counts
+//! everything and accounts for every chunk.
+//!
+//! Configure the receivers first (their `listen` addresses go into the senders'
+//! `downstream`), start them in any order, and stop the **generator first**: its end marker
+//! then flows down the chain and each repeater's and the sink's `stop` returns as soon as the
+//! marker has passed (each waits at most `stop_timeout_ms` for it).
+//!
+//! ```
+//! use daqflow_runcontrol::component::{Driver, State};
+//! use daqflow_runcontrol::registry::standard;
+//!
+//! let table = |s: &str| s.parse::<toml::Table>().unwrap();
+//! let mut sink = Driver::new(standard(), "sink", "sink", toml::Table::new());
+//! let listen = sink.configure(None)?["listen"].as_str().unwrap().to_owned();
+//! let mut repeater = Driver::new(standard(), "repeater", "rep", table(&format!("downstream = '{listen}'")));
+//! let listen = repeater.configure(None)?["listen"].as_str().unwrap().to_owned();
+//! let mut generator = Driver::new(standard(), "generator", "gen", table(&format!("downstream = '{listen}'\nchunk_bytes = 4096")));
+//! generator.configure(None)?;
+//! for d in [&mut sink, &mut repeater, &mut generator] {
+//!     d.start(1)?;
+//! }
+//! let sent = generator.stop(Some(1000))?; // exactly 1000 chunks, then the end marker
+//! repeater.stop(None)?;
+//! let got = sink.stop(None)?;
+//! assert_eq!((sent["chunks"].as_u64(), got["chunks"].as_u64()), (Some(1000), Some(1000)));
+//! assert_eq!((got["sequence_errors"].as_u64(), got["crc_errors"].as_u64()), (Some(0), Some(0)));
+//! assert_eq!(sink.state(), State::Configured);
+//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! ```
+
+pub mod generator;
+mod link;
+pub mod protocol;
+pub mod repeater;
+pub mod sink;
+
+/// Largest `chunk_bytes`: a chunk and its header fit in the transport's largest frame.
+pub const MAX_CHUNK_BYTES: usize = daqflow_wire::frame::DEFAULT_MAX_FRAME_LEN as usize - protocol::CHUNK_HEADER_LEN;
+
+/// Default bound of a sender's queue (`send_queue_bytes`).
+pub const DEFAULT_SEND_QUEUE_BYTES: usize = 16 << 20;
+
+/// Default size of a receiver's read buffers (`recv_chunk_bytes`).
+pub const DEFAULT_RECV_CHUNK_BYTES: usize = 256 << 10;

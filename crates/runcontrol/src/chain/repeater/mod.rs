@@ -1,0 +1,301 @@
+//! The repeater: a component that passes every chunk from its upstream to its downstream
+//! (DAQ-Middleware's "repeater", the filter of figs. 5, 7, 8 and 9). `configure` binds `listen`;
+//! `start` connects to `downstream` and accepts the upstream; every frame (begin marker,
+//! chunks, end marker) goes on as it came, its payload a slice of the buffer it was received
+//! into: no copy in user space. The end marker ends the repeater's run.
+//!
+//! One thread per repeater reads what has arrived, queues it towards the downstream while
+//! there is room, writes what the socket takes, and waits in `poll(2)` on both sockets when
+//! neither can move. A full downstream queue stops the reading, so back-pressure travels up
+//! the chain. Each frame is checked on the way (kinds, lengths, marker order, sequence
+//! numbers; not CRCs): garbage closes the upstream connection and fails the repeater.
+//!
+//! ```no_run
+//! use daqflow_runcontrol::chain::repeater::{Repeater, RepeaterConfig};
+//! use daqflow_runcontrol::component::Component;
+//! let mut r = Repeater::new("rep-1", RepeaterConfig { downstream: "127.0.0.1:7302".into(), ..Default::default() });
+//! let listen = r.configure()?["listen"].as_str().unwrap().to_owned(); // the generator connects here
+//! r.start(1)?;
+//! // … the generator runs and stops …
+//! let summary = r.stop(None)?; // waits for the end marker: {"chunks", "bytes", "mb_per_s", …}
+//! # let _ = (listen, summary);
+//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! ```
+
+mod config;
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use daqflow_transport::{Connection, Listener, RecvError, RetryPolicy};
+use daqflow_wire::frame::Frame;
+use serde_json::{Value, json};
+
+pub use self::config::RepeaterConfig;
+use super::link::{Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, resolve, spawn, wait};
+use super::protocol::{StreamCheck, StreamEvent};
+use crate::ComponentError;
+use crate::component::Component;
+
+/// The repeater component.
+pub struct Repeater {
+    name: String,
+    config: RepeaterConfig,
+    listener: Option<Arc<Listener>>,
+    live: Arc<Live>,
+    thread: Option<JoinHandle<Value>>,
+    run: Option<u32>,
+}
+
+impl Repeater {
+    /// A repeater named `name`.
+    pub fn new(name: &str, config: RepeaterConfig) -> Repeater {
+        Repeater { name: name.into(), config, listener: None, live: Live::new(), thread: None, run: None }
+    }
+}
+
+impl Component for Repeater {
+    fn kind(&self) -> &str {
+        "repeater"
+    }
+
+    /// Binds `listen`; returns `{"listen": ADDR}`.
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        self.config.validate(&self.name)?;
+        let listener = bind(&self.name, &self.config.listen, self.config.tuning())?;
+        let addr = listener.local_addr();
+        self.listener = Some(Arc::new(listener));
+        Ok(json!({ "listen": addr.to_string() }))
+    }
+
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        let c = &self.config;
+        let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
+        let addr = resolve(&self.name, "downstream", &c.downstream)?;
+        let policy = RetryPolicy::for_duration(Duration::from_millis(c.connect_timeout_ms));
+        let conn = Connection::connect_with_retry(&[addr], &c.tuning().options(), &policy)
+            .map_err(|e| ComponentError::Failed(format!("{}: downstream: {e}", self.name)))?;
+        self.live = Live::new();
+        let (name, live) = (self.name.clone(), self.live.clone());
+        let outlet = Outlet::new(conn, c.send_queue_bytes);
+        self.thread = Some(spawn(&self.name, "forward", move || forward(&name, run, &listener, outlet, &live))?);
+        self.run = Some(run);
+        Ok(())
+    }
+
+    /// Waits (at most `stop_timeout_ms`) for the end marker to pass, and returns `{"chunks",
+    /// "bytes", "mb_per_s", "seconds", "sequence_errors", "end_seen", "error"}`.
+    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+        let Some(thread) = self.thread.take() else { return Ok(json!({ "chunks": 0, "bytes": 0, "mb_per_s": 0.0 })) };
+        Ok(end_thread(thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms)))
+    }
+
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        abandon_thread(self.thread.take(), &self.live);
+        self.listener = None;
+        Ok(())
+    }
+
+    /// `chunks`, `bytes`, `seconds`, `chunks_per_s`, `mb_per_s`, `recent_chunks_per_s`,
+    /// `recent_mb_per_s`, `sequence_errors`, `listen`, `run`.
+    fn stats(&self) -> Value {
+        let mut m = self.live.stats();
+        m.insert("sequence_errors".into(), json!(self.live.sequence_errors.load(Ordering::Relaxed)));
+        m.insert("listen".into(), json!(self.listener.as_ref().map(|l| l.local_addr().to_string())));
+        m.insert("run".into(), json!(self.run));
+        Value::Object(m)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.live.failure()
+    }
+}
+
+impl Drop for Repeater {
+    fn drop(&mut self) {
+        let _ = self.reset();
+    }
+}
+
+/// Why forwarding ended early.
+enum Broken {
+    Cut(Cut),
+    Upstream(String),
+}
+
+impl From<Cut> for Broken {
+    fn from(c: Cut) -> Self {
+        Broken::Cut(c)
+    }
+}
+
+/// The forwarding thread.
+fn forward(name: &str, run: u32, listener: &Listener, mut out: Outlet, live: &Live) -> Value {
+    let mut check = StreamCheck::new(run, false);
+    let mut upstream: Option<String> = None;
+    let result: Result<(), Broken> = (|| {
+        let mut up = match accept(listener, live) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err(Cut::Abandoned.into()),
+            Err(e) => return Err(Broken::Upstream(e)),
+        };
+        let peer = up.peer_addr();
+        upstream = Some(peer.to_string());
+        // A frame taken off the upstream that does not fit in the downstream queue yet.
+        let mut pending: Option<Frame> = None;
+        loop {
+            if live.abandon.load(Ordering::Relaxed) {
+                return Err(Cut::Abandoned.into());
+            }
+            let mut progress = false;
+            loop {
+                let frame = match pending.take() {
+                    Some(f) => f,
+                    None => match up.try_recv() {
+                        Ok(Some(f)) => f,
+                        Ok(None) => break,
+                        Err(RecvError::Closed { .. }) => {
+                            return Err(Broken::Upstream(format!(
+                                "upstream {peer} closed the connection without an end marker after chunk {}",
+                                check.chunks()
+                            )));
+                        }
+                        Err(e) => return Err(Broken::Upstream(format!("upstream: {e}"))),
+                    },
+                };
+                if !out.has_room(frame.payload.len()) {
+                    pending = Some(frame);
+                    break;
+                }
+                let event = check
+                    .on_frame(&frame)
+                    .map_err(|e| Broken::Upstream(format!("upstream {peer} sent {e}; connection closed")))?;
+                out.send(frame)?;
+                progress = true;
+                if event == StreamEvent::End {
+                    live.publish(check.chunks(), check.bytes());
+                    return Ok(());
+                }
+            }
+            live.publish(check.chunks(), check.bytes());
+            live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+            progress |= out.push()?;
+            if !progress {
+                let read = pending.is_none().then(|| up.as_raw_fd());
+                let write = (out.conn.queued_bytes() > 0).then(|| out.conn.as_raw_fd());
+                wait(read, write, TICK).map_err(|e| Broken::Upstream(format!("waiting for data: {e}")))?;
+            }
+        }
+    })();
+    let result = result.and_then(|()| out.finish(&live.abandon).map_err(Broken::from));
+    live.publish(check.chunks(), check.bytes());
+    live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+    let error = match result {
+        Ok(()) => None,
+        Err(Broken::Cut(Cut::Abandoned)) if check.end().is_some() => Some(format!(
+            "downstream {} stopped reading: the end marker was not passed on in time",
+            out.conn.peer_addr()
+        )),
+        Err(Broken::Cut(Cut::Abandoned)) => Some(match &upstream {
+            None => "stopped before an upstream connected".to_owned(),
+            Some(u) => {
+                format!("stopped before the end marker came from upstream {u} ({} chunks passed on)", check.chunks())
+            }
+        }),
+        Err(Broken::Cut(Cut::Failed(e))) => Some(format!("downstream {}: {e}", out.conn.peer_addr())),
+        Err(Broken::Upstream(e)) => Some(e),
+    };
+    if let Some(e) = &error {
+        live.fail(name, e.clone());
+    }
+    let secs = live.seconds().max(1e-9);
+    json!({
+        "component": name,
+        "kind": "repeater",
+        "run": run,
+        "upstream": upstream,
+        "chunks": check.chunks(),
+        "bytes": check.bytes(),
+        "seconds": secs,
+        "mb_per_s": check.bytes() as f64 / secs / 1e6,
+        "sequence_errors": check.sequence_errors(),
+        "end_seen": check.end().is_some(),
+        "error": error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::protocol::{ChunkHeader, begin_frame, chunk_frame, end_frame};
+    use daqflow_transport::ConnectionOptions;
+
+    fn repeater_to(downstream: &Listener) -> (Repeater, std::net::SocketAddr) {
+        let config = RepeaterConfig { downstream: downstream.local_addr().to_string(), ..Default::default() };
+        let mut r = Repeater::new("rep", config);
+        let listen = r.configure().unwrap()["listen"].as_str().unwrap().parse().unwrap();
+        (r, listen)
+    }
+
+    #[test]
+    fn forwards_every_frame_as_it_came_and_ends_with_the_end_marker() {
+        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let (mut r, listen) = repeater_to(&down);
+        r.start(9).unwrap();
+        let mut up = Connection::connect(listen, &ConnectionOptions::default()).unwrap();
+        let mut sent = vec![begin_frame(9)];
+        for (i, len) in [0usize, 1, 1000, 5000, 300_000].into_iter().enumerate() {
+            let data: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
+            sent.push(chunk_frame(&ChunkHeader::for_data(i as u64 + 1, &data, true), true, &data));
+        }
+        sent.push(end_frame(5, 306_001));
+        for f in &sent {
+            up.send(f.clone()).unwrap();
+        }
+        up.flush().unwrap();
+        let mut d = down.accept().unwrap();
+        for f in &sent {
+            assert_eq!(&d.recv().unwrap(), f);
+        }
+        assert!(d.recv().unwrap_err().is_clean_close(), "the repeater closes after the end marker");
+        let summary = r.stop(None).unwrap();
+        assert_eq!((summary["chunks"].as_u64(), summary["bytes"].as_u64()), (Some(5), Some(306_001)), "{summary}");
+        assert_eq!((summary["end_seen"].as_bool(), summary["sequence_errors"].as_u64()), (Some(true), Some(0)));
+        assert!(r.failure().is_none());
+    }
+
+    #[test]
+    fn garbage_from_upstream_fails_the_repeater_and_cuts_the_downstream() {
+        use std::io::Write;
+        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let (mut r, listen) = repeater_to(&down);
+        r.start(1).unwrap();
+        let mut raw = std::net::TcpStream::connect(listen).unwrap();
+        raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut d = down.accept().unwrap();
+        assert!(d.recv().unwrap_err().is_clean_close(), "no end marker");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while r.failure().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let f = r.failure().unwrap();
+        assert!(f.contains("sent invalid data") && f.contains("bad magic"), "{f}");
+        let summary = r.stop(None).unwrap();
+        assert_eq!(summary["end_seen"], false);
+    }
+
+    #[test]
+    fn stop_without_an_upstream_returns_after_the_timeout_with_the_reason() {
+        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let config =
+            RepeaterConfig { downstream: down.local_addr().to_string(), stop_timeout_ms: 100, ..Default::default() };
+        let mut r = Repeater::new("rep", config);
+        r.configure().unwrap();
+        r.start(1).unwrap();
+        let summary = r.stop(None).unwrap();
+        assert_eq!(summary["error"], "stopped before an upstream connected", "{summary}");
+    }
+}

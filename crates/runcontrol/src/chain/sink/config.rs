@@ -1,0 +1,55 @@
+//! Configuration of a sink.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ComponentError;
+use crate::chain::link::{Tuning, resolve};
+use crate::chain::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
+
+/// Configuration of a sink (`daqflow component sink --set listen=127.0.0.1:7302 …`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SinkConfig {
+    /// Address the upstream component (a generator or a repeater) connects to; port 0 picks a
+    /// free port, which `configure` returns as `{"listen": ADDR}`. Bound at `configure`.
+    pub listen: String,
+    /// Check the CRC32C of every chunk that carries one (`crc_errors` counts the bad ones).
+    /// Sequence numbers are always checked.
+    pub check: bool,
+    /// How long (ms) `stop` waits for the end marker, so that nothing in flight is lost; then
+    /// the run ends without it and the summary says so.
+    pub stop_timeout_ms: u64,
+    /// Size of the buffers the upstream is read into.
+    pub recv_chunk_bytes: usize,
+    /// `SO_RCVBUF` (and `SO_SNDBUF`) of the connection in bytes; unset: the kernel's default
+    /// and auto-tuning.
+    pub socket_buffer_bytes: Option<usize>,
+}
+
+impl Default for SinkConfig {
+    fn default() -> Self {
+        SinkConfig {
+            listen: "127.0.0.1:0".into(),
+            check: true,
+            stop_timeout_ms: 10_000,
+            recv_chunk_bytes: DEFAULT_RECV_CHUNK_BYTES,
+            socket_buffer_bytes: None,
+        }
+    }
+}
+
+impl SinkConfig {
+    /// Checks the values.
+    pub fn validate(&self, name: &str) -> Result<(), ComponentError> {
+        resolve(name, "listen", &self.listen)?;
+        Ok(())
+    }
+
+    pub(crate) fn tuning(&self) -> Tuning {
+        Tuning {
+            send_queue_bytes: DEFAULT_SEND_QUEUE_BYTES,
+            recv_chunk_bytes: self.recv_chunk_bytes,
+            socket_buffer_bytes: self.socket_buffer_bytes,
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! The sink: the end of a chain (DAQ-Middleware's "sink" of figs. 4–9). `configure` binds
+//! `listen`; at `start` it accepts its upstream and then counts chunks and bytes, checks the
+//! order of the markers and the run, the sequence numbers and (with `check = true`) each
+//! chunk's CRC32C, and discards the data. The end marker ends its run; `stop` waits for it
+//! (at most `stop_timeout_ms`), so that nothing in flight is lost, and reports
+//! `{"chunks", "bytes", "mb_per_s", "sequence_errors", "crc_errors", …}`.
+//!
+//! Garbage from the upstream (bytes that are not frames, frames of another protocol, a chunk
+//! before the begin marker, a wrong run) closes the connection and fails the sink with the
+//! reason. A run of the sink takes one upstream connection: the first to connect.
+//!
+//! ```no_run
+//! use daqflow_runcontrol::chain::sink::{Sink, SinkConfig};
+//! use daqflow_runcontrol::component::Component;
+//! let mut s = Sink::new("sink", SinkConfig::default());
+//! let listen = s.configure()?["listen"].as_str().unwrap().to_owned(); // upstream connects here
+//! s.start(1)?;
+//! // … the chain runs, the generator stops …
+//! let summary = s.stop(None)?;
+//! assert_eq!(summary["sequence_errors"], 0);
+//! # let _ = listen;
+//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! ```
+
+mod config;
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use daqflow_transport::{Listener, RecvError};
+use serde_json::{Value, json};
+
+pub use self::config::SinkConfig;
+use super::link::{Live, TICK, abandon_thread, accept, bind, end_thread, spawn, wait};
+use super::protocol::{StreamCheck, StreamEvent};
+use crate::ComponentError;
+use crate::component::Component;
+
+/// The sink component.
+pub struct Sink {
+    name: String,
+    config: SinkConfig,
+    listener: Option<Arc<Listener>>,
+    live: Arc<Live>,
+    thread: Option<JoinHandle<Value>>,
+    run: Option<u32>,
+}
+
+impl Sink {
+    /// A sink named `name`.
+    pub fn new(name: &str, config: SinkConfig) -> Sink {
+        Sink { name: name.into(), config, listener: None, live: Live::new(), thread: None, run: None }
+    }
+}
+
+impl Component for Sink {
+    fn kind(&self) -> &str {
+        "sink"
+    }
+
+    /// Binds `listen`; returns `{"listen": ADDR}`.
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        self.config.validate(&self.name)?;
+        let listener = bind(&self.name, &self.config.listen, self.config.tuning())?;
+        let addr = listener.local_addr();
+        self.listener = Some(Arc::new(listener));
+        Ok(json!({ "listen": addr.to_string() }))
+    }
+
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
+        self.live = Live::new();
+        let (name, live, check_crc) = (self.name.clone(), self.live.clone(), self.config.check);
+        self.thread = Some(spawn(&self.name, "receive", move || receive(&name, run, check_crc, &listener, &live))?);
+        self.run = Some(run);
+        Ok(())
+    }
+
+    /// Waits (at most `stop_timeout_ms`) for the end marker; returns `{"chunks", "bytes",
+    /// "mb_per_s", "seconds", "sequence_errors", "crc_errors", "crc_checked",
+    /// "chunks_announced", "missing", "end_seen", "upstream", "error"}`.
+    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(json!({ "chunks": 0, "bytes": 0, "mb_per_s": 0.0, "sequence_errors": 0, "crc_errors": 0 }));
+        };
+        Ok(end_thread(thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms)))
+    }
+
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        abandon_thread(self.thread.take(), &self.live);
+        self.listener = None;
+        Ok(())
+    }
+
+    /// `chunks`, `bytes`, `seconds`, `chunks_per_s`, `mb_per_s`, `recent_chunks_per_s`,
+    /// `recent_mb_per_s`, `sequence_errors`, `crc_errors`, `listen`, `run`.
+    fn stats(&self) -> Value {
+        let mut m = self.live.stats();
+        m.insert("sequence_errors".into(), json!(self.live.sequence_errors.load(Ordering::Relaxed)));
+        m.insert("crc_errors".into(), json!(self.live.crc_errors.load(Ordering::Relaxed)));
+        m.insert("listen".into(), json!(self.listener.as_ref().map(|l| l.local_addr().to_string())));
+        m.insert("run".into(), json!(self.run));
+        Value::Object(m)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.live.failure()
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.reset();
+    }
+}
+
+/// The receiving thread: accept the upstream, count and check until the end marker.
+fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Live) -> Value {
+    let mut check = StreamCheck::new(run, check_crc);
+    let mut upstream: Option<String> = None;
+    let publish = |check: &StreamCheck| {
+        live.publish(check.chunks(), check.bytes());
+        live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+        live.crc_errors.store(check.crc_errors(), Ordering::Relaxed);
+    };
+    // `Ok(true)`: the end marker came; `Ok(false)`: abandoned before it.
+    let result: Result<bool, String> = (|| {
+        let Some(mut up) = accept(listener, live)? else { return Ok(false) };
+        let peer = up.peer_addr();
+        upstream = Some(peer.to_string());
+        loop {
+            if live.abandon.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let mut got = false;
+            loop {
+                let frame = match up.try_recv() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(RecvError::Closed { .. }) => {
+                        return Err(format!(
+                            "upstream {peer} closed the connection without an end marker after chunk {}",
+                            check.chunks()
+                        ));
+                    }
+                    Err(e) => return Err(format!("upstream: {e}")),
+                };
+                got = true;
+                let event =
+                    check.on_frame(&frame).map_err(|e| format!("upstream {peer} sent {e}; connection closed"))?;
+                if event == StreamEvent::End {
+                    return Ok(true);
+                }
+            }
+            publish(&check);
+            if !got {
+                wait(Some(up.as_raw_fd()), None, TICK).map_err(|e| format!("waiting for data: {e}"))?;
+            }
+        }
+    })();
+    publish(&check);
+    let error = match result {
+        Ok(true) => None,
+        Ok(false) => Some(match &upstream {
+            None => "stopped before an upstream connected".to_owned(),
+            Some(u) => {
+                format!("stopped before the end marker came from upstream {u} ({} chunks received)", check.chunks())
+            }
+        }),
+        Err(e) => Some(e),
+    };
+    if let Some(e) = &error {
+        live.fail(name, e.clone());
+    }
+    let secs = live.seconds().max(1e-9);
+    let (announced, announced_bytes) = check.end().unzip();
+    json!({
+        "component": name,
+        "kind": "sink",
+        "run": run,
+        "upstream": upstream,
+        "chunks": check.chunks(),
+        "bytes": check.bytes(),
+        "seconds": secs,
+        "mb_per_s": check.bytes() as f64 / secs / 1e6,
+        "sequence_errors": check.sequence_errors(),
+        "crc_errors": check.crc_errors(),
+        "crc_checked": check.crc_checked(),
+        "chunks_announced": announced,
+        "bytes_announced": announced_bytes,
+        "missing": check.missing(),
+        "end_seen": check.end().is_some(),
+        "error": error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::protocol::{ChunkHeader, begin_frame, chunk_frame, end_frame};
+    use daqflow_transport::{Connection, ConnectionOptions};
+    use daqflow_wire::frame::Frame;
+
+    fn started(config: SinkConfig, run: u32) -> (Sink, Connection) {
+        let mut s = Sink::new("sink", config);
+        let listen = s.configure().unwrap()["listen"].as_str().unwrap().parse().unwrap();
+        s.start(run).unwrap();
+        (s, Connection::connect(listen, &ConnectionOptions::default()).unwrap())
+    }
+
+    fn wait_failure(s: &Sink) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while s.failure().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        s.failure().expect("the sink failed")
+    }
+
+    #[test]
+    fn counts_and_checks_sequences_crcs_and_the_end_marker() {
+        let (mut s, mut up) = started(SinkConfig::default(), 2);
+        up.send(begin_frame(2)).unwrap();
+        let data = b"0123456789";
+        for seq in [1u64, 2, 4, 5] {
+            up.send(chunk_frame(&ChunkHeader::for_data(seq, data, true), true, data)).unwrap();
+        }
+        let mut bad = ChunkHeader::for_data(6, data, true);
+        bad.crc ^= 1;
+        up.send(chunk_frame(&bad, true, data)).unwrap();
+        up.send(end_frame(6, 60)).unwrap();
+        up.close().unwrap();
+        let summary = s.stop(None).unwrap();
+        let n = |k: &str| summary[k].as_u64().unwrap_or(u64::MAX);
+        assert_eq!(
+            (n("chunks"), n("bytes"), n("sequence_errors"), n("crc_errors"), n("crc_checked"), n("missing")),
+            (5, 50, 1, 1, 5, 1),
+            "{summary}"
+        );
+        assert_eq!((summary["end_seen"].as_bool(), summary["chunks_announced"].as_u64()), (Some(true), Some(6)));
+        assert!(summary["error"].is_null() && s.failure().is_none(), "{summary}");
+        let stats = s.stats();
+        assert_eq!((stats["chunks"].as_u64(), stats["crc_errors"].as_u64()), (Some(5), Some(1)), "{stats}");
+    }
+
+    #[test]
+    fn garbage_bytes_fail_the_sink_with_the_reason() {
+        use std::io::Write;
+        let mut s = Sink::new("sink", SinkConfig::default());
+        let listen: std::net::SocketAddr = s.configure().unwrap()["listen"].as_str().unwrap().parse().unwrap();
+        s.start(1).unwrap();
+        let mut raw = std::net::TcpStream::connect(listen).unwrap();
+        raw.write_all(&[0xff; 64]).unwrap();
+        let f = wait_failure(&s);
+        assert!(f.contains("sent invalid data") && f.contains("bad magic"), "{f}");
+        assert!(s.stop(None).unwrap()["error"].as_str().unwrap().contains("bad magic"));
+    }
+
+    #[test]
+    fn frames_of_another_protocol_or_run_fail_the_sink() {
+        let (s, mut up) = started(SinkConfig::default(), 1);
+        up.send(Frame::new(0x0E02, bytes::Bytes::from_static(b"a fragment"))).unwrap();
+        up.flush().unwrap();
+        assert!(wait_failure(&s).contains("kind 0x0e02 is not a chain message"));
+
+        let (s, mut up) = started(SinkConfig::default(), 1);
+        up.send(begin_frame(2)).unwrap();
+        up.flush().unwrap();
+        assert!(wait_failure(&s).contains("the stream is of run 2, this component takes run 1"));
+
+        let (s, mut up) = started(SinkConfig::default(), 1);
+        up.send(begin_frame(1)).unwrap();
+        up.close().unwrap();
+        assert!(wait_failure(&s).contains("closed the connection without an end marker after chunk 0"));
+    }
+
+    #[test]
+    fn stop_waits_a_bounded_time_for_the_end_marker() {
+        let (mut s, mut up) = started(SinkConfig { stop_timeout_ms: 100, ..Default::default() }, 1);
+        up.send(begin_frame(1)).unwrap();
+        up.flush().unwrap();
+        let summary = s.stop(None).unwrap();
+        assert!(summary["error"].as_str().unwrap().contains("stopped before the end marker"), "{summary}");
+        assert_eq!(summary["end_seen"], false);
+    }
+}

@@ -1,0 +1,433 @@
+//! `monitor`: an ET consumer that fills online histograms from the events it sees and
+//! publishes them with its statistics (`<name>/stats`, key `histograms`; the web UI draws
+//! them).
+//!
+//! Its station is non-blocking: it takes events only while fewer than `cue` wait for it, so
+//! a slow monitor never slows the data flow; the others flow past it. Histograms, reset at each
+//! start:
+//! - `event_size`: bytes per built event;
+//! - `fragment_size_src<N>`: payload bytes of source N's fragments;
+//! - `rate`: events seen per second over the last `rate_window_s` seconds.
+//!
+//! Each histogram is `{"name","title","x_label","low","high","bins":[…],"underflow",
+//! "overflow","entries"}`.
+//!
+//! ```
+//! use daqflow_runcontrol::components::monitor::Histogram;
+//! let mut h = Histogram::new("event_size", "Event size", "bytes", 0.0, 100.0, 10);
+//! h.fill(5.0);
+//! h.fill(250.0);
+//! assert_eq!(h.to_json()["bins"][0], 1);
+//! assert_eq!(h.to_json()["overflow"], 1);
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use daqflow_et::{Attachment, EtClient, StationConfig, Wait};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::recorder::ensure_station;
+use super::{read, set};
+use crate::ComponentError;
+use crate::component::Component;
+
+/// Configuration of a `monitor`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorConfig {
+    /// The ET system to sample (its name).
+    pub et: String,
+    /// The station (created if missing; default: the component's name).
+    #[serde(default)]
+    pub station: Option<String>,
+    /// Take events only while fewer than this many wait in the station.
+    #[serde(default = "default_cue")]
+    pub cue: u32,
+    /// Look at every Nth event only.
+    #[serde(default = "default_one")]
+    pub prescale: u32,
+    /// Upper edge of the event-size histogram (bytes).
+    #[serde(default = "default_event_size_max")]
+    pub event_size_max: f64,
+    /// Upper edge of the fragment-size histograms (bytes).
+    #[serde(default = "default_fragment_size_max")]
+    pub fragment_size_max: f64,
+    /// Bins per size histogram.
+    #[serde(default = "default_bins")]
+    pub bins: usize,
+    /// Seconds the rate histogram covers.
+    #[serde(default = "default_rate_window")]
+    pub rate_window_s: usize,
+}
+
+fn default_cue() -> u32 {
+    200
+}
+fn default_one() -> u32 {
+    1
+}
+fn default_event_size_max() -> f64 {
+    65536.0
+}
+fn default_fragment_size_max() -> f64 {
+    16384.0
+}
+fn default_bins() -> usize {
+    64
+}
+fn default_rate_window() -> usize {
+    120
+}
+
+/// A one-dimensional histogram with fixed bins.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    name: String,
+    title: String,
+    x_label: String,
+    low: f64,
+    high: f64,
+    bins: Vec<u64>,
+    underflow: u64,
+    overflow: u64,
+}
+
+impl Histogram {
+    /// `bins` equal bins from `low` to `high`.
+    pub fn new(name: &str, title: &str, x_label: &str, low: f64, high: f64, bins: usize) -> Histogram {
+        Histogram {
+            name: name.into(),
+            title: title.into(),
+            x_label: x_label.into(),
+            low,
+            high: if high > low { high } else { low + 1.0 },
+            bins: vec![0; bins.max(1)],
+            underflow: 0,
+            overflow: 0,
+        }
+    }
+
+    /// Counts one entry at `x`.
+    pub fn fill(&mut self, x: f64) {
+        self.fill_n(x, 1);
+    }
+
+    /// Counts `n` entries at `x`.
+    pub fn fill_n(&mut self, x: f64, n: u64) {
+        if x.is_nan() || x < self.low {
+            self.underflow += n;
+        } else if x >= self.high {
+            self.overflow += n;
+        } else {
+            let i = ((x - self.low) / (self.high - self.low) * self.bins.len() as f64) as usize;
+            let last = self.bins.len() - 1;
+            self.bins[i.min(last)] += n;
+        }
+    }
+
+    /// The histogram as published.
+    pub fn to_json(&self) -> Value {
+        let entries: u64 = self.bins.iter().sum::<u64>() + self.underflow + self.overflow;
+        json!({
+            "name": self.name,
+            "title": self.title,
+            "x_label": self.x_label,
+            "low": self.low,
+            "high": self.high,
+            "bins": self.bins,
+            "underflow": self.underflow,
+            "overflow": self.overflow,
+            "entries": entries,
+        })
+    }
+}
+
+/// What the monitor has filled.
+struct Plots {
+    event_size: Histogram,
+    fragment_size: BTreeMap<u32, Histogram>,
+    /// Events per second, newest last, with the second each slot counts.
+    rate: Vec<u64>,
+    rate_second: u64,
+}
+
+impl Plots {
+    fn new(c: &MonitorConfig) -> Plots {
+        Plots {
+            event_size: Histogram::new("event_size", "Event size", "bytes", 0.0, c.event_size_max, c.bins),
+            fragment_size: BTreeMap::new(),
+            rate: vec![0; c.rate_window_s.max(1)],
+            rate_second: 0,
+        }
+    }
+
+    /// Moves the rate window to second `now_s`.
+    fn advance(&mut self, now_s: u64) {
+        let shift = now_s.saturating_sub(self.rate_second).min(self.rate.len() as u64) as usize;
+        if shift > 0 {
+            self.rate.rotate_left(shift);
+            let n = self.rate.len();
+            self.rate[n - shift..].iter_mut().for_each(|x| *x = 0);
+        }
+        self.rate_second = self.rate_second.max(now_s);
+    }
+
+    fn to_json(&self) -> Vec<Value> {
+        let mut v = vec![self.event_size.to_json()];
+        v.extend(self.fragment_size.values().map(Histogram::to_json));
+        let n = self.rate.len() as f64;
+        v.push(json!({
+            "name": "rate",
+            "title": "Events seen per second",
+            "x_label": "seconds ago",
+            "low": -n,
+            "high": 0.0,
+            "bins": self.rate,
+            "underflow": 0,
+            "overflow": 0,
+            "entries": self.rate.iter().sum::<u64>(),
+        }));
+        v
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    events: AtomicU64,
+    bytes: AtomicU64,
+    bad_events: AtomicU64,
+}
+
+/// The monitor component.
+pub struct Monitor {
+    name: String,
+    config: MonitorConfig,
+    station: String,
+    plots: Arc<Mutex<Plots>>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<String>>>,
+    worker: Option<JoinHandle<()>>,
+    t0: Instant,
+}
+
+impl Monitor {
+    /// A monitor; nothing is opened before configure.
+    pub fn new(name: &str, config: MonitorConfig) -> Monitor {
+        let station = config.station.clone().unwrap_or_else(|| name.to_owned());
+        let plots = Arc::new(Mutex::new(Plots::new(&config)));
+        Monitor {
+            name: name.to_owned(),
+            config,
+            station,
+            plots,
+            counters: Arc::default(),
+            stop: Arc::default(),
+            failure: Arc::default(),
+            worker: None,
+            t0: Instant::now(),
+        }
+    }
+
+    fn end_worker(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Fills the plots from one built event (`daqflow-wire` event format). Returns false when
+/// the event does not parse.
+fn fill(plots: &mut Plots, data: &[u8], c: &MonitorConfig) -> bool {
+    plots.event_size.fill(data.len() as f64);
+    let Ok(event) = daqflow_wire::Event::parse(Bytes::copy_from_slice(data)) else { return false };
+    let mut ok = true;
+    for sf in event.super_fragments() {
+        let Ok(sf) = sf else {
+            ok = false;
+            break;
+        };
+        for f in sf.fragments() {
+            let Ok(f) = f else {
+                ok = false;
+                break;
+            };
+            let src = f.header().source_id;
+            plots
+                .fragment_size
+                .entry(src)
+                .or_insert_with(|| {
+                    Histogram::new(
+                        &format!("fragment_size_src{src}"),
+                        &format!("Fragment size, source {src}"),
+                        "bytes",
+                        0.0,
+                        c.fragment_size_max,
+                        c.bins,
+                    )
+                })
+                .fill(f.header().payload_len as f64);
+        }
+    }
+    ok
+}
+
+impl Component for Monitor {
+    fn kind(&self) -> &str {
+        "monitor"
+    }
+
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        let client = EtClient::connect(&self.config.et)?;
+        let config = StationConfig {
+            blocking: false,
+            cue: self.config.cue.max(1),
+            prescale: self.config.prescale.max(1),
+            ..StationConfig::default()
+        };
+        ensure_station(&client, &self.station, config)?;
+        Ok(json!({ "station": self.station }))
+    }
+
+    fn start(&mut self, _run: u32) -> Result<(), ComponentError> {
+        let client = EtClient::connect(&self.config.et)?;
+        let attachment = client.attach(&self.station)?;
+        *self.plots.lock().unwrap_or_else(|p| p.into_inner()) = Plots::new(&self.config);
+        self.counters = Arc::default();
+        self.stop = Arc::default();
+        set(&self.failure, None);
+        self.t0 = Instant::now();
+        let (plots, counters, stop, failure, config) =
+            (self.plots.clone(), self.counters.clone(), self.stop.clone(), self.failure.clone(), self.config.clone());
+        let t0 = self.t0;
+        self.worker = Some(std::thread::Builder::new().name(format!("{}-fill", self.name)).spawn(move || {
+            let _client = client;
+            let mut events = Vec::with_capacity(64);
+            while !stop.load(Ordering::SeqCst) {
+                events.clear();
+                match attachment.get_events_into(64, Wait::Timed(Duration::from_millis(100)), &mut events) {
+                    Ok(_) | Err(daqflow_et::EtError::Timeout) => {}
+                    Err(e) => {
+                        set(&failure, Some(format!("reading ET: {e}")));
+                        return;
+                    }
+                }
+                let now_s = t0.elapsed().as_secs();
+                let mut p = plots.lock().unwrap_or_else(|p| p.into_inner());
+                p.advance(now_s);
+                let last = p.rate.len() - 1;
+                p.rate[last] += events.len() as u64;
+                for e in &events {
+                    counters.events.fetch_add(1, Ordering::Relaxed);
+                    counters.bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
+                    if !fill(&mut p, e.data(), &config) {
+                        counters.bad_events.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                drop(p);
+                if !events.is_empty()
+                    && let Err(e) = attachment.put_events(&mut events)
+                {
+                    set(&failure, Some(format!("putting events back: {e}")));
+                    return;
+                }
+            }
+        })?);
+        Ok(())
+    }
+
+    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+        self.end_worker();
+        let mut s = self.stats();
+        if let Value::Object(m) = &mut s {
+            m.remove("mb_per_s");
+        }
+        Ok(s)
+    }
+
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        self.end_worker();
+        Ok(())
+    }
+
+    fn stats(&self) -> Value {
+        let c = &self.counters;
+        let t = self.t0.elapsed().as_secs_f64();
+        let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
+        if self.worker.is_some() {
+            p.advance(self.t0.elapsed().as_secs());
+        }
+        json!({
+            "events": c.events.load(Ordering::Relaxed),
+            "bytes": c.bytes.load(Ordering::Relaxed),
+            "bad_events": c.bad_events.load(Ordering::Relaxed),
+            "mb_per_s": if t > 0.0 { c.bytes.load(Ordering::Relaxed) as f64 / t / 1e6 } else { 0.0 },
+            "histograms": p.to_json(),
+        })
+    }
+
+    fn failure(&self) -> Option<String> {
+        read(&self.failure)
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.end_worker();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_window_moves_with_time_and_forgets_old_seconds() {
+        let c: MonitorConfig = toml::from_str("et = 'x'\nrate_window_s = 3").unwrap();
+        let mut p = Plots::new(&c);
+        p.rate[2] = 5;
+        p.advance(1);
+        assert_eq!(p.rate, vec![0, 5, 0]);
+        p.advance(10);
+        assert_eq!(p.rate, vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn events_fill_the_size_and_per_source_histograms_and_garbage_is_counted() {
+        use daqflow_wire::EventId;
+        use daqflow_wire::{EventFlags, EventInfo};
+        use daqflow_wire::{Fragment, FragmentInfo};
+        use daqflow_wire::{SuperFragment, SuperFragmentFlags};
+        let c: MonitorConfig = toml::from_str("et = 'x'").unwrap();
+        let mut p = Plots::new(&c);
+        let frags: Vec<Fragment> = (0..2u32)
+            .map(|src| {
+                let info = FragmentInfo { source_id: src, event_id: EventId(1), run_number: 1, ..Default::default() };
+                Fragment::parse(Fragment::encode(&info, &vec![0u8; 100 * (src as usize + 1)])).unwrap()
+            })
+            .collect();
+        let sf = SuperFragment::parse(SuperFragment::assemble(0, EventId(1), SuperFragmentFlags::default(), &frags))
+            .unwrap();
+        let info = EventInfo {
+            event_id: EventId(1),
+            run_number: 1,
+            bu_id: 0,
+            flags: EventFlags::empty(),
+            ..Default::default()
+        };
+        let ev = daqflow_wire::Event::assemble(&info, &[sf]);
+        assert!(fill(&mut p, &ev, &c));
+        assert!(!fill(&mut p, b"garbage", &c));
+        let h = p.to_json();
+        assert_eq!(h[0]["entries"], 2);
+        assert_eq!(h.iter().filter(|h| h["name"].as_str().unwrap().starts_with("fragment_size_src")).count(), 2);
+        assert_eq!(h[1]["bins"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).sum::<u64>(), 1);
+    }
+}

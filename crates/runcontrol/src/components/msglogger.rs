@@ -1,0 +1,224 @@
+//! `msglogger`: the message logger. It follows every process on the control plane and stores
+//! the log records each one publishes in `<name>/log` (`crate::log`) in the run database's
+//! `logs` table, where the web UI's message browser (and `sqlite3`) find them.
+//!
+//! It works from `configure` to `reset`, whether a run is on or not: it lists the processes
+//! every `poll_ms`, subscribes to each new `…/log` service, and keeps the highest record
+//! number stored per process, so that the overlapping windows the processes publish are stored
+//! once, and a restarted message logger goes on where it stopped.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{read, set};
+use crate::ComponentError;
+use crate::component::Component;
+use crate::db::RunDb;
+use crate::log::LogRecord;
+
+/// Configuration of a `msglogger`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MsgLoggerConfig {
+    /// The control server (HOST:PORT) whose processes it follows.
+    pub control: String,
+    /// The run database (SQLite file) the records go into.
+    pub database: PathBuf,
+    /// How often the list of processes is read.
+    #[serde(default = "default_poll_ms")]
+    pub poll_ms: u64,
+}
+
+fn default_poll_ms() -> u64 {
+    500
+}
+
+#[derive(Default)]
+struct Counters {
+    records: AtomicU64,
+    processes: AtomicU64,
+}
+
+/// The message logger component.
+pub struct MsgLogger {
+    name: String,
+    config: MsgLoggerConfig,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<String>>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl MsgLogger {
+    /// A message logger; nothing is opened before configure.
+    pub fn new(name: &str, config: MsgLoggerConfig) -> MsgLogger {
+        MsgLogger {
+            name: name.to_owned(),
+            config,
+            counters: Arc::default(),
+            stop: Arc::default(),
+            failure: Arc::default(),
+            worker: None,
+        }
+    }
+
+    fn end_worker(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Decodes one `<name>/log` value: a JSON array of records (or a single record).
+pub fn decode_records(data: &[u8]) -> Result<Vec<LogRecord>, String> {
+    match serde_json::from_slice::<Value>(data).map_err(|e| e.to_string())? {
+        Value::Array(a) => a.into_iter().map(|v| serde_json::from_value(v).map_err(|e| e.to_string())).collect(),
+        v @ Value::Object(_) => Ok(vec![serde_json::from_value(v).map_err(|e| e.to_string())?]),
+        _ => Err("expected a JSON array of log records".into()),
+    }
+}
+
+impl Component for MsgLogger {
+    fn kind(&self) -> &str {
+        "msglogger"
+    }
+
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        let db = RunDb::open(&self.config.database).map_err(|e| ComponentError::Failed(e.to_string()))?;
+        let dialog =
+            daqflow_dialog::Dialog::connect(&self.config.control, &format!("{}-reader", self.name)).map_err(|e| {
+                ComponentError::Failed(format!("joining the control plane at {}: {e}", self.config.control))
+            })?;
+        self.counters = Arc::default();
+        self.stop = Arc::default();
+        set(&self.failure, None);
+        let (counters, stop, failure) = (self.counters.clone(), self.stop.clone(), self.failure.clone());
+        let poll = Duration::from_millis(self.config.poll_ms.max(50));
+        self.worker = Some(std::thread::Builder::new().name("msglogger".into()).spawn(move || {
+            if let Err(e) = follow(&dialog, &db, &counters, &stop, poll) {
+                set(&failure, Some(e));
+            }
+            dialog.shutdown();
+        })?);
+        Ok(json!({ "database": self.config.database }))
+    }
+
+    fn start(&mut self, _run: u32) -> Result<(), ComponentError> {
+        Ok(())
+    }
+
+    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+        Ok(self.stats())
+    }
+
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        self.end_worker();
+        Ok(())
+    }
+
+    fn stats(&self) -> Value {
+        json!({
+            "records": self.counters.records.load(Ordering::Relaxed),
+            "processes": self.counters.processes.load(Ordering::Relaxed),
+        })
+    }
+
+    fn failure(&self) -> Option<String> {
+        read(&self.failure)
+    }
+}
+
+impl Drop for MsgLogger {
+    fn drop(&mut self) {
+        self.end_worker();
+    }
+}
+
+/// Subscribes to every process's log and stores the new records until `stop`.
+fn follow(
+    dialog: &daqflow_dialog::Dialog,
+    db: &RunDb,
+    counters: &Counters,
+    stop: &AtomicBool,
+    poll: Duration,
+) -> Result<(), String> {
+    let mut stored: HashMap<String, u64> = db.log_positions().map_err(|e| e.to_string())?.into_iter().collect();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let mut subscriptions = Vec::new();
+    let mut followed: HashSet<String> = HashSet::new();
+    let mut next_poll = std::time::Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        if std::time::Instant::now() >= next_poll {
+            next_poll = std::time::Instant::now() + poll;
+            if let Ok(processes) = dialog.processes(Duration::from_secs(2)) {
+                for p in processes {
+                    for service in p.provides.iter().filter(|s| s.ends_with("/log")) {
+                        if followed.insert(service.clone()) {
+                            let tx = tx.clone();
+                            let sub = dialog
+                                .subscribe(service, move |event| {
+                                    if let daqflow_dialog::ServiceEvent::Update { data, .. } = event {
+                                        let _ = tx.send(data.to_vec());
+                                    }
+                                })
+                                .map_err(|e| format!("subscribing to {service}: {e}"))?;
+                            subscriptions.push(sub);
+                            counters.processes.store(followed.len() as u64, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+        let mut batch = Vec::new();
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(data) => {
+                let mut values = vec![data];
+                values.extend(rx.try_iter());
+                for data in values {
+                    match decode_records(&data) {
+                        Ok(records) => {
+                            for r in records {
+                                let last = stored.entry(r.process.clone()).or_insert(0);
+                                if r.seq > *last {
+                                    *last = r.seq;
+                                    batch.push(r);
+                                }
+                            }
+                        }
+                        Err(e) => tracing::warn!("a log value that is not log records was skipped: {e}"),
+                    }
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+        if !batch.is_empty() {
+            db.add_logs(&batch).map_err(|e| e.to_string())?;
+            counters.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_values_decode_or_fail_cleanly() {
+        let r = decode_records(br#"[{"seq":1,"t_ms":5,"severity":"info","process":"a","target":"t","message":"m"}]"#)
+            .unwrap();
+        assert_eq!(r[0].process, "a");
+        assert!(decode_records(b"\x00garbage").is_err());
+        assert!(decode_records(b"42").is_err());
+        assert!(decode_records(br#"[{"seq":"x"}]"#).is_err());
+    }
+}

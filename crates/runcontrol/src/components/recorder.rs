@@ -1,0 +1,342 @@
+//! `recorder`: an ET consumer that writes every event it gets into data files
+//! (`daqflow-wire`'s file format, `docs/formats.md`), rotating by size, with a run metadata
+//! file beside them.
+//!
+//! The recorder has its own station (blocking, so it gets every event the selection takes;
+//! events of a recorder that dies go back to the station's input, so a restarted recorder
+//! writes them). At `stop` it goes on reading until its station stayed empty for `drain_ms`
+//! (the operator stops the producers first), then closes the files and writes
+//! `runNNNNNN_NAME.meta.json`: run, start and stop time, events, bytes and every file with
+//! its events, size and first and last event id.
+//!
+//! The summary of a run: `{"events","bytes","bad_events","possibly_corrupt","files":[{"path",
+//! "events","bytes","first_event","last_event"}],"metadata": PATH}`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use daqflow_et::{Attachment, EtClient, StationConfig, Wait};
+use daqflow_wire::EventHeader;
+use daqflow_wire::EventId;
+use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{read, set};
+use crate::ComponentError;
+use crate::component::Component;
+use crate::log::now_ms;
+
+/// Configuration of a `recorder`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecorderConfig {
+    /// The ET system to consume from (its name).
+    pub et: String,
+    /// The station (created if missing; default: the component's name).
+    #[serde(default)]
+    pub station: Option<String>,
+    /// Where the files go (created if missing).
+    pub directory: PathBuf,
+    /// A file is closed and the next opened before it would grow beyond this.
+    #[serde(default = "default_max_file_bytes")]
+    pub max_file_bytes: u64,
+    /// Events taken from ET per call.
+    #[serde(default = "default_batch")]
+    pub batch: usize,
+    /// Which events: `all`, or `match:A,B,C,D` on the control words (`*` for any; word 0 is
+    /// the trigger type, word 1 the builder's event flags).
+    #[serde(default = "default_select")]
+    pub select: String,
+    /// Record every Nth selected event.
+    #[serde(default = "default_one")]
+    pub prescale: u32,
+    /// At stop, how long the station must stay empty before the files are closed.
+    #[serde(default = "default_drain_ms")]
+    pub drain_ms: u64,
+    /// At stop, give up draining after this long (the summary says how many events were left).
+    #[serde(default = "default_stop_timeout_ms")]
+    pub stop_timeout_ms: u64,
+    /// `fsync` each file when it is closed.
+    #[serde(default = "default_true")]
+    pub sync_on_close: bool,
+}
+
+fn default_max_file_bytes() -> u64 {
+    1 << 30
+}
+fn default_batch() -> usize {
+    100
+}
+fn default_select() -> String {
+    "all".into()
+}
+fn default_one() -> u32 {
+    1
+}
+fn default_drain_ms() -> u64 {
+    500
+}
+fn default_stop_timeout_ms() -> u64 {
+    30_000
+}
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Default)]
+struct Counters {
+    events: AtomicU64,
+    bytes: AtomicU64,
+    bad_events: AtomicU64,
+    possibly_corrupt: AtomicU64,
+    files: AtomicU64,
+}
+
+/// The recorder component.
+pub struct Recorder {
+    name: String,
+    config: RecorderConfig,
+    station: String,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<String>>>,
+    worker: Option<JoinHandle<Result<Vec<ClosedFile>, String>>>,
+    run: u32,
+    started_ms: u64,
+    t0: Instant,
+}
+
+impl Recorder {
+    /// A recorder; nothing is opened before configure.
+    pub fn new(name: &str, config: RecorderConfig) -> Recorder {
+        let station = config.station.clone().unwrap_or_else(|| name.to_owned());
+        Recorder {
+            name: name.to_owned(),
+            config,
+            station,
+            counters: Arc::default(),
+            stop: Arc::default(),
+            failure: Arc::default(),
+            worker: None,
+            run: 0,
+            started_ms: 0,
+            t0: Instant::now(),
+        }
+    }
+
+    fn station_config(&self) -> Result<StationConfig, ComponentError> {
+        let selection = daqflow_et::Selection::parse(&self.config.select)
+            .map_err(|e| ComponentError::Config(format!("select = {:?}: {e}", self.config.select)))?;
+        Ok(StationConfig {
+            blocking: true,
+            prescale: self.config.prescale.max(1),
+            selection,
+            restore: daqflow_et::RestoreMode::Input,
+            ..StationConfig::default()
+        })
+    }
+}
+
+/// Creates station `name` or, when it exists, gives it `config`.
+pub(crate) fn ensure_station(client: &EtClient, name: &str, config: StationConfig) -> Result<(), ComponentError> {
+    match client.create_station(name, config.clone(), daqflow_et::Position::End) {
+        Ok(()) => Ok(()),
+        Err(daqflow_et::EtError::StationExists(_)) => Ok(client.configure_station(name, config)?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Component for Recorder {
+    fn kind(&self) -> &str {
+        "recorder"
+    }
+
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        if self.config.batch == 0 {
+            return Err(ComponentError::Config("batch must be at least 1".into()));
+        }
+        std::fs::create_dir_all(&self.config.directory)
+            .map_err(|e| ComponentError::Config(format!("directory {}: {e}", self.config.directory.display())))?;
+        let client = EtClient::connect(&self.config.et)?;
+        ensure_station(&client, &self.station, self.station_config()?)?;
+        Ok(json!({ "station": self.station, "directory": self.config.directory }))
+    }
+
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        // A recorder restarted within a run (operator policy `restart`) finds its own files:
+        // it goes on in a new stream, `NAME.r1`, `NAME.r2`, … and never overwrites data.
+        let mut restart = 0;
+        let writer = loop {
+            let mut wc = FileWriterConfig::new(&self.config.directory, run);
+            wc.stream = Some(if restart == 0 { self.name.clone() } else { format!("{}.r{restart}", self.name) });
+            wc.max_file_bytes = self.config.max_file_bytes;
+            wc.sync_on_close = self.config.sync_on_close;
+            match FileWriter::new(wc) {
+                Ok(w) => break w,
+                Err(daqflow_wire::file::FileWriteError::FileExists { .. }) if restart < 1000 => restart += 1,
+                Err(e) => return Err(ComponentError::Failed(e.to_string())),
+            }
+        };
+        let client = EtClient::connect(&self.config.et)?;
+        let attachment = client.attach(&self.station)?;
+        self.counters = Arc::default();
+        self.stop = Arc::default();
+        set(&self.failure, None);
+        self.run = run;
+        self.started_ms = now_ms();
+        self.t0 = Instant::now();
+        let (counters, stop, failure) = (self.counters.clone(), self.stop.clone(), self.failure.clone());
+        let (batch, drain, timeout) = (
+            self.config.batch,
+            Duration::from_millis(self.config.drain_ms),
+            Duration::from_millis(self.config.stop_timeout_ms),
+        );
+        let worker = std::thread::Builder::new().name(format!("{}-write", self.name)).spawn(move || {
+            let _client = client;
+            let r = record(&attachment, writer, &counters, &stop, batch, drain, timeout);
+            if let Err(e) = &r {
+                set(&failure, Some(e.clone()));
+            }
+            r
+        })?;
+        self.worker = Some(worker);
+        Ok(())
+    }
+
+    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+        self.stop.store(true, Ordering::SeqCst);
+        let files = match self.worker.take().map(JoinHandle::join) {
+            Some(Ok(Ok(files))) => files,
+            Some(Ok(Err(e))) => return Err(ComponentError::Failed(e)),
+            Some(Err(_)) => return Err(ComponentError::Failed("the writer thread panicked".into())),
+            None => Vec::new(),
+        };
+        let c = &self.counters;
+        let files: Vec<Value> = files
+            .iter()
+            .map(|f| {
+                json!({
+                    "path": f.path,
+                    "events": f.events,
+                    "bytes": f.file_bytes,
+                    "first_event": f.first_event.map(|e| e.0),
+                    "last_event": f.last_event.map(|e| e.0),
+                })
+            })
+            .collect();
+        let mut summary = json!({
+            "run": self.run,
+            "component": self.name,
+            "started_ms": self.started_ms,
+            "stopped_ms": now_ms(),
+            "events": c.events.load(Ordering::Relaxed),
+            "bytes": c.bytes.load(Ordering::Relaxed),
+            "bad_events": c.bad_events.load(Ordering::Relaxed),
+            "possibly_corrupt": c.possibly_corrupt.load(Ordering::Relaxed),
+            "files": files,
+        });
+        let meta = self.config.directory.join(format!("run{:06}_{}.meta.json", self.run, self.name));
+        let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+        std::fs::write(&meta, text).map_err(|e| ComponentError::Failed(format!("{}: {e}", meta.display())))?;
+        summary["metadata"] = json!(meta);
+        Ok(summary)
+    }
+
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        if self.worker.is_some() {
+            self.stop(None)?;
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Value {
+        let c = &self.counters;
+        let t = self.t0.elapsed().as_secs_f64();
+        let events = c.events.load(Ordering::Relaxed);
+        let bytes = c.bytes.load(Ordering::Relaxed);
+        json!({
+            "events": events,
+            "bytes": bytes,
+            "files": c.files.load(Ordering::Relaxed),
+            "bad_events": c.bad_events.load(Ordering::Relaxed),
+            "possibly_corrupt": c.possibly_corrupt.load(Ordering::Relaxed),
+            "t": t,
+            "mb_per_s": if self.worker.is_some() && t > 0.0 { bytes as f64 / t / 1e6 } else { 0.0 },
+        })
+    }
+
+    fn failure(&self) -> Option<String> {
+        read(&self.failure)
+    }
+}
+
+/// The writer thread: events from the station into files until the stop, then drained.
+fn record(
+    attachment: &daqflow_et::LocalAttachment,
+    mut writer: FileWriter,
+    counters: &Counters,
+    stop: &AtomicBool,
+    batch: usize,
+    drain: Duration,
+    timeout: Duration,
+) -> Result<Vec<ClosedFile>, String> {
+    let mut events = Vec::with_capacity(batch);
+    let mut quiet_since: Option<Instant> = None;
+    let mut stop_seen: Option<Instant> = None;
+    let mut last_flush = Instant::now();
+    loop {
+        if stop_seen.is_none() && stop.load(Ordering::SeqCst) {
+            stop_seen = Some(Instant::now());
+        }
+        events.clear();
+        let n = match attachment.get_events_into(batch, Wait::Timed(Duration::from_millis(50)), &mut events) {
+            Ok(n) => n,
+            Err(daqflow_et::EtError::Timeout) => 0,
+            Err(e) => return Err(format!("reading ET: {e}")),
+        };
+        for e in &events {
+            let data = e.data();
+            // The builder's header names the event; anything else is written under id 0 and
+            // counted, never dropped.
+            let id = match EventHeader::decode(data) {
+                Ok(h) => h.event_id,
+                Err(_) => {
+                    counters.bad_events.fetch_add(1, Ordering::Relaxed);
+                    EventId(0)
+                }
+            };
+            if e.is_possibly_corrupt() {
+                counters.possibly_corrupt.fetch_add(1, Ordering::Relaxed);
+            }
+            let before = writer.closed_files().len();
+            writer.write_event(id, data).map_err(|e| format!("writing: {e}"))?;
+            if writer.closed_files().len() != before {
+                counters.files.fetch_add(1, Ordering::Relaxed);
+            }
+            counters.events.fetch_add(1, Ordering::Relaxed);
+            counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        if n > 0 {
+            // Written into the writer's buffer: the events can go on (and back to GrandCentral).
+            attachment.put_events(&mut events).map_err(|e| format!("putting events back: {e}"))?;
+            quiet_since = None;
+        } else if quiet_since.is_none() {
+            quiet_since = Some(Instant::now());
+        }
+        if last_flush.elapsed() >= Duration::from_secs(1) {
+            writer.flush().map_err(|e| format!("flushing: {e}"))?;
+            last_flush = Instant::now();
+        }
+        if let Some(s) = stop_seen {
+            let drained = quiet_since.is_some_and(|q| q.elapsed() >= drain);
+            if drained || s.elapsed() >= timeout {
+                break;
+            }
+        }
+    }
+    writer.finish().map_err(|e| format!("closing the files: {e}"))
+}

@@ -1,0 +1,196 @@
+//! Log records of a process, captured from `tracing` and published on the control plane as
+//! the service `<name>/log`, from which the message logger (`msglogger`) stores them.
+//!
+//! [`layer`] is a `tracing_subscriber` layer that keeps the process's recent records (info
+//! and above) with sequence numbers. The component run loop publishes them: each update of
+//! `<name>/log` is a JSON array holding the records of the last 30 seconds (at most 200), so
+//! that a message logger subscribing late still gets what was logged at start-up; it keeps
+//! the highest `seq` it stored per process and skips the rest.
+//!
+//! ```
+//! use tracing_subscriber::layer::SubscriberExt;
+//! let subscriber = tracing_subscriber::registry().with(daqflow_runcontrol::log::layer());
+//! tracing::subscriber::with_default(subscriber, || tracing::warn!(disk = "/data", "disk almost full"));
+//! let recent = daqflow_runcontrol::log::recent(0);
+//! assert!(recent.iter().any(|r| r.message.contains("disk almost full") && r.severity == "warn"));
+//! ```
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::Context;
+
+/// One log record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LogRecord {
+    /// Sequence number within the process, from 1.
+    pub seq: u64,
+    /// When (Unix ms).
+    pub t_ms: u64,
+    /// `error`, `warn`, `info`, `debug` or `trace`.
+    pub severity: String,
+    /// The process (component name; filled in by the publisher).
+    #[serde(default)]
+    pub process: String,
+    /// The module that logged it.
+    pub target: String,
+    /// The message with its fields (`message key=value …`).
+    pub message: String,
+}
+
+/// How many records a process keeps.
+const KEEP: usize = 200;
+/// How long a record stays in the published window.
+pub const WINDOW_MS: u64 = 30_000;
+
+struct Buffer {
+    next_seq: u64,
+    records: VecDeque<LogRecord>,
+}
+
+static BUFFER: Mutex<Buffer> = Mutex::new(Buffer { next_seq: 1, records: VecDeque::new() });
+
+thread_local! {
+    static MUTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` without capturing what it logs on this thread (the publisher uses it so that
+/// publishing cannot feed itself).
+pub fn muted<T>(f: impl FnOnce() -> T) -> T {
+    MUTED.with(|m| m.set(true));
+    let r = f();
+    MUTED.with(|m| m.set(false));
+    r
+}
+
+/// Now, in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The severity name of a level.
+pub fn severity(level: &Level) -> &'static str {
+    match *level {
+        Level::ERROR => "error",
+        Level::WARN => "warn",
+        Level::INFO => "info",
+        Level::DEBUG => "debug",
+        Level::TRACE => "trace",
+    }
+}
+
+/// The rank of a severity name (error 4 … trace 0); unknown names rank as info.
+pub fn severity_rank(s: &str) -> u8 {
+    match s {
+        "error" => 4,
+        "warn" => 3,
+        "debug" => 1,
+        "trace" => 0,
+        _ => 2,
+    }
+}
+
+/// Records one log record (what the layer does; also usable by code that has a record from
+/// elsewhere).
+pub fn push(severity: &str, target: &str, message: String) {
+    let mut b = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
+    let seq = b.next_seq;
+    b.next_seq += 1;
+    b.records.push_back(LogRecord {
+        seq,
+        t_ms: now_ms(),
+        severity: severity.to_owned(),
+        process: String::new(),
+        target: target.to_owned(),
+        message,
+    });
+    while b.records.len() > KEEP {
+        b.records.pop_front();
+    }
+}
+
+/// The kept records with `seq > after`, oldest first.
+pub fn recent(after: u64) -> Vec<LogRecord> {
+    let b = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
+    b.records.iter().filter(|r| r.seq > after).cloned().collect()
+}
+
+/// The highest sequence number given so far (0 before the first record).
+pub fn last_seq() -> u64 {
+    BUFFER.lock().unwrap_or_else(|p| p.into_inner()).next_seq - 1
+}
+
+/// The records of the published window: the last [`WINDOW_MS`], named after `process`.
+pub fn window(process: &str) -> Vec<LogRecord> {
+    let since = now_ms().saturating_sub(WINDOW_MS);
+    let b = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
+    b.records
+        .iter()
+        .filter(|r| r.t_ms >= since)
+        .map(|r| LogRecord { process: process.to_owned(), ..r.clone() })
+        .collect()
+}
+
+/// The capturing layer: records events at info and above.
+pub struct CaptureLayer;
+
+/// The layer to add to the process's subscriber.
+pub fn layer() -> CaptureLayer {
+    CaptureLayer
+}
+
+struct MessageVisitor(String, String);
+
+impl Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        } else {
+            let _ = write!(self.1, " {}={value:?}", field.name());
+        }
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        } else {
+            let _ = write!(self.1, " {}={value}", field.name());
+        }
+    }
+}
+
+impl<S: Subscriber> tracing_subscriber::Layer<S> for CaptureLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let meta = event.metadata();
+        if *meta.level() > Level::INFO || MUTED.with(Cell::get) {
+            return;
+        }
+        let mut v = MessageVisitor(String::new(), String::new());
+        event.record(&mut v);
+        push(severity(meta.level()), meta.target(), format!("{}{}", v.0, v.1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn info_and_above_are_kept_with_their_fields_debug_is_not() {
+        let before = last_seq();
+        let subscriber = tracing_subscriber::registry().with(layer());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(run = 7, "run started");
+            tracing::debug!("noise");
+            muted(|| tracing::error!("not captured"));
+        });
+        let got = recent(before);
+        assert!(got.iter().any(|r| r.message == "run started run=7" && r.severity == "info"), "{got:?}");
+        assert!(!got.iter().any(|r| r.message.contains("noise") || r.message.contains("not captured")));
+        assert!(window("x").iter().all(|r| r.process == "x"));
+    }
+}

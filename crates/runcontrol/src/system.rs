@@ -1,0 +1,551 @@
+//! The system file: one TOML file describing a whole DAQ system for the operator
+//! (`daqflow run SYSTEM.toml`; `docs/operator-guide.md` documents every key).
+//!
+//! ```toml
+//! [system]
+//! name = "teststand"
+//! control = "127.0.0.1:7000"   # the control server the operator starts
+//! data = "daqflow-data"        # files, logs and the run database go here
+//! policy = "stop"              # when a component dies or fails in a run: "stop" or "restart"
+//!
+//! [[component]]
+//! name = "evm"
+//! kind = "evm"
+//! [component.params]
+//! rus = 1
+//!
+//! [[component]]
+//! name = "ru-0"
+//! kind = "ru"
+//! [component.params]
+//! evm = "${evm.listen}"        # what evm's configure returned
+//! ```
+//!
+//! Validation reports every problem with the line it is on.
+//!
+//! ```
+//! let text = "[system]\nname = 'x'\n\n[[component]]\nname = 'a'\nkind = 'warp-drive'\n";
+//! let err = daqflow_runcontrol::system::SystemFile::parse(text, &daqflow_runcontrol::registry::standard()).unwrap_err();
+//! assert!(err.to_string().contains("line 6"), "{err}");
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::Value;
+use toml::Spanned;
+
+use crate::component::Registry;
+
+/// What to do when a component dies or fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Stop the run (the run record says why).
+    Stop,
+    /// Start the component again, configure it and, during a run, start it in the same run.
+    Restart,
+}
+
+/// The `[system]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemSection {
+    /// The system's name (in the run database and the web UI).
+    pub name: String,
+    /// Address of the control server the operator starts (`127.0.0.1:0`: any free port).
+    #[serde(default = "default_control")]
+    pub control: String,
+    /// Directory for data files, component logs and the run database (relative to where the
+    /// operator runs).
+    #[serde(default = "default_data")]
+    pub data: PathBuf,
+    /// The run database file (relative to `data`).
+    #[serde(default = "default_database")]
+    pub database: PathBuf,
+    /// The web UI's address (`daqflow run --web` overrides it).
+    #[serde(default = "default_web")]
+    pub web: String,
+    /// What to do when a component dies or fails during a run (default `stop`).
+    #[serde(default = "default_policy")]
+    pub policy: Policy,
+    /// Seconds a component may take for configure, start, pause, resume and reset.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: f64,
+    /// Seconds a component may take to stop (stops drain data).
+    #[serde(default = "default_stop_timeout")]
+    pub stop_timeout_s: f64,
+    /// How components on other hosts are started: the command line before
+    /// `component KIND …` (`{host}` is replaced by the host).
+    #[serde(default = "default_remote")]
+    pub remote_command: String,
+}
+
+fn default_control() -> String {
+    "127.0.0.1:7000".into()
+}
+fn default_data() -> PathBuf {
+    "daqflow-data".into()
+}
+fn default_database() -> PathBuf {
+    "runs.sqlite".into()
+}
+fn default_web() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_policy() -> Policy {
+    Policy::Stop
+}
+fn default_timeout() -> f64 {
+    20.0
+}
+fn default_stop_timeout() -> f64 {
+    60.0
+}
+fn default_remote() -> String {
+    "ssh {host} daqflow".into()
+}
+
+/// One `[[component]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawComponent {
+    name: Spanned<String>,
+    kind: Spanned<String>,
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    policy: Option<Policy>,
+    #[serde(default)]
+    start_order: Option<i64>,
+    #[serde(default)]
+    stop_order: Option<i64>,
+    #[serde(default)]
+    stop_arg: Option<Spanned<String>>,
+    #[serde(default)]
+    params: Option<Spanned<toml::Table>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    system: SystemSection,
+    #[serde(default)]
+    component: Vec<RawComponent>,
+}
+
+/// A component of the system.
+#[derive(Debug, Clone)]
+pub struct ComponentSpec {
+    /// Unique name.
+    pub name: String,
+    /// Kind.
+    pub kind: String,
+    /// Host to run on (`None`: this machine).
+    pub host: Option<String>,
+    /// A program to run instead of `daqflow component KIND` (a user's own component); it gets
+    /// `--name NAME --control HOST:PORT` appended.
+    pub command: Option<Vec<String>>,
+    /// What to do when it dies or fails.
+    pub policy: Policy,
+    /// Start stage (lower first; the same stage starts together).
+    pub start_order: i64,
+    /// Stop stage (lower first).
+    pub stop_order: i64,
+    /// The stop command's argument: a number, or a reference such as `${evm.last_event}`.
+    pub stop_arg: Option<String>,
+    /// Its parameters, with `${…}` references still in.
+    pub params: toml::Table,
+    /// The line of the `[[component]]` entry's name.
+    pub line: usize,
+    /// Components whose results the parameters use (configure after them).
+    pub needs: Vec<String>,
+}
+
+/// A validated system file.
+#[derive(Debug, Clone)]
+pub struct SystemFile {
+    /// `[system]`.
+    pub system: SystemSection,
+    /// Components in file order.
+    pub components: Vec<ComponentSpec>,
+    /// The text, as stored in each run record.
+    pub text: String,
+}
+
+/// What is wrong with a system file: every problem, each with its line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", problems.join("\n"))]
+pub struct SystemFileError {
+    /// `line N: what is wrong`, one per problem.
+    pub problems: Vec<String>,
+}
+
+/// Default start stage of a kind: consumers before producers.
+pub fn default_start_order(kind: &str) -> i64 {
+    match kind {
+        "msglogger" => 0,
+        "et" => 1,
+        "recorder" | "monitor" | "sink" => 2,
+        "repeater" => 3,
+        "evm" => 4,
+        "bu" => 5,
+        "ru" => 6,
+        "source" | "generator" => 7,
+        _ => 3,
+    }
+}
+
+/// Default stop stage of a kind: producers first, draining in between.
+pub fn default_stop_order(kind: &str) -> i64 {
+    match kind {
+        "evm" => 0,
+        "source" | "generator" => 1,
+        "ru" => 2,
+        "bu" => 3,
+        "repeater" => 4,
+        "recorder" | "monitor" | "sink" => 5,
+        "et" => 6,
+        "msglogger" => 7,
+        _ => 4,
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// The `${name.key}` references in a string.
+pub fn references(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        let Some(j) = rest[i..].find('}') else { break };
+        let inner = &rest[i + 2..i + j];
+        if let Some((a, b)) = inner.split_once('.') {
+            out.push((a.to_owned(), b.to_owned()));
+        }
+        rest = &rest[i + j + 1..];
+    }
+    out
+}
+
+fn collect_refs(v: &toml::Value, out: &mut Vec<(String, String)>) {
+    match v {
+        toml::Value::String(s) => out.extend(references(s)),
+        toml::Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),
+        toml::Value::Table(t) => t.values().for_each(|x| collect_refs(x, out)),
+        _ => {}
+    }
+}
+
+/// Replaces the references in `v` with values from `results` (component name → JSON object);
+/// a string that is one whole reference takes the value's type.
+pub fn resolve(v: &toml::Value, results: &HashMap<String, Value>) -> Result<toml::Value, String> {
+    Ok(match v {
+        toml::Value::String(s) => {
+            let refs = references(s);
+            if refs.is_empty() {
+                v.clone()
+            } else if refs.len() == 1 && s.starts_with("${") && s.ends_with('}') && s.matches("${").count() == 1 {
+                let (a, b) = &refs[0];
+                json_to_toml(lookup(results, a, b)?)
+            } else {
+                let mut out = s.clone();
+                for (a, b) in refs {
+                    let val = lookup(results, &a, &b)?;
+                    let text = match val {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    out = out.replace(&format!("${{{a}.{b}}}"), &text);
+                }
+                toml::Value::String(out)
+            }
+        }
+        toml::Value::Array(a) => toml::Value::Array(a.iter().map(|x| resolve(x, results)).collect::<Result<_, _>>()?),
+        toml::Value::Table(t) => toml::Value::Table(
+            t.iter().map(|(k, x)| Ok((k.clone(), resolve(x, results)?))).collect::<Result<_, String>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+fn lookup<'a>(results: &'a HashMap<String, Value>, name: &str, key: &str) -> Result<&'a Value, String> {
+    let r = results.get(name).ok_or_else(|| format!("`${{{name}.{key}}}`: {name} has no result yet"))?;
+    r.get(key)
+        .filter(|v| !v.is_null())
+        .ok_or_else(|| format!("`${{{name}.{key}}}`: {name} gave no `{key}` (it gave {r})"))
+}
+
+/// A JSON value as TOML (null becomes an empty string).
+pub fn json_to_toml(v: &Value) -> toml::Value {
+    match v {
+        Value::Null => toml::Value::String(String::new()),
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        Value::Number(n) => {
+            n.as_i64().map(toml::Value::Integer).unwrap_or_else(|| toml::Value::Float(n.as_f64().unwrap_or(0.0)))
+        }
+        Value::String(s) => toml::Value::String(s.clone()),
+        Value::Array(a) => toml::Value::Array(a.iter().map(json_to_toml).collect()),
+        Value::Object(m) => toml::Value::Table(m.iter().map(|(k, v)| (k.clone(), json_to_toml(v))).collect()),
+    }
+}
+
+impl SystemFile {
+    /// Parses and validates a system file; `registry` gives the kinds this binary knows
+    /// (components with their own `command` may have any kind).
+    pub fn parse(text: &str, registry: &Registry) -> Result<SystemFile, SystemFileError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| format!("line {}: ", line_of(text, s.start))).unwrap_or_default();
+            SystemFileError { problems: vec![format!("{line}{}", e.message().trim())] }
+        })?;
+        let mut problems = Vec::new();
+        let mut components = Vec::new();
+        let mut lines: HashMap<String, usize> = HashMap::new();
+        for c in &raw.component {
+            let line = line_of(text, c.name.span().start);
+            let name = c.name.get_ref().clone();
+            let kind = c.kind.get_ref().clone();
+            let ok_name = !name.is_empty()
+                && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' || ch == '.');
+            if !ok_name {
+                problems.push(format!(
+                    "line {line}: component name {name:?} may only contain letters, digits, '-', '_' and '.'"
+                ));
+            }
+            if name == "all" || name == "system" || name == "operator" {
+                problems.push(format!("line {line}: `{name}` is reserved and cannot name a component"));
+            }
+            if let Some(first) = lines.insert(name.clone(), line) {
+                problems.push(format!("line {line}: component `{name}` is already defined on line {first}"));
+            }
+            if c.command.is_none() && !registry.kinds().contains(&kind.as_str()) {
+                problems.push(format!(
+                    "line {}: unknown kind `{kind}` (known: {}; or give `command` for a program of your own)",
+                    line_of(text, c.kind.span().start),
+                    registry.kinds().join(", ")
+                ));
+            }
+            let (params, params_line, params_span) = match &c.params {
+                Some(p) => (p.get_ref().clone(), line_of(text, p.span().start), p.span()),
+                None => (toml::Table::new(), line, 0..0),
+            };
+            let mut refs = Vec::new();
+            for v in params.values() {
+                collect_refs(v, &mut refs);
+            }
+            if let Some(a) = &c.stop_arg {
+                refs.extend(references(a.get_ref()));
+                if references(a.get_ref()).is_empty() && a.get_ref().trim().parse::<u64>().is_err() {
+                    problems.push(format!(
+                        "line {}: stop_arg must be a number or a reference like \"${{evm.last_event}}\"",
+                        line_of(text, a.span().start)
+                    ));
+                }
+            }
+            let mut needs: Vec<String> = refs.iter().map(|(a, _)| a.clone()).filter(|a| a != "system").collect();
+            needs.sort();
+            needs.dedup();
+            // The parameters must make a valid configuration (references stand in as text).
+            if c.command.is_none() && registry.kinds().contains(&kind.as_str()) {
+                let mut probe = params.clone();
+                replace_refs_with_placeholders(&mut probe);
+                if let Err(e) = registry.make(&kind, &name, probe) {
+                    let e = e.to_string();
+                    let at = key_line(text, params_span.clone(), &e).unwrap_or(params_line);
+                    problems.push(format!("line {at}: parameters of `{name}`: {e}"));
+                }
+            }
+            components.push(ComponentSpec {
+                name,
+                start_order: c.start_order.unwrap_or_else(|| default_start_order(&kind)),
+                stop_order: c.stop_order.unwrap_or_else(|| default_stop_order(&kind)),
+                kind,
+                host: c.host.clone().filter(|h| h != "localhost" && h != "127.0.0.1"),
+                command: c.command.clone(),
+                policy: c.policy.unwrap_or(raw.system.policy),
+                stop_arg: c.stop_arg.as_ref().map(|s| s.get_ref().clone()),
+                params,
+                line,
+                needs,
+            });
+        }
+        for c in &components {
+            for n in &c.needs {
+                if !lines.contains_key(n) {
+                    problems.push(format!("line {}: `{}` refers to `{n}`, which is not a component", c.line, c.name));
+                } else if n == &c.name {
+                    problems.push(format!("line {}: `{}` refers to itself", c.line, c.name));
+                }
+            }
+        }
+        if components.is_empty() {
+            problems.push("the system has no [[component]]".into());
+        }
+        if problems.is_empty() {
+            let file = SystemFile { system: raw.system, components, text: text.to_owned() };
+            if let Err(cycle) = file.configure_order() {
+                problems.push(cycle);
+            } else {
+                return Ok(file);
+            }
+        }
+        Err(SystemFileError { problems })
+    }
+
+    /// The order to configure in: by start stage, each component after those it refers to.
+    pub fn configure_order(&self) -> Result<Vec<usize>, String> {
+        let mut idx: Vec<usize> = (0..self.components.len()).collect();
+        idx.sort_by_key(|&i| self.components[i].start_order);
+        let mut done: Vec<usize> = Vec::new();
+        let mut pending = idx;
+        while !pending.is_empty() {
+            let before = pending.len();
+            let mut i = 0;
+            while i < pending.len() {
+                let c = &self.components[pending[i]];
+                if c.needs.iter().all(|n| done.iter().any(|&d| &self.components[d].name == n)) {
+                    done.push(pending.remove(i));
+                    i = 0;
+                } else {
+                    i += 1;
+                }
+            }
+            if pending.len() == before {
+                let names: Vec<&str> = pending.iter().map(|&i| self.components[i].name.as_str()).collect();
+                return Err(format!("the references between {} go round in a circle", names.join(", ")));
+            }
+        }
+        Ok(done)
+    }
+
+    /// Components grouped by stage, in stage order (`start` or stop).
+    pub fn stages(&self, start: bool) -> Vec<Vec<usize>> {
+        let mut by: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        for (i, c) in self.components.iter().enumerate() {
+            by.entry(if start { c.start_order } else { c.stop_order }).or_default().push(i);
+        }
+        by.into_values().collect()
+    }
+}
+
+/// The line of the key an error message names (`unknown field `x``, `invalid type … for key
+/// `x``), looked up inside the parameters' text.
+fn key_line(text: &str, span: std::ops::Range<usize>, message: &str) -> Option<usize> {
+    let start = message.find('`')? + 1;
+    let key = &message[start..start + message[start..].find('`')?];
+    // The table runs from its header to the next header.
+    let region = text.get(span.start..)?;
+    let mut offset = 0;
+    for (i, l) in region.split_inclusive('\n').enumerate() {
+        let t = l.trim_start();
+        if i > 0 && t.starts_with('[') {
+            break;
+        }
+        if t.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            return Some(line_of(text, span.start + offset));
+        }
+        offset += l.len();
+    }
+    None
+}
+
+fn replace_refs_with_placeholders(t: &mut toml::Table) {
+    for (_, v) in t.iter_mut() {
+        match v {
+            toml::Value::String(s) if !references(s).is_empty() => *s = "127.0.0.1:9".to_owned(),
+            toml::Value::Table(inner) => replace_refs_with_placeholders(inner),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(text: &str) -> Result<SystemFile, SystemFileError> {
+        SystemFile::parse(text, &crate::registry::standard())
+    }
+
+    #[test]
+    fn problems_point_at_their_lines() {
+        let text = r#"[system]
+name = "t"
+
+[[component]]
+name = "evm"
+kind = "evm"
+
+[[component]]
+name = "evm"
+kind = "evm"
+
+[[component]]
+name = "ru-0"
+kind = "ru"
+[component.params]
+evm = "${nobody.listen}"
+streamz = 4
+"#;
+        let e = parse(text).unwrap_err();
+        let all = e.to_string();
+        assert!(all.contains("line 9: component `evm` is already defined on line 5"), "{all}");
+        assert!(all.contains("line 17: parameters of `ru-0`") && all.contains("streamz"), "{all}");
+        assert!(all.contains("line 13: `ru-0` refers to `nobody`"), "{all}");
+        let e = parse("[system]\nname = 1\n").unwrap_err().to_string();
+        assert!(e.starts_with("line 2:"), "{e}");
+        let e = parse("[system]\nname = 'x'\ncolour = 'red'\n").unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn references_resolve_with_their_types_and_order_the_configuration() {
+        let text = r#"[system]
+name = "t"
+[[component]]
+name = "ru-0"
+kind = "ru"
+[component.params]
+evm = "${evm.listen}"
+[[component]]
+name = "evm"
+kind = "evm"
+"#;
+        let f = parse(text).unwrap();
+        let order: Vec<&str> = f.configure_order().unwrap().iter().map(|&i| f.components[i].name.as_str()).collect();
+        assert_eq!(order, vec!["evm", "ru-0"]);
+        let mut results = HashMap::new();
+        results.insert("evm".to_owned(), json!({"listen": "127.0.0.1:5000", "n": 3}));
+        let v = resolve(&toml::Value::String("${evm.listen}".into()), &results).unwrap();
+        assert_eq!(v.as_str(), Some("127.0.0.1:5000"));
+        let v = resolve(&toml::Value::String("${evm.n}".into()), &results).unwrap();
+        assert_eq!(v.as_integer(), Some(3));
+        let v = resolve(&toml::Value::String("tcp://${evm.listen}/x${evm.n}".into()), &results).unwrap();
+        assert_eq!(v.as_str(), Some("tcp://127.0.0.1:5000/x3"));
+        assert!(resolve(&toml::Value::String("${evm.nope}".into()), &results).unwrap_err().contains("no `nope`"));
+    }
+
+    #[test]
+    fn circular_references_are_refused() {
+        let text = r#"[system]
+name = "t"
+[[component]]
+name = "a"
+kind = "sink"
+[component.params]
+listen = "${b.listen}"
+[[component]]
+name = "b"
+kind = "sink"
+[component.params]
+listen = "${a.listen}"
+"#;
+        assert!(parse(text).unwrap_err().to_string().contains("circle"));
+    }
+}

@@ -1,0 +1,184 @@
+//! The DAQ-Middleware chain in one process: generator → repeaters → sink through real loopback
+//! sockets, driven through the component state machine, every chunk accounted for; garbage,
+//! pauses, a dead sink.
+
+use std::time::{Duration, Instant};
+
+use daqflow_runcontrol::component::{Driver, State};
+use daqflow_runcontrol::registry::standard;
+use serde_json::Value;
+
+fn table(s: &str) -> toml::Table {
+    s.parse().unwrap()
+}
+
+/// The chain's drivers, sink first: sink, repeaters (downstream first), generator last.
+struct Chain {
+    sink: Driver,
+    repeaters: Vec<Driver>,
+    generator: Driver,
+    first_listen: String,
+}
+
+fn chain(repeaters: usize, generator_keys: &str, sink_keys: &str) -> Chain {
+    let mut sink = Driver::new(standard(), "sink", "sink", table(sink_keys));
+    let mut next = sink.configure(None).unwrap()["listen"].as_str().unwrap().to_owned();
+    let mut reps = Vec::new();
+    for i in 0..repeaters {
+        let mut r = Driver::new(standard(), "repeater", &format!("rep-{i}"), table(&format!("downstream = '{next}'")));
+        next = r.configure(None).unwrap()["listen"].as_str().unwrap().to_owned();
+        reps.push(r);
+    }
+    let keys = format!("downstream = '{next}'\n{generator_keys}");
+    let mut generator = Driver::new(standard(), "generator", "gen", table(&keys));
+    generator.configure(None).unwrap();
+    Chain { sink, repeaters: reps, generator, first_listen: next }
+}
+
+impl Chain {
+    fn start(&mut self, run: u32) {
+        self.sink.start(run).unwrap();
+        for r in &mut self.repeaters {
+            r.start(run).unwrap();
+        }
+        self.generator.start(run).unwrap();
+    }
+
+    /// Stops in the order of the data: generator, repeaters, sink. Their summaries.
+    fn stop(&mut self, last: Option<u64>) -> (Value, Vec<Value>, Value) {
+        let g = self.generator.stop(last).unwrap();
+        let r = self.repeaters.iter_mut().map(|r| r.stop(None).unwrap()).collect();
+        (g, r, self.sink.stop(None).unwrap())
+    }
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing from {v}"))
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn generator_two_repeaters_and_sink_account_for_every_chunk() {
+    for chunk in [1024usize, 65536, 1 << 20] {
+        let mut c = chain(2, &format!("chunk_bytes = {chunk}"), "check = true");
+        for run in [1u32, 2] {
+            c.start(run);
+            wait_until("the sink has data", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 20);
+            let (g, reps, s) = c.stop(None);
+            let sent = n(&g, "chunks");
+            assert!(sent > 20 && g["error"].is_null(), "{g}");
+            assert_eq!(n(&g, "bytes"), sent * chunk as u64);
+            for r in &reps {
+                assert_eq!(
+                    (n(r, "chunks"), n(r, "bytes"), r["end_seen"].as_bool()),
+                    (sent, sent * chunk as u64, Some(true)),
+                    "{r}"
+                );
+            }
+            assert_eq!((n(&s, "chunks"), n(&s, "bytes")), (sent, sent * chunk as u64), "{s}");
+            assert_eq!((n(&s, "sequence_errors"), n(&s, "crc_errors"), n(&s, "missing")), (0, 0, 0), "{s}");
+            assert_eq!((n(&s, "crc_checked"), n(&s, "chunks_announced")), (sent, sent), "{s}");
+            assert!(s["mb_per_s"].as_f64().unwrap() > 0.0 && s["error"].is_null(), "{s}");
+            for d in std::iter::once(&c.sink).chain(&c.repeaters).chain(std::iter::once(&c.generator)) {
+                assert_eq!(d.state(), State::Configured, "{}: {:?}", d.name(), d.failure());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_generator_told_where_to_stop_sends_exactly_that_many_chunks() {
+    let mut c = chain(1, "chunk_bytes = 100\ncheck = false", "check = true");
+    c.start(5);
+    let (g, reps, s) = c.stop(Some(123_456));
+    assert_eq!((n(&g, "chunks"), n(&reps[0], "chunks"), n(&s, "chunks")), (123_456, 123_456, 123_456));
+    assert_eq!((n(&s, "crc_checked"), n(&s, "sequence_errors")), (0, 0), "no CRCs sent: none checked");
+}
+
+#[test]
+fn live_stats_count_during_the_run_and_pause_stops_the_flow() {
+    let mut c = chain(1, "chunk_bytes = 4096", "");
+    c.start(1);
+    wait_until("the sink counts", || c.sink.stats()["bytes"].as_u64().unwrap_or(0) > 0);
+    let stats = c.sink.stats();
+    for k in
+        ["chunks", "bytes", "seconds", "chunks_per_s", "mb_per_s", "recent_mb_per_s", "sequence_errors", "crc_errors"]
+    {
+        assert!(stats.get(k).is_some(), "{k} missing from {stats}");
+    }
+    assert_eq!((stats["state"].as_str(), stats["run"].as_u64()), (Some("Running"), Some(1)));
+    c.generator.pause().unwrap();
+    // Once what was in flight has arrived, nothing more comes.
+    let mut last = u64::MAX;
+    wait_until("the flow stops", || {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = c.sink.stats()["chunks"].as_u64().unwrap();
+        let still = now == last;
+        last = now;
+        still
+    });
+    assert_eq!(n(&c.generator.stats(), "chunks"), last, "everything sent has arrived");
+    c.generator.resume().unwrap();
+    wait_until("the flow resumes", || c.sink.stats()["chunks"].as_u64().unwrap() > last);
+    let (g, _, s) = c.stop(None);
+    assert_eq!(n(&g, "chunks"), n(&s, "chunks"));
+}
+
+#[test]
+fn garbage_into_a_repeater_fails_it_and_the_sink_and_a_reset_recovers() {
+    use std::io::Write;
+    let mut c = chain(1, "", "");
+    c.sink.start(1).unwrap();
+    c.repeaters[0].start(1).unwrap();
+    let mut raw = std::net::TcpStream::connect(&c.first_listen).unwrap();
+    raw.write_all(b"GET /metrics HTTP/1.1\r\nHost: daqflow\r\n\r\n").unwrap();
+    wait_until("the repeater fails", || c.repeaters[0].state() == State::Error);
+    let why = c.repeaters[0].failure().unwrap();
+    assert!(why.contains("sent invalid data") && why.contains("bad magic"), "{why}");
+    wait_until("the sink fails", || c.sink.state() == State::Error);
+    assert!(c.sink.failure().unwrap().contains("without an end marker after chunk 0"));
+    // The failed components still give their summaries, then reset and run again.
+    assert_eq!(c.repeaters[0].stop(None).unwrap()["end_seen"], false);
+    for d in [&mut c.sink, &mut c.repeaters[0]] {
+        d.reset().unwrap();
+        assert_eq!(d.state(), State::Initial);
+    }
+    c.generator.reset().unwrap();
+    let mut c = chain(1, "chunk_bytes = 2048", "");
+    c.start(2);
+    wait_until("data flows", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 0);
+    let (g, _, s) = c.stop(None);
+    assert_eq!(n(&g, "chunks"), n(&s, "chunks"));
+}
+
+#[test]
+fn a_dead_sink_fails_the_chain_above_it_without_hanging() {
+    let mut c = chain(1, "chunk_bytes = 65536\nstop_timeout_ms = 2000", "");
+    c.start(1);
+    wait_until("data flows", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 0);
+    c.sink.reset().unwrap(); // as if the process died: its sockets close
+    wait_until("the repeater fails", || c.repeaters[0].state() == State::Error);
+    assert!(c.repeaters[0].failure().unwrap().contains("downstream"), "{:?}", c.repeaters[0].failure());
+    wait_until("the generator fails", || c.generator.state() == State::Error);
+    let g = c.generator.stop(None).unwrap();
+    assert!(g["error"].is_string(), "{g}");
+}
+
+#[test]
+fn unknown_and_missing_keys_are_refused_by_name() {
+    let mut g = Driver::new(standard(), "generator", "gen", table("downstream = '127.0.0.1:9'\nchunk_size = 10"));
+    let e = g.configure(None).unwrap_err().to_string();
+    assert!(e.contains("unknown field `chunk_size`"), "{e}");
+    let mut r = Driver::new(standard(), "repeater", "rep", toml::Table::new());
+    let e = r.configure(None).unwrap_err().to_string();
+    assert!(e.contains("rep: `downstream` is required"), "{e}");
+    let mut s = Driver::new(standard(), "sink", "sink", table("listen = 'not an address'"));
+    assert!(s.configure(None).unwrap_err().to_string().contains("listen = `not an address`"));
+}

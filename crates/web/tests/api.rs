@@ -1,0 +1,515 @@
+//! The HTTP API over real TCP, against the fake operator.
+
+mod support;
+
+use std::io::{BufReader, Write};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use daqflow_web::{WebHandle, WebOptions};
+use serde_json::json;
+use support::client::{Sse, connect, get, post, raw, read_reply, request, wait_until};
+use support::fake::FakeBackend;
+
+fn options() -> WebOptions {
+    WebOptions { status_interval: Duration::from_millis(200), ..WebOptions::default() }
+}
+
+fn start(options: WebOptions) -> (WebHandle, Arc<FakeBackend>) {
+    let backend = FakeBackend::new(Duration::from_millis(20));
+    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn");
+    (web, backend)
+}
+
+#[test]
+fn the_ui_and_its_files_are_served() {
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    for path in ["/", "/index.html"] {
+        let r = get(addr, path);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+        assert!(r.header("content-security-policy").is_some_and(|c| c.contains("default-src 'self'")));
+        let html = r.text();
+        for id in ["system-state", "btn-take", "btn-release", "btn-configure", "btn-start", "btn-stop", "components"] {
+            assert!(html.contains(&format!("id=\"{id}\"")), "no #{id} in the page");
+        }
+        assert!(
+            !html.contains("http://") && !html.contains("https://"),
+            "the page must not load anything from elsewhere"
+        );
+    }
+    let js = get(addr, "/app.js");
+    assert_eq!((js.status, js.header("content-type")), (200, Some("text/javascript; charset=utf-8")));
+    assert!(js.text().contains("EventSource"));
+    let css = get(addr, "/style.css");
+    assert_eq!((css.status, css.header("content-type")), (200, Some("text/css; charset=utf-8")));
+    let missing = get(addr, "/nothing-here");
+    assert_eq!(missing.status, 404);
+    assert!(missing.error().contains("/nothing-here"));
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn status_is_the_backends_with_the_web_servers_own_object() {
+    let (web, _) = start(options());
+    let r = get(web.local_addr(), "/api/status");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let s = r.json();
+    assert_eq!(s["system"], "fake");
+    assert_eq!(s["state"], "Initial");
+    assert_eq!(s["components"].as_array().map(Vec::len), Some(2));
+    assert!(s["web"]["requests_total"].as_u64().is_some_and(|n| n >= 1));
+    assert_eq!(s["web"]["controller"], json!(null));
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn transitions_need_control_and_follow_the_state_machine() {
+    let (web, backend) = start(options());
+    let addr = web.local_addr();
+
+    let anonymous = request(addr, "POST", "/api/transition/configure", None, Some(""));
+    assert_eq!(anonymous.status, 403);
+    assert!(anonymous.error().contains("take control"), "{}", anonymous.error());
+    let not_taken = post(addr, "/api/transition/configure", "alice", "");
+    assert_eq!(not_taken.status, 403);
+    assert!(not_taken.error().contains("nobody"), "{}", not_taken.error());
+
+    let took = post(addr, "/api/control/take", "alice", r#"{"client":"alice","force":false}"#);
+    assert_eq!(took.status, 200, "{}", took.text());
+    assert_eq!(took.json()["controller"], "alice");
+    assert_eq!(took.json()["you"], true);
+
+    let r = post(addr, "/api/transition/configure", "alice", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["verb"], "configure");
+    assert_eq!(r.json()["result"]["state"], "Configured");
+    assert_eq!(backend.state(), "Configured");
+
+    let bob = post(addr, "/api/transition/start", "bob", "{}");
+    assert_eq!(bob.status, 403);
+    assert_eq!(bob.json()["controller"], "alice");
+    assert!(bob.error().contains("`alice`"), "{}", bob.error());
+    assert_eq!(backend.state(), "Configured");
+
+    let start = post(addr, "/api/transition/start", "alice", r#"{"run": 42}"#);
+    assert_eq!(start.status, 200, "{}", start.text());
+    assert_eq!(start.json()["result"]["run"], 42);
+    assert_eq!(get(addr, "/api/status").json()["state"], "Running");
+
+    let refused = post(addr, "/api/transition/configure", "alice", "");
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.json()["error"], "`configure` is not allowed in state Running");
+
+    let unknown = post(addr, "/api/transition/explode", "alice", "");
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.error().contains("configure, start, stop, pause, resume, reset"));
+    let bad_json = post(addr, "/api/transition/stop", "alice", "{not json");
+    assert_eq!(bad_json.status, 400);
+    assert!(bad_json.error().contains("JSON"));
+    let wrong_method = get(addr, "/api/transition/stop");
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.header("allow"), Some("POST"));
+
+    for (verb, state) in [("pause", "Paused"), ("resume", "Running"), ("stop", "Configured"), ("reset", "Initial")] {
+        let r = post(addr, &format!("/api/transition/{verb}"), "alice", "");
+        assert_eq!(r.status, 200, "{verb}: {}", r.text());
+        assert_eq!(backend.state(), state);
+    }
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn control_is_taken_refused_forced_and_released() {
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    let none = get(addr, "/api/control").json();
+    assert_eq!(none, json!({"controller": null, "since_ms": null, "you": false}));
+
+    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
+    let control = request(addr, "GET", "/api/control", Some("alice"), None).json();
+    assert_eq!(control["controller"], "alice");
+    assert!(control["since_ms"].as_u64().is_some_and(|t| t > 1_600_000_000_000));
+    assert_eq!(control["you"], true);
+
+    let refused = post(addr, "/api/control/take", "bob", r#"{"force": false}"#);
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.json()["controller"], "alice");
+    assert!(refused.error().contains("force"), "{}", refused.error());
+    let not_yours = post(addr, "/api/control/release", "bob", "");
+    assert_eq!(not_yours.status, 403);
+
+    let forced = post(addr, "/api/control/take", "bob", r#"{"client": "bob", "force": true}"#);
+    assert_eq!(forced.status, 200);
+    assert_eq!(forced.json()["controller"], "bob");
+    assert_eq!(post(addr, "/api/transition/configure", "alice", "").status, 403);
+    assert_eq!(post(addr, "/api/transition/configure", "bob", "").status, 200);
+
+    let released = post(addr, "/api/control/release", "bob", "");
+    assert_eq!(released.status, 200);
+    assert_eq!(released.json()["controller"], json!(null));
+    assert_eq!(post(addr, "/api/control/release", "bob", "").status, 200, "releasing twice is harmless");
+    assert_eq!(post(addr, "/api/transition/start", "bob", "").status, 403);
+
+    // The header names the client; a different one in the body, a missing or bad header are refused.
+    assert_eq!(post(addr, "/api/control/take", "carol", r#"{"client": "dave"}"#).status, 400);
+    assert_eq!(request(addr, "POST", "/api/control/take", None, Some("{}")).status, 400);
+    assert_eq!(post(addr, "/api/control/take", "bad id!", "").status, 400);
+    assert_eq!(post(addr, "/api/control/take", "carol", r#"{"force": "yes"}"#).status, 400);
+    assert_eq!(post(addr, "/api/control/take", "carol", "[1]").status, 400);
+    assert_eq!(get(addr, "/api/control/take").status, 405);
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn control_lapses_when_its_client_is_not_seen_but_not_while_its_stream_is_open() {
+    let lapse = Duration::from_millis(1500);
+    let (web, _) = start(WebOptions { control_lapse: lapse, ..options() });
+    let addr = web.local_addr();
+
+    // With an event stream open, the controller stays.
+    let mut stream = Sse::open(addr, "/api/events?client=alice");
+    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
+    stream.wait_for("control", |c| c["controller"] == "alice");
+    std::thread::sleep(lapse * 2);
+    assert_eq!(get(addr, "/api/control").json()["controller"], "alice");
+
+    // Stream closed and no request: control lapses, and watchers are told.
+    let mut watcher = Sse::open(addr, "/api/events");
+    drop(stream);
+    watcher.wait_for("control", |c| c["controller"].is_null());
+    assert_eq!(get(addr, "/api/control").json()["controller"], json!(null));
+    assert_eq!(post(addr, "/api/control/take", "bob", "").status, 200);
+
+    // Requests keep it too.
+    for _ in 0..4 {
+        std::thread::sleep(lapse / 2);
+        assert_eq!(request(addr, "GET", "/api/control", Some("bob"), None).json()["you"], true);
+    }
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn the_event_stream_delivers_control_status_and_transitions() {
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    let mut sse = Sse::open(addr, "/api/events?client=watcher");
+    assert_eq!(sse.status, 200);
+    assert!(sse.headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("content-type") && v == "text/event-stream"));
+    let first = sse.next().expect("an event");
+    assert_eq!(first.name, "control");
+    assert_eq!(first.json(), json!({"controller": null, "since_ms": null, "you": false}));
+    let status = sse.next_named("status").json();
+    assert_eq!(status["state"], "Initial");
+    assert_eq!(status["web"]["sse_clients"], 1);
+
+    // Statuses keep coming, once per interval.
+    for _ in 0..3 {
+        sse.next_named("status");
+    }
+
+    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
+    let control = sse.wait_for("control", |_| true);
+    assert_eq!(control["controller"], "alice");
+    assert!(control["since_ms"].is_u64());
+
+    assert_eq!(post(addr, "/api/transition/configure", "alice", "").status, 200);
+    let t = sse.wait_for("transition", |_| true);
+    assert_eq!(t["verb"], "configure");
+    assert_eq!(t["client"], "alice");
+    assert_eq!(t["ok"], true);
+    sse.wait_for("status", |s| s["state"] == "Configured");
+
+    assert_eq!(post(addr, "/api/transition/pause", "alice", "").status, 409);
+    let t = sse.wait_for("transition", |_| true);
+    assert_eq!((t["verb"].as_str(), t["ok"].as_bool()), (Some("pause"), Some(false)));
+    assert!(t["error"].as_str().is_some_and(|e| e.contains("not allowed")));
+
+    let metrics = get(addr, "/metrics").text();
+    assert!(metrics.contains("daqflow_web_sse_clients 1\n"), "{metrics}");
+    drop(sse);
+    wait_until("the stream to be counted as closed", || {
+        get(addr, "/metrics").text().contains("daqflow_web_sse_clients 0\n").then_some(())
+    });
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn listening_streams_a_services_values_and_unsubscribes_when_the_client_goes() {
+    let (web, backend) = start(options());
+    let addr = web.local_addr();
+    let mut sse = Sse::open(addr, "/api/listen?service=source-1%2Fstats");
+    assert_eq!(sse.status, 200);
+    assert_eq!(sse.next_named("subscribed").json(), json!({"service": "source-1/stats"}));
+    let first = sse.next_named("value");
+    assert_eq!(first.data, "{\"service\": \"source-1/stats\",\n \"n\": 1}", "multi-line values arrive whole");
+    let second = sse.next_named("value").json();
+    assert_eq!(second["n"], 2);
+    assert_eq!(backend.listeners.load(Ordering::SeqCst), 1);
+    drop(sse);
+    wait_until("the subscription to be dropped", || (backend.listeners.load(Ordering::SeqCst) == 0).then_some(()));
+
+    let unknown = get(addr, "/api/listen?service=nope");
+    assert_eq!(unknown.status, 500);
+    assert!(unknown.error().contains("no service `nope`"));
+    assert_eq!(get(addr, "/api/listen").status, 400);
+    assert_eq!(get(addr, "/api/listen?service=").status, 400);
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn the_read_only_views_are_served() {
+    let (web, backend) = start(options());
+    let addr = web.local_addr();
+
+    let processes = get(addr, "/api/processes").json();
+    assert_eq!(processes[0]["name"], "source-1");
+    assert_eq!(processes[1]["subscribes"][0], "source-1/state");
+
+    let logs = get(addr, "/api/logs").json();
+    assert_eq!(logs.as_array().map(Vec::len), Some(20));
+    let f = backend.last_filter.lock().unwrap().clone().unwrap();
+    assert_eq!((f.since_ms, f.process.as_deref(), f.limit), (None, None, Some(200)));
+
+    let logs =
+        get(addr, "/api/logs?process=bu-1&min_severity=WARN&text=message+1&limit=3&since_ms=&until_ms=99999999999999")
+            .json();
+    let f = backend.last_filter.lock().unwrap().clone().unwrap();
+    assert_eq!(f.process.as_deref(), Some("bu-1"));
+    assert_eq!(f.min_severity.as_deref(), Some("warn"));
+    assert_eq!(f.text.as_deref(), Some("message 1"));
+    assert_eq!((f.since_ms, f.until_ms, f.limit), (None, Some(99_999_999_999_999), Some(3)));
+    for r in logs.as_array().unwrap() {
+        assert_eq!(r["process"], "bu-1");
+    }
+    get(addr, "/api/logs?limit=99999999");
+    assert_eq!(backend.last_filter.lock().unwrap().as_ref().unwrap().limit, Some(10_000));
+    let bad = get(addr, "/api/logs?min_severity=loud");
+    assert_eq!(bad.status, 400);
+    assert!(bad.error().contains("min_severity"));
+    assert_eq!(get(addr, "/api/logs?since_ms=yesterday").status, 400);
+    assert_eq!(get(addr, "/api/logs?limit=-1").status, 400);
+
+    let runs = get(addr, "/api/runs").json();
+    assert_eq!(runs[0]["run"], 1);
+    assert_eq!(get(addr, "/api/runs?limit=0").json(), json!([]));
+    assert_eq!(get(addr, "/api/runs?limit=x").status, 400);
+    let run = get(addr, "/api/runs/1");
+    assert_eq!(run.status, 200);
+    assert_eq!(run.json()["files"][0], "/data/run000001_0001.dat");
+    let missing = get(addr, "/api/runs/7");
+    assert_eq!(missing.status, 404);
+    assert!(missing.error().contains("no run 7"));
+    assert_eq!(get(addr, "/api/runs/seven").status, 400);
+    let broken = get(addr, "/api/runs/999");
+    assert_eq!(broken.status, 500);
+    assert_eq!(broken.error(), "the run database is unreadable");
+
+    let histograms = get(addr, "/api/histograms").json();
+    assert_eq!(histograms[0]["bins"].as_array().map(Vec::len), Some(20));
+    let et = get(addr, "/api/et").json();
+    assert_eq!(et[0]["snapshot"]["stations"][1]["name"], "recorder");
+    for path in ["/api/processes", "/api/logs", "/api/runs", "/api/histograms", "/api/et", "/metrics", "/api/status"] {
+        let r = request(addr, "POST", path, Some("alice"), Some("{}"));
+        assert_eq!(r.status, 405, "{path}");
+        assert_eq!(r.header("allow"), Some("GET"));
+    }
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn commands_need_control_and_reach_the_backend() {
+    let (web, backend) = start(options());
+    let addr = web.local_addr();
+    let body = r#"{"name": "all/stop", "data": "now"}"#;
+    assert_eq!(post(addr, "/api/command", "alice", body).status, 403);
+    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
+    let r = post(addr, "/api/command", "alice", body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"name": "all/stop", "received": 2}));
+    let r = post(addr, "/api/command", "alice", r#"{"name": "ru-1/set", "data": {"rate": 5}}"#);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        *backend.commands.lock().unwrap(),
+        vec![("all/stop".to_owned(), "now".to_owned()), ("ru-1/set".to_owned(), r#"{"rate":5}"#.to_owned())]
+    );
+    assert_eq!(post(addr, "/api/command", "alice", r#"{"data": "x"}"#).status, 400);
+    assert_eq!(post(addr, "/api/command", "alice", r#"{"name": ""}"#).status, 400);
+    let nobody = post(addr, "/api/command", "alice", r#"{"name": "nobody"}"#);
+    assert_eq!(nobody.status, 500);
+    assert!(nobody.error().contains("no process registered"));
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn metrics_are_prometheus_text_with_the_web_servers_own() {
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    get(addr, "/api/status");
+    let r = get(addr, "/metrics");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let text = r.text();
+    assert!(text.ends_with('\n'));
+    assert!(text.contains("daqflow_run{system=\"fake\"} 0\n"), "the backend's text comes first, newline added: {text}");
+    assert!(text.contains("# TYPE daqflow_web_requests_total counter\n"));
+    assert!(text.contains("# TYPE daqflow_web_sse_clients gauge\n"));
+    let requests: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("daqflow_web_requests_total "))
+        .and_then(|v| v.parse().ok())
+        .expect("daqflow_web_requests_total");
+    assert!(requests >= 2);
+    // Every sample line is `name{labels} value` with a valid name and a number.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {line:?}"));
+        let name = series.split('{').next().unwrap();
+        assert!(name.starts_with("daqflow_"), "{line}");
+        assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "{line}");
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+    }
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn bad_requests_are_refused_and_the_server_keeps_serving() {
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    let alive = || assert_eq!(get(addr, "/api/status").status, 200);
+
+    let garbage = raw(addr, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all\r\n\r\n");
+    assert_eq!(garbage.status, 400);
+    assert!(garbage.error().contains("request line"));
+    assert_eq!(garbage.header("connection"), Some("close"));
+    alive();
+
+    let mut big = b"GET /api/status HTTP/1.1\r\nX-Filler: ".to_vec();
+    big.resize(20 * 1024, b'x');
+    big.extend_from_slice(b"\r\n\r\n");
+    let r = raw(addr, &big);
+    assert_eq!(r.status, 431);
+    assert!(r.error().contains("16384"), "{}", r.error());
+    alive();
+
+    // A body over 1 MiB is refused from its Content-Length, even while the client sends it.
+    let mut stream = connect(addr);
+    let body = vec![b'a'; 2 * 1024 * 1024];
+    let head = format!("POST /api/command HTTP/1.1\r\nX-Daqflow-Client: a\r\nContent-Length: {}\r\n\r\n", body.len());
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(&body); // the server may close before taking it all
+    let r = read_reply(&mut BufReader::new(stream));
+    assert_eq!(r.status, 413);
+    assert!(r.error().contains("larger than the limit"));
+    alive();
+
+    // Exactly 1 MiB is accepted (and then refused for what it says).
+    let body = format!("\"{}\"", "x".repeat(1024 * 1024 - 2));
+    let r = post(addr, "/api/control/take", "a", &body);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("JSON object"));
+    alive();
+
+    for (bytes, status) in [
+        (&b"POST /api/command HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"[..], 501),
+        (b"GET /api/status HTTP/3.0\r\n\r\n", 505),
+        (b"GET /api/status\r\n\r\n", 400),
+        (b"GET /api/logs?text=%G1 HTTP/1.1\r\n\r\n", 400),
+        (b"GET /api/status HTTP/1.1\r\nBad Header\r\n\r\n", 400),
+        (b"POST /api/command HTTP/1.1\r\nContent-Length: ten\r\n\r\n", 400),
+        (b"GET /api/status HTTP/1.1\r\nX-Daqflow-Client: no spaces allowed\r\n\r\n", 400),
+    ] {
+        let r = raw(addr, bytes);
+        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(bytes));
+        assert!(!r.error().is_empty());
+        alive();
+    }
+
+    // A client that connects and leaves, or sends half a request and leaves, harms nobody.
+    drop(connect(addr));
+    let mut half = connect(addr);
+    half.write_all(b"GET /api/sta").unwrap();
+    drop(half);
+    alive();
+
+    // A panicking backend is a 500, and the server goes on.
+    assert_eq!(post(addr, "/api/control/take", "a", "").status, 200);
+    let r = post(addr, "/api/command", "a", r#"{"name": "panic"}"#);
+    assert_eq!(r.status, 500);
+    assert!(r.error().contains("panicked"));
+    alive();
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn a_connection_serves_several_requests_and_100_continue() {
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    let stream = connect(addr);
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    for _ in 0..3 {
+        writer.write_all(b"GET /api/control HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let r = read_reply(&mut reader);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("connection"), None);
+    }
+    // Pipelined: two requests in one write.
+    writer.write_all(b"GET /api/control HTTP/1.1\r\n\r\nGET /api/et HTTP/1.1\r\n\r\n").unwrap();
+    assert_eq!(read_reply(&mut reader).json()["controller"], json!(null));
+    assert_eq!(read_reply(&mut reader).json()[0]["component"], "et-1");
+
+    writer
+        .write_all(b"POST /api/control/take HTTP/1.1\r\nX-Daqflow-Client: c\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+        .unwrap();
+    let interim = read_reply(&mut reader);
+    assert_eq!(interim.status, 100);
+    writer.write_all(b"{}").unwrap();
+    assert_eq!(read_reply(&mut reader).json()["controller"], "c");
+
+    writer.write_all(b"GET /api/control HTTP/1.0\r\n\r\n").unwrap();
+    let last = read_reply(&mut reader);
+    assert_eq!(last.header("connection"), Some("close"));
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn shutdown_ends_the_streams_and_stops_listening() {
+    let (web, backend) = start(options());
+    let addr = web.local_addr();
+    let mut events = Sse::open(addr, "/api/events");
+    events.next_named("status");
+    let mut values = Sse::open(addr, "/api/listen?service=bu-1/state");
+    values.next_named("value");
+    web.shutdown().unwrap();
+    while events.next().is_some() {}
+    while values.next().is_some() {}
+    wait_until("the subscription to be dropped", || (backend.listeners.load(Ordering::SeqCst) == 0).then_some(()));
+    assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_err(), "still listening");
+}
+
+#[test]
+fn serve_runs_on_the_callers_runtime_until_its_shutdown_signal() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let backend = FakeBackend::new(Duration::ZERO);
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = runtime.spawn(daqflow_web::serve_with_shutdown(listener, backend, options(), async move {
+        let _ = stopped.await;
+    }));
+    assert_eq!(get(addr, "/api/status").json()["state"], "Initial");
+    stop.send(()).unwrap();
+    runtime.block_on(async { tokio::time::timeout(Duration::from_secs(30), server).await }).unwrap().unwrap().unwrap();
+}
+
+#[test]
+fn binding_a_taken_address_is_a_clear_error() {
+    let (web, _) = start(options());
+    let err = daqflow_web::spawn(web.local_addr(), FakeBackend::new(Duration::ZERO), options()).unwrap_err();
+    assert!(matches!(err, daqflow_web::WebError::Bind { .. }));
+    assert!(err.to_string().contains(&web.local_addr().to_string()), "{err}");
+    web.shutdown().unwrap();
+}

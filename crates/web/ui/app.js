@@ -1,0 +1,693 @@
+// daqflow web UI: vanilla JavaScript, no build step, nothing loaded from elsewhere.
+// The API it uses is documented in docs/web.md.
+'use strict';
+
+(() => {
+  const VERBS = ['configure', 'start', 'pause', 'resume', 'stop', 'reset'];
+  // Which transitions each system state allows (the component state machine). A state not
+  // listed (a transient or mixed one) allows only reset; the operator refuses what it must.
+  const ALLOWED = {
+    Initial: ['configure'],
+    Configured: ['start', 'reset'],
+    Running: ['pause', 'stop'],
+    Paused: ['resume', 'stop'],
+    Error: ['reset'],
+  };
+
+  const $ = (id) => document.getElementById(id);
+
+  // ---- the client id: a random token kept for this tab's session ----------------------------
+  const clientId = (() => {
+    const key = 'daqflow-client';
+    let id = null;
+    try { id = sessionStorage.getItem(key); } catch (_) { /* storage disabled */ }
+    if (!id || !/^[A-Za-z0-9._-]{1,64}$/.test(id)) {
+      const bytes = new Uint8Array(12);
+      crypto.getRandomValues(bytes);
+      id = 'web-' + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+      try { sessionStorage.setItem(key, id); } catch (_) { /* storage disabled */ }
+    }
+    return id;
+  })();
+
+  const ui = {
+    status: null,
+    control: { controller: null, since_ms: null },
+    busy: false,
+    view: 'run',
+    processes: [],
+    listen: null,
+    selectedRun: null,
+  };
+
+  // ---- helpers ------------------------------------------------------------------------------
+  /** Creates an element: el('td', {className: 'num'}, 'text', child…). Text is never HTML. */
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    if (props) {
+      for (const [k, v] of Object.entries(props)) {
+        if (k === 'dataset') Object.assign(node.dataset, v);
+        else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+        else node[k] = v;
+      }
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      node.append(c instanceof Node ? c : String(c));
+    }
+    return node;
+  }
+
+  function replaceRows(tbody, rows) {
+    tbody.replaceChildren(...rows);
+  }
+
+  async function api(method, path, body) {
+    const options = { method, headers: { 'X-Daqflow-Client': clientId } };
+    if (body !== undefined) {
+      options.headers['Content-Type'] = 'application/json';
+      options.body = JSON.stringify(body);
+    }
+    const response = await fetch(path, options);
+    let data = null;
+    try { data = await response.json(); } catch (_) { /* not JSON */ }
+    if (!response.ok) {
+      const error = new Error((data && data.error) || `${response.status} ${response.statusText}`);
+      error.status = response.status;
+      error.data = data;
+      throw error;
+    }
+    return data;
+  }
+
+  let bannerTimer = null;
+  function showError(message) {
+    const banner = $('error-banner');
+    banner.textContent = message;
+    banner.hidden = false;
+    clearTimeout(bannerTimer);
+    bannerTimer = setTimeout(() => { banner.hidden = true; }, 8000);
+  }
+
+  const isNum = (x) => typeof x === 'number' && Number.isFinite(x);
+  function fmtInt(x) { return isNum(x) ? Math.round(x).toLocaleString('en-US') : '–'; }
+  function fmtRate(x) {
+    if (!isNum(x)) return '–';
+    if (x === 0) return '0';
+    const a = Math.abs(x);
+    if (a >= 1000) return Math.round(x).toLocaleString('en-US');
+    if (a >= 100) return x.toFixed(0);
+    if (a >= 10) return x.toFixed(1);
+    return x.toFixed(2);
+  }
+  function fmtDuration(seconds) {
+    if (!isNum(seconds)) return '–';
+    const s = Math.max(0, Math.floor(seconds));
+    const h = Math.floor(s / 3600);
+    const m = Math.floor((s % 3600) / 60);
+    const pad = (n) => String(n).padStart(2, '0');
+    return `${h}:${pad(m)}:${pad(s % 60)}`;
+  }
+  function fmtTime(ms, withMs) {
+    if (!isNum(ms)) return '–';
+    const d = new Date(ms);
+    const pad = (n, w = 2) => String(n).padStart(w, '0');
+    const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+    const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    return withMs ? `${date} ${time}.${pad(d.getMilliseconds(), 3)}` : `${date} ${time}`;
+  }
+  function clock(ms) {
+    if (!isNum(ms)) return '';
+    return fmtTime(ms).slice(11);
+  }
+  function stateBadge(state) {
+    return el('span', { className: 'state', dataset: { state: state || '' } }, state || '–');
+  }
+  function visible(view) { return ui.view === view && !document.hidden; }
+
+  // ---- tabs ---------------------------------------------------------------------------------
+  const loaders = {};
+  function showView(view) {
+    if (!$('view-' + view)) view = 'run';
+    ui.view = view;
+    for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.view === view);
+    for (const s of document.querySelectorAll('main .view')) s.classList.toggle('active', s.id === 'view-' + view);
+    if (location.hash !== '#' + view) history.replaceState(null, '', '#' + view);
+    if (loaders[view]) loaders[view]();
+  }
+  for (const b of document.querySelectorAll('#tabs button')) b.addEventListener('click', () => showView(b.dataset.view));
+
+  // ---- live updates -------------------------------------------------------------------------
+  function setConnected(up) {
+    const c = $('conn-state');
+    c.className = 'conn ' + (up ? 'up' : 'down');
+    c.title = 'live updates: ' + (up ? 'connected' : 'disconnected, retrying');
+  }
+
+  function connectEvents() {
+    const events = new EventSource('/api/events?client=' + encodeURIComponent(clientId));
+    events.addEventListener('open', () => setConnected(true));
+    events.addEventListener('error', () => setConnected(false));
+    events.addEventListener('status', (e) => onStatus(JSON.parse(e.data)));
+    events.addEventListener('control', (e) => onControl(JSON.parse(e.data)));
+    events.addEventListener('transition', (e) => onTransition(JSON.parse(e.data)));
+  }
+
+  function onStatus(s) {
+    ui.status = s;
+    $('system-name').textContent = s.system || '';
+    const state = s.state || '–';
+    const badge = $('system-state');
+    badge.textContent = state;
+    badge.dataset.state = state;
+    $('run-number').textContent = isNum(s.run) && s.run > 0 ? s.run : '–';
+    $('stat-state').textContent = state;
+    $('stat-run').textContent = isNum(s.run) && s.run > 0 ? s.run : '–';
+    $('stat-duration').textContent = fmtDuration(s.duration_s);
+    $('stat-events').textContent = fmtInt(s.events);
+    $('stat-eps').textContent = fmtRate(s.events_per_s);
+    $('stat-mbps').textContent = fmtRate(s.mb_per_s);
+    $('stat-lost').textContent = fmtInt(s.lost);
+    renderComponents(s.components || []);
+    if (s.web && 'controller' in s.web) {
+      onControl({ controller: s.web.controller, since_ms: s.web.control_since_ms });
+    }
+    updateButtons();
+    if (visible('rates')) drawRates();
+  }
+
+  function renderComponents(components) {
+    const rows = components.map((c) => {
+      const stats = c.stats || {};
+      return el('tr', { className: c.error ? 'error' : '' },
+        el('td', null, c.name || ''),
+        el('td', null, c.kind || ''),
+        el('td', null, c.host || ''),
+        el('td', { className: 'num' }, c.pid ?? ''),
+        el('td', null, stateBadge(c.state)),
+        el('td', { className: 'num' }, c.run ?? ''),
+        el('td', { className: 'num' }, isNum(stats.events) ? fmtInt(stats.events) : ''),
+        el('td', { className: 'num' }, isNum(stats.events_per_s) ? fmtRate(stats.events_per_s) : ''),
+        el('td', { className: 'error-text' }, c.error || ''));
+    });
+    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 9, className: 'hint' }, 'No components.')));
+    replaceRows($('components'), rows);
+  }
+
+  // ---- control ownership --------------------------------------------------------------------
+  function iControl() { return ui.control.controller === clientId; }
+
+  function onControl(c) {
+    ui.control = { controller: c.controller ?? null, since_ms: c.since_ms ?? null };
+    const text = $('controller');
+    if (!ui.control.controller) text.textContent = 'Nobody controls';
+    else if (iControl()) text.textContent = `You control (since ${clock(ui.control.since_ms)})`;
+    else text.textContent = `Client ${ui.control.controller} controls (since ${clock(ui.control.since_ms)})`;
+    document.body.classList.toggle('controlling', iControl());
+    $('control-hint').hidden = iControl();
+    updateButtons();
+  }
+
+  function updateButtons() {
+    const mine = iControl();
+    const state = ui.status ? ui.status.state : null;
+    const allowed = state ? (ALLOWED[state] || ['reset']) : [];
+    for (const verb of VERBS) $('btn-' + verb).disabled = !mine || ui.busy || !allowed.includes(verb);
+    $('start-run').disabled = $('btn-start').disabled;
+    $('btn-take').disabled = mine;
+    $('btn-release').disabled = !mine;
+    $('command-send').disabled = !mine;
+  }
+
+  async function takeControl(force) {
+    try {
+      onControl(await api('POST', '/api/control/take', { client: clientId, force: !!force }));
+    } catch (e) {
+      if (e.status === 409 && !force && e.data) {
+        const question = `Client ${e.data.controller} controls since ${fmtTime(e.data.since_ms)}.\n` +
+          'Take control from it? It will only watch from then on.';
+        if (window.confirm(question)) return takeControl(true);
+        return undefined;
+      }
+      showError('Take control: ' + e.message);
+    }
+    return undefined;
+  }
+
+  async function releaseControl() {
+    try {
+      onControl(await api('POST', '/api/control/release', {}));
+    } catch (e) {
+      showError('Release control: ' + e.message);
+    }
+  }
+
+  $('btn-take').addEventListener('click', () => takeControl(false));
+  $('btn-release').addEventListener('click', releaseControl);
+
+  // ---- transitions --------------------------------------------------------------------------
+  function setResult(id, text, kind) {
+    const r = $(id);
+    r.textContent = text;
+    r.className = 'result ' + (kind || '');
+  }
+
+  async function transition(verb) {
+    let arg;
+    if (verb === 'start' && $('start-run').value !== '') {
+      const run = Number($('start-run').value);
+      if (!Number.isInteger(run) || run < 1) {
+        setResult('transition-result', 'The run number must be a positive integer.', 'error');
+        return;
+      }
+      arg = { run };
+    }
+    ui.busy = true;
+    updateButtons();
+    setResult('transition-result', `${verb}…`, 'pending');
+    try {
+      await api('POST', '/api/transition/' + verb, arg);
+      setResult('transition-result', `${verb}: done`, 'ok');
+      if (verb === 'start') $('start-run').value = '';
+    } catch (e) {
+      setResult('transition-result', `${verb}: ${e.message}`, 'error');
+    } finally {
+      ui.busy = false;
+      updateButtons();
+    }
+  }
+
+  function onTransition(t) {
+    // Another client's transition: say what happened (ours is reported by its own request).
+    if (t.client === clientId) return;
+    const who = `client ${t.client}`;
+    if (t.ok) setResult('transition-result', `${t.verb} (by ${who}): done`, 'ok');
+    else setResult('transition-result', `${t.verb} (by ${who}): ${t.error}`, 'error');
+  }
+
+  for (const verb of VERBS) $('btn-' + verb).addEventListener('click', () => transition(verb));
+
+  // ---- plots on canvas ----------------------------------------------------------------------
+  function niceStep(range, target) {
+    const raw = range / Math.max(1, target);
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const norm = raw / mag;
+    const nice = norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10;
+    return nice * mag;
+  }
+  function niceMax(max) {
+    if (!(max > 0)) return 1;
+    const step = niceStep(max, 5);
+    return Math.ceil(max / step) * step;
+  }
+  function tickLabel(v) {
+    const a = Math.abs(v);
+    if (a >= 1e9) return (v / 1e9).toFixed(a % 1e9 === 0 ? 0 : 1) + 'G';
+    if (a >= 1e6) return (v / 1e6).toFixed(a % 1e6 === 0 ? 0 : 1) + 'M';
+    if (a >= 1e4) return (v / 1e3).toFixed(a % 1e3 === 0 ? 0 : 1) + 'k';
+    if (a === 0 || a >= 1) return String(Math.round(v * 100) / 100);
+    return v.toPrecision(2);
+  }
+
+  /** Sizes a canvas to its box and the screen's pixel ratio; returns its context or null. */
+  function prepareCanvas(canvas) {
+    const width = canvas.clientWidth;
+    const height = canvas.clientHeight;
+    if (width === 0 || height === 0) return null;
+    const ratio = window.devicePixelRatio || 1;
+    if (canvas.width !== Math.round(width * ratio) || canvas.height !== Math.round(height * ratio)) {
+      canvas.width = Math.round(width * ratio);
+      canvas.height = Math.round(height * ratio);
+    }
+    const ctx = canvas.getContext('2d');
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = '11px system-ui, sans-serif';
+    return { ctx, width, height };
+  }
+
+  const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+
+  function drawRates() {
+    const canvas = $('rates-canvas');
+    const rates = (ui.status && ui.status.rates) || [];
+    $('rates-empty').hidden = rates.length > 0;
+    const c = prepareCanvas(canvas);
+    if (!c) return;
+    const { ctx, width, height } = c;
+    const pad = { left: 64, right: 64, top: 14, bottom: 30 };
+    const w = width - pad.left - pad.right;
+    const h = height - pad.top - pad.bottom;
+    const points = rates.filter((r) => isNum(r.t_ms));
+    const t1 = points.length ? points[points.length - 1].t_ms : Date.now();
+    const t0 = points.length > 1 ? Math.min(points[0].t_ms, t1 - 10000) : t1 - 60000;
+    const maxE = niceMax(Math.max(0, ...points.map((r) => r.events_per_s || 0)));
+    const maxM = niceMax(Math.max(0, ...points.map((r) => r.mb_per_s || 0)));
+    const x = (t) => pad.left + ((t - t0) / Math.max(1, t1 - t0)) * w;
+    const yE = (v) => pad.top + h - (v / maxE) * h;
+    const yM = (v) => pad.top + h - (v / maxM) * h;
+
+    // grid and axes
+    ctx.strokeStyle = '#e3e7eb';
+    ctx.fillStyle = '#66727f';
+    ctx.lineWidth = 1;
+    const steps = 5;
+    for (let i = 0; i <= steps; i++) {
+      const y = pad.top + (h * i) / steps;
+      ctx.beginPath(); ctx.moveTo(pad.left, y); ctx.lineTo(pad.left + w, y); ctx.stroke();
+      ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
+      ctx.fillText(tickLabel(maxE * (1 - i / steps)), pad.left - 6, y);
+      ctx.textAlign = 'left';
+      ctx.fillText(tickLabel(maxM * (1 - i / steps)), pad.left + w + 6, y);
+    }
+    ctx.textAlign = 'center'; ctx.textBaseline = 'top';
+    const span = (t1 - t0) / 1000;
+    const tStep = niceStep(span, 6);
+    for (let s = 0; s <= span + 1e-9; s += tStep) {
+      const t = t1 - s * 1000;
+      ctx.fillText(s === 0 ? 'now' : `−${tickLabel(s)} s`, x(t), pad.top + h + 8);
+    }
+    ctx.strokeStyle = '#9aa5b1';
+    ctx.strokeRect(pad.left, pad.top, w, h);
+
+    const line = (value, y, color) => {
+      if (points.length === 0) return;
+      ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.beginPath();
+      points.forEach((r, i) => {
+        const px = x(r.t_ms); const py = y(value(r) || 0);
+        if (i === 0) ctx.moveTo(px, py); else ctx.lineTo(px, py);
+      });
+      ctx.stroke();
+    };
+    line((r) => r.mb_per_s, yM, cssVar('--mbps') || '#d9822b');
+    line((r) => r.events_per_s, yE, cssVar('--eps') || '#2563a8');
+  }
+  loaders.rates = drawRates;
+  window.addEventListener('resize', () => { if (visible('rates')) drawRates(); });
+
+  function drawHistogram(canvas, hist) {
+    const c = prepareCanvas(canvas);
+    if (!c) return;
+    const { ctx, width, height } = c;
+    const pad = { left: 52, right: 12, top: 8, bottom: 34 };
+    const w = width - pad.left - pad.right;
+    const h = height - pad.top - pad.bottom;
+    const bins = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
+    const low = Number(hist.low) || 0;
+    const high = Number.isFinite(Number(hist.high)) && Number(hist.high) > low ? Number(hist.high) : low + Math.max(1, bins.length);
+    const maxY = niceMax(Math.max(0, ...bins));
+    ctx.strokeStyle = '#e3e7eb'; ctx.fillStyle = '#66727f'; ctx.lineWidth = 1;
+    for (let i = 0; i <= 4; i++) {
+      const y = pad.top + (h * i) / 4;
+      ctx.beginPath(); ctx.moveTo(pad.left, y); ctx.lineTo(pad.left + w, y); ctx.stroke();
+      ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
+      ctx.fillText(tickLabel(maxY * (1 - i / 4)), pad.left - 6, y);
+    }
+    if (bins.length > 0) {
+      const bw = w / bins.length;
+      ctx.fillStyle = cssVar('--eps') || '#2563a8';
+      bins.forEach((v, i) => {
+        const bh = (Math.max(0, v) / maxY) * h;
+        ctx.fillRect(pad.left + i * bw + (bw > 3 ? 0.5 : 0), pad.top + h - bh, Math.max(1, bw - (bw > 3 ? 1 : 0)), bh);
+      });
+    }
+    ctx.fillStyle = '#66727f'; ctx.textAlign = 'center'; ctx.textBaseline = 'top';
+    const xStep = niceStep(high - low, 5);
+    for (let v = Math.ceil(low / xStep) * xStep; v <= high + 1e-9; v += xStep) {
+      ctx.fillText(tickLabel(v), pad.left + ((v - low) / (high - low)) * w, pad.top + h + 4);
+    }
+    if (hist.x_label) ctx.fillText(hist.x_label, pad.left + w / 2, pad.top + h + 19);
+    ctx.strokeStyle = '#9aa5b1';
+    ctx.strokeRect(pad.left, pad.top, w, h);
+  }
+
+  function histogramMean(hist) {
+    const bins = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
+    const low = Number(hist.low); const high = Number(hist.high);
+    if (!bins.length || !(high > low)) return null;
+    const bw = (high - low) / bins.length;
+    let sum = 0; let n = 0;
+    bins.forEach((v, i) => { sum += v * (low + (i + 0.5) * bw); n += v; });
+    return n > 0 ? sum / n : null;
+  }
+
+  async function loadHistograms() {
+    let list;
+    try { list = await api('GET', '/api/histograms'); } catch (e) { showError('Histograms: ' + e.message); return; }
+    if (!Array.isArray(list)) list = [];
+    $('histograms-empty').hidden = list.length > 0;
+    const container = $('histograms');
+    const cards = list.map((hist) => {
+      const title = `${hist.component || ''} / ${hist.title || hist.name || ''}`;
+      const canvas = el('canvas', { className: 'histogram-plot' });
+      const mean = histogramMean(hist);
+      const card = el('div', { className: 'histogram', dataset: { name: `${hist.component}/${hist.name}` } },
+        el('h3', null, title),
+        canvas,
+        el('div', { className: 'facts' },
+          `entries ${fmtInt(hist.entries)} · underflow ${fmtInt(hist.underflow)} · overflow ${fmtInt(hist.overflow)}` +
+          (mean === null ? '' : ` · mean ${fmtRate(mean)}`)));
+      return { card, canvas, hist };
+    });
+    container.replaceChildren(...cards.map((c) => c.card));
+    for (const c of cards) drawHistogram(c.canvas, c.hist);
+  }
+  loaders.histograms = loadHistograms;
+
+  // ---- ET -----------------------------------------------------------------------------------
+  function stationConfig(config, closure) {
+    if (!config || typeof config !== 'object') return '';
+    const parts = [];
+    parts.push(config.blocking === false ? `non-blocking (cue ${config.cue})` : 'blocking');
+    if (isNum(config.prescale) && config.prescale !== 1) parts.push(`prescale ${config.prescale}`);
+    const sel = config.selection;
+    if (closure) parts.push('select: closure');
+    else if (sel !== undefined && sel !== 'All') parts.push('select: ' + (typeof sel === 'string' ? sel : JSON.stringify(sel)));
+    if (config.single_user) parts.push('single user');
+    if (config.restore && config.restore !== 'Output') parts.push(`restore to ${config.restore}`);
+    return parts.join(', ');
+  }
+
+  async function loadEt() {
+    let systems;
+    try { systems = await api('GET', '/api/et'); } catch (e) { showError('ET: ' + e.message); return; }
+    if (!Array.isArray(systems)) systems = [];
+    $('et-empty').hidden = systems.length > 0;
+    const blocks = systems.map((sys) => {
+      const snap = sys.snapshot || {};
+      const stations = Array.isArray(snap.stations) ? snap.stations : [];
+      const attachments = Array.isArray(snap.attachments) ? snap.attachments : [];
+      const maxQueue = Math.max(1, ...stations.map((s) => s.queued || 0));
+      const stationRows = stations.map((s) => el('tr', null,
+        el('td', null, s.name, s.group !== null && s.group !== undefined ? ` (group ${s.group})` : ''),
+        el('td', null, stationConfig(s.config, s.closure)),
+        el('td', { className: 'num' }, fmtInt(s.queued),
+          (() => { const b = el('span', { className: 'bar' }); b.style.width = `${Math.round(60 * (s.queued || 0) / maxQueue)}px`; return b; })()),
+        el('td', { className: 'num' }, fmtInt(s.events_in)),
+        el('td', { className: 'num' }, fmtInt(s.events_out)),
+        el('td', { className: 'num' }, fmtInt(s.attachments))));
+      const attachmentRows = attachments.map((a) => el('tr', null,
+        el('td', { className: 'num' }, a.id), el('td', null, a.station), el('td', { className: 'num' }, a.pid),
+        el('td', null, a.remote ? 'remote' : 'local'), el('td', { className: 'num' }, fmtInt(a.held)),
+        el('td', { className: 'num' }, fmtInt(a.got)), el('td', { className: 'num' }, fmtInt(a.put)),
+        el('td', { className: 'num' }, fmtInt(a.dumped))));
+      const head = (...names) => el('thead', null, el('tr', null, ...names.map((n) => el('th', null, n))));
+      return el('div', { className: 'et-system' },
+        el('h2', null, `${sys.component || ''}: ${snap.name || ''}`),
+        el('p', { className: 'facts' },
+          `pid ${snap.pid ?? '–'} · ${fmtInt(snap.events)} events of ${fmtInt(snap.event_size)} bytes · ` +
+          `${fmtInt(snap.free_events)} free · ${fmtInt(snap.in_transit)} in transit · ${fmtInt(snap.temp_events)} temporary` +
+          (snap.remote ? ` · remote access on ${snap.remote}` : '')),
+        el('table', { className: 'data et-stations' },
+          head('station', 'configuration', 'queued', 'events in', 'events out', 'attachments'),
+          el('tbody', null, ...stationRows)),
+        el('h3', { className: 'spaced' }, 'Attachments'),
+        el('table', { className: 'data et-attachments' },
+          head('id', 'station', 'pid', 'where', 'held', 'got', 'put', 'dumped'),
+          el('tbody', null, ...attachmentRows)));
+    });
+    $('et-systems').replaceChildren(...blocks);
+  }
+  loaders.et = loadEt;
+
+  // ---- processes (DIALOG view) --------------------------------------------------------------
+  const list = (x) => (Array.isArray(x) ? x : []);
+
+  function renderProcesses() {
+    const filter = $('process-filter').value.trim().toLowerCase();
+    const matches = (p) => {
+      if (!filter) return true;
+      const words = [p.name, p.host, String(p.port ?? ''), String(p.pid ?? ''), ...list(p.provides), ...list(p.subscribes), ...list(p.commands)];
+      return words.some((w) => String(w ?? '').toLowerCase().includes(filter));
+    };
+    const shown = ui.processes.filter(matches);
+    const serviceChip = (s) => el('button', { type: 'button', className: 'chip service', title: 'listen', dataset: { service: s }, onclick: () => startListening(s) }, s);
+    const commandChip = (c) => el('button', { type: 'button', className: 'chip command', title: 'put in the command form', dataset: { command: c }, onclick: () => { $('command-name').value = c; $('command-data').focus(); } }, c);
+    const rows = shown.map((p) => el('tr', null,
+      el('td', null, p.name ?? ''), el('td', null, p.host ?? ''), el('td', { className: 'num' }, p.port ?? ''),
+      el('td', { className: 'num' }, p.pid ?? ''),
+      el('td', null, ...list(p.provides).map(serviceChip)),
+      el('td', null, ...list(p.subscribes).map(serviceChip)),
+      el('td', null, ...list(p.commands).map(commandChip))));
+    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 7, className: 'hint' }, ui.processes.length ? 'No process matches the filter.' : 'No processes.')));
+    replaceRows($('processes'), rows);
+    $('process-count').textContent = `${shown.length} of ${ui.processes.length} processes`;
+  }
+
+  async function loadProcesses() {
+    try {
+      const p = await api('GET', '/api/processes');
+      ui.processes = Array.isArray(p) ? p : [];
+    } catch (e) {
+      showError('Processes: ' + e.message);
+      return;
+    }
+    renderProcesses();
+    const commands = new Set();
+    for (const p of ui.processes) for (const c of list(p.commands)) commands.add(c);
+    $('command-list').replaceChildren(...[...commands].sort().map((c) => el('option', { value: c })));
+    $('process-list').replaceChildren(...ui.processes.map((p) => el('option', { value: p.name ?? '' })));
+  }
+  loaders.processes = loadProcesses;
+  $('process-filter').addEventListener('input', renderProcesses);
+  $('process-refresh').addEventListener('click', loadProcesses);
+
+  function startListening(service) {
+    stopListening();
+    $('listen-panel').hidden = false;
+    $('listen-service').textContent = service;
+    $('listen-state').textContent = 'connecting…';
+    $('listen-values').replaceChildren();
+    const source = new EventSource(`/api/listen?service=${encodeURIComponent(service)}&client=${encodeURIComponent(clientId)}`);
+    ui.listen = source;
+    source.addEventListener('subscribed', () => { $('listen-state').textContent = 'live'; });
+    source.addEventListener('value', (e) => {
+      let text = e.data;
+      try { text = JSON.stringify(JSON.parse(e.data), null, 2); } catch (_) { /* plain text */ }
+      const values = $('listen-values');
+      values.prepend(el('li', null, el('time', null, fmtTime(Date.now(), true).slice(11)), el('pre', null, text)));
+      while (values.children.length > 50) values.lastChild.remove();
+    });
+    source.addEventListener('end', () => { $('listen-state').textContent = 'the service ended'; source.close(); });
+    source.addEventListener('error', () => {
+      $('listen-state').textContent = source.readyState === EventSource.CLOSED
+        ? 'cannot listen (no such service?)' : 'reconnecting…';
+    });
+  }
+
+  function stopListening() {
+    if (ui.listen) ui.listen.close();
+    ui.listen = null;
+    $('listen-panel').hidden = true;
+  }
+  $('listen-stop').addEventListener('click', stopListening);
+
+  $('command-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const name = $('command-name').value.trim();
+    if (!name) return;
+    setResult('command-result', 'sending…', 'pending');
+    try {
+      const r = await api('POST', '/api/command', { name, data: $('command-data').value });
+      setResult('command-result', `received by ${r.received} process${r.received === 1 ? '' : 'es'}`, 'ok');
+    } catch (err) {
+      setResult('command-result', err.message, 'error');
+    }
+  });
+
+  // ---- messages -----------------------------------------------------------------------------
+  function localMs(input) {
+    if (!input.value) return null;
+    const t = new Date(input.value).getTime();
+    return Number.isFinite(t) ? t : null;
+  }
+
+  let logsLoading = false;
+  async function loadLogs() {
+    if (logsLoading) return;
+    logsLoading = true;
+    const q = new URLSearchParams();
+    const since = localMs($('log-since'));
+    const until = localMs($('log-until'));
+    if (since !== null) q.set('since_ms', since);
+    if (until !== null) q.set('until_ms', until);
+    if ($('log-process').value.trim()) q.set('process', $('log-process').value.trim());
+    if ($('log-severity').value) q.set('min_severity', $('log-severity').value);
+    if ($('log-text').value) q.set('text', $('log-text').value);
+    if ($('log-limit').value) q.set('limit', $('log-limit').value);
+    try {
+      const records = await api('GET', '/api/logs?' + q.toString());
+      const rows = (Array.isArray(records) ? records : []).map((r) => el('tr', null,
+        el('td', null, fmtTime(r.t_ms, true)),
+        el('td', null, el('span', { className: 'sev sev-' + (r.severity || '') }, r.severity || '')),
+        el('td', null, r.process || ''),
+        el('td', { className: 'hint' }, r.target || ''),
+        el('td', null, r.message || '')));
+      if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 5, className: 'hint' }, 'No messages match.')));
+      replaceRows($('logs'), rows);
+      $('logs-info').textContent = `${Array.isArray(records) ? records.length : 0} shown, newest first · ${clock(Date.now())}`;
+    } catch (e) {
+      $('logs-info').textContent = e.message;
+    } finally {
+      logsLoading = false;
+    }
+  }
+  loaders.messages = loadLogs;
+  $('log-filters').addEventListener('submit', (e) => { e.preventDefault(); loadLogs(); });
+  for (const id of ['log-since', 'log-until', 'log-severity', 'log-limit']) $(id).addEventListener('change', loadLogs);
+  let textTimer = null;
+  for (const id of ['log-process', 'log-text']) {
+    $(id).addEventListener('input', () => { clearTimeout(textTimer); textTimer = setTimeout(loadLogs, 300); });
+  }
+
+  // ---- runs ---------------------------------------------------------------------------------
+  async function loadRuns() {
+    let runs;
+    try { runs = await api('GET', '/api/runs?limit=100'); } catch (e) { showError('Runs: ' + e.message); return; }
+    const rows = (Array.isArray(runs) ? runs : []).map((r) => {
+      const duration = isNum(r.started_ms) && isNum(r.stopped_ms) ? (r.stopped_ms - r.started_ms) / 1000 : null;
+      return el('tr', { className: r.run === ui.selectedRun ? 'selected' : '', dataset: { run: r.run }, onclick: () => showRun(r.run) },
+        el('td', { className: 'num' }, r.run ?? ''),
+        el('td', null, fmtTime(r.started_ms)),
+        el('td', null, isNum(r.stopped_ms) ? fmtTime(r.stopped_ms) : ''),
+        el('td', { className: 'num' }, duration === null ? '' : fmtDuration(duration)),
+        el('td', null, r.state ?? ''),
+        el('td', { className: 'num' }, fmtInt(r.events)));
+    });
+    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 6, className: 'hint' }, 'No runs yet.')));
+    replaceRows($('runs'), rows);
+  }
+
+  async function showRun(run) {
+    ui.selectedRun = run;
+    for (const tr of $('runs').children) tr.classList.toggle('selected', tr.dataset.run === String(run));
+    $('run-detail').hidden = false;
+    $('run-detail-number').textContent = run;
+    $('run-record').textContent = 'loading…';
+    try {
+      $('run-record').textContent = JSON.stringify(await api('GET', '/api/runs/' + encodeURIComponent(run)), null, 2);
+    } catch (e) {
+      $('run-record').textContent = e.message;
+    }
+  }
+  loaders.runs = loadRuns;
+
+  // ---- periodic refresh of the visible view --------------------------------------------------
+  setInterval(() => {
+    if (document.hidden) return;
+    if (ui.view === 'histograms') loadHistograms();
+    else if (ui.view === 'et') loadEt();
+    else if (ui.view === 'messages' && $('log-auto').checked) loadLogs();
+  }, 2000);
+  setInterval(() => {
+    if (document.hidden) return;
+    if (ui.view === 'processes') loadProcesses();
+    else if (ui.view === 'runs') loadRuns();
+  }, 5000);
+
+  // ---- start --------------------------------------------------------------------------------
+  window.daqflow = { clientId };
+  onControl(ui.control);
+  connectEvents();
+  showView((location.hash || '#run').slice(1));
+})();
