@@ -506,7 +506,15 @@ impl Operator {
         let mut s = lock(&self.inner.shared);
         let state = Self::state_of(&s);
         if !allowed.contains(&state.as_str()) {
-            return Err(OperatorError::IllegalTransition { command: phase.to_lowercase(), state });
+            let command = match phase {
+                "Configuring" => "configure",
+                "Starting" => "start",
+                "Pausing" => "pause",
+                "Resuming" => "resume",
+                "Stopping" => "stop",
+                _ => "reset",
+            };
+            return Err(OperatorError::IllegalTransition { command: command.into(), state });
         }
         s.phase = Some(phase.into());
         drop(s);
@@ -528,7 +536,7 @@ impl Operator {
     fn system_results(&self) -> Value {
         json!({
             "name": self.inner.file.system.name,
-            "id": format!("{}-{}", self.inner.file.system.name, std::process::id()),
+            "id": format!("{}-{}-{}", self.inner.file.system.name, std::process::id(), self.inner.control.port()),
             "control": self.inner.control.to_string(),
             "data": self.inner.data,
             "database": self.inner.db.path(),
@@ -788,9 +796,14 @@ impl Operator {
     pub fn reset(&self) -> Result<(), OperatorError> {
         let _g = self.begin("Resetting", &["Initial", "Configured", "Running", "Paused", "Error", "Mixed"])?;
         // A run still open is closed as failed.
-        if let Some(run) = lock(&self.inner.shared).run_started_ms.and(lock(&self.inner.shared).run) {
+        let open_run = {
+            let mut s = lock(&self.inner.shared);
+            let r = s.run_started_ms.and(s.run);
+            s.run_started_ms = None;
+            r
+        };
+        if let Some(run) = open_run {
             let _ = self.inner.db.end_run(run, "failed", &json!({}), Some("reset during the run"));
-            lock(&self.inner.shared).run_started_ms = None;
         }
         // Dead components are started again first.
         for spec in self.inner.file.components.clone() {
@@ -912,44 +925,57 @@ impl Operator {
         if phase.is_some() || self.inner.closing.load(Ordering::SeqCst) {
             return;
         }
+        // Components whose policy is `stop` come first: when one of them failed in a run, the
+        // run stops and nothing is restarted into it (e.g. an RU death makes the EVM abort and
+        // every BU fail; restarting the BUs would not save that run).
+        let mut fresh: Vec<(ComponentSpec, String)> = Vec::new();
         for (name, why) in failing {
-            let key = lock(&self.inner.shared).views[&name].since_ms
-                ^ u64::from(lock(&self.inner.shared).views[&name].restarts);
+            let key = {
+                let s = lock(&self.inner.shared);
+                let v = &s.views[&name];
+                v.since_ms ^ (u64::from(v.restarts) << 48) ^ u64::from(v.alive)
+            };
             if handled.get(&name) == Some(&key) {
                 continue;
             }
             handled.insert(name.clone(), key);
-            let Some(spec) = self.inner.file.components.iter().find(|c| c.name == name).cloned() else { continue };
-            match spec.policy {
-                Policy::Restart => {
-                    tracing::warn!(component = %name, "{name} failed ({why}); restarting it (policy restart)");
-                    if let Err(e) = self.restart(&spec, target) {
-                        tracing::error!(component = %name, "restarting {name} failed: {e}");
-                        if matches!(target, "Running" | "Paused") {
-                            let _ = self
-                                .stop_because(Some(format!("{name} failed ({why}) and could not be restarted: {e}")));
-                        }
+            if let Some(spec) = self.inner.file.components.iter().find(|c| c.name == name) {
+                fresh.push((spec.clone(), why));
+            }
+        }
+        fresh.sort_by_key(|(spec, _)| spec.policy == Policy::Restart);
+        let in_run = matches!(target, "Running" | "Paused");
+        if let Some((spec, why)) = fresh.iter().find(|(spec, _)| spec.policy == Policy::Stop) {
+            if in_run {
+                tracing::error!(component = %spec.name, "{} failed ({why}); stopping the run (policy stop)", spec.name);
+                let op = self.clone();
+                let reason = format!("{} failed: {why}", spec.name);
+                let _ = std::thread::Builder::new().name("policy-stop".into()).spawn(move || {
+                    if let Err(e) = op.stop_because(Some(reason)) {
+                        tracing::error!("stopping the run after a failure: {e}");
                     }
+                });
+            }
+            return;
+        }
+        for (spec, why) in fresh {
+            tracing::warn!(component = %spec.name, "{} failed ({why}); restarting it (policy restart)", spec.name);
+            if let Err(e) = self.restart(&spec) {
+                tracing::error!(component = %spec.name, "restarting {} failed: {e}", spec.name);
+                if in_run {
+                    let _ = self
+                        .stop_because(Some(format!("{} failed ({why}) and could not be restarted: {e}", spec.name)));
                 }
-                Policy::Stop => {
-                    if matches!(target, "Running" | "Paused") {
-                        tracing::error!(component = %name, "{name} failed ({why}); stopping the run (policy stop)");
-                        let op = self.clone();
-                        let reason = format!("{name} failed: {why}");
-                        let _ = std::thread::Builder::new().name("policy-stop".into()).spawn(move || {
-                            if let Err(e) = op.stop_because(Some(reason)) {
-                                tracing::error!("stopping the run after a failure: {e}");
-                            }
-                        });
-                        return;
-                    }
-                }
+                return;
             }
         }
     }
 
     /// Starts a component again and brings it to the system's state.
-    fn restart(&self, spec: &ComponentSpec, target: &str) -> Result<(), OperatorError> {
+    fn restart(&self, spec: &ComponentSpec) -> Result<(), OperatorError> {
+        // No transition of the whole system meanwhile; the state to return to is read after.
+        let _g = lock(&self.inner.transition);
+        let target = lock(&self.inner.shared).target;
         if let Some(mut c) = lock(&self.inner.children).remove(&spec.name) {
             let _ = c.kill();
             let _ = c.wait();

@@ -21,11 +21,16 @@ struct Chain {
 }
 
 fn chain(repeaters: usize, generator_keys: &str, sink_keys: &str) -> Chain {
+    chain_with(repeaters, generator_keys, "", sink_keys)
+}
+
+fn chain_with(repeaters: usize, generator_keys: &str, repeater_keys: &str, sink_keys: &str) -> Chain {
     let mut sink = Driver::new(standard(), "sink", "sink", table(sink_keys));
     let mut next = sink.configure(None).unwrap()["listen"].as_str().unwrap().to_owned();
     let mut reps = Vec::new();
     for i in 0..repeaters {
-        let mut r = Driver::new(standard(), "repeater", &format!("rep-{i}"), table(&format!("downstream = '{next}'")));
+        let keys = format!("downstream = '{next}'\n{repeater_keys}");
+        let mut r = Driver::new(standard(), "repeater", &format!("rep-{i}"), table(&keys));
         next = r.configure(None).unwrap()["listen"].as_str().unwrap().to_owned();
         reps.push(r);
     }
@@ -66,8 +71,17 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn generator_two_repeaters_and_sink_account_for_every_chunk() {
+    every_chunk_is_accounted_for("forward = 'transport'");
+}
+
+#[test]
+fn generator_two_splicing_repeaters_and_sink_account_for_every_chunk() {
+    every_chunk_is_accounted_for("forward = 'splice'");
+}
+
+fn every_chunk_is_accounted_for(repeater_keys: &str) {
     for chunk in [1024usize, 65536, 1 << 20] {
-        let mut c = chain(2, &format!("chunk_bytes = {chunk}"), "check = true");
+        let mut c = chain_with(2, &format!("chunk_bytes = {chunk}"), repeater_keys, "check = true");
         for run in [1u32, 2] {
             c.start(run);
             wait_until("the sink has data", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 20);
@@ -160,15 +174,18 @@ fn garbage_into_a_repeater_fails_it_and_the_sink_and_a_reset_recovers() {
 
 #[test]
 fn a_dead_sink_fails_the_chain_above_it_without_hanging() {
-    let mut c = chain(1, "chunk_bytes = 65536\nstop_timeout_ms = 2000", "");
-    c.start(1);
-    wait_until("data flows", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 0);
-    c.sink.reset().unwrap(); // as if the process died: its sockets close
-    wait_until("the repeater fails", || c.repeaters[0].state() == State::Error);
-    assert!(c.repeaters[0].failure().unwrap().contains("downstream"), "{:?}", c.repeaters[0].failure());
-    wait_until("the generator fails", || c.generator.state() == State::Error);
-    let g = c.generator.stop(None).unwrap();
-    assert!(g["error"].is_string(), "{g}");
+    for forward in ["transport", "splice"] {
+        let mut c = chain_with(1, "chunk_bytes = 65536\nstop_timeout_ms = 2000", &format!("forward = '{forward}'"), "");
+        c.start(1);
+        wait_until("data flows", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 0);
+        c.sink.reset().unwrap(); // as if the process died: its sockets close
+        wait_until("the repeater fails", || c.repeaters[0].state() == State::Error);
+        let why = c.repeaters[0].failure().unwrap();
+        assert!(why.contains("downstream"), "{forward}: {why}");
+        wait_until("the generator fails", || c.generator.state() == State::Error);
+        let g = c.generator.stop(None).unwrap();
+        assert!(g["error"].is_string(), "{g}");
+    }
 }
 
 #[test]

@@ -183,10 +183,22 @@ pub fn spawn(
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(WebError::Thread)?;
+    // The runtime is built (and dropped) on the server's thread: dropping one on the caller's
+    // thread would panic if the caller is itself inside a runtime.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), std::io::Error>>();
     let thread = std::thread::Builder::new()
         .name("daqflow-web".into())
         .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => {
+                    let _ = ready_tx.send(Ok(()));
+                    r
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return Ok(());
+                }
+            };
             let result = runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
                 // The handle's sender fires or is dropped: either way, stop.
@@ -200,6 +212,17 @@ pub fn spawn(
             result
         })
         .map_err(WebError::Thread)?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            return Err(WebError::Thread(e));
+        }
+        Err(_) => {
+            let _ = thread.join();
+            return Err(WebError::Panicked);
+        }
+    }
     Ok(WebHandle { local_addr, stop: Some(stop_tx), thread: Some(thread) })
 }
 

@@ -4,14 +4,15 @@
 
 (() => {
   const VERBS = ['configure', 'start', 'pause', 'resume', 'stop', 'reset'];
-  // Which transitions each system state allows (the component state machine). A state not
-  // listed (a transient or mixed one) allows only reset; the operator refuses what it must.
+  // Which transitions each system state allows (the component state machine of DESIGN.md; stop
+  // also ends a run from Paused or Error, reset works from any state). A state not listed (a
+  // transient or mixed one) allows only reset; the operator refuses what it must.
   const ALLOWED = {
     Initial: ['configure'],
     Configured: ['start', 'reset'],
-    Running: ['pause', 'stop'],
-    Paused: ['resume', 'stop'],
-    Error: ['reset'],
+    Running: ['pause', 'stop', 'reset'],
+    Paused: ['resume', 'stop', 'reset'],
+    Error: ['stop', 'reset'],
   };
 
   const $ = (id) => document.getElementById(id);
@@ -168,7 +169,9 @@
     $('stat-eps').textContent = fmtRate(s.events_per_s);
     $('stat-mbps').textContent = fmtRate(s.mb_per_s);
     $('stat-lost').textContent = fmtInt(s.lost);
-    renderComponents(s.components || []);
+    $('last-error').hidden = !s.last_error;
+    $('last-error').textContent = s.last_error ? 'Last error: ' + s.last_error : '';
+    renderComponents(Array.isArray(s.components) ? s.components : []);
     if (s.web && 'controller' in s.web) {
       onControl({ controller: s.web.controller, since_ms: s.web.control_since_ms });
     }
@@ -176,21 +179,32 @@
     if (visible('rates')) drawRates();
   }
 
+  /** The first of `keys` that `stats` has as a number. */
+  function pick(stats, keys) {
+    for (const k of keys) if (isNum(stats[k])) return stats[k];
+    return null;
+  }
+
   function renderComponents(components) {
     const rows = components.map((c) => {
-      const stats = c.stats || {};
-      return el('tr', { className: c.error ? 'error' : '' },
+      const stats = c.stats && typeof c.stats === 'object' ? c.stats : {};
+      const events = pick(stats, ['events', 'events_built', 'events_stored', 'fragments', 'triggers']);
+      const rate = pick(stats, ['events_per_s', 'fragments_per_s', 'triggers_per_s']);
+      const mb = pick(stats, ['mb_per_s']);
+      const restarts = isNum(c.restarts) && c.restarts > 0 ? ` (restarted ${c.restarts}×)` : '';
+      return el('tr', { className: c.error ? 'error' : '', title: JSON.stringify(stats) },
         el('td', null, c.name || ''),
         el('td', null, c.kind || ''),
         el('td', null, c.host || ''),
         el('td', { className: 'num' }, c.pid ?? ''),
-        el('td', null, stateBadge(c.state)),
+        el('td', null, stateBadge(c.state), restarts),
         el('td', { className: 'num' }, c.run ?? ''),
-        el('td', { className: 'num' }, isNum(stats.events) ? fmtInt(stats.events) : ''),
-        el('td', { className: 'num' }, isNum(stats.events_per_s) ? fmtRate(stats.events_per_s) : ''),
+        el('td', { className: 'num' }, events === null ? '' : fmtInt(events)),
+        el('td', { className: 'num' }, rate === null ? '' : fmtRate(rate)),
+        el('td', { className: 'num' }, mb === null ? '' : fmtRate(mb)),
         el('td', { className: 'error-text' }, c.error || ''));
     });
-    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 9, className: 'hint' }, 'No components.')));
+    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 10, className: 'hint' }, 'No components.')));
     replaceRows($('components'), rows);
   }
 
@@ -262,6 +276,11 @@
       }
       arg = { run };
     }
+    const state = ui.status ? ui.status.state : '';
+    if (verb === 'reset' && (state === 'Running' || state === 'Paused')
+      && !window.confirm(`Reset while ${state}? The run ends without a proper stop.`)) {
+      return;
+    }
     ui.busy = true;
     updateButtons();
     setResult('transition-result', `${verb}…`, 'pending');
@@ -300,7 +319,9 @@
     const step = niceStep(max, 5);
     return Math.ceil(max / step) * step;
   }
-  function tickLabel(v) {
+  function tickLabel(value) {
+    // Round away the floating-point noise of the tick arithmetic (0.9999999999999998).
+    const v = Number(value.toPrecision(12));
     const a = Math.abs(v);
     if (a >= 1e9) return (v / 1e9).toFixed(a % 1e9 === 0 ? 0 : 1) + 'G';
     if (a >= 1e6) return (v / 1e6).toFixed(a % 1e6 === 0 ? 0 : 1) + 'M';

@@ -40,6 +40,8 @@ pub struct ChainOptions {
     pub repeaters: Vec<usize>,
     /// Generator CRCs checked by the sink.
     pub check: bool,
+    /// A quick run.
+    pub quick: bool,
 }
 
 impl ChainOptions {
@@ -53,7 +55,19 @@ impl ChainOptions {
             }
         });
         let repeaters = if quick { vec![0, 1, 2] } else { (0..=6).collect() };
-        ChainOptions { sizes, repeaters, check: false }
+        ChainOptions { sizes, repeaters, check: false, quick }
+    }
+
+    /// Chunk sizes of the `splice` case: those of at least 16 KiB (the repeater's default
+    /// `splice_min_bytes`); only 64 KiB in a quick run.
+    fn splice_sizes(&self) -> &[usize] {
+        let from = self.sizes.iter().position(|&c| c >= 16 << 10).unwrap_or(self.sizes.len());
+        let sizes = &self.sizes[from..];
+        if self.quick {
+            sizes.iter().position(|&c| c == 64 << 10).map_or(&sizes[..0], |i| &sizes[i..=i])
+        } else {
+            sizes
+        }
     }
 }
 
@@ -190,13 +204,21 @@ struct ChainRun {
 
 /// One chain run: sink, `repeaters` repeaters and a generator as processes; `warmup` seconds,
 /// then the window; then the generator stops and every chunk is accounted for.
-fn run_chain(chunk: usize, repeaters: usize, check: bool, warmup: f64, window: f64) -> anyhow::Result<ChainRun> {
+fn run_chain(
+    chunk: usize,
+    repeaters: usize,
+    forward: &str,
+    check: bool,
+    warmup: f64,
+    window: f64,
+) -> anyhow::Result<ChainRun> {
     let mut sink = Process::spawn("sink", "chain-sink", &[format!("check={check}")])?;
     let mut next = sink.call("configure")?["listen"].as_str().context("sink: no listen address")?.to_owned();
     let mut reps = Vec::with_capacity(repeaters);
     // From the sink upwards: repeater k-1 feeds the sink, repeater 0 is fed by the generator.
     for i in (0..repeaters).rev() {
-        let mut r = Process::spawn("repeater", &format!("chain-rep-{i}"), &[format!("downstream={next}")])?;
+        let sets = [format!("downstream={next}"), format!("forward={forward}")];
+        let mut r = Process::spawn("repeater", &format!("chain-rep-{i}"), &sets)?;
         next = r.call("configure")?["listen"].as_str().context("repeater: no listen address")?.to_owned();
         reps.push(r);
     }
@@ -266,23 +288,31 @@ pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Ve
         config.clone(),
     );
     let mut failures = Vec::new();
+    let mut measure = |suite: &mut Suite, case: &str, chunk: usize, k: usize, forward: &str| {
+        let params = vec![("chunk_bytes", Param::from(chunk)), ("repeaters", Param::from(k))];
+        let r = suite.measure(case, params, || {
+            let raw = raw_mb_per_s(chunk, raw_time)?;
+            let c = run_chain(chunk, k, forward, opts.check, warmup, window)?;
+            Ok(Metrics::new()
+                .with("mb_per_s", c.mb_per_s)
+                .with("chunks_per_s", c.chunks_per_s)
+                .with("raw_mb_per_s", raw)
+                .with("ratio_to_raw", c.mb_per_s / raw))
+        });
+        if let Err(e) = r {
+            eprintln!("\n  FAILED: {e:#}");
+            failures.push(format!("{e:#}"));
+        }
+    };
     for &k in &opts.repeaters {
         for &chunk in &opts.sizes {
-            let params = vec![("chunk_bytes", Param::from(chunk)), ("repeaters", Param::from(k))];
-            let r = suite.measure("chain", params, || {
-                let raw = raw_mb_per_s(chunk, raw_time)?;
-                let c = run_chain(chunk, k, opts.check, warmup, window)?;
-                Ok(Metrics::new()
-                    .with("mb_per_s", c.mb_per_s)
-                    .with("chunks_per_s", c.chunks_per_s)
-                    .with("raw_mb_per_s", raw)
-                    .with("ratio_to_raw", c.mb_per_s / raw))
-            });
-            if let Err(e) = r {
-                eprintln!("\n  FAILED: {e:#}");
-                failures.push(format!("{e:#}"));
-            }
+            measure(&mut suite, "chain", chunk, k, "transport");
         }
+    }
+    // The alternative the repeater offers: splice(2) from socket to socket (chunks of 16 KiB
+    // and more are spliced), at the sizes where it applies.
+    for &chunk in opts.splice_sizes() {
+        measure(&mut suite, "splice", chunk, 1, "splice");
     }
     suite.plots = plots(&opts.repeaters, &opts.sizes);
     notes(&mut suite, &opts, warmup, window, raw_time);
@@ -313,13 +343,21 @@ fn label(k: usize) -> String {
 }
 
 fn plots(repeaters: &[usize], sizes: &[usize]) -> Vec<Plot> {
-    let per_k = |metric: &'static str| -> Vec<Series> {
-        repeaters
-            .iter()
+    let per_k = |metric: &'static str, ks: &[usize]| -> Vec<Series> {
+        ks.iter()
             .map(|&k| Series { label: label(k), case: "chain", metric, filter: vec![("repeaters", k.into())] })
             .collect()
     };
-    let mut mb = per_k("mb_per_s");
+    let splice = |metric: &'static str| Series {
+        label: "1 repeater, forward = splice".into(),
+        case: "splice",
+        metric,
+        filter: vec![("repeaters", 1usize.into())],
+    };
+    // The plot has eight colours: the throughput panel shows some of the chains and the
+    // reference, the ratio panel all of them.
+    let shown: Vec<usize> = repeaters.iter().copied().filter(|k| [0, 1, 2, 4, 6].contains(k)).collect();
+    let mut mb = per_k("mb_per_s", &shown);
     let raw_k = repeaters.first().copied().unwrap_or(0);
     mb.push(Series {
         label: "raw loopback TCP, one hop".into(),
@@ -327,6 +365,8 @@ fn plots(repeaters: &[usize], sizes: &[usize]) -> Vec<Plot> {
         metric: "raw_mb_per_s",
         filter: vec![("repeaters", raw_k.into())],
     });
+    let mut ratio = per_k("ratio_to_raw", repeaters);
+    ratio.push(splice("ratio_to_raw"));
     let per_size: Vec<Series> = sizes
         .iter()
         .map(|&c| Series {
@@ -355,7 +395,7 @@ fn plots(repeaters: &[usize], sizes: &[usize]) -> Vec<Plot> {
             x_bytes: true,
             y_label: "chain MB/s ÷ raw MB/s".into(),
             y_log: false,
-            series: per_k("ratio_to_raw"),
+            series: ratio,
         },
         Plot {
             title: "throughput vs repeaters in the chain (fig. 9)".into(),
@@ -377,9 +417,10 @@ fn notes(suite: &mut Suite, opts: &ChainOptions, warmup: f64, window: f64, raw_t
          on loopback TCP, runs {warmup} s of warm-up and a {window} s window, then stops the generator and checks \
          that the sink received every chunk it sent, in order (a point fails otherwise). The generator is \
          free-running and sends one cached pattern per chunk with a fresh 16-byte header (sequence number, length{}); \
-         repeaters pass every frame on without copying its payload; the sink checks sequence numbers{} and \
+         repeaters pass every frame on without copying it in user space; the sink checks sequence numbers{} and \
          discards the data. mb_per_s: data bytes per second at the sink (headers not counted), from the sink's \
-         counters and clock; MB = 10^6 bytes.",
+         counters and clock; MB = 10^6 bytes. Case chain: repeaters with forward = transport (the default); case \
+         splice: one repeater with forward = splice (splice(2) from socket to socket through a pipe).",
         if opts.check { ", CRC32C" } else { "" },
         if opts.check { " and CRCs" } else { "" },
     ));
@@ -428,6 +469,9 @@ mod tests {
         assert_eq!(o.repeaters, vec![0, 1, 2, 3, 4, 5, 6]);
         assert_eq!((o.sizes[0], *o.sizes.last().unwrap()), (1024, 1 << 20));
         assert!(o.sizes.windows(2).all(|w| w[1] == w[0] * 4));
+        assert_eq!(o.splice_sizes(), &[16 << 10, 64 << 10, 256 << 10, 1 << 20]);
+        assert_eq!(ChainOptions::new(true, None).splice_sizes(), &[64 << 10]);
+        assert!(ChainOptions::new(true, Some(vec![1024])).splice_sizes().is_empty());
     }
 
     #[test]

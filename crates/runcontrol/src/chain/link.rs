@@ -19,6 +19,9 @@ use crate::ComponentError;
 /// How long a component's thread waits in one `poll(2)` before it looks at its flags again.
 pub(crate) const TICK: Duration = Duration::from_millis(50);
 
+/// Most frames a receiving thread handles between two publications of its counters.
+pub(crate) const BATCH: usize = 256;
+
 /// Resolves `addr` (`host:port`) for the key `key`.
 pub(crate) fn resolve(name: &str, key: &str, addr: &str) -> Result<SocketAddr, ComponentError> {
     if addr.is_empty() {

@@ -158,24 +158,35 @@ pub enum Message {
 impl Message {
     /// Decodes `frame`; never panics.
     pub fn decode(frame: &Frame) -> Result<Message, ProtocolError> {
-        let p = &frame.payload[..];
-        let flags_allowed = if frame.kind == KIND_CHUNK { FLAG_CRC } else { 0 };
-        if frame.flags & !flags_allowed != 0 && matches!(frame.kind, KIND_BEGIN | KIND_CHUNK | KIND_END) {
-            return Err(ProtocolError::UnknownFlags { kind: frame.kind, flags: frame.flags });
+        Message::decode_head(frame.kind, frame.flags, &frame.payload, frame.payload.len())
+    }
+
+    /// Decodes a frame from its kind, flags, payload length and the start of its payload: at
+    /// least the chunk header of a chunk, the whole payload of a marker (a forwarder that does
+    /// not hold the chunk's data decodes it this way). Never panics.
+    pub fn decode_head(kind: u16, flags: u8, head: &[u8], payload_len: usize) -> Result<Message, ProtocolError> {
+        let flags_allowed = if kind == KIND_CHUNK { FLAG_CRC } else { 0 };
+        if flags & !flags_allowed != 0 && matches!(kind, KIND_BEGIN | KIND_CHUNK | KIND_END) {
+            return Err(ProtocolError::UnknownFlags { kind, flags });
         }
-        match frame.kind {
+        let whole = |what: &'static str, expected: usize| -> Result<&[u8], ProtocolError> {
+            if payload_len == expected && head.len() >= expected {
+                Ok(&head[..expected])
+            } else {
+                Err(ProtocolError::BadMarker { what, len: payload_len, expected })
+            }
+        };
+        let le_u64 = |b: &[u8]| b.try_into().map(u64::from_le_bytes).unwrap_or_default();
+        match kind {
             KIND_BEGIN => {
-                let b: [u8; BEGIN_LEN] = p.try_into().map_err(|_| ProtocolError::BadMarker {
-                    what: "begin",
-                    len: p.len(),
-                    expected: BEGIN_LEN,
-                })?;
-                let [r0, r1, r2, r3, ..] = b;
-                Ok(Message::Begin { run: u32::from_le_bytes([r0, r1, r2, r3]) })
+                let b = whole("begin", BEGIN_LEN)?;
+                Ok(Message::Begin { run: b[..4].try_into().map(u32::from_le_bytes).unwrap_or_default() })
             }
             KIND_CHUNK => {
-                let header = ChunkHeader::decode(p).ok_or(ProtocolError::ShortChunk { len: p.len() })?;
-                let carried = p.len() - CHUNK_HEADER_LEN;
+                let header = ChunkHeader::decode(head)
+                    .filter(|_| payload_len >= CHUNK_HEADER_LEN)
+                    .ok_or(ProtocolError::ShortChunk { len: payload_len.min(head.len()) })?;
+                let carried = payload_len - CHUNK_HEADER_LEN;
                 if header.len as usize != carried {
                     return Err(ProtocolError::LengthMismatch {
                         sequence: header.sequence,
@@ -183,18 +194,11 @@ impl Message {
                         carried,
                     });
                 }
-                Ok(Message::Chunk { header, has_crc: frame.flags & FLAG_CRC != 0 })
+                Ok(Message::Chunk { header, has_crc: flags & FLAG_CRC != 0 })
             }
             KIND_END => {
-                let e: [u8; END_LEN] = p.try_into().map_err(|_| ProtocolError::BadMarker {
-                    what: "end",
-                    len: p.len(),
-                    expected: END_LEN,
-                })?;
-                let (a, b) = e.split_at(8);
-                let last_sequence = u64::from_le_bytes(a.try_into().unwrap_or_default());
-                let bytes = u64::from_le_bytes(b.try_into().unwrap_or_default());
-                Ok(Message::End { last_sequence, bytes })
+                let e = whole("end", END_LEN)?;
+                Ok(Message::End { last_sequence: le_u64(&e[..8]), bytes: le_u64(&e[8..]) })
             }
             kind => Err(ProtocolError::UnknownKind { kind }),
         }
@@ -309,10 +313,35 @@ impl StreamCheck {
 
     /// Checks the next frame of the stream and counts it.
     pub fn on_frame(&mut self, frame: &Frame) -> Result<StreamEvent, StreamError> {
+        let data = frame.payload.get(CHUNK_HEADER_LEN..);
+        self.on_message(frame.kind, frame.flags, &frame.payload, frame.payload.len(), data)
+    }
+
+    /// Checks the next frame of the stream from its kind, flags, the start of its payload and
+    /// its length ([`Message::decode_head`]), and counts it; CRCs are not checked (the data is
+    /// not there).
+    pub fn on_head(
+        &mut self,
+        kind: u16,
+        flags: u8,
+        head: &[u8],
+        payload_len: usize,
+    ) -> Result<StreamEvent, StreamError> {
+        self.on_message(kind, flags, head, payload_len, None)
+    }
+
+    fn on_message(
+        &mut self,
+        kind: u16,
+        flags: u8,
+        head: &[u8],
+        payload_len: usize,
+        data: Option<&[u8]>,
+    ) -> Result<StreamEvent, StreamError> {
         if self.end.is_some() {
-            return Err(StreamError::AfterEnd { kind: frame.kind });
+            return Err(StreamError::AfterEnd { kind });
         }
-        match Message::decode(frame)? {
+        match Message::decode_head(kind, flags, head, payload_len)? {
             Message::Begin { run } => {
                 if self.begun {
                     return Err(StreamError::BegunTwice { run });
@@ -332,9 +361,9 @@ impl StreamCheck {
                 }
                 self.last_sequence = header.sequence;
                 let len = header.len as usize;
-                if self.check_crc && has_crc {
+                if let (true, true, Some(data)) = (self.check_crc, has_crc, data) {
                     self.crc_checked += 1;
-                    if crc32c(&frame.payload[CHUNK_HEADER_LEN..]) != header.crc {
+                    if crc32c(data) != header.crc {
                         self.crc_errors += 1;
                     }
                 }
@@ -422,6 +451,23 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_is_checked_from_its_head_alone() {
+        let f = chunk(7, &[5u8; 100], true);
+        let head = &f.payload[..CHUNK_HEADER_LEN];
+        let Ok(Message::Chunk { header, has_crc: true }) = Message::decode_head(KIND_CHUNK, FLAG_CRC, head, 116) else {
+            panic!()
+        };
+        assert_eq!((header.sequence, header.len), (7, 100));
+        let e = Message::decode_head(KIND_CHUNK, 0, head, 50).unwrap_err();
+        assert_eq!(e, ProtocolError::LengthMismatch { sequence: 7, announced: 100, carried: 34 });
+        assert_eq!(Message::decode_head(KIND_CHUNK, 0, &head[..8], 8), Err(ProtocolError::ShortChunk { len: 8 }));
+        let mut c = StreamCheck::new(1, true);
+        c.on_frame(&begin_frame(1)).unwrap();
+        assert_eq!(c.on_head(KIND_CHUNK, FLAG_CRC, head, 116), Ok(StreamEvent::Chunk { len: 100 }));
+        assert_eq!((c.chunks(), c.bytes(), c.crc_checked()), (1, 100, 0));
+    }
+
+    #[test]
     fn a_stream_is_counted_and_its_errors_found() {
         let mut c = StreamCheck::new(3, true);
         assert_eq!(c.on_frame(&chunk(1, b"a", true)), Err(StreamError::NotBegun { what: "a chunk" }));
@@ -463,6 +509,9 @@ mod tests {
             let _ = c.on_frame(&begin_frame(0));
             let _ = c.on_frame(&f);
             let _ = c.on_frame(&f);
+            let n = f.payload.len();
+            let _ = c.on_head(kind, flags, &f.payload[..n.min(CHUNK_HEADER_LEN)], n);
+            let _ = c.on_head(kind, flags, &f.payload[..n.min(3)], n + 1000);
         }
 
         #[test]

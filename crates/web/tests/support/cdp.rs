@@ -77,7 +77,10 @@ pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
              CI must install it (see .ci/run)"
         );
     }
-    eprintln!(
+    // Written to stderr directly, not with eprintln!, so that the test harness does not
+    // capture it: a skipped test should say so.
+    let _ = writeln!(
+        std::io::stderr(),
         "SKIPPED {test}: no Chromium found (chromium, chromium-browser, google-chrome on PATH, or \
          $DAQFLOW_CHROMIUM). Install it (Debian: apt-get install chromium) to run this test."
     );
@@ -232,6 +235,28 @@ fn base64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut bits, mut count) = (0u32, 0);
+    for c in text.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()) {
+        bits = bits << 6 | u32::from(value(c).ok_or("invalid base64")?);
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+        }
+    }
+    Ok(out)
 }
 
 /// A headless Chromium with one page, driven over CDP. Dropping it kills the browser and
@@ -411,13 +436,12 @@ impl Browser {
     /// Polls `expression` until it is truthy (at most [`STEP_TIMEOUT`]); returns its value.
     pub fn wait_for(&mut self, what: &str, expression: &str) -> Result<Value, String> {
         let deadline = Instant::now() + STEP_TIMEOUT;
-        let mut last = Value::Null;
         loop {
-            match self.eval(expression) {
+            let last = match self.eval(expression) {
                 Ok(v) if truthy(&v) => return Ok(v),
-                Ok(v) => last = v,
-                Err(e) => last = Value::String(e),
-            }
+                Ok(v) => v,
+                Err(e) => Value::String(e),
+            };
             if Instant::now() > deadline {
                 return Err(format!(
                     "timed out after {STEP_TIMEOUT:?} waiting for {what} (`{expression}` gave {last})"
@@ -473,6 +497,12 @@ impl Browser {
         Ok(())
     }
 
+    /// A PNG screenshot of the page (for debugging a failing test).
+    pub fn screenshot(&mut self) -> Result<Vec<u8>, String> {
+        let shot = self.call("Page.captureScreenshot", json!({"format": "png"}))?;
+        base64_decode(shot["data"].as_str().ok_or("no screenshot data")?)
+    }
+
     /// Whether the element matching `selector` is disabled (None if there is none).
     pub fn is_disabled(&mut self, selector: &str) -> Result<Option<bool>, String> {
         let s = serde_json::to_string(selector).map_err(|e| e.to_string())?;
@@ -517,5 +547,8 @@ mod tests {
         assert_eq!(super::base64(b"foo"), "Zm9v");
         assert_eq!(super::base64(b"foob"), "Zm9vYg==");
         assert_eq!(super::base64(b"foobar"), "Zm9vYmFy");
+        for text in [&b""[..], b"f", b"fo", b"foo", b"foob", b"fooba", b"foobar"] {
+            assert_eq!(super::base64_decode(&super::base64(text)).unwrap(), text);
+        }
     }
 }

@@ -6,6 +6,20 @@ use crate::ComponentError;
 use crate::chain::link::{Tuning, resolve};
 use crate::chain::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
 
+/// How a repeater moves the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Forward {
+    /// Every frame is received into the transport's buffers and sent from them: no copy in
+    /// user space; the kernel copies each byte in and out.
+    #[default]
+    Transport,
+    /// Chunks of at least `splice_min_bytes` go from socket to socket through a pipe with
+    /// `splice(2)`, never through the repeater's memory; smaller frames through its buffer.
+    /// Fewer copies, but slower than `transport` on loopback (`docs/performance.md`, chain).
+    Splice,
+}
+
 /// Configuration of a repeater (`daqflow component repeater --set downstream=HOST:PORT …`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -21,10 +35,23 @@ pub struct RepeaterConfig {
     /// How long (ms) `stop` waits for the end marker to come through before it cuts both
     /// connections.
     pub stop_timeout_ms: u64,
-    /// Most bytes waiting to be written to `downstream`; the upstream is not read beyond
-    /// (back-pressure travels up the chain).
+    /// How the data moves: `"transport"` (default) or `"splice"`; `docs/performance.md`
+    /// (chain) has the measurement that chose the default.
+    pub forward: Forward,
+    /// With `forward = "splice"`: chunks with at least this many bytes of data are spliced,
+    /// smaller ones pass through the repeater's buffer.
+    pub splice_min_bytes: usize,
+    /// With `forward = "splice"`: capacity of the pipe between the sockets (at most
+    /// `fs.pipe-max-size`, 1 MiB, for an unprivileged process), and the bytes gathered in it
+    /// before it is emptied into the downstream.
+    pub pipe_bytes: usize,
+    /// With `forward = "transport"`: most bytes waiting to be written to `downstream`; the
+    /// upstream is not read beyond (back-pressure travels up the chain).
     pub send_queue_bytes: usize,
-    /// Size of the buffers the upstream is read into; chunks are forwarded as slices of them.
+    /// Size of the buffers the upstream is read into: the transport's receive buffers, whose
+    /// slices are forwarded, or the splice forwarder's buffer for headers and small frames;
+    /// 4 MiB by default ([`DEFAULT_RECV_CHUNK_BYTES`](crate::chain::DEFAULT_RECV_CHUNK_BYTES)
+    /// says why).
     pub recv_chunk_bytes: usize,
     /// `SO_SNDBUF` and `SO_RCVBUF` of both connections in bytes; unset: the kernel's default
     /// and auto-tuning.
@@ -38,6 +65,9 @@ impl Default for RepeaterConfig {
             downstream: String::new(),
             connect_timeout_ms: 10_000,
             stop_timeout_ms: 10_000,
+            forward: Forward::Transport,
+            splice_min_bytes: 16 << 10,
+            pipe_bytes: 1 << 20,
             send_queue_bytes: DEFAULT_SEND_QUEUE_BYTES,
             recv_chunk_bytes: DEFAULT_RECV_CHUNK_BYTES,
             socket_buffer_bytes: None,

@@ -10,6 +10,11 @@
 //! the chain. Each frame is checked on the way (kinds, lengths, marker order, sequence
 //! numbers; not CRCs): garbage closes the upstream connection and fails the repeater.
 //!
+//! That is `forward = "transport"`, the default. `forward = "splice"` moves the data of large
+//! chunks from socket to socket through a pipe with `splice(2)` instead (see the `splice` module
+//! docs): no copy at all in the repeater, but on loopback it was measured slower than the
+//! transport path (`docs/performance.md`, chain), so it is not the default.
+//!
 //! ```no_run
 //! use daqflow_runcontrol::chain::repeater::{Repeater, RepeaterConfig};
 //! use daqflow_runcontrol::component::Component;
@@ -23,6 +28,7 @@
 //! ```
 
 mod config;
+mod splice;
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -34,8 +40,8 @@ use daqflow_transport::{Connection, Listener, RecvError, RetryPolicy};
 use daqflow_wire::frame::Frame;
 use serde_json::{Value, json};
 
-pub use self::config::RepeaterConfig;
-use super::link::{Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, resolve, spawn, wait};
+pub use self::config::{Forward, RepeaterConfig};
+use super::link::{BATCH, Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, resolve, spawn, wait};
 use super::protocol::{StreamCheck, StreamEvent};
 use crate::ComponentError;
 use crate::component::Component;
@@ -79,9 +85,10 @@ impl Component for Repeater {
         let conn = Connection::connect_with_retry(&[addr], &c.tuning().options(), &policy)
             .map_err(|e| ComponentError::Failed(format!("{}: downstream: {e}", self.name)))?;
         self.live = Live::new();
-        let (name, live) = (self.name.clone(), self.live.clone());
+        let (name, live, config) = (self.name.clone(), self.live.clone(), self.config.clone());
         let outlet = Outlet::new(conn, c.send_queue_bytes);
-        self.thread = Some(spawn(&self.name, "forward", move || forward(&name, run, &listener, outlet, &live))?);
+        self.thread =
+            Some(spawn(&self.name, "forward", move || forward(&name, run, &config, &listener, outlet, &live))?);
         self.run = Some(run);
         Ok(())
     }
@@ -121,7 +128,7 @@ impl Drop for Repeater {
 }
 
 /// Why forwarding ended early.
-enum Broken {
+pub(super) enum Broken {
     Cut(Cut),
     Upstream(String),
 }
@@ -132,65 +139,33 @@ impl From<Cut> for Broken {
     }
 }
 
-/// The forwarding thread.
-fn forward(name: &str, run: u32, listener: &Listener, mut out: Outlet, live: &Live) -> Value {
+/// The forwarding thread: accept the upstream, forward until the end marker has passed.
+fn forward(name: &str, run: u32, config: &RepeaterConfig, listener: &Listener, mut out: Outlet, live: &Live) -> Value {
     let mut check = StreamCheck::new(run, false);
     let mut upstream: Option<String> = None;
     let result: Result<(), Broken> = (|| {
-        let mut up = match accept(listener, live) {
+        let up = match accept(listener, live) {
             Ok(Some(c)) => c,
             Ok(None) => return Err(Cut::Abandoned.into()),
             Err(e) => return Err(Broken::Upstream(e)),
         };
-        let peer = up.peer_addr();
-        upstream = Some(peer.to_string());
-        // A frame taken off the upstream that does not fit in the downstream queue yet.
-        let mut pending: Option<Frame> = None;
-        loop {
-            if live.abandon.load(Ordering::Relaxed) {
-                return Err(Cut::Abandoned.into());
-            }
-            let mut progress = false;
-            loop {
-                let frame = match pending.take() {
-                    Some(f) => f,
-                    None => match up.try_recv() {
-                        Ok(Some(f)) => f,
-                        Ok(None) => break,
-                        Err(RecvError::Closed { .. }) => {
-                            return Err(Broken::Upstream(format!(
-                                "upstream {peer} closed the connection without an end marker after chunk {}",
-                                check.chunks()
-                            )));
-                        }
-                        Err(e) => return Err(Broken::Upstream(format!("upstream: {e}"))),
-                    },
+        upstream = Some(up.peer_addr().to_string());
+        match config.forward {
+            Forward::Splice => {
+                let sizes = splice::SpliceSizes {
+                    min_bytes: config.splice_min_bytes,
+                    pipe_bytes: config.pipe_bytes,
+                    buffer_bytes: config.recv_chunk_bytes,
                 };
-                if !out.has_room(frame.payload.len()) {
-                    pending = Some(frame);
-                    break;
-                }
-                let event = check
-                    .on_frame(&frame)
-                    .map_err(|e| Broken::Upstream(format!("upstream {peer} sent {e}; connection closed")))?;
-                out.send(frame)?;
-                progress = true;
-                if event == StreamEvent::End {
-                    live.publish(check.chunks(), check.bytes());
-                    return Ok(());
-                }
+                set_nonblocking(&out.conn).map_err(|e| Broken::Cut(Cut::Failed(e.to_string())))?;
+                splice::forward(&up, &out.conn, &mut check, live, sizes)
             }
-            live.publish(check.chunks(), check.bytes());
-            live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
-            progress |= out.push()?;
-            if !progress {
-                let read = pending.is_none().then(|| up.as_raw_fd());
-                let write = (out.conn.queued_bytes() > 0).then(|| out.conn.as_raw_fd());
-                wait(read, write, TICK).map_err(|e| Broken::Upstream(format!("waiting for data: {e}")))?;
+            Forward::Transport => {
+                forward_frames(up, &mut out, &mut check, live)?;
+                out.finish(&live.abandon).map_err(Broken::from)
             }
         }
     })();
-    let result = result.and_then(|()| out.finish(&live.abandon).map_err(Broken::from));
     live.publish(check.chunks(), check.bytes());
     live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
     let error = match result {
@@ -217,6 +192,7 @@ fn forward(name: &str, run: u32, listener: &Listener, mut out: Outlet, live: &Li
         "kind": "repeater",
         "run": run,
         "upstream": upstream,
+        "forward": config.forward,
         "chunks": check.chunks(),
         "bytes": check.bytes(),
         "seconds": secs,
@@ -227,51 +203,153 @@ fn forward(name: &str, run: u32, listener: &Listener, mut out: Outlet, live: &Li
     })
 }
 
+/// Puts the downstream socket in non-blocking mode: `splice(2)` into a socket only returns
+/// instead of waiting when the socket itself is non-blocking.
+fn set_nonblocking(conn: &Connection) -> std::io::Result<()> {
+    let fd = conn.as_raw_fd();
+    // SAFETY: fcntl on the connection's socket, which `conn` keeps open.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `forward = "transport"`: frames received as slices of the transport's buffers and queued
+/// towards the downstream as they are, until the end marker is queued.
+fn forward_frames(mut up: Connection, out: &mut Outlet, check: &mut StreamCheck, live: &Live) -> Result<(), Broken> {
+    let peer = up.peer_addr();
+    // A frame taken off the upstream that does not fit in the downstream queue yet.
+    let mut pending: Option<Frame> = None;
+    loop {
+        if live.abandon.load(Ordering::Relaxed) {
+            return Err(Cut::Abandoned.into());
+        }
+        let mut progress = false;
+        // At most a batch between publications of the counters.
+        for _ in 0..BATCH {
+            let frame = match pending.take() {
+                Some(f) => f,
+                None => match up.try_recv() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(RecvError::Closed { .. }) => {
+                        return Err(Broken::Upstream(format!(
+                            "upstream {peer} closed the connection without an end marker after chunk {}",
+                            check.chunks()
+                        )));
+                    }
+                    Err(e) => return Err(Broken::Upstream(format!("upstream: {e}"))),
+                },
+            };
+            if !out.has_room(frame.payload.len()) {
+                pending = Some(frame);
+                break;
+            }
+            let event = check
+                .on_frame(&frame)
+                .map_err(|e| Broken::Upstream(format!("upstream {peer} sent {e}; connection closed")))?;
+            out.send(frame)?;
+            progress = true;
+            if event == StreamEvent::End {
+                return Ok(());
+            }
+        }
+        live.publish(check.chunks(), check.bytes());
+        live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+        progress |= out.push()?;
+        if !progress {
+            let read = pending.is_none().then(|| up.as_raw_fd());
+            let write = (out.conn.queued_bytes() > 0).then(|| out.conn.as_raw_fd());
+            wait(read, write, TICK).map_err(|e| Broken::Upstream(format!("waiting for data: {e}")))?;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::chain::protocol::{ChunkHeader, begin_frame, chunk_frame, end_frame};
     use daqflow_transport::ConnectionOptions;
 
-    fn repeater_to(downstream: &Listener) -> (Repeater, std::net::SocketAddr) {
-        let config = RepeaterConfig { downstream: downstream.local_addr().to_string(), ..Default::default() };
+    fn repeater_to(downstream: &Listener, forward: Forward) -> (Repeater, std::net::SocketAddr) {
+        let config = RepeaterConfig {
+            downstream: downstream.local_addr().to_string(),
+            forward,
+            splice_min_bytes: 4096,
+            recv_chunk_bytes: 64 << 10,
+            ..Default::default()
+        };
         let mut r = Repeater::new("rep", config);
         let listen = r.configure().unwrap()["listen"].as_str().unwrap().parse().unwrap();
         (r, listen)
     }
 
-    #[test]
-    fn forwards_every_frame_as_it_came_and_ends_with_the_end_marker() {
+    /// Small and large chunks (spliced: 4 KiB and more) in a mixed order, sent in pieces of
+    /// every size so that headers and data arrive split anywhere.
+    fn forwards_every_frame_as_it_came(forward: Forward) {
+        use std::io::Write;
         let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
-        let (mut r, listen) = repeater_to(&down);
+        let (mut r, listen) = repeater_to(&down, forward);
         r.start(9).unwrap();
-        let mut up = Connection::connect(listen, &ConnectionOptions::default()).unwrap();
         let mut sent = vec![begin_frame(9)];
-        for (i, len) in [0usize, 1, 1000, 5000, 300_000].into_iter().enumerate() {
+        let sizes = [0usize, 1, 1000, 5000, 300_000, 4095, 4096, 70_000, 16, 2 << 20, 3, 100_000, 100_001];
+        for (i, &len) in sizes.iter().enumerate() {
             let data: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
             sent.push(chunk_frame(&ChunkHeader::for_data(i as u64 + 1, &data, true), true, &data));
         }
-        sent.push(end_frame(5, 306_001));
+        let total: usize = sizes.iter().sum();
+        sent.push(end_frame(sizes.len() as u64, total as u64));
+        let mut wire = bytes::BytesMut::new();
         for f in &sent {
-            up.send(f.clone()).unwrap();
+            daqflow_wire::frame::FrameCodec::default().encode(f, &mut wire);
         }
-        up.flush().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut up = std::net::TcpStream::connect(listen).unwrap();
+            let mut at = 0;
+            let mut piece = 1;
+            while at < wire.len() {
+                let n = piece.min(wire.len() - at);
+                up.write_all(&wire[at..at + n]).unwrap();
+                at += n;
+                piece = piece * 3 % 200_003 + 7;
+            }
+        });
         let mut d = down.accept().unwrap();
         for f in &sent {
             assert_eq!(&d.recv().unwrap(), f);
         }
         assert!(d.recv().unwrap_err().is_clean_close(), "the repeater closes after the end marker");
+        writer.join().unwrap();
         let summary = r.stop(None).unwrap();
-        assert_eq!((summary["chunks"].as_u64(), summary["bytes"].as_u64()), (Some(5), Some(306_001)), "{summary}");
+        let n = sizes.len() as u64;
+        assert_eq!((summary["chunks"].as_u64(), summary["bytes"].as_u64()), (Some(n), Some(total as u64)), "{summary}");
         assert_eq!((summary["end_seen"].as_bool(), summary["sequence_errors"].as_u64()), (Some(true), Some(0)));
         assert!(r.failure().is_none());
     }
 
     #[test]
+    fn forwards_every_frame_as_it_came_through_the_transport() {
+        forwards_every_frame_as_it_came(Forward::Transport);
+    }
+
+    #[test]
+    fn forwards_every_frame_as_it_came_through_a_pipe() {
+        forwards_every_frame_as_it_came(Forward::Splice);
+    }
+
+    #[test]
     fn garbage_from_upstream_fails_the_repeater_and_cuts_the_downstream() {
+        for forward in [Forward::Transport, Forward::Splice] {
+            garbage_fails_the_repeater(forward);
+        }
+    }
+
+    fn garbage_fails_the_repeater(forward: Forward) {
         use std::io::Write;
         let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
-        let (mut r, listen) = repeater_to(&down);
+        let (mut r, listen) = repeater_to(&down, forward);
         r.start(1).unwrap();
         let mut raw = std::net::TcpStream::connect(listen).unwrap();
         raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -282,9 +360,34 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let f = r.failure().unwrap();
-        assert!(f.contains("sent invalid data") && f.contains("bad magic"), "{f}");
+        assert!(f.contains("sent invalid data") && f.contains("bad magic"), "{forward:?}: {f}");
         let summary = r.stop(None).unwrap();
         assert_eq!(summary["end_seen"], false);
+    }
+
+    #[test]
+    fn a_chunk_announcing_more_than_the_frame_holds_fails_the_splicing_repeater() {
+        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let (mut r, listen) = repeater_to(&down, Forward::Splice);
+        r.start(1).unwrap();
+        let mut up = Connection::connect(listen, &ConnectionOptions::default()).unwrap();
+        up.send(begin_frame(1)).unwrap();
+        let mut bad = ChunkHeader::for_data(1, &[0u8; 10_000], false);
+        bad.len = 20_000;
+        up.send(chunk_frame(&bad, false, &[0u8; 10_000])).unwrap();
+        up.flush().unwrap();
+        let mut d = down.accept().unwrap();
+        // The begin marker may or may not have been passed on; nothing else is.
+        while let Ok(f) = d.recv() {
+            assert_eq!(f, begin_frame(1));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while r.failure().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let f = r.failure().unwrap();
+        assert!(f.contains("chunk 1 announces 20000 bytes of data and carries 10000"), "{f}");
+        r.stop(None).unwrap();
     }
 
     #[test]

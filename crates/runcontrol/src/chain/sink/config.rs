@@ -19,7 +19,8 @@ pub struct SinkConfig {
     /// How long (ms) `stop` waits for the end marker, so that nothing in flight is lost; then
     /// the run ends without it and the summary says so.
     pub stop_timeout_ms: u64,
-    /// Size of the buffers the upstream is read into.
+    /// Size of the buffers the upstream is read into; 4 MiB by default
+    /// ([`DEFAULT_RECV_CHUNK_BYTES`](crate::chain::DEFAULT_RECV_CHUNK_BYTES) says why).
     pub recv_chunk_bytes: usize,
     /// `SO_RCVBUF` (and `SO_SNDBUF`) of the connection in bytes; unset: the kernel's default
     /// and auto-tuning.

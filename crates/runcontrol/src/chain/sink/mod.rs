@@ -34,7 +34,7 @@ use daqflow_transport::{Listener, RecvError};
 use serde_json::{Value, json};
 
 pub use self::config::SinkConfig;
-use super::link::{Live, TICK, abandon_thread, accept, bind, end_thread, spawn, wait};
+use super::link::{BATCH, Live, TICK, abandon_thread, accept, bind, end_thread, spawn, wait};
 use super::protocol::{StreamCheck, StreamEvent};
 use crate::ComponentError;
 use crate::component::Component;
@@ -136,7 +136,8 @@ fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Li
                 return Ok(false);
             }
             let mut got = false;
-            loop {
+            // At most a batch between publications of the counters.
+            for _ in 0..BATCH {
                 let frame = match up.try_recv() {
                     Ok(Some(f)) => f,
                     Ok(None) => break,

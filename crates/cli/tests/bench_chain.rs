@@ -1,0 +1,46 @@
+//! `daqflow bench chain --quick`: the DAQ-Middleware chain as processes, every point measured,
+//! every chunk accounted for, and the table, CSV, JSON and PNG written.
+
+use std::process::Command;
+
+#[test]
+fn bench_chain_quick_runs_every_chain_as_processes_and_writes_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["bench", "chain", "--quick", "--seconds", "0.2", "--out", out.to_str().unwrap()])
+        .output()
+        .expect("run daqflow");
+    let t = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    // The suite fails (exit 1) if a chunk was lost or a component reported an error.
+    assert!(o.status.success(), "{t}");
+    for want in ["[chain]", "[splice]", "raw reference", "target: generator → repeater → sink"] {
+        assert!(t.contains(want), "{want} missing from:\n{t}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("chain.json")).unwrap()).unwrap();
+    let points = json.as_array().unwrap();
+    let mut seen: Vec<(u64, u64)> = points
+        .iter()
+        .filter(|p| p["case"] == "chain")
+        .map(|p| (p["params"]["repeaters"].as_u64().unwrap(), p["params"]["chunk_bytes"].as_u64().unwrap()))
+        .collect();
+    seen.sort();
+    let mut want = Vec::new();
+    for k in [0, 1, 2] {
+        for c in [4096, 65536, 1 << 20] {
+            want.push((k, c));
+        }
+    }
+    assert_eq!(seen, want, "{json}");
+    assert_eq!(points.iter().filter(|p| p["case"] == "splice").count(), 1, "{json}");
+    for p in points {
+        for m in ["mb_per_s", "raw_mb_per_s", "ratio_to_raw", "chunks_per_s"] {
+            assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+    }
+    let csv = std::fs::read_to_string(out.join("chain.csv")).unwrap();
+    assert!(csv.starts_with("case,chunk_bytes,repeaters,mb_per_s,"), "{csv}");
+    let png = std::fs::read(out.join("chain.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}

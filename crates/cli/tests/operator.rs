@@ -1,0 +1,262 @@
+//! The operator with real component processes: `daqflow demo` end to end, transitions in
+//! order, illegal transitions refused, a component killed during a run handled per its policy
+//! (restart or stop), and a component that never joins caught by the timeout.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use daqflow_runcontrol::db::{LogQuery, RunDb};
+use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
+use daqflow_runcontrol::system::SystemFile;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_daqflow");
+
+/// A small builder into ET with a recorder: 1 RU × 2 sources, 2 BUs.
+fn system(data: &Path, extra: &str) -> SystemFile {
+    let text = format!(
+        r#"[system]
+name = "t"
+control = "127.0.0.1:0"
+data = "{data}"
+timeout_s = 20
+{extra}
+
+[[component]]
+name = "msglogger"
+kind = "msglogger"
+[component.params]
+control = "${{system.control}}"
+database = "${{system.database}}"
+
+[[component]]
+name = "et"
+kind = "et"
+[component.params]
+name = "${{system.id}}-et"
+events = 512
+event_size = 16384
+
+[[component]]
+name = "recorder"
+kind = "recorder"
+policy = "restart"
+[component.params]
+et = "${{et.et}}"
+directory = "${{system.data}}/files"
+
+[[component]]
+name = "evm"
+kind = "evm"
+[component.params]
+rus = 1
+
+[[component]]
+name = "bu-0"
+kind = "bu"
+policy = "restart"
+[component.params]
+id = 0
+evm = "${{evm.listen}}"
+output = "et"
+et = "${{et.et}}"
+
+[[component]]
+name = "bu-1"
+kind = "bu"
+policy = "restart"
+[component.params]
+id = 1
+evm = "${{evm.listen}}"
+output = "et"
+et = "${{et.et}}"
+
+[[component]]
+name = "ru-0"
+kind = "ru"
+[component.params]
+id = 0
+evm = "${{evm.listen}}"
+streams = 2
+
+[[component]]
+name = "src-0"
+kind = "source"
+stop_arg = "${{evm.last_event}}"
+[component.params]
+source_id = 0
+ru = "${{ru-0.listen}}"
+rate_hz = 1000.0
+
+[[component]]
+name = "src-1"
+kind = "source"
+stop_arg = "${{evm.last_event}}"
+[component.params]
+source_id = 1
+ru = "${{ru-0.listen}}"
+rate_hz = 1000.0
+"#,
+        data = data.display()
+    );
+    SystemFile::parse(&text, &daqflow_runcontrol::registry::standard()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn launch(data: &Path, extra: &str) -> Operator {
+    Operator::launch(OperatorOptions::new(system(data, extra), BIN.into())).unwrap_or_else(|e| panic!("launch: {e}"))
+}
+
+fn component<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["components"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn events_built(op: &Operator) -> u64 {
+    op.status()["events"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn the_demo_takes_a_run_with_nothing_lost_and_files_that_inspect_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo");
+    let out = Command::new(BIN)
+        .args(["demo", "--seconds", "5", "--web", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    assert!(stdout.lines().any(|l| l == "lost: 0"), "{stdout}");
+    assert!(stdout.contains("web UI: http://127.0.0.1:"), "{stdout}");
+    let files: Vec<_> = std::fs::read_dir(data.join("files"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "daq"))
+        .collect();
+    assert!(!files.is_empty(), "no data files: {stdout}");
+    let inspect = Command::new(BIN).args(["inspect", "--verify"]).args(&files).output().unwrap();
+    assert!(inspect.status.success(), "inspect --verify: {}", String::from_utf8_lossy(&inspect.stdout));
+    // The run and every process's log records are in the run database.
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let runs = db.runs(10).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["state"], "stopped");
+    assert!(runs[0]["events"].as_i64().unwrap() > 0);
+    assert_eq!(runs[0]["lost"], 0);
+    let record = db.run(1).unwrap().unwrap();
+    assert!(record["config"].as_str().unwrap().contains("[[component]]"));
+    assert_eq!(record["files"].as_array().unwrap().len(), files.len());
+    let logs = db.logs(&LogQuery { limit: Some(10_000), ..Default::default() }).unwrap();
+    for p in ["operator", "bu-0", "ru-1", "src-3", "recorder", "evm"] {
+        assert!(logs.iter().any(|r| r.process == p), "no log record of {p}");
+    }
+}
+
+#[test]
+fn transitions_go_in_order_and_illegal_ones_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = launch(dir.path(), "");
+    let e = op.start(None).unwrap_err();
+    assert!(matches!(e, OperatorError::IllegalTransition { .. }), "{e}");
+    assert_eq!(e.to_string(), "cannot start the system in state Initial");
+    assert!(op.stop().is_err());
+    op.configure().unwrap();
+    assert!(op.configure().unwrap_err().to_string().contains("state Configured"));
+    let run = op.start(None).unwrap();
+    assert_eq!(run, 1);
+    // Consumers started before producers: each stage after the one before.
+    let st = op.status();
+    let since = |n: &str| component(&st, n)["since_ms"].as_u64().unwrap();
+    assert!(since("recorder") <= since("evm") && since("evm") <= since("bu-0") && since("bu-0") <= since("ru-0"));
+    assert!(since("ru-0") <= since("src-0"));
+    wait_until("events", Duration::from_secs(30), || events_built(&op) > 500);
+    op.pause().unwrap();
+    assert_eq!(op.state(), "Paused");
+    assert!(op.pause().is_err());
+    op.resume().unwrap();
+    let summary = op.stop().unwrap();
+    assert_eq!(summary["lost"], 0, "{summary}");
+    assert!(summary["events"].as_u64().unwrap() > 500);
+    assert_eq!(summary["events"], summary["recorded"]);
+    // Producers stopped before consumers.
+    let st = op.status();
+    let since = |n: &str| component(&st, n)["since_ms"].as_u64().unwrap();
+    assert!(since("evm") <= since("src-0") && since("src-1") <= since("ru-0") && since("ru-0") <= since("bu-1"));
+    assert!(since("bu-1") <= since("recorder") && since("recorder") <= since("et"));
+    // A second run gets the next number; reset brings everything back to Initial.
+    assert_eq!(op.start(None).unwrap(), 2);
+    op.stop().unwrap();
+    op.reset().unwrap();
+    assert_eq!(op.state(), "Initial");
+    assert_eq!(op.db().runs(10).unwrap().len(), 2);
+    op.shutdown();
+}
+
+fn kill(op: &Operator, name: &str) {
+    let pid = component(&op.status(), name)["pid"].as_u64().unwrap();
+    // SAFETY: kill(2) on a child of this test's operator.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+}
+
+#[test]
+fn a_builder_unit_killed_in_a_run_is_restarted_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = launch(dir.path(), "");
+    op.configure().unwrap();
+    op.start(None).unwrap();
+    wait_until("events", Duration::from_secs(30), || events_built(&op) > 300);
+    kill(&op, "bu-0");
+    wait_until("bu-0 restarted and running", Duration::from_secs(60), || {
+        let st = op.status();
+        let c = component(&st, "bu-0");
+        c["restarts"] == 1 && c["state"] == "Running"
+    });
+    assert_eq!(op.state(), "Running");
+    std::thread::sleep(Duration::from_secs(1));
+    let summary = op.stop().unwrap();
+    assert_eq!(summary["lost"], 0, "{summary}");
+    assert!(summary["recorded"].as_u64().unwrap() >= summary["events"].as_u64().unwrap());
+    op.shutdown();
+}
+
+#[test]
+fn a_readout_unit_killed_in_a_run_stops_the_run_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = launch(dir.path(), "");
+    op.configure().unwrap();
+    let run = op.start(None).unwrap();
+    wait_until("events", Duration::from_secs(30), || events_built(&op) > 300);
+    kill(&op, "ru-0");
+    wait_until("the run to be stopped", Duration::from_secs(90), || {
+        op.db().runs(1).unwrap().first().is_some_and(|r| r["state"] != "running")
+    });
+    let record = op.db().run(run).unwrap().unwrap();
+    assert_eq!(record["state"], "failed");
+    let error = record["error"].as_str().unwrap();
+    assert!(error.contains("ru-0"), "{error}");
+    op.shutdown();
+}
+
+#[test]
+fn a_component_that_never_joins_is_caught_by_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\ndata = '{}'\ntimeout_s = 2\n\n[[component]]\nname = 'mute'\nkind = 'mine'\ncommand = ['sleep', '600']\n",
+        dir.path().display()
+    );
+    let file = SystemFile::parse(&text, &daqflow_runcontrol::registry::standard()).unwrap();
+    let t = Instant::now();
+    let e = Operator::launch(OperatorOptions::new(file, BIN.into())).err().expect("launch must fail");
+    assert!(e.to_string().contains("mute: launch: did not join the control plane within 2 s"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(60));
+}
