@@ -137,6 +137,9 @@ struct Shared {
     totals: (u64, u64),
 }
 
+/// A component to start and where the launcher thread answers.
+type LaunchRequest = (ComponentSpec, Sender<Result<Child, String>>);
+
 struct Inner {
     file: SystemFile,
     binary: PathBuf,
@@ -147,7 +150,7 @@ struct Inner {
     shared: Mutex<Shared>,
     changed: Condvar,
     children: Mutex<HashMap<String, Child>>,
-    launcher: Mutex<Sender<(ComponentSpec, Sender<Result<Child, String>>)>>,
+    launcher: Mutex<Sender<LaunchRequest>>,
     transition: Mutex<()>,
     next_id: AtomicU64,
     closing: AtomicBool,
@@ -214,7 +217,7 @@ impl Operator {
         let log = dialog.provide("operator/log").ok();
         // Children are started by one long-lived thread: a child's parent-death signal fires
         // when the thread that started it ends.
-        let (ltx, lrx) = channel::<(ComponentSpec, Sender<Result<Child, String>>)>();
+        let (ltx, lrx) = channel::<LaunchRequest>();
         let (binary, control_s, logs) = (options.binary.clone(), control.to_string(), data.join("logs"));
         let remote = file.system.remote_command.clone();
         std::thread::Builder::new()
@@ -1194,10 +1197,10 @@ impl Operator {
     /// Stops whatever runs (a run in progress is stopped and recorded), ends every
     /// component process (SIGTERM, then SIGKILL after 5 s) and the control server.
     pub fn shutdown(&self) {
-        if matches!(self.state().as_str(), "Running" | "Paused") {
-            if let Err(e) = self.stop() {
-                tracing::error!("stopping the run at shutdown: {e}");
-            }
+        if matches!(self.state().as_str(), "Running" | "Paused")
+            && let Err(e) = self.stop()
+        {
+            tracing::error!("stopping the run at shutdown: {e}");
         }
         self.inner.closing.store(true, Ordering::SeqCst);
         let names: Vec<String> = self.inner.file.components.iter().rev().map(|c| c.name.clone()).collect();
