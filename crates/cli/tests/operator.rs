@@ -260,3 +260,26 @@ fn a_component_that_never_joins_is_caught_by_the_timeout() {
     assert!(e.to_string().contains("mute: launch: did not join the control plane within 2 s"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(60));
 }
+
+#[test]
+fn a_component_on_another_host_is_started_with_the_remote_command() {
+    // `remote_command` is normally `ssh {host} daqflow`; here `env` stands in for ssh, so that
+    // the test sees the host put into the command line without needing an ssh server.
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\ndata = '{}'\nremote_command = 'env DAQFLOW_TEST_HOST={{host}} {BIN}'\n\n\
+         [[component]]\nname = 'far-sink'\nkind = 'sink'\nhost = 'node7'\n",
+        dir.path().display()
+    );
+    let file = SystemFile::parse(&text, &daqflow_runcontrol::registry::standard()).unwrap();
+    let op = Operator::launch(OperatorOptions::new(file, BIN.into())).unwrap_or_else(|e| panic!("{e}"));
+    let st = op.status();
+    let c = component(&st, "far-sink");
+    assert_eq!(c["host"], "node7");
+    let pid = c["pid"].as_u64().unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(environ.split(|&b| b == 0).any(|v| v == b"DAQFLOW_TEST_HOST=node7"));
+    op.configure().unwrap();
+    assert_eq!(op.state(), "Configured");
+    op.shutdown();
+}
