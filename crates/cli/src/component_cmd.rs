@@ -25,7 +25,8 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     runs until its input ends or it gets SIGTERM / Ctrl-C; it then stops and prints its summary.\n\n\
     With --control HOST:PORT the component also joins the control plane: `daqflow dialog send\n\
     evm/start 7`, `daqflow dialog listen evm/state`.\n\n\
-    Configuration keys of every kind: docs/evb.md.";
+    Configuration keys: docs/evb.md (source, evm, ru, bu) and docs/operator-guide.md (et, recorder,\n\
+    monitor, msglogger, generator, repeater, sink).";
 
 /// Arguments of `daqflow component`.
 #[derive(clap::Args, Debug)]

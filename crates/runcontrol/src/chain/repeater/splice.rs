@@ -1,9 +1,11 @@
-//! The repeater's `splice(2)` forwarding (`forward = "splice"`, the default): the data of large
+//! The repeater's `splice(2)` forwarding (`forward = "splice"`, an option): the data of large
 //! chunks goes from the upstream socket into a pipe and from the pipe into the downstream
 //! socket as references to the kernel's pages, never through this process's memory. On
 //! loopback that removes both copies a forwarding process otherwise makes (socket → user
-//! buffer → socket), which are what limits a chain on a machine with few cores
-//! (`docs/performance.md`, chain).
+//! buffer → socket), and yet it was measured slower than the transport path on the reference
+//! machine: the pages travel through megabytes of queues and pipe, so the generator's and the
+//! sink's copies miss the cache, and the transmit path costs more per byte
+//! (`docs/performance.md`, chain). The suite `daqflow bench chain` measures it in every run.
 //!
 //! The frames stay daqflow frames and every one is checked on the way ([`StreamCheck`]): the
 //! repeater reads frame and chunk headers into its buffer (reading no further than the headers
@@ -237,9 +239,11 @@ impl Forwarder {
                         continue;
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        // The pipe is full, or the upstream has nothing more now.
-                        let full = self.in_pipe >= batch;
-                        return Ok((if full { Stalled::Pipe } else { Stalled::Input }, progress));
+                        // The upstream has nothing more now, or the pipe is full (the kernel
+                        // counts pages, not bytes): with data in the pipe, empty it first,
+                        // rather than wake up for an upstream that is readable all along.
+                        let stalled = if self.in_pipe > 0 { Stalled::Pipe } else { Stalled::Input };
+                        return Ok((stalled, progress));
                     }
                     Err(e) => return Err(Broken::Upstream(format!("upstream {peer}: {e}"))),
                 }
