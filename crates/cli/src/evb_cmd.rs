@@ -157,18 +157,20 @@ pub fn parse_size(s: &str) -> anyhow::Result<SizeModel> {
     Ok(m)
 }
 
-/// A component child process.
-struct Child {
-    name: String,
+/// A component process driven over its standard input (`daqflow component`; also used by
+/// `daqflow bench chain`).
+pub(crate) struct Child {
+    pub(crate) name: String,
     process: std::process::Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<Value>,
-    errors: Vec<String>,
+    /// Failures the component reported by itself (`{"event":"error"}` lines).
+    pub(crate) errors: Vec<String>,
     killed: bool,
 }
 
 impl Child {
-    fn spawn(kind: &'static str, name: &str, sets: &[String]) -> anyhow::Result<Child> {
+    pub(crate) fn spawn(kind: &str, name: &str, sets: &[String]) -> anyhow::Result<Child> {
         let mut cmd = std::process::Command::new(self_exe()?);
         std::os::unix::process::CommandExt::arg0(&mut cmd, "daqflow");
         cmd.args(["component", kind, "--name", name]);
@@ -211,7 +213,7 @@ impl Child {
     }
 
     /// Sends a command and waits for its answer.
-    fn call(&mut self, command: &str, timeout: Duration) -> anyhow::Result<Value> {
+    pub(crate) fn call(&mut self, command: &str, timeout: Duration) -> anyhow::Result<Value> {
         self.send(command)?;
         self.answer(command, timeout)
     }
@@ -252,7 +254,7 @@ impl Child {
     }
 
     /// Errors the component reported by itself.
-    fn drain_events(&mut self) {
+    pub(crate) fn drain_events(&mut self) {
         while let Ok(v) = self.lines.try_recv() {
             if v.get("event").is_some() {
                 let e = v["error"].as_str().unwrap_or("?").to_owned();
@@ -270,7 +272,7 @@ impl Child {
         self.killed = true;
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.killed {
             return;
         }

@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::EvbError;
 
 /// The states of a component (`DESIGN.md`, process model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum State {
     /// Created, nothing bound.
     Initial,
@@ -47,6 +47,13 @@ impl State {
             State::Paused => "Paused",
             State::Error => "Error",
         }
+    }
+
+    /// The state of a name (`"Running"` …).
+    pub fn parse(s: &str) -> Option<State> {
+        [State::Initial, State::Configured, State::Running, State::Paused, State::Error]
+            .into_iter()
+            .find(|st| st.name() == s)
     }
 }
 

@@ -46,40 +46,9 @@ use serde_json::{Value, json};
 
 use crate::ComponentError;
 
-/// The states of a component (`DESIGN.md`, process model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum State {
-    /// Created, nothing bound.
-    Initial,
-    /// Configured: sockets bound, ready to start a run.
-    Configured,
-    /// Taking a run.
-    Running,
-    /// The run is paused.
-    Paused,
-    /// Failed; `reset` goes back to Initial.
-    Error,
-}
-
-impl State {
-    /// The state's name, as published in `<name>/state`.
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Initial => "Initial",
-            State::Configured => "Configured",
-            State::Running => "Running",
-            State::Paused => "Paused",
-            State::Error => "Error",
-        }
-    }
-
-    /// The state of a name (`"Running"` …).
-    pub fn parse(s: &str) -> Option<State> {
-        [State::Initial, State::Configured, State::Running, State::Paused, State::Error]
-            .into_iter()
-            .find(|st| st.name() == s)
-    }
-}
+/// The states of a component (`DESIGN.md`, process model): the event builder's, shared by
+/// every component.
+pub use daqflow_evb::component::State;
 
 /// What a component does in each transition. Every hook has a default that does nothing, so a
 /// component implements only what it needs; the [`Driver`] checks the state before calling.

@@ -13,18 +13,13 @@
 //! TCP connection over 127.0.0.1 between two threads of the bench process, so that
 //! `ratio_to_raw` compares two numbers taken under the same load of a shared machine.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{ChildStdin, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+
+use crate::evb_cmd::Child;
 
 use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
 
@@ -71,126 +66,6 @@ impl ChainOptions {
     }
 }
 
-/// The running binary: `/proc/self/exe` stays valid when the file is replaced by a rebuild.
-fn self_exe() -> anyhow::Result<PathBuf> {
-    let proc = PathBuf::from("/proc/self/exe");
-    if proc.exists() { Ok(proc) } else { std::env::current_exe().context("finding the daqflow binary") }
-}
-
-/// A component child process (`daqflow component KIND`), driven line by line.
-struct Process {
-    name: String,
-    child: std::process::Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<Value>,
-    /// Failures the component reported by itself (`{"event":"error"}` lines).
-    errors: Vec<String>,
-}
-
-impl Process {
-    fn spawn(kind: &str, name: &str, sets: &[String]) -> anyhow::Result<Process> {
-        let mut cmd = std::process::Command::new(self_exe()?);
-        std::os::unix::process::CommandExt::arg0(&mut cmd, "daqflow");
-        cmd.args(["component", kind, "--name", name]);
-        if std::env::var_os("DAQFLOW_LOG").is_none() {
-            cmd.env("DAQFLOW_LOG", "warn");
-        }
-        for s in sets {
-            cmd.arg("--set").arg(s);
-        }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
-        let stdout = child.stdout.take().context("component stdout")?;
-        let (tx, lines) = std::sync::mpsc::channel();
-        let label = name.to_owned();
-        thread::Builder::new().name(format!("{name}-out")).spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                match serde_json::from_str::<Value>(&line) {
-                    Ok(v) => {
-                        if tx.send(v).is_err() {
-                            break;
-                        }
-                    }
-                    Err(_) => eprintln!("{label}: {line}"),
-                }
-            }
-        })?;
-        Ok(Process { name: name.into(), stdin: child.stdin.take(), child, lines, errors: Vec::new() })
-    }
-
-    /// Sends `command` and returns its result.
-    fn call(&mut self, command: &str) -> anyhow::Result<Value> {
-        let stdin = self.stdin.as_mut().with_context(|| format!("{}: input closed", self.name))?;
-        writeln!(stdin, "{command}")
-            .and_then(|()| stdin.flush())
-            .with_context(|| format!("{}: sending `{command}` (has it died?)", self.name))?;
-        let deadline = Instant::now() + CALL;
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(v) if v.get("event").is_some() => self.errors.push(v["error"].as_str().unwrap_or("?").to_owned()),
-                Ok(v) if v["ok"] == true => return Ok(v["result"].clone()),
-                Ok(v) => bail!("{}: {command}: {}", self.name, v["error"].as_str().unwrap_or("failed")),
-                Err(RecvTimeoutError::Timeout) => bail!("{}: no answer to `{command}` within {CALL:?}", self.name),
-                Err(RecvTimeoutError::Disconnected) => {
-                    let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
-                    bail!("{}: exited ({status}) before answering `{command}`", self.name)
-                }
-            }
-        }
-    }
-
-    /// `quit`, and waits (bounded) for the process to end.
-    fn finish(mut self) {
-        if let Some(mut s) = self.stdin.take() {
-            let _ = writeln!(s, "quit");
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The raw reference: one blocking TCP connection over 127.0.0.1 between two threads of this
-/// process, the sender writing `chunk`-byte messages 64 per `writev` (at most 4 MiB per call),
-/// the receiver reading 1 MiB at a time, for `duration`: MB/s.
-fn raw_mb_per_s(chunk: usize, duration: Duration) -> anyhow::Result<f64> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).context("raw reference: bind")?;
-    let addr = listener.local_addr().context("raw reference: local address")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let stop = stop.clone();
-        thread::spawn(move || super::raw::send_until(TcpStream::connect(addr)?, chunk, || stop.load(Ordering::Relaxed)))
-    };
-    let (sock, _) = listener.accept().context("raw reference: accept")?;
-    let start = Instant::now();
-    let got = super::raw::receive_all(vec![sock], || {
-        if start.elapsed() >= duration {
-            stop.store(true, Ordering::Relaxed);
-        }
-    });
-    stop.store(true, Ordering::Relaxed);
-    sender.join().map_err(|_| anyhow::anyhow!("raw reference: sender panicked"))?.context("raw reference: send")?;
-    let got = got.context("raw reference: receive")?;
-    Ok(got.bytes as f64 / got.seconds / 1e6)
-}
-
 fn counter(v: &Value, key: &str) -> anyhow::Result<u64> {
     v[key].as_u64().with_context(|| format!("`{key}` missing from {v}"))
 }
@@ -212,36 +87,37 @@ fn run_chain(
     warmup: f64,
     window: f64,
 ) -> anyhow::Result<ChainRun> {
-    let mut sink = Process::spawn("sink", "chain-sink", &[format!("check={check}")])?;
-    let mut next = sink.call("configure")?["listen"].as_str().context("sink: no listen address")?.to_owned();
+    let mut sink = Child::spawn("sink", "chain-sink", &[format!("check={check}")])?;
+    let mut next = sink.call("configure", CALL)?["listen"].as_str().context("sink: no listen address")?.to_owned();
     let mut reps = Vec::with_capacity(repeaters);
     // From the sink upwards: repeater k-1 feeds the sink, repeater 0 is fed by the generator.
     for i in (0..repeaters).rev() {
         let sets = [format!("downstream={next}"), format!("forward={forward}")];
-        let mut r = Process::spawn("repeater", &format!("chain-rep-{i}"), &sets)?;
-        next = r.call("configure")?["listen"].as_str().context("repeater: no listen address")?.to_owned();
+        let mut r = Child::spawn("repeater", &format!("chain-rep-{i}"), &sets)?;
+        next = r.call("configure", CALL)?["listen"].as_str().context("repeater: no listen address")?.to_owned();
         reps.push(r);
     }
     let sets = [format!("downstream={next}"), format!("chunk_bytes={chunk}"), format!("check={check}")];
-    let mut generator = Process::spawn("generator", "chain-gen", &sets)?;
-    generator.call("configure")?;
-    sink.call("start 1")?;
+    let mut generator = Child::spawn("generator", "chain-gen", &sets)?;
+    generator.call("configure", CALL)?;
+    sink.call("start 1", CALL)?;
     for r in &mut reps {
-        r.call("start 1")?;
+        r.call("start 1", CALL)?;
     }
-    generator.call("start 1")?;
+    generator.call("start 1", CALL)?;
     thread::sleep(Duration::from_secs_f64(warmup));
-    let s0 = sink.call("stats")?;
+    let s0 = sink.call("stats", CALL)?;
     thread::sleep(Duration::from_secs_f64(window));
-    let s1 = sink.call("stats")?;
-    let g = generator.call("stop")?;
+    let s1 = sink.call("stats", CALL)?;
+    let g = generator.call("stop", CALL)?;
     let mut passed = Vec::new();
     for r in reps.iter_mut().rev() {
-        passed.push(r.call("stop")?);
+        passed.push(r.call("stop", CALL)?);
     }
-    let s = sink.call("stop")?;
+    let s = sink.call("stop", CALL)?;
     let mut errors: Vec<String> = Vec::new();
-    for p in std::iter::once(&generator).chain(reps.iter()).chain(std::iter::once(&sink)) {
+    for p in std::iter::once(&mut generator).chain(reps.iter_mut()).chain(std::iter::once(&mut sink)) {
+        p.drain_events();
         errors.extend(p.errors.iter().map(|e| format!("{}: {e}", p.name)));
     }
     for (who, summary) in
@@ -252,7 +128,7 @@ fn run_chain(
         }
     }
     generator.finish();
-    for r in reps {
+    for mut r in reps {
         r.finish();
     }
     sink.finish();
@@ -291,7 +167,7 @@ pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Ve
     let mut measure = |suite: &mut Suite, case: &str, chunk: usize, k: usize, forward: &str| {
         let params = vec![("chunk_bytes", Param::from(chunk)), ("repeaters", Param::from(k))];
         let r = suite.measure(case, params, || {
-            let raw = raw_mb_per_s(chunk, raw_time)?;
+            let raw = super::raw::one_hop_mb_per_s(chunk, raw_time)?;
             let c = run_chain(chunk, k, forward, opts.check, warmup, window)?;
             Ok(Metrics::new()
                 .with("mb_per_s", c.mb_per_s)
@@ -472,10 +348,5 @@ mod tests {
         assert_eq!(o.splice_sizes(), &[16 << 10, 64 << 10, 256 << 10, 1 << 20]);
         assert_eq!(ChainOptions::new(true, None).splice_sizes(), &[64 << 10]);
         assert!(ChainOptions::new(true, Some(vec![1024])).splice_sizes().is_empty());
-    }
-
-    #[test]
-    fn the_raw_reference_moves_bytes() {
-        assert!(raw_mb_per_s(4096, Duration::from_millis(50)).unwrap() > 0.0);
     }
 }

@@ -21,12 +21,8 @@
 //! 127.0.0.1 between two threads moving fragment-sized messages, so that `ratio_to_raw`
 //! compares two numbers taken under the same load.
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -118,33 +114,9 @@ fn ram_disk() -> PathBuf {
     if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
 }
 
-/// The reference: one blocking TCP connection over 127.0.0.1 between two threads of this
-/// process, the sender writing `chunk`-byte messages 64 per `writev` (at most 4 MiB per call),
-/// the receiver reading 1 MiB at a time, for `duration`: MB/s.
-fn raw_mb_per_s(chunk: usize, duration: Duration) -> anyhow::Result<f64> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).context("raw reference: bind")?;
-    let addr = listener.local_addr().context("raw reference: local address")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let stop = stop.clone();
-        thread::spawn(move || super::raw::send_until(TcpStream::connect(addr)?, chunk, || stop.load(Ordering::Relaxed)))
-    };
-    let (sock, _) = listener.accept().context("raw reference: accept")?;
-    let start = Instant::now();
-    let got = super::raw::receive_all(vec![sock], || {
-        if start.elapsed() >= duration {
-            stop.store(true, Ordering::Relaxed);
-        }
-    });
-    stop.store(true, Ordering::Relaxed);
-    sender.join().map_err(|_| anyhow::anyhow!("raw reference: sender panicked"))?.context("raw reference: send")?;
-    let got = got.context("raw reference: receive")?;
-    Ok(got.bytes as f64 / got.seconds / 1e6)
-}
-
 /// One repetition: the raw reference, then the event builder.
 fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<Metrics> {
-    let raw = raw_mb_per_s(s.fragment, raw_time)?;
+    let raw = super::raw::one_hop_mb_per_s(s.fragment, raw_time)?;
     let out = match s.task {
         Task::Write => Some(TempDir::new(&ram_disk(), &format!("out-{n}"))?),
         Task::Build | Task::Crc => None,
@@ -528,6 +500,6 @@ mod tests {
 
     #[test]
     fn the_raw_reference_moves_bytes() {
-        assert!(raw_mb_per_s(1024, Duration::from_millis(50)).unwrap() > 0.0);
+        assert!(crate::bench::raw::one_hop_mb_per_s(1024, Duration::from_millis(50)).unwrap() > 0.0);
     }
 }
