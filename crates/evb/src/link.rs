@@ -161,6 +161,25 @@ impl Peer {
     }
 }
 
+/// A component's run loop failed: logs `reason` once, keeps it (in `failure` and in the
+/// component's `shared` slot that `Component::failure` reads), and tells the EVM to abort.
+pub(crate) fn fail_run(
+    name: &str,
+    failure: &mut Option<String>,
+    shared: &std::sync::Mutex<Option<String>>,
+    evm: &mut Peer,
+    reason: String,
+) {
+    if failure.is_some() {
+        return;
+    }
+    tracing::error!(component = %name, "{reason}");
+    *failure = Some(reason.clone());
+    *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+    evm.send(crate::protocol::Message::Abort { reason }.to_frame());
+    evm.try_flush();
+}
+
 pub(crate) fn role_name(r: Role) -> &'static str {
     match r {
         Role::Source => "source",

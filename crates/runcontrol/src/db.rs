@@ -222,20 +222,7 @@ impl RunDb {
                 "SELECT run, system, started_ms, stopped_ms, state, events, recorded, lost, bytes, error
                  FROM runs ORDER BY run DESC LIMIT ?1",
             )?;
-            let rows = st.query_map(params![limit as i64], |r| {
-                Ok(json!({
-                    "run": r.get::<_, i64>(0)?,
-                    "system": r.get::<_, String>(1)?,
-                    "started_ms": r.get::<_, i64>(2)?,
-                    "stopped_ms": r.get::<_, Option<i64>>(3)?,
-                    "state": r.get::<_, String>(4)?,
-                    "events": r.get::<_, Option<i64>>(5)?,
-                    "recorded": r.get::<_, Option<i64>>(6)?,
-                    "lost": r.get::<_, Option<i64>>(7)?,
-                    "bytes": r.get::<_, Option<i64>>(8)?,
-                    "error": r.get::<_, Option<String>>(9)?,
-                }))
-            })?;
+            let rows = st.query_map(params![limit as i64], run_row)?;
             rows.collect()
         })
     }
@@ -249,21 +236,11 @@ impl RunDb {
                  FROM runs WHERE run = ?1",
                 params![run],
                 |r| {
-                    Ok(json!({
-                        "run": r.get::<_, i64>(0)?,
-                        "system": r.get::<_, String>(1)?,
-                        "started_ms": r.get::<_, i64>(2)?,
-                        "stopped_ms": r.get::<_, Option<i64>>(3)?,
-                        "state": r.get::<_, String>(4)?,
-                        "events": r.get::<_, Option<i64>>(5)?,
-                        "recorded": r.get::<_, Option<i64>>(6)?,
-                        "lost": r.get::<_, Option<i64>>(7)?,
-                        "bytes": r.get::<_, Option<i64>>(8)?,
-                        "error": r.get::<_, Option<String>>(9)?,
-                        "config": r.get::<_, String>(10)?,
-                        "summary": r.get::<_, Option<String>>(11)?
-                            .and_then(|s| serde_json::from_str::<Value>(&s).ok()),
-                    }))
+                    let mut v = run_row(r)?;
+                    v["config"] = json!(r.get::<_, String>(10)?);
+                    v["summary"] =
+                        r.get::<_, Option<String>>(11)?.and_then(|s| serde_json::from_str::<Value>(&s).ok()).into();
+                    Ok(v)
                 },
             )
             .optional()
@@ -378,6 +355,22 @@ impl RunDb {
             rows.collect()
         })
     }
+}
+
+/// The columns `run` … `error` of a `runs` row (in that order, the first ten selected) as JSON.
+fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
+    Ok(json!({
+        "run": r.get::<_, i64>(0)?,
+        "system": r.get::<_, String>(1)?,
+        "started_ms": r.get::<_, i64>(2)?,
+        "stopped_ms": r.get::<_, Option<i64>>(3)?,
+        "state": r.get::<_, String>(4)?,
+        "events": r.get::<_, Option<i64>>(5)?,
+        "recorded": r.get::<_, Option<i64>>(6)?,
+        "lost": r.get::<_, Option<i64>>(7)?,
+        "bytes": r.get::<_, Option<i64>>(8)?,
+        "error": r.get::<_, Option<String>>(9)?,
+    }))
 }
 
 #[cfg(test)]

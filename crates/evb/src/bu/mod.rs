@@ -526,14 +526,7 @@ impl BuIo {
     }
 
     fn fail(&mut self, reason: String) {
-        if self.failure.is_some() {
-            return;
-        }
-        tracing::error!(bu = %self.name, "{reason}");
-        self.failure = Some(reason.clone());
-        *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
-        self.evm.send(Message::Abort { reason }.to_frame());
-        self.evm.try_flush();
+        crate::link::fail_run(&self.name, &mut self.failure, &self.shared.failure, &mut self.evm, reason);
     }
 
     fn read_evm(&mut self) {

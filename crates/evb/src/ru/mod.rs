@@ -297,14 +297,7 @@ impl RuIo {
     }
 
     fn fail(&mut self, reason: String) {
-        if self.failure.is_some() {
-            return;
-        }
-        tracing::error!(ru = %self.name, "{reason}");
-        self.failure = Some(reason.clone());
-        *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
-        self.evm.send(Message::Abort { reason }.to_frame());
-        self.evm.try_flush();
+        crate::link::fail_run(&self.name, &mut self.failure, &self.shared.failure, &mut self.evm, reason);
     }
 
     fn accept(&mut self) {
