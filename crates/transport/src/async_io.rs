@@ -556,8 +556,8 @@ impl FrameReceiver {
             if let Some(frame) = self.inbox.take_frame()? {
                 return Ok(frame);
             }
-            let buf = self.inbox.read_buf()?;
-            match self.read.read_buf(buf).await {
+            let (buf, limit) = self.inbox.read_buf()?;
+            match self.read.read_buf(&mut bytes::BufMut::limit(buf, limit)).await {
                 Ok(0) => return Err(self.inbox.on_eof()),
                 Ok(n) => self.inbox.on_read(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

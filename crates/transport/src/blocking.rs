@@ -581,14 +581,14 @@ impl RecvHalf {
 
     /// One read; `Ok(false)` if nothing was there (only with `MSG_DONTWAIT`).
     fn read_more(&mut self, flags: libc::c_int) -> Result<bool, RecvError> {
-        let buf = match self.inbox.read_buf() {
+        let (buf, limit) = match self.inbox.read_buf() {
             Ok(b) => b,
             Err(e) => {
                 self.shutdown_if_poisoned();
                 return Err(e);
             }
         };
-        let spare: &mut [MaybeUninit<u8>] = buf.spare_capacity_mut();
+        let spare: &mut [MaybeUninit<u8>] = &mut buf.spare_capacity_mut()[..limit];
         let result = loop {
             match self.socket.recv_with_flags(spare, flags) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,

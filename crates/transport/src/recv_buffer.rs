@@ -1,15 +1,22 @@
 //! The receive side of the framing core: a reusable buffer that reads land in and frames are
 //! split off without copying. No I/O happens here.
 
-use bytes::BytesMut;
-use daqflow_wire::frame::{Frame, FrameCodec, FrameError};
+use bytes::buf::Limit;
+use bytes::{BufMut, BytesMut};
+use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame, FrameCodec, FrameError};
 
 /// Bytes received and not yet handed out as frames.
 ///
-/// A reader asks for [`RecvBuffer::read_buf`] (spare room for at least one chunk or the rest of
-/// the frame being received, checked against the maximum frame size first), reads into it, and
-/// takes frames with [`RecvBuffer::next_frame`]. Each frame's payload is a slice of the buffer:
-/// no copy. When every frame of a chunk has been dropped, the chunk's memory is reused.
+/// A reader asks for [`RecvBuffer::read_buf`] (room for at least one chunk or the rest of the
+/// frame being received, checked against the maximum frame size first, and limited to what this
+/// read may take), reads into it, and takes frames with [`RecvBuffer::next_frame`]. Each frame's
+/// payload is a slice of the buffer: no copy. When every frame of a chunk has been dropped, the
+/// chunk's memory is reused.
+///
+/// A frame larger than one chunk is received into an allocation of exactly its own size, and
+/// the reads stop at its end: none of its bytes is ever moved, however long the frames before
+/// it are kept. After such a frame the next read takes only a frame header, so that a stream
+/// of large frames costs one small read per frame and never a copy.
 ///
 /// ```
 /// use bytes::{BufMut, Bytes, BytesMut};
@@ -27,12 +34,14 @@ pub struct RecvBuffer {
     buf: BytesMut,
     codec: FrameCodec,
     chunk: usize,
+    /// The last frame under way was larger than a chunk: read a header alone next.
+    after_large: bool,
 }
 
 impl RecvBuffer {
     /// A buffer for `codec`'s frames, reading in chunks of `chunk` bytes.
     pub fn new(codec: FrameCodec, chunk: usize) -> Self {
-        RecvBuffer { buf: BytesMut::new(), codec, chunk: chunk.max(4096) }
+        RecvBuffer { buf: BytesMut::new(), codec, chunk: chunk.max(4096), after_large: false }
     }
 
     /// The next whole frame, if one has arrived.
@@ -41,25 +50,54 @@ impl RecvBuffer {
         self.codec.decode(&mut self.buf)
     }
 
-    /// Room to read into: the buffer, with spare capacity for at least one chunk or for the rest
-    /// of the frame under way (its header is checked against the maximum first, so that a
-    /// hostile length cannot make us allocate).
-    pub fn read_buf(&mut self) -> Result<&mut BytesMut, FrameError> {
-        self.prepare_read()?;
-        Ok(&mut self.buf)
+    /// Room to read into: the buffer, limited to the bytes the next read may take (see
+    /// [`RecvBuffer::prepare_read`]).
+    pub fn read_buf(&mut self) -> Result<Limit<&mut BytesMut>, FrameError> {
+        let n = self.prepare_read()?;
+        Ok((&mut self.buf).limit(n))
     }
 
-    /// Makes the room [`RecvBuffer::read_buf`] promises; then [`RecvBuffer::buf_mut`] gives it.
-    pub fn prepare_read(&mut self) -> Result<(), FrameError> {
+    /// Makes room for the next read and says how many bytes it may take (always at least one,
+    /// and never more than the spare capacity of [`RecvBuffer::buf_mut`]). The header of a
+    /// frame under way is checked against the maximum first, so that a hostile length cannot
+    /// make us allocate.
+    pub fn prepare_read(&mut self) -> Result<usize, FrameError> {
         let len = self.buf.len();
-        let missing = self.codec.bytes_needed(&self.buf)?.saturating_sub(len);
+        let need = self.codec.bytes_needed(&self.buf)?;
+        let missing = need.saturating_sub(len);
+        if missing > 0 && len >= FRAME_HEADER_LEN {
+            self.after_large = need > self.large_from();
+            if self.after_large {
+                // Its own allocation, exactly its size: the few bytes read so far (a header,
+                // as a rule) are the only ones ever copied.
+                if self.buf.capacity() - len < missing {
+                    let mut own = BytesMut::with_capacity(need);
+                    own.extend_from_slice(&self.buf);
+                    self.buf = own;
+                }
+                return Ok(missing);
+            }
+        }
         let spare = self.buf.capacity() - len;
         if spare < missing.max(self.chunk / 2) {
             // Asking for no more than the chunk holds lets `reserve` take the chunk back (moving
             // the partial frame to its start) once every frame handed out of it was dropped.
             self.buf.reserve(missing.max(self.chunk.saturating_sub(len)).max(self.chunk / 2));
         }
-        Ok(())
+        let spare = self.buf.capacity() - self.buf.len();
+        if self.after_large && len < FRAME_HEADER_LEN {
+            // The next frame may be large too: learn its length before reading into a chunk.
+            return Ok(FRAME_HEADER_LEN - len);
+        }
+        Ok(spare)
+    }
+
+    /// Frames longer than this get an allocation of their own: an eighth of a chunk. A frame
+    /// that straddles the end of a chunk has the part already read moved into a fresh chunk;
+    /// from this size on, that copy (on average half a frame, for one frame in eight or more)
+    /// costs more than the one small read of a header per frame.
+    fn large_from(&self) -> usize {
+        self.chunk / 8
     }
 
     /// The buffer to read into, as prepared by [`RecvBuffer::prepare_read`].
@@ -85,14 +123,46 @@ mod tests {
         codec.encode(&Frame::new(1, Bytes::from(vec![7u8; 5 << 20])), &mut wire);
         let mut rb = RecvBuffer::new(codec, 64 << 10);
         rb.read_buf().unwrap().put_slice(&wire[..100]);
-        let spare = {
+        let (spare, limit) = {
             let b = rb.read_buf().unwrap();
-            b.capacity() - b.len()
+            (b.get_ref().capacity() - b.get_ref().len(), Limit::limit(&b))
         };
-        assert!(spare >= (5 << 20) + 16 - 100, "room for the whole frame: {spare}");
+        assert_eq!(spare, (5 << 20) + 16 - 100, "room for exactly the whole frame");
+        assert_eq!(limit, spare, "a read may fill it");
         rb.read_buf().unwrap().put_slice(&wire[100..]);
         let f = rb.next_frame().unwrap().unwrap();
         assert_eq!(f.payload.len(), 5 << 20);
+    }
+
+    #[test]
+    fn reads_stop_at_the_end_of_a_large_frame_and_the_next_read_takes_a_header() {
+        let codec = FrameCodec::new(10 << 20);
+        let mut wire = BytesMut::new();
+        for i in 0..3u8 {
+            codec.encode(&Frame::new(1, Bytes::from(vec![i; 300 << 10])), &mut wire);
+        }
+        codec.encode(&Frame::new(2, Bytes::from_static(b"small")), &mut wire);
+        let mut rb = RecvBuffer::new(codec, 64 << 10);
+        let (mut pos, mut reads, mut kept) = (0, Vec::new(), Vec::new());
+        while pos < wire.len() {
+            let mut b = rb.read_buf().unwrap();
+            let n = Limit::limit(&b).min(wire.len() - pos);
+            b.put_slice(&wire[pos..pos + n]);
+            reads.push(n);
+            pos += n;
+            while let Some(f) = rb.next_frame().unwrap() {
+                kept.push(f); // held, as a repeater holds frames it has not sent yet
+            }
+        }
+        // First read: one chunk (header and the start of frame 0); then the rest of frame 0 in
+        // one read; then a header; then the rest of that frame; ...
+        let frame = 16 + (300 << 10);
+        assert_eq!(reads, [64 << 10, frame - (64 << 10), 16, frame - 16, 16, frame - 16, 16, 5], "{reads:?}");
+        assert_eq!(kept.len(), 4);
+        for (i, f) in kept.iter().take(3).enumerate() {
+            assert!(f.payload.iter().all(|&b| b == i as u8));
+        }
+        assert_eq!(&kept[3].payload[..], b"small");
     }
 
     #[test]
@@ -157,15 +227,15 @@ impl Inbox {
         }
     }
 
-    /// Where the next read goes; fails once the connection ended.
-    pub(crate) fn read_buf(&mut self) -> Result<&mut BytesMut, crate::RecvError> {
+    /// Where the next read goes and how many bytes it may take; fails once the connection ended.
+    pub(crate) fn read_buf(&mut self) -> Result<(&mut BytesMut, usize), crate::RecvError> {
         if let Some(d) = self.dead {
             return Err(self.error(d));
         }
-        if let Err(e) = self.buf.prepare_read() {
-            return Err(self.protocol(e));
+        match self.buf.prepare_read() {
+            Ok(n) => Ok((self.buf.buf_mut(), n)),
+            Err(e) => Err(self.protocol(e)),
         }
-        Ok(self.buf.buf_mut())
     }
 
     /// Accounts a read of `n > 0` bytes.

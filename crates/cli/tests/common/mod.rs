@@ -58,7 +58,14 @@ impl Proc {
                         return l;
                     }
                 }
-                Err(_) => panic!("no line containing {text:?}; got {:?}", self.seen),
+                Err(_) => {
+                    let status = self.child.try_wait().ok().flatten();
+                    let mut err = Vec::new();
+                    while let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(200)) {
+                        err.push(l);
+                    }
+                    panic!("no line containing {text:?}; got {:?}; exit {status:?}; stderr {err:#?}", self.seen)
+                }
             }
         }
     }
