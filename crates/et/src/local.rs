@@ -536,6 +536,44 @@ impl LocalAttachment {
         Ok(())
     }
 
+    /// Gives held events back to the front of the station's input list, in their order (high
+    /// priority ones to the front of the high list), unchanged and not marked: events taken
+    /// and never handed to the user (a remote client's prefetched batch, when it detaches).
+    /// They count as never taken. Events that do not fit in front of the input list (they did
+    /// not all come from it) join it at the end.
+    pub(crate) fn raw_unget(&self, idx: &[u32]) -> Result<(), EtError> {
+        if idx.is_empty() {
+            return Ok(());
+        }
+        if self.station == 0 {
+            return Err(EtError::Refused("GrandCentral's new events go back with dump_events".into()));
+        }
+        self.alive()?;
+        self.check_held(idx)?;
+        let pool = self.backend.pool();
+        let (mut high, mut low) = (Vec::new(), Vec::new());
+        for &i in idx {
+            // SAFETY: held by this attachment (checked).
+            let d = unsafe { *pool.desc(i) };
+            if d.priority == 1 { high.push(i) } else { low.push(i) }
+        }
+        let queue = pool.queue(self.station);
+        let marks = pool.marks(self.station, self.owner());
+        for (part, is_high) in [(&low, false), (&high, true)] {
+            if part.is_empty() {
+                continue;
+            }
+            // The ring holds every event of the pool: a push at the tail always fits.
+            if queue.push_front(part, is_high, &marks) || queue.push(part, is_high, &marks) {
+                let a = pool.attachment(self.att);
+                a.got.fetch_sub(part.len() as u64, Ordering::Relaxed);
+                a.held.fetch_sub(part.len() as u64, Ordering::Relaxed);
+                pool.station(self.station).events_out.fetch_sub(part.len() as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
     /// Returns held events straight to GrandCentral.
     pub(crate) fn raw_dump(&self, idx: &[u32]) -> Result<(), EtError> {
         if idx.is_empty() {
@@ -678,7 +716,98 @@ impl Drop for LocalAttachment {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Attachment, EtError, EtSystem, SystemConfig, Wait};
+    use std::sync::Arc;
+
+    use super::{Backend, LocalAttachment};
+    use crate::pool::Pool;
+    use crate::sys::Mapping;
+    use crate::system::{Holder, InProcess};
+    use crate::{Attachment, EtError, EtSystem, Position, StationConfig, SystemConfig, Wait};
+
+    /// A process that cannot map large events' buffers (out of address space or of file
+    /// descriptors): everything else as in the ET process.
+    struct NoTemps(InProcess);
+
+    impl Backend for NoTemps {
+        fn pool(&self) -> &Pool {
+            self.0.pool()
+        }
+        fn system_name(&self) -> &str {
+            self.0.system_name()
+        }
+        fn new_temp(&self, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
+            self.0.new_temp(size)
+        }
+        fn temp(&self, _: u32) -> Result<Arc<Mapping>, EtError> {
+            Err(EtError::io("mapping a large event", std::io::Error::from_raw_os_error(libc::EMFILE)))
+        }
+        fn detach(&self, att: u32) {
+            self.0.detach(att)
+        }
+        fn is_dead(&self) -> bool {
+            self.0.is_dead()
+        }
+    }
+
+    #[test]
+    fn events_pushed_into_a_removed_station_continue_from_its_position() {
+        let system = EtSystem::create(SystemConfig::new(format!("removed-{}", std::process::id()), 20, 64)).unwrap();
+        for name in ["a", "b", "c"] {
+            system.create_station(name, StationConfig::default(), Position::End).unwrap();
+        }
+        let a = system.attach("a").unwrap();
+        let c = system.attach("c").unwrap();
+        let b_slot = system.attach("b").unwrap().station; // attached and detached again
+        let producer = system.attach("GRAND_CENTRAL").unwrap();
+        let mut evs = producer.new_events(3, 8, Wait::NoWait).unwrap();
+        producer.put_events(&mut evs).unwrap();
+        let got = a.get_events(3, Wait::NoWait).unwrap();
+        let idx: Vec<u32> = got.iter().map(|e| e.index()).collect();
+        // A putter that read the chain before `b` was removed pushes into it afterwards.
+        system.remove_station("b").unwrap();
+        a.push(b_slot, &idx, &[false; 3]);
+        drop(got);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut at_c = Vec::new();
+        while at_c.len() < 3 && std::time::Instant::now() < deadline {
+            let evs = c.get_events(3, Wait::Timed(std::time::Duration::from_millis(200))).unwrap_or_default();
+            at_c.extend(evs.iter().map(|e| e.index()));
+        }
+        assert_eq!(at_c, idx, "on to the station after the removed one");
+        assert!(a.get_events(3, Wait::NoWait).unwrap().is_empty(), "never back to a station before it");
+    }
+
+    #[test]
+    fn a_large_event_that_cannot_be_mapped_is_handed_out_empty_and_marked_and_passes_on_unchanged() {
+        let system = EtSystem::create(SystemConfig::new(format!("unmapped-{}", std::process::id()), 20, 64)).unwrap();
+        system.create_station("blind", StationConfig::default(), Position::End).unwrap();
+        system.create_station("after", StationConfig::default(), Position::End).unwrap();
+        let (att, slot) = system.inner.attach("blind", Holder::InProcess).unwrap();
+        let blind = LocalAttachment::new(
+            Arc::new(NoTemps(InProcess { system: system.inner.clone() })),
+            att,
+            slot,
+            "blind".into(),
+        );
+        let after = system.attach("after").unwrap();
+        let producer = system.attach("GRAND_CENTRAL").unwrap();
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let mut evs = producer.new_events(1, payload.len(), Wait::NoWait).unwrap();
+        evs[0].write(&payload).unwrap();
+        evs[0].set_control([7, 0, 0, 0]);
+        producer.put_events(&mut evs).unwrap();
+
+        let mut got = blind.get_events(1, Wait::NoWait).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(got[0].is_possibly_corrupt(), "its bytes are not here: marked");
+        assert!(got[0].data().is_empty(), "never the pool slot's unrelated bytes");
+        assert_eq!(got[0].control(), [7, 0, 0, 0]);
+        blind.put_events(&mut got).unwrap();
+
+        let got = after.get_events(1, Wait::NoWait).unwrap();
+        assert_eq!(got[0].data(), &payload[..], "the event itself is unchanged for the next station");
+        assert!(!got[0].is_possibly_corrupt());
+    }
 
     #[test]
     fn a_stale_handle_cannot_touch_the_attachment_that_reused_its_slot() {

@@ -219,6 +219,7 @@ both!(
     restore_modes_on_detach,
     closure_and_predicate_selection,
     dead_system_is_noticed,
+    a_consumer_leaving_gives_back_what_it_did_not_use,
 );
 
 /// Events reach a consumer in the order they were put, across batches and a concurrent producer.
@@ -776,4 +777,44 @@ fn dead_system_is_noticed(kind: Kind) {
     let producer = conn.attach(GRAND_CENTRAL);
     produce(&*producer, 0, 5, 5, 64, plain);
     assert_eq!(drain(&*consumer, QUIET), (0..5).collect::<Vec<_>>());
+}
+
+/// A consumer that leaves after a full batch (the remote client has asked for the next batch
+/// ahead of time) gives back what it never handed out: the next consumer gets every event after
+/// the ones used, in order, none marked corrupt, and the counters count each event once.
+fn a_consumer_leaving_gives_back_what_it_did_not_use(kind: Kind) {
+    let s = Setup::new(kind, "unget", 300, 64);
+    s.conn.create("a", StationConfig::default(), Position::End);
+    let producer = s.conn.attach(GRAND_CENTRAL);
+    let first = s.conn.attach("a");
+    produce(&*producer, 0, 100, 50, 64, plain);
+    let mut got = first.get_events(10, Wait::Timed(Duration::from_secs(5))).unwrap();
+    assert_eq!(got.iter().map(seq).collect::<Vec<_>>(), (0..10).collect::<Vec<_>>());
+    // Remote: the next ten were asked for ahead of time and are held; local: still queued.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let expected = if kind == Kind::Remote { 20 } else { 10 };
+    loop {
+        let held: u64 = s.conn.snapshot().attachments.iter().filter(|a| a.station == "a").map(|a| a.held).sum();
+        if held == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "held {held}, expected {expected}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    first.put_events(&mut got).unwrap();
+    // Attached before the first leaves: a station without attachments lets its events flow on.
+    let second = s.conn.attach("a");
+    drop(first);
+    let mut rest = Vec::new();
+    while rest.len() < 90 {
+        let mut events = second.get_events(90 - rest.len(), Wait::Timed(Duration::from_secs(5))).unwrap();
+        assert!(events.iter().all(|e| !e.is_possibly_corrupt()), "given back unchanged");
+        rest.extend(events.iter().map(seq));
+        second.put_events(&mut events).unwrap();
+    }
+    assert_eq!(rest, (10..100).collect::<Vec<_>>(), "in order, right after the ones used");
+    let st = s.conn.station("a");
+    assert_eq!((st.events_in, st.events_out), (100, 100), "each event counted once");
+    drop(second);
+    s.assert_all_free();
 }

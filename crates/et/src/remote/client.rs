@@ -1,5 +1,6 @@
 //! The remote client: the attachment API over TCP to an ET system on another host (or this one).
 
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,14 +17,36 @@ use crate::error::EtError;
 use crate::event::{Attachment, Data, Event};
 use crate::monitor::Snapshot;
 
+/// An answer the server still owes, in the order the requests went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// A pipelined PUT, DUMP or UNGET: `OK` or `ERROR`.
+    Ack,
+    /// A prefetch GET of this attachment: a batch kept for its next `get_events`.
+    Batch(u32),
+}
+
+/// An attachment's prefetched batch.
+#[derive(Debug, Default)]
+struct Prefetch {
+    /// A GET was sent ahead and its answer not read yet.
+    in_flight: bool,
+    /// Events read ahead and not handed to the user yet.
+    events: VecDeque<WireEvent>,
+    /// The prefetch's error, for the next `get_events`.
+    error: Option<EtError>,
+}
+
 /// The connection and what is in flight on it.
 struct Link {
     conn: Connection,
-    /// PUT and DUMP requests sent whose answers were not read yet (puts are pipelined: a
-    /// put returns once sent, and its answer is read before the next call's).
-    unacked: u32,
-    /// The first error such an answer carried; the next call returns it.
+    /// Answers due, in order: puts are pipelined (a put returns once sent, and its answer is
+    /// read before the next call's), and a consumer's next GET goes out ahead of time.
+    due: VecDeque<Due>,
+    /// The first error a pipelined put's answer carried; the next call returns it.
     deferred: Option<EtError>,
+    /// Per attachment: the batch read ahead.
+    prefetch: HashMap<u32, Prefetch>,
 }
 
 pub(crate) struct RemoteInner {
@@ -74,15 +97,55 @@ impl RemoteInner {
         }
     }
 
-    /// Sends a request, reads the answers of the puts before it, then its own answer.
+    /// An `EVENTS` answer: the batch and the DATA frames of its large events.
+    fn read_batch(&self, link: &mut Link, reply: Frame) -> Result<Vec<WireEvent>, EtError> {
+        if reply.kind == ERROR {
+            return Err(decode_error(&reply.payload));
+        }
+        if reply.kind != EVENTS {
+            return Err(EtError::Protocol(format!("unexpected answer {}", reply.kind)));
+        }
+        decode_batch(reply.payload, self.events as usize, || {
+            let f = self.recv(link)?;
+            if f.kind != DATA {
+                return Err(EtError::Protocol(format!("expected event data, got message {}", f.kind)));
+            }
+            Ok(f.payload)
+        })
+    }
+
+    /// Reads every answer still due: pipelined acknowledgements (the first error is kept) and
+    /// prefetched batches (kept for their attachments).
+    fn settle(&self, link: &mut Link) -> Result<(), EtError> {
+        while let Some(due) = link.due.front().copied() {
+            let answer = self.recv(link)?;
+            link.due.pop_front();
+            match due {
+                Due::Ack => {
+                    if answer.kind == ERROR && link.deferred.is_none() {
+                        link.deferred = Some(decode_error(&answer.payload));
+                    }
+                }
+                Due::Batch(att) => {
+                    let got = self.read_batch(link, answer);
+                    let p = link.prefetch.entry(att).or_default();
+                    p.in_flight = false;
+                    match got {
+                        Ok(events) => p.events.extend(events),
+                        Err(e @ EtError::Protocol(_)) => return Err(e),
+                        Err(e) => p.error = Some(e),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a request, reads the answers due before it, then its own answer.
     fn exchange(&self, link: &mut Link, frames: Vec<Frame>) -> Result<Frame, EtError> {
         self.send(link, frames)?;
-        while link.unacked > 0 {
-            let ack = self.recv(link)?;
-            link.unacked -= 1;
-            if ack.kind == ERROR && link.deferred.is_none() {
-                link.deferred = Some(decode_error(&ack.payload));
-            }
+        if let Err(e) = self.settle(link) {
+            return Err(link.deferred.take().unwrap_or(e));
         }
         let reply = match self.recv(link) {
             Ok(r) => r,
@@ -104,23 +167,18 @@ impl RemoteInner {
     fn request_events(&self, frame: Frame) -> Result<Vec<WireEvent>, EtError> {
         let mut link = self.lock()?;
         let reply = self.exchange(&mut link, vec![frame])?;
-        if reply.kind != EVENTS {
-            return Err(EtError::Protocol(format!("unexpected answer {}", reply.kind)));
-        }
-        decode_batch(reply.payload, self.events as usize, || {
-            let f = self.recv(&mut link)?;
-            if f.kind != DATA {
-                return Err(EtError::Protocol(format!("expected event data, got message {}", f.kind)));
-            }
-            Ok(f.payload)
-        })
+        self.read_batch(&mut link, reply)
     }
 
-    /// Sends a PUT or DUMP (with its DATA frames) without waiting for the answer.
+    /// Sends a PUT, DUMP or UNGET (with its DATA frames) without waiting for the answer.
     fn post(&self, frames: Vec<Frame>) -> Result<(), EtError> {
         let mut link = self.lock()?;
-        self.send(&mut link, frames)?;
-        link.unacked += 1;
+        self.post_locked(&mut link, frames)
+    }
+
+    fn post_locked(&self, link: &mut Link, frames: Vec<Frame>) -> Result<(), EtError> {
+        self.send(link, frames)?;
+        link.due.push_back(Due::Ack);
         Ok(())
     }
 }
@@ -159,7 +217,7 @@ impl RemoteClient {
         }
         let w: Welcome = serde_json::from_slice(&reply.payload).map_err(|e| EtError::Protocol(e.to_string()))?;
         let inner = Arc::new(RemoteInner {
-            link: Mutex::new(Link { conn, unacked: 0, deferred: None }),
+            link: Mutex::new(Link { conn, due: VecDeque::new(), deferred: None, prefetch: HashMap::new() }),
             addr,
             name: w.name,
             events: w.events,
@@ -198,7 +256,12 @@ impl RemoteClient {
             serde_json::from_slice(&reply.payload).map_err(|e| EtError::Protocol(e.to_string()))?;
         let att =
             v["attachment"].as_u64().ok_or_else(|| EtError::Protocol("attach answer without an id".into()))? as u32;
-        Ok(RemoteAttachment { inner: self.inner.clone(), att, station: station.to_owned() })
+        Ok(RemoteAttachment {
+            inner: self.inner.clone(),
+            att,
+            station: station.to_owned(),
+            prefetch: AtomicBool::new(true),
+        })
     }
 
     fn station_op(&self, op: StationOp) -> Result<(), EtError> {
@@ -257,10 +320,18 @@ fn ping(client: Weak<RemoteInner>) {
 }
 
 /// An attachment to a station of a remote ET system.
+///
+/// A consumer's `get_events` that returns a full batch sends the request for the next batch
+/// (same count, no wait) before it returns, so that the next call usually finds its events
+/// already here instead of paying a round trip. Prefetched events are held by the attachment
+/// (the monitor shows them as held); when the attachment is dropped, those never handed out go
+/// back to the front of the station's input list, unchanged (`UNGET` in `docs/et.md`). Turn it
+/// off with [`RemoteAttachment::set_prefetch`].
 pub struct RemoteAttachment {
     inner: Arc<RemoteInner>,
     att: u32,
     station: String,
+    prefetch: AtomicBool,
 }
 
 impl std::fmt::Debug for RemoteAttachment {
@@ -297,6 +368,56 @@ impl RemoteAttachment {
                 return Err(EtError::Timeout);
             }
         }
+    }
+
+    /// Whether `get_events` asks for the next batch ahead of time (on by default). Turning it
+    /// off leaves a batch already asked for to the next call.
+    pub fn set_prefetch(&self, on: bool) {
+        self.prefetch.store(on, Ordering::Relaxed);
+    }
+
+    /// The link, without reporting a pipelined put's error: for steps that must not be cut
+    /// short by it (the answer stays for the next call).
+    fn link(&self) -> Result<std::sync::MutexGuard<'_, Link>, EtError> {
+        if self.inner.dead.load(Ordering::Acquire) {
+            return Err(EtError::SystemDead(self.inner.name.clone()));
+        }
+        Ok(self.inner.link.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Sends a GET for up to `n` events, without waiting, whose answer is kept for later.
+    fn send_prefetch(&self, link: &mut Link, n: usize) -> Result<(), EtError> {
+        let mut req = BytesMut::with_capacity(12);
+        req.put_u32_le(n.min(u32::MAX as usize) as u32);
+        encode_wait(Wait::NoWait, &mut req);
+        self.inner.send(link, vec![Frame::new(GET, req.freeze()).with_channel(self.att)])?;
+        link.due.push_back(Due::Batch(self.att));
+        link.prefetch.entry(self.att).or_default().in_flight = true;
+        Ok(())
+    }
+
+    /// Up to `n` prefetched events, if any came; asks for the next batch when these empty it.
+    fn take_prefetched(&self, n: usize) -> Result<Option<Vec<WireEvent>>, EtError> {
+        let mut link = self.inner.lock()?;
+        let Some(p) = link.prefetch.get(&self.att) else { return Ok(None) };
+        if p.in_flight
+            && let Err(e) = self.inner.settle(&mut link)
+        {
+            return Err(link.deferred.take().unwrap_or(e));
+        }
+        let Some(p) = link.prefetch.get_mut(&self.att) else { return Ok(None) };
+        if let Some(e) = p.error.take() {
+            return Err(e);
+        }
+        if p.events.is_empty() {
+            return Ok(None);
+        }
+        let k = n.min(p.events.len());
+        let out: Vec<WireEvent> = p.events.drain(..k).collect();
+        if p.events.is_empty() && k == n && self.prefetch.load(Ordering::Relaxed) {
+            self.send_prefetch(&mut link, n)?;
+        }
+        Ok(Some(out))
     }
 
     fn to_event<'a>(&'a self, w: WireEvent, fresh: bool) -> Event<'a> {
@@ -342,7 +463,18 @@ impl Attachment for RemoteAttachment {
     }
 
     fn get_events_into<'a>(&'a self, n: usize, wait: Wait, out: &mut Vec<Event<'a>>) -> Result<usize, EtError> {
-        let got = self.fetch(GET, n, 0, wait)?;
+        let got = match self.take_prefetched(n)? {
+            Some(got) => got,
+            None => {
+                let got = self.fetch(GET, n, 0, wait)?;
+                // A full batch: more are probably waiting. Ask for them now; the events got are
+                // returned whatever happens to that request (its failure shows at the next call).
+                if n > 0 && got.len() == n && self.prefetch.load(Ordering::Relaxed) {
+                    let _ = self.link().and_then(|mut link| self.send_prefetch(&mut link, n));
+                }
+                got
+            }
+        };
         let k = got.len();
         out.extend(got.into_iter().map(|w| self.to_event(w, false)));
         Ok(k)
@@ -400,6 +532,20 @@ impl Attachment for RemoteAttachment {
 
 impl Drop for RemoteAttachment {
     fn drop(&mut self) {
+        // Prefetched events never handed out go back to the front of the station's input.
+        if let Ok(mut link) = self.link() {
+            let _ = self.inner.settle(&mut link);
+            let back: Vec<u32> =
+                link.prefetch.remove(&self.att).map(|p| p.events.iter().map(|e| e.idx).collect()).unwrap_or_default();
+            if !back.is_empty() {
+                let mut out = BytesMut::with_capacity(4 + 4 * back.len());
+                out.put_u32_le(back.len() as u32);
+                for idx in back {
+                    out.put_u32_le(idx);
+                }
+                let _ = self.inner.post_locked(&mut link, vec![Frame::new(UNGET, out.freeze()).with_channel(self.att)]);
+            }
+        }
         // A pipelined put's error may be pending: it is reported by this first call and
         // swallowed (nobody is left to tell); the detach is then sent for sure.
         let detach = || self.inner.request(Frame::new(DETACH, Bytes::new()).with_channel(self.att));

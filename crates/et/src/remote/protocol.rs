@@ -24,6 +24,8 @@ pub(crate) const SNAPSHOT: u16 = 13;
 pub(crate) const PING: u16 = 14;
 /// The data of one event of the batch before it (events of at least [`INLINE_MAX`] bytes).
 pub(crate) const DATA: u16 = 15;
+/// Gives events got and never used back to the front of the station's input list.
+pub(crate) const UNGET: u16 = 16;
 pub(crate) const OK: u16 = 100;
 pub(crate) const ERROR: u16 = 101;
 

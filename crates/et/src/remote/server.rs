@@ -285,17 +285,22 @@ fn handle(
             a.raw_put(&idx)?;
             Ok(Frame::new(OK, Bytes::new()))
         }
-        DUMP => {
+        DUMP | UNGET => {
             let a = att(atts, frame.channel)?;
+            let what = if frame.kind == DUMP { "dump" } else { "unget" };
             if p.remaining() < 4 {
-                return Err(EtError::Protocol("short dump".into()));
+                return Err(EtError::Protocol(format!("short {what}")));
             }
             let n = p.get_u32_le() as usize;
-            if p.remaining() != n * 4 {
-                return Err(EtError::Protocol("dump length disagrees with its count".into()));
+            if p.remaining() != n.saturating_mul(4) {
+                return Err(EtError::Protocol(format!("{what} length disagrees with its count")));
             }
             let idx: Vec<u32> = (0..n).map(|_| p.get_u32_le()).collect();
-            a.raw_dump(&idx)?;
+            if frame.kind == DUMP {
+                a.raw_dump(&idx)?;
+            } else {
+                a.raw_unget(&idx)?;
+            }
             Ok(Frame::new(OK, Bytes::new()))
         }
         STATION => {
