@@ -192,22 +192,8 @@ pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Ve
     }
     suite.plots = plots(&opts.repeaters, &opts.sizes);
     notes(&mut suite, &opts, warmup, window, raw_time);
-    if !failures.is_empty() {
-        suite.note(format!("FAILED points ({}), not in the table or the files:", failures.len()));
-        for f in &failures {
-            suite.note(format!("  {f}"));
-        }
-    }
+    suite.note_failures(&failures);
     Ok((suite, failures))
-}
-
-/// Prints the table and writes the files; then fails if a point failed.
-pub fn finish(suite: &Suite, failures: &[String]) -> anyhow::Result<()> {
-    suite.finish()?;
-    if !failures.is_empty() {
-        bail!("{} point(s) of the chain suite failed (see the notes above)", failures.len());
-    }
-    Ok(())
 }
 
 fn label(k: usize) -> String {

@@ -285,22 +285,8 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
 
     suite.plots = plots(ru_streams, threads_fragment, scale_sizes);
     notes(&mut suite, window, raw_time, &means);
-    if !failures.is_empty() {
-        suite.note(format!("FAILED points ({}), not in the table or the files:", failures.len()));
-        for f in &failures {
-            suite.note(format!("  {f}"));
-        }
-    }
+    suite.note_failures(&failures);
     Ok((suite, failures))
-}
-
-/// Prints the table and writes the files; then fails if a point failed.
-pub fn finish(suite: &Suite, failures: &[String]) -> anyhow::Result<()> {
-    suite.finish()?;
-    if !failures.is_empty() {
-        bail!("{} point(s) of the evb suite failed (see the notes above)", failures.len());
-    }
-    Ok(())
 }
 
 fn rus(n: u32) -> (&'static str, Param) {

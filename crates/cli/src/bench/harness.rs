@@ -245,6 +245,25 @@ impl Suite {
         self.notes.push(line.into());
     }
 
+    /// Lists the points that failed (they are in neither the table nor the files) under the table.
+    pub fn note_failures(&mut self, failures: &[String]) {
+        if !failures.is_empty() {
+            self.note(format!("FAILED points ({}), not in the table or the files:", failures.len()));
+            for f in failures {
+                self.note(format!("  {f}"));
+            }
+        }
+    }
+
+    /// [`Suite::finish`], then an error if a point failed.
+    pub fn finish_unless_failed(&self, failures: &[String]) -> anyhow::Result<()> {
+        self.finish()?;
+        if !failures.is_empty() {
+            anyhow::bail!("{} point(s) of the {} suite failed (see the notes above)", failures.len(), self.name);
+        }
+        Ok(())
+    }
+
     /// The table, one block per case.
     pub fn table(&self) -> String {
         let mut out = String::new();

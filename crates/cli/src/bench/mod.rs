@@ -136,11 +136,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| if args.quick { vec![1024, 16384] } else { vec![256, 1024, 4096, 16384, 65536] });
             let (suite, failures) = evb::run(config, evb::EvbOptions { sizes })?;
-            return evb::finish(&suite, &failures);
+            return suite.finish_unless_failed(&failures);
         }
         SuiteName::Chain => {
             let (suite, failures) = chain::run(config, chain::ChainOptions::new(args.quick, args.sizes.clone()))?;
-            return chain::finish(&suite, &failures);
+            return suite.finish_unless_failed(&failures);
         }
     };
     suite.finish()

@@ -53,10 +53,14 @@ impl Tuning {
     }
 }
 
-/// Binds the listening socket of a repeater or a sink.
-pub(crate) fn bind(name: &str, listen: &str, tuning: Tuning) -> Result<Listener, ComponentError> {
+/// Binds the listening socket of a repeater or a sink: the listener, and the configure answer
+/// `{"listen": ADDR}` that tells the upstream component where to connect.
+pub(crate) fn bind(name: &str, listen: &str, tuning: Tuning) -> Result<(Arc<Listener>, Value), ComponentError> {
     let addr = resolve(name, "listen", listen)?;
-    Listener::bind(addr, tuning.options()).map_err(|e| ComponentError::Failed(format!("{name}: {e}")))
+    let listener =
+        Listener::bind(addr, tuning.options()).map_err(|e| ComponentError::Failed(format!("{name}: {e}")))?;
+    let answer = serde_json::json!({ "listen": listener.local_addr().to_string() });
+    Ok((Arc::new(listener), answer))
 }
 
 /// Waits at most `timeout` until `read` is readable or `write` writable (either may be absent).

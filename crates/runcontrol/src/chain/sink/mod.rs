@@ -64,10 +64,9 @@ impl Component for Sink {
     /// Binds `listen`; returns `{"listen": ADDR}`.
     fn configure(&mut self) -> Result<Value, ComponentError> {
         self.config.validate(&self.name)?;
-        let listener = bind(&self.name, &self.config.listen, self.config.tuning())?;
-        let addr = listener.local_addr();
-        self.listener = Some(Arc::new(listener));
-        Ok(json!({ "listen": addr.to_string() }))
+        let (listener, answer) = bind(&self.name, &self.config.listen, self.config.tuning())?;
+        self.listener = Some(listener);
+        Ok(answer)
     }
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
