@@ -83,7 +83,7 @@ pub struct LocalArgs {
     /// Events in flight per BU.
     #[arg(long)]
     pub credits: Option<u32>,
-    /// Sources send one cached pattern with fresh headers and CRCs (cheap) instead of writing
+    /// Sources send one cached pattern with fresh headers (its CRCs computed once per size, cheap) instead of writing
     /// each event's pattern.
     #[arg(long)]
     pub cached_payload: bool,

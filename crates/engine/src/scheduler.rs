@@ -5,8 +5,11 @@
 //! is ready, a relaxed load of the stop flag and plain counter updates. When a whole cycle found
 //! nothing to do, the [`IdleStrategy`] decides what waiting costs: spin (with the CPU's pause
 //! hint), then yield the core, then park the thread with a growing timeout. A [`Waker`] lets a
-//! producer on another thread end a park at once.
+//! producer on another thread end a park at once. Tasks that read sockets name them
+//! ([`Task::wait_fds`]): the park is then a `ppoll` on those sockets (and on an eventfd the
+//! [`Waker`] writes), so data arriving ends it at once instead of after the timeout.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
@@ -81,9 +84,57 @@ struct Shared {
     stop: AtomicBool,
     parked: AtomicBool,
     thread: OnceLock<Thread>,
+    /// An eventfd that ends a park in `ppoll` (set by the scheduler's thread before its first
+    /// park, so that a waker that sees `parked` also sees it).
+    wake_fd: OnceLock<OwnedFd>,
     cycles: AtomicU64,
     idle_cycles: AtomicU64,
     parks: AtomicU64,
+}
+
+impl Shared {
+    /// Ends a park: the thread's and a `ppoll`'s.
+    fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+        if let Some(fd) = self.wake_fd.get() {
+            let one: u64 = 1;
+            // SAFETY: writes the 8 bytes of `one`, which lives across the call, to an eventfd
+            // this `Shared` owns (open until it is dropped). A full counter (EAGAIN) is fine: the
+            // fd is readable then anyway.
+            let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        }
+    }
+}
+
+/// A non-blocking eventfd, or `None` if the kernel refuses one (parks then sleep out their
+/// timeout as without sockets).
+fn eventfd() -> Option<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits until one of `fds` or `wake` is readable, or `timeout`; drains `wake`.
+fn wait_readable(pfds: &mut Vec<libc::pollfd>, wake: RawFd, fds: &[RawFd], timeout: Duration) {
+    pfds.clear();
+    pfds.push(libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 });
+    pfds.extend(fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }));
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `pfds` holds `pfds.len()` initialised pollfd structs and `ts` a valid timespec,
+    // both alive across the call; a null signal mask leaves the thread's mask unchanged. An
+    // error (EINTR) only ends the wait early: the scheduler looks at its tasks again.
+    let n = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    if n > 0 && pfds[0].revents & libc::POLLIN != 0 {
+        let mut count: u64 = 0;
+        // SAFETY: reads at most 8 bytes into `count`, which lives across the call.
+        let _ = unsafe { libc::read(wake, (&raw mut count).cast(), 8) };
+    }
 }
 
 /// One writer per counter: a plain add, no locked instruction on the hot path.
@@ -100,9 +151,7 @@ impl StopHandle {
     /// Asks the scheduler to stop after the current cycle (waking it if parked).
     pub fn stop(&self) {
         self.0.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.0.thread.get() {
-            t.unpark();
-        }
+        self.0.wake();
     }
     /// Whether a stop was asked for.
     pub fn is_stopped(&self) -> bool {
@@ -120,10 +169,8 @@ impl Waker {
     /// Wakes the scheduler if it is parked.
     #[inline]
     pub fn wake(&self) {
-        if self.0.parked.load(Ordering::SeqCst)
-            && let Some(t) = self.0.thread.get()
-        {
-            t.unpark();
+        if self.0.parked.load(Ordering::SeqCst) {
+            self.0.wake();
         }
     }
 }
@@ -362,6 +409,14 @@ impl Scheduler {
         let mut park = idle.park_min;
         let yield_after = u64::from(idle.spins);
         let park_after = yield_after + u64::from(idle.yields);
+        // Before the first park can be announced: a waker that sees `parked` sees the eventfd.
+        let wake_fd = if idle.park_max > Duration::ZERO {
+            eventfd().map(|fd| shared.wake_fd.get_or_init(|| fd).as_raw_fd())
+        } else {
+            None
+        };
+        let mut fds: Vec<RawFd> = Vec::new();
+        let mut pfds: Vec<libc::pollfd> = Vec::new();
         while !shared.stop.load(Ordering::Relaxed) {
             let wants_park = idle_cycles >= park_after;
             if wants_park {
@@ -414,7 +469,14 @@ impl Scheduler {
             bump(&shared.idle_cycles);
             if wants_park {
                 bump(&shared.parks);
-                std::thread::park_timeout(park);
+                fds.clear();
+                for m in &self.modules {
+                    m.wait_fds(&mut fds);
+                }
+                match wake_fd {
+                    Some(wake) if !fds.is_empty() => wait_readable(&mut pfds, wake, &fds, park),
+                    _ => std::thread::park_timeout(park),
+                }
                 shared.parked.store(false, Ordering::Relaxed);
                 park = (park * 2).min(idle.park_max).max(idle.park_min);
             } else if idle_cycles >= yield_after {

@@ -1,5 +1,7 @@
 //! Tasks: a cheap `poll` that says whether the `action` should run, and the `action`.
 
+use std::os::fd::RawFd;
+
 use crate::error::BoxError;
 
 /// One unit of work of a scheduler (the paper's task of a generic I/O module).
@@ -16,6 +18,13 @@ pub trait Task: Send {
     /// Does the work. An error stops the scheduler: return one only for what the task cannot
     /// handle itself (a peer gone, corrupt input that must stop the run).
     fn action(&mut self) -> Result<(), BoxError>;
+    /// File descriptors (sockets) whose readability means [`Task::poll`] may succeed: a parked
+    /// scheduler waits in `ppoll` on them and wakes as soon as one becomes readable, instead of
+    /// sleeping out its park timeout. List only descriptors whose data the task's poll or action
+    /// reads (one left readable and unread would end every park at once). Default: none.
+    fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        let _ = out;
+    }
 }
 
 /// An I/O module: several tasks sharing one state (the paper's IOM: a generic core and the tasks
@@ -30,6 +39,11 @@ pub trait Module: Send {
     fn poll(&mut self, task: usize) -> bool;
     /// Task `task`'s action.
     fn action(&mut self, task: usize) -> Result<(), BoxError>;
+    /// File descriptors whose readability means one of the module's polls may succeed; see
+    /// [`Task::wait_fds`]. Asked each time the scheduler parks. Default: none.
+    fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        let _ = out;
+    }
 }
 
 /// A single [`Task`] seen as a module of one task.
@@ -49,6 +63,9 @@ impl<T: Task> Module for Single<T> {
     #[inline]
     fn action(&mut self, _: usize) -> Result<(), BoxError> {
         self.0.action()
+    }
+    fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        self.0.wait_fds(out);
     }
 }
 

@@ -98,6 +98,61 @@ fn a_waker_ends_the_park_of_a_consumer_on_another_thread() {
     running.stop().unwrap();
 }
 
+/// A task reading a socket: its readability ends the park (a `ppoll` on it), no waker needed.
+struct SocketReader {
+    socket: std::os::unix::net::UnixStream,
+    /// Read by the poll, counted by the action.
+    pending: u64,
+    got: Arc<AtomicU64>,
+}
+
+impl task::Task for SocketReader {
+    fn name(&self) -> &str {
+        "read"
+    }
+    fn poll(&mut self) -> bool {
+        use std::io::Read;
+        let mut b = [0u8; 64];
+        if let Ok(n) = self.socket.read(&mut b) {
+            self.pending += b[..n].iter().map(|&x| u64::from(x)).sum::<u64>();
+        }
+        self.pending > 0
+    }
+    fn action(&mut self) -> Result<(), daqflow_engine::BoxError> {
+        self.got.fetch_add(std::mem::take(&mut self.pending), Ordering::Relaxed);
+        Ok(())
+    }
+    fn wait_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        out.push(std::os::fd::AsRawFd::as_raw_fd(&self.socket));
+    }
+}
+
+#[test]
+fn data_on_a_socket_a_task_waits_on_ends_the_park() {
+    use std::io::Write;
+    let (mut tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let got = Arc::new(AtomicU64::new(0));
+    // Parks of a minute: only the socket (or the stop's eventfd write) can end them in time.
+    let mut s = Scheduler::new("socket").with_idle(IdleStrategy {
+        spins: 10,
+        yields: 0,
+        park_min: Duration::from_secs(60),
+        park_max: Duration::from_secs(60),
+    });
+    s.add(SocketReader { socket: rx, pending: 0, got: got.clone() });
+    let running = s.spawn().unwrap();
+    for i in 1..=5u64 {
+        wait_until("the reader to park", || running.counters().parks() >= i);
+        tx.write_all(&[i as u8]).unwrap();
+        wait_until("the byte to be read", || got.load(Ordering::Relaxed) == i * (i + 1) / 2);
+    }
+    wait_until("the reader to park again", || running.counters().parks() >= 6);
+    let t = Instant::now();
+    running.stop().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(30), "the stop ends a park in ppoll too");
+}
+
 #[test]
 fn a_failing_action_stops_the_scheduler_with_its_error() {
     let mut s = Scheduler::new("failing");

@@ -28,6 +28,12 @@ pub(crate) fn data_options() -> ConnectionOptions {
     ConnectionOptions { send_queue_bytes: 16 << 20, ..Default::default() }
 }
 
+/// Options for the RU's side of its data links: super-fragments are gathered from the memory
+/// their fragments were received into; only fragments under 512 bytes are copied together.
+pub(crate) fn ru_data_options() -> ConnectionOptions {
+    ConnectionOptions { copy_threshold_bytes: 511, ..data_options() }
+}
+
 pub(crate) fn bind(addr: &str, opts: ConnectionOptions) -> Result<Listener, EvbError> {
     let a = resolve(addr)?;
     Listener::bind(a, opts)
@@ -120,6 +126,13 @@ impl Peer {
         let was_open = self.closed.is_none();
         self.stash = self.next();
         self.stash.is_some() || (was_open && self.closed.is_some())
+    }
+
+    /// The socket to wait on for this peer's next frame (none once it closed).
+    pub fn wait_fd(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        if self.closed.is_none() && self.stash.is_none() {
+            out.push(std::os::fd::AsRawFd::as_raw_fd(&self.conn));
+        }
     }
 
     /// Sends a frame; an error closes the peer.

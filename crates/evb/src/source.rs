@@ -53,8 +53,8 @@ pub enum Payload {
     #[default]
     Pattern,
     /// One pattern buffer sent for every fragment (sizes rounded up to 8 bytes), with a fresh
-    /// header and CRC each time: what hardware emulators do, so that a measurement on a shared
-    /// machine is not dominated by generating data.
+    /// header each time and the payload's CRC (computed once per size): what hardware emulators
+    /// do, so that a measurement on a shared machine is not dominated by generating data.
     Cached,
 }
 
@@ -315,6 +315,9 @@ fn produce(
     } else {
         Bytes::new()
     };
+    // The payload CRC of each prefix length of the cached buffer, computed the first time that
+    // length is sent (a multiple of 8: one entry per 8 bytes).
+    let mut cached_crcs: Vec<Option<u32>> = vec![None; cached.len() / 8 + 1];
     *shared.fd.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.as_raw_fd());
     let started = Instant::now();
     let mut id: u64 = 1;
@@ -365,7 +368,8 @@ fn produce(
             Payload::Cached => {
                 size = pad8(size).min(cached.len());
                 info.payload_len = size as u32;
-                info.payload_crc = daqflow_wire::crc::crc32c(&cached[..size]);
+                info.payload_crc =
+                    *cached_crcs[size / 8].get_or_insert_with(|| daqflow_wire::crc::crc32c(&cached[..size]));
                 // Small fragments are copied into the send chunk from the cached buffer; large
                 // ones are written from it (a slice of the same memory, no copy).
                 if size <= 2048 {

@@ -218,8 +218,33 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 name: "impostor".into(),
                 addr: String::new(),
             };
+            // A component of another run (a stale process): refused, so its leaving is not an
+            // RU lost (which would stop the run).
+            let stale = daqflow_evb::protocol::Message::Hello {
+                role: daqflow_evb::protocol::Role::Ru,
+                id: 1,
+                run: 2,
+                name: "stale".into(),
+                addr: "127.0.0.1:9".into(),
+            };
+            for h in [hello, stale] {
+                let mut buf = bytes::BytesMut::new();
+                daqflow_wire::frame::FrameCodec::default().encode(&h.to_frame(), &mut buf);
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.write_all(&buf).unwrap();
+                rogue.push(s);
+            }
+        } else {
+            // A source of another run at the RU: refused, its stream slot stays free.
+            let stale = daqflow_evb::protocol::Message::Hello {
+                role: daqflow_evb::protocol::Role::Source,
+                id: 77,
+                run: 2,
+                name: "stale".into(),
+                addr: String::new(),
+            };
             let mut buf = bytes::BytesMut::new();
-            daqflow_wire::frame::FrameCodec::default().encode(&hello.to_frame(), &mut buf);
+            daqflow_wire::frame::FrameCodec::default().encode(&stale.to_frame(), &mut buf);
             let mut s = std::net::TcpStream::connect(addr).unwrap();
             s.write_all(&buf).unwrap();
             rogue.push(s);

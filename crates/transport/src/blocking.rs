@@ -439,7 +439,8 @@ impl SendHalf {
     /// One vectored write of what is queued; returns the bytes written.
     fn write_once(&mut self, flags: libc::c_int) -> io::Result<usize> {
         let mut slices = Vec::with_capacity(MAX_WRITE_SLICES);
-        if self.queue.gather(&mut slices) == 0 {
+        let offered = self.queue.gather(&mut slices);
+        if offered == 0 {
             return Ok(0);
         }
         loop {
@@ -447,12 +448,19 @@ impl SendHalf {
                 Ok(n) => {
                     drop(slices);
                     self.queue.advance(n);
+                    self.queue.note_write(offered, n);
                     self.stats.bytes += n as u64;
                     self.stats.syscalls += 1;
                     return Ok(n);
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if would_block(&e) {
+                        drop(slices);
+                        self.queue.note_write(offered, 0);
+                    }
+                    return Err(e);
+                }
             }
         }
     }

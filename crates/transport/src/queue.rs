@@ -45,6 +45,9 @@ pub struct SendQueue {
     max_write: usize,
     copy_threshold: usize,
     frames_queued: u64,
+    /// Bytes queued just after a write found the socket full (`None`: the last write took all
+    /// it was offered).
+    full_at: Option<usize>,
 }
 
 impl SendQueue {
@@ -62,6 +65,7 @@ impl SendQueue {
             coalesce_bytes,
             copy_threshold: copy_threshold.min(coalesce_bytes),
             frames_queued: 0,
+            full_at: None,
         }
     }
 
@@ -92,9 +96,18 @@ impl SendQueue {
     }
 
     /// Whether enough is queued to fill a write of the maximum size (the data-plane connection
-    /// writes then without waiting for a flush).
+    /// writes then without waiting for a flush). After a write found the socket full
+    /// ([`SendQueue::note_write`]), only once another write's worth has been queued since: a
+    /// sender that runs ahead of its reader then tries once per `max_write` bytes, not once per
+    /// frame (with 1 KiB frames, a system call per frame was most of a source's time).
     pub fn wants_write(&self) -> bool {
-        self.queued >= self.max_write
+        self.queued >= self.max_write && self.full_at.is_none_or(|at| self.queued >= at.saturating_add(self.max_write))
+    }
+
+    /// Records how a write went: `written` of the `offered` bytes (0 when the socket would have
+    /// blocked), after [`SendQueue::advance`]. Less than offered means the socket is full.
+    pub fn note_write(&mut self, offered: usize, written: usize) {
+        self.full_at = (written < offered).then_some(self.queued);
     }
 
     /// Queues `frame`, or gives it back if the queue is full.
@@ -385,6 +398,40 @@ mod tests {
             }
             assert_eq!(back, frames);
         }
+    }
+
+    #[test]
+    fn after_a_short_write_the_next_eager_write_waits_for_another_full_write() {
+        let mut q = SendQueue::new(1 << 20, 4096, 2048).with_max_write(4096);
+        let frame = || Frame::new(1, Bytes::from(vec![7u8; 1008])); // 1 KiB with its header
+        while !q.wants_write() {
+            q.push(frame()).unwrap();
+        }
+        let mut slices = Vec::new();
+        let offered = q.gather(&mut slices);
+        drop(slices);
+        // The socket took 100 bytes: it is full. The next frames do not try again...
+        q.advance(100);
+        q.note_write(offered, 100);
+        let at = q.queued_bytes();
+        assert!(!q.wants_write());
+        for _ in 0..3 {
+            q.push(frame()).unwrap();
+            assert!(!q.wants_write(), "{} bytes queued since the socket was full", q.queued_bytes() - at);
+        }
+        // ... until another full write's worth is queued.
+        q.push(frame()).unwrap();
+        assert!(q.wants_write());
+        // A write that took all it was offered forgets the full socket.
+        let mut slices = Vec::new();
+        let offered = q.gather(&mut slices);
+        drop(slices);
+        q.advance(offered);
+        q.note_write(offered, offered);
+        while q.queued_bytes() < 4096 {
+            q.push(frame()).unwrap();
+        }
+        assert!(q.wants_write());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Every repetition of every point starts a whole event builder with
 //! [`run_local`](crate::evb_cmd::run_local): the EVM, the RUs, the BUs and the sources are child
 //! processes (`daqflow component KIND`), the sources free-running with the cached payload (one
-//! pattern with a fresh header and CRC per fragment: cheap sources, so that the builder is what
+//! pattern with a fresh header per fragment, its CRC computed once per size: cheap sources, so that the builder is what
 //! is measured). Rates are taken over a window after a warm-up; a point fails if any event was
 //! lost or any component reported an error.
 //!
@@ -302,8 +302,8 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
     suite.note(format!(
         "Every repetition runs a whole event builder as separate processes (`daqflow component` EVM, RUs, BUs, \
          sources; `daqflow evb local`'s machinery) on loopback for {WARMUP_S} s of warm-up and a {window} s window. \
-         Sources are free-running and send the cached payload (one pattern with a fresh header and CRC per \
-         fragment: cheap sources). RUs check every fragment's CRC on arrival. BUs build and discard without a CRC \
+         Sources are free-running and send the cached payload (one pattern with a fresh header per fragment, \
+         its CRC computed once per size: cheap sources). RUs check every fragment's CRC on arrival. BUs build and discard without a CRC \
          check (task build) except in (b): crc checks every fragment's CRC, write also writes data files into a \
          fresh directory under /dev/shm (removed after each run). mb_per_s: fragment bytes into all RUs per second \
          (ru, target_1ru_1bu, scaling, realistic) or event bytes out of all BUs (bu); MB = 10^6 bytes. \

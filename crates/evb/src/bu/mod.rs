@@ -103,7 +103,7 @@ impl Default for BuConfig {
         BuConfig {
             id: 0,
             evm: "127.0.0.1:7100".into(),
-            credits: 256,
+            credits: 1024,
             request_batch: 32,
             max_bytes_in_flight: 16 << 20,
             threads: 1,
@@ -823,6 +823,12 @@ impl Module for BuIo {
             TASK_RUS => self.rus.iter_mut().any(|p| p.poll()),
             TASK_TICK => Instant::now() >= self.next_tick || self.from_builders.iter().any(|r| !r.is_empty()),
             _ => false,
+        }
+    }
+    fn wait_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        self.evm.wait_fd(out);
+        for p in &self.rus {
+            p.wait_fd(out);
         }
     }
     fn action(&mut self, task: usize) -> Result<(), BoxError> {

@@ -364,6 +364,11 @@ impl EvmIo {
         let role = self.peers[i].role;
         if role.is_none() {
             match Message::decode(&frame) {
+                Ok(Message::Hello { run, .. }) if run != self.run => {
+                    let why = format!("said hello for run {run}; this is run {}", self.run);
+                    tracing::warn!(evm = %self.name, "closing {}: {why}", self.peers[i].label());
+                    self.peers[i].closed = Some(why);
+                }
                 Ok(Message::Hello { role, id, name, addr, .. }) => self.hello(i, role, id, name, addr),
                 Ok(m) => self.peers[i].closed = Some(format!("sent {m:?} before hello")),
                 Err(e) => self.peers[i].closed = Some(format!("garbage before hello: {e}")),
@@ -680,6 +685,15 @@ impl Module for EvmIo {
                 })
             }
             _ => self.done || Instant::now() >= self.next_tick || !self.out.is_empty(),
+        }
+    }
+    fn wait_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        let held = self.core.pending() >= self.config.max_pending || self.shared.paused.load(Ordering::Relaxed);
+        for p in &self.peers {
+            // Triggers held back stay unread: waiting on them would end every park at once.
+            if !(p.role == Some(Role::Trigger) && held) {
+                p.wait_fd(out);
+            }
         }
     }
     fn action(&mut self, task: usize) -> Result<(), BoxError> {

@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use daqflow_engine::{EventManager, EventManagerConfig};
+
+use super::RuConfig;
 use daqflow_wire::{
     EventId, Fragment, FragmentFlags, SUPER_FRAGMENT_HEADER_LEN, SuperFragmentFlags, SuperFragmentHeader,
 };
@@ -59,7 +61,20 @@ pub struct OutgoingSf {
 #[derive(Debug)]
 pub struct RuCore {
     ru_id: u32,
-    soft_limit: usize,
+    buffer_bytes: usize,
+    read_ahead: usize,
+    /// The highest event id assigned to a BU or rejected so far: the RU has been asked for every
+    /// event up to it.
+    asked: u64,
+    /// Bytes stored of events after `asked` (read ahead of the assignments).
+    ahead_bytes: u64,
+    /// Fragments stored of events after `asked`.
+    ahead_fragments: usize,
+    /// Most fragments read ahead: half the fragment slots, so that tiny fragments read ahead
+    /// never take the slots the assigned events' missing fragments need.
+    ahead_fragments_limit: usize,
+    /// Events with a fragment whose CRC did not match (rare: looked up only when not empty).
+    crc_flagged: std::collections::HashSet<u64>,
     check_crc: bool,
     streams: Vec<Stream>,
     em: EventManager,
@@ -73,30 +88,26 @@ pub struct RuCore {
 const MAX_PROBLEMS: usize = 20;
 
 impl RuCore {
-    /// An RU with `streams` input streams, storing up to `buffer_bytes` of fragments (at most
-    /// `max_fragments` of them).
-    pub fn new(
-        ru_id: u32,
-        streams: usize,
-        buffer_bytes: usize,
-        max_fragment_bytes: usize,
-        max_fragments: usize,
-        check_crc: bool,
-    ) -> RuCore {
-        // Streams that lead may fill `buffer_bytes`; streams that lag behind may use as much
-        // again to catch up, so that a full buffer never blocks the fragments that would complete
-        // (and so free) the oldest events.
+    /// An RU as `config` describes it (its id, streams, buffer sizes and CRC check).
+    pub fn new(config: &RuConfig) -> RuCore {
         let em = EventManager::new(EventManagerConfig {
             page_size: 64,
             pages: 1,
-            large_bytes: Some(buffer_bytes.saturating_mul(2).saturating_add(max_fragment_bytes)),
-            max_fragments: Some(max_fragments.max(1)),
+            large_bytes: Some(config.buffer_bytes),
+            max_fragments: Some(config.max_fragments.max(1)),
         })
         .expect("valid event manager sizes");
+        let streams = config.streams;
         RuCore {
-            ru_id,
-            soft_limit: buffer_bytes,
-            check_crc,
+            ru_id: config.id,
+            buffer_bytes: config.buffer_bytes,
+            read_ahead: config.read_ahead_bytes,
+            asked: 0,
+            ahead_bytes: 0,
+            ahead_fragments: 0,
+            ahead_fragments_limit: (config.max_fragments / 2).max(1),
+            crc_flagged: Default::default(),
+            check_crc: config.check_crc,
             streams: vec![Stream { ended: false, source_id: None, next: 1, last: 0 }; streams],
             em,
             queues: BTreeMap::new(),
@@ -128,17 +139,47 @@ impl RuCore {
     }
 
     /// Whether stream `slot` may deliver a fragment of up to `len` bytes now (the stream tasks'
-    /// poll condition): while the buffer is below its size, every stream; beyond it (up to twice
-    /// the size), only a stream that still owes fragments of events already assigned to a BU or
-    /// rejected: those events are freed once complete, and their number is bounded by the BUs'
-    /// credits, so a buffer full of events nobody asked for yet never blocks the ones that were.
+    /// poll condition). Never beyond the buffer. A stream that still owes fragments of events
+    /// already assigned to a BU or rejected always may: those events are freed once complete,
+    /// and their number is bounded by the BUs' credits. A stream that is past them reads ahead
+    /// only while the events nobody asked for yet hold less than the read-ahead: so the streams
+    /// never fill the buffer with them, and a fragment is still in the cache when it is sent (a
+    /// 64 MiB read-ahead cost a tenth of the rate at 1 KiB fragments).
     pub fn may_read(&self, slot: usize, len: usize) -> bool {
-        if self.em.bytes() as usize + len <= self.soft_limit {
-            return self.em.has_room_shared(len);
+        self.em.has_room_shared(len)
+            && (self.streams[slot].last < self.asked
+                || ((self.ahead_bytes as usize) < self.read_ahead && self.ahead_fragments < self.ahead_fragments_limit))
+    }
+
+    /// The RU has been asked for every event up to `id` (assigned or rejected): the events
+    /// between the last such id and it no longer count as read ahead.
+    fn asked_up_to(&mut self, id: u64) {
+        if id <= self.asked {
+            return;
         }
-        let last = self.streams[slot].last;
-        let owed = self.queues.values().filter_map(|q| q.back().copied()).chain(self.rejects.back().copied()).max();
-        owed.is_some_and(|id| last < id) && self.em.has_room_shared(len)
+        // Only stored events count; none is stored past the streams' highest event.
+        let top = id.min(self.streams.iter().map(|s| s.last).max().unwrap_or(0));
+        for k in self.asked.saturating_add(1)..=top {
+            if let Some(e) = self.em.get(k) {
+                self.ahead_bytes -= e.bytes();
+                self.ahead_fragments -= e.fragment_count();
+            }
+        }
+        self.asked = id;
+    }
+
+    /// Removes event `id`'s fragments: the number removed.
+    fn forget(&mut self, id: u64) -> Option<usize> {
+        if id > self.asked
+            && let Some(e) = self.em.get(id)
+        {
+            self.ahead_bytes -= e.bytes();
+            self.ahead_fragments -= e.fragment_count();
+        }
+        if !self.crc_flagged.is_empty() {
+            self.crc_flagged.remove(&id);
+        }
+        self.em.remove(id)
     }
 
     /// The oldest assigned event not yet sent.
@@ -152,9 +193,14 @@ impl RuCore {
         !self.em.has_room_shared(len) && self.oldest_waiting().is_some_and(|id| !self.ready(id))
     }
 
-    /// Bytes of fragments stored, the buffer size and its hard limit.
+    /// Bytes of fragments stored and the buffer size.
     pub fn buffer(&self) -> (u64, usize) {
-        (self.em.bytes(), self.soft_limit)
+        (self.em.bytes(), self.buffer_bytes)
+    }
+
+    /// Bytes stored of events not yet assigned or rejected.
+    pub fn read_ahead_bytes(&self) -> u64 {
+        self.ahead_bytes
     }
 
     /// Binds stream `slot` to source `source_id`.
@@ -221,11 +267,13 @@ impl RuCore {
             return Ok(());
         }
         let mut bytes = fragment.into_bytes();
+        let mut crc_error = h.flags.contains(FragmentFlags::CRC_ERROR);
         if self.check_crc {
             let payload =
                 &bytes[daqflow_wire::FRAGMENT_HEADER_LEN..daqflow_wire::FRAGMENT_HEADER_LEN + h.payload_len as usize];
             if daqflow_wire::crc::crc32c(payload) != h.payload_crc {
                 self.counters.crc_errors += 1;
+                crc_error = true;
                 self.problem(format!("source {}: event {id}: payload CRC mismatch", h.source_id));
                 // Flag it in the fragment's header (a copy: the received bytes are shared).
                 let mut copy = BytesMut::from(&bytes[..]);
@@ -234,7 +282,16 @@ impl RuCore {
                 bytes = copy.freeze();
             }
         }
-        self.em.insert_shared(id, slot as u32, bytes).map_err(|e| format!("stream {slot}: storing event {id}: {e}"))
+        if crc_error {
+            self.crc_flagged.insert(id);
+        }
+        let len = bytes.len() as u64;
+        self.em.insert_shared(id, slot as u32, bytes).map_err(|e| format!("stream {slot}: storing event {id}: {e}"))?;
+        if id > self.asked {
+            self.ahead_bytes += len;
+            self.ahead_fragments += 1;
+        }
+        Ok(())
     }
 
     /// Whether every stream delivered event `id` (or has gone past it).
@@ -245,7 +302,10 @@ impl RuCore {
 
     /// Events `ids` are assigned to BU `bu`.
     pub fn assign(&mut self, bu: u32, ids: impl IntoIterator<Item = u64>) {
-        self.queues.entry(bu).or_default().extend(ids);
+        let q = self.queues.entry(bu).or_default();
+        let mut top = 0;
+        q.extend(ids.into_iter().inspect(|&id| top = top.max(id)));
+        self.asked_up_to(top);
     }
 
     /// BU `bu` is gone: drop what is queued for it.
@@ -284,11 +344,12 @@ impl RuCore {
         self.queues.get_mut(&bu).expect("has a queue").pop_front();
         fragments.clear();
         let mut body = 0usize;
-        let mut crc_error = false;
+        // Flagged on arrival: reading each fragment's flags here would touch its memory only to
+        // learn what is almost always known.
+        let crc_error = !self.crc_flagged.is_empty() && self.crc_flagged.contains(&id);
         if let Some(e) = self.em.get(id) {
             for f in e.fragments() {
                 let b = f.shared.cloned().unwrap_or_else(|| Bytes::copy_from_slice(f.data));
-                crc_error |= u32::from_le_bytes([b[8], b[9], b[10], b[11]]) & FragmentFlags::CRC_ERROR.0 != 0;
                 body += b.len();
                 fragments.push(b);
             }
@@ -316,7 +377,7 @@ impl RuCore {
     /// Built events: free their fragments.
     pub fn release(&mut self, ids: impl IntoIterator<Item = u64>) {
         for id in ids {
-            if self.em.remove(id).is_some() {
+            if self.forget(id).is_some() {
                 self.counters.released += 1;
             }
         }
@@ -324,7 +385,9 @@ impl RuCore {
 
     /// Level-2 rejects: freed once every stream delivered them.
     pub fn reject(&mut self, ids: impl IntoIterator<Item = u64>) {
-        self.rejects.extend(ids);
+        let mut top = 0;
+        self.rejects.extend(ids.into_iter().inspect(|&id| top = top.max(id)));
+        self.asked_up_to(top);
         self.process_rejects();
     }
 
@@ -335,7 +398,7 @@ impl RuCore {
                 return true;
             }
             self.rejects.pop_front();
-            self.em.remove(id);
+            self.forget(id);
             self.counters.rejected += 1;
         }
         false
@@ -351,7 +414,7 @@ impl RuCore {
         self.run_end = Some(last);
         let after: Vec<u64> = self.em.event_ids().filter(|&id| id > last).collect();
         for id in after {
-            if let Some(n) = self.em.remove(id) {
+            if let Some(n) = self.forget(id) {
                 self.counters.after_run_end += n as u64;
             }
         }
@@ -368,6 +431,9 @@ impl RuCore {
         let mut ids: Vec<u64> = self.em.event_ids().collect();
         ids.sort_unstable();
         self.em.clear();
+        self.ahead_bytes = 0;
+        self.ahead_fragments = 0;
+        self.crc_flagged.clear();
         ids
     }
 }
@@ -381,30 +447,188 @@ mod tests {
         Fragment::encode(&FragmentInfo { source_id: source, event_id: EventId(id), ..Default::default() }, payload)
     }
 
+    fn sized(streams: usize, buffer_bytes: usize, read_ahead_bytes: usize) -> RuCore {
+        RuCore::new(&RuConfig {
+            id: 0,
+            streams,
+            buffer_bytes,
+            read_ahead_bytes,
+            max_fragment_bytes: 100,
+            max_fragments: 1000,
+            check_crc: false,
+            ..Default::default()
+        })
+    }
+
+    /// Bytes of one test fragment with a 100-byte payload.
+    fn frag_len() -> u64 {
+        frag(10, 1, &[0; 100]).len() as u64
+    }
+
     #[test]
-    fn a_full_buffer_still_lets_streams_deliver_what_assigned_events_need() {
-        let mut r = RuCore::new(0, 2, 1000, 100, 1000, false);
+    fn streams_read_ahead_only_up_to_the_read_ahead_and_an_assignment_makes_room() {
+        let mut r = sized(2, 100_000, 1000);
         let mut id = 1;
         while r.may_read(0, 100) {
             r.on_fragment(0, frag(10, id, &[0; 100])).unwrap();
             id += 1;
         }
-        assert!(id > 5, "the leading stream filled the buffer");
-        assert!(!r.may_read(1, 100), "nobody asked for these events yet");
+        let ahead = r.read_ahead_bytes();
+        assert!((1000..1000 + frag_len()).contains(&ahead), "read ahead {ahead} bytes");
+        assert_eq!(ahead, (id - 1) * frag_len());
+        assert!(!r.may_read(1, 100), "nobody asked for any event yet");
         r.assign(0, [1, 2, 3]);
-        for k in 1..=3 {
+        assert_eq!(r.read_ahead_bytes(), ahead - 3 * frag_len(), "events 1 to 3 were asked for");
+        assert!(r.may_read(0, 100), "the leader reads ahead again");
+        assert!(r.may_read(1, 100), "stream 1 owes events 1 to 3");
+    }
+
+    #[test]
+    fn a_stream_that_owes_assigned_events_reads_past_the_read_ahead_but_never_past_the_buffer() {
+        let mut r = sized(2, 100_000, 1000);
+        let fill = |r: &mut RuCore, from: u64| {
+            let mut id = from;
+            while r.may_read(0, 100) {
+                r.on_fragment(0, frag(10, id, &[0; 100])).unwrap();
+                id += 1;
+            }
+            id
+        };
+        // Stream 0 fills the read-ahead, all of it is assigned, and it fills the read-ahead again.
+        let next = fill(&mut r, 1);
+        r.assign(0, 1..next);
+        fill(&mut r, next);
+        let asked = r.asked;
+        assert!(asked > 5 && r.read_ahead_bytes() >= 1000);
+        assert!(!r.may_read(0, 100), "the leader is past every assigned event");
+        for k in 1..=asked {
             assert!(r.may_read(1, 100), "stream 1 owes event {k}");
             r.on_fragment(1, frag(11, k, &[0; 100])).unwrap();
         }
-        assert!(!r.may_read(1, 100), "it owes nothing more");
-        assert!(!r.may_read(0, 100), "the leader waits");
-        while r.next_for(0).is_some() {}
-        r.release([1, 2, 3]);
-        assert!(r.may_read(1, 100) || r.may_read(0, 100) || r.bytes_stored() as usize + 100 > 1000);
+        assert!(!r.may_read(1, 100), "stream 1 owes nothing more and the read-ahead is full");
+
+        // A small buffer: full, not even a stream that owes events may deliver.
+        let mut r = sized(2, 1000, 1000);
+        let mut id = 1;
+        while r.may_read(0, 100) {
+            r.on_fragment(0, frag(10, id, &[0; 100])).unwrap();
+            id += 1;
+        }
+        r.assign(0, 1..id);
+        assert!(!r.may_read(1, 100), "the buffer is full");
+        assert!(r.is_stuck(100), "assigned events wait for fragments that cannot be stored");
+    }
+
+    #[test]
+    fn tiny_fragments_read_ahead_take_at_most_half_the_fragment_slots() {
+        let mut r = RuCore::new(&RuConfig {
+            streams: 2,
+            buffer_bytes: 1 << 20,
+            read_ahead_bytes: 1 << 20,
+            max_fragment_bytes: 100,
+            max_fragments: 10,
+            check_crc: false,
+            ..Default::default()
+        });
+        let mut id = 1;
+        while r.may_read(0, 100) {
+            r.on_fragment(0, frag(10, id, b"")).unwrap();
+            id += 1;
+        }
+        assert_eq!(id - 1, 5, "half of the 10 slots");
+        r.assign(0, 1..=5);
+        for k in 1..=5 {
+            assert!(r.may_read(1, 100), "stream 1 owes event {k}: slots are left for it");
+            r.on_fragment(1, frag(11, k, b"")).unwrap();
+        }
+    }
+
+    #[test]
+    fn releases_rejects_and_the_run_end_keep_the_read_ahead_exact() {
+        let mut r = sized(1, 100_000, 100_000);
+        for id in 1..=10 {
+            r.on_fragment(0, frag(10, id, &[0; 100])).unwrap();
+        }
+        assert_eq!(r.read_ahead_bytes(), 10 * frag_len());
+        r.reject([2]);
+        assert_eq!(r.read_ahead_bytes(), 8 * frag_len(), "events 1 and 2 were asked for");
+        r.assign(0, [1]);
+        assert_eq!(r.read_ahead_bytes(), 8 * frag_len());
+        r.release([1]);
+        r.run_end(7);
+        assert_eq!(r.read_ahead_bytes(), 5 * frag_len(), "events 3 to 7 are still ahead");
+        assert_eq!(r.leftover(), vec![3, 4, 5, 6, 7]);
+        assert_eq!(r.read_ahead_bytes(), 0);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Fragment(usize),
+        Assign(u64),
+        Reject(u64),
+        Release(u64),
+        RunEnd(u64),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0..3usize).prop_map(Op::Fragment),
+            2 => (1..6u64).prop_map(Op::Assign),
+            1 => (1..4u64).prop_map(Op::Reject),
+            2 => (0..8u64).prop_map(Op::Release),
+            1 => (0..40u64).prop_map(Op::RunEnd),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of fragments, assignments, rejects, releases and the run's end, the
+        /// read-ahead is the bytes stored of events after the last one asked for.
+        #[test]
+        fn the_read_ahead_is_the_bytes_stored_after_the_last_event_asked_for(
+            ops in proptest::collection::vec(op(), 1..200),
+        ) {
+            let mut r = sized(3, 1 << 20, 1 << 20);
+            let mut next = [1u64; 3];
+            let mut last_assigned = 0;
+            for op in ops {
+                match op {
+                    Op::Fragment(s) => {
+                        r.on_fragment(s, frag(10 + s as u32, next[s], &vec![0; 8 * (s + 1)])).unwrap();
+                        next[s] += 1;
+                    }
+                    Op::Assign(n) => {
+                        r.assign(0, last_assigned + 1..=last_assigned + n);
+                        last_assigned += n;
+                    }
+                    Op::Reject(n) => {
+                        r.reject(last_assigned + 1..=last_assigned + n);
+                        last_assigned += n;
+                    }
+                    Op::Release(back) => r.release([last_assigned.saturating_sub(back)]),
+                    Op::RunEnd(last) => {
+                        if r.ended().is_none() {
+                            r.run_end(last);
+                        }
+                    }
+                }
+                let ahead = || r.em.event_ids().filter(|&id| id > r.asked).map(|id| r.em.get(id).unwrap());
+                proptest::prop_assert_eq!(r.read_ahead_bytes(), ahead().map(|e| e.bytes()).sum::<u64>());
+                proptest::prop_assert_eq!(r.ahead_fragments, ahead().map(|e| e.fragment_count()).sum::<usize>());
+            }
+        }
     }
 
     fn ru(streams: usize) -> RuCore {
-        let mut r = RuCore::new(3, streams, 1 << 20, 1 << 16, 1000, true);
+        let mut r = RuCore::new(&RuConfig {
+            id: 3,
+            streams,
+            buffer_bytes: 1 << 20,
+            max_fragment_bytes: 1 << 16,
+            max_fragments: 1000,
+            check_crc: true,
+            ..Default::default()
+        });
         for s in 0..streams {
             r.bind_stream(s, 10 + s as u32);
         }

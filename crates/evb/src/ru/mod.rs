@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 pub use self::core::{OutgoingSf, RuCore, RuCounters};
 use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported, set_paused};
-use crate::link::{Peer, bind, connect, control_options, data_options};
+use crate::link::{Peer, bind, connect, control_options, ru_data_options};
 use crate::protocol::{KIND_END, KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
 use crate::{EvbError, Idle};
 
@@ -45,10 +45,14 @@ pub struct RuConfig {
     pub streams: usize,
     /// Check each fragment's payload CRC on arrival.
     pub check_crc: bool,
-    /// Bytes of fragments stored before the streams stop being read (back-pressure); streams
-    /// that owe fragments of events already assigned or rejected may use as much again.
+    /// Most bytes of fragments stored: the read-ahead, the events assigned to BUs and not yet
+    /// confirmed, and those waiting for their last fragments. Full, no stream is read.
     pub buffer_bytes: usize,
-    /// Most fragments stored.
+    /// Bytes of fragments of events not yet assigned (or rejected) stored before the streams
+    /// that are past every assigned event stop being read (back-pressure to the sources). Small
+    /// keeps fragments in the cache until they are sent.
+    pub read_ahead_bytes: usize,
+    /// Most fragments stored; events read ahead take at most half of them.
     pub max_fragments: usize,
     /// Largest fragment expected; the streams are read only while this much room is left.
     pub max_fragment_bytes: usize,
@@ -70,7 +74,8 @@ impl Default for RuConfig {
             listen: "127.0.0.1:0".into(),
             streams: 1,
             check_crc: true,
-            buffer_bytes: 64 << 20,
+            buffer_bytes: 128 << 20,
+            read_ahead_bytes: 4 << 20,
             max_fragments: 1 << 18,
             max_fragment_bytes: 1 << 20,
             send_queue_bytes: 8 << 20,
@@ -133,6 +138,9 @@ impl Component for Ru {
         if self.config.max_fragment_bytes >= self.config.buffer_bytes {
             return Err(EvbError::Config("ru: buffer_bytes must be larger than max_fragment_bytes".into()));
         }
+        if self.config.read_ahead_bytes == 0 || self.config.read_ahead_bytes > self.config.buffer_bytes {
+            return Err(EvbError::Config("ru: read_ahead_bytes must be between 1 and buffer_bytes".into()));
+        }
         if self.config.max_fragments == 0 || self.config.max_fragments > 1 << 26 {
             return Err(EvbError::Config("ru: max_fragments must be between 1 and 67108864".into()));
         }
@@ -143,7 +151,7 @@ impl Component for Ru {
         // After a run, the same address again (with port 0 configured, the port it got), so
         // that sources and BUs configured with it reach the next run too.
         let want = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
-        let listener = bind(&want, data_options())?;
+        let listener = bind(&want, ru_data_options())?;
         let addr = listener.local_addr();
         self.bound = Some(addr);
         self.listener = Some(listener);
@@ -263,14 +271,7 @@ impl RuIo {
         shared: Arc<Shared>,
         stopper: StopHandle,
     ) -> RuIo {
-        let core = RuCore::new(
-            config.id,
-            config.streams,
-            config.buffer_bytes,
-            config.max_fragment_bytes,
-            config.max_fragments,
-            config.check_crc,
-        );
+        let core = RuCore::new(&config);
         let now = Instant::now();
         let mut evm = Peer::new(evm);
         evm.role = Some(Role::Ru);
@@ -317,6 +318,12 @@ impl RuIo {
             };
             let mut p = self.newcomers.remove(i);
             match Message::decode(&frame) {
+                Ok(Message::Hello { run, .. }) if run != self.run => tracing::warn!(
+                    ru = %self.name,
+                    "closing {}: it said hello for run {run}; this is run {}",
+                    p.label(),
+                    self.run
+                ),
                 Ok(Message::Hello { role: Role::Source, id, name, .. }) => {
                     p.role = Some(Role::Source);
                     p.id = id;
@@ -531,6 +538,7 @@ impl RuIo {
             "fragments_per_s": (c.fragments - frags0) as f64 / dt,
             "events_stored": self.core.events_stored(),
             "bytes_stored": self.core.bytes_stored(),
+            "read_ahead_bytes": self.core.read_ahead_bytes(),
             "sequence_errors": c.sequence_errors,
             "crc_errors": c.crc_errors,
             "streams_connected": self.streams.iter().filter(|s| s.peer.is_some()).count(),
@@ -574,6 +582,20 @@ impl Module for RuIo {
                 let margin = self.config.max_fragment_bytes;
                 self.core.may_read(s - FIRST_STREAM, margin)
                     && self.streams[s - FIRST_STREAM].peer.as_mut().is_some_and(|p| p.poll())
+            }
+        }
+    }
+    fn wait_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        // The sockets the tasks read (not the BUs': nothing is read from them).
+        self.evm.wait_fd(out);
+        for p in &self.newcomers {
+            p.wait_fd(out);
+        }
+        for (slot, s) in self.streams.iter().enumerate() {
+            if let Some(p) = &s.peer
+                && self.core.may_read(slot, self.config.max_fragment_bytes)
+            {
+                p.wait_fd(out);
             }
         }
     }
