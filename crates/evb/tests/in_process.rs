@@ -187,6 +187,14 @@ fn garbage_on_every_listening_socket_harms_no_one() {
     for s in &mut b.sources {
         s.start(1).unwrap();
     }
+    // A well-formed hello from a rogue client.
+    let hello_from = |addr, hello: daqflow_evb::protocol::Message| {
+        let mut buf = bytes::BytesMut::new();
+        daqflow_wire::frame::FrameCodec::default().encode(&hello.to_frame(), &mut buf);
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(&buf).unwrap();
+        s
+    };
     // Rogue clients: random bytes, a valid frame header announcing a huge frame, a half hello.
     for addr in [evm_addr, ru_addr] {
         let mut rogue = Vec::new();
@@ -227,13 +235,8 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 name: "stale".into(),
                 addr: "127.0.0.1:9".into(),
             };
-            for h in [hello, stale] {
-                let mut buf = bytes::BytesMut::new();
-                daqflow_wire::frame::FrameCodec::default().encode(&h.to_frame(), &mut buf);
-                let mut s = std::net::TcpStream::connect(addr).unwrap();
-                s.write_all(&buf).unwrap();
-                rogue.push(s);
-            }
+            rogue.push(hello_from(addr, hello));
+            rogue.push(hello_from(addr, stale));
         } else {
             // A source of another run at the RU: refused, its stream slot stays free.
             let stale = daqflow_evb::protocol::Message::Hello {
@@ -243,11 +246,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 name: "stale".into(),
                 addr: String::new(),
             };
-            let mut buf = bytes::BytesMut::new();
-            daqflow_wire::frame::FrameCodec::default().encode(&stale.to_frame(), &mut buf);
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            s.write_all(&buf).unwrap();
-            rogue.push(s);
+            rogue.push(hello_from(addr, stale));
         }
         std::thread::sleep(Duration::from_millis(200));
         drop(rogue);

@@ -160,21 +160,23 @@ impl RuCore {
         // Only stored events count; none is stored past the streams' highest event.
         let top = id.min(self.streams.iter().map(|s| s.last).max().unwrap_or(0));
         for k in self.asked.saturating_add(1)..=top {
-            if let Some(e) = self.em.get(k) {
-                self.ahead_bytes -= e.bytes();
-                self.ahead_fragments -= e.fragment_count();
-            }
+            self.no_longer_ahead(k);
         }
         self.asked = id;
     }
 
-    /// Removes event `id`'s fragments: the number removed.
-    fn forget(&mut self, id: u64) -> Option<usize> {
-        if id > self.asked
-            && let Some(e) = self.em.get(id)
-        {
+    /// Event `id`'s stored fragments no longer count as read ahead.
+    fn no_longer_ahead(&mut self, id: u64) {
+        if let Some(e) = self.em.get(id) {
             self.ahead_bytes -= e.bytes();
             self.ahead_fragments -= e.fragment_count();
+        }
+    }
+
+    /// Removes event `id`'s fragments: the number removed.
+    fn forget(&mut self, id: u64) -> Option<usize> {
+        if id > self.asked {
+            self.no_longer_ahead(id);
         }
         if !self.crc_flagged.is_empty() {
             self.crc_flagged.remove(&id);
