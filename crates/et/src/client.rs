@@ -52,7 +52,7 @@ impl ClientInner {
             EtError::SystemDead(self.name.clone())
         };
         ipc::send(&sock, req, None).map_err(dead)?;
-        let (resp, fd) = ipc::recv::<Response>(&sock).map_err(dead)?;
+        let (resp, fd) = ipc::recv::<Response>(&sock, ipc::MAX_RESPONSE).map_err(dead)?;
         match resp {
             Response::Error(e) => Err(e),
             r => Ok((r, fd)),
@@ -77,11 +77,16 @@ impl Backend for ClientInner {
     fn system_name(&self) -> &str {
         &self.name
     }
-    fn new_temp(&self, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
-        match self.call(&Request::NewTemp { size: size as u64 })? {
+    fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError> {
+        let req = Request::AdmitLarge { attachment: att, count: n as u64, size: size as u64 };
+        self.call(&req).map(|_| ())
+    }
+    fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
+        match self.call(&Request::NewTemp { attachment: att, event, size: size as u64 })? {
             (Response::Temp { temp, size }, Some(fd)) => {
-                let map =
-                    Arc::new(Mapping::map(&fd, size as usize).map_err(|e| EtError::io("mapping a large event", e))?);
+                let map = Arc::new(
+                    Mapping::map_lazy(&fd, size as usize).map_err(|e| EtError::io("mapping a large event", e))?,
+                );
                 self.temps.lock().unwrap_or_else(|p| p.into_inner()).insert(temp, Arc::downgrade(&map));
                 Ok((temp, map))
             }
@@ -94,8 +99,9 @@ impl Backend for ClientInner {
         }
         match self.call(&Request::TempFd { temp: id })? {
             (Response::Temp { size, .. }, Some(fd)) => {
-                let map =
-                    Arc::new(Mapping::map(&fd, size as usize).map_err(|e| EtError::io("mapping a large event", e))?);
+                let map = Arc::new(
+                    Mapping::map_lazy(&fd, size as usize).map_err(|e| EtError::io("mapping a large event", e))?,
+                );
                 let mut t = self.temps.lock().unwrap_or_else(|p| p.into_inner());
                 t.retain(|_, w| w.strong_count() > 0);
                 t.insert(id, Arc::downgrade(&map));
@@ -121,10 +127,38 @@ impl EtClient {
             std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => EtError::NotFound(name.into()),
             _ => EtError::io(format!("connecting to ET system {name}"), e),
         })?;
-        ipc::send(&sock, &Request::Hello { pid: sys::getpid() }, None).map_err(|_| EtError::NotFound(name.into()))?;
-        let (resp, fd) = ipc::recv::<Response>(&sock).map_err(|_| EtError::NotFound(name.into()))?;
-        let (Response::Hello { pool_len, .. }, Some(fd)) = (resp, fd) else {
-            return Err(EtError::Protocol("the ET system did not send its memory".into()));
+        // Who runs the system, from the kernel: anyone can bind an abstract name first.
+        match sys::peer_cred(&sock) {
+            Ok(owner) if owner.uid != sys::geteuid() && owner.uid != 0 => tracing::warn!(
+                system = name,
+                owner_uid = owner.uid,
+                pid = owner.pid,
+                my_uid = sys::geteuid(),
+                "the ET system is run by another user"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(system = name, error = %e, "no credentials of the ET process"),
+        }
+        // A system that refuses this user answers with the reason and closes the connection,
+        // possibly before the hello is written: its answer is read all the same.
+        let sent = ipc::send(&sock, &Request::Hello { pid: sys::getpid() }, None);
+        let (resp, fd) = match ipc::recv::<Response>(&sock, ipc::MAX_RESPONSE) {
+            Ok(r) => r,
+            Err(e) => {
+                let e = sent.err().unwrap_or(e);
+                return Err(match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset => EtError::NotFound(name.into()),
+                    std::io::ErrorKind::InvalidData => EtError::Protocol(format!("greeting ET system {name}: {e}")),
+                    _ => EtError::io(format!("greeting ET system {name}"), e),
+                });
+            }
+        };
+        let (pool_len, fd) = match (resp, fd) {
+            (Response::Error(e), _) => return Err(e),
+            (Response::Hello { pool_len, .. }, Some(fd)) => (pool_len, fd),
+            _ => return Err(EtError::Protocol("the ET system did not send its memory".into())),
         };
         let len = sys::file_len(&fd).map_err(|e| EtError::io("sizing the shared memory", e))?;
         if len != pool_len {
@@ -245,5 +279,37 @@ fn heartbeat(client: Weak<ClientInner>) {
             c.mark_dead();
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixListener;
+
+    use super::*;
+
+    #[test]
+    fn a_refusal_by_the_et_system_is_reported_as_sent() {
+        let name = format!("refusing-{}", std::process::id());
+        let listener = UnixListener::bind_addr(&ipc::address(&name).unwrap()).unwrap();
+        let server = std::thread::spawn(move || {
+            // As the ET process refuses a stranger: the reason at once, nothing read, closed.
+            let (conn, _) = listener.accept().unwrap();
+            let e = EtError::AccessDenied { name: "refusing".into(), owner: 1000, uid: 65534 };
+            ipc::send(&conn, &Response::Error(e), None).unwrap();
+        });
+        let e = EtClient::connect(&name).unwrap_err();
+        server.join().unwrap();
+        assert!(matches!(e, EtError::AccessDenied { owner: 1000, uid: 65534, .. }), "{e:?}");
+        assert!(e.to_string().contains("daqflow et start --allow-uid 65534"), "{e}");
+    }
+
+    #[test]
+    fn a_socket_that_closes_without_answering_is_no_et_system() {
+        let name = format!("silent-{}", std::process::id());
+        let listener = UnixListener::bind_addr(&ipc::address(&name).unwrap()).unwrap();
+        let server = std::thread::spawn(move || drop(listener.accept().unwrap()));
+        assert!(matches!(EtClient::connect(&name), Err(EtError::NotFound(n)) if n == name));
+        server.join().unwrap();
     }
 }

@@ -9,6 +9,13 @@ use serde::{Deserialize, Serialize};
 /// The name of the first station, which holds the unused events.
 pub const GRAND_CENTRAL: &str = "GRAND_CENTRAL";
 
+/// The default [`SystemConfig::max_event_bytes`]: 64 MiB, the largest frame daqflow's
+/// transport accepts by default, far above a built event (kilobytes to a few megabytes).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 64 << 20;
+
+/// The default [`SystemConfig::max_temp_bytes`]: 1 GiB, 16 events of the largest default size.
+pub const DEFAULT_MAX_TEMP_BYTES: u64 = 1 << 30;
+
 /// How an ET system is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SystemConfig {
@@ -24,6 +31,21 @@ pub struct SystemConfig {
     pub max_attachments: u32,
     /// Most temporary buffers for events larger than `event_size` at a time. Default 64.
     pub max_temp_events: u32,
+    /// The largest event `new_events` may ask for, in bytes; events up to `event_size` always
+    /// fit. Default [`DEFAULT_MAX_EVENT_BYTES`] (64 MiB).
+    pub max_event_bytes: usize,
+    /// Most large events (larger than `event_size`) one attachment may hold at a time. Default 16.
+    pub max_temp_per_attachment: u32,
+    /// Most bytes of temporary buffers for large events at a time, in the whole system (each
+    /// buffer counts its size rounded up to 4 KiB). Default [`DEFAULT_MAX_TEMP_BYTES`] (1 GiB).
+    pub max_temp_bytes: u64,
+    /// Most attachments one connection may have at a time: a local process's
+    /// [`EtClient`](crate::EtClient) or a remote client's TCP connection (attachments made in
+    /// the ET process itself are not counted). Default 32.
+    pub max_attachments_per_connection: u32,
+    /// Users, besides the one running the ET process and root, whose processes may connect
+    /// locally (and so map the shared memory). Default: none.
+    pub allowed_uids: Vec<u32>,
     /// TCP address of the remote-access server; `None`: no remote access.
     pub listen: Option<SocketAddr>,
     /// UDP port answering discovery queries for this system's name; `None`: no discovery.
@@ -43,6 +65,11 @@ impl SystemConfig {
             max_stations: 32,
             max_attachments: 128,
             max_temp_events: 64,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            max_temp_per_attachment: 16,
+            max_temp_bytes: DEFAULT_MAX_TEMP_BYTES,
+            max_attachments_per_connection: 32,
+            allowed_uids: Vec::new(),
             listen: None,
             discovery_port: None,
             heartbeat_timeout: Duration::from_secs(5),

@@ -44,6 +44,89 @@ pub enum EtError {
     /// The peer (ET process or remote client) sent something malformed.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The request goes over one of the system's limits; nothing was taken or allocated for it.
+    #[error("{}", .limit.describe(*.requested, *.max))]
+    OverLimit {
+        /// Which limit.
+        limit: Limit,
+        /// What the request would have brought the limited quantity to.
+        requested: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The ET system does not accept local connections from this process's user.
+    #[error(
+        "the ET system `{name}` (run by uid {owner}) does not accept local connections from uid {uid}; \
+         its owner can allow them with allowed_uids (`daqflow et start --allow-uid {uid}`)"
+    )]
+    AccessDenied {
+        /// The system's name.
+        name: String,
+        /// The user the ET process runs as.
+        owner: u32,
+        /// The user refused.
+        uid: u32,
+    },
+}
+
+/// A limit of an ET system (a field of [`SystemConfig`](crate::SystemConfig)) that protects its
+/// memory and its attachment slots from what one client asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Limit {
+    /// The largest event `new_events` may ask for, in bytes: `max_event_bytes`.
+    EventBytes,
+    /// Temporary buffers of large events in the whole system: `max_temp_events`.
+    TempEvents,
+    /// Large events one attachment holds at a time: `max_temp_per_attachment`.
+    TempEventsPerAttachment,
+    /// Bytes of temporary buffers in the whole system: `max_temp_bytes`.
+    TempBytes,
+    /// Attachments of one connection (a local `EtClient`, a remote client's TCP connection):
+    /// `max_attachments_per_connection`.
+    AttachmentsPerConnection,
+}
+
+impl Limit {
+    /// The [`SystemConfig`](crate::SystemConfig) field, and the `et` component's key, that sets it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Limit::EventBytes => "max_event_bytes",
+            Limit::TempEvents => "max_temp_events",
+            Limit::TempEventsPerAttachment => "max_temp_per_attachment",
+            Limit::TempBytes => "max_temp_bytes",
+            Limit::AttachmentsPerConnection => "max_attachments_per_connection",
+        }
+    }
+
+    /// The `daqflow et start` flag that sets it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Limit::EventBytes => "--max-event-bytes",
+            Limit::TempEvents => "--max-temp",
+            Limit::TempEventsPerAttachment => "--max-temp-per-attachment",
+            Limit::TempBytes => "--max-temp-bytes",
+            Limit::AttachmentsPerConnection => "--max-attachments-per-connection",
+        }
+    }
+
+    fn describe(self, requested: u64, max: u64) -> String {
+        let what = match self {
+            Limit::EventBytes => format!("an event of {requested} bytes is larger than the limit of {max} bytes"),
+            Limit::TempEvents => {
+                format!("{requested} temporary buffers for large events would be in use, more than the limit of {max}")
+            }
+            Limit::TempEventsPerAttachment => format!(
+                "the attachment would hold {requested} large events, more than the limit of {max} per attachment"
+            ),
+            Limit::TempBytes => {
+                format!("temporary buffers for large events would take {requested} bytes, more than the limit of {max}")
+            }
+            Limit::AttachmentsPerConnection => format!(
+                "the connection would have {requested} attachments, more than the limit of {max} per connection"
+            ),
+        };
+        format!("{what}; the ET system's {} raises it (`daqflow et start {}`)", self.key(), self.flag())
+    }
 }
 
 impl EtError {

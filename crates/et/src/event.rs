@@ -219,14 +219,14 @@ pub trait Attachment {
 
     /// [`Attachment::new_events_into`] returning a new vector.
     fn new_events(&self, n: usize, size: usize, wait: crate::Wait) -> Result<Vec<Event<'_>>, crate::EtError> {
-        let mut v = Vec::with_capacity(n);
+        let mut v = Vec::with_capacity(n.min(1024));
         self.new_events_into(n, size, wait, &mut v)?;
         Ok(v)
     }
 
     /// [`Attachment::get_events_into`] returning a new vector.
     fn get_events(&self, n: usize, wait: crate::Wait) -> Result<Vec<Event<'_>>, crate::EtError> {
-        let mut v = Vec::with_capacity(n);
+        let mut v = Vec::with_capacity(n.min(1024));
         self.get_events_into(n, wait, &mut v)?;
         Ok(v)
     }

@@ -14,8 +14,12 @@ use crate::config::{Position, StationConfig};
 use crate::monitor::Snapshot;
 use crate::sys;
 
-/// Largest control message accepted.
-const MAX_MESSAGE: usize = 16 << 20;
+/// Largest request the ET process reads: requests are a station's name and configuration at
+/// most (a few hundred bytes), and the buffer is allocated before the JSON is read.
+pub(crate) const MAX_REQUEST: usize = 64 << 10;
+
+/// Largest answer a client reads (a snapshot lists every station and attachment).
+pub(crate) const MAX_RESPONSE: usize = 16 << 20;
 
 /// The socket address of ET system `name`.
 pub(crate) fn address(name: &str) -> io::Result<SocketAddr> {
@@ -24,14 +28,43 @@ pub(crate) fn address(name: &str) -> io::Result<SocketAddr> {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum Request {
-    Hello { pid: u32 },
-    Attach { station: String },
-    Detach { attachment: u32 },
-    CreateStation { name: String, config: StationConfig, position: Position },
-    RemoveStation { name: String },
-    Configure { name: String, config: StationConfig },
-    NewTemp { size: u64 },
-    TempFd { temp: u32 },
+    Hello {
+        pid: u32,
+    },
+    Attach {
+        station: String,
+    },
+    Detach {
+        attachment: u32,
+    },
+    CreateStation {
+        name: String,
+        config: StationConfig,
+        position: Position,
+    },
+    RemoveStation {
+        name: String,
+    },
+    Configure {
+        name: String,
+        config: StationConfig,
+    },
+    /// Whether `count` large events of `size` bytes fit the limits now (asked before taking
+    /// events for them).
+    AdmitLarge {
+        attachment: u32,
+        count: u64,
+        size: u64,
+    },
+    /// A temporary buffer for `event`, held by `attachment` (of this connection).
+    NewTemp {
+        attachment: u32,
+        event: u32,
+        size: u64,
+    },
+    TempFd {
+        temp: u32,
+    },
     Status,
 }
 
@@ -64,12 +97,17 @@ pub(crate) fn send(sock: &UnixStream, msg: &impl Serialize, fd: Option<RawFd>) -
     sys::send_with_fd(sock, &buf, fd)
 }
 
-pub(crate) fn recv<T: DeserializeOwned>(sock: &UnixStream) -> io::Result<(T, Option<OwnedFd>)> {
+/// Reads one message of at most `max` bytes (a longer one is refused before anything is
+/// allocated for it).
+pub(crate) fn recv<T: DeserializeOwned>(sock: &UnixStream, max: usize) -> io::Result<(T, Option<OwnedFd>)> {
     let mut len = [0u8; 4];
     let fd1 = sys::recv_with_fd(sock, &mut len)?;
     let n = u32::from_le_bytes(len) as usize;
-    if n > MAX_MESSAGE {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("control message of {n} bytes")));
+    if n > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("control message of {n} bytes, more than {max}"),
+        ));
     }
     let mut body = vec![0u8; n];
     let fd2 = if n > 0 { sys::recv_with_fd(sock, &mut body)? } else { None };

@@ -68,11 +68,11 @@ mod system;
 pub use bridge::{BridgeStats, bridge};
 pub use client::EtClient;
 pub use config::{
-    EventView, GRAND_CENTRAL, GroupPolicy, Position, Priority, RestoreMode, SelectFn, Selection, StationConfig,
-    SystemConfig, Wait,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_TEMP_BYTES, EventView, GRAND_CENTRAL, GroupPolicy, Position, Priority,
+    RestoreMode, SelectFn, Selection, StationConfig, SystemConfig, Wait,
 };
 pub use copy::copy_into;
-pub use error::EtError;
+pub use error::{EtError, Limit};
 pub use event::{Attachment, Event};
 pub use local::LocalAttachment;
 pub use monitor::{AttachmentStatus, Snapshot, StationStatus};

@@ -24,8 +24,12 @@ use crate::sys::Mapping;
 pub(crate) trait Backend: Send + Sync {
     fn pool(&self) -> &Pool;
     fn system_name(&self) -> &str;
-    /// A new temporary buffer of at least `size` bytes: (id, mapping).
-    fn new_temp(&self, size: usize) -> Result<(u32, Arc<Mapping>), EtError>;
+    /// Whether `n` more large events of `size` bytes for attachment `att` fit the system's
+    /// limits now (asked before any event is taken for them).
+    fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError>;
+    /// A new temporary buffer of at least `size` bytes for event `event`, held by attachment
+    /// `att`: (id, mapping). Its memory is allocated only as it is written.
+    fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError>;
     /// The mapping of temporary buffer `id`.
     fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError>;
     fn detach(&self, att: u32);
@@ -380,10 +384,17 @@ impl LocalAttachment {
     /// buffers, which this attachment keeps mapped until it puts them). Indices into `out`.
     pub(crate) fn raw_new(&self, n: usize, size: usize, wait: Wait, out: &mut Vec<u32>) -> Result<usize, EtError> {
         let start = out.len();
+        let pool = self.backend.pool();
+        // No batch is larger than the pool.
+        let n = n.min(pool.layout.events as usize);
+        let large = size > pool.layout.event_size;
+        if large && n > 0 {
+            // Refused here, a request over a limit takes nothing and waits for nothing.
+            self.alive()?;
+            self.backend.admit_large(self.att, n, size)?;
+        }
         let mut taken = Vec::with_capacity(n);
         let k = self.pop(0, n, wait, &mut taken)?;
-        let pool = self.backend.pool();
-        let large = size > pool.layout.event_size;
         for &idx in &taken {
             // SAFETY: just taken from the free list by this attachment: we own it.
             unsafe {
@@ -395,7 +406,7 @@ impl LocalAttachment {
                 d.temp_id = 0;
             }
             if large {
-                match self.backend.new_temp(size) {
+                match self.backend.new_temp(self.att, idx, size) {
                     Ok((id, map)) => {
                         // SAFETY: as above.
                         unsafe {
@@ -426,6 +437,7 @@ impl LocalAttachment {
         if self.station == 0 {
             return Err(EtError::Refused("GrandCentral hands out new events: use new_events".into()));
         }
+        let n = n.min(self.backend.pool().layout.events as usize);
         let mut taken = Vec::with_capacity(n);
         let k = self.pop(self.station, n, wait, &mut taken)?;
         let pool = self.backend.pool();
@@ -621,7 +633,7 @@ impl Attachment for LocalAttachment {
         wait: Wait,
         out: &mut Vec<Event<'a>>,
     ) -> Result<usize, EtError> {
-        let mut idx = Vec::with_capacity(n);
+        let mut idx = Vec::with_capacity(n.min(self.backend.pool().layout.events as usize));
         let k = self.raw_new(n, size, wait, &mut idx)?;
         let pool = self.backend.pool();
         let large = size > pool.layout.event_size;
@@ -652,7 +664,7 @@ impl Attachment for LocalAttachment {
     }
 
     fn get_events_into<'a>(&'a self, n: usize, wait: Wait, out: &mut Vec<Event<'a>>) -> Result<usize, EtError> {
-        let mut idx = Vec::with_capacity(n);
+        let mut idx = Vec::with_capacity(n.min(self.backend.pool().layout.events as usize));
         let k = self.raw_get(n, wait, &mut idx)?;
         for &i in &idx {
             out.push(self.event_from(i, None)?);
@@ -735,8 +747,11 @@ mod tests {
         fn system_name(&self) -> &str {
             self.0.system_name()
         }
-        fn new_temp(&self, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
-            self.0.new_temp(size)
+        fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError> {
+            self.0.admit_large(att, n, size)
+        }
+        fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
+            self.0.new_temp(att, event, size)
         }
         fn temp(&self, _: u32) -> Result<Arc<Mapping>, EtError> {
             Err(EtError::io("mapping a large event", std::io::Error::from_raw_os_error(libc::EMFILE)))

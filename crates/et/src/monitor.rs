@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub free_events: u32,
     /// Temporary buffers of large events in use.
     pub temp_events: u32,
+    /// Bytes those buffers may take (their sizes; memory is committed only as data is written).
+    #[serde(default)]
+    pub temp_bytes: u64,
     /// Events held by the ET process itself (moving between stations).
     pub in_transit: u32,
     /// The stations, GrandCentral first, in chain order.

@@ -43,12 +43,26 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `fd`, readable and writable, shared with every other mapping.
+    /// Maps `len` bytes of `fd`, readable and writable, shared with every other mapping, with
+    /// every page faulted in now (the pool).
+    ///
+    /// MAP_POPULATE: every page is faulted in now, once, instead of one page fault per 4 KiB
+    /// the first time each process touches an event while data flows (tens of thousands of
+    /// faults for a 200 MB pool, in every producer and consumer). On a memory file this also
+    /// **allocates** every page (a shared mapping has no zero page; even a read fault
+    /// allocates), so it is only for memory that is meant to be used whole.
     pub(crate) fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
-        // MAP_POPULATE: every page is faulted in now, once, instead of one page fault per 4 KiB
-        // the first time each process touches an event while data flows (tens of thousands
-        // of faults for a 200 MB pool, in every producer and consumer).
-        let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
+        Self::map_with(fd, len, libc::MAP_SHARED | libc::MAP_POPULATE)
+    }
+
+    /// Maps `len` bytes of `fd` like [`Mapping::map`] but faults nothing in: a page of the
+    /// memory file is allocated only when some process first touches it (large events, whose
+    /// size a client chooses: nothing is committed for the bytes it never writes).
+    pub(crate) fn map_lazy(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        Self::map_with(fd, len, libc::MAP_SHARED)
+    }
+
+    fn map_with(fd: &OwnedFd, len: usize, flags: libc::c_int) -> io::Result<Mapping> {
         // SAFETY: mmap of a valid descriptor with a length the caller sized the file to; the
         // result is checked for MAP_FAILED.
         let p = unsafe {
@@ -75,6 +89,18 @@ impl Drop for Mapping {
         // SAFETY: unmapping exactly the region mmap returned, once.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+#[cfg(test)]
+/// Bytes of memory a memory file occupies: the pages allocated to it (written, or faulted in).
+pub(crate) fn allocated_bytes(fd: &OwnedFd) -> io::Result<u64> {
+    // SAFETY: `st` is a properly sized, zeroed stat buffer; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on a valid descriptor with a valid out pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_blocks as u64 * 512)
 }
 
 /// Size of a file descriptor's file.
@@ -218,10 +244,16 @@ pub(crate) fn kill(pid: u32) {
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
 }
 
-/// The process id of the peer of a Unix socket, from the kernel (SO_PEERCRED), not from what
-/// the peer says.
-pub(crate) fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
-    use std::os::fd::AsRawFd;
+/// Who is on the other end of a Unix socket, from the kernel (SO_PEERCRED): the credentials
+/// the peer had when it connected, not what it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerCred {
+    pub pid: u32,
+    pub uid: u32,
+}
+
+/// The credentials of the peer of a Unix socket (SO_PEERCRED).
+pub(crate) fn peer_cred(sock: &UnixStream) -> io::Result<PeerCred> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `cred`, which is that large.
@@ -237,7 +269,15 @@ pub(crate) fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
-    u32::try_from(cred.pid).ok().filter(|&p| p > 0).ok_or_else(|| io::Error::other("peer has no process id"))
+    let pid =
+        u32::try_from(cred.pid).ok().filter(|&p| p > 0).ok_or_else(|| io::Error::other("peer has no process id"))?;
+    Ok(PeerCred { pid, uid: cred.uid })
+}
+
+/// This process's effective user id.
+pub(crate) fn geteuid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 /// This process's id.
@@ -322,13 +362,23 @@ pub(crate) fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Opti
         }
         got += n as usize;
         // SAFETY: the kernel filled `msg`'s control area; CMSG_FIRSTHDR/NXTHDR walk it within
-        // msg_controllen, and CMSG_DATA points at the descriptor of an SCM_RIGHTS message.
+        // msg_controllen, and CMSG_DATA points at the descriptors of an SCM_RIGHTS message,
+        // as many as its length says. Every one of them is now ours: each is taken into an
+        // OwnedFd (the first kept, any other closed), so that a peer sending several leaks none
+        // into this process.
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
             while !cmsg.is_null() {
                 if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                    let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-                    fd_out = Some(OwnedFd::from_raw_fd(fd));
+                    let data = libc::CMSG_DATA(cmsg);
+                    let bytes = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                    for k in 0..bytes / std::mem::size_of::<RawFd>() {
+                        let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(k));
+                        let fd = OwnedFd::from_raw_fd(fd);
+                        if fd_out.is_none() {
+                            fd_out = Some(fd);
+                        }
+                    }
                 }
                 cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
             }
@@ -356,6 +406,26 @@ mod tests {
     }
 
     #[test]
+    fn a_lazy_mapping_allocates_only_the_pages_touched_and_a_populated_one_all() {
+        const LEN: usize = 64 << 20;
+        let fd = memfd("lazy", LEN as u64).unwrap();
+        let lazy = Mapping::map_lazy(&fd, LEN).unwrap();
+        assert_eq!(allocated_bytes(&fd).unwrap(), 0, "sizing and mapping allocate nothing");
+        // SAFETY: offsets 0 and 10 MiB are inside the mapping.
+        unsafe {
+            *lazy.base() = 1;
+            *lazy.base().add(10 << 20) = 2;
+        }
+        // Two pages written, two pages allocated (two huge pages where shmem uses them).
+        let touched = allocated_bytes(&fd).unwrap();
+        assert!((2 * 4096..=2 * (2 << 20)).contains(&touched), "{touched} bytes allocated");
+        let populated = Mapping::map(&fd, LEN).unwrap();
+        assert_eq!(allocated_bytes(&fd).unwrap(), LEN as u64, "MAP_POPULATE allocates the whole file");
+        // SAFETY: offset 10 MiB is inside both mappings of the same file.
+        assert_eq!(unsafe { *populated.base().add(10 << 20) }, 2);
+    }
+
+    #[test]
     fn a_descriptor_travels_over_a_unix_socket() {
         let (x, y) = UnixStream::pair().unwrap();
         let fd = memfd("passed", 4096).unwrap();
@@ -369,6 +439,54 @@ mod tests {
         let m2 = Mapping::map(&got, 4096).unwrap();
         // SAFETY: offset 0 is inside the mapping.
         assert_eq!(unsafe { *m2.base() }, 7);
+    }
+
+    #[test]
+    fn every_descriptor_of_a_message_is_taken_and_all_but_the_first_closed() {
+        let (x, y) = UnixStream::pair().unwrap();
+        // Three pipes; the write ends travel in one message.
+        let pipes: Vec<(OwnedFd, OwnedFd)> = (0..3)
+            .map(|_| {
+                let mut p = [0; 2];
+                // SAFETY: pipe2 writes two new descriptors into `p`, which we then own.
+                assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+                // SAFETY: as above.
+                unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) }
+            })
+            .collect();
+        let fds: Vec<RawFd> = pipes.iter().map(|p| p.1.as_raw_fd()).collect();
+        let data = [7u8; 4];
+        let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+        let mut cbuf = [0u64; 8];
+        // SAFETY: msghdr is a plain C struct; zeroed is a valid initial value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE/LEN are size computations; the control buffer holds 64 bytes, more
+        // than one header and three descriptors; CMSG_FIRSTHDR points into it.
+        unsafe {
+            msg.msg_controllen = libc::CMSG_SPACE(12) as usize;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(12) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), 3);
+            assert_eq!(libc::sendmsg(x.as_raw_fd(), &msg, 0), 4);
+        }
+        let mut buf = [0u8; 4];
+        let kept = recv_with_fd(&y, &mut buf).unwrap().expect("the first descriptor");
+        // Our own write ends go; a pipe reads end of file once no write end is left anywhere.
+        let readers: Vec<OwnedFd> = pipes.into_iter().map(|(r, _w)| r).collect();
+        let at_eof = |r: &OwnedFd| {
+            let mut p = libc::pollfd { fd: r.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd on our stack; zero timeout.
+            unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLHUP != 0 }
+        };
+        assert!(!at_eof(&readers[0]), "the first is kept");
+        assert!(at_eof(&readers[1]) && at_eof(&readers[2]), "the others were closed, not leaked");
+        drop(kept);
+        assert!(at_eof(&readers[0]));
     }
 
     #[test]

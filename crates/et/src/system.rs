@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::config::{
     EventView, GRAND_CENTRAL, Position, Priority, RestoreMode, SelectFn, Selection, StationConfig, SystemConfig,
 };
-use crate::error::EtError;
+use crate::error::{EtError, Limit};
 use crate::ipc::{self, Request, Response};
 use crate::local::{Backend, LocalAttachment, route_and_push};
 use crate::monitor::{AttachmentStatus, Snapshot, StationStatus};
@@ -33,8 +33,18 @@ pub(crate) enum Holder {
     Local { conn: u64, pid: u32 },
     /// The ET process itself.
     InProcess,
-    /// A remote client, served by this process.
-    Remote,
+    /// A remote client, served by this process through TCP connection `conn`.
+    Remote { conn: u64 },
+}
+
+impl Holder {
+    /// The connection the attachment was made through (none for the ET process's own).
+    fn conn(&self) -> Option<u64> {
+        match self {
+            Holder::Local { conn, .. } | Holder::Remote { conn } => Some(*conn),
+            Holder::InProcess => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -51,9 +61,12 @@ struct StationMeta {
     closure: Option<SelectFn>,
 }
 
+/// The temporary buffer of a large event.
 struct Temp {
-    _fd: OwnedFd,
+    fd: OwnedFd,
     map: Arc<Mapping>,
+    /// The event it was made for.
+    event: u32,
 }
 
 pub(crate) struct State {
@@ -66,6 +79,16 @@ pub(crate) struct State {
     attachments: Vec<Option<AttMeta>>,
     temps: HashMap<u32, Temp>,
     next_temp: u32,
+    /// Bytes of the temporary buffers (their mapped sizes).
+    temp_bytes: u64,
+}
+
+impl State {
+    fn remove_temp(&mut self, id: u32) {
+        if let Some(t) = self.temps.remove(&id) {
+            self.temp_bytes -= t.map.len() as u64;
+        }
+    }
 }
 
 pub(crate) struct SystemInner {
@@ -74,9 +97,11 @@ pub(crate) struct SystemInner {
     memfd: OwnedFd,
     state: Mutex<State>,
     pub(crate) stop: AtomicBool,
-    next_conn: AtomicU64,
+    pub(crate) next_conn: AtomicU64,
     threads: Mutex<Vec<JoinHandle<()>>>,
     pub(crate) remote_addr: Mutex<Option<std::net::SocketAddr>>,
+    /// The user the ET process runs as: the system's owner.
+    owner_uid: u32,
 }
 
 /// An ET system, running in this process: create it, then let processes attach (locally by its
@@ -286,6 +311,17 @@ impl SystemInner {
         if rec.single_user.load(Ordering::Acquire) != 0 && rec.attachments.load(Ordering::Acquire) > 0 {
             return Err(EtError::Refused(format!("station `{station}` takes a single attachment and has one")));
         }
+        if let Some(conn) = holder.conn() {
+            let max = self.config.max_attachments_per_connection;
+            let mine = st.attachments.iter().flatten().filter(|m| m.holder.conn() == Some(conn)).count() as u64;
+            if mine >= u64::from(max) {
+                return Err(EtError::OverLimit {
+                    limit: Limit::AttachmentsPerConnection,
+                    requested: mine + 1,
+                    max: u64::from(max),
+                });
+            }
+        }
         let Some(att) = st.attachments.iter().position(Option::is_none) else {
             return Err(EtError::Refused(format!(
                 "the system has room for {} attachments",
@@ -373,6 +409,30 @@ impl SystemInner {
         }
     }
 
+    /// Frees temporary buffers whose event is free in GrandCentral: a large event always returns
+    /// through the reaper, which frees its buffer first, so such a buffer belongs to nobody (its
+    /// holder died between asking for it and marking the event large, or put the event without
+    /// marking it).
+    fn sweep_temps(&self) {
+        let mut st = self.state();
+        let orphans: Vec<u32> = st
+            .temps
+            .iter()
+            .filter(|(_, t)| self.pool.owner(t.event).load(Ordering::Acquire) == 0)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in orphans {
+            tracing::debug!(system = %self.config.name, temp = id, "freeing a large-event buffer nobody names");
+            st.remove_temp(id);
+        }
+    }
+
+    /// Whether a local process of user `uid` may connect: the system's owner, root (who can read
+    /// any process's memory anyway), and the users of `allowed_uids`.
+    pub(crate) fn accepts_uid(&self, uid: u32) -> bool {
+        uid == self.owner_uid || uid == 0 || self.config.allowed_uids.contains(&uid)
+    }
+
     /// Passes the events queued at station `slot`, which has no attachment any more, on to the
     /// stations after it (an idle station lets events flow past).
     fn flush_idle(&self, slot: u32) {
@@ -389,29 +449,71 @@ impl SystemInner {
         }
     }
 
-    pub(crate) fn new_temp(&self, size: usize) -> Result<(u32, OwnedFd, Arc<Mapping>), EtError> {
-        let mut st = self.state();
-        if st.temps.len() >= self.config.max_temp_events as usize {
-            return Err(EtError::Refused(format!(
-                "all {} temporary buffers for large events are in use",
-                self.config.max_temp_events
-            )));
+    /// Checks that `n` more large events of `size` bytes, for attachment `att`, fit every limit
+    /// now: before any event is taken for them.
+    pub(crate) fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError> {
+        let st = self.state();
+        self.check_large(&st, att, n.min(self.pool.layout.events as usize) as u64, size).map(|_| ())
+    }
+
+    /// The limits on large events, for `n` more of `size` bytes held by `att`: the size each
+    /// buffer would map, or the first limit they go over.
+    fn check_large(&self, st: &State, att: u32, n: u64, size: usize) -> Result<usize, EtError> {
+        let c = &self.config;
+        let max_size = c.max_event_bytes.max(self.pool.layout.event_size);
+        let over = |limit, requested: u64, max: u64| Err(EtError::OverLimit { limit, requested, max });
+        let mapped = match size.checked_next_multiple_of(4096) {
+            Some(m) if size <= max_size => m,
+            _ => return over(Limit::EventBytes, size as u64, max_size as u64),
+        };
+        let mine = OWNER_ATTACHMENT + att;
+        let held = st.temps.values().filter(|t| self.pool.owner(t.event).load(Ordering::Acquire) == mine).count();
+        let per_att = u64::from(c.max_temp_per_attachment);
+        if held as u64 + n > per_att {
+            return over(Limit::TempEventsPerAttachment, held as u64 + n, per_att);
         }
-        let size = size.div_ceil(4096) * 4096;
-        let fd =
-            sys::memfd("daqflow-et-large-event", size as u64).map_err(|e| EtError::io("creating a large event", e))?;
-        let map = Arc::new(Mapping::map(&fd, size).map_err(|e| EtError::io("mapping a large event", e))?);
+        let max_temps = u64::from(c.max_temp_events);
+        if st.temps.len() as u64 + n > max_temps {
+            return over(Limit::TempEvents, st.temps.len() as u64 + n, max_temps);
+        }
+        let bytes = st.temp_bytes.saturating_add(n.saturating_mul(mapped as u64));
+        if bytes > c.max_temp_bytes {
+            return over(Limit::TempBytes, bytes, c.max_temp_bytes);
+        }
+        Ok(mapped)
+    }
+
+    /// A temporary buffer of at least `size` bytes for event `event`, which attachment `att`
+    /// holds: (id, a descriptor of its memory file, its mapping in this process). The memory file
+    /// is sized, not filled: its pages are allocated as they are written.
+    pub(crate) fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, OwnedFd, Arc<Mapping>), EtError> {
+        let mut st = self.state();
+        let mine = OWNER_ATTACHMENT + att;
+        if event >= self.pool.layout.events || self.pool.owner(event).load(Ordering::Acquire) != mine {
+            return Err(EtError::NotOwned { idx: event });
+        }
+        if st.temps.values().any(|t| t.event == event) {
+            return Err(EtError::Refused(format!("event {event} has a large-event buffer already")));
+        }
+        let mapped = self.check_large(&st, att, 1, size)?;
+        let fd = sys::memfd(&format!("daqflow-et-large/{}", self.config.name), mapped as u64)
+            .map_err(|e| EtError::io("creating a large event", e))?;
+        let map = Arc::new(Mapping::map_lazy(&fd, mapped).map_err(|e| EtError::io("mapping a large event", e))?);
         let dup = fd.try_clone().map_err(|e| EtError::io("duplicating a descriptor", e))?;
         st.next_temp = st.next_temp.wrapping_add(1).max(1);
+        while st.temps.contains_key(&st.next_temp) {
+            st.next_temp = st.next_temp.wrapping_add(1).max(1);
+        }
         let id = st.next_temp;
-        st.temps.insert(id, Temp { _fd: fd, map: map.clone() });
+        st.temp_bytes += mapped as u64;
+        st.temps.insert(id, Temp { fd, map: map.clone(), event });
         Ok((id, dup, map))
     }
 
     pub(crate) fn temp(&self, id: u32) -> Result<(OwnedFd, Arc<Mapping>), EtError> {
         let st = self.state();
         let t = st.temps.get(&id).ok_or_else(|| EtError::Refused(format!("no large event buffer {id}")))?;
-        Ok((t._fd.try_clone().map_err(|e| EtError::io("duplicating a descriptor", e))?, t.map.clone()))
+        Ok((t.fd.try_clone().map_err(|e| EtError::io("duplicating a descriptor", e))?, t.map.clone()))
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -442,7 +544,7 @@ impl SystemInner {
                     id: i as u32,
                     station: st.stations[m.station as usize].as_ref().map_or_else(String::new, |s| s.name.clone()),
                     pid: a.pid.load(Ordering::Relaxed),
-                    remote: m.holder == Holder::Remote,
+                    remote: matches!(m.holder, Holder::Remote { .. }),
                     held: a.held.load(Ordering::Relaxed),
                     got: a.got.load(Ordering::Relaxed),
                     put: a.put.load(Ordering::Relaxed),
@@ -459,6 +561,7 @@ impl SystemInner {
             event_size: self.pool.layout.event_size,
             free_events: self.pool.queue(0).count.load(Ordering::Acquire),
             temp_events: st.temps.len() as u32,
+            temp_bytes: st.temp_bytes,
             in_transit,
             stations,
             attachments,
@@ -518,8 +621,11 @@ impl Backend for InProcess {
     fn system_name(&self) -> &str {
         &self.system.config.name
     }
-    fn new_temp(&self, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
-        self.system.new_temp(size).map(|(id, _fd, map)| (id, map))
+    fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError> {
+        self.system.admit_large(att, n, size)
+    }
+    fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
+        self.system.new_temp(att, event, size).map(|(id, _fd, map)| (id, map))
     }
     fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError> {
         self.system.temp(id).map(|(_, m)| m)
@@ -574,11 +680,13 @@ impl EtSystem {
                 attachments: (0..config.max_attachments.max(1)).map(|_| None).collect(),
                 temps: HashMap::new(),
                 next_temp: 0,
+                temp_bytes: 0,
             }),
             stop: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
             threads: Mutex::new(Vec::new()),
             remote_addr: Mutex::new(None),
+            owner_uid: sys::geteuid(),
             config,
         });
         let mut threads = Vec::new();
@@ -605,7 +713,7 @@ impl EtSystem {
             threads.push(spawn("watchdog", Box::new(move || watchdog(w)))?);
         }
         if let Some(addr) = inner.config.listen {
-            let listener = crate::remote::server::bind(addr)?;
+            let listener = crate::remote::server::bind(addr, &inner.config, &inner.pool.layout)?;
             *inner.remote_addr.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener.local_addr());
             let w = Arc::downgrade(&inner);
             threads.push(spawn("remote", Box::new(move || crate::remote::server::serve(w, listener)))?);
@@ -708,26 +816,49 @@ fn control_server(system: Weak<SystemInner>, listener: UnixListener) {
             return;
         }
         let Ok(conn) = conn else { continue };
+        // The kernel says who is on the other end: a client cannot name another process to be
+        // watched (and killed when it stops heartbeating), nor pretend to be another user.
+        let peer = match sys::peer_cred(&conn) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(system = %s.config.name, error = %e, "control connection without peer credentials; closing it");
+                continue;
+            }
+        };
+        if !s.accepts_uid(peer.uid) {
+            refuse(&s, conn, peer);
+            continue;
+        }
         let id = s.next_conn.fetch_add(1, Ordering::Relaxed);
         let w = system.clone();
-        let _ = std::thread::Builder::new().name("et-client".into()).spawn(move || serve_client(w, conn, id));
+        let _ = std::thread::Builder::new().name("et-client".into()).spawn(move || serve_client(w, conn, id, peer.pid));
     }
 }
 
-fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u64) {
-    // The kernel says who is on the other end: a client cannot name another process to be
-    // watched (and killed when it stops heartbeating).
-    let pid = match sys::peer_pid(&sock) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(error = %e, "control connection without a peer process id; closing it");
-            return;
-        }
-    };
+/// Tells a process of a user the system does not accept why, and closes its connection: it gets
+/// no descriptor and nothing else (abstract sockets have no file permissions, so this check is
+/// what keeps other users from mapping the memory).
+fn refuse(s: &SystemInner, conn: UnixStream, peer: sys::PeerCred) {
+    tracing::warn!(
+        system = %s.config.name,
+        pid = peer.pid,
+        uid = peer.uid,
+        "refused a local connection from another user (allowed: uid {}, root, allowed_uids {:?})",
+        s.owner_uid,
+        s.config.allowed_uids
+    );
+    let e = EtError::AccessDenied { name: s.config.name.clone(), owner: s.owner_uid, uid: peer.uid };
+    // A short message into the empty send buffer of a new socket: it does not block; the
+    // timeout only bounds the unexpected.
+    let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = ipc::send(&conn, &Response::Error(e), None);
+}
+
+fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u64, pid: u32) {
     let mut hello = false;
     let mut mine: Vec<u32> = Vec::new();
     loop {
-        let req = match ipc::recv::<Request>(&sock) {
+        let req = match ipc::recv::<Request>(&sock, ipc::MAX_REQUEST) {
             Ok((r, _)) => r,
             Err(e) => {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
@@ -747,7 +878,7 @@ fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u64) {
                 fd = Some(s.memfd.as_raw_fd());
                 Response::Hello { name: s.config.name.clone(), pool_len: s.pool.layout.total as u64 }
             }
-            Request::Attach { .. } if !hello => Response::Error(EtError::Protocol("attach before hello".into())),
+            _ if !hello => Response::Error(EtError::Protocol("the first request must be Hello".into())),
             Request::Attach { station } => match s.attach(&station, Holder::Local { conn, pid }) {
                 Ok((attachment, station)) => {
                     mine.push(attachment);
@@ -770,14 +901,28 @@ fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u64) {
             Request::Configure { name, config } => {
                 s.configure_station(&name, config).map_or_else(Response::Error, |_| Response::Done)
             }
-            Request::NewTemp { size } => match s.new_temp(size as usize) {
-                Ok((temp, f, map)) => {
-                    let r = Response::Temp { temp, size: map.len() as u64 };
-                    let _ = ipc::send(&sock, &r, Some(f.as_raw_fd()));
-                    continue;
+            Request::AdmitLarge { attachment, .. } | Request::NewTemp { attachment, .. }
+                if !mine.contains(&attachment) =>
+            {
+                Response::Error(EtError::Protocol(format!("no attachment {attachment} on this connection")))
+            }
+            Request::AdmitLarge { attachment, count, size } => s
+                .admit_large(
+                    attachment,
+                    count.min(u64::from(u32::MAX)) as usize,
+                    usize::try_from(size).unwrap_or(usize::MAX),
+                )
+                .map_or_else(Response::Error, |_| Response::Done),
+            Request::NewTemp { attachment, event, size } => {
+                match s.new_temp(attachment, event, usize::try_from(size).unwrap_or(usize::MAX)) {
+                    Ok((temp, f, map)) => {
+                        let r = Response::Temp { temp, size: map.len() as u64 };
+                        let _ = ipc::send(&sock, &r, Some(f.as_raw_fd()));
+                        continue;
+                    }
+                    Err(e) => Response::Error(e),
                 }
-                Err(e) => Response::Error(e),
-            },
+            }
             Request::TempFd { temp } => match s.temp(temp) {
                 Ok((f, map)) => {
                     let r = Response::Temp { temp, size: map.len() as u64 };
@@ -845,7 +990,7 @@ fn temp_reaper(system: Weak<SystemInner>) {
             for &i in idx {
                 // SAFETY: the reaper holds the event.
                 let d = unsafe { &mut *s.pool.desc(i) };
-                st.temps.remove(&d.temp_id);
+                st.remove_temp(d.temp_id);
                 d.temp_id = 0;
                 d.flags &= !FLAG_TEMP;
             }
@@ -884,7 +1029,7 @@ fn watchdog(system: Weak<SystemInner>) {
                             stuck.push((i as u32, pid));
                         }
                     }
-                    Holder::Remote if m.last_change.elapsed() > timeout => dead.push(i as u32),
+                    Holder::Remote { .. } if m.last_change.elapsed() > timeout => dead.push(i as u32),
                     _ => {}
                 }
             }
@@ -898,6 +1043,7 @@ fn watchdog(system: Weak<SystemInner>) {
         for att in dead {
             s.detach(att, true);
         }
+        s.sweep_temps();
         // Events pushed into a station removed, or left by its last attachment, under a
         // putter's feet flow on.
         for slot in 1..s.pool.layout.max_stations {
@@ -911,5 +1057,186 @@ fn watchdog(system: Weak<SystemInner>) {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::{Attachment, EtClient, Wait};
+
+    fn system(test: &str, tweak: impl FnOnce(&mut SystemConfig)) -> EtSystem {
+        let mut c = SystemConfig::new(format!("sys-{test}-{}", std::process::id()), 20, 1024);
+        tweak(&mut c);
+        EtSystem::create(c).unwrap()
+    }
+
+    /// A raw control connection that has said hello.
+    fn raw(system: &EtSystem) -> UnixStream {
+        let sock = UnixStream::connect_addr(&ipc::address(system.name()).unwrap()).unwrap();
+        ipc::send(&sock, &Request::Hello { pid: 0 }, None).unwrap();
+        let (r, fd) = ipc::recv::<Response>(&sock, ipc::MAX_RESPONSE).unwrap();
+        assert!(matches!(r, Response::Hello { .. }) && fd.is_some());
+        sock
+    }
+
+    fn ask(sock: &UnixStream, req: &Request) -> Response {
+        ipc::send(sock, req, None).unwrap();
+        ipc::recv::<Response>(sock, ipc::MAX_RESPONSE).unwrap().0
+    }
+
+    fn wait_until(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn only_the_owner_root_and_allowed_users_may_connect() {
+        let s = system("uids", |c| c.allowed_uids = vec![4242]);
+        let me = sys::geteuid();
+        assert!(s.inner.accepts_uid(me));
+        assert!(s.inner.accepts_uid(0), "root reads any memory anyway");
+        assert!(s.inner.accepts_uid(4242));
+        let stranger = if me == 65534 { 65533 } else { 65534 };
+        assert!(!s.inner.accepts_uid(stranger));
+    }
+
+    #[test]
+    fn a_large_event_buffer_is_made_only_for_an_event_its_attachment_holds_and_within_the_limits() {
+        let s = system("temp-owner", |c| c.max_event_bytes = 1 << 20);
+        let a = s.attach(GRAND_CENTRAL).unwrap();
+        let b = s.attach(GRAND_CENTRAL).unwrap();
+        let held = a.new_events(1, 10, Wait::NoWait).unwrap();
+        let idx = held[0].index();
+        assert!(matches!(s.inner.new_temp(b.id(), idx, 100_000), Err(EtError::NotOwned { .. })));
+        assert!(matches!(s.inner.new_temp(a.id(), 20, 100_000), Err(EtError::NotOwned { idx: 20 })));
+        assert!(matches!(
+            s.inner.new_temp(a.id(), idx, 2 << 20),
+            Err(EtError::OverLimit { limit: Limit::EventBytes, .. })
+        ));
+        assert!(matches!(
+            s.inner.new_temp(a.id(), idx, usize::MAX),
+            Err(EtError::OverLimit { limit: Limit::EventBytes, .. })
+        ));
+        assert_eq!(s.snapshot().temp_events, 0, "nothing made for the refused ones");
+        s.inner.new_temp(a.id(), idx, 100_000).unwrap();
+        assert!(matches!(s.inner.new_temp(a.id(), idx, 100_000), Err(EtError::Refused(_))), "one per event");
+        assert_eq!((s.snapshot().temp_events, s.snapshot().temp_bytes), (1, 102_400));
+    }
+
+    #[test]
+    fn large_event_buffers_take_memory_only_as_they_are_written() {
+        let s = system("lazy", |_| {});
+        let producer = s.attach(GRAND_CENTRAL).unwrap();
+        let mut events = producer.new_events(2, 32 << 20, Wait::NoWait).unwrap();
+        let allocated =
+            || -> u64 { s.inner.state().temps.values().map(|t| sys::allocated_bytes(&t.fd).unwrap()).sum() };
+        assert_eq!(s.snapshot().temp_bytes, 2 * (32 << 20));
+        assert_eq!(allocated(), 0, "asking for 64 MiB of large events takes no memory");
+        events[1].write(&vec![1u8; 1 << 20]).unwrap();
+        let written = allocated();
+        assert!((1 << 20..=2 << 20).contains(&written), "1 MiB written: {written} bytes allocated");
+        producer.put_events(&mut events).unwrap();
+        wait_until("the buffers freed", || s.snapshot().temp_events == 0);
+        assert_eq!(s.snapshot().temp_bytes, 0);
+    }
+
+    #[test]
+    fn a_buffer_no_event_names_is_freed_once_its_event_is_free_again() {
+        let s = system("orphan", |_| {});
+        let producer = s.attach(GRAND_CENTRAL).unwrap();
+        let mut held = producer.new_events(1, 10, Wait::NoWait).unwrap();
+        // As a process that died between asking for the buffer and marking its event large.
+        s.inner.new_temp(producer.id(), held[0].index(), 100_000).unwrap();
+        producer.dump_events(&mut held).unwrap();
+        assert_eq!(s.snapshot().free_events, 20);
+        wait_until("the buffer freed", || s.snapshot().temp_events == 0);
+        assert_eq!(s.snapshot().temp_bytes, 0);
+    }
+
+    #[test]
+    fn control_requests_before_hello_are_refused() {
+        let s = system("no-hello", |_| {});
+        let sock = UnixStream::connect_addr(&ipc::address(s.name()).unwrap()).unwrap();
+        for req in [Request::Status, Request::Attach { station: GRAND_CENTRAL.into() }] {
+            match ask(&sock, &req) {
+                Response::Error(EtError::Protocol(m)) => assert!(m.contains("Hello"), "{m}"),
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+        assert!(s.snapshot().attachments.is_empty());
+    }
+
+    #[test]
+    fn a_control_request_longer_than_64_kib_closes_the_connection_unread() {
+        let s = system("long", |_| {});
+        let sock = raw(&s);
+        let mut long = (ipc::MAX_REQUEST as u32 + 1).to_le_bytes().to_vec();
+        long.extend_from_slice(b"{");
+        sys::send_with_fd(&sock, &long, None).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut byte = [0u8; 1];
+        let got = sys::recv_with_fd(&sock, &mut byte);
+        // Closed with the rest of the request unread: end of stream, or a reset.
+        let closed = |e: io::Error| matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset);
+        assert!(got.is_err_and(closed), "closed without an answer");
+        // The system serves others as before.
+        let client = EtClient::connect(s.name()).unwrap();
+        assert_eq!(client.snapshot().unwrap().events, 20);
+    }
+
+    #[test]
+    fn large_event_requests_name_an_attachment_of_their_own_connection() {
+        let s = system("their-own", |_| {});
+        let client = EtClient::connect(s.name()).unwrap();
+        let theirs = client.attach(GRAND_CENTRAL).unwrap();
+        let sock = raw(&s);
+        let requests = [
+            Request::NewTemp { attachment: theirs.id(), event: 0, size: 100_000 },
+            Request::AdmitLarge { attachment: theirs.id(), count: 1, size: 100_000 },
+        ];
+        for req in requests {
+            match ask(&sock, &req) {
+                Response::Error(EtError::Protocol(m)) => assert!(m.contains("no attachment"), "{m}"),
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+        let Response::Attached { attachment, .. } = ask(&sock, &Request::Attach { station: GRAND_CENTRAL.into() })
+        else {
+            panic!("attach refused")
+        };
+        // Its own attachment, but an event it does not hold.
+        match ask(&sock, &Request::NewTemp { attachment, event: 3, size: 100_000 }) {
+            Response::Error(EtError::NotOwned { idx: 3 }) => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        match ask(&sock, &Request::AdmitLarge { attachment, count: 2, size: 1 << 30 }) {
+            Response::Error(EtError::OverLimit { limit: Limit::EventBytes, .. }) => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(s.snapshot().temp_events, 0);
+    }
+
+    #[test]
+    fn a_stranger_is_told_why_and_gets_no_descriptor() {
+        // A stand-in for a process of another user: the refusal itself, on a socket pair.
+        let s = system("refuse", |_| {});
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        refuse(&s.inner, ours, sys::PeerCred { pid: 1, uid: 65534 });
+        let (r, fd) = ipc::recv::<Response>(&theirs, ipc::MAX_RESPONSE).unwrap();
+        assert!(fd.is_none());
+        match r {
+            Response::Error(e @ EtError::AccessDenied { uid: 65534, .. }) => {
+                assert!(e.to_string().contains("--allow-uid 65534"), "{e}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        let mut byte = [0u8; 1];
+        assert!(sys::recv_with_fd(&theirs, &mut byte).is_err(), "and the connection is closed");
     }
 }

@@ -24,10 +24,14 @@ enum Conn {
 
 impl Conn {
     fn attach(&self, station: &str) -> Box<dyn Attachment + Send> {
-        match self {
-            Conn::Local(c) => Box::new(c.attach(station).expect("attach")),
-            Conn::Remote(c) => Box::new(c.attach(station).expect("attach")),
-        }
+        self.try_attach(station).expect("attach")
+    }
+
+    fn try_attach(&self, station: &str) -> Result<Box<dyn Attachment + Send>, EtError> {
+        Ok(match self {
+            Conn::Local(c) => Box::new(c.attach(station)?),
+            Conn::Remote(c) => Box::new(c.attach(station)?),
+        })
     }
 
     fn create(&self, name: &str, config: StationConfig, position: Position) {
@@ -210,6 +214,10 @@ both!(
     priorities,
     large_events,
     large_events_are_limited,
+    an_event_over_max_event_bytes_is_refused_before_anything_is_taken,
+    one_attachment_holds_a_bounded_number_of_large_events,
+    temporary_buffers_are_bounded_in_bytes,
+    a_connection_has_a_bounded_number_of_attachments,
     consumers_share_a_station,
     chain_of_stations,
     parallel_groups,
@@ -435,7 +443,10 @@ fn large_events_are_limited(kind: Kind) {
     let mut four = producer.new_events(4, 4096, Wait::Sleep).unwrap();
     assert_eq!(four.len(), 4);
     match producer.new_events(2, 4096, Wait::Sleep) {
-        Err(EtError::Refused(m)) => assert!(m.contains("temporary"), "{m}"),
+        Err(e @ EtError::OverLimit { limit: Limit::TempEvents, requested: 6, max: 4 }) => {
+            let m = e.to_string();
+            assert!(m.contains("max_temp_events") && m.contains("--max-temp"), "{m}");
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(s.conn.snapshot().free_events, 46);
@@ -452,6 +463,149 @@ fn large_events_are_limited(kind: Kind) {
         }
         s.assert_all_free();
     }
+}
+
+/// A `new_events` larger than `max_event_bytes` is refused with an error naming the limit and
+/// its key, at once (even with every event taken and `Wait::Sleep`), and takes nothing; the
+/// limit itself is allowed.
+fn an_event_over_max_event_bytes_is_refused_before_anything_is_taken(kind: Kind) {
+    let s = Setup::with(kind, "max-event", |c| {
+        c.events = 20;
+        c.event_size = 1024;
+        c.max_event_bytes = 100_000;
+    });
+    let producer = s.conn.attach(GRAND_CENTRAL);
+    let mut exact = producer.new_events(1, 100_000, Wait::Sleep).unwrap();
+    assert!(exact[0].is_large() && exact[0].capacity() >= 100_000);
+    // Every other event is taken: a request that took events first would wait (then time out).
+    let mut rest = producer.new_events(19, 10, Wait::Sleep).unwrap();
+    assert_eq!(rest.len(), 19);
+    match producer.new_events(2, 1 << 30, Wait::Timed(Duration::from_secs(5))) {
+        Err(e @ EtError::OverLimit { limit: Limit::EventBytes, requested, max: 100_000 }) => {
+            assert_eq!(requested, 1 << 30);
+            assert_eq!(Limit::EventBytes.key(), "max_event_bytes");
+            let m = e.to_string();
+            assert!(
+                m.contains("1073741824") && m.contains("max_event_bytes") && m.contains("--max-event-bytes"),
+                "{m}"
+            );
+        }
+        other => panic!("expected a refusal naming max_event_bytes, got {other:?}"),
+    }
+    let snap = s.conn.snapshot();
+    assert_eq!((snap.free_events, snap.temp_events), (0, 1), "{snap:#?}");
+    producer.dump_events(&mut rest).unwrap();
+    producer.dump_events(&mut exact).unwrap();
+    s.assert_all_free();
+    // Sizes up to the pool's event size always fit, whatever the limit.
+    let s = Setup::with(kind, "max-event-small", |c| {
+        c.events = 20;
+        c.event_size = 4096;
+        c.max_event_bytes = 100;
+    });
+    let producer = s.conn.attach(GRAND_CENTRAL);
+    let mut small = producer.new_events(2, 4096, Wait::Sleep).unwrap();
+    producer.put_events(&mut small).unwrap();
+    assert!(matches!(
+        producer.new_events(1, 4097, Wait::NoWait),
+        Err(EtError::OverLimit { limit: Limit::EventBytes, max: 4096, .. })
+    ));
+    s.assert_all_free();
+}
+
+/// One attachment holds at most `max_temp_per_attachment` large events (made or got); others
+/// still get theirs, and it gets more once it put some.
+fn one_attachment_holds_a_bounded_number_of_large_events(kind: Kind) {
+    let s = Setup::with(kind, "per-att", |c| {
+        c.events = 30;
+        c.event_size = 512;
+        c.max_temp_per_attachment = 3;
+    });
+    s.conn.create("sink", StationConfig::default(), Position::End);
+    let sink = s.conn.attach("sink");
+    let a = s.conn.attach(GRAND_CENTRAL);
+    let b = s.conn.attach(GRAND_CENTRAL);
+    let mut held = a.new_events(2, 5000, Wait::Sleep).unwrap();
+    match a.new_events(2, 5000, Wait::Sleep) {
+        Err(e @ EtError::OverLimit { limit: Limit::TempEventsPerAttachment, requested: 4, max: 3 }) => {
+            assert!(e.to_string().contains("max_temp_per_attachment"), "{e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Small events are not limited, nor is another attachment.
+    let mut small = a.new_events(5, 100, Wait::Sleep).unwrap();
+    let mut other = b.new_events(3, 5000, Wait::Sleep).unwrap();
+    assert_eq!((small.len(), other.len()), (5, 3));
+    held.extend(a.new_events(1, 5000, Wait::Sleep).unwrap());
+    assert_eq!(held.len(), 3);
+    a.put_events(&mut held).unwrap();
+    // Events got count too: the consumer holding 3 large ones makes no large one.
+    let mut got = sink.get_events(10, Wait::Timed(Duration::from_secs(5))).unwrap();
+    assert_eq!(got.len(), 3);
+    assert!(matches!(
+        sink.new_events(1, 5000, Wait::NoWait),
+        Err(EtError::OverLimit { limit: Limit::TempEventsPerAttachment, .. })
+    ));
+    let mut again = a.new_events(3, 5000, Wait::Sleep).unwrap();
+    assert_eq!(again.len(), 3);
+    for (att, evs) in [(&a, &mut again), (&a, &mut small), (&b, &mut other), (&sink, &mut got)] {
+        att.dump_events(evs).unwrap();
+    }
+    s.assert_all_free();
+}
+
+/// The temporary buffers of the whole system take at most `max_temp_bytes` (sizes rounded up to
+/// 4 KiB); the snapshot shows what they take.
+fn temporary_buffers_are_bounded_in_bytes(kind: Kind) {
+    let s = Setup::with(kind, "temp-bytes", |c| {
+        c.events = 30;
+        c.event_size = 512;
+        c.max_temp_bytes = 1 << 20;
+    });
+    let a = s.conn.attach(GRAND_CENTRAL);
+    let b = s.conn.attach(GRAND_CENTRAL);
+    let mut two = a.new_events(2, 400_000, Wait::Sleep).unwrap();
+    let taken = 2 * 401_408; // 400 000 rounded up to 4 KiB, twice
+    assert_eq!(s.conn.snapshot().temp_bytes, taken);
+    match b.new_events(1, 300_000, Wait::Sleep) {
+        Err(e @ EtError::OverLimit { limit: Limit::TempBytes, max: 1_048_576, requested }) => {
+            assert_eq!(requested, taken + 303_104);
+            assert!(e.to_string().contains("max_temp_bytes") && e.to_string().contains("--max-temp-bytes"), "{e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let snap = s.conn.snapshot();
+    assert_eq!((snap.free_events, snap.temp_events), (28, 2), "nothing taken: {snap:#?}");
+    let mut fits = b.new_events(1, 200_000, Wait::Sleep).unwrap();
+    b.put_events(&mut fits).unwrap();
+    a.put_events(&mut two).unwrap();
+    s.assert_all_free();
+    assert_eq!(s.conn.snapshot().temp_bytes, 0);
+}
+
+/// One connection makes at most `max_attachments_per_connection` attachments; another
+/// connection still attaches, and a detach makes room.
+fn a_connection_has_a_bounded_number_of_attachments(kind: Kind) {
+    let s = Setup::with(kind, "per-conn", |c| {
+        c.max_attachments_per_connection = 2;
+    });
+    let one = s.conn.attach(GRAND_CENTRAL);
+    let two = s.conn.attach(GRAND_CENTRAL);
+    match s.conn.try_attach(GRAND_CENTRAL) {
+        Err(e @ EtError::OverLimit { limit: Limit::AttachmentsPerConnection, requested: 3, max: 2 }) => {
+            assert!(e.to_string().contains("max_attachments_per_connection"), "{e}");
+        }
+        Err(e) => panic!("expected a refusal, got {e:?}"),
+        Ok(_) => panic!("a third attachment on one connection"),
+    }
+    let other = s.connect();
+    let three = other.attach(GRAND_CENTRAL);
+    drop(one);
+    let four = s.conn.attach(GRAND_CENTRAL);
+    // The ET process's own attachments are not limited.
+    let own: Vec<_> = (0..4).map(|_| s.system.attach(GRAND_CENTRAL).unwrap()).collect();
+    assert_eq!(s.conn.snapshot().attachments.len(), 3 + own.len());
+    drop((two, three, four, own));
 }
 
 /// Several consumers on one station share its flow: each event goes to exactly one.

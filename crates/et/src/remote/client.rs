@@ -201,7 +201,7 @@ impl RemoteClient {
     pub fn connect(addr: SocketAddr) -> Result<RemoteClient, EtError> {
         let mut conn = Connection::connect_with_retry(
             &[addr],
-            &super::server::options(),
+            &super::server::client_options(),
             &RetryPolicy::for_duration(Duration::from_secs(2)),
         )
         .map_err(|e| EtError::io(format!("connecting to the ET system at {addr}"), e))?;

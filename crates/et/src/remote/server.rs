@@ -12,18 +12,31 @@ use daqflow_transport::{Connection, ConnectionOptions, Listener};
 use daqflow_wire::frame::Frame;
 
 use super::protocol::*;
-use crate::config::Wait;
+use crate::config::{SystemConfig, Wait};
 use crate::error::EtError;
 use crate::local::LocalAttachment;
-use crate::pool::{FLAG_CORRUPT, FLAG_TEMP};
+use crate::pool::{FLAG_CORRUPT, FLAG_TEMP, Layout};
 use crate::system::{Holder, InProcess, SystemInner};
 
-pub(crate) fn options() -> ConnectionOptions {
-    ConnectionOptions { max_frame_bytes: super::protocol::MAX_REMOTE_EVENT as u32, ..ConnectionOptions::default() }
+/// A client's connection options: it takes any frame the protocol allows from its server.
+pub(crate) fn client_options() -> ConnectionOptions {
+    ConnectionOptions { max_frame_bytes: MAX_REMOTE_EVENT as u32, ..ConnectionOptions::default() }
 }
 
-pub(crate) fn bind(addr: SocketAddr) -> Result<Listener, EtError> {
-    Listener::bind(addr, options()).map_err(|e| EtError::io(format!("listening for remote clients on {addr}"), e))
+/// The largest frame a client may send to the system: the data of its largest event (the
+/// capacity of a temporary buffer of `max_event_bytes`, or the pool's event size), or a `PUT` of
+/// the whole pool with data inline, whichever is larger. A client announcing a longer frame is
+/// disconnected before any memory is reserved for it.
+pub(crate) fn max_frame(config: &SystemConfig, layout: &Layout) -> usize {
+    let event = config.max_event_bytes.max(layout.event_size).saturating_add(4095) / 4096 * 4096;
+    let batch = (layout.events as usize).saturating_mul(WIRE_HEADER + INLINE_MAX).saturating_add(4);
+    event.max(batch).clamp(64 << 10, MAX_REMOTE_EVENT)
+}
+
+pub(crate) fn bind(addr: SocketAddr, config: &SystemConfig, layout: &Layout) -> Result<Listener, EtError> {
+    let options =
+        ConnectionOptions { max_frame_bytes: max_frame(config, layout) as u32, ..ConnectionOptions::default() };
+    Listener::bind(addr, options).map_err(|e| EtError::io(format!("listening for remote clients on {addr}"), e))
 }
 
 pub(crate) fn serve(system: Weak<SystemInner>, listener: Listener) {
@@ -67,6 +80,7 @@ fn server_wait(w: Wait) -> Wait {
 
 fn serve_conn(system: Weak<SystemInner>, mut conn: Connection) {
     let peer = conn.peer_addr();
+    let Some(id) = system.upgrade().map(|s| s.next_conn.fetch_add(1, Ordering::Relaxed)) else { return };
     let mut atts: HashMap<u32, LocalAttachment> = HashMap::new();
     let mut next: Option<Frame> = None;
     let mut extra = Vec::new();
@@ -94,7 +108,7 @@ fn serve_conn(system: Weak<SystemInner>, mut conn: Connection) {
             a.beat();
         }
         extra.clear();
-        let (reply, fatal) = match handle(&s, &mut atts, frame, &mut conn, &mut extra) {
+        let (reply, fatal) = match handle(&s, id, &mut atts, frame, &mut conn, &mut extra) {
             Ok(f) => (f, false),
             Err(e) => {
                 extra.clear();
@@ -166,6 +180,7 @@ fn att(atts: &HashMap<u32, LocalAttachment>, id: u32) -> Result<&LocalAttachment
 /// frames are read from `conn`.
 fn handle(
     s: &Arc<SystemInner>,
+    conn_id: u64,
     atts: &mut HashMap<u32, LocalAttachment>,
     frame: Frame,
     conn: &mut Connection,
@@ -187,7 +202,7 @@ fn handle(
         ATTACH => {
             let v = json(&p)?;
             let station = v["station"].as_str().ok_or_else(|| EtError::Protocol("attach without a station".into()))?;
-            let (id, slot) = s.attach(station, Holder::Remote)?;
+            let (id, slot) = s.attach(station, Holder::Remote { conn: conn_id })?;
             atts.insert(
                 id,
                 LocalAttachment::new(Arc::new(InProcess { system: s.clone() }), id, slot, station.to_owned()),
@@ -317,5 +332,42 @@ fn handle(
         STATUS => Ok(json_frame(SNAPSHOT, &s.snapshot())),
         PING => Ok(Frame::new(OK, Bytes::new())),
         other => Err(EtError::Protocol(format!("unknown request kind {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EtSystem, SystemConfig};
+
+    #[test]
+    fn the_largest_frame_a_client_may_send_follows_the_limits() {
+        let c = SystemConfig::new("frames", 3000, 65536);
+        assert_eq!(max_frame(&c, &Layout::new(3000, 65536, 32, 128)), 64 << 20, "the default largest event");
+        let mut c = SystemConfig::new("frames", 3000, 1024);
+        c.max_event_bytes = 100_000;
+        assert_eq!(max_frame(&c, &Layout::new(3000, 1024, 32, 128)), 3000 * (WIRE_HEADER + INLINE_MAX) + 4, "a put");
+        assert_eq!(max_frame(&c, &Layout::new(10, 1024, 32, 128)), 102_400, "a large event's capacity");
+        c.max_event_bytes = usize::MAX;
+        assert_eq!(max_frame(&c, &Layout::new(10, 1024, 32, 128)), MAX_REMOTE_EVENT);
+    }
+
+    #[test]
+    fn a_client_sending_a_frame_over_the_largest_event_is_disconnected() {
+        let mut c = SystemConfig::new(format!("frames-{}", std::process::id()), 10, 1024);
+        c.max_event_bytes = 100_000;
+        c.listen = Some("127.0.0.1:0".parse().unwrap());
+        let system = EtSystem::create(c).unwrap();
+        let addr = system.remote_addr().unwrap();
+        let mut conn = Connection::connect(addr, &client_options()).unwrap();
+        // The largest frame is served (a PING ignores its payload)…
+        conn.send(Frame::new(PING, Bytes::from(vec![0u8; 102_400]))).unwrap();
+        conn.flush().unwrap();
+        let answer = conn.recv_timeout(Duration::from_secs(10)).unwrap().expect("an answer");
+        assert_eq!(answer.kind, OK);
+        // …one byte more closes the connection, unanswered.
+        conn.send(Frame::new(PING, Bytes::from(vec![0u8; 102_401]))).unwrap();
+        let _ = conn.flush();
+        assert!(conn.recv_timeout(Duration::from_secs(10)).is_err(), "disconnected");
     }
 }
