@@ -56,9 +56,25 @@ pub enum EtCommand {
         /// Answer discovery queries for the name on this UDP port.
         #[arg(long, value_name = "PORT")]
         discovery_port: Option<u16>,
-        /// Most temporary buffers for large events at a time.
+        /// Most temporary buffers for large events (larger than --event-size) at a time.
         #[arg(long, default_value_t = 64)]
         max_temp: u32,
+        /// The largest event a producer may ask for (e.g. 64MiB, 1GiB, or bytes).
+        #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+        max_event_bytes: u64,
+        /// Most bytes the temporary buffers of large events may take, in all.
+        #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+        max_temp_bytes: u64,
+        /// Most large events one attachment may hold at a time.
+        #[arg(long, default_value_t = 16)]
+        max_temp_per_attachment: u32,
+        /// Most attachments one client connection (local or remote) may have.
+        #[arg(long, default_value_t = 32)]
+        max_attachments_per_connection: u32,
+        /// Also accept local processes of this user id (repeat, or separate with commas); the
+        /// user running the system and root are always accepted.
+        #[arg(long = "allow-uid", value_name = "UID", value_delimiter = ',')]
+        allow_uid: Vec<u32>,
         /// An attachment silent for this long is declared dead (a local one is killed).
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         heartbeat_timeout: Duration,
@@ -175,6 +191,7 @@ pub enum EtCommand {
 pub const AFTER_HELP: &str = "\
 Examples:
   daqflow et start --name daq --events 3000 --event-size 65536 --listen 127.0.0.1:11111
+  daqflow et start --name daq --max-event-bytes 256MiB --max-temp-bytes 2GiB --allow-uid 1001,1002
   daqflow et consume --name daq --station mon --create nonblocking --cue 50 --select match:1,*,*,*
   daqflow et produce --name daq --size 4096 --batch 100 --count 1000000 --control 1
   daqflow et monitor daq
@@ -219,6 +236,23 @@ impl Conn {
     }
 }
 
+/// A number of bytes: `65536`, or with a binary unit: `64KiB`, `64MiB`, `1GiB` (also `K`, `M`,
+/// `G`, `KB`, `MB`, `GB`, all powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("{s:?}: expected a number of bytes, e.g. 65536 or 64MiB"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        other => return Err(format!("{s:?}: unknown unit {other:?} (B, KiB, MiB or GiB)")),
+    };
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{s:?}: too large"))
+}
+
 fn out_line(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -246,11 +280,29 @@ fn stop_flag() -> Arc<AtomicBool> {
 
 pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
-        EtCommand::Start { name, events, event_size, listen, discovery_port, max_temp, heartbeat_timeout } => {
+        EtCommand::Start {
+            name,
+            events,
+            event_size,
+            listen,
+            discovery_port,
+            max_temp,
+            max_event_bytes,
+            max_temp_bytes,
+            max_temp_per_attachment,
+            max_attachments_per_connection,
+            allow_uid,
+            heartbeat_timeout,
+        } => {
             let mut config = SystemConfig::new(name, *events, *event_size);
             config.listen = *listen;
             config.discovery_port = *discovery_port;
             config.max_temp_events = *max_temp;
+            config.max_event_bytes = usize::try_from(*max_event_bytes).unwrap_or(usize::MAX);
+            config.max_temp_bytes = *max_temp_bytes;
+            config.max_temp_per_attachment = *max_temp_per_attachment;
+            config.max_attachments_per_connection = *max_attachments_per_connection;
+            config.allowed_uids = allow_uid.clone();
             config.heartbeat_timeout = *heartbeat_timeout;
             let stop = stop_flag();
             let system = EtSystem::create(config)?;
@@ -535,5 +587,22 @@ impl EtArgs {
     /// Whether this runs a long-lived server (which logs at info level).
     pub fn is_server(&self) -> bool {
         matches!(self.command, EtCommand::Start { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_sizes_parse_with_binary_units() {
+        assert_eq!(parse_bytes("65536"), Ok(65536));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1gib"), Ok(1 << 30));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert!(parse_bytes("64XB").is_err());
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("99999999999999999999GiB").is_err());
     }
 }

@@ -285,3 +285,232 @@ fn a_producer_waiting_for_free_events_stops_on_ctrl_c() {
     assert_eq!(summary(&mut producer, "produced")["produced"], 200, "it produced the pool, then waited");
     assert!(t.elapsed() < Duration::from_secs(3), "stopped {:?} after Ctrl-C", t.elapsed());
 }
+
+/// `RssShmem` and `RssAnon` of process `pid`, in bytes (`/proc/PID/status`).
+fn rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name}: {status}"));
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    (field("RssShmem:"), field("RssAnon:"))
+}
+
+/// Bytes of memory the large-event buffers of process `pid` occupy: the blocks allocated to its
+/// memory files named for large events (a memfd's blocks are the pages written into it).
+fn large_event_blocks(pid: u32) -> u64 {
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().filter_map(|e| e.ok()) {
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        if target.to_string_lossy().starts_with("/memfd:daqflow-et-large")
+            && let Ok(meta) = std::fs::metadata(entry.path())
+        {
+            bytes += std::os::unix::fs::MetadataExt::blocks(&meta) * 512;
+        }
+    }
+    bytes
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn hostile_large_event_requests_are_refused_and_commit_no_memory() {
+    let name = unique("hostile-large");
+    let (system, addr) = et_start(&name, &[]);
+    let pid = system.child.id();
+    let (shm0, anon0) = rss(pid);
+
+    // A remote client: attach to GrandCentral, ask for 2 events of 1 GiB, write nothing.
+    let remote = daqflow_et::RemoteClient::connect(addr.parse().unwrap()).unwrap();
+    let producer = remote.attach(daqflow_et::GRAND_CENTRAL).unwrap();
+    let asked = daqflow_et::Attachment::new_events(&producer, 2, 1 << 30, daqflow_et::Wait::NoWait);
+    match &asked {
+        Err(daqflow_et::EtError::OverLimit { limit, .. }) => {
+            assert_eq!(limit.key(), "max_event_bytes");
+        }
+        other => panic!("expected a refusal naming max_event_bytes, got {other:?}"),
+    }
+    let message = asked.unwrap_err().to_string();
+    assert!(message.contains("max_event_bytes") && message.contains("--max-event-bytes"), "{message}");
+    // The same from a local process.
+    let local = daqflow_et::EtClient::connect(&name).unwrap();
+    let local_producer = local.attach(daqflow_et::GRAND_CENTRAL).unwrap();
+    let asked = daqflow_et::Attachment::new_events(&local_producer, 2, 1 << 30, daqflow_et::Wait::NoWait);
+    assert!(matches!(asked, Err(daqflow_et::EtError::OverLimit { .. })), "{asked:?}");
+
+    let (shm1, anon1) = rss(pid);
+    let grown = shm1.saturating_sub(shm0) + anon1.saturating_sub(anon0);
+    eprintln!(
+        "ET process: RssShmem {} -> {} MiB, RssAnon {} -> {} MiB",
+        shm0 / MIB,
+        shm1 / MIB,
+        anon0 / MIB,
+        anon1 / MIB
+    );
+    assert!(grown < 16 * MIB, "the ET process grew by {} MiB", grown / MIB);
+    assert_eq!(large_event_blocks(pid), 0);
+    let snap = snapshot(&name);
+    assert_eq!(snap["temp_events"], 0, "{snap:#}");
+    assert_eq!(snap["free_events"], 200, "nothing was taken: {snap:#}");
+}
+
+#[test]
+fn large_events_commit_memory_only_as_they_are_written() {
+    let name = unique("lazy-large");
+    let (system, _) = et_start(&name, &[]);
+    let pid = system.child.id();
+    let (shm0, _) = rss(pid);
+    let client = daqflow_et::EtClient::connect(&name).unwrap();
+    let producer = client.attach(daqflow_et::GRAND_CENTRAL).unwrap();
+    // Two events of 48 MiB (within the default limits), nothing written yet.
+    let mut events = daqflow_et::Attachment::new_events(&producer, 2, 48 << 20, daqflow_et::Wait::NoWait).unwrap();
+    assert_eq!(events.len(), 2);
+    assert!(events.iter().all(|e| e.is_large()));
+    let (shm1, _) = rss(pid);
+    eprintln!("ET process RssShmem with 2 unwritten 48 MiB events: {} -> {} MiB", shm0 / MIB, shm1 / MIB);
+    assert!(shm1.saturating_sub(shm0) < 8 * MIB, "the ET process mapped {} MiB", (shm1 - shm0) / MIB);
+    assert_eq!(large_event_blocks(pid), 0, "no page of the buffers exists before data is written");
+    // 4 MiB written into one of them: that much memory, no more.
+    events[0].write(&vec![7u8; 4 << 20]).unwrap();
+    let written = large_event_blocks(pid);
+    eprintln!("large-event memory after writing 4 MiB: {} KiB", written / 1024);
+    assert!((4 * MIB..5 * MIB).contains(&written), "{written} bytes");
+    daqflow_et::Attachment::put_events(&producer, &mut events).unwrap();
+    wait_for(&name, "the large events freed", |s| s["temp_events"] == 0 && s["free_events"] == 200);
+}
+
+/// The uid and gid of `nobody`, the stranger of the credential tests.
+const NOBODY: u32 = 65534;
+
+/// Connects to ET system `name`'s control socket as user `uid` (a forked child that drops to
+/// that user), sends the hello a client sends, and reads one answer, until the ET process closes
+/// the connection or a whole message came: the bytes answered, and whether a file descriptor
+/// came with them.
+fn hello_as(uid: u32, name: &str) -> (Vec<u8>, bool) {
+    // Everything the child uses is made before the fork: after it, the child only makes system
+    // calls (this process has other threads, whose locks the child must not need).
+    // SAFETY: sockaddr_un is a plain C struct; zeroed is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let path = format!("daqflow-et/{name}");
+    for (i, b) in path.bytes().enumerate() {
+        addr.sun_path[i + 1] = b as libc::c_char; // sun_path[0] = 0: the abstract namespace
+    }
+    let addr_len = (std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + path.len()) as libc::socklen_t;
+    let body = br#"{"Hello":{"pid":0}}"#;
+    let mut hello = (body.len() as u32).to_le_bytes().to_vec();
+    hello.extend_from_slice(body);
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    assert_eq!(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the child only makes async-signal-safe system calls on memory prepared above
+    // and on its own stack, then _exits; it never returns into Rust code.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: raw system calls on valid pointers (the address, the buffers on this stack).
+        unsafe {
+            let id = uid as libc::c_long;
+            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setresgid, id, id, id) != 0
+                || libc::syscall(libc::SYS_setresuid, id, id, id) != 0
+            {
+                libc::_exit(10);
+            }
+            let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            if s < 0 || libc::connect(s, (&raw const addr).cast(), addr_len) != 0 {
+                libc::_exit(11);
+            }
+            // It may already be refused and closed: the answer is read all the same.
+            libc::send(s, hello.as_ptr().cast(), hello.len(), libc::MSG_NOSIGNAL);
+            let mut buf = [0u8; 4096];
+            let mut total = 0usize;
+            let mut got_fd = 0u8;
+            loop {
+                let mut cbuf = [0u64; 8];
+                let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().add(total).cast(), iov_len: buf.len() - total };
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = &raw mut iov;
+                msg.msg_iovlen = 1;
+                msg.msg_control = cbuf.as_mut_ptr().cast();
+                msg.msg_controllen = std::mem::size_of_val(&cbuf);
+                let n = libc::recvmsg(s, &raw mut msg, 0);
+                if n <= 0 {
+                    break;
+                }
+                total += n as usize;
+                if msg.msg_controllen > 0 {
+                    got_fd = 1;
+                }
+                let len = if total >= 4 { u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize } else { 0 };
+                if total == buf.len() || (total >= 4 && total >= 4 + len) {
+                    break;
+                }
+            }
+            libc::write(pipe[1], (&raw const got_fd).cast(), 1);
+            libc::write(pipe[1], buf.as_ptr().cast(), total);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: closing our copy of the write end, which we own.
+    unsafe { libc::close(pipe[1]) };
+    // SAFETY: the read end is ours; the File closes it.
+    let mut reader = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(pipe[0]) };
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut out).unwrap();
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child failed: status {status:#x}");
+    assert!(!out.is_empty(), "the child reported nothing");
+    (out[1..].to_vec(), out[0] == 1)
+}
+
+#[test]
+fn a_local_process_of_another_user_is_refused_and_gets_no_descriptor() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running a client as another user (uid {NOBODY}) needs root");
+        return;
+    }
+    let name = unique("strangers");
+    let (mut system, _) = et_start(&name, &[]);
+    let (answer, got_fd) = hello_as(NOBODY, &name);
+    assert!(!got_fd, "a refused process must not get the memory's descriptor");
+    assert!(answer.len() > 4, "the reason comes before the connection closes: {answer:?}");
+    let reason: serde_json::Value = serde_json::from_slice(&answer[4..]).unwrap();
+    assert_eq!(reason["Error"]["AccessDenied"]["uid"], NOBODY, "{reason}");
+    assert_eq!(reason["Error"]["AccessDenied"]["owner"], 0, "{reason}");
+    assert!(system.stderr_contains("refused a local connection"), "the ET process logs it");
+    let snap = snapshot(&name);
+    assert!(snap["attachments"].as_array().unwrap().is_empty(), "{snap:#}");
+
+    // The daqflow client says why, in words.
+    let daqflow = env!("CARGO_BIN_EXE_daqflow");
+    let out = std::os::unix::process::CommandExt::gid(
+        std::os::unix::process::CommandExt::uid(Command::new(daqflow).args(["et", "monitor", &name, "--once"]), NOBODY),
+        NOBODY,
+    )
+    .output();
+    match out {
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{stderr}");
+            assert!(
+                stderr.contains("does not accept local connections from uid 65534")
+                    && stderr.contains("--allow-uid 65534"),
+                "{stderr}"
+            );
+        }
+        // The binary lies where uid 65534 cannot reach it (a private home directory).
+        Err(e) => eprintln!("the daqflow client was not run as uid {NOBODY}: {e}"),
+    }
+
+    // Allowed by its owner, the same process gets the memory.
+    let allowed = unique("strangers-allowed");
+    let (_system, _) = et_start(&allowed, &["--allow-uid", "65534"]);
+    let (answer, got_fd) = hello_as(NOBODY, &allowed);
+    let hello: serde_json::Value = serde_json::from_slice(&answer[4..]).unwrap();
+    assert!(hello["Hello"]["pool_len"].as_u64().unwrap() > 0, "{hello}");
+    assert!(got_fd, "an allowed user gets the descriptor");
+}

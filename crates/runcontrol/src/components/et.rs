@@ -31,6 +31,17 @@ pub struct EtConfig {
     pub event_size: usize,
     /// Most temporary buffers for larger events at a time.
     pub max_temp_events: u32,
+    /// The largest event a producer may ask for, in bytes (64 MiB).
+    pub max_event_bytes: usize,
+    /// Most bytes the temporary buffers of larger events may take in all (1 GiB).
+    pub max_temp_bytes: u64,
+    /// Most larger events one attachment may hold at a time (16).
+    pub max_temp_per_attachment: u32,
+    /// Most attachments one client connection, local or remote, may have (32).
+    pub max_attachments_per_connection: u32,
+    /// User ids whose local processes may attach, besides the user running the system and root
+    /// (none).
+    pub allowed_uids: Vec<u32>,
     /// Serve remote attachments on this TCP address (e.g. `127.0.0.1:11111`); none by default.
     pub listen: Option<String>,
     /// An attachment silent for this long is declared dead and its events are recovered.
@@ -39,11 +50,18 @@ pub struct EtConfig {
 
 impl Default for EtConfig {
     fn default() -> Self {
+        // The ET system's own defaults for its limits.
+        let d = daqflow_et::SystemConfig::new("", 1, 1);
         EtConfig {
             name: None,
             events: 2048,
             event_size: 64 * 1024,
-            max_temp_events: 64,
+            max_temp_events: d.max_temp_events,
+            max_event_bytes: d.max_event_bytes,
+            max_temp_bytes: d.max_temp_bytes,
+            max_temp_per_attachment: d.max_temp_per_attachment,
+            max_attachments_per_connection: d.max_attachments_per_connection,
+            allowed_uids: d.allowed_uids,
             listen: None,
             heartbeat_timeout_ms: 5000,
         }
@@ -80,6 +98,11 @@ impl Component for EtComponent {
         }
         let mut c = daqflow_et::SystemConfig::new(&name, self.config.events, self.config.event_size);
         c.max_temp_events = self.config.max_temp_events;
+        c.max_event_bytes = self.config.max_event_bytes;
+        c.max_temp_bytes = self.config.max_temp_bytes;
+        c.max_temp_per_attachment = self.config.max_temp_per_attachment;
+        c.max_attachments_per_connection = self.config.max_attachments_per_connection;
+        c.allowed_uids = self.config.allowed_uids.clone();
         c.heartbeat_timeout = std::time::Duration::from_millis(self.config.heartbeat_timeout_ms.max(100));
         if let Some(l) = &self.config.listen {
             c.listen = Some(l.parse().map_err(|e| ComponentError::Config(format!("listen = {l:?}: {e}")))?);
@@ -113,5 +136,44 @@ impl Component for EtComponent {
 impl Drop for EtComponent {
     fn drop(&mut self) {
         let _ = self.reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use daqflow_et::{Attachment, EtClient, EtError, Limit, Wait};
+
+    #[test]
+    fn the_limit_keys_reach_the_et_system() {
+        let name = format!("et-keys-{}", std::process::id());
+        let table: toml::Table = toml::from_str(&format!(
+            "name = {name:?}\nevents = 16\nevent_size = 1024\nmax_event_bytes = 10000\n\
+             max_attachments_per_connection = 1\nallowed_uids = [4242]"
+        ))
+        .unwrap();
+        let config: EtConfig = crate::component::parse_config("et", table).unwrap();
+        assert_eq!(config.allowed_uids, [4242]);
+        let mut et = EtComponent::new("et", config);
+        et.configure().unwrap();
+        let client = EtClient::connect(&name).unwrap();
+        let producer = client.attach(daqflow_et::GRAND_CENTRAL).unwrap();
+        assert!(matches!(
+            producer.new_events(1, 10_001, Wait::NoWait),
+            Err(EtError::OverLimit { limit: Limit::EventBytes, max: 10_000, .. })
+        ));
+        assert!(matches!(
+            client.attach(daqflow_et::GRAND_CENTRAL),
+            Err(EtError::OverLimit { limit: Limit::AttachmentsPerConnection, .. })
+        ));
+        drop((producer, client));
+        et.reset().unwrap();
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused() {
+        let table: toml::Table = toml::from_str("max_event_size = 1").unwrap();
+        let e = crate::component::parse_config::<EtConfig>("et", table).expect_err("refused");
+        assert!(e.to_string().contains("max_event_size"), "{e}");
     }
 }
