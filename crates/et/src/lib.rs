@@ -15,7 +15,10 @@
 //!   process), with a prescale; they may form **parallel groups**; settings change while
 //!   running; high-priority events go first.
 //! - **Large events** get temporary buffers (anonymous memory files: nothing is ever left in
-//!   `/dev/shm`), freed when they return to GrandCentral.
+//!   `/dev/shm`) that take memory only as they are written, freed when they return to
+//!   GrandCentral, within limits on their size, number and bytes ([`Limit`]).
+//! - **Access**: only the ET process's user, root and the users it is told to accept
+//!   ([`SystemConfig::allowed_uids`]) may connect locally and map the memory.
 //! - **Recovery**: a process that dies holding events (or stops heartbeating) gets them taken
 //!   back, marked possibly corrupt, and sent where its station's restore mode says; users see a
 //!   dead ET system as an error within a bounded time and can attach again.
