@@ -11,14 +11,15 @@ use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::{Buf, Bytes};
-use daqflow_wire::frame::{Frame, FrameCodec};
+use bytes::{Buf, Bytes, BytesMut};
+use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame, FrameCodec, FrameHeader, FrameLimits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 
-use crate::blocking::ListenError;
+use crate::auth::{AuthError, ClientSide, HANDSHAKE_MAX_FRAME, ServerSide};
+use crate::blocking::{HandshakeStats, ListenError};
 use crate::error::{ConnectError, FlushError, RecvError, SendError};
 use crate::options::Attempts;
 use crate::queue::{MAX_WRITE_SLICES, SendQueue};
@@ -51,6 +52,8 @@ pub struct AsyncConnection {
     stream: TcpStream,
     peer: SocketAddr,
     opts: ConnectionOptions,
+    /// The limits the receiver starts with.
+    limits: FrameLimits,
 }
 
 impl AsyncConnection {
@@ -59,8 +62,10 @@ impl AsyncConnection {
         Self::connect_with_retry(&[addr], opts, &RetryPolicy::once()).await
     }
 
-    /// Connects to the first of `addrs` that answers, trying them in turn and backing off
-    /// between rounds as `policy` says. Dropping the future stops trying.
+    /// Connects to the first of `addrs` that answers and completes the
+    /// [handshake](crate::auth), trying them in turn and backing off between rounds as `policy`
+    /// says. Dropping the future stops trying. A handshake that fails for good (a wrong or
+    /// missing token, the wrong port) is not retried: it ends with [`ConnectError::Auth`].
     pub async fn connect_with_retry(
         addrs: &[SocketAddr],
         opts: &ConnectionOptions,
@@ -74,23 +79,30 @@ impl AsyncConnection {
             let mut last = None;
             for &addr in addrs {
                 let attempt = attempts.attempt();
-                match connect_once(addr, opts).await {
-                    Ok(stream) => return Ok(AsyncConnection { stream, peer: addr, opts: opts.clone() }),
-                    Err(e) => {
-                        tracing::debug!(%addr, attempt, error = %e, "connect failed");
-                        last = Some(e);
-                    }
-                }
+                let e = match connect_once(addr, opts).await {
+                    Ok(mut stream) => match client_handshake(&mut stream, addr, opts).await {
+                        Ok(()) => {
+                            let limits = FrameLimits::uniform(opts.max_frame_bytes);
+                            return Ok(AsyncConnection { stream, peer: addr, opts: opts.clone(), limits });
+                        }
+                        Err(e) if e.is_permanent() => return Err(ConnectError::Auth(e)),
+                        Err(e) => io::Error::other(e.to_string()),
+                    },
+                    Err(e) => e,
+                };
+                tracing::debug!(%addr, attempt, error = %e, "connect failed");
+                last = Some(e);
             }
             tokio::time::sleep(attempts.after_failed_round(addrs, last)?).await;
         }
     }
 
-    /// Wraps a connected tokio stream.
+    /// Wraps a connected tokio stream as it is: no [handshake](crate::auth) is made, so the
+    /// stream must have been authenticated otherwise (or be a test's).
     pub fn from_tokio(stream: TcpStream, opts: &ConnectionOptions) -> io::Result<AsyncConnection> {
         let peer = stream.peer_addr()?;
         stream.set_nodelay(opts.nodelay)?;
-        Ok(AsyncConnection { stream, peer, opts: opts.clone() })
+        Ok(AsyncConnection { stream, peer, opts: opts.clone(), limits: FrameLimits::uniform(opts.max_frame_bytes) })
     }
 
     /// The peer's address.
@@ -101,6 +113,16 @@ impl AsyncConnection {
     /// This end's address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.stream.local_addr()
+    }
+
+    /// The largest payloads the receiver will accept (see [`FrameReceiver::set_frame_limits`]).
+    pub fn set_frame_limits(&mut self, limits: FrameLimits) {
+        self.limits = limits;
+    }
+
+    /// Accepts frames up to [`ConnectionOptions::max_frame_bytes`] (see [`FrameReceiver::admit`]).
+    pub fn admit(&mut self) {
+        self.limits = FrameLimits::uniform(self.opts.max_frame_bytes);
     }
 
     /// Splits into a sender and a receiver, and spawns the writer task on the current tokio
@@ -137,10 +159,75 @@ impl AsyncConnection {
         let receiver = FrameReceiver {
             read,
             peer: self.peer,
-            inbox: Inbox::new(self.peer, FrameCodec::new(self.opts.max_frame_bytes), self.opts.recv_chunk_bytes),
+            inbox: Inbox::new(
+                self.peer,
+                self.limits,
+                FrameLimits::uniform(self.opts.max_frame_bytes),
+                self.opts.recv_chunk_bytes,
+            ),
         };
         (FrameSender { shared }, receiver)
     }
+}
+
+/// Reads one handshake frame (at most [`HANDSHAKE_MAX_FRAME`] bytes) straight off the stream.
+async fn read_handshake_frame(stream: &mut TcpStream, peer: SocketAddr) -> Result<Frame, AuthError> {
+    let io = |e: io::Error| AuthError::Io {
+        peer,
+        detail: if e.kind() == io::ErrorKind::UnexpectedEof {
+            "closed the connection during the handshake (too busy, or it refused us)".into()
+        } else {
+            e.to_string()
+        },
+    };
+    let mut h = [0u8; FRAME_HEADER_LEN];
+    stream.read_exact(&mut h).await.map_err(io)?;
+    let header = FrameHeader::decode(&h, HANDSHAKE_MAX_FRAME).map_err(|e| AuthError::Malformed {
+        peer,
+        detail: format!("{e} (the peer is not a daqflow server of this version?)"),
+    })?;
+    let mut payload = BytesMut::zeroed(header.len as usize);
+    stream.read_exact(&mut payload).await.map_err(io)?;
+    Ok(Frame { kind: header.kind, flags: header.flags, channel: header.channel, payload: payload.freeze() })
+}
+
+async fn write_handshake_frame(stream: &mut TcpStream, peer: SocketAddr, frame: &Frame) -> Result<(), AuthError> {
+    let mut b = BytesMut::new();
+    FrameCodec::default().encode(frame, &mut b);
+    stream.write_all(&b).await.map_err(|e| AuthError::Io { peer, detail: e.to_string() })
+}
+
+async fn client_handshake(stream: &mut TcpStream, peer: SocketAddr, opts: &ConnectionOptions) -> Result<(), AuthError> {
+    let exchange = async {
+        let challenge = read_handshake_frame(stream, peer).await?;
+        let (client, response) = ClientSide::on_challenge(opts.credentials(), peer, &challenge)?;
+        write_handshake_frame(stream, peer, &response).await?;
+        let answer = read_handshake_frame(stream, peer).await?;
+        client.on_answer(peer, &answer)
+    };
+    tokio::time::timeout(opts.handshake_timeout, exchange)
+        .await
+        .unwrap_or(Err(AuthError::Timeout { peer, millis: opts.handshake_timeout.as_millis() as u64 }))
+}
+
+/// The server's side of the handshake; the error says why the peer was refused or dropped.
+async fn server_handshake(stream: &mut TcpStream, peer: SocketAddr, opts: &ConnectionOptions) -> Result<(), AuthError> {
+    let (server, challenge) = ServerSide::start(opts.credentials());
+    let exchange = async {
+        write_handshake_frame(stream, peer, &challenge).await?;
+        let response = read_handshake_frame(stream, peer).await?;
+        match server.on_response(peer, &response) {
+            Ok(accept) => write_handshake_frame(stream, peer, &accept).await,
+            Err((refuse, e)) => {
+                let _ = write_handshake_frame(stream, peer, &refuse).await;
+                let _ = stream.shutdown().await;
+                Err(e)
+            }
+        }
+    };
+    tokio::time::timeout(opts.handshake_timeout, exchange)
+        .await
+        .unwrap_or(Err(AuthError::Timeout { peer, millis: opts.handshake_timeout.as_millis() as u64 }))
 }
 
 async fn connect_once(addr: SocketAddr, opts: &ConnectionOptions) -> io::Result<TcpStream> {
@@ -549,6 +636,17 @@ pub struct FrameReceiver {
 }
 
 impl FrameReceiver {
+    /// The largest payloads accepted from the peer from now on: a protocol sets them once the
+    /// peer's hello says what it is (see [`crate::auth`]).
+    pub fn set_frame_limits(&mut self, limits: FrameLimits) {
+        self.inbox.set_limits(limits);
+    }
+
+    /// Accepts frames up to [`ConnectionOptions::max_frame_bytes`] from now on.
+    pub fn admit(&mut self) {
+        self.inbox.admit();
+    }
+
     /// The next frame. Cancel-safe: if the future is dropped (e.g. in `tokio::select!`), no
     /// data is lost and the next call continues where this one stopped.
     pub async fn recv(&mut self) -> Result<Frame, RecvError> {
@@ -577,23 +675,40 @@ impl FrameReceiver {
     }
 }
 
-/// Listens for framed connections on tokio.
+/// Listens for framed connections on tokio. A task of its own accepts connections and runs
+/// their [handshakes](crate::auth) side by side (at most
+/// [`ConnectionOptions::max_pending_handshakes`]; a newcomer past it drops the oldest), so that
+/// a silent or slow peer never holds up the others; [`AsyncListener::accept`] hands out the
+/// connections that completed it. Dropping the listener stops that task.
 #[derive(Debug)]
 pub struct AsyncListener {
-    listener: tokio::net::TcpListener,
     local: SocketAddr,
-    opts: ConnectionOptions,
+    incoming: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Result<AsyncConnection, io::Error>>>,
+    stats: Arc<Mutex<HandshakeStats>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AsyncListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl AsyncListener {
     /// Listens on `addr` (port 0 picks a free port).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
     pub async fn bind(addr: SocketAddr, opts: ConnectionOptions) -> Result<AsyncListener, ListenError> {
         let bind = |source| ListenError::Bind { addr, source };
         let socket = sys::listen(addr, &opts).map_err(bind)?;
         socket.set_nonblocking(true).map_err(bind)?;
         let listener = tokio::net::TcpListener::from_std(socket.into()).map_err(bind)?;
         let local = listener.local_addr().map_err(bind)?;
-        Ok(AsyncListener { listener, local, opts })
+        let (tx, rx) = tokio::sync::mpsc::channel(opts.max_pending_handshakes.max(1));
+        let stats = Arc::new(Mutex::new(HandshakeStats::default()));
+        let task = tokio::spawn(acceptor(listener, opts, tx, stats.clone()));
+        Ok(AsyncListener { local, incoming: tokio::sync::Mutex::new(rx), stats, task })
     }
 
     /// The address listened on.
@@ -601,11 +716,83 @@ impl AsyncListener {
         self.local
     }
 
-    /// Waits for the next connection.
+    /// Counters of the handshakes so far.
+    pub fn handshake_stats(&self) -> HandshakeStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for the next authenticated connection. It takes frames of at most
+    /// [`ConnectionOptions::hello_max_frame_bytes`] until the protocol sets its limits
+    /// ([`FrameReceiver::set_frame_limits`], [`FrameReceiver::admit`]).
     pub async fn accept(&self) -> Result<AsyncConnection, ListenError> {
-        let (stream, peer) =
-            self.listener.accept().await.map_err(|source| ListenError::Accept { addr: self.local, source })?;
-        stream.set_nodelay(self.opts.nodelay).map_err(|source| ListenError::Accept { addr: self.local, source })?;
-        Ok(AsyncConnection { stream, peer, opts: self.opts.clone() })
+        match self.incoming.lock().await.recv().await {
+            Some(Ok(conn)) => Ok(conn),
+            Some(Err(source)) => Err(ListenError::Accept { addr: self.local, source }),
+            None => Err(ListenError::Accept { addr: self.local, source: io::Error::other("the accepting task ended") }),
+        }
+    }
+}
+
+type Accepted = tokio::sync::mpsc::Sender<Result<AsyncConnection, io::Error>>;
+
+/// Accepts connections and runs their handshakes, handing out those that complete.
+async fn acceptor(
+    listener: tokio::net::TcpListener,
+    opts: ConnectionOptions,
+    out: Accepted,
+    stats: Arc<Mutex<HandshakeStats>>,
+) {
+    let local = listener.local_addr().ok();
+    let pending: Arc<Mutex<VecDeque<(u64, tokio::task::AbortHandle)>>> = Arc::default();
+    let mut next_id = 0u64;
+    let count = |f: fn(&mut HandshakeStats)| f(&mut stats.lock().unwrap_or_else(|p| p.into_inner()));
+    loop {
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and the like: tell the caller, wait a little, go on.
+                tracing::warn!(addr = ?local, error = %e, "accepting a connection failed");
+                if out.try_send(Err(e)).is_err() && out.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if stream.set_nodelay(opts.nodelay).is_err() {
+            continue;
+        }
+        next_id += 1;
+        let id = next_id;
+        let (opts2, out2, pending2, stats2) = (opts.clone(), out.clone(), pending.clone(), stats.clone());
+        let handle = tokio::spawn(async move {
+            let result = server_handshake(&mut stream, peer, &opts2).await;
+            pending2.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != id);
+            let bump = |f: fn(&mut HandshakeStats)| f(&mut stats2.lock().unwrap_or_else(|p| p.into_inner()));
+            match result {
+                Ok(()) => {
+                    bump(|s| s.accepted += 1);
+                    let limits = FrameLimits::uniform(opts2.hello_limit());
+                    let _ = out2.send(Ok(AsyncConnection { stream, peer, opts: opts2, limits })).await;
+                }
+                Err(e @ (AuthError::Timeout { .. } | AuthError::Io { .. })) => {
+                    bump(|s| s.abandoned += 1);
+                    tracing::debug!(%peer, protocol = opts2.protocol, "connection dropped during the handshake: {e}");
+                }
+                Err(e) => {
+                    bump(|s| s.refused += 1);
+                    tracing::warn!(%peer, protocol = opts2.protocol, "connection refused: {e}");
+                }
+            }
+        });
+        let mut p = pending.lock().unwrap_or_else(|p| p.into_inner());
+        p.push_back((id, handle.abort_handle()));
+        if p.len() > opts.max_pending_handshakes.max(1)
+            && let Some((_, oldest)) = p.pop_front()
+        {
+            oldest.abort();
+            count(|s| s.evicted += 1);
+            tracing::warn!(addr = ?local, "too many handshakes under way ({}): dropping the oldest", opts.max_pending_handshakes);
+        }
     }
 }

@@ -9,14 +9,16 @@
 use std::io::{self, ErrorKind};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::Arc;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use daqflow_wire::frame::{Frame, FrameCodec};
+use daqflow_wire::frame::{Frame, FrameLimits};
 use socket2::Socket;
 
+use crate::auth::{AuthError, ClientSide, HANDSHAKE_MAX_FRAME, ServerSide};
 use crate::error::{ConnectError, FlushError, RecvError, SendError};
 use crate::options::Attempts;
 use crate::queue::{MAX_WRITE_SLICES, SendQueue};
@@ -86,8 +88,10 @@ impl Connection {
         Self::connect_with_retry(&[addr], opts, &RetryPolicy::once())
     }
 
-    /// Connects to the first of `addrs` that answers, trying them in turn and backing off
-    /// between rounds as `policy` says.
+    /// Connects to the first of `addrs` that answers and completes the
+    /// [handshake](crate::auth), trying them in turn and backing off between rounds as `policy`
+    /// says. A handshake that fails for good (a wrong or missing token, the wrong port) is not
+    /// retried: it ends with [`ConnectError::Auth`].
     pub fn connect_with_retry(
         addrs: &[SocketAddr],
         opts: &ConnectionOptions,
@@ -101,28 +105,76 @@ impl Connection {
             let mut last = None;
             for &addr in addrs {
                 let attempt = attempts.attempt();
-                match sys::connect(addr, opts) {
-                    Ok(socket) => return Ok(Connection::from_socket(socket, addr, opts)),
-                    Err(e) => {
-                        tracing::debug!(%addr, attempt, error = %e, "connect failed");
-                        last = Some(e);
+                let result = match sys::connect(addr, opts) {
+                    Ok(socket) => {
+                        let mut conn =
+                            Connection::from_socket(socket, addr, opts, FrameLimits::uniform(HANDSHAKE_MAX_FRAME));
+                        match conn.client_handshake(opts) {
+                            Ok(()) => return Ok(conn),
+                            Err(e) if e.is_permanent() => return Err(ConnectError::Auth(e)),
+                            Err(e) => io::Error::other(e.to_string()),
+                        }
                     }
-                }
+                    Err(e) => e,
+                };
+                tracing::debug!(%addr, attempt, error = %result, "connect failed");
+                last = Some(result);
             }
             std::thread::sleep(attempts.after_failed_round(addrs, last)?);
         }
     }
 
-    /// Wraps a connected standard-library stream.
+    /// Wraps a connected standard-library stream as it is: no [handshake](crate::auth) is made,
+    /// so the stream must have been authenticated otherwise (or be a test's).
     pub fn from_std(stream: TcpStream, opts: &ConnectionOptions) -> io::Result<Connection> {
         let peer = stream.peer_addr()?;
         stream.set_nonblocking(false)?;
         let socket = Socket::from(stream);
         sys::configure(&socket, opts)?;
-        Ok(Connection::from_socket(socket, peer, opts))
+        Ok(Connection::from_socket(socket, peer, opts, FrameLimits::uniform(opts.max_frame_bytes)))
     }
 
-    fn from_socket(socket: Socket, peer: SocketAddr, opts: &ConnectionOptions) -> Connection {
+    /// The client's side of the handshake, on a fresh connection.
+    fn client_handshake(&mut self, opts: &ConnectionOptions) -> Result<(), AuthError> {
+        let peer = self.peer_addr();
+        let deadline = Instant::now() + opts.handshake_timeout;
+        let challenge = self.handshake_frame(deadline, opts)?;
+        let (client, response) = ClientSide::on_challenge(opts.credentials(), peer, &challenge)?;
+        let io = |e: &dyn std::fmt::Display| AuthError::Io { peer, detail: e.to_string() };
+        self.send(response).map_err(|e| io(&e))?;
+        self.flush().map_err(|e| io(&e))?;
+        let answer = self.handshake_frame(deadline, opts)?;
+        client.on_answer(peer, &answer)?;
+        self.rx.inbox.admit();
+        self.reset_stats();
+        Ok(())
+    }
+
+    /// Counters start after the handshake: they describe the protocol's traffic.
+    fn reset_stats(&mut self) {
+        self.tx.stats = DirectionStats::default();
+        self.rx.inbox.stats = DirectionStats::default();
+    }
+
+    fn handshake_frame(&mut self, deadline: Instant, opts: &ConnectionOptions) -> Result<Frame, AuthError> {
+        let peer = self.peer_addr();
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.recv_timeout(left) {
+            Ok(Some(f)) => Ok(f),
+            Ok(None) => Err(AuthError::Timeout { peer, millis: opts.handshake_timeout.as_millis() as u64 }),
+            Err(RecvError::Closed { .. }) => Err(AuthError::Io {
+                peer,
+                detail: "closed the connection during the handshake (too busy, or it refused us)".into(),
+            }),
+            Err(RecvError::Protocol { source, .. }) => Err(AuthError::Malformed {
+                peer,
+                detail: format!("{source} (the peer is not a daqflow server of this version?)"),
+            }),
+            Err(e) => Err(AuthError::Io { peer, detail: e.to_string() }),
+        }
+    }
+
+    fn from_socket(socket: Socket, peer: SocketAddr, opts: &ConnectionOptions, limits: FrameLimits) -> Connection {
         let socket = Arc::new(socket);
         Connection {
             tx: SendHalf {
@@ -137,9 +189,25 @@ impl Connection {
             rx: RecvHalf {
                 socket,
                 peer,
-                inbox: Inbox::new(peer, FrameCodec::new(opts.max_frame_bytes), opts.recv_chunk_bytes),
+                inbox: Inbox::new(
+                    peer,
+                    limits,
+                    FrameLimits::uniform(opts.max_frame_bytes),
+                    opts.recv_chunk_bytes,
+                ),
             },
         }
+    }
+
+    /// The largest payloads accepted from the peer from now on: a protocol sets them once the
+    /// peer's hello says what it is (see [`crate::auth`]).
+    pub fn set_frame_limits(&mut self, limits: FrameLimits) {
+        self.rx.set_frame_limits(limits);
+    }
+
+    /// Accepts frames up to [`ConnectionOptions::max_frame_bytes`] from now on.
+    pub fn admit(&mut self) {
+        self.rx.admit();
     }
 
     /// The peer's address.
@@ -541,6 +609,16 @@ enum Room {
 }
 
 impl RecvHalf {
+    /// See [`Connection::set_frame_limits`].
+    pub fn set_frame_limits(&mut self, limits: FrameLimits) {
+        self.inbox.set_limits(limits);
+    }
+
+    /// See [`Connection::admit`].
+    pub fn admit(&mut self) {
+        self.inbox.admit();
+    }
+
     /// The next frame, waiting for it as long as needed.
     pub fn recv(&mut self) -> Result<Frame, RecvError> {
         loop {
@@ -635,12 +713,45 @@ impl AsFd for RecvHalf {
     }
 }
 
-/// A listening socket that accepts framed connections.
+/// A listening socket that accepts framed connections, each once its peer completed the
+/// [handshake](crate::auth).
+///
+/// A thread of the listener's own accepts connections and runs their handshakes side by side
+/// (at most [`ConnectionOptions::max_pending_handshakes`]; a newcomer past it makes the oldest
+/// be dropped, and each gets [`ConnectionOptions::handshake_timeout`]), so that a silent or slow
+/// peer never holds up the others, and [`Listener::accept_timeout`] with a zero timeout costs a
+/// polling task no system call. Dropping the listener stops that thread and closes the socket.
 #[derive(Debug)]
 pub struct Listener {
-    socket: Socket,
     local: SocketAddr,
-    opts: ConnectionOptions,
+    incoming: Mutex<std::sync::mpsc::Receiver<Connection>>,
+    stats: Arc<Mutex<HandshakeStats>>,
+    stop: Arc<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Counters of a listener's handshakes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandshakeStats {
+    /// Connections that completed the handshake and were handed out.
+    pub accepted: u64,
+    /// Connections refused: wrong or missing token, another protocol, garbage.
+    pub refused: u64,
+    /// Connections that did not complete the handshake in time, or closed during it.
+    pub abandoned: u64,
+    /// Handshakes dropped to make room for a newer one, and connections dropped because the
+    /// application did not take the ones waiting.
+    pub evicted: u64,
+}
+
+/// Connections that completed the handshake and wait for [`Listener::accept`].
+const ACCEPTED_QUEUE: usize = 256;
+
+#[derive(Debug)]
+struct Handshaking {
+    conn: Connection,
+    server: ServerSide,
+    deadline: Instant,
 }
 
 /// Listening or accepting failed.
@@ -669,9 +780,18 @@ impl Listener {
     pub fn bind(addr: SocketAddr, opts: ConnectionOptions) -> Result<Listener, ListenError> {
         let bind = |source| ListenError::Bind { addr, source };
         let socket = sys::listen(addr, &opts).map_err(bind)?;
+        socket.set_nonblocking(true).map_err(bind)?;
         let local =
             socket.local_addr().map_err(bind)?.as_socket().ok_or_else(|| bind(io::Error::other("not an IP socket")))?;
-        Ok(Listener { socket, local, opts })
+        let stop = Arc::new(sys::eventfd().map_err(bind)?);
+        let stats = Arc::new(Mutex::new(HandshakeStats::default()));
+        let (tx, rx) = std::sync::mpsc::sync_channel(ACCEPTED_QUEUE);
+        let acceptor = Acceptor { socket, local, opts, out: tx, stats: stats.clone(), stop: stop.clone(), list: VecDeque::new() };
+        let thread = std::thread::Builder::new()
+            .name(format!("accept-{}", local.port()))
+            .spawn(move || acceptor.run())
+            .map_err(bind)?;
+        Ok(Listener { local, incoming: Mutex::new(rx), stats, stop, thread: Some(thread) })
     }
 
     /// The address listened on.
@@ -679,7 +799,12 @@ impl Listener {
         self.local
     }
 
-    /// Waits for the next connection.
+    /// Counters of the handshakes so far.
+    pub fn handshake_stats(&self) -> HandshakeStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for the next authenticated connection.
     pub fn accept(&self) -> Result<Connection, ListenError> {
         loop {
             if let Some(c) = self.accept_timeout(Duration::from_secs(3600))? {
@@ -688,26 +813,165 @@ impl Listener {
         }
     }
 
-    /// Waits at most `timeout` for the next connection.
+    /// Waits at most `timeout` for the next authenticated connection (a zero timeout only
+    /// looks). The connection takes frames of at most
+    /// [`ConnectionOptions::hello_max_frame_bytes`] until the protocol sets its limits
+    /// ([`Connection::set_frame_limits`], [`Connection::admit`]).
     pub fn accept_timeout(&self, timeout: Duration) -> Result<Option<Connection>, ListenError> {
-        let err = |source| ListenError::Accept { addr: self.local, source };
-        if sys::wait_ready(&[self.socket.as_fd()], libc::POLLIN, Some(timeout)).map_err(err)? == 0 {
-            return Ok(None);
-        }
-        let (socket, peer) = match self.socket.accept() {
-            Ok(x) => x,
-            Err(e) if would_block(&e) || e.kind() == ErrorKind::ConnectionAborted => return Ok(None),
-            Err(e) => return Err(err(e)),
+        use std::sync::mpsc::RecvTimeoutError;
+        let rx = self.incoming.lock().unwrap_or_else(|p| p.into_inner());
+        let got = if timeout.is_zero() {
+            rx.try_recv().map_err(|e| match e {
+                std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                std::sync::mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            })
+        } else {
+            rx.recv_timeout(timeout)
         };
-        socket.set_cloexec(true).map_err(err)?;
-        sys::configure(&socket, &self.opts).map_err(err)?;
-        let peer = peer.as_socket().ok_or_else(|| err(io::Error::other("not an IP peer")))?;
-        Ok(Some(Connection::from_socket(socket, peer, &self.opts)))
+        match got {
+            Ok(c) => Ok(Some(c)),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(ListenError::Accept { addr: self.local, source: io::Error::other("the accepting thread ended") })
+            }
+        }
     }
 }
 
-impl AsFd for Listener {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
+impl Drop for Listener {
+    fn drop(&mut self) {
+        sys::signal_eventfd(&self.stop);
+        if let Some(t) = self.thread.take() {
+            // It closes the listening socket as it returns: the port is free again after this.
+            let _ = t.join();
+        }
+    }
+}
+
+/// The listener's thread: accepts, runs handshakes, hands out the connections that completed.
+struct Acceptor {
+    socket: Socket,
+    local: SocketAddr,
+    opts: ConnectionOptions,
+    out: std::sync::mpsc::SyncSender<Connection>,
+    stats: Arc<Mutex<HandshakeStats>>,
+    stop: Arc<OwnedFd>,
+    list: VecDeque<Handshaking>,
+}
+
+impl Acceptor {
+    fn count(&self, f: impl FnOnce(&mut HandshakeStats)) {
+        f(&mut self.stats.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            let wait = self.list.iter().map(|h| h.deadline.saturating_duration_since(now)).min();
+            let mut fds = vec![self.stop.as_fd(), self.socket.as_fd()];
+            fds.extend(self.list.iter().map(|h| h.conn.as_fd()));
+            if let Err(e) = sys::wait_ready(&fds, libc::POLLIN, wait) {
+                tracing::warn!(addr = %self.local, error = %e, "waiting for connections failed");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            drop(fds);
+            if sys::eventfd_signalled(&self.stop) {
+                return;
+            }
+            self.accept_new();
+            self.progress();
+        }
+    }
+
+    /// Accepts what waits in the kernel's queue and sends each its challenge.
+    fn accept_new(&mut self) {
+        loop {
+            let (socket, peer) = match self.socket.accept() {
+                Ok(x) => x,
+                Err(e) if would_block(&e) => return,
+                Err(e) if e.kind() == ErrorKind::ConnectionAborted || e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors, say: serve the handshakes under way, try again later.
+                    tracing::warn!(addr = %self.local, error = %e, "accepting a connection failed");
+                    std::thread::sleep(Duration::from_millis(50));
+                    return;
+                }
+            };
+            let configured = socket.set_nonblocking(false).and_then(|()| socket.set_cloexec(true));
+            if let Err(e) = configured.and_then(|()| sys::configure(&socket, &self.opts)) {
+                tracing::debug!(addr = %self.local, error = %e, "configuring an accepted socket failed");
+                continue;
+            }
+            let Some(peer) = peer.as_socket() else { continue };
+            let mut conn =
+                Connection::from_socket(socket, peer, &self.opts, FrameLimits::uniform(HANDSHAKE_MAX_FRAME));
+            let (server, challenge) = ServerSide::start(self.opts.credentials());
+            if conn.send(challenge).is_err() || !matches!(conn.try_flush(), Ok(true)) {
+                self.count(|s| s.abandoned += 1);
+                continue;
+            }
+            self.list.push_back(Handshaking { conn, server, deadline: Instant::now() + self.opts.handshake_timeout });
+            if self.list.len() > self.opts.max_pending_handshakes.max(1) {
+                let old = self.list.pop_front().expect("non-empty");
+                self.count(|s| s.evicted += 1);
+                tracing::warn!(addr = %self.local, peer = %old.conn.peer_addr(),
+                    "too many handshakes under way ({}): dropping the oldest", self.opts.max_pending_handshakes);
+            }
+        }
+    }
+
+    /// Reads the responses that arrived; hands out the connections that completed.
+    fn progress(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.list.len() {
+            let h = &mut self.list[i];
+            let peer = h.conn.peer_addr();
+            match h.conn.try_recv() {
+                Ok(Some(frame)) => {
+                    let mut h = self.list.remove(i).expect("index in range");
+                    match h.server.on_response(peer, &frame) {
+                        Ok(accept) => {
+                            if h.conn.send(accept).is_ok() && matches!(h.conn.try_flush(), Ok(true)) {
+                                h.conn.set_frame_limits(FrameLimits::uniform(self.opts.hello_limit()));
+                                h.conn.reset_stats();
+                                match self.out.try_send(h.conn) {
+                                    Ok(()) => self.count(|s| s.accepted += 1),
+                                    Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                                        self.count(|s| s.evicted += 1);
+                                        tracing::warn!(addr = %self.local, %peer,
+                                            "{ACCEPTED_QUEUE} connections wait to be taken: dropping the newest");
+                                    }
+                                    Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return,
+                                }
+                            } else {
+                                self.count(|s| s.abandoned += 1);
+                            }
+                        }
+                        Err((refuse, e)) => {
+                            self.count(|s| s.refused += 1);
+                            tracing::warn!(addr = %self.local, protocol = self.opts.protocol, "connection refused: {e}");
+                            let _ = h.conn.send(refuse);
+                            let _ = h.conn.try_flush();
+                        }
+                    }
+                }
+                Ok(None) if now < h.deadline => i += 1,
+                Ok(None) => {
+                    self.count(|s| s.abandoned += 1);
+                    tracing::warn!(addr = %self.local, %peer, "connection dropped: no handshake within {:?}", self.opts.handshake_timeout);
+                    self.list.remove(i);
+                }
+                Err(e) => {
+                    // Garbage was logged where it was read; a close is a peer that gave up.
+                    match e {
+                        RecvError::Protocol { .. } => self.count(|s| s.refused += 1),
+                        _ => self.count(|s| s.abandoned += 1),
+                    }
+                    tracing::debug!(addr = %self.local, %peer, "connection ended during the handshake: {e}");
+                    self.list.remove(i);
+                }
+            }
+        }
     }
 }

@@ -25,6 +25,10 @@ pub enum ConnectError {
     /// No address was given, or a name did not resolve to one.
     #[error("no address to connect to: {0}")]
     NoAddress(String),
+    /// The handshake failed in a way that trying again cannot mend (a wrong or missing token,
+    /// the wrong port).
+    #[error("{0}")]
+    Auth(#[from] crate::auth::AuthError),
 }
 
 /// A frame could not be sent.
@@ -119,6 +123,21 @@ pub enum RecvError {
         peer: SocketAddr,
         /// What was wrong.
         source: FrameError,
+    },
+    /// The peer's frame under way would take this process past its budget for partial frames
+    /// (`DAQFLOW_RECV_BUDGET_BYTES`); the connection was closed.
+    #[error(
+        "{peer}: a frame of {need} bytes under way would take partial frames past this process's budget ({in_use} of {budget} bytes in use; DAQFLOW_RECV_BUDGET_BYTES raises it); connection closed"
+    )]
+    OverBudget {
+        /// The peer.
+        peer: SocketAddr,
+        /// The frame's size.
+        need: usize,
+        /// Bytes of partial frames held when it came.
+        in_use: usize,
+        /// The budget.
+        budget: usize,
     },
     /// Reading failed.
     #[error("reading from {peer}: {source}")]

@@ -12,6 +12,12 @@
 //! - a **control-plane layer** on tokio ([`AsyncConnection`], [`AsyncListener`],
 //!   [`FrameSender`], [`FrameReceiver`]) with a writer task per connection.
 //!
+//! Every connection starts with an [authentication handshake](auth): the listener proves and
+//! checks the system token (when one is set) and names its protocol before the first protocol
+//! frame, accepted connections take only small frames until the protocol has read the peer's
+//! hello, and partial frames held by the process are bounded ([`budget`]). `docs/security.md`
+//! says what each port accepts from whom.
+//!
 //! Both layers connect with retry and back-off ([`RetryPolicy`]), set `TCP_NODELAY` and socket
 //! buffer sizes ([`ConnectionOptions`]), bound their send queues in bytes with a policy to block
 //! or fail when full ([`WhenFull`]), close cleanly, and treat garbage from a peer as that
@@ -38,6 +44,7 @@
 #![warn(missing_docs)]
 
 mod async_io;
+pub mod auth;
 mod blocking;
 mod error;
 mod options;
@@ -46,9 +53,9 @@ mod recv_buffer;
 mod sys;
 
 pub use async_io::{AsyncConnection, AsyncListener, FrameReceiver, FrameSender};
-pub use blocking::{Connection, ListenError, Listener, RecvHalf, SendHalf};
+pub use blocking::{Connection, HandshakeStats, ListenError, Listener, RecvHalf, SendHalf};
 pub use error::{ConnectError, FlushError, RecvError, SendError};
 pub use options::{ConnectionOptions, RetryPolicy, WhenFull};
 pub use queue::{MAX_WRITE_SLICES, SendQueue};
-pub use recv_buffer::{DirectionStats, RecvBuffer};
+pub use recv_buffer::{DirectionStats, RecvBuffer, budget};
 pub use sys::wait_ready;

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use daqflow_wire::frame::DEFAULT_MAX_FRAME_LEN;
 
+use crate::auth::Token;
+
 /// What a send does when the connection's send queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WhenFull {
@@ -49,6 +51,22 @@ pub struct ConnectionOptions {
     pub recv_chunk_bytes: usize,
     /// Longest wait for one connection attempt. Default 5 s.
     pub connect_timeout: Duration,
+    /// The protocol spoken on the connection, named in the [handshake](crate::auth): a client
+    /// that dialled a port of another protocol is told so. Default `daqflow`.
+    pub protocol: &'static str,
+    /// The system token the [handshake](crate::auth) proves. A listener with a token accepts
+    /// only clients that prove the same token; a client with a token talks only to a server that
+    /// proves it. Default: the process's token ([`auth::set_process_token`](crate::auth::set_process_token)).
+    pub token: Option<Token>,
+    /// Longest time a listener gives a new connection to complete the handshake. Default 5 s.
+    pub handshake_timeout: Duration,
+    /// Most handshakes a listener has under way; a newcomer past it makes the oldest one be
+    /// dropped. Default 64.
+    pub max_pending_handshakes: usize,
+    /// Largest frame payload an accepted connection takes after the handshake, until the
+    /// protocol has read the peer's hello and sets the limits for what that peer may send
+    /// ([`Connection::set_frame_limits`](crate::Connection::set_frame_limits)). Default 64 KiB.
+    pub hello_max_frame_bytes: u32,
 }
 
 impl Default for ConnectionOptions {
@@ -65,7 +83,28 @@ impl Default for ConnectionOptions {
             copy_threshold_bytes: 2 << 10,
             recv_chunk_bytes: 256 << 10,
             connect_timeout: Duration::from_secs(5),
+            protocol: "daqflow",
+            token: crate::auth::process_token(),
+            handshake_timeout: Duration::from_secs(5),
+            max_pending_handshakes: 64,
+            hello_max_frame_bytes: 64 << 10,
         }
+    }
+}
+
+impl ConnectionOptions {
+    /// The defaults, for `protocol`.
+    pub fn for_protocol(protocol: &'static str) -> Self {
+        ConnectionOptions { protocol, ..ConnectionOptions::default() }
+    }
+
+    /// The limit of an accepted connection until the protocol admits its peer.
+    pub(crate) fn hello_limit(&self) -> u32 {
+        self.hello_max_frame_bytes.min(self.max_frame_bytes)
+    }
+
+    pub(crate) fn credentials(&self) -> crate::auth::Credentials {
+        crate::auth::Credentials { protocol: self.protocol, token: self.token.clone() }
     }
 }
 

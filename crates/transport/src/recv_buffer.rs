@@ -3,7 +3,7 @@
 
 use bytes::buf::Limit;
 use bytes::{BufMut, BytesMut};
-use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame, FrameCodec, FrameError};
+use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame, FrameCodec, FrameError, FrameLimits};
 
 /// Bytes received and not yet handed out as frames.
 ///
@@ -36,18 +36,35 @@ pub struct RecvBuffer {
     chunk: usize,
     /// The last frame under way was larger than a chunk: read a header alone next.
     after_large: bool,
+    /// Size of the frame being received into an allocation of its own (0: none).
+    large_under_way: usize,
 }
 
 impl RecvBuffer {
     /// A buffer for `codec`'s frames, reading in chunks of `chunk` bytes.
     pub fn new(codec: FrameCodec, chunk: usize) -> Self {
-        RecvBuffer { buf: BytesMut::new(), codec, chunk: chunk.max(4096), after_large: false }
+        RecvBuffer { buf: BytesMut::new(), codec, chunk: chunk.max(4096), after_large: false, large_under_way: 0 }
     }
 
     /// The next whole frame, if one has arrived.
     #[inline]
     pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        self.codec.decode(&mut self.buf)
+        let f = self.codec.decode(&mut self.buf)?;
+        if f.is_some() {
+            self.large_under_way = 0;
+        }
+        Ok(f)
+    }
+
+    /// Changes the largest payloads accepted from now on (a frame under way is checked too).
+    pub fn set_limits(&mut self, limits: FrameLimits) {
+        self.codec = FrameCodec::with_limits(limits);
+    }
+
+    /// The size of the frame being received into an allocation of its own, if one is: the
+    /// memory a partial frame holds beyond the reusable chunk.
+    pub fn large_frame_under_way(&self) -> Option<usize> {
+        (self.large_under_way > 0).then_some(self.large_under_way)
     }
 
     /// Room to read into: the buffer, limited to the bytes the next read may take (see
@@ -68,6 +85,7 @@ impl RecvBuffer {
         if missing > 0 && len >= FRAME_HEADER_LEN {
             self.after_large = need > self.large_from();
             if self.after_large {
+                self.large_under_way = need;
                 // Its own allocation, exactly its size: the few bytes read so far (a header,
                 // as a rule) are the only ones ever copied.
                 if self.buf.capacity() - len < missing {
@@ -192,7 +210,60 @@ enum Dead {
     Closed,
     Truncated(usize),
     Protocol(FrameError),
+    OverBudget { need: usize, in_use: usize, budget: usize },
     Failed,
+}
+
+/// The process-wide budget for frames under way in allocations of their own, in bytes: what
+/// peers that send a large frame's header and then trickle its bytes can make this process hold.
+pub mod budget {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The environment variable that sets the budget (bytes) when the process starts.
+    pub const ENV: &str = "DAQFLOW_RECV_BUDGET_BYTES";
+    /// The budget when nothing else is set: 1 GiB.
+    pub const DEFAULT: usize = 1 << 30;
+
+    const UNSET: usize = usize::MAX;
+    static BUDGET: AtomicUsize = AtomicUsize::new(UNSET);
+    static IN_USE: AtomicUsize = AtomicUsize::new(0);
+
+    /// Sets the budget for the whole process.
+    pub fn set(bytes: usize) {
+        BUDGET.store(bytes.min(UNSET - 1), Ordering::Relaxed);
+    }
+
+    /// The budget: what [`set`] gave, else `DAQFLOW_RECV_BUDGET_BYTES`, else 1 GiB.
+    pub fn get() -> usize {
+        match BUDGET.load(Ordering::Relaxed) {
+            UNSET => {
+                let b = std::env::var(ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(DEFAULT);
+                let _ = BUDGET.compare_exchange(UNSET, b.min(UNSET - 1), Ordering::Relaxed, Ordering::Relaxed);
+                BUDGET.load(Ordering::Relaxed)
+            }
+            b => b,
+        }
+    }
+
+    /// Bytes held by frames under way now.
+    pub fn in_use() -> usize {
+        IN_USE.load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` bytes of the budget; `Err(in use)` if they are not there.
+    pub(crate) fn reserve(n: usize) -> Result<(), usize> {
+        let budget = get();
+        IN_USE
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&total| total <= budget)
+            })
+            .map(drop)
+    }
+
+    /// Gives `n` bytes back.
+    pub(crate) fn release(n: usize) {
+        IN_USE.fetch_sub(n, Ordering::AcqRel);
+    }
 }
 
 /// The receive state both I/O layers share: the buffer, whether the connection ended and how,
@@ -203,11 +274,40 @@ pub(crate) struct Inbox {
     dead: Option<Dead>,
     pub(crate) stats: DirectionStats,
     peer: std::net::SocketAddr,
+    /// Bytes of the process budget held for the large frame under way.
+    reserved: usize,
+    /// The limits the protocol admits a peer with (`ConnectionOptions::max_frame_bytes`).
+    admitted: FrameLimits,
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        if self.reserved > 0 {
+            budget::release(self.reserved);
+        }
+    }
 }
 
 impl Inbox {
-    pub(crate) fn new(peer: std::net::SocketAddr, codec: FrameCodec, chunk: usize) -> Self {
-        Inbox { buf: RecvBuffer::new(codec, chunk), dead: None, stats: DirectionStats::default(), peer }
+    pub(crate) fn new(peer: std::net::SocketAddr, limits: FrameLimits, admitted: FrameLimits, chunk: usize) -> Self {
+        Inbox {
+            buf: RecvBuffer::new(FrameCodec::with_limits(limits), chunk),
+            dead: None,
+            stats: DirectionStats::default(),
+            peer,
+            reserved: 0,
+            admitted,
+        }
+    }
+
+    /// Changes the largest payloads accepted from now on.
+    pub(crate) fn set_limits(&mut self, limits: FrameLimits) {
+        self.buf.set_limits(limits);
+    }
+
+    /// Accepts frames up to the connection's configured maximum from now on.
+    pub(crate) fn admit(&mut self) {
+        self.buf.set_limits(self.admitted);
     }
 
     /// The next buffered frame. After the connection ended, frames that arrived before the end
@@ -217,6 +317,10 @@ impl Inbox {
         match self.buf.next_frame() {
             Ok(Some(f)) => {
                 self.stats.frames += 1;
+                if self.reserved > 0 && self.buf.large_frame_under_way().is_none() {
+                    budget::release(self.reserved);
+                    self.reserved = 0;
+                }
                 Ok(Some(f))
             }
             Ok(None) => match self.dead {
@@ -232,10 +336,23 @@ impl Inbox {
         if let Some(d) = self.dead {
             return Err(self.error(d));
         }
-        match self.buf.prepare_read() {
-            Ok(n) => Ok((self.buf.buf_mut(), n)),
-            Err(e) => Err(self.protocol(e)),
+        let n = match self.buf.prepare_read() {
+            Ok(n) => n,
+            Err(e) => return Err(self.protocol(e)),
+        };
+        if let Some(need) = self.buf.large_frame_under_way()
+            && need > self.reserved
+        {
+            if let Err(in_use) = budget::reserve(need - self.reserved) {
+                let dead = Dead::OverBudget { need, in_use, budget: budget::get() };
+                tracing::warn!(peer = %self.peer, need, in_use, budget = budget::get(),
+                    "closing connection: a frame under way would exceed the process's budget for partial frames ({})", budget::ENV);
+                self.dead = Some(dead);
+                return Err(self.error(dead));
+            }
+            self.reserved = need;
         }
+        Ok((self.buf.buf_mut(), n))
     }
 
     /// Accounts a read of `n > 0` bytes.
@@ -265,7 +382,7 @@ impl Inbox {
 
     /// Whether the connection must be shut down because the peer sent garbage.
     pub(crate) fn is_poisoned(&self) -> bool {
-        matches!(self.dead, Some(Dead::Protocol(_)))
+        matches!(self.dead, Some(Dead::Protocol(_) | Dead::OverBudget { .. }))
     }
 
     fn protocol(&mut self, e: FrameError) -> crate::RecvError {
@@ -282,6 +399,7 @@ impl Inbox {
             Dead::Closed => crate::RecvError::Closed { peer },
             Dead::Truncated(buffered) => crate::RecvError::Truncated { peer, buffered },
             Dead::Protocol(source) => crate::RecvError::Protocol { peer, source },
+            Dead::OverBudget { need, in_use, budget } => crate::RecvError::OverBudget { peer, need, in_use, budget },
             Dead::Failed => crate::RecvError::Io { peer, source: std::io::Error::other("an earlier read failed") },
         }
     }

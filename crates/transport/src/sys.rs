@@ -77,3 +77,30 @@ pub fn wait_ready(fds: &[BorrowedFd<'_>], events: i16, timeout: Option<Duration>
         }
     }
 }
+
+/// A non-blocking eventfd, to wake a thread that waits in [`wait_ready`].
+pub(crate) fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Makes the eventfd readable.
+pub(crate) fn signal_eventfd(fd: &std::os::fd::OwnedFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writes 8 bytes from a local array to a descriptor we own.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+}
+
+/// Whether the eventfd was signalled since the last call (reading it resets it).
+pub(crate) fn eventfd_signalled(fd: &std::os::fd::OwnedFd) -> bool {
+    let mut v = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a local array from a descriptor we own.
+    let n = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), v.len()) };
+    n == 8
+}

@@ -12,6 +12,13 @@ fn localhost() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
+/// The next connection, admitted to the default frame limits (these tests are not about hellos).
+async fn accept(listener: &AsyncListener) -> AsyncConnection {
+    let mut c = listener.accept().await.unwrap();
+    c.admit();
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_from_many_tasks_share_one_connection_in_per_task_order() {
     let listener = AsyncListener::bind(localhost(), ConnectionOptions::default()).await.unwrap();
@@ -36,7 +43,7 @@ async fn frames_from_many_tasks_share_one_connection_in_per_task_order() {
         tx.close().await.unwrap();
         tx.stats()
     });
-    let (_tx, mut rx) = listener.accept().await.unwrap().split();
+    let (_tx, mut rx) = accept(&listener).await.split();
     let mut next = [0u32; 8];
     loop {
         match rx.recv().await {
@@ -68,7 +75,7 @@ async fn a_full_queue_gives_the_frame_back_with_try_send() {
     };
     let listener = AsyncListener::bind(localhost(), opts.clone()).await.unwrap();
     let (tx, _rx) = AsyncConnection::connect(listener.local_addr(), &opts).await.unwrap().split();
-    let _server = listener.accept().await.unwrap(); // accepted, never read
+    let _server = accept(&listener).await; // accepted, never read
     let payload = Bytes::from(vec![0u8; 4096]);
     let mut accepted = 0;
     let err = loop {
@@ -90,42 +97,38 @@ async fn a_full_queue_gives_the_frame_back_with_try_send() {
 async fn garbage_closes_only_the_connection_that_sent_it() {
     let listener = AsyncListener::bind(localhost(), ConnectionOptions::default()).await.unwrap();
     let addr = listener.local_addr();
-    let server = tokio::spawn(async move {
-        let mut results = Vec::new();
-        let mut tasks = Vec::new();
-        for _ in 0..2 {
-            let (tx, mut rx) = listener.accept().await.unwrap().split();
-            tasks.push(tokio::spawn(async move {
-                let mut echoed = 0;
-                loop {
-                    match rx.recv().await {
-                        Ok(f) => {
-                            tx.send(f).await.unwrap();
-                            echoed += 1;
-                        }
-                        Err(e) => return (echoed, e),
-                    }
-                }
-            }));
-        }
-        for t in tasks {
-            results.push(t.await.unwrap());
-        }
-        results
-    });
     let mut bad = tokio::net::TcpStream::connect(addr).await.unwrap();
     bad.write_all(&[0xff; 64]).await.unwrap();
     let (tx, mut rx) = AsyncConnection::connect(addr, &ConnectionOptions::default()).await.unwrap().split();
+    // Only the good connection is handed out: the garbage never passed the handshake.
+    let (stx, mut srx) = accept(&listener).await.split();
+    let echo = tokio::spawn(async move {
+        let mut echoed = 0;
+        loop {
+            match srx.recv().await {
+                Ok(f) => {
+                    stx.send(f).await.unwrap();
+                    echoed += 1;
+                }
+                Err(e) => return (echoed, e),
+            }
+        }
+    });
     for i in 0..100u32 {
         tx.send(Frame::new(1, Bytes::from(i.to_le_bytes().to_vec()))).await.unwrap();
         assert_eq!(&rx.recv().await.unwrap().payload[..], &i.to_le_bytes());
     }
     tx.close().await.unwrap();
-    let results = server.await.unwrap();
-    let bad_result = results.iter().find(|(n, _)| *n == 0).expect("the garbage connection");
-    assert!(matches!(bad_result.1, RecvError::Protocol { source: FrameError::BadMagic { .. }, .. }));
-    let good = results.iter().find(|(n, _)| *n == 100).expect("the good connection echoed everything");
-    assert!(good.1.is_clean_close());
+    let (echoed, end) = echo.await.unwrap();
+    assert_eq!(echoed, 100);
+    assert!(end.is_clean_close(), "{end}");
+    // The garbage sender got the challenge, then its connection was closed.
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tokio::io::AsyncReadExt::read_to_end(&mut bad, &mut seen));
+    let _ = read.await.expect("the server closes the garbage connection");
+    assert_eq!(u16::from_le_bytes([seen[4], seen[5]]), auth::KIND_CHALLENGE);
+    assert_eq!(listener.handshake_stats().refused, 1);
+    let _ = FrameError::BadMagic { found: 0 };
 }
 
 #[tokio::test]
@@ -133,7 +136,7 @@ async fn flush_waits_until_the_frames_are_written_and_close_ends_cleanly() {
     let listener = AsyncListener::bind(localhost(), ConnectionOptions::default()).await.unwrap();
     let (tx, _rx) =
         AsyncConnection::connect(listener.local_addr(), &ConnectionOptions::default()).await.unwrap().split();
-    let (_stx, mut srx) = listener.accept().await.unwrap().split();
+    let (_stx, mut srx) = accept(&listener).await.split();
     let big = Bytes::from(vec![3u8; 4 << 20]);
     tx.send(Frame::new(1, big.clone())).await.unwrap();
     let reader = tokio::spawn(async move {
@@ -155,7 +158,7 @@ async fn dropping_every_sender_closes_the_sending_direction() {
     let listener = AsyncListener::bind(localhost(), ConnectionOptions::default()).await.unwrap();
     let (tx, _rx) =
         AsyncConnection::connect(listener.local_addr(), &ConnectionOptions::default()).await.unwrap().split();
-    let (_stx, mut srx) = listener.accept().await.unwrap().split();
+    let (_stx, mut srx) = accept(&listener).await.split();
     let tx2 = tx.clone();
     tx.send(Frame::new(1, Bytes::from_static(b"a"))).await.unwrap();
     tx2.send(Frame::new(1, Bytes::from_static(b"b"))).await.unwrap();
@@ -177,7 +180,7 @@ async fn async_connect_retries_until_the_listener_appears() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let listener = AsyncListener::bind(addr, ConnectionOptions::default()).await.unwrap();
-    let _server = listener.accept().await.unwrap();
+    let _server = accept(&listener).await;
     assert_eq!(client.await.unwrap().peer_addr(), addr);
 }
 
@@ -213,7 +216,7 @@ async fn start_send_orders_frames_past_the_bound_and_ready_waits_for_room() {
     let opts = ConnectionOptions { send_queue_bytes: 4096, ..Default::default() };
     let listener = AsyncListener::bind(localhost(), opts.clone()).await.unwrap();
     let (tx, _rx) = AsyncConnection::connect(listener.local_addr(), &opts).await.unwrap().split();
-    let (_stx, mut srx) = listener.accept().await.unwrap().split();
+    let (_stx, mut srx) = accept(&listener).await.split();
     for i in 0..100u32 {
         let _room = tx.start_send(Frame::new(1, Bytes::from(vec![0u8; 1000])).with_channel(i)).unwrap();
     }
@@ -235,7 +238,7 @@ async fn abort_unblocks_a_sender_whose_peer_stopped_reading() {
     };
     let listener = AsyncListener::bind(localhost(), opts.clone()).await.unwrap();
     let (tx, _rx) = AsyncConnection::connect(listener.local_addr(), &opts).await.unwrap().split();
-    let _never_read = listener.accept().await.unwrap();
+    let _never_read = accept(&listener).await;
     let blocked = {
         let tx = tx.clone();
         tokio::spawn(async move {

@@ -12,8 +12,9 @@
 //! | 8 | 4 | channel (defined by the protocol: a service id, a stream id, …) |
 //! | 12 | 4 | payload length |
 //!
-//! [`FrameCodec`] refuses a frame longer than its configured maximum as soon as the header has
-//! arrived, before any memory is reserved for it, and never panics on any input.
+//! [`FrameCodec`] refuses a frame longer than its configured maximum ([`FrameLimits`]: one
+//! maximum, or a maximum per kind) as soon as the header has arrived, before any memory is
+//! reserved for it, and never panics on any input.
 //!
 //! ```
 //! use bytes::{Bytes, BytesMut};
@@ -106,6 +107,11 @@ impl FrameHeader {
 
     /// Decodes a header, refusing payloads longer than `max_len`.
     pub fn decode(h: &[u8; FRAME_HEADER_LEN], max_len: u32) -> Result<Self, FrameError> {
+        Self::decode_limited(h, &FrameLimits::uniform(max_len))
+    }
+
+    /// Decodes a header, refusing payloads longer than `limits` allows for its kind.
+    pub fn decode_limited(h: &[u8; FRAME_HEADER_LEN], limits: &FrameLimits) -> Result<Self, FrameError> {
         let magic = u16_at(h, 0);
         if magic != FRAME_MAGIC {
             return Err(FrameError::BadMagic { found: magic });
@@ -118,8 +124,9 @@ impl FrameHeader {
             return Err(FrameError::ReservedNotZero { found: reserved });
         }
         let header = FrameHeader { flags: h[3], kind: u16_at(h, 4), channel: u32_at(h, 8), len: u32_at(h, 12) };
-        if header.len > max_len {
-            return Err(FrameError::TooLarge { kind: header.kind, len: header.len, max: max_len });
+        let max = limits.max_for(header.kind);
+        if header.len > max {
+            return Err(FrameError::TooLarge { kind: header.kind, len: header.len, max });
         }
         Ok(header)
     }
@@ -171,10 +178,79 @@ impl Frame {
     }
 }
 
+/// Most kinds a [`FrameLimits`] can give a maximum of their own.
+pub const MAX_KIND_LIMITS: usize = 6;
+
+/// The largest payload accepted, for every kind or per kind: a protocol lets the one or two
+/// kinds that carry data be large and keeps every other kind small, so that a peer cannot make
+/// the receiver hold a large partial frame of a kind that never needs one.
+///
+/// ```
+/// use daqflow_wire::frame::FrameLimits;
+/// let limits = FrameLimits::uniform(4096).with_kind(22, 1 << 20);
+/// assert_eq!(limits.max_for(22), 1 << 20);
+/// assert_eq!(limits.max_for(7), 4096);
+/// assert_eq!(limits.largest(), 1 << 20);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLimits {
+    default: u32,
+    kinds: [(u16, u32); MAX_KIND_LIMITS],
+    n: u8,
+}
+
+impl FrameLimits {
+    /// The same maximum for every kind.
+    pub const fn uniform(max: u32) -> Self {
+        FrameLimits { default: max, kinds: [(0, 0); MAX_KIND_LIMITS], n: 0 }
+    }
+
+    /// The same limits, with `max` for frames of `kind` (replacing an earlier one for it).
+    ///
+    /// # Panics
+    /// With more than [`MAX_KIND_LIMITS`] kinds: a protocol's limits are written in its code.
+    pub const fn with_kind(mut self, kind: u16, max: u32) -> Self {
+        let mut i = 0;
+        while i < self.n as usize {
+            if self.kinds[i].0 == kind {
+                self.kinds[i].1 = max;
+                return self;
+            }
+            i += 1;
+        }
+        assert!((self.n as usize) < MAX_KIND_LIMITS, "too many per-kind frame limits");
+        self.kinds[self.n as usize] = (kind, max);
+        self.n += 1;
+        self
+    }
+
+    /// The largest payload accepted for a frame of `kind`.
+    #[inline]
+    pub fn max_for(&self, kind: u16) -> u32 {
+        for &(k, max) in &self.kinds[..self.n as usize] {
+            if k == kind {
+                return max;
+            }
+        }
+        self.default
+    }
+
+    /// The largest payload accepted for any kind.
+    pub fn largest(&self) -> u32 {
+        self.kinds[..self.n as usize].iter().map(|k| k.1).fold(self.default, u32::max)
+    }
+}
+
+impl Default for FrameLimits {
+    fn default() -> Self {
+        FrameLimits::uniform(DEFAULT_MAX_FRAME_LEN)
+    }
+}
+
 /// Encodes frames into and decodes frames out of a byte stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameCodec {
-    max_frame_len: u32,
+    limits: FrameLimits,
 }
 
 impl Default for FrameCodec {
@@ -186,12 +262,22 @@ impl Default for FrameCodec {
 impl FrameCodec {
     /// A codec that refuses payloads longer than `max_frame_len` bytes.
     pub fn new(max_frame_len: u32) -> Self {
-        FrameCodec { max_frame_len }
+        FrameCodec { limits: FrameLimits::uniform(max_frame_len) }
     }
 
-    /// The largest payload accepted.
+    /// A codec that refuses payloads longer than `limits` allows for their kind.
+    pub fn with_limits(limits: FrameLimits) -> Self {
+        FrameCodec { limits }
+    }
+
+    /// The largest payload accepted for any kind.
     pub fn max_frame_len(&self) -> u32 {
-        self.max_frame_len
+        self.limits.largest()
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &FrameLimits {
+        &self.limits
     }
 
     /// Appends `frame` to `out`.
@@ -204,7 +290,7 @@ impl FrameCodec {
     /// The header at the front of `buf`, once all 16 bytes of it are there.
     pub fn peek_header(&self, buf: &[u8]) -> Result<Option<FrameHeader>, FrameError> {
         match head::<FRAME_HEADER_LEN>(buf) {
-            Some(h) => FrameHeader::decode(h, self.max_frame_len).map(Some),
+            Some(h) => FrameHeader::decode_limited(h, &self.limits).map(Some),
             None => Ok(None),
         }
     }
@@ -245,6 +331,16 @@ mod tests {
         let h = FrameHeader { kind: 1, flags: 0, channel: 0, len: 101 }.encode();
         let mut buf = BytesMut::from(&h[..]);
         assert_eq!(codec.decode(&mut buf), Err(FrameError::TooLarge { kind: 1, len: 101, max: 100 }));
+    }
+
+    #[test]
+    fn a_kind_of_its_own_may_be_larger_and_the_others_stay_small() {
+        let codec = FrameCodec::with_limits(FrameLimits::uniform(100).with_kind(9, 1000).with_kind(9, 2000));
+        let large = FrameHeader { kind: 9, flags: 0, channel: 0, len: 2000 }.encode();
+        assert!(codec.peek_header(&large).unwrap().is_some());
+        let other = FrameHeader { kind: 8, flags: 0, channel: 0, len: 101 }.encode();
+        assert_eq!(codec.peek_header(&other), Err(FrameError::TooLarge { kind: 8, len: 101, max: 100 }));
+        assert_eq!(codec.max_frame_len(), 2000);
     }
 
     #[test]
