@@ -1,14 +1,12 @@
 //! `daqflow control-server` and `daqflow dialog …`: the DIALOG GUI's functions for terminals.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use daqflow_dialog::{
-    ControlServer, Dialog, DialogConfig, DialogError, ServerConfig, ServiceEvent, parse_control_addrs, read_token_file,
+    ControlServer, Dialog, DialogConfig, DialogError, ServerConfig, ServiceEvent, parse_control_addrs,
 };
 
 /// Parses `250ms`, `2s`, `1.5s`, `1m`.
@@ -34,9 +32,6 @@ pub struct ServerArgs {
     /// Address to listen on (use 0.0.0.0:7000 to accept processes from other hosts).
     #[arg(long, default_value = "127.0.0.1:7000")]
     pub listen: std::net::SocketAddr,
-    /// File holding a shared secret every process must present.
-    #[arg(long, env = "DAQFLOW_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
     /// Heartbeat interval told to processes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
@@ -56,12 +51,11 @@ Examples:
   daqflow control-server --listen 127.0.0.1:7001      # a spare: give clients --control a,b";
 
 pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
-    let token = args.token_file.as_deref().map(read_token_file).transpose()?;
+    // The token (`daqflow --token-file`) is the process's: ServerConfig::default() takes it.
     let config = ServerConfig {
         listen: args.listen,
         heartbeat_interval: args.heartbeat_interval,
         lost_after: args.lost_after,
-        token,
         ..ServerConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -86,9 +80,6 @@ pub struct DialogArgs {
     /// Control server address(es), primary first then spares, comma-separated.
     #[arg(long, global = true, env = "DAQFLOW_CONTROL", default_value = "127.0.0.1:7000")]
     pub control: String,
-    /// File holding the shared secret, if the control server requires one.
-    #[arg(long, global = true, env = "DAQFLOW_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
     /// Process name to join as (default: derived from the command and the pid).
     #[arg(long, global = true)]
     pub name: Option<String>,
@@ -162,9 +153,8 @@ Examples:
 fn config(args: &DialogArgs, default_name: &str) -> anyhow::Result<DialogConfig> {
     let control = parse_control_addrs(&args.control)?;
     let name = args.name.clone().unwrap_or_else(|| format!("{default_name}-{}", std::process::id()));
-    let mut config = DialogConfig::new(name, control);
-    config.token = args.token_file.as_deref().map(read_token_file).transpose()?;
-    Ok(config)
+    // The token (`daqflow --token-file`) is the process's: DialogConfig::new takes it.
+    Ok(DialogConfig::new(name, control))
 }
 
 fn out_line(line: &str) {
@@ -177,11 +167,21 @@ fn printable(data: &[u8]) -> String {
     String::from_utf8_lossy(data).replace('\n', "\\n")
 }
 
+/// An error of a call that needs the control server, with why it could not be reached (a
+/// wrong or missing token says so, rather than a bare timeout).
+fn with_problem(dialog: &Dialog, what: &str, e: impl std::fmt::Display) -> anyhow::Error {
+    match dialog.client().connection_problem() {
+        Some(p) => anyhow::anyhow!("{what}: {e}: {p}"),
+        None => anyhow::anyhow!("{what}: {e}"),
+    }
+}
+
 pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         DialogCommand::Ls { filter, json, timeout } => {
             let dialog = Dialog::start(config(args, "dialog-ls")?)?;
-            let mut procs = dialog.processes(*timeout).context("reading the directory")?;
+            let mut procs =
+                dialog.processes(*timeout).map_err(|e| with_problem(&dialog, "reading the directory", e))?;
             if let Some(f) = filter {
                 let f = f.to_lowercase();
                 procs.retain(|p| {
@@ -239,7 +239,9 @@ pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
         }
         DialogCommand::Send { command, payload } => {
             let dialog = Dialog::start(config(args, "dialog-send")?)?;
-            let n = dialog.send_command(command, payload.as_bytes())?;
+            let n = dialog
+                .send_command(command, payload.as_bytes())
+                .map_err(|e| with_problem(&dialog, &format!("sending `{command}`"), e))?;
             if n == 0 {
                 eprintln!("daqflow: command `{command}` was delivered to no process (nobody registered it)");
                 return Ok(ExitCode::from(1));

@@ -174,6 +174,8 @@ impl Child {
         let mut cmd = std::process::Command::new(self_exe()?);
         std::os::unix::process::CommandExt::arg0(&mut cmd, "daqflow");
         cmd.args(["component", kind, "--name", name]);
+        // The system these children form proves one token on every connection.
+        cmd.env(crate::TOKEN_ENV, crate::ensure_process_token()?.reveal());
         if std::env::var_os("DAQFLOW_LOG").is_none() {
             cmd.env("DAQFLOW_LOG", "warn");
         }

@@ -34,6 +34,11 @@ mod run_cmd;
     daqflow profile run.prof --out profile-out        its histograms and sequence diagram\n\n\
     Logging: set DAQFLOW_LOG (e.g. DAQFLOW_LOG=debug or DAQFLOW_LOG=daqflow_transport=trace).")]
 struct Cli {
+    /// The system token: a file holding the shared secret every connection proves (mode 0600).
+    /// Components, control servers and clients of one system share it; `daqflow run` and
+    /// `daqflow demo` make one per system when none is given.
+    #[arg(long, global = true, env = "DAQFLOW_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -95,6 +100,18 @@ fn main() -> ExitCode {
         Command::Et(ref args) if args.is_server() => "info",
         _ => "warn",
     });
+    let token = match (&cli.token_file, std::env::var(TOKEN_ENV)) {
+        (Some(path), _) => daqflow_dialog::Token::from_file(path).map(Some).map_err(|e| format!("--token-file: {e}")),
+        (None, Ok(text)) => daqflow_dialog::Token::new(&text).map(Some).map_err(|e| format!("{TOKEN_ENV}: {e}")),
+        (None, Err(_)) => Ok(None),
+    };
+    match token {
+        Ok(t) => daqflow_transport::auth::set_process_token(t),
+        Err(e) => {
+            eprintln!("daqflow: error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let result = match cli.command {
         Command::Demo(args) => run_cmd::demo(&args),
         Command::Run(args) => run_cmd::run(&args),
@@ -120,6 +137,22 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The environment variable a launcher passes the system token in (the secret itself, for a
+/// child process: only its user can read a process's environment); `--token-file` wins.
+pub(crate) const TOKEN_ENV: &str = "DAQFLOW_TOKEN";
+
+/// The system token of a system this process starts by itself (`evb local`, the bench suites):
+/// the process's own (`--token-file`), else a new random one, which the children get in
+/// `DAQFLOW_TOKEN`.
+pub(crate) fn ensure_process_token() -> anyhow::Result<daqflow_dialog::Token> {
+    if let Some(t) = daqflow_transport::auth::process_token() {
+        return Ok(t);
+    }
+    let t = daqflow_dialog::Token::try_generate()?;
+    daqflow_transport::auth::set_process_token(Some(t.clone()));
+    Ok(t)
 }
 
 fn init_logging(default_level: &str) {

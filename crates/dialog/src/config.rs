@@ -3,7 +3,10 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+use daqflow_transport::auth::Token;
 use daqflow_transport::{ConnectionOptions, RetryPolicy, WhenFull};
+
+use crate::protocol::{CONTROL_PROTOCOL, PEER_PROTOCOL};
 
 use crate::error::DialogError;
 
@@ -56,9 +59,10 @@ pub struct DialogConfig {
     /// The host published for the listening socket. Default: its IP, or, when listening on all
     /// interfaces, the local IP of the connection to the control server.
     pub advertise_host: Option<String>,
-    /// Shared secret sent in every handshake (to the control server and to peers) and required
-    /// from peers.
-    pub token: Option<String>,
+    /// The system token, proven in the transport's handshake on every connection (to the
+    /// control server, to peers, and by peers to us); a connection that cannot prove it is
+    /// refused. Default: the process's token (`daqflow --token-file`), if any.
+    pub token: Option<Token>,
     /// Heartbeat interval until the control server says otherwise. Default 1 s.
     pub heartbeat_interval: Duration,
     /// The control server is considered gone if it answers nothing for this long; the process
@@ -73,7 +77,8 @@ pub struct DialogConfig {
     pub command_timeout: Duration,
     /// Threads of the runtime the synchronous [`Dialog`](crate::Dialog) creates. Default 2.
     pub worker_threads: usize,
-    /// Options of every connection (queue bounds, buffer sizes).
+    /// Options of every connection (queue bounds, buffer sizes). Their `token` and `protocol`
+    /// are set from [`DialogConfig::token`] and the kind of connection.
     pub connection: ConnectionOptions,
 }
 
@@ -85,7 +90,7 @@ impl DialogConfig {
             control,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise_host: None,
-            token: None,
+            token: daqflow_transport::auth::process_token(),
             heartbeat_interval: Duration::from_secs(1),
             lost_after: Duration::from_secs(3),
             retry: RetryPolicy { max: Duration::from_secs(2), ..RetryPolicy::default() },
@@ -102,6 +107,18 @@ impl DialogConfig {
     }
 }
 
+impl DialogConfig {
+    /// Options of the connection to the control server.
+    pub(crate) fn control_options(&self) -> ConnectionOptions {
+        ConnectionOptions { protocol: CONTROL_PROTOCOL, token: self.token.clone(), ..self.connection.clone() }
+    }
+
+    /// Options of connections between processes.
+    pub(crate) fn peer_options(&self) -> ConnectionOptions {
+        ConnectionOptions { protocol: PEER_PROTOCOL, token: self.token.clone(), ..self.connection.clone() }
+    }
+}
+
 /// How the control server behaves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -111,8 +128,11 @@ pub struct ServerConfig {
     pub heartbeat_interval: Duration,
     /// A process silent for this long is lost. Default 3 s.
     pub lost_after: Duration,
-    /// Shared secret every handshake must carry.
-    pub token: Option<String>,
+    /// The system token every connection must prove in the transport's handshake. Default: the
+    /// process's token (`daqflow --token-file`), if any.
+    pub token: Option<Token>,
+    /// Largest command (`SEND_COMMAND` payload) accepted from a process. Default 16 MiB.
+    pub max_command_bytes: u32,
     /// How often the directory checks heartbeats and publishes changes. Default 100 ms.
     pub tick: Duration,
 }
@@ -123,19 +143,9 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7000)),
             heartbeat_interval: Duration::from_secs(1),
             lost_after: Duration::from_secs(3),
-            token: None,
+            token: daqflow_transport::auth::process_token(),
+            max_command_bytes: 16 << 20,
             tick: Duration::from_millis(100),
         }
     }
-}
-
-/// Reads a shared-secret file: its content without surrounding whitespace.
-pub fn read_token_file(path: &std::path::Path) -> Result<String, DialogError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| DialogError::Config(format!("token file {}: {e}", path.display())))?;
-    let token = text.trim().to_owned();
-    if token.is_empty() {
-        return Err(DialogError::Config(format!("token file {} is empty", path.display())));
-    }
-    Ok(token)
 }

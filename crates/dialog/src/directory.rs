@@ -50,8 +50,6 @@ pub struct DirectoryConfig {
     pub heartbeat_interval: Duration,
     /// A process silent for this long is declared lost.
     pub lost_after: Duration,
-    /// The shared secret every handshake must carry, if any.
-    pub token: Option<String>,
     /// A connection that has not completed its handshake after this long is closed.
     pub handshake_timeout: Duration,
     /// Identifies this control server in handshakes and logs (`host:port`).
@@ -63,7 +61,6 @@ impl Default for DirectoryConfig {
         DirectoryConfig {
             heartbeat_interval: Duration::from_secs(1),
             lost_after: Duration::from_secs(3),
-            token: None,
             handshake_timeout: Duration::from_secs(10),
             server_name: "control-server".into(),
         }
@@ -269,7 +266,7 @@ impl Directory {
     }
 
     fn handshake(&mut self, conn: ConnId, peer: String, msg: Message, now: Now, out: &mut Vec<Output>) {
-        let Message::ConnectToControlServer { version, name, pid, host, port, start_time_ns, token } = msg else {
+        let Message::ConnectToControlServer { version, name, pid, host, port, start_time_ns } = msg else {
             // Paper, fig. 3: messages from processes that are not connected are ignored, and the
             // sender is told it is not connected.
             tracing::debug!(%peer, kind = msg.kind(), "message before the handshake ignored");
@@ -285,13 +282,6 @@ impl Directory {
             out.push(Output::Send { conn, msg: Message::ConnectRefused { reason, message: message.clone() } });
             out.push(Output::Close { conn, reason: message });
         };
-        if let Some(expected) = &self.config.token
-            && !constant_time_eq(expected.as_bytes(), token.as_bytes())
-        {
-            tracing::warn!(%peer, process = %name, "handshake refused: wrong or missing token");
-            self.conns.remove(&conn);
-            return refuse(RefuseReason::WrongToken, "wrong or missing token".into(), out);
-        }
         if version != PROTOCOL_VERSION {
             self.conns.remove(&conn);
             return refuse(
@@ -631,15 +621,6 @@ impl Directory {
     }
 }
 
-/// Compares secrets in time independent of where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
-    }
-    diff == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,7 +636,6 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 5000 + conn as u16,
                 start_time_ns: 1,
-                token: String::new(),
             },
             now,
         )
@@ -695,16 +675,6 @@ mod tests {
         let out = d.on_message(1, Message::RegisterService { request: 1, name: "s".into() }, now);
         assert!(matches!(sent_to(&out, 1)[..], [Message::NotConnected { .. }]));
         assert!(d.services().is_empty());
-    }
-
-    #[test]
-    fn a_wrong_token_is_refused_and_the_connection_closed() {
-        let now = Now::current();
-        let mut d = Directory::new(DirectoryConfig { token: Some("secret".into()), ..Default::default() });
-        let out = connect(&mut d, 1, "p", now);
-        assert!(matches!(sent_to(&out, 1)[..], [Message::ConnectRefused { reason: RefuseReason::WrongToken, .. }]));
-        assert!(out.iter().any(|o| matches!(o, Output::Close { conn: 1, .. })));
-        assert_eq!(d.process_count(), 0);
     }
 
     #[test]
@@ -829,14 +799,5 @@ mod tests {
         connect(&mut d, 1, "p", now);
         let out = d.on_message(1, Message::RegisterService { request: 1, name: "dialog/processes".into() }, now);
         assert!(matches!(&sent_to(&out, 1)[..], [Message::ServiceRefused { owner, .. }] if owner == "control server"));
-    }
-
-    #[test]
-    fn secrets_compare_equal_only_when_equal() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-        assert!(!constant_time_eq(b"", b"a"));
-        assert!(constant_time_eq(b"", b""));
     }
 }

@@ -54,9 +54,9 @@ pub use client::{
 };
 pub use config::{
     CONTROL_ENV, DEFAULT_CONTROL, DialogConfig, ServerConfig, control_addrs_from_env, parse_control_addrs,
-    read_token_file,
 };
 pub use daqflow_transport::WhenFull;
+pub use daqflow_transport::auth::Token;
 pub use directory::{CommandInfo, ProcessInfo, ServiceInfo};
 pub use error::{DialogError, ServerError};
 pub use server::{ControlServer, ServerHandle};

@@ -8,8 +8,15 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use daqflow_wire::frame::Frame;
 
-/// Version of the protocol spoken by this build, sent in every handshake.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version of the protocol spoken by this build, sent in every handshake. Version 2: the
+/// shared secret is proven by the transport's handshake before any DIALOG message (`docs/security.md`),
+/// no longer sent in `CONNECT_TO_CONTROL_SERVER` and `PEER_HELLO`.
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// The protocol name of connections to the control server, in the transport's handshake.
+pub const CONTROL_PROTOCOL: &str = "dialog-control";
+/// The protocol name of connections between processes, in the transport's handshake.
+pub const PEER_PROTOCOL: &str = "dialog-peer";
 
 /// Message kinds (the frame `kind`). The names of the paper's message headers are kept.
 pub mod kind {
@@ -75,12 +82,11 @@ pub mod kind {
 /// Flag of a `SERVICE_MESSAGE`: the value is the current one, sent on subscribing.
 pub const FLAG_INITIAL: u8 = 1;
 
-/// Why a handshake was refused.
+/// Why a handshake was refused. (Value 1, a wrong shared secret, is no longer sent: the
+/// transport's handshake refuses a wrong token before any DIALOG message.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum RefuseReason {
-    /// The shared secret is missing or wrong.
-    WrongToken = 1,
     /// Another live process has this name.
     NameTaken = 2,
     /// The protocol version is not spoken by the server.
@@ -92,7 +98,6 @@ pub enum RefuseReason {
 impl RefuseReason {
     fn from_u8(v: u8) -> Result<Self, ProtocolError> {
         Ok(match v {
-            1 => RefuseReason::WrongToken,
             2 => RefuseReason::NameTaken,
             3 => RefuseReason::Version,
             4 => RefuseReason::BadName,
@@ -158,115 +163,32 @@ pub enum ServiceLocation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(missing_docs)] // fields are documented with the message kinds and in docs/dialog.md
 pub enum Message {
-    ConnectToControlServer {
-        version: u16,
-        name: String,
-        pid: u32,
-        host: String,
-        port: u16,
-        start_time_ns: u64,
-        token: String,
-    },
-    SuccessfullyConnected {
-        server: String,
-        heartbeat_interval_ms: u32,
-        lost_after_ms: u32,
-    },
-    ConnectRefused {
-        reason: RefuseReason,
-        message: String,
-    },
-    NotConnected {
-        message: String,
-    },
-    Heartbeat {
-        seq: u64,
-    },
-    HeartbeatAck {
-        seq: u64,
-    },
-    RegisterService {
-        request: u32,
-        name: String,
-    },
-    ServiceRegistered {
-        request: u32,
-    },
-    ServiceRefused {
-        request: u32,
-        owner: String,
-        owner_addr: String,
-    },
-    UnregisterService {
-        name: String,
-    },
-    RequestService {
-        sub: u32,
-        name: String,
-    },
-    InfoService {
-        sub: u32,
-        name: String,
-        location: ServiceLocation,
-    },
-    CancelRequest {
-        sub: u32,
-    },
-    RegisterCommand {
-        name: String,
-    },
-    UnregisterCommand {
-        name: String,
-    },
-    SendCommand {
-        request: u32,
-        name: String,
-        data: Bytes,
-    },
-    CommandSent {
-        request: u32,
-        delivered: u32,
-    },
-    CommandMessage {
-        name: String,
-        from: String,
-        data: Bytes,
-    },
-    LostSender {
-        process: String,
-        reason: LostReason,
-    },
-    LostReceiver {
-        process: String,
-        reason: LostReason,
-    },
-    ConnectionLost {
-        message: String,
-    },
-    ServiceMessage {
-        sub: u32,
-        initial: bool,
-        seq: u64,
-        data: Bytes,
-    },
-    SubscribeService {
-        sub: u32,
-        name: String,
-    },
-    UnsubscribeService {
-        sub: u32,
-    },
-    PeerHello {
-        version: u16,
-        name: String,
-        host: String,
-        port: u16,
-        token: String,
-    },
-    ServiceUnknown {
-        sub: u32,
-        name: String,
-    },
+    ConnectToControlServer { version: u16, name: String, pid: u32, host: String, port: u16, start_time_ns: u64 },
+    SuccessfullyConnected { server: String, heartbeat_interval_ms: u32, lost_after_ms: u32 },
+    ConnectRefused { reason: RefuseReason, message: String },
+    NotConnected { message: String },
+    Heartbeat { seq: u64 },
+    HeartbeatAck { seq: u64 },
+    RegisterService { request: u32, name: String },
+    ServiceRegistered { request: u32 },
+    ServiceRefused { request: u32, owner: String, owner_addr: String },
+    UnregisterService { name: String },
+    RequestService { sub: u32, name: String },
+    InfoService { sub: u32, name: String, location: ServiceLocation },
+    CancelRequest { sub: u32 },
+    RegisterCommand { name: String },
+    UnregisterCommand { name: String },
+    SendCommand { request: u32, name: String, data: Bytes },
+    CommandSent { request: u32, delivered: u32 },
+    CommandMessage { name: String, from: String, data: Bytes },
+    LostSender { process: String, reason: LostReason },
+    LostReceiver { process: String, reason: LostReason },
+    ConnectionLost { message: String },
+    ServiceMessage { sub: u32, initial: bool, seq: u64, data: Bytes },
+    SubscribeService { sub: u32, name: String },
+    UnsubscribeService { sub: u32 },
+    PeerHello { version: u16, name: String, host: String, port: u16 },
+    ServiceUnknown { sub: u32, name: String },
     Disconnect,
     PeerBye,
 }
@@ -409,14 +331,13 @@ impl Message {
         let mut w = Writer(BytesMut::with_capacity(64));
         let mut channel = 0;
         match self {
-            Message::ConnectToControlServer { version, name, pid, host, port, start_time_ns, token } => {
+            Message::ConnectToControlServer { version, name, pid, host, port, start_time_ns } => {
                 w.0.put_u16_le(*version);
                 w.str(name);
                 w.0.put_u32_le(*pid);
                 w.str(host);
                 w.0.put_u16_le(*port);
                 w.0.put_u64_le(*start_time_ns);
-                w.str(token);
             }
             Message::SuccessfullyConnected { server, heartbeat_interval_ms, lost_after_ms } => {
                 w.str(server);
@@ -482,12 +403,11 @@ impl Message {
                 w.str(process);
                 w.0.put_u8(*reason as u8);
             }
-            Message::PeerHello { version, name, host, port, token } => {
+            Message::PeerHello { version, name, host, port } => {
                 w.0.put_u16_le(*version);
                 w.str(name);
                 w.str(host);
                 w.0.put_u16_le(*port);
-                w.str(token);
             }
             Message::Disconnect | Message::PeerBye => {}
             Message::ServiceMessage { .. } => unreachable!("handled above"),
@@ -510,7 +430,6 @@ impl Message {
                 host: r.str("host")?,
                 port: r.u16("port")?,
                 start_time_ns: r.u64("start time")?,
-                token: r.str("token")?,
             },
             SUCCESSFULLY_CONNECTED => Message::SuccessfullyConnected {
                 server: r.str("server")?,
@@ -586,7 +505,6 @@ impl Message {
                 name: r.str("name")?,
                 host: r.str("host")?,
                 port: r.u16("port")?,
-                token: r.str("token")?,
             },
             SERVICE_UNKNOWN => Message::ServiceUnknown { sub: ch, name: r.str("name")? },
             DISCONNECT => Message::Disconnect,
@@ -639,15 +557,14 @@ mod tests {
             (name(), name(), any::<u16>()).prop_map(|(name, host, port)| ServiceLocation::Process { name, host, port }),
         ];
         prop_oneof![
-            (any::<u16>(), name(), any::<u32>(), name(), any::<u16>(), any::<u64>(), name()).prop_map(
-                |(version, name, pid, host, port, start_time_ns, token)| Message::ConnectToControlServer {
+            (any::<u16>(), name(), any::<u32>(), name(), any::<u16>(), any::<u64>()).prop_map(
+                |(version, name, pid, host, port, start_time_ns)| Message::ConnectToControlServer {
                     version,
                     name,
                     pid,
                     host,
                     port,
                     start_time_ns,
-                    token
                 }
             ),
             (name(), any::<u32>(), any::<u32>()).prop_map(|(server, heartbeat_interval_ms, lost_after_ms)| {
@@ -688,8 +605,12 @@ mod tests {
                 .prop_map(|(sub, initial, seq, data)| Message::ServiceMessage { sub, initial, seq, data }),
             (any::<u32>(), name()).prop_map(|(sub, name)| Message::SubscribeService { sub, name }),
             any::<u32>().prop_map(|sub| Message::UnsubscribeService { sub }),
-            (any::<u16>(), name(), name(), any::<u16>(), name())
-                .prop_map(|(version, name, host, port, token)| Message::PeerHello { version, name, host, port, token }),
+            (any::<u16>(), name(), name(), any::<u16>()).prop_map(|(version, name, host, port)| Message::PeerHello {
+                version,
+                name,
+                host,
+                port
+            }),
             (any::<u32>(), name()).prop_map(|(sub, name)| Message::ServiceUnknown { sub, name }),
             Just(Message::Disconnect),
             Just(Message::PeerBye),

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use daqflow_transport::{AsyncConnection, AsyncListener, ConnectionOptions, FrameSender, WhenFull};
+use daqflow_wire::frame::FrameLimits;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -27,6 +28,7 @@ struct ConnHandle {
 struct Shared {
     directory: Mutex<Directory>,
     conns: Mutex<HashMap<ConnId, ConnHandle>>,
+    max_command_bytes: u32,
 }
 
 impl Shared {
@@ -133,7 +135,9 @@ impl ControlServer {
     /// Binds and starts serving on the current tokio runtime.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         let opts = ConnectionOptions {
-            max_frame_bytes: 16 << 20,
+            protocol: crate::protocol::CONTROL_PROTOCOL,
+            token: config.token.clone(),
+            max_frame_bytes: config.max_command_bytes.max(64 << 10),
             send_queue_bytes: 32 << 20,
             when_full: WhenFull::Fail,
             ..ConnectionOptions::default()
@@ -145,11 +149,14 @@ impl ControlServer {
         let directory = Directory::new(DirectoryConfig {
             heartbeat_interval: config.heartbeat_interval,
             lost_after: config.lost_after,
-            token: config.token.clone(),
             server_name: addr.to_string(),
             ..DirectoryConfig::default()
         });
-        let shared = Arc::new(Shared { directory: Mutex::new(directory), conns: Mutex::new(HashMap::new()) });
+        let shared = Arc::new(Shared {
+            directory: Mutex::new(directory),
+            conns: Mutex::new(HashMap::new()),
+            max_command_bytes: config.max_command_bytes,
+        });
         tracing::info!(%addr, token = config.token.is_some(), "control server listening");
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
         let ticker = {
@@ -200,6 +207,14 @@ async fn serve(shared: Arc<Shared>, id: ConnId, conn: AsyncConnection) {
         match frame {
             Ok(frame) => match Message::from_frame(&frame) {
                 Ok(msg) => {
+                    if matches!(msg, Message::ConnectToControlServer { .. }) {
+                        // The process said who it is: commands may be large, everything else
+                        // a process sends stays small.
+                        receiver.set_frame_limits(
+                            FrameLimits::uniform(64 << 10)
+                                .with_kind(crate::protocol::kind::SEND_COMMAND, shared.max_command_bytes),
+                        );
+                    }
                     let out = shared.directory().on_message(id, msg, Now::current());
                     shared.apply(out);
                 }

@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use daqflow_dialog::protocol::{Message, kind};
+use daqflow_dialog::protocol::{CONTROL_PROTOCOL, Message, PEER_PROTOCOL, kind};
 use daqflow_dialog::*;
 use daqflow_transport::{Connection, ConnectionOptions};
+use daqflow_wire::frame::Frame;
 
 /// A control server on a runtime of its own, so that it can be killed and restarted.
 struct TestServer {
@@ -145,7 +146,8 @@ fn connect_handshake_lists_the_process_in_the_directory() {
 #[test]
 fn a_message_from_an_unconnected_peer_is_ignored_and_answered_not_connected() {
     let server = TestServer::start(TestServer::fast());
-    let mut raw = Connection::connect(server.addr, &ConnectionOptions::default()).unwrap();
+    let opts = ConnectionOptions { token: None, ..ConnectionOptions::for_protocol(CONTROL_PROTOCOL) };
+    let mut raw = Connection::connect(server.addr, &opts).unwrap();
     raw.send(Message::RegisterService { request: 1, name: "sneaky".into() }.to_frame()).unwrap();
     raw.flush().unwrap();
     let reply = raw.recv_timeout(Duration::from_secs(10)).unwrap().expect("an answer");
@@ -248,16 +250,25 @@ fn a_duplicate_service_is_refused_naming_its_owner_and_nothing_is_half_registere
 }
 
 #[test]
-fn a_wrong_token_is_refused() {
-    let server = TestServer::start(ServerConfig { token: Some("s3cret".into()), ..TestServer::fast() });
+fn a_wrong_or_missing_token_is_refused_and_the_process_is_told_why() {
+    let token = Token::new("s3cret").unwrap();
+    let server = TestServer::start(ServerConfig { token: Some(token.clone()), ..TestServer::fast() });
     let mut c = config("mallory", &[server.addr]);
-    c.token = Some("guess".into());
+    c.token = Some(Token::new("guess").unwrap());
     let bad = Dialog::start(c).unwrap();
     assert!(!bad.wait_connected(Duration::from_millis(800)));
+    let why = bad.client().connection_problem().expect("a reason");
+    assert!(why.contains("wrong token"), "{why}");
+    let mut c = config("nobody", &[server.addr]);
+    c.token = None;
+    let none = Dialog::start(c).unwrap();
+    assert!(!none.wait_connected(Duration::from_millis(800)));
+    assert!(none.client().connection_problem().expect("a reason").contains("requires the system token"));
     let mut c = config("alice", &[server.addr]);
-    c.token = Some("s3cret".into());
+    c.token = Some(token);
     let good = Dialog::start(c).unwrap();
     assert!(good.wait_connected(Duration::from_secs(10)));
+    assert_eq!(good.client().connection_problem(), None);
     assert_eq!(server.processes().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["alice"]);
 }
 
@@ -459,27 +470,62 @@ fn a_subscriber_that_stops_consuming_blocks_a_lossless_service_but_not_a_lossy_o
 }
 
 #[test]
-fn a_peer_with_a_wrong_token_is_answered_not_connected_and_ignored() {
-    let server = TestServer::start(ServerConfig { token: Some("t0ken".into()), ..TestServer::fast() });
-    let mut c = config("provider", &[server.addr]);
-    c.token = Some("t0ken".into());
-    let provider = Dialog::start(c).unwrap();
-    assert!(provider.wait_connected(Duration::from_secs(10)));
-    let svc = provider.provide("guarded").unwrap();
-    let mut raw = Connection::connect(provider.client().listen_addr(), &ConnectionOptions::default()).unwrap();
-    let hello = Message::PeerHello {
-        version: 1,
-        name: "mallory".into(),
-        host: "127.0.0.1".into(),
-        port: 1,
-        token: "nope".into(),
+fn a_stranger_cannot_subscribe_to_a_provider_nor_inject_values_into_a_subscriber() {
+    let token = Token::generate();
+    let server = TestServer::start(ServerConfig { token: Some(token.clone()), ..TestServer::fast() });
+    let join_with_token = |name: &str| {
+        let mut c = config(name, &[server.addr]);
+        c.token = Some(token.clone());
+        let d = Dialog::start(c).unwrap();
+        assert!(d.wait_connected(Duration::from_secs(10)));
+        d
     };
-    raw.send(hello.to_frame()).unwrap();
+    let provider = join_with_token("ru-1");
+    let svc = provider.provide("ru-1/state").unwrap();
+    svc.update(br#"{"state":"Running"}"#).unwrap();
+    let operator = join_with_token("operator");
+    let (events, handler) = collector();
+    let _sub = operator.subscribe("ru-1/state", handler).unwrap();
+    wait_until("subscribed", || svc.subscriber_count() == 1 && updates(&events).len() == 1);
+    // A stranger (no token, or a guessed one) at the provider's and at the subscriber's peer port.
+    for target in [provider.client().listen_addr(), operator.client().listen_addr()] {
+        for guess in [None, Some(Token::new("guess").unwrap())] {
+            let opts = ConnectionOptions { token: guess, ..ConnectionOptions::for_protocol(PEER_PROTOCOL) };
+            let err = Connection::connect(target, &opts).unwrap_err();
+            assert!(matches!(err, daqflow_transport::ConnectError::Auth(_)), "{err}");
+        }
+    }
+    // The forged value never arrives; the real provider's still do.
+    svc.update(br#"{"state":"Paused"}"#).unwrap();
+    wait_until("the real update", || updates(&events).len() == 2);
+    std::thread::sleep(Duration::from_millis(200));
+    let got: Vec<Vec<u8>> = updates(&events).into_iter().map(|u| u.0).collect();
+    assert_eq!(got, [br#"{"state":"Running"}"#.to_vec(), br#"{"state":"Paused"}"#.to_vec()]);
+    assert_eq!(svc.subscriber_count(), 1);
+}
+
+#[test]
+fn without_a_token_a_peer_must_still_say_hello_before_anything_and_may_send_only_small_frames() {
+    let server = TestServer::start(TestServer::fast());
+    let provider = join("provider", &[server.addr]);
+    let svc = provider.provide("guarded").unwrap();
+    let opts = ConnectionOptions { token: None, ..ConnectionOptions::for_protocol(PEER_PROTOCOL) };
+    let mut raw = Connection::connect(provider.client().listen_addr(), &opts).unwrap();
     raw.send(Message::SubscribeService { sub: 1, name: "guarded".into() }.to_frame()).unwrap();
     raw.flush().unwrap();
     let reply = raw.recv_timeout(Duration::from_secs(10)).unwrap().expect("an answer");
     assert_eq!(reply.kind, kind::NOT_CONNECTED);
-    std::thread::sleep(Duration::from_millis(200));
+    // A large frame before the hello closes the connection (nothing of it is kept).
+    raw.send(Frame::new(kind::SERVICE_MESSAGE, bytes::Bytes::from(vec![0u8; 1 << 20]))).unwrap();
+    let _ = raw.flush();
+    let end = loop {
+        match raw.recv_timeout(Duration::from_secs(10)) {
+            Ok(Some(_)) => continue,
+            other => break other,
+        }
+    };
+    assert!(end.is_err(), "the provider closed the connection: {end:?}");
+    std::thread::sleep(Duration::from_millis(100));
     assert_eq!(svc.subscriber_count(), 0);
 }
 

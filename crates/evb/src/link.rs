@@ -20,12 +20,22 @@ pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, EvbError> {
 
 /// Options for control links: a full queue is the peer's problem, never a hang of ours.
 pub(crate) fn control_options() -> ConnectionOptions {
-    ConnectionOptions { when_full: WhenFull::Fail, send_queue_bytes: 64 << 20, ..Default::default() }
+    ConnectionOptions {
+        when_full: WhenFull::Fail,
+        send_queue_bytes: 64 << 20,
+        ..ConnectionOptions::for_protocol(crate::protocol::PROTOCOL)
+    }
 }
 
 /// Options for data links (fragments, super-fragments).
 pub(crate) fn data_options() -> ConnectionOptions {
-    ConnectionOptions { send_queue_bytes: 16 << 20, ..Default::default() }
+    ConnectionOptions { send_queue_bytes: 16 << 20, ..ConnectionOptions::for_protocol(crate::protocol::PROTOCOL) }
+}
+
+/// What a peer that said hello may send: every message small (64 KiB), and `large` for the
+/// kinds its role sends in bulk.
+pub(crate) fn limits(large: &[(u16, u32)]) -> daqflow_wire::frame::FrameLimits {
+    large.iter().fold(daqflow_wire::frame::FrameLimits::uniform(64 << 10), |l, &(kind, max)| l.with_kind(kind, max))
 }
 
 /// Options for the RU's side of its data links: super-fragments are gathered from the memory

@@ -24,6 +24,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use daqflow_wire::frame::Frame;
 
+/// The event builder's protocol name in the transport's handshake (`docs/security.md`): every
+/// connection to an EVM or an RU proves the system token, if one is set, before its hello.
+pub const PROTOCOL: &str = "evb";
+
 /// A peer introduces itself: the first frame on every connection.
 pub const KIND_HELLO: u16 = 0x0E01;
 /// Source → RU: one encoded fragment.

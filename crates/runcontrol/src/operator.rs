@@ -193,6 +193,18 @@ impl Operator {
         {
             tracing::warn!("{n} run(s) left open by an operator that ended without stopping them are marked abandoned");
         }
+        // The system token: every connection of the system proves it (docs/security.md).
+        let token = match &file.system.token_file {
+            Some(path) => daqflow_transport::auth::Token::from_file(path)
+                .map_err(|e| OperatorError::Setup(format!("system.token_file: {e}")))?,
+            None => match daqflow_transport::auth::process_token() {
+                Some(t) => t,
+                None => daqflow_transport::auth::Token::try_generate()
+                    .map_err(|e| OperatorError::Setup(format!("making the system token: {e}")))?,
+            },
+        };
+        let token_path = data.join("token");
+        token.write_file(&token_path).map_err(|e| OperatorError::Setup(format!("writing the system token: {e}")))?;
         // The control server, in this process.
         let control_text = options.control.unwrap_or_else(|| file.system.control.clone());
         let listen: SocketAddr =
@@ -206,25 +218,33 @@ impl Operator {
         let server = rt
             .block_on(daqflow_dialog::ControlServer::start(daqflow_dialog::ServerConfig {
                 listen,
+                token: Some(token.clone()),
                 ..daqflow_dialog::ServerConfig::default()
             }))
             .map_err(|e| OperatorError::Setup(format!("starting the control server on {listen}: {e}")))?;
         let control = server.local_addr();
         rt.spawn(server.wait());
-        let dialog = daqflow_dialog::Dialog::connect(&control.to_string(), "operator")
+        let mut dialog_config = daqflow_dialog::DialogConfig::new("operator", vec![control]);
+        dialog_config.token = Some(token.clone());
+        let dialog = daqflow_dialog::Dialog::start(dialog_config)
             .map_err(|e| OperatorError::Setup(format!("joining the control plane: {e}")))?;
         // The operator's own log records reach the message logger like every component's.
         let log = dialog.provide("operator/log").ok();
         // Children are started by one long-lived thread: a child's parent-death signal fires
         // when the thread that started it ends.
         let (ltx, lrx) = channel::<LaunchRequest>();
-        let (binary, control_s, logs) = (options.binary.clone(), control.to_string(), data.join("logs"));
-        let remote = file.system.remote_command.clone();
+        let launch = Launch {
+            binary: options.binary.clone(),
+            remote: file.system.remote_command.clone(),
+            control: control.to_string(),
+            logs: data.join("logs"),
+            token_file: token_path.clone(),
+        };
         std::thread::Builder::new()
             .name("launcher".into())
             .spawn(move || {
                 for (spec, reply) in lrx {
-                    let _ = reply.send(spawn_component(&binary, &remote, &control_s, &logs, &spec));
+                    let _ = reply.send(spawn_component(&launch, &spec));
                 }
             })
             .map_err(|e| OperatorError::Setup(e.to_string()))?;
@@ -1251,15 +1271,26 @@ fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// Starts one component's process, its output appended to `logs/NAME.log`.
-fn spawn_component(
-    binary: &Path,
-    remote: &str,
-    control: &str,
-    logs: &Path,
-    spec: &ComponentSpec,
-) -> Result<Child, String> {
+/// What every component process is started with.
+struct Launch {
+    /// The `daqflow` binary.
+    binary: PathBuf,
+    /// `system.remote_command`.
+    remote: String,
+    /// The control server's address.
+    control: String,
+    /// Where the components' logs go.
+    logs: PathBuf,
+    /// The system token's file (`DATA/token`).
+    token_file: PathBuf,
+}
+
+/// Starts one component's process, its output appended to `logs/NAME.log`. It gets the system
+/// token's file in `DAQFLOW_TOKEN_FILE` (a user's own command reads it from there too), and a
+/// local `daqflow component` also as `--token-file`.
+fn spawn_component(launch: &Launch, spec: &ComponentSpec) -> Result<Child, String> {
     use std::os::unix::process::CommandExt;
+    let (binary, remote, control, logs) = (&launch.binary, &launch.remote, &launch.control, &launch.logs);
     let log_path = logs.join(format!("{}.log", spec.name));
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -1272,7 +1303,13 @@ fn spawn_component(
         (Some(cmd), Some(host)) => {
             remote.replace("{host}", host).split_whitespace().map(str::to_owned).chain(cmd.iter().cloned()).collect()
         }
-        (None, None) => vec![binary.display().to_string(), "component".into(), spec.kind.clone()],
+        (None, None) => vec![
+            binary.display().to_string(),
+            "--token-file".into(),
+            launch.token_file.display().to_string(),
+            "component".into(),
+            spec.kind.clone(),
+        ],
         (None, Some(host)) => remote
             .replace("{host}", host)
             .split_whitespace()
@@ -1282,7 +1319,12 @@ fn spawn_component(
     };
     argv.extend(["--name".into(), spec.name.clone(), "--control".into(), control.to_owned()]);
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(log).stderr(err_log).env("DAQFLOW_COMPONENT", &spec.name);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err_log)
+        .env("DAQFLOW_COMPONENT", &spec.name)
+        .env("DAQFLOW_TOKEN_FILE", &launch.token_file);
     // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
     // which is async-signal-safe; it asks the kernel to send SIGTERM to the child when the
     // operator's launcher thread (which lives as long as the operator) ends, so that no

@@ -80,6 +80,13 @@ pub struct SystemSection {
     /// `component KIND …` (`{host}` is replaced by the host).
     #[serde(default = "default_remote")]
     pub remote_command: String,
+    /// The system token: a file holding the shared secret every connection of the system
+    /// proves (readable by its owner only). Default: the token given to `daqflow run` with
+    /// `--token-file`, else a new random token for each start of the operator. Either way the
+    /// operator writes it to `DATA/token` (mode 0600), which the components and any client of
+    /// the system read (`daqflow --token-file DATA/token dialog ls`).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
 }
 
 fn default_control() -> String {

@@ -146,28 +146,18 @@ fn live_stats_count_during_the_run_and_pause_stops_the_flow() {
 }
 
 #[test]
-fn garbage_into_a_repeater_fails_it_and_the_sink_and_a_reset_recovers() {
+fn garbage_into_a_repeater_is_refused_and_the_chain_runs_on() {
     use std::io::Write;
-    let mut c = chain(1, "", "");
-    c.sink.start(1).unwrap();
-    c.repeaters[0].start(1).unwrap();
+    let mut c = chain(1, "chunk_bytes = 2048", "");
+    c.start(1);
     let mut raw = std::net::TcpStream::connect(&c.first_listen).unwrap();
     raw.write_all(b"GET /metrics HTTP/1.1\r\nHost: daqflow\r\n\r\n").unwrap();
-    wait_until("the repeater fails", || c.repeaters[0].state() == State::Error);
-    let why = c.repeaters[0].failure().unwrap();
-    assert!(why.contains("sent invalid data") && why.contains("bad magic"), "{why}");
-    wait_until("the sink fails", || c.sink.state() == State::Error);
-    assert!(c.sink.failure().unwrap().contains("without an end marker after chunk 0"));
-    // The failed components still give their summaries, then reset and run again.
-    assert_eq!(c.repeaters[0].stop(None).unwrap()["end_seen"], false);
-    for d in [&mut c.sink, &mut c.repeaters[0]] {
-        d.reset().unwrap();
-        assert_eq!(d.state(), State::Initial);
-    }
-    c.generator.reset().unwrap();
-    let mut c = chain(1, "chunk_bytes = 2048", "");
-    c.start(2);
+    let mut seen = Vec::new();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = std::io::Read::read_to_end(&mut raw, &mut seen);
+    assert!(!seen.is_empty(), "the stranger got the challenge, then was closed");
     wait_until("data flows", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 0);
+    assert!(c.repeaters[0].failure().is_none() && c.sink.failure().is_none());
     let (g, _, s) = c.stop(None);
     assert_eq!(n(&g, "chunks"), n(&s, "chunks"));
 }

@@ -184,6 +184,13 @@ impl Token {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// The token's text, to hand it to a child process (`DAQFLOW_TOKEN`) or write it: the only
+    /// way to see the secret.
+    pub fn reveal(&self) -> &str {
+        // Made from a `&str` or from hexadecimal digits only.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 impl fmt::Debug for Token {
@@ -235,9 +242,7 @@ pub enum AuthError {
         peer: SocketAddr,
     },
     /// The server could not prove that it holds our token: it has none, or another one.
-    #[error(
-        "{peer} does not prove the system token (it runs without one, or with another): refusing to talk to it"
-    )]
+    #[error("{peer} does not prove the system token (it runs without one, or with another): refusing to talk to it")]
     ServerUnproven {
         /// The server.
         peer: SocketAddr,
@@ -391,11 +396,24 @@ fn mac(token: &Token, label: &str, protocol: &str, server: &[u8; NONCE_LEN], cli
 }
 
 /// The proof of `label` (`client` or `server`).
-pub fn proof(token: &Token, label: &str, protocol: &str, server: &[u8; NONCE_LEN], client: &[u8; NONCE_LEN]) -> [u8; PROOF_LEN] {
+pub fn proof(
+    token: &Token,
+    label: &str,
+    protocol: &str,
+    server: &[u8; NONCE_LEN],
+    client: &[u8; NONCE_LEN],
+) -> [u8; PROOF_LEN] {
     mac(token, label, protocol, server, client).finalize().into_bytes().into()
 }
 
-fn verify(token: &Token, label: &str, protocol: &str, server: &[u8; NONCE_LEN], client: &[u8; NONCE_LEN], got: &[u8]) -> bool {
+fn verify(
+    token: &Token,
+    label: &str,
+    protocol: &str,
+    server: &[u8; NONCE_LEN],
+    client: &[u8; NONCE_LEN],
+    got: &[u8],
+) -> bool {
     mac(token, label, protocol, server, client).verify_slice(got).is_ok()
 }
 
@@ -525,7 +543,11 @@ pub(crate) struct ClientSide {
 
 impl ClientSide {
     /// Answers the server's challenge: the state and the response to send.
-    pub(crate) fn on_challenge(creds: Credentials, peer: SocketAddr, frame: &Frame) -> Result<(ClientSide, Frame), AuthError> {
+    pub(crate) fn on_challenge(
+        creds: Credentials,
+        peer: SocketAddr,
+        frame: &Frame,
+    ) -> Result<(ClientSide, Frame), AuthError> {
         let malformed = |detail: String| AuthError::Malformed { peer, detail };
         if frame.kind != KIND_CHALLENGE {
             return Err(malformed(format!(
@@ -575,8 +597,14 @@ impl ClientSide {
                 }
                 match &self.creds.token {
                     Some(t) => {
-                        if verify(t, "server", self.creds.protocol, &self.server_nonce, &self.client_nonce, &frame.payload)
-                        {
+                        if verify(
+                            t,
+                            "server",
+                            self.creds.protocol,
+                            &self.server_nonce,
+                            &self.client_nonce,
+                            &frame.payload,
+                        ) {
                             Ok(())
                         } else {
                             Err(AuthError::ServerUnproven { peer })
@@ -599,7 +627,9 @@ impl ClientSide {
                     _ => AuthError::Refused { peer, message },
                 })
             }
-            other => Err(AuthError::Malformed { peer, detail: format!("expected ACCEPT or REFUSE, got kind {other:#06x}") }),
+            other => {
+                Err(AuthError::Malformed { peer, detail: format!("expected ACCEPT or REFUSE, got kind {other:#06x}") })
+            }
         }
     }
 }

@@ -6,11 +6,11 @@
 //! polling many connections from one scheduler thread needs. Both styles work on the same
 //! connection; `docs/transport.md` has the measurement that compares them.
 
+use std::collections::VecDeque;
 use std::io::{self, ErrorKind};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -189,12 +189,7 @@ impl Connection {
             rx: RecvHalf {
                 socket,
                 peer,
-                inbox: Inbox::new(
-                    peer,
-                    limits,
-                    FrameLimits::uniform(opts.max_frame_bytes),
-                    opts.recv_chunk_bytes,
-                ),
+                inbox: Inbox::new(peer, limits, FrameLimits::uniform(opts.max_frame_bytes), opts.recv_chunk_bytes),
             },
         }
     }
@@ -786,7 +781,8 @@ impl Listener {
         let stop = Arc::new(sys::eventfd().map_err(bind)?);
         let stats = Arc::new(Mutex::new(HandshakeStats::default()));
         let (tx, rx) = std::sync::mpsc::sync_channel(ACCEPTED_QUEUE);
-        let acceptor = Acceptor { socket, local, opts, out: tx, stats: stats.clone(), stop: stop.clone(), list: VecDeque::new() };
+        let acceptor =
+            Acceptor { socket, local, opts, out: tx, stats: stats.clone(), stop: stop.clone(), list: VecDeque::new() };
         let thread = std::thread::Builder::new()
             .name(format!("accept-{}", local.port()))
             .spawn(move || acceptor.run())
@@ -903,8 +899,7 @@ impl Acceptor {
                 continue;
             }
             let Some(peer) = peer.as_socket() else { continue };
-            let mut conn =
-                Connection::from_socket(socket, peer, &self.opts, FrameLimits::uniform(HANDSHAKE_MAX_FRAME));
+            let mut conn = Connection::from_socket(socket, peer, &self.opts, FrameLimits::uniform(HANDSHAKE_MAX_FRAME));
             let (server, challenge) = ServerSide::start(self.opts.credentials());
             if conn.send(challenge).is_err() || !matches!(conn.try_flush(), Ok(true)) {
                 self.count(|s| s.abandoned += 1);

@@ -47,7 +47,9 @@ fn partial_frames_past_the_process_budget_close_the_connection_that_asked_and_no
     }
     let refused: Vec<_> = results.iter().flatten().collect();
     assert_eq!(refused.len(), 1, "{results:?}");
-    assert!(matches!(refused[0], RecvError::OverBudget { need, budget, .. } if *need == (3 << 20) + 16 && *budget == 8 << 20));
+    assert!(
+        matches!(refused[0], RecvError::OverBudget { need, budget, .. } if *need == (3 << 20) + 16 && *budget == 8 << 20)
+    );
     assert!(refused[0].to_string().contains("DAQFLOW_RECV_BUDGET_BYTES"));
     assert_eq!(budget::in_use(), 2 * ((3 << 20) + 16), "two partial frames hold the budget");
     // The two others complete; the budget comes back.

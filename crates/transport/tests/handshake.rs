@@ -192,9 +192,10 @@ fn a_plain_socket_can_complete_the_handshake_as_documented() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_async_layer_refuses_the_same_strangers_and_serves_the_rest() {
     let token = Token::generate();
-    let listener = AsyncListener::bind(localhost(), ConnectionOptions { max_pending_handshakes: 8, ..opts(Some(&token)) })
-        .await
-        .unwrap();
+    let listener =
+        AsyncListener::bind(localhost(), ConnectionOptions { max_pending_handshakes: 8, ..opts(Some(&token)) })
+            .await
+            .unwrap();
     let addr = listener.local_addr();
     let wrong = AsyncConnection::connect(addr, &opts(Some(&Token::generate()))).await.unwrap_err();
     assert!(matches!(wrong, ConnectError::Auth(AuthError::WrongToken { .. })), "{wrong}");

@@ -220,7 +220,9 @@ fn framed(size: usize, connections: usize, duration: Duration, driving: Driving)
         .collect();
     let mut conns = Vec::new();
     for _ in 0..connections {
-        conns.push(listener.accept()?);
+        let mut conn = listener.accept()?;
+        conn.admit();
+        conns.push(conn);
     }
     let mut moved = receive(&mut conns, driving, duration, &stop)?;
     let mut sent = 0;

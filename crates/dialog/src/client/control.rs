@@ -19,14 +19,21 @@ pub(super) async fn run(inner: Arc<Inner>) {
         if *shutdown.borrow() {
             return;
         }
+        let options = inner.config.control_options();
         let connected = tokio::select! {
-            c = AsyncConnection::connect_with_retry(&inner.config.control, &inner.config.connection, &inner.config.retry) => c,
+            c = AsyncConnection::connect_with_retry(&inner.config.control, &options, &inner.config.retry) => c,
             _ = stopped(&mut shutdown) => return,
         };
         let conn = match connected {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot reach a control server; still trying");
+                if let daqflow_transport::ConnectError::Auth(a) = &e {
+                    // A wrong or missing token does not mend itself: say so loudly, once per try.
+                    tracing::error!("the control server refused us: {a}");
+                } else {
+                    tracing::warn!(error = %e, "cannot reach a control server; still trying");
+                }
+                inner.set_problem(Some(e.to_string()));
                 tokio::select! {
                     _ = tokio::time::sleep(inner.config.retry.max) => continue,
                     _ = stopped(&mut shutdown) => return,
@@ -44,6 +51,7 @@ pub(super) async fn run(inner: Arc<Inner>) {
         match serve(&inner, conn, &mut shutdown).await {
             Ended::Shutdown => return,
             Ended::Refused(reason, message) => {
+                inner.set_problem(Some(format!("the control server refused us: {message}")));
                 refusals += 1;
                 let delay = inner.config.retry.delay_after(refusals);
                 match reason {
@@ -83,7 +91,6 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
             host,
             port,
             start_time_ns: inner.start_time_ns,
-            token: inner.config.token.clone().unwrap_or_default(),
         }
         .to_frame(),
     );
@@ -120,6 +127,7 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
     };
     *inner.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
     resync(inner);
+    inner.set_problem(None);
     inner.connected.send_replace(true);
     let mut ticker = tokio::time::interval(heartbeat);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

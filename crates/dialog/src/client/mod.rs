@@ -272,11 +272,17 @@ pub(crate) struct Inner {
     control_done: Mutex<Option<oneshot::Receiver<()>>>,
     /// Commands to run, in order, on the command thread.
     command_queue: Mutex<Option<std::sync::mpsc::Sender<CommandMessage>>>,
+    /// Why the last attempt to reach a control server failed (cleared once connected).
+    problem: Mutex<Option<String>>,
 }
 
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn set_problem(&self, problem: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
     }
 
     fn request_id(&self) -> u32 {
@@ -355,7 +361,7 @@ impl Client {
         if config.control.is_empty() {
             return Err(DialogError::Config("no control server address".into()));
         }
-        let listener = AsyncListener::bind(config.listen, config.connection.clone()).await.map_err(|e| {
+        let listener = AsyncListener::bind(config.listen, config.peer_options()).await.map_err(|e| {
             DialogError::Setup { context: format!("listening on {}", config.listen), message: e.to_string() }
         })?;
         let local = listener.local_addr();
@@ -378,6 +384,7 @@ impl Client {
             tasks: Mutex::new(Vec::new()),
             control_done: Mutex::new(None),
             command_queue: Mutex::new(None),
+            problem: Mutex::new(None),
             config,
         });
         let setup =
@@ -446,6 +453,15 @@ impl Client {
     pub async fn wait_connected(&self, timeout: Duration) -> bool {
         let mut rx = self.inner.connected.subscribe();
         tokio::time::timeout(timeout, rx.wait_for(|c| *c)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// Why the last attempt to reach a control server failed, while not connected: a wrong or
+    /// missing token, a refusal, or the last connection error.
+    pub fn connection_problem(&self) -> Option<String> {
+        if *self.inner.connected.borrow() {
+            return None;
+        }
+        self.inner.problem.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Provides service `name`, unique in the system. Waits until the control server has

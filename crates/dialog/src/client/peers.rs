@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use daqflow_transport::{AsyncConnection, AsyncListener, FrameReceiver, FrameSender, RetryPolicy, SendError};
-use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame};
+use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame, FrameLimits};
 use tokio::sync::Notify;
 
 use super::{Inner, LostCause, Provider, ServiceEvent, Status, SubEntry, Subscriber};
@@ -236,20 +236,14 @@ async fn connect(link: Arc<PeerLink>) {
         deadline: None,
         multiplier: 3.0,
     };
-    let result = AsyncConnection::connect_with_retry(&[link.key.addr], &inner.config.connection, &policy).await;
+    let result = AsyncConnection::connect_with_retry(&[link.key.addr], &inner.config.peer_options(), &policy).await;
     match result {
         Ok(conn) => {
             let (tx, rx) = conn.split();
             let (host, port) = inner.advertised();
             let _ = tx.start_send(
-                Message::PeerHello {
-                    version: PROTOCOL_VERSION,
-                    name: inner.config.name.clone(),
-                    host,
-                    port,
-                    token: inner.config.token.clone().unwrap_or_default(),
-                }
-                .to_frame(),
+                Message::PeerHello { version: PROTOCOL_VERSION, name: inner.config.name.clone(), host, port }
+                    .to_frame(),
             );
             {
                 let mut l = link.lock();
@@ -436,8 +430,16 @@ struct Hello {
     addr: Option<SocketAddr>,
 }
 
+/// What a peer may send once it said hello: service values up to the connection's maximum,
+/// every other message small.
+fn peer_limits(inner: &Inner) -> FrameLimits {
+    FrameLimits::uniform(64 << 10)
+        .with_kind(crate::protocol::kind::SERVICE_MESSAGE, inner.config.connection.max_frame_bytes)
+}
+
 /// Serves one incoming connection: the peer's subscriptions to our services, and the updates
-/// of services we subscribe to.
+/// of services we subscribe to. The transport's handshake has proven the system token (if one
+/// is set); until `PEER_HELLO` the connection takes only small frames.
 async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
     let from = conn.peer_addr();
     let (tx, mut rx) = conn.split();
@@ -514,14 +516,15 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
         };
         let Some(peer) = &hello else {
             match msg {
-                Message::PeerHello { version, name, host, port, token } => {
-                    let expected = inner.config.token.as_deref().unwrap_or("");
-                    if !expected.is_empty() && token != expected {
-                        tracing::warn!(%from, peer = %name, "peer handshake refused: wrong token");
-                        let _ = tx.start_send(Message::NotConnected { message: "wrong token".into() }.to_frame());
+                Message::PeerHello { version, name, host, port } => {
+                    if !crate::protocol::valid_name(&name) {
+                        tracing::warn!(%from, "peer hello with an invalid name refused");
+                        let _ =
+                            tx.start_send(Message::NotConnected { message: "invalid process name".into() }.to_frame());
                         let _ = tokio::time::timeout(Duration::from_secs(1), tx.close()).await;
                         return;
                     }
+                    rx.set_frame_limits(peer_limits(&inner));
                     if version != PROTOCOL_VERSION {
                         tracing::warn!(%from, peer = %name, version, "peer speaks another protocol version");
                     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use daqflow_transport::{Connection, ConnectionOptions, Listener};
-use daqflow_wire::frame::Frame;
+use daqflow_wire::frame::{Frame, FrameLimits};
 
 use super::protocol::*;
 use crate::config::{SystemConfig, Wait};
@@ -18,9 +18,19 @@ use crate::local::LocalAttachment;
 use crate::pool::{FLAG_CORRUPT, FLAG_TEMP, Layout};
 use crate::system::{Holder, InProcess, SystemInner};
 
+/// The remote protocol's name in the transport's handshake (`docs/security.md`).
+pub(crate) const PROTOCOL: &str = "et";
+
 /// A client's connection options: it takes any frame the protocol allows from its server.
 pub(crate) fn client_options() -> ConnectionOptions {
-    ConnectionOptions { max_frame_bytes: MAX_REMOTE_EVENT as u32, ..ConnectionOptions::default() }
+    ConnectionOptions { max_frame_bytes: MAX_REMOTE_EVENT as u32, ..ConnectionOptions::for_protocol(PROTOCOL) }
+}
+
+/// What a client may send once it said HELLO: `PUT` batches and `DATA` frames up to
+/// [`max_frame`], every other request small (its JSON or its ids).
+fn admitted_limits(config: &SystemConfig, layout: &Layout) -> FrameLimits {
+    let max = max_frame(config, layout) as u32;
+    FrameLimits::uniform(64 << 10).with_kind(PUT, max).with_kind(DATA, max)
 }
 
 /// The largest frame a client may send to the system: the data of its largest event (the
@@ -34,8 +44,10 @@ pub(crate) fn max_frame(config: &SystemConfig, layout: &Layout) -> usize {
 }
 
 pub(crate) fn bind(addr: SocketAddr, config: &SystemConfig, layout: &Layout) -> Result<Listener, EtError> {
-    let options =
-        ConnectionOptions { max_frame_bytes: max_frame(config, layout) as u32, ..ConnectionOptions::default() };
+    let options = ConnectionOptions {
+        max_frame_bytes: max_frame(config, layout) as u32,
+        ..ConnectionOptions::for_protocol(PROTOCOL)
+    };
     Listener::bind(addr, options).map_err(|e| EtError::io(format!("listening for remote clients on {addr}"), e))
 }
 
@@ -84,6 +96,7 @@ fn serve_conn(system: Weak<SystemInner>, mut conn: Connection) {
     let mut atts: HashMap<u32, LocalAttachment> = HashMap::new();
     let mut next: Option<Frame> = None;
     let mut extra = Vec::new();
+    let mut said_hello = false;
     loop {
         let frame = match next.take() {
             Some(f) => f,
@@ -108,6 +121,19 @@ fn serve_conn(system: Weak<SystemInner>, mut conn: Connection) {
             a.beat();
         }
         extra.clear();
+        if !said_hello {
+            // The first request must be HELLO: until then the connection takes small frames
+            // only, and nothing else is served.
+            if frame.kind != HELLO {
+                tracing::warn!(%peer, kind = frame.kind, "closing a remote client's connection: a request before HELLO");
+                let e = EtError::Protocol(format!("request kind {} before HELLO", frame.kind));
+                let _ = conn.send(error_frame(&e));
+                let _ = conn.close();
+                break;
+            }
+            said_hello = true;
+            conn.set_frame_limits(admitted_limits(&s.config, &s.pool.layout));
+        }
         let (reply, fatal) = match handle(&s, id, &mut atts, frame, &mut conn, &mut extra) {
             Ok(f) => (f, false),
             Err(e) => {
@@ -353,21 +379,39 @@ mod tests {
     }
 
     #[test]
-    fn a_client_sending_a_frame_over_the_largest_event_is_disconnected() {
+    fn a_client_may_send_large_frames_only_of_the_kinds_that_carry_events_and_only_after_hello() {
         let mut c = SystemConfig::new(format!("frames-{}", std::process::id()), 10, 1024);
         c.max_event_bytes = 100_000;
         c.listen = Some("127.0.0.1:0".parse().unwrap());
         let system = EtSystem::create(c).unwrap();
         let addr = system.remote_addr().unwrap();
-        let mut conn = Connection::connect(addr, &client_options()).unwrap();
-        // The largest frame is served (a PING ignores its payload)…
-        conn.send(Frame::new(PING, Bytes::from(vec![0u8; 102_400]))).unwrap();
-        conn.flush().unwrap();
-        let answer = conn.recv_timeout(Duration::from_secs(10)).unwrap().expect("an answer");
-        assert_eq!(answer.kind, OK);
-        // …one byte more closes the connection, unanswered.
-        conn.send(Frame::new(PING, Bytes::from(vec![0u8; 102_401]))).unwrap();
-        let _ = conn.flush();
+        let connect = || Connection::connect(addr, &client_options()).unwrap();
+        let ask = |conn: &mut Connection, f: Frame| {
+            conn.send(f).unwrap();
+            let _ = conn.flush();
+            conn.recv_timeout(Duration::from_secs(10))
+        };
+        let hello = || Frame::new(HELLO, Bytes::from_static(b"{}"));
+        // Nothing before HELLO.
+        let mut conn = connect();
+        let answer = ask(&mut conn, Frame::new(PING, Bytes::new())).unwrap().expect("an answer");
+        assert_eq!(answer.kind, ERROR);
         assert!(conn.recv_timeout(Duration::from_secs(10)).is_err(), "disconnected");
+        // After HELLO: small requests, …
+        let mut conn = connect();
+        assert_eq!(ask(&mut conn, hello()).unwrap().unwrap().kind, WELCOME);
+        assert_eq!(ask(&mut conn, Frame::new(PING, Bytes::from(vec![0u8; 64 << 10]))).unwrap().unwrap().kind, OK);
+        // … one byte more closes the connection, unanswered.
+        assert!(ask(&mut conn, Frame::new(PING, Bytes::from(vec![0u8; (64 << 10) + 1]))).is_err(), "disconnected");
+        // Event data up to the largest event is read (this one is no valid PUT, so it is
+        // answered with an error); one byte more is refused from its header.
+        let mut conn = connect();
+        assert_eq!(ask(&mut conn, hello()).unwrap().unwrap().kind, WELCOME);
+        let answer =
+            ask(&mut conn, Frame::new(PUT, Bytes::from(vec![0u8; 102_400]))).unwrap().expect("read and answered");
+        assert_eq!(answer.kind, ERROR);
+        let mut conn = connect();
+        assert_eq!(ask(&mut conn, hello()).unwrap().unwrap().kind, WELCOME);
+        assert!(ask(&mut conn, Frame::new(PUT, Bytes::from(vec![0u8; 102_401]))).is_err(), "disconnected");
     }
 }

@@ -424,11 +424,19 @@ impl EvmIo {
         match role {
             Role::Ru => {
                 if self.rus.iter().any(|(r, _)| *r == id) || self.ready {
-                    let reason = format!("RU {id} connected twice or after the run started");
-                    self.peers[i].closed = Some(reason.clone());
-                    self.abort(reason);
+                    // Refused as a nobody: a second claimant, or one after the run's RU list
+                    // was made, never disturbs the run.
+                    let reason = if self.ready {
+                        format!("the run's {} RUs are all connected; RU {id} is refused", self.config.rus)
+                    } else {
+                        format!("RU {id} is already connected")
+                    };
+                    tracing::warn!(evm = %self.name, "refusing {}: {reason}", self.peers[i].conn.peer_addr());
+                    self.peers[i].role = None;
+                    self.peers[i].closed = Some(reason);
                     return;
                 }
+                self.peers[i].conn.set_frame_limits(crate::link::limits(&[]));
                 self.rus.push((id, addr));
                 if self.rus.len() == self.config.rus {
                     self.rus.sort();
@@ -454,6 +462,8 @@ impl EvmIo {
                     self.peers[i].closed = Some(format!("BU {id} is already connected"));
                     return;
                 }
+                // Requests carry the events a BU confirms: as many as its credits allow.
+                self.peers[i].conn.set_frame_limits(crate::link::limits(&[(crate::protocol::KIND_REQUEST, 64 << 20)]));
                 self.core.add_bu(id);
                 if self.ready {
                     let list = Message::RuList { run: self.run, rus: self.rus.clone() }.to_frame();
@@ -462,10 +472,19 @@ impl EvmIo {
             }
             Role::Trigger => {
                 if self.config.trigger != TriggerMode::Source {
+                    self.peers[i].role = None;
                     self.peers[i].closed = Some("this EVM emulates its triggers; no trigger source wanted".into());
+                } else if self.peers.iter().enumerate().any(|(j, p)| j != i && p.role == Some(Role::Trigger)) {
+                    self.peers[i].role = None;
+                    self.peers[i].closed = Some("a trigger source is already connected".into());
+                } else {
+                    self.peers[i].conn.set_frame_limits(crate::link::limits(&[]));
                 }
             }
-            Role::Source => self.peers[i].closed = Some("sources connect to RUs, not to the EVM".into()),
+            Role::Source => {
+                self.peers[i].role = None;
+                self.peers[i].closed = Some("sources connect to RUs, not to the EVM".into());
+            }
         }
     }
 

@@ -324,10 +324,22 @@ impl RuIo {
                     p.label(),
                     self.run
                 ),
+                Ok(Message::Hello { role: Role::Source, id, .. })
+                    if self
+                        .streams
+                        .iter()
+                        .any(|s| s.peer.as_ref().is_some_and(|q| q.id == id && q.closed.is_none())) =>
+                {
+                    // Never replaces: the stream that has it keeps it.
+                    tracing::warn!(ru = %self.name, "refusing a second source {id} ({}): it already sends", p.label());
+                }
                 Ok(Message::Hello { role: Role::Source, id, name, .. }) => {
                     p.role = Some(Role::Source);
                     p.id = id;
                     p.name = name;
+                    // Fragments up to the largest expected (with their header), ends small.
+                    let max = u32::try_from(self.config.max_fragment_bytes + 4096).unwrap_or(u32::MAX);
+                    p.conn.set_frame_limits(crate::link::limits(&[(KIND_FRAGMENT, max)]));
                     match self.streams.iter().position(|s| s.peer.is_none() && s.ended.is_none()) {
                         Some(slot) => {
                             tracing::info!(ru = %self.name, "source {id} on stream {slot}");
@@ -339,11 +351,19 @@ impl RuIo {
                         }
                     }
                 }
+                Ok(Message::Hello { role: Role::Bu, id, .. })
+                    if self.bus.iter().any(|b| b.id == id && b.closed.is_none()) =>
+                {
+                    // A second claimant never takes the live BU's super-fragments.
+                    tracing::warn!(ru = %self.name, "refusing a second BU {id} ({}): BU {id} is connected", p.label());
+                }
                 Ok(Message::Hello { role: Role::Bu, id, name, .. }) => {
                     p.role = Some(Role::Bu);
                     p.id = id;
                     p.name = name;
+                    p.conn.set_frame_limits(crate::link::limits(&[]));
                     tracing::info!(ru = %self.name, "BU {id} connected");
+                    // A BU that reconnects after its connection broke takes the dead one's place.
                     self.bus.retain(|b| b.id != id);
                     self.bus.push(p);
                 }

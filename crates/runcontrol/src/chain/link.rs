@@ -48,7 +48,7 @@ impl Tuning {
             recv_chunk_bytes: self.recv_chunk_bytes.max(4096),
             send_buffer_bytes: self.socket_buffer_bytes,
             recv_buffer_bytes: self.socket_buffer_bytes,
-            ..ConnectionOptions::default()
+            ..ConnectionOptions::for_protocol(super::protocol::PROTOCOL)
         }
     }
 }
@@ -307,17 +307,95 @@ pub(crate) fn spawn(
         .map_err(|e| ComponentError::Failed(format!("{name}: starting the {role} thread: {e}")))
 }
 
-/// Accepts the upstream connection, looking at the abandon flag every [`TICK`]; `None` if
-/// abandoned first.
-pub(crate) fn accept(listener: &Listener, live: &Live) -> Result<Option<Connection>, String> {
+/// Longest an accepted connection has to send its begin marker (the chain's hello).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the first bytes of an accepted connection are.
+enum Hello {
+    /// Not all of the begin marker has arrived yet.
+    Waiting,
+    /// The begin marker of our run: this is the upstream.
+    Begin,
+    /// Something else: not an upstream of this run.
+    Not(String),
+}
+
+/// Looks at the first frame of `conn` without taking it (`MSG_PEEK`), so that the begin
+/// marker stays in the socket for the reader, whichever way it reads (the transport, or
+/// `splice(2)` straight from the socket).
+fn peek_hello(conn: &Connection, run: u32) -> Hello {
+    use super::protocol::{BEGIN_LEN, KIND_BEGIN};
+    let mut buf = [0u8; FRAME_HEADER_LEN + BEGIN_LEN];
+    // SAFETY: recv writes at most `buf.len()` bytes into `buf`, a local array; the descriptor
+    // belongs to `conn`, which outlives the call.
+    let n = unsafe {
+        libc::recv(conn.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK | libc::MSG_DONTWAIT)
+    };
+    if n == 0 {
+        return Hello::Not("closed before its begin marker".into());
+    }
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Hello::Waiting,
+            _ => Hello::Not(e.to_string()),
+        };
+    }
+    let got = &buf[..n as usize];
+    let Some(h) = got.first_chunk::<FRAME_HEADER_LEN>() else { return Hello::Waiting };
+    let header = match daqflow_wire::frame::FrameHeader::decode(h, BEGIN_LEN as u32) {
+        Ok(h) => h,
+        Err(e) => return Hello::Not(format!("not a chain stream: {e}")),
+    };
+    if header.kind != KIND_BEGIN || header.len as usize != BEGIN_LEN {
+        return Hello::Not(format!("its first frame is of kind {:#06x}, not a begin marker", header.kind));
+    }
+    let Some(payload) = got[FRAME_HEADER_LEN..].first_chunk::<4>() else { return Hello::Waiting };
+    match u32::from_le_bytes(*payload) {
+        r if r == run => Hello::Begin,
+        r => Hello::Not(format!("its begin marker is for run {r}; this is run {run}")),
+    }
+}
+
+/// Accepts the upstream: the first connection whose first frame is the begin marker of run
+/// `run` (the chain's hello; the transport's handshake has proven the system token before it,
+/// if one is set). Other connections are closed and logged, and never disturb the run. Looks
+/// at the abandon flag every [`TICK`]; `None` if abandoned first. The begin marker is left for
+/// the reader.
+pub(crate) fn accept(listener: &Listener, live: &Live, run: u32, name: &str) -> Result<Option<Connection>, String> {
+    use super::protocol::{CHUNK_HEADER_LEN, KIND_CHUNK};
+    let mut candidates: Vec<(Connection, Instant)> = Vec::new();
     loop {
         if live.abandon.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        match listener.accept_timeout(TICK) {
-            Ok(Some(c)) => return Ok(Some(c)),
+        let wait_for = if candidates.is_empty() { TICK } else { Duration::from_millis(2) };
+        match listener.accept_timeout(wait_for) {
+            Ok(Some(c)) => candidates.push((c, Instant::now())),
             Ok(None) => {}
             Err(e) => return Err(e.to_string()),
+        }
+        let mut i = 0;
+        while i < candidates.len() {
+            match peek_hello(&candidates[i].0, run) {
+                Hello::Begin => {
+                    let (mut conn, _) = candidates.swap_remove(i);
+                    let max = u32::try_from(super::MAX_CHUNK_BYTES + CHUNK_HEADER_LEN).unwrap_or(u32::MAX);
+                    conn.set_frame_limits(
+                        daqflow_wire::frame::FrameLimits::uniform(64 << 10).with_kind(KIND_CHUNK, max),
+                    );
+                    return Ok(Some(conn));
+                }
+                Hello::Waiting if candidates[i].1.elapsed() < HELLO_TIMEOUT => i += 1,
+                Hello::Waiting => {
+                    let (c, _) = candidates.swap_remove(i);
+                    tracing::warn!(component = %name, peer = %c.peer_addr(), "closing a connection that sent no begin marker within {HELLO_TIMEOUT:?}");
+                }
+                Hello::Not(why) => {
+                    let (c, _) = candidates.swap_remove(i);
+                    tracing::warn!(component = %name, peer = %c.peer_addr(), "closing a connection that is not this run's upstream: {why}");
+                }
+            }
         }
     }
 }

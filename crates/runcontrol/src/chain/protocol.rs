@@ -30,7 +30,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use daqflow_wire::crc::crc32c;
 use daqflow_wire::frame::Frame;
 
-/// Frame kind of the begin marker: the run number.
+/// The chain's protocol name in the transport's handshake (`docs/security.md`).
+pub const PROTOCOL: &str = "chain";
+
+/// Frame kind of the begin marker: the run number. It is also the chain's hello: a repeater
+/// or sink takes as its upstream only a connection whose first frame is the begin marker of
+/// its run.
 pub const KIND_BEGIN: u16 = 0x0C01;
 /// Frame kind of a data chunk: a [`ChunkHeader`] and the data.
 pub const KIND_CHUNK: u16 = 0x0C02;

@@ -224,7 +224,11 @@ mod tests {
     use daqflow_transport::{ConnectionOptions, Listener};
 
     fn listener() -> Listener {
-        Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap()
+        Listener::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -236,6 +240,7 @@ mod tests {
         g.configure().unwrap();
         g.start(4).unwrap();
         let mut conn = l.accept().unwrap();
+        conn.admit();
         let summary = g.stop(Some(50)).unwrap();
         assert_eq!((summary["chunks"].as_u64(), summary["bytes"].as_u64()), (Some(50), Some(150_000)), "{summary}");
         assert!(summary["error"].is_null(), "{summary}");
@@ -267,6 +272,7 @@ mod tests {
         let mut g = Generator::new("gen", config);
         g.start(1).unwrap();
         let mut conn = l.accept().unwrap();
+        conn.admit();
         // Paced chunks leave one by one: they arrive before the stop.
         let mut check = StreamCheck::new(1, true);
         while check.chunks() < 5 {

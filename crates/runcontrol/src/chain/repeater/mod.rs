@@ -143,7 +143,7 @@ fn forward(name: &str, run: u32, config: &RepeaterConfig, listener: &Listener, m
     let mut check = StreamCheck::new(run, false);
     let mut upstream: Option<String> = None;
     let result: Result<(), Broken> = (|| {
-        let up = match accept(listener, live) {
+        let up = match accept(listener, live, run, name) {
             Ok(Some(c)) => c,
             Ok(None) => return Err(Cut::Abandoned.into()),
             Err(e) => return Err(Broken::Upstream(e)),
@@ -289,7 +289,11 @@ mod tests {
     /// every size so that headers and data arrive split anywhere.
     fn forwards_every_frame_as_it_came(forward: Forward) {
         use std::io::Write;
-        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let down = Listener::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
+        )
+        .unwrap();
         let (mut r, listen) = repeater_to(&down, forward);
         r.start(9).unwrap();
         let mut sent = vec![begin_frame(9)];
@@ -306,6 +310,8 @@ mod tests {
         }
         let writer = std::thread::spawn(move || {
             let mut up = std::net::TcpStream::connect(listen).unwrap();
+            let proto = crate::chain::protocol::PROTOCOL;
+            daqflow_transport::auth::handshake_std(&mut up, proto, None, Duration::from_secs(10)).unwrap();
             let mut at = 0;
             let mut piece = 1;
             while at < wire.len() {
@@ -316,6 +322,7 @@ mod tests {
             }
         });
         let mut d = down.accept().unwrap();
+        d.admit();
         for f in &sent {
             assert_eq!(&d.recv().unwrap(), f);
         }
@@ -339,43 +346,58 @@ mod tests {
     }
 
     #[test]
-    fn garbage_from_upstream_fails_the_repeater_and_cuts_the_downstream() {
+    fn garbage_from_a_stranger_is_refused_and_the_real_upstream_is_forwarded() {
         for forward in [Forward::Transport, Forward::Splice] {
-            garbage_fails_the_repeater(forward);
+            strangers_are_refused(forward);
         }
     }
 
-    fn garbage_fails_the_repeater(forward: Forward) {
+    fn strangers_are_refused(forward: Forward) {
         use std::io::Write;
-        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let opts = ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL);
+        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), opts.clone()).unwrap();
         let (mut r, listen) = repeater_to(&down, forward);
         r.start(1).unwrap();
         let mut raw = std::net::TcpStream::connect(listen).unwrap();
         raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut d = down.accept().unwrap();
-        assert!(d.recv().unwrap_err().is_clean_close(), "no end marker");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while r.failure().is_none() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
+        let mut other = Connection::connect(listen, &opts).unwrap();
+        other.send(daqflow_wire::frame::Frame::new(0x0E02, bytes::Bytes::from_static(b"fragment"))).unwrap();
+        other.flush().unwrap();
+        assert!(other.recv_timeout(Duration::from_secs(10)).is_err(), "{forward:?}: closed by the repeater");
+        assert!(r.failure().is_none(), "{forward:?}");
+        let mut up = Connection::connect(listen, &opts).unwrap();
+        let sent =
+            [begin_frame(1), chunk_frame(&ChunkHeader::for_data(1, b"abc", false), false, b"abc"), end_frame(1, 3)];
+        for f in &sent {
+            up.send(f.clone()).unwrap();
         }
-        let f = r.failure().unwrap();
-        assert!(f.contains("sent invalid data") && f.contains("bad magic"), "{forward:?}: {f}");
+        up.close().unwrap();
+        let mut d = down.accept().unwrap();
+        for f in &sent {
+            assert_eq!(&d.recv().unwrap(), f, "{forward:?}");
+        }
         let summary = r.stop(None).unwrap();
-        assert_eq!(summary["end_seen"], false);
+        assert!(summary["error"].is_null() && summary["end_seen"] == true, "{forward:?}: {summary}");
     }
 
     #[test]
     fn a_chunk_announcing_more_than_the_frame_holds_fails_the_splicing_repeater() {
-        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let down = Listener::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
+        )
+        .unwrap();
         let (mut r, listen) = repeater_to(&down, Forward::Splice);
         r.start(1).unwrap();
-        let mut up = Connection::connect(listen, &ConnectionOptions::default()).unwrap();
+        let mut up =
+            Connection::connect(listen, &ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL)).unwrap();
         up.send(begin_frame(1)).unwrap();
         let mut bad = ChunkHeader::for_data(1, &[0u8; 10_000], false);
         bad.len = 20_000;
         up.send(chunk_frame(&bad, false, &[0u8; 10_000])).unwrap();
         up.flush().unwrap();
         let mut d = down.accept().unwrap();
+        d.admit();
         // The begin marker may or may not have been passed on; nothing else is.
         while let Ok(f) = d.recv() {
             assert_eq!(f, begin_frame(1));
@@ -391,7 +413,11 @@ mod tests {
 
     #[test]
     fn stop_without_an_upstream_returns_after_the_timeout_with_the_reason() {
-        let down = Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::default()).unwrap();
+        let down = Listener::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
+        )
+        .unwrap();
         let config =
             RepeaterConfig { downstream: down.local_addr().to_string(), stop_timeout_ms: 100, ..Default::default() };
         let mut r = Repeater::new("rep", config);

@@ -127,7 +127,7 @@ fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Li
     };
     // `Ok(true)`: the end marker came; `Ok(false)`: abandoned before it.
     let result: Result<bool, String> = (|| {
-        let Some(mut up) = accept(listener, live)? else { return Ok(false) };
+        let Some(mut up) = accept(listener, live, run, name)? else { return Ok(false) };
         let peer = up.peer_addr();
         upstream = Some(peer.to_string());
         loop {
@@ -208,7 +208,7 @@ mod tests {
         let mut s = Sink::new("sink", config);
         let listen = s.configure().unwrap()["listen"].as_str().unwrap().parse().unwrap();
         s.start(run).unwrap();
-        (s, Connection::connect(listen, &ConnectionOptions::default()).unwrap())
+        (s, Connection::connect(listen, &ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL)).unwrap())
     }
 
     fn wait_failure(s: &Sink) -> String {
@@ -245,35 +245,63 @@ mod tests {
         assert_eq!((stats["chunks"].as_u64(), stats["crc_errors"].as_u64()), (Some(5), Some(1)), "{stats}");
     }
 
-    #[test]
-    fn garbage_bytes_fail_the_sink_with_the_reason() {
-        use std::io::Write;
-        let mut s = Sink::new("sink", SinkConfig::default());
-        let listen: std::net::SocketAddr = s.configure().unwrap()["listen"].as_str().unwrap().parse().unwrap();
-        s.start(1).unwrap();
-        let mut raw = std::net::TcpStream::connect(listen).unwrap();
-        raw.write_all(&[0xff; 64]).unwrap();
-        let f = wait_failure(&s);
-        assert!(f.contains("sent invalid data") && f.contains("bad magic"), "{f}");
-        assert!(s.stop(None).unwrap()["error"].as_str().unwrap().contains("bad magic"));
+    fn wait_state(s: &Sink, what: &str, f: impl Fn(&Sink) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !f(s) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(f(s), "{what}");
+    }
+
+    /// Sends a whole stream of run `run` (begin, two chunks, end) and closes.
+    fn send_stream(up: &mut Connection, run: u32) {
+        up.send(begin_frame(run)).unwrap();
+        for seq in [1u64, 2] {
+            up.send(chunk_frame(&ChunkHeader::for_data(seq, b"data", true), true, b"data")).unwrap();
+        }
+        up.send(end_frame(2, 8)).unwrap();
+        up.close().unwrap();
     }
 
     #[test]
-    fn frames_of_another_protocol_or_run_fail_the_sink() {
+    fn strangers_are_refused_and_the_real_upstream_still_connects() {
+        use std::io::Write;
+        let (mut s, mut up) = started(SinkConfig::default(), 1);
+        let listen = up.peer_addr();
+        // Random bytes (no handshake), a frame of another protocol, a stream of another run:
+        // each is closed, none fails the run.
+        let mut raw = std::net::TcpStream::connect(listen).unwrap();
+        raw.write_all(&[0xff; 64]).unwrap();
+        let opts = ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL);
+        let mut other = Connection::connect(listen, &opts).unwrap();
+        other.send(Frame::new(0x0E02, bytes::Bytes::from_static(b"a fragment"))).unwrap();
+        other.flush().unwrap();
+        let mut wrong_run = Connection::connect(listen, &opts).unwrap();
+        wrong_run.send(begin_frame(2)).unwrap();
+        wrong_run.flush().unwrap();
+        for c in [&mut other, &mut wrong_run] {
+            assert!(c.recv_timeout(Duration::from_secs(10)).is_err(), "closed by the sink");
+        }
+        assert!(s.failure().is_none());
+        send_stream(&mut up, 1);
+        let summary = s.stop(None).unwrap();
+        assert!(summary["error"].is_null(), "{summary}");
+        assert_eq!((summary["chunks"].as_u64(), summary["end_seen"].as_bool()), (Some(2), Some(true)), "{summary}");
+    }
+
+    #[test]
+    fn an_upstream_that_breaks_its_stream_fails_the_sink() {
         let (s, mut up) = started(SinkConfig::default(), 1);
+        up.send(begin_frame(1)).unwrap();
         up.send(Frame::new(0x0E02, bytes::Bytes::from_static(b"a fragment"))).unwrap();
         up.flush().unwrap();
         assert!(wait_failure(&s).contains("kind 0x0e02 is not a chain message"));
 
         let (s, mut up) = started(SinkConfig::default(), 1);
-        up.send(begin_frame(2)).unwrap();
-        up.flush().unwrap();
-        assert!(wait_failure(&s).contains("the stream is of run 2, this component takes run 1"));
-
-        let (s, mut up) = started(SinkConfig::default(), 1);
         up.send(begin_frame(1)).unwrap();
         up.close().unwrap();
         assert!(wait_failure(&s).contains("closed the connection without an end marker after chunk 0"));
+        wait_state(&s, "in error", |s| s.failure().is_some());
     }
 
     #[test]
