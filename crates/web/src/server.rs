@@ -605,8 +605,8 @@ fn check_origin(request: &Request, host: Option<&str>) -> Result<(), Response> {
 /// What a client without a (logged-in) session is told.
 fn login_hint(shared: &Shared) -> String {
     if shared.token_required() {
-        "log in with the web token: open the URL the operator printed (http://HOST:PORT/?token=…) or \
-         POST /api/login with {\"token\": \"…\"}, and send the cookie daqflow_session it sets"
+        "open the URL the operator printed (http://HOST:PORT/?token=…), or POST /api/login with \
+         {\"token\": \"…\"} and send the cookie daqflow_session it sets"
             .to_owned()
     } else {
         "load the UI (GET /) or POST /api/login to get a session, and send the cookie daqflow_session it sets"
@@ -621,7 +621,7 @@ fn need_session(shared: &Shared, session: Option<&str>) -> Result<String, Respon
         _ => {
             shared.metrics.refused(Refusal::NoSession, 1);
             let what = if shared.token_required() {
-                "this needs a session logged in with the web token (without it you may only watch)"
+                "this needs a session logged in with the web token (without one you may only watch)"
             } else {
                 "this needs a session"
             };
