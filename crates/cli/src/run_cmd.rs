@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use daqflow_runcontrol::db::LogQuery;
 use daqflow_runcontrol::operator::{Operator, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
-use daqflow_web::{Backend, LogFilter};
+use daqflow_web::{Backend, BackendError, LogFilter};
 use serde_json::{Value, json};
 
 /// The demo's system file.
@@ -20,14 +20,14 @@ pub const DEMO_SYSTEM: &str = include_str!("demo.toml");
 
 pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     daqflow demo --print-config > teststand.toml     a system file to start from\n  \
-    daqflow run teststand.toml                       start it; web UI at http://127.0.0.1:8080\n  \
+    daqflow run teststand.toml                       start it; it prints the web UI's URL (with its token)\n  \
     daqflow run teststand.toml --start --seconds 60  configure, take a 60 s run, stop, exit\n\n\
     Then type transitions (one per line): configure, start [RUN], pause, resume, stop, reset,\n\
     status, quit. Ctrl-C stops a run in progress and ends every component.\n\
     The system file is described in docs/operator-guide.md.";
 
 pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
-    daqflow demo                        a run until Ctrl-C; watch it at http://127.0.0.1:8080\n  \
+    daqflow demo                        a run until Ctrl-C; open the web UI URL it prints\n  \
     daqflow demo --seconds 10           a 10-second run, then the summary\n  \
     daqflow demo --data /dev/shm/demo   keep the data on a RAM disk\n  \
     daqflow demo --print-config         the system file the demo runs\n\n\
@@ -126,11 +126,35 @@ impl Backend for OperatorBackend {
         ))
     }
 
-    fn send_command(&self, name: &str, data: &str) -> Result<u32, String> {
-        self.0.dialog().send_command(name, data.as_bytes()).map_err(|e| e.to_string())
+    fn send_command(&self, name: &str, data: &str) -> Result<u32, BackendError> {
+        match self.0.dialog().send_command(name, data.as_bytes()) {
+            Ok(0) => Err(BackendError::NotFound(format!(
+                "no process registered the command `{name}` (GET /api/processes lists the commands)"
+            ))),
+            Ok(n) => Ok(n),
+            Err(e @ daqflow_dialog::DialogError::InvalidName(_)) => Err(BackendError::Invalid(e.to_string())),
+            Err(e) => Err(BackendError::Failed(e.to_string())),
+        }
     }
 
-    fn listen(&self, service: &str, tx: tokio::sync::mpsc::UnboundedSender<String>) -> Result<Box<dyn Send>, String> {
+    fn listen(
+        &self,
+        service: &str,
+        tx: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Result<Box<dyn Send>, BackendError> {
+        if !daqflow_dialog::protocol::valid_name(service) {
+            return Err(BackendError::Invalid(format!(
+                "{service:?} is not a valid service name (1 to 200 ASCII letters, digits or - _ . : / @ +)"
+            )));
+        }
+        // The control plane would wait for a provider that may never come: only a service some
+        // process provides now can be listened to.
+        let processes = self.0.dialog().processes(Duration::from_secs(3)).map_err(|e| e.to_string())?;
+        if !processes.iter().any(|p| p.provides.iter().any(|s| s == service)) {
+            return Err(BackendError::NotFound(format!(
+                "no service `{service}`: no process provides it (GET /api/processes lists the services)"
+            )));
+        }
         let sub = self
             .0
             .dialog()
@@ -187,24 +211,64 @@ fn binary() -> anyhow::Result<PathBuf> {
     if p.exists() { Ok(p) } else { std::env::current_exe().context("finding the daqflow binary") }
 }
 
-/// Serves the web UI; a busy address falls back to a free port when `fallback`.
-fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option<daqflow_web::WebHandle>> {
+/// The web UI being served, and its access token.
+struct Web {
+    handle: daqflow_web::WebHandle,
+    token: String,
+}
+
+impl Web {
+    /// The URL that logs a browser in: `http://ADDR:PORT/?token=…`.
+    fn login_url(&self) -> String {
+        format!("{}?token={}", self.handle.url(), self.token)
+    }
+}
+
+/// Writes the web token to `<data dir>/web-token`, readable by its owner only, for scripts.
+fn write_token_file(data: &std::path::Path, token: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = data.join("web-token");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing the web token to {}", path.display()))?;
+    // `mode` applies only to a new file: an old one keeps its bits unless set.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} private", path.display()))?;
+    writeln!(file, "{token}").with_context(|| format!("writing the web token to {}", path.display()))?;
+    Ok(path)
+}
+
+/// Serves the web UI with an access token (the system file's `web_token_file`, else a new
+/// random one), written to `<data dir>/web-token`; a busy address falls back to a free port
+/// when `fallback`.
+fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option<Web>> {
     if addr == "none" {
         return Ok(None);
     }
+    let token = match &op.file().system.web_token_file {
+        Some(path) => daqflow_runcontrol::system::read_web_token(path)?,
+        None => daqflow_web::random_token().context("making the web UI's access token")?,
+    };
+    write_token_file(op.data_dir(), &token)?;
+    let options = daqflow_web::WebOptions { access_token: Some(token.clone()), ..daqflow_web::WebOptions::default() };
     let backend: Arc<dyn Backend> = Arc::new(OperatorBackend(op.clone()));
-    match daqflow_web::spawn(addr, backend.clone(), daqflow_web::WebOptions::default()) {
-        Ok(h) => Ok(Some(h)),
+    let handle = match daqflow_web::spawn(addr, backend.clone(), options.clone()) {
+        Ok(h) => h,
         Err(daqflow_web::WebError::Bind { source, .. })
             if fallback && source.kind() == std::io::ErrorKind::AddrInUse =>
         {
             let host = addr.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
-            let h = daqflow_web::spawn(format!("{host}:0"), backend, daqflow_web::WebOptions::default())?;
+            let h = daqflow_web::spawn(format!("{host}:0"), backend, options)?;
             eprintln!("{addr} is busy; the web UI is on {} instead", h.url());
-            Ok(Some(h))
+            h
         }
-        Err(e) => Err(e.into()),
-    }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Some(Web { handle, token }))
 }
 
 fn parse_system(text: &str, origin: &str) -> anyhow::Result<SystemFile> {
@@ -291,7 +355,7 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<V
     Ok(summary)
 }
 
-fn print_summary(summary: &Value, op: &Operator, web: Option<&daqflow_web::WebHandle>) -> (bool, Value) {
+fn print_summary(summary: &Value, op: &Operator, web: Option<&Web>) -> (bool, Value) {
     let (nfiles, clean, problems) = verify_files(summary);
     let seconds = summary["seconds"].as_f64().unwrap_or(0.0);
     let events = summary["events"].as_u64().unwrap_or(0);
@@ -324,7 +388,7 @@ fn print_summary(summary: &Value, op: &Operator, web: Option<&daqflow_web::WebHa
     println!("  database:   {}", op.db().path().display());
     println!("  logs:       {}", op.data_dir().join("logs").display());
     if let Some(w) = web {
-        println!("  web UI:     {} (while it ran)", w.url());
+        println!("  web UI:     {} (while it ran)", w.handle.url());
     }
     let lost = summary["lost"].as_u64().unwrap_or(u64::MAX);
     println!("lost: {lost}");
@@ -348,7 +412,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let result = (|| -> anyhow::Result<ExitCode> {
         let web = start_web(&args.web, &op, true)?;
         if let Some(w) = &web {
-            println!("web UI: {}", w.url());
+            println!("web UI: {}", w.login_url());
         }
         println!("control server: {}", op.control_addr());
         op.configure()?;
@@ -359,7 +423,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&full)?);
         }
         if let Some(w) = web {
-            let _ = w.shutdown();
+            let _ = w.handle.shutdown();
         }
         Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
     })();
@@ -393,7 +457,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             "system `{}` up: control server {}, web UI {}",
             op.file().system.name,
             op.control_addr(),
-            web.as_ref().map_or("none".into(), |w| w.url())
+            web.as_ref().map_or("none".into(), Web::login_url)
         );
         if args.start {
             op.configure()?;
@@ -414,7 +478,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Transitions typed on standard input, until `quit`, end of input or Ctrl-C.
-fn operator_console(op: &Operator, web: Option<&daqflow_web::WebHandle>) -> anyhow::Result<()> {
+fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
     let stop_flag = crate::component_cmd::install_signal_flag()?;
     let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
     std::thread::Builder::new().name("console".into()).spawn(move || {

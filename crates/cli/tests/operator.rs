@@ -138,6 +138,16 @@ fn the_demo_takes_a_run_with_nothing_lost_and_files_that_inspect_accepts() {
     assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
     assert!(stdout.lines().any(|l| l == "lost: 0"), "{stdout}");
     assert!(stdout.contains("web UI: http://127.0.0.1:"), "{stdout}");
+    // The web UI's login URL carries the token it also wrote, privately, for scripts.
+    let url = stdout.lines().find_map(|l| l.strip_prefix("web UI: ")).unwrap();
+    let token = url.split_once("/?token=").map(|(_, t)| t).unwrap_or_else(|| panic!("no token in {url}"));
+    assert!(token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{url}");
+    let token_file = data.join("web-token");
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), token);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777, 0o600);
+    }
     let files: Vec<_> = std::fs::read_dir(data.join("files"))
         .unwrap()
         .map(|e| e.unwrap().path())

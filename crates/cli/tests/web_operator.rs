@@ -1,7 +1,8 @@
 //! The web UI and its HTTP API served by a real operator (`daqflow run`) over a real system:
-//! control ownership, transitions, the DIALOG view, metrics, the run history and the message
-//! log; then headless Chromium takes control, starts and stops a run, and sees the state
-//! change.
+//! the web token it prints and writes, what a client without it may do (watch) and may not
+//! (take control, stop the run), control ownership, transitions, bad commands and services, the
+//! DIALOG view, metrics, the run history and the message log; then headless Chromium opens the
+//! printed URL, takes control, starts and stops a run, and sees the state change.
 
 #[path = "../../web/tests/support/cdp.rs"]
 mod cdp;
@@ -13,9 +14,22 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use client::{get, post, wait_until};
+use client::{Client, SESSION_COOKIE, get, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_daqflow");
+
+/// The operator's process, killed if the test ends early (it would keep its components and the
+/// test's output pipe alive).
+struct Operator(std::process::Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
 
 #[test]
 fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
@@ -23,35 +37,76 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     let config = Command::new(BIN).args(["demo", "--print-config"]).output().unwrap();
     let system = dir.path().join("system.toml");
     std::fs::write(&system, &config.stdout).unwrap();
-    let mut op = Command::new(BIN)
-        .args(["run", "--web", "127.0.0.1:0", "--data"])
-        .arg(dir.path().join("data"))
-        .arg(&system)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(op.stdout.take().unwrap()).lines();
+    let mut op = Operator(
+        Command::new(BIN)
+            .args(["run", "--web", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .arg(&system)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a first line").unwrap();
+    // The login URL: http://127.0.0.1:PORT/?token=TOKEN.
     let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
-    let addr: SocketAddr = url.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
+    let (base, token) = url.split_once("?token=").unwrap_or_else(|| panic!("no token in {url}"));
+    let token = token.to_owned();
+    assert!(token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
+    let addr: SocketAddr = base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
     // Keep reading the console so that it never blocks.
     std::thread::spawn(move || for _ in lines {});
 
-    // Watching is open to all; acting needs control.
-    let st = get(addr, "/api/status").json();
+    // The token is also in <data>/web-token, for scripts, readable by the owner only.
+    let token_file = dir.path().join("data").join("web-token");
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), token);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
+    }
+
+    // Watching is open to all; acting needs the token, then control.
+    let stranger = Client::new(addr);
+    let st = stranger.get("/api/status").json();
     assert_eq!(st["state"], "Initial", "{st}");
     assert_eq!(st["components"].as_array().unwrap().len(), 13);
-    assert_eq!(post(addr, "/api/transition/configure", "tester", "{}").status, 403);
-    assert_eq!(post(addr, "/api/control/take", "tester", r#"{"client":"tester"}"#).status, 200);
-    assert_eq!(post(addr, "/api/control/take", "other", r#"{"client":"other"}"#).status, 409);
-    let r = post(addr, "/api/transition/start", "tester", "{}");
+    assert_eq!(stranger.post("/api/control/take", "{}").status, 403);
+    assert_eq!(stranger.post("/api/transition/configure", "{}").status, 403);
+    let wrong = Client::new(addr).post("/api/login", r#"{"token": "0123456789abcdef0123456789abcdef"}"#);
+    assert_eq!(wrong.status, 403);
+    let tester = Client::login(addr, &token);
+    let other = Client::login(addr, &token);
+    assert_eq!(tester.post("/api/transition/configure", "{}").status, 403);
+    assert_eq!(tester.post("/api/control/take", "{}").status, 200);
+    assert_eq!(other.post("/api/control/take", "{}").status, 409);
+    assert_eq!(stranger.post("/api/control/take", r#"{"force": true}"#).status, 403);
+    let r = tester.post("/api/transition/start", "{}");
     assert_eq!(r.status, 409, "{}", r.text());
     assert!(r.error().contains("cannot start the system in state Initial"), "{}", r.text());
-    let r = post(addr, "/api/transition/configure", "tester", "{}");
+    let r = tester.post("/api/transition/configure", "{}");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(get(addr, "/api/status").json()["state"], "Configured");
+    let control = stranger.get("/api/control");
+    for secret in [tester.session.as_deref().unwrap(), token.as_str()] {
+        assert!(!control.text().contains(secret), "GET /api/control discloses a credential: {}", control.text());
+    }
+
+    // Commands and services the control plane does not know are the client's error, not the server's.
+    let r = tester.post("/api/command", r#"{"name": "no such command!"}"#);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error().contains("not a valid name"), "{}", r.text());
+    let r = tester.post("/api/command", r#"{"name": "nobody/nothing"}"#);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(r.error().contains("no process registered"), "{}", r.text());
+    let r = tester.post("/api/command", "{\"name\": ");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = get(addr, "/api/listen?service=nobody/nothing");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(r.error().contains("no service `nobody/nothing`"), "{}", r.text());
     // The DIALOG view and the metrics.
     let procs = get(addr, "/api/processes").json();
     let names: Vec<&str> = procs.as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
@@ -64,21 +119,40 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     let metrics = get(addr, "/metrics").text();
     assert!(metrics.contains("daqflow_component_up{component=\"bu-0\",kind=\"bu\"} 1"), "{metrics}");
     assert!(metrics.contains("daqflow_component_state{component=\"evm\",kind=\"evm\",state=\"Configured\"} 1"));
-    assert_eq!(post(addr, "/api/control/release", "tester", r#"{"client":"tester"}"#).status, 200);
+    assert_eq!(tester.post("/api/control/release", "{}").status, 200);
 
-    // The browser takes control, starts and stops a run.
+    // The browser opens the printed URL (which logs it in), takes control, starts and stops a run.
     if let Some(chromium) = cdp::chromium_or_skip("the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium") {
         let mut b = cdp::Browser::launch(&chromium).unwrap_or_else(|e| panic!("launching chromium: {e}"));
         let fail = |what: &str, e: String, b: &cdp::Browser| -> ! {
             panic!("{what}: {e}\npage errors: {:?}\n{}", b.page_errors, b.stderr_tail())
         };
         b.navigate(&url).unwrap_or_else(|e| fail("load", e, &b));
+        let page = b.eval("location.href").unwrap_or_else(|e| fail("location", e, &b));
+        let page = page.as_str().unwrap_or_default();
+        assert!(page.starts_with(base) && !page.contains(&token), "the token stays in the address bar: {page}");
         b.wait_text("#system-state", "Configured").unwrap_or_else(|e| fail("state", e, &b));
+        let cookies = b.cookies(base).unwrap_or_else(|e| fail("cookies", e, &b));
+        let session = cookies
+            .iter()
+            .find(|c| c["name"] == SESSION_COOKIE)
+            .and_then(|c| c["value"].as_str())
+            .unwrap_or_else(|| panic!("no session cookie: {cookies:?}"))
+            .to_owned();
         b.click("#btn-take").unwrap_or_else(|e| fail("take control", e, &b));
         b.wait_for("control", "document.querySelector('#controller').textContent.startsWith('You control')")
             .unwrap_or_else(|e| fail("control", e, &b));
         b.click("#btn-start").unwrap_or_else(|e| fail("start", e, &b));
         b.wait_text("#system-state", "Running").unwrap_or_else(|e| fail("Running", e, &b));
+        // A client without the token watches the run but can neither take it over nor stop it,
+        // and never sees the browser's session.
+        assert_eq!(stranger.get("/api/status").json()["state"], "Running");
+        assert_eq!(stranger.post("/api/control/take", r#"{"force": true}"#).status, 403);
+        assert_eq!(stranger.post("/api/transition/stop", "{}").status, 403);
+        let control = stranger.get("/api/control");
+        assert_eq!(control.json()["controlled"], true);
+        assert!(!control.text().contains(&session), "GET /api/control shows the session: {}", control.text());
+        assert!(!stranger.get("/api/status").text().contains(&session));
         b.wait_for("events", "Number(document.querySelector('#stat-events').textContent.replace(/,/g, '')) > 1000")
             .unwrap_or_else(|e| fail("events", e, &b));
         b.click("#btn-stop").unwrap_or_else(|e| fail("stop", e, &b));
@@ -86,10 +160,11 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
         assert!(b.page_errors.is_empty(), "{:?}", b.page_errors);
     } else {
         // No browser (and not CI): take the run through the API instead.
-        assert_eq!(post(addr, "/api/control/take", "tester", r#"{"client":"tester"}"#).status, 200);
-        assert_eq!(post(addr, "/api/transition/start", "tester", "{}").status, 200);
+        assert_eq!(tester.post("/api/control/take", "{}").status, 200);
+        assert_eq!(tester.post("/api/transition/start", "{}").status, 200);
+        assert_eq!(stranger.post("/api/transition/stop", "{}").status, 403);
         std::thread::sleep(Duration::from_secs(2));
-        assert_eq!(post(addr, "/api/transition/stop", "tester", "{}").status, 200);
+        assert_eq!(tester.post("/api/transition/stop", "{}").status, 200);
     }
 
     // The run is in the history, with nothing lost; the monitor filled its histograms; the
@@ -114,7 +189,58 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     });
     assert!(logs.as_array().unwrap().iter().all(|r| r["process"] == "operator"));
 
-    op.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
-    let status = wait_until("the operator to exit", || op.try_wait().unwrap());
+    op.0.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
+    let status = wait_until("the operator to exit", || op.0.try_wait().unwrap());
+    assert!(status.success());
+}
+
+#[test]
+fn a_web_token_file_is_refused_unless_private_and_then_its_token_logs_in() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let token = "teststand-0123456789abcdef";
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let system = dir.path().join("system.toml");
+    std::fs::write(
+        &system,
+        format!(
+            "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\nweb_token_file = '{}'\n\n[[component]]\nname = 'a'\nkind = 'sink'\n",
+            token_file.display()
+        ),
+    )
+    .unwrap();
+
+    let check = Command::new(BIN).args(["run", "--check"]).arg(&system).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    assert!(!check.status.success(), "a world-readable token file was accepted: {said}");
+    assert!(said.contains("web_token_file") && said.contains("chmod 600"), "{said}");
+
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut op = Operator(
+        Command::new(BIN)
+            .args(["run", "--web", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .arg(&system)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a first line").unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim();
+    assert!(url.ends_with(&format!("/?token={token}")), "{url}");
+    let addr: SocketAddr = url.trim_start_matches("http://").split('/').next().unwrap().parse().unwrap();
+    assert_eq!(std::fs::read_to_string(dir.path().join("data").join("web-token")).unwrap().trim(), token);
+    let crew = Client::login(addr, token);
+    assert_eq!(crew.post("/api/control/take", "{}").status, 200);
+    assert_eq!(Client::new(addr).post("/api/control/take", r#"{"force": true}"#).status, 403);
+
+    op.0.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
+    let status = wait_until("the operator to exit", || op.0.try_wait().unwrap());
     assert!(status.success());
 }

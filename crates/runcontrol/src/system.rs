@@ -7,6 +7,7 @@
 //! control = "127.0.0.1:7000"   # the control server the operator starts
 //! data = "daqflow-data"        # files, logs and the run database go here
 //! policy = "stop"              # when a component dies or fails in a run: "stop" or "restart"
+//! # web_token_file = "/etc/daqflow/web-token"   # the web UI's access token (default: a new one per start)
 //!
 //! [[component]]
 //! name = "evm"
@@ -30,7 +31,7 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -67,6 +68,10 @@ pub struct SystemSection {
     /// The web UI's address (`daqflow run --web` overrides it).
     #[serde(default = "default_web")]
     pub web: String,
+    /// A file holding the web UI's access token (see [`read_web_token`]), relative to where the
+    /// operator runs. Without it, the operator makes a new random token at every start.
+    #[serde(default)]
+    pub web_token_file: Option<PathBuf>,
     /// What to do when a component dies or fails during a run (default `stop`).
     #[serde(default = "default_policy")]
     pub policy: Policy,
@@ -189,6 +194,83 @@ pub struct SystemFile {
 pub struct SystemFileError {
     /// `line N: what is wrong`, one per problem.
     pub problems: Vec<String>,
+}
+
+/// The shortest web access token accepted from a file, in characters.
+pub const WEB_TOKEN_MIN_LEN: usize = 16;
+/// The longest web access token accepted from a file, in characters.
+pub const WEB_TOKEN_MAX_LEN: usize = 256;
+
+/// Why the web token file (`web_token_file`) cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WebTokenError {
+    /// The file cannot be read (it does not exist, or no permission).
+    #[error("web_token_file {path}: cannot read it: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Group or others may access the file: the token would not be a secret.
+    #[error(
+        "web_token_file {path}: group or others may access it (mode {mode:04o}); make it the owner's alone: chmod 600 {path}"
+    )]
+    Exposed {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The file holds no token.
+    #[error("web_token_file {path}: it is empty; put a random token in it (e.g. `openssl rand -hex 16`)")]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The token is too short, too long, or has characters a URL would need to escape.
+    #[error(
+        "web_token_file {path}: the token must be {WEB_TOKEN_MIN_LEN} to {WEB_TOKEN_MAX_LEN} characters out of \
+         A-Z a-z 0-9 - _ . ~ (it has {length} characters{})",
+        if *bad_character { ", some of them others" } else { "" }
+    )]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The token's length.
+        length: usize,
+        /// Whether it has a character outside the set.
+        bad_character: bool,
+    },
+}
+
+/// Reads the web UI's access token from `path` (the system file's `web_token_file`): the file's
+/// content without surrounding white space. The file must exist, be accessible to its owner only
+/// (no permission bit for group or others: mode 600 or 400), and hold one token of 16 to 256
+/// characters out of `A-Z a-z 0-9 - _ . ~` (so that it goes into a URL as it is).
+pub fn read_web_token(path: &Path) -> Result<String, WebTokenError> {
+    let metadata = std::fs::metadata(path).map_err(|source| WebTokenError::Read { path: path.to_owned(), source })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = metadata.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(WebTokenError::Exposed { path: path.to_owned(), mode });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = metadata;
+    let text = std::fs::read_to_string(path).map_err(|source| WebTokenError::Read { path: path.to_owned(), source })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(WebTokenError::Empty { path: path.to_owned() });
+    }
+    let bad_character = !token.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'));
+    if bad_character || !(WEB_TOKEN_MIN_LEN..=WEB_TOKEN_MAX_LEN).contains(&token.len()) {
+        return Err(WebTokenError::Invalid { path: path.to_owned(), length: token.chars().count(), bad_character });
+    }
+    Ok(token.to_owned())
 }
 
 /// Default start stage of a kind: consumers before producers.
@@ -393,6 +475,11 @@ impl SystemFile {
         if components.is_empty() {
             problems.push("the system has no [[component]]".into());
         }
+        if let Some(path) = &raw.system.web_token_file
+            && let Err(e) = read_web_token(path)
+        {
+            problems.push(e.to_string());
+        }
         if problems.is_empty() {
             let file = SystemFile { system: raw.system, components, text: text.to_owned() };
             if let Err(cycle) = file.configure_order() {
@@ -536,6 +623,45 @@ kind = "evm"
         let v = resolve(&toml::Value::String("tcp://${evm.listen}/x${evm.n}".into()), &results).unwrap();
         assert_eq!(v.as_str(), Some("tcp://127.0.0.1:5000/x3"));
         assert!(resolve(&toml::Value::String("${evm.nope}".into()), &results).unwrap_err().contains("no `nope`"));
+    }
+
+    #[test]
+    fn a_web_token_file_must_be_private_non_empty_and_hold_a_plain_token() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        let write = |text: &str, mode: u32| {
+            std::fs::write(&file, text).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write("0123456789abcdef0123456789abcdef\n", 0o600);
+        assert_eq!(read_web_token(&file).unwrap(), "0123456789abcdef0123456789abcdef");
+        write("0123456789abcdef0123456789abcdef\n", 0o400);
+        assert!(read_web_token(&file).is_ok());
+        for mode in [0o644, 0o640, 0o604, 0o620] {
+            write("0123456789abcdef0123456789abcdef", mode);
+            let e = read_web_token(&file).unwrap_err();
+            assert!(matches!(e, WebTokenError::Exposed { .. }) && e.to_string().contains("chmod 600"), "{mode:o}: {e}");
+        }
+        write(" \n", 0o600);
+        assert!(matches!(read_web_token(&file), Err(WebTokenError::Empty { .. })));
+        for bad in ["short", "0123456789abcdef 0123456789abcdef", "0123456789abcdef&x=1", &"a".repeat(257)] {
+            write(bad, 0o600);
+            assert!(matches!(read_web_token(&file), Err(WebTokenError::Invalid { .. })), "{bad}");
+        }
+        let missing = dir.path().join("nothing");
+        assert!(read_web_token(&missing).unwrap_err().to_string().contains("cannot read"));
+
+        // In a system file, a bad one is a problem like any other.
+        let text = format!(
+            "[system]\nname = 't'\nweb_token_file = {:?}\n[[component]]\nname = 'a'\nkind = 'sink'\n",
+            missing.display().to_string()
+        );
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("web_token_file") && e.contains("cannot read"), "{e}");
+        write("0123456789abcdef0123456789abcdef", 0o600);
+        let text = text.replace("nothing", "token");
+        assert_eq!(parse(&text).unwrap().system.web_token_file.as_deref(), Some(file.as_path()));
     }
 
     #[test]

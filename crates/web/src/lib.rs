@@ -9,19 +9,25 @@
 //! - a JSON API (`/api/…`), with live updates as server-sent events (`/api/events`,
 //!   `/api/listen`);
 //! - Prometheus metrics (`/metrics`): the backend's plus the web server's own;
-//! - control ownership: one client controls the run at a time, the others watch.
+//! - control ownership: one client (session) controls the run at a time, the others watch;
+//! - access: with an access token ([`WebOptions::access_token`], which the operator always
+//!   sets), only sessions logged in with it may act; sessions are server-issued HttpOnly
+//!   cookies, never shown by the API; requests must name this server in `Host` (no DNS
+//!   rebinding) and come from its own pages (`Origin`).
 //!
-//! `docs/web.md` documents every route, the event formats and the ownership rules. The HTTP/1.1
-//! server is written here on tokio (no web framework): request heads up to 16 KiB, bodies up to
-//! 1 MiB with `Content-Length`, keep-alive; whatever a client sends, it answers or closes that
-//! connection and keeps serving the others. Every [`Backend`] method runs on a blocking thread.
+//! `docs/web.md` documents every route, who may call it, the event formats and the ownership
+//! rules. The HTTP/1.1 server is written here on tokio (no web framework): request heads up to
+//! 16 KiB, bodies up to 1 MiB with `Content-Length`, each request whole within 5 s of its first
+//! byte, keep-alive; whatever a client sends, it answers or closes that connection and keeps
+//! serving the others, and when full it closes the connection idle or incomplete the longest
+//! rather than refuse a newcomer. Every [`Backend`] method runs on a blocking thread.
 //!
 //! ## Example
 //!
 //! ```
 //! use std::io::{Read, Write};
 //! use std::sync::Arc;
-//! use daqflow_web::{Backend, LogFilter, WebOptions};
+//! use daqflow_web::{Backend, BackendError, LogFilter, WebOptions};
 //! use serde_json::{json, Value};
 //!
 //! /// A system that never leaves `Initial`.
@@ -35,13 +41,15 @@
 //!         Err(format!("`{verb}` is not allowed in state Initial"))
 //!     }
 //!     fn processes(&self) -> Result<Value, String> { Ok(json!([])) }
-//!     fn send_command(&self, _name: &str, _data: &str) -> Result<u32, String> { Ok(0) }
+//!     fn send_command(&self, name: &str, _data: &str) -> Result<u32, BackendError> {
+//!         Err(BackendError::NotFound(format!("no process registered the command `{name}`")))
+//!     }
 //!     fn listen(
 //!         &self,
 //!         service: &str,
 //!         _tx: tokio::sync::mpsc::UnboundedSender<String>,
-//!     ) -> Result<Box<dyn Send>, String> {
-//!         Err(format!("no service `{service}`"))
+//!     ) -> Result<Box<dyn Send>, BackendError> {
+//!         Err(BackendError::NotFound(format!("no service `{service}`")))
 //!     }
 //!     fn logs(&self, _filter: &LogFilter) -> Result<Value, String> { Ok(json!([])) }
 //!     fn runs(&self, _limit: usize) -> Result<Value, String> { Ok(json!([])) }
@@ -56,8 +64,10 @@
 //! let web = daqflow_web::spawn("127.0.0.1:0", Arc::new(Idle), WebOptions::default())?;
 //! println!("web UI on {}", web.url());
 //!
+//! // Watching needs no session; the Host must be this server (or another name allowed).
 //! let mut http = std::net::TcpStream::connect(web.local_addr())?;
-//! http.write_all(b"GET /api/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+//! let request = format!("GET /api/status HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", web.local_addr());
+//! http.write_all(request.as_bytes())?;
 //! let mut response = String::new();
 //! http.read_to_string(&mut response)?;
 //! assert!(response.starts_with("HTTP/1.1 200 OK"));
@@ -69,10 +79,13 @@
 //! ```
 #![warn(missing_docs)]
 
+mod access;
+mod conns;
 mod control;
 mod http;
 mod metrics;
 mod server;
+mod session;
 mod ui;
 
 use std::fmt::Display;
@@ -83,41 +96,98 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// How the web server behaves. `WebOptions::default()` is what the operator uses; tests
-/// shorten the times.
-#[derive(Debug, Clone)]
+/// How the web server behaves. `WebOptions::default()` is the library's default (no access
+/// token); the operator sets [`access_token`](WebOptions::access_token). Tests shorten the
+/// times.
+///
+/// `Debug` shows whether a token is set, never the token.
+#[derive(Clone)]
 pub struct WebOptions {
+    /// The web access token (a random secret, at least 16 characters). When set, every
+    /// request that changes anything (taking, releasing or force-taking control, transitions,
+    /// commands, any `POST`) needs a session logged in with it (`GET /?token=…` or
+    /// `POST /api/login`); watching stays open unless [`token_to_watch`](WebOptions::token_to_watch).
+    /// Without it (the default) every client gets an anonymous session and may take control.
+    pub access_token: Option<String>,
+    /// With an access token: require the logged-in session for every route except the login
+    /// itself and the UI's static files (watching included). Default false.
+    pub token_to_watch: bool,
+    /// Host names (with or without `:port`) accepted in the `Host` header besides the bound
+    /// address, `127.0.0.1:PORT`, `localhost:PORT` and `[::1]:PORT`. An entry without a port
+    /// matches the name alone and the name with this server's port. Default empty.
+    pub allowed_hosts: Vec<String>,
     /// A controlling client unseen this long (no request, no open event stream) loses control.
     /// Default 30 s.
     pub control_lapse: Duration,
+    /// A session unused this long (no request, no open event stream) ends. Default 12 h.
+    pub session_lapse: Duration,
+    /// At most this many sessions; a new one ends the least recently used (never the
+    /// controller's). Default 1024.
+    pub max_sessions: usize,
     /// How often `/api/events` sends the status (it also sends it right after a transition
     /// made through the web). Default 1 s.
     pub status_interval: Duration,
     /// How often an idle event stream sends a comment line, so that proxies and the browser
     /// keep it open. Default 15 s.
     pub keepalive_interval: Duration,
-    /// A connection that sends nothing for this long (between requests, or in the middle of
-    /// one) is closed. Default 60 s.
+    /// A kept-alive connection that sends nothing for this long between requests is closed.
+    /// Default 60 s.
     pub idle_timeout: Duration,
+    /// A request whose head and body have not all arrived this long after its first byte is
+    /// answered 408 and its connection closed. Default 5 s.
+    pub request_timeout: Duration,
     /// The largest request head (request line and header fields), in bytes; a larger one is
     /// refused with 431. Default 16 KiB.
     pub max_head_bytes: usize,
     /// The largest request body, in bytes; a larger one is refused with 413. Default 1 MiB.
     pub max_body_bytes: usize,
-    /// At most this many connections at once; more are answered 503 and closed. Default 256.
+    /// At most this many connections at once. A newcomer beyond it closes the connection idle
+    /// or incomplete the longest (else the oldest event stream of a client without a logged-in
+    /// session); only when there is none is it answered 503. Default 256.
     pub max_connections: usize,
+    /// At most this many idle or incomplete connections from one IP address; a newcomer beyond
+    /// it closes that address's connection idle or incomplete the longest. Default 64.
+    pub max_idle_per_ip: usize,
+}
+
+impl std::fmt::Debug for WebOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebOptions")
+            .field("access_token", &self.access_token.as_ref().map(|_| "<set>"))
+            .field("token_to_watch", &self.token_to_watch)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("control_lapse", &self.control_lapse)
+            .field("session_lapse", &self.session_lapse)
+            .field("max_sessions", &self.max_sessions)
+            .field("status_interval", &self.status_interval)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_head_bytes", &self.max_head_bytes)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_connections", &self.max_connections)
+            .field("max_idle_per_ip", &self.max_idle_per_ip)
+            .finish()
+    }
 }
 
 impl Default for WebOptions {
     fn default() -> Self {
         WebOptions {
+            access_token: None,
+            token_to_watch: false,
+            allowed_hosts: Vec::new(),
             control_lapse: Duration::from_secs(30),
+            session_lapse: Duration::from_secs(12 * 3600),
+            max_sessions: 1024,
             status_interval: Duration::from_secs(1),
             keepalive_interval: Duration::from_secs(15),
             idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(5),
             max_head_bytes: 16 * 1024,
             max_body_bytes: 1024 * 1024,
             max_connections: 256,
+            max_idle_per_ip: 64,
         }
     }
 }
@@ -145,6 +215,64 @@ pub enum WebError {
     /// The web server's thread panicked (a bug: please report it).
     #[error("the web server's thread panicked")]
     Panicked,
+    /// A [`WebOptions`] value is unusable (e.g. an access token too short to be a secret).
+    #[error("invalid web server options: {0}")]
+    Options(String),
+}
+
+/// The shortest access token accepted, in characters.
+pub const MIN_TOKEN_LEN: usize = 16;
+/// The longest access token accepted, in characters.
+pub const MAX_TOKEN_LEN: usize = 256;
+
+impl WebOptions {
+    /// Checks what the server cannot run with.
+    fn validate(&self) -> Result<(), WebError> {
+        if let Some(token) = &self.access_token {
+            if token.len() < MIN_TOKEN_LEN || token.len() > MAX_TOKEN_LEN {
+                return Err(WebError::Options(format!(
+                    "the access token must have {MIN_TOKEN_LEN} to {MAX_TOKEN_LEN} characters (it has {}): \
+                     use daqflow_web::random_token()",
+                    token.len()
+                )));
+            }
+            if !token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(WebError::Options(
+                    "the access token may only have printable ASCII characters, no spaces".into(),
+                ));
+            }
+        } else if self.token_to_watch {
+            return Err(WebError::Options("token_to_watch needs an access token".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A new access token: 128 random bits from the kernel (`/dev/urandom`), as 32 hex digits.
+pub fn random_token() -> Result<String, WebError> {
+    session::random_hex(16).map_err(WebError::Io)
+}
+
+/// Why the backend did not do what a request asked; the HTTP status follows from it. A plain
+/// `String` converts into [`BackendError::Failed`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The request names something that does not exist (no such service, no process took the
+    /// command): 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request's argument is invalid (e.g. not a valid command name): 400.
+    #[error("{0}")]
+    Invalid(String),
+    /// The operator failed (e.g. the control server cannot be reached): 500.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for BackendError {
+    fn from(text: String) -> BackendError {
+        BackendError::Failed(text)
+    }
 }
 
 /// Serves the UI and the API from `backend` on `listener` until the process ends.
@@ -167,6 +295,7 @@ pub async fn serve_with_shutdown(
     options: WebOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), WebError> {
+    options.validate()?;
     server::run(listener, backend, options, shutdown).await
 }
 
@@ -178,6 +307,7 @@ pub fn spawn(
     backend: Arc<dyn Backend>,
     options: WebOptions,
 ) -> Result<WebHandle, WebError> {
+    options.validate()?;
     let listener =
         std::net::TcpListener::bind(&addr).map_err(|source| WebError::Bind { addr: addr.to_string(), source })?;
     listener.set_nonblocking(true)?;
@@ -282,10 +412,17 @@ pub trait Backend: Send + Sync + 'static {
     /// "provides":[…],"subscribes":[…],"commands":[…], …}]`.
     fn processes(&self) -> Result<Value, String>;
     /// Sends a control-plane command; returns how many processes received it.
-    fn send_command(&self, name: &str, data: &str) -> Result<u32, String>;
+    /// [`BackendError::Invalid`] for a name that cannot be a command (400),
+    /// [`BackendError::NotFound`] when no process registered it (404).
+    fn send_command(&self, name: &str, data: &str) -> Result<u32, BackendError>;
     /// Subscribes to a control-plane service: every value (as text) goes to `tx` until the
-    /// returned guard is dropped.
-    fn listen(&self, service: &str, tx: tokio::sync::mpsc::UnboundedSender<String>) -> Result<Box<dyn Send>, String>;
+    /// returned guard is dropped. [`BackendError::NotFound`] when no process provides it (404),
+    /// [`BackendError::Invalid`] for a name that cannot be a service (400).
+    fn listen(
+        &self,
+        service: &str,
+        tx: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Result<Box<dyn Send>, BackendError>;
     /// Log records, newest first, filtered: `since_ms`/`until_ms` (Unix ms), `process`,
     /// `min_severity` (`debug`, `info`, `warn`, `error`), `text` (substring), `limit`.
     fn logs(&self, filter: &LogFilter) -> Result<Value, String>;

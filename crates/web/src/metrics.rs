@@ -8,18 +8,70 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub(crate) const REQUESTS_TOTAL: &str = "daqflow_web_requests_total";
 /// Open event streams (`/api/events` and `/api/listen`).
 pub(crate) const SSE_CLIENTS: &str = "daqflow_web_sse_clients";
+/// Requests refused and connections closed, by reason.
+pub(crate) const REFUSED_TOTAL: &str = "daqflow_web_refused_total";
+
+/// Why a request was refused or a connection closed (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The `Host` header is missing or names another host (DNS rebinding).
+    BadHost,
+    /// The `Origin` header names another origin (a cross-site request).
+    BadOrigin,
+    /// A login with a wrong token.
+    LoginFailure,
+    /// A request that needs a (logged-in) session came without one.
+    NoSession,
+    /// A request did not arrive whole within the request timeout.
+    Timeout,
+    /// A connection idle or incomplete the longest was closed to make room for a newcomer.
+    Evicted,
+    /// A connection was refused (503): no room.
+    Busy,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 7] = [
+        Refusal::BadHost,
+        Refusal::BadOrigin,
+        Refusal::LoginFailure,
+        Refusal::NoSession,
+        Refusal::Timeout,
+        Refusal::Evicted,
+        Refusal::Busy,
+    ];
+
+    /// The `reason` label's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::BadHost => "bad_host",
+            Refusal::BadOrigin => "bad_origin",
+            Refusal::LoginFailure => "login_failure",
+            Refusal::NoSession => "no_session",
+            Refusal::Timeout => "timeout",
+            Refusal::Evicted => "evicted",
+            Refusal::Busy => "busy",
+        }
+    }
+}
 
 /// The counters.
 #[derive(Debug, Default)]
 pub(crate) struct WebMetrics {
     requests_total: AtomicU64,
     sse_clients: AtomicUsize,
+    refused: [AtomicU64; Refusal::ALL.len()],
 }
 
 impl WebMetrics {
     /// Counts one request.
     pub fn request(&self) {
         self.requests_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `n` refusals for `reason`.
+    pub fn refused(&self, reason: Refusal, n: usize) {
+        self.refused[reason as usize].fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Counts an event stream opening.
@@ -51,6 +103,34 @@ impl WebMetrics {
         let _ = writeln!(out, "# HELP {SSE_CLIENTS} Open server-sent-event streams.");
         let _ = writeln!(out, "# TYPE {SSE_CLIENTS} gauge");
         let _ = writeln!(out, "{SSE_CLIENTS} {}", self.sse_clients());
+        let _ = writeln!(
+            out,
+            "# HELP {REFUSED_TOTAL} Requests the web server refused and connections it closed, by reason."
+        );
+        let _ = writeln!(out, "# TYPE {REFUSED_TOTAL} counter");
+        for reason in Refusal::ALL {
+            let n = self.refused[reason as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{REFUSED_TOTAL}{{reason=\"{}\"}} {n}", reason.label());
+        }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_counted_under_their_reason() {
+        let m = WebMetrics::default();
+        m.refused(Refusal::Timeout, 2);
+        m.refused(Refusal::Busy, 1);
+        let text = m.prometheus();
+        assert!(text.contains("daqflow_web_refused_total{reason=\"timeout\"} 2\n"), "{text}");
+        assert!(text.contains("daqflow_web_refused_total{reason=\"busy\"} 1\n"), "{text}");
+        assert!(text.contains("daqflow_web_refused_total{reason=\"bad_host\"} 0\n"), "{text}");
+        for r in Refusal::ALL {
+            assert_eq!(Refusal::ALL[r as usize], r);
+        }
     }
 }

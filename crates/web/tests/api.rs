@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use daqflow_web::{WebHandle, WebOptions};
 use serde_json::json;
-use support::client::{Sse, connect, get, post, raw, read_reply, request, wait_until};
+use support::client::{Client, Sse, connect, get, raw, read_reply, send, wait_until};
 use support::fake::FakeBackend;
 
 fn options() -> WebOptions {
@@ -62,7 +62,7 @@ fn status_is_the_backends_with_the_web_servers_own_object() {
     assert_eq!(s["state"], "Initial");
     assert_eq!(s["components"].as_array().map(Vec::len), Some(2));
     assert!(s["web"]["requests_total"].as_u64().is_some_and(|n| n >= 1));
-    assert_eq!(s["web"]["controller"], json!(null));
+    assert_eq!((s["web"]["controlled"].as_bool(), &s["web"]["holder"]), (Some(false), &json!(null)));
     web.shutdown().unwrap();
 }
 
@@ -71,51 +71,57 @@ fn transitions_need_control_and_follow_the_state_machine() {
     let (web, backend) = start(options());
     let addr = web.local_addr();
 
-    let anonymous = request(addr, "POST", "/api/transition/configure", None, Some(""));
+    let anonymous = Client::new(addr).post("/api/transition/configure", "");
     assert_eq!(anonymous.status, 403);
-    assert!(anonymous.error().contains("take control"), "{}", anonymous.error());
-    let not_taken = post(addr, "/api/transition/configure", "alice", "");
+    assert!(anonymous.error().contains("session"), "{}", anonymous.error());
+    let alice = Client::visit(addr);
+    let not_taken = alice.post("/api/transition/configure", "");
     assert_eq!(not_taken.status, 403);
     assert!(not_taken.error().contains("nobody"), "{}", not_taken.error());
 
-    let took = post(addr, "/api/control/take", "alice", r#"{"client":"alice","force":false}"#);
+    let took = alice.post("/api/control/take", r#"{"force":false}"#);
     assert_eq!(took.status, 200, "{}", took.text());
-    assert_eq!(took.json()["controller"], "alice");
+    let alice_label = took.json()["holder"].as_str().unwrap().to_owned();
+    assert_eq!(took.json()["me"], alice_label.as_str());
     assert_eq!(took.json()["you"], true);
 
-    let r = post(addr, "/api/transition/configure", "alice", "");
+    let r = alice.post("/api/transition/configure", "");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["verb"], "configure");
     assert_eq!(r.json()["result"]["state"], "Configured");
     assert_eq!(backend.state(), "Configured");
 
-    let bob = post(addr, "/api/transition/start", "bob", "{}");
-    assert_eq!(bob.status, 403);
-    assert_eq!(bob.json()["controller"], "alice");
-    assert!(bob.error().contains("`alice`"), "{}", bob.error());
+    let bob = Client::visit(addr);
+    let refused = bob.post("/api/transition/start", "{}");
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.json()["holder"], alice_label.as_str());
+    assert!(refused.error().contains(&alice_label), "{}", refused.error());
     assert_eq!(backend.state(), "Configured");
 
-    let start = post(addr, "/api/transition/start", "alice", r#"{"run": 42}"#);
+    let start = alice.post("/api/transition/start", r#"{"run": 42}"#);
     assert_eq!(start.status, 200, "{}", start.text());
     assert_eq!(start.json()["result"]["run"], 42);
     assert_eq!(get(addr, "/api/status").json()["state"], "Running");
 
-    let refused = post(addr, "/api/transition/configure", "alice", "");
+    let refused = alice.post("/api/transition/configure", "");
     assert_eq!(refused.status, 409);
     assert_eq!(refused.json()["error"], "`configure` is not allowed in state Running");
 
-    let unknown = post(addr, "/api/transition/explode", "alice", "");
+    let unknown = alice.post("/api/transition/explode", "");
     assert_eq!(unknown.status, 404);
     assert!(unknown.error().contains("configure, start, stop, pause, resume, reset"));
-    let bad_json = post(addr, "/api/transition/stop", "alice", "{not json");
+    let bad_json = alice.post("/api/transition/stop", "{not json");
     assert_eq!(bad_json.status, 400);
     assert!(bad_json.error().contains("JSON"));
+    let argument = alice.post("/api/transition/stop", r#"{"now": true}"#);
+    assert_eq!(argument.status, 400);
+    assert!(argument.error().contains("no argument"), "{}", argument.error());
     let wrong_method = get(addr, "/api/transition/stop");
     assert_eq!(wrong_method.status, 405);
     assert_eq!(wrong_method.header("allow"), Some("POST"));
 
     for (verb, state) in [("pause", "Paused"), ("resume", "Running"), ("stop", "Configured"), ("reset", "Initial")] {
-        let r = post(addr, &format!("/api/transition/{verb}"), "alice", "");
+        let r = alice.post(&format!("/api/transition/{verb}"), if verb == "stop" { "{}" } else { "" });
         assert_eq!(r.status, 200, "{verb}: {}", r.text());
         assert_eq!(backend.state(), state);
     }
@@ -127,39 +133,48 @@ fn control_is_taken_refused_forced_and_released() {
     let (web, _) = start(options());
     let addr = web.local_addr();
     let none = get(addr, "/api/control").json();
-    assert_eq!(none, json!({"controller": null, "since_ms": null, "you": false}));
+    assert_eq!(
+        none,
+        json!({"controlled": false, "holder": null, "since_ms": null, "you": false, "me": null, "may_control": false})
+    );
 
-    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
-    let control = request(addr, "GET", "/api/control", Some("alice"), None).json();
-    assert_eq!(control["controller"], "alice");
+    let alice = Client::visit(addr);
+    let bob = Client::visit(addr);
+    assert_eq!(alice.post("/api/control/take", "").status, 200);
+    let control = alice.get("/api/control").json();
+    assert_eq!(control["controlled"], true);
+    assert_eq!(control["holder"], control["me"]);
     assert!(control["since_ms"].as_u64().is_some_and(|t| t > 1_600_000_000_000));
-    assert_eq!(control["you"], true);
+    assert_eq!((control["you"].as_bool(), control["may_control"].as_bool()), (Some(true), Some(true)));
+    let alice_label = control["holder"].clone();
+    assert_ne!(bob.get("/api/control").json()["me"], alice_label, "labels are per session");
 
-    let refused = post(addr, "/api/control/take", "bob", r#"{"force": false}"#);
+    let refused = bob.post("/api/control/take", r#"{"force": false}"#);
     assert_eq!(refused.status, 409);
-    assert_eq!(refused.json()["controller"], "alice");
+    assert_eq!(refused.json()["holder"], alice_label);
     assert!(refused.error().contains("force"), "{}", refused.error());
-    let not_yours = post(addr, "/api/control/release", "bob", "");
+    let not_yours = bob.post("/api/control/release", "");
     assert_eq!(not_yours.status, 403);
 
-    let forced = post(addr, "/api/control/take", "bob", r#"{"client": "bob", "force": true}"#);
+    let forced = bob.post("/api/control/take", r#"{"force": true}"#);
     assert_eq!(forced.status, 200);
-    assert_eq!(forced.json()["controller"], "bob");
-    assert_eq!(post(addr, "/api/transition/configure", "alice", "").status, 403);
-    assert_eq!(post(addr, "/api/transition/configure", "bob", "").status, 200);
+    assert_eq!(forced.json()["you"], true);
+    assert_eq!(forced.json()["holder"], bob.get("/api/control").json()["me"]);
+    assert_eq!(alice.post("/api/transition/configure", "").status, 403);
+    assert_eq!(bob.post("/api/transition/configure", "").status, 200);
 
-    let released = post(addr, "/api/control/release", "bob", "");
+    let released = bob.post("/api/control/release", "");
     assert_eq!(released.status, 200);
-    assert_eq!(released.json()["controller"], json!(null));
-    assert_eq!(post(addr, "/api/control/release", "bob", "").status, 200, "releasing twice is harmless");
-    assert_eq!(post(addr, "/api/transition/start", "bob", "").status, 403);
+    assert_eq!(released.json()["controlled"], false);
+    assert_eq!(released.json()["holder"], json!(null));
+    assert_eq!(bob.post("/api/control/release", "").status, 200, "releasing twice is harmless");
+    assert_eq!(bob.post("/api/transition/start", "").status, 403);
 
-    // The header names the client; a different one in the body, a missing or bad header are refused.
-    assert_eq!(post(addr, "/api/control/take", "carol", r#"{"client": "dave"}"#).status, 400);
-    assert_eq!(request(addr, "POST", "/api/control/take", None, Some("{}")).status, 400);
-    assert_eq!(post(addr, "/api/control/take", "bad id!", "").status, 400);
-    assert_eq!(post(addr, "/api/control/take", "carol", r#"{"force": "yes"}"#).status, 400);
-    assert_eq!(post(addr, "/api/control/take", "carol", "[1]").status, 400);
+    // Bad bodies and a missing header are refused.
+    assert_eq!(bob.post("/api/control/take", r#"{"force": "yes"}"#).status, 400);
+    assert_eq!(bob.post("/api/control/take", "[1]").status, 400);
+    let cookie = [("Cookie".to_owned(), format!("daqflow_session={}", bob.session.as_deref().unwrap()))];
+    assert_eq!(send(addr, "POST", "/api/control/take", &cookie, Some("{}")).status, 400);
     assert_eq!(get(addr, "/api/control/take").status, 405);
     web.shutdown().unwrap();
 }
@@ -171,23 +186,25 @@ fn control_lapses_when_its_client_is_not_seen_but_not_while_its_stream_is_open()
     let addr = web.local_addr();
 
     // With an event stream open, the controller stays.
-    let mut stream = Sse::open(addr, "/api/events?client=alice");
-    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
-    stream.wait_for("control", |c| c["controller"] == "alice");
+    let alice = Client::visit(addr);
+    let mut stream = alice.events("/api/events");
+    assert_eq!(alice.post("/api/control/take", "").status, 200);
+    stream.wait_for("control", |c| c["you"] == true);
     std::thread::sleep(lapse * 2);
-    assert_eq!(get(addr, "/api/control").json()["controller"], "alice");
+    assert_eq!(get(addr, "/api/control").json()["controlled"], true);
 
     // Stream closed and no request: control lapses, and watchers are told.
     let mut watcher = Sse::open(addr, "/api/events");
     drop(stream);
-    watcher.wait_for("control", |c| c["controller"].is_null());
-    assert_eq!(get(addr, "/api/control").json()["controller"], json!(null));
-    assert_eq!(post(addr, "/api/control/take", "bob", "").status, 200);
+    watcher.wait_for("control", |c| c["controlled"] == false);
+    assert_eq!(get(addr, "/api/control").json()["holder"], json!(null));
+    let bob = Client::visit(addr);
+    assert_eq!(bob.post("/api/control/take", "").status, 200);
 
     // Requests keep it too (one every fifth of the lapse, for longer than the lapse).
     for _ in 0..6 {
         std::thread::sleep(lapse / 5);
-        assert_eq!(request(addr, "GET", "/api/control", Some("bob"), None).json()["you"], true);
+        assert_eq!(bob.get("/api/control").json()["you"], true);
     }
     web.shutdown().unwrap();
 }
@@ -196,12 +213,17 @@ fn control_lapses_when_its_client_is_not_seen_but_not_while_its_stream_is_open()
 fn the_event_stream_delivers_control_status_and_transitions() {
     let (web, _) = start(options());
     let addr = web.local_addr();
-    let mut sse = Sse::open(addr, "/api/events?client=watcher");
+    let watcher = Client::visit(addr);
+    let mut sse = watcher.events("/api/events");
     assert_eq!(sse.status, 200);
     assert!(sse.headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("content-type") && v == "text/event-stream"));
     let first = sse.next().expect("an event");
     assert_eq!(first.name, "control");
-    assert_eq!(first.json(), json!({"controller": null, "since_ms": null, "you": false}));
+    let me = watcher.get("/api/control").json()["me"].clone();
+    assert_eq!(
+        first.json(),
+        json!({"controlled": false, "holder": null, "since_ms": null, "you": false, "me": me, "may_control": true})
+    );
     let status = sse.next_named("status").json();
     assert_eq!(status["state"], "Initial");
     assert_eq!(status["web"]["sse_clients"], 1);
@@ -211,19 +233,22 @@ fn the_event_stream_delivers_control_status_and_transitions() {
         sse.next_named("status");
     }
 
-    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
+    let alice = Client::visit(addr);
+    assert_eq!(alice.post("/api/control/take", "").status, 200);
+    let alice_label = alice.get("/api/control").json()["me"].clone();
     let control = sse.wait_for("control", |_| true);
-    assert_eq!(control["controller"], "alice");
+    assert_eq!(control["holder"], alice_label);
+    assert_eq!(control["you"], false, "every stream is told whether it is its client");
     assert!(control["since_ms"].is_u64());
 
-    assert_eq!(post(addr, "/api/transition/configure", "alice", "").status, 200);
+    assert_eq!(alice.post("/api/transition/configure", "").status, 200);
     let t = sse.wait_for("transition", |_| true);
     assert_eq!(t["verb"], "configure");
-    assert_eq!(t["client"], "alice");
+    assert_eq!(t["client"], alice_label);
     assert_eq!(t["ok"], true);
     sse.wait_for("status", |s| s["state"] == "Configured");
 
-    assert_eq!(post(addr, "/api/transition/pause", "alice", "").status, 409);
+    assert_eq!(alice.post("/api/transition/pause", "").status, 409);
     let t = sse.wait_for("transition", |_| true);
     assert_eq!((t["verb"].as_str(), t["ok"].as_bool()), (Some("pause"), Some(false)));
     assert!(t["error"].as_str().is_some_and(|e| e.contains("not allowed")));
@@ -253,7 +278,7 @@ fn listening_streams_a_services_values_and_unsubscribes_when_the_client_goes() {
     wait_until("the subscription to be dropped", || (backend.listeners.load(Ordering::SeqCst) == 0).then_some(()));
 
     let unknown = get(addr, "/api/listen?service=nope");
-    assert_eq!(unknown.status, 500);
+    assert_eq!(unknown.status, 404);
     assert!(unknown.error().contains("no service `nope`"));
     assert_eq!(get(addr, "/api/listen").status, 400);
     assert_eq!(get(addr, "/api/listen?service=").status, 400);
@@ -312,8 +337,9 @@ fn the_read_only_views_are_served() {
     assert_eq!(histograms[0]["bins"].as_array().map(Vec::len), Some(20));
     let et = get(addr, "/api/et").json();
     assert_eq!(et[0]["snapshot"]["stations"][1]["name"], "recorder");
+    let alice = Client::visit(addr);
     for path in ["/api/processes", "/api/logs", "/api/runs", "/api/histograms", "/api/et", "/metrics", "/api/status"] {
-        let r = request(addr, "POST", path, Some("alice"), Some("{}"));
+        let r = alice.post(path, "{}");
         assert_eq!(r.status, 405, "{path}");
         assert_eq!(r.header("allow"), Some("GET"));
     }
@@ -324,22 +350,23 @@ fn the_read_only_views_are_served() {
 fn commands_need_control_and_reach_the_backend() {
     let (web, backend) = start(options());
     let addr = web.local_addr();
+    let alice = Client::visit(addr);
     let body = r#"{"name": "all/stop", "data": "now"}"#;
-    assert_eq!(post(addr, "/api/command", "alice", body).status, 403);
-    assert_eq!(post(addr, "/api/control/take", "alice", "").status, 200);
-    let r = post(addr, "/api/command", "alice", body);
+    assert_eq!(alice.post("/api/command", body).status, 403);
+    assert_eq!(alice.post("/api/control/take", "").status, 200);
+    let r = alice.post("/api/command", body);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json(), json!({"name": "all/stop", "received": 2}));
-    let r = post(addr, "/api/command", "alice", r#"{"name": "ru-1/set", "data": {"rate": 5}}"#);
+    let r = alice.post("/api/command", r#"{"name": "ru-1/set", "data": {"rate": 5}}"#);
     assert_eq!(r.status, 200);
     assert_eq!(
         *backend.commands.lock().unwrap(),
         vec![("all/stop".to_owned(), "now".to_owned()), ("ru-1/set".to_owned(), r#"{"rate":5}"#.to_owned())]
     );
-    assert_eq!(post(addr, "/api/command", "alice", r#"{"data": "x"}"#).status, 400);
-    assert_eq!(post(addr, "/api/command", "alice", r#"{"name": ""}"#).status, 400);
-    let nobody = post(addr, "/api/command", "alice", r#"{"name": "nobody"}"#);
-    assert_eq!(nobody.status, 500);
+    assert_eq!(alice.post("/api/command", r#"{"data": "x"}"#).status, 400);
+    assert_eq!(alice.post("/api/command", r#"{"name": ""}"#).status, 400);
+    let nobody = alice.post("/api/command", r#"{"name": "nobody"}"#);
+    assert_eq!(nobody.status, 404);
     assert!(nobody.error().contains("no process registered"));
     web.shutdown().unwrap();
 }
@@ -397,7 +424,10 @@ fn bad_requests_are_refused_and_the_server_keeps_serving() {
     // A body over 1 MiB is refused from its Content-Length, even while the client sends it.
     let mut stream = connect(addr);
     let body = vec![b'a'; 2 * 1024 * 1024];
-    let head = format!("POST /api/command HTTP/1.1\r\nX-Daqflow-Client: a\r\nContent-Length: {}\r\n\r\n", body.len());
+    let head = format!(
+        "POST /api/command HTTP/1.1\r\nHost: {addr}\r\nX-Daqflow-Client: a\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
     stream.write_all(head.as_bytes()).unwrap();
     let _ = stream.write_all(&body); // the server may close before taking it all
     let r = read_reply(&mut BufReader::new(stream));
@@ -406,8 +436,9 @@ fn bad_requests_are_refused_and_the_server_keeps_serving() {
     alive();
 
     // Exactly 1 MiB is accepted (and then refused for what it says).
+    let a = Client::visit(addr);
     let body = format!("\"{}\"", "x".repeat(1024 * 1024 - 2));
-    let r = post(addr, "/api/control/take", "a", &body);
+    let r = a.post("/api/control/take", &body);
     assert_eq!(r.status, 400);
     assert!(r.error().contains("JSON object"));
     alive();
@@ -419,7 +450,7 @@ fn bad_requests_are_refused_and_the_server_keeps_serving() {
         (b"GET /api/logs?text=%G1 HTTP/1.1\r\n\r\n", 400),
         (b"GET /api/status HTTP/1.1\r\nBad Header\r\n\r\n", 400),
         (b"POST /api/command HTTP/1.1\r\nContent-Length: ten\r\n\r\n", 400),
-        (b"GET /api/status HTTP/1.1\r\nX-Daqflow-Client: no spaces allowed\r\n\r\n", 400),
+        (b"GET /api/status HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
     ] {
         let r = raw(addr, bytes);
         assert_eq!(r.status, status, "{}", String::from_utf8_lossy(bytes));
@@ -435,8 +466,8 @@ fn bad_requests_are_refused_and_the_server_keeps_serving() {
     alive();
 
     // A panicking backend is a 500, and the server goes on.
-    assert_eq!(post(addr, "/api/control/take", "a", "").status, 200);
-    let r = post(addr, "/api/command", "a", r#"{"name": "panic"}"#);
+    assert_eq!(a.post("/api/control/take", "").status, 200);
+    let r = a.post("/api/command", r#"{"name": "panic"}"#);
     assert_eq!(r.status, 500);
     assert!(r.error().contains("panicked"));
     alive();
@@ -447,27 +478,32 @@ fn bad_requests_are_refused_and_the_server_keeps_serving() {
 fn a_connection_serves_several_requests_and_100_continue() {
     let (web, _) = start(options());
     let addr = web.local_addr();
+    let session = Client::visit(addr).session.unwrap();
     let stream = connect(addr);
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     for _ in 0..3 {
-        writer.write_all(b"GET /api/control HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        write!(writer, "GET /api/control HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
         let r = read_reply(&mut reader);
         assert_eq!(r.status, 200);
         assert_eq!(r.header("connection"), None);
     }
     // Pipelined: two requests in one write.
-    writer.write_all(b"GET /api/control HTTP/1.1\r\n\r\nGET /api/et HTTP/1.1\r\n\r\n").unwrap();
-    assert_eq!(read_reply(&mut reader).json()["controller"], json!(null));
+    write!(writer, "GET /api/control HTTP/1.1\r\nHost: {addr}\r\n\r\nGET /api/et HTTP/1.1\r\nHost: {addr}\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_reply(&mut reader).json()["controlled"], false);
     assert_eq!(read_reply(&mut reader).json()[0]["component"], "et-1");
 
-    writer
-        .write_all(b"POST /api/control/take HTTP/1.1\r\nX-Daqflow-Client: c\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
-        .unwrap();
+    write!(
+        writer,
+        "POST /api/control/take HTTP/1.1\r\nHost: {addr}\r\nCookie: daqflow_session={session}\r\n\
+         X-Daqflow-Client: 1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+    )
+    .unwrap();
     let interim = read_reply(&mut reader);
     assert_eq!(interim.status, 100);
     writer.write_all(b"{}").unwrap();
-    assert_eq!(read_reply(&mut reader).json()["controller"], "c");
+    assert_eq!(read_reply(&mut reader).json()["you"], true);
 
     writer.write_all(b"GET /api/control HTTP/1.0\r\n\r\n").unwrap();
     let last = read_reply(&mut reader);

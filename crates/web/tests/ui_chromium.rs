@@ -1,5 +1,6 @@
-//! The web UI in a real browser: headless Chromium driven over the DevTools Protocol drives a
-//! run of the fake operator, then visits every view.
+//! The web UI in a real browser: headless Chromium driven over the DevTools Protocol logs in
+//! with the web token, drives a run of the fake operator, then visits every view; a client
+//! without the token watches but cannot act, and never sees the browser's session.
 //!
 //! Needs Chromium (`chromium`, `chromium-browser` or `google-chrome` on PATH, or
 //! `$DAQFLOW_CHROMIUM`): without it the test is skipped, or fails when `CI` is set.
@@ -10,8 +11,10 @@ use std::time::Duration;
 
 use daqflow_web::WebOptions;
 use support::cdp::{self, Browser};
-use support::client::{get, post};
+use support::client::{Client, SESSION_COOKIE, get};
 use support::fake::FakeBackend;
+
+const TOKEN: &str = "5e1f0c2b9d8a7f6e5d4c3b2a19081726";
 
 /// Counts the elements matching a selector.
 fn count(selector: &str) -> String {
@@ -30,7 +33,11 @@ fn the_ui_drives_a_run_in_headless_chromium() {
         return;
     };
     let backend = FakeBackend::new(Duration::from_millis(200));
-    let options = WebOptions { status_interval: Duration::from_millis(300), ..WebOptions::default() };
+    let options = WebOptions {
+        status_interval: Duration::from_millis(300),
+        access_token: Some(TOKEN.into()),
+        ..WebOptions::default()
+    };
     let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn the web server");
     let addr = web.local_addr();
     let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
@@ -39,6 +46,40 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("load the UI", &browser, r);
     let r = browser.wait_text("#system-state", "Initial");
     step("the state arrives", &browser, r);
+
+    // Without the token the page watches: it offers to log in, and cannot take control.
+    let r = browser.wait_for("the login form", "!document.querySelector('#login-form').hidden");
+    step("login form", &browser, r);
+    for button in ["#btn-take", "#btn-configure", "#btn-start", "#btn-stop", "#btn-release"] {
+        let r = browser.is_disabled(button);
+        assert_eq!(step("read a button", &browser, r), Some(true), "{button} enabled before logging in");
+    }
+    let r = browser.fill("#login-token", "not the token");
+    step("type a wrong token", &browser, r);
+    let r = browser.click("#login-submit");
+    step("log in with it", &browser, r);
+    let r =
+        browser.wait_for("the refusal", "document.querySelector('#login-result').textContent.includes('wrong token')");
+    step("wrong token refused", &browser, r);
+
+    let r = browser.fill("#login-token", TOKEN);
+    step("type the token", &browser, r);
+    let r = browser.click("#login-submit");
+    step("log in", &browser, r);
+    let r = browser
+        .wait_for("the login", "document.querySelector('#login-form').hidden && window.daqflow.control().may_control");
+    step("logged in", &browser, r);
+
+    // The session is an HttpOnly cookie: the page's scripts cannot read it.
+    let r = browser.cookies(&web.url());
+    let cookies = step("the cookies", &browser, r);
+    let cookie =
+        cookies.iter().find(|c| c["name"] == SESSION_COOKIE).unwrap_or_else(|| panic!("no session: {cookies:?}"));
+    assert_eq!((cookie["httpOnly"].as_bool(), cookie["sameSite"].as_str()), (Some(true), Some("Strict")), "{cookie}");
+    let session = cookie["value"].as_str().unwrap().to_owned();
+    let r = browser.eval("document.cookie");
+    let visible = step("document.cookie", &browser, r);
+    assert!(!visible.to_string().contains(&session), "the page's scripts see the session: {visible}");
 
     // Watching: the transition buttons are disabled.
     for button in ["#btn-configure", "#btn-start", "#btn-stop", "#btn-release"] {
@@ -50,9 +91,13 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("take control", &browser, r);
     let r = browser.wait_for("control", "document.querySelector('#controller').textContent.startsWith('You control')");
     step("control is ours", &browser, r);
-    let r = browser.eval("window.daqflow.clientId");
-    let client = step("the client id", &browser, r);
-    assert_eq!(get(addr, "/api/control").json()["controller"], client);
+    let r = browser.eval("window.daqflow.control().me");
+    let me = step("the page's label", &browser, r);
+    let stranger = Client::new(addr);
+    let control = stranger.get("/api/control");
+    assert_eq!(control.json()["holder"], me);
+    assert!(!control.text().contains(&session), "GET /api/control shows the session: {}", control.text());
+    assert!(!get(addr, "/api/status").text().contains(&session));
 
     let r = browser.click("#btn-configure");
     step("configure", &browser, r);
@@ -72,9 +117,13 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     let r = browser.wait_text("#run-number", "2");
     step("run number", &browser, r);
 
-    // Another client is refused while this page controls.
-    assert_eq!(post(addr, "/api/transition/stop", "intruder", "").status, 403);
+    // A client without the token watches but can neither take control nor stop the run.
+    assert_eq!(stranger.get("/api/status").json()["state"], "Running");
+    assert_eq!(stranger.post("/api/control/take", r#"{"force": true}"#).status, 403);
+    assert_eq!(stranger.post("/api/transition/stop", "").status, 403);
     assert_eq!(backend.state(), "Running");
+    let r = browser.eval("window.daqflow.control().you");
+    assert_eq!(step("still ours", &browser, r), serde_json::Value::Bool(true));
 
     let r = browser.click("#btn-stop");
     step("stop", &browser, r);
@@ -132,7 +181,7 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("released", &browser, r);
     let r = browser.is_disabled("#btn-start");
     assert_eq!(step("read a button", &browser, r), Some(true));
-    assert_eq!(get(addr, "/api/control").json()["controller"], serde_json::Value::Null);
+    assert_eq!(get(addr, "/api/control").json()["controlled"], false);
 
     assert!(browser.page_errors.is_empty(), "the page reported errors: {:?}", browser.page_errors);
     drop(browser);

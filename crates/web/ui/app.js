@@ -17,23 +17,13 @@
 
   const $ = (id) => document.getElementById(id);
 
-  // ---- the client id: a random token kept for this tab's session ----------------------------
-  const clientId = (() => {
-    const key = 'daqflow-client';
-    let id = null;
-    try { id = sessionStorage.getItem(key); } catch (_) { /* storage disabled */ }
-    if (!id || !/^[A-Za-z0-9._-]{1,64}$/.test(id)) {
-      const bytes = new Uint8Array(12);
-      crypto.getRandomValues(bytes);
-      id = 'web-' + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
-      try { sessionStorage.setItem(key, id); } catch (_) { /* storage disabled */ }
-    }
-    return id;
-  })();
-
+  // Who this page is: the server gives the browser a session cookie (HttpOnly: this script
+  // never sees it) when the page loads, or at a login with the web token. The API names clients
+  // only by labels ("client 3"); `me` is this page's own.
   const ui = {
     status: null,
-    control: { controller: null, since_ms: null },
+    control: { controlled: false, holder: null, since_ms: null, you: false, me: null, may_control: null },
+    events: null,
     busy: false,
     view: 'run',
     processes: [],
@@ -64,7 +54,8 @@
   }
 
   async function api(method, path, body) {
-    const options = { method, headers: { 'X-Daqflow-Client': clientId } };
+    // Every POST carries X-Daqflow-Client: a header other sites' pages cannot send here.
+    const options = { method, headers: method === 'GET' ? {} : { 'X-Daqflow-Client': 'ui' } };
     if (body !== undefined) {
       options.headers['Content-Type'] = 'application/json';
       options.body = JSON.stringify(body);
@@ -146,7 +137,9 @@
   }
 
   function connectEvents() {
-    const events = new EventSource('/api/events?client=' + encodeURIComponent(clientId));
+    if (ui.events) ui.events.close();
+    const events = new EventSource('/api/events');
+    ui.events = events;
     events.addEventListener('open', () => setConnected(true));
     events.addEventListener('error', () => setConnected(false));
     events.addEventListener('status', (e) => onStatus(JSON.parse(e.data)));
@@ -172,8 +165,15 @@
     $('last-error').hidden = !s.last_error;
     $('last-error').textContent = s.last_error ? 'Last error: ' + s.last_error : '';
     renderComponents(Array.isArray(s.components) ? s.components : []);
-    if (s.web && 'controller' in s.web) {
-      onControl({ controller: s.web.controller, since_ms: s.web.control_since_ms });
+    if (s.web && 'holder' in s.web) {
+      const holder = s.web.holder ?? null;
+      onControl({
+        ...ui.control,
+        controlled: !!s.web.controlled,
+        holder,
+        since_ms: s.web.control_since_ms ?? null,
+        you: holder !== null && holder === ui.control.me,
+      });
     }
     updateButtons();
     if (visible('rates')) drawRates();
@@ -209,16 +209,26 @@
   }
 
   // ---- control ownership --------------------------------------------------------------------
-  function iControl() { return ui.control.controller === clientId; }
+  function iControl() { return !!ui.control.you; }
+
+  const capital = (text) => text.charAt(0).toUpperCase() + text.slice(1);
 
   function onControl(c) {
-    ui.control = { controller: c.controller ?? null, since_ms: c.since_ms ?? null };
+    ui.control = {
+      controlled: !!c.controlled,
+      holder: c.holder ?? null,
+      since_ms: c.since_ms ?? null,
+      you: !!c.you,
+      me: c.me ?? ui.control.me,
+      may_control: c.may_control ?? ui.control.may_control,
+    };
     const text = $('controller');
-    if (!ui.control.controller) text.textContent = 'Nobody controls';
+    if (!ui.control.controlled) text.textContent = 'Nobody controls';
     else if (iControl()) text.textContent = `You control (since ${clock(ui.control.since_ms)})`;
-    else text.textContent = `Client ${ui.control.controller} controls (since ${clock(ui.control.since_ms)})`;
+    else text.textContent = `${capital(String(ui.control.holder || 'a client'))} controls (since ${clock(ui.control.since_ms)})`;
     document.body.classList.toggle('controlling', iControl());
-    $('control-hint').hidden = iControl();
+    $('control-hint').hidden = iControl() || !ui.control.may_control;
+    $('login-form').hidden = ui.control.may_control !== false;
     updateButtons();
   }
 
@@ -228,17 +238,17 @@
     const allowed = state ? (ALLOWED[state] || ['reset']) : [];
     for (const verb of VERBS) $('btn-' + verb).disabled = !mine || ui.busy || !allowed.includes(verb);
     $('start-run').disabled = $('btn-start').disabled;
-    $('btn-take').disabled = mine;
+    $('btn-take').disabled = mine || !ui.control.may_control;
     $('btn-release').disabled = !mine;
     $('command-send').disabled = !mine;
   }
 
   async function takeControl(force) {
     try {
-      onControl(await api('POST', '/api/control/take', { client: clientId, force: !!force }));
+      onControl(await api('POST', '/api/control/take', { force: !!force }));
     } catch (e) {
       if (e.status === 409 && !force && e.data) {
-        const question = `Client ${e.data.controller} controls since ${fmtTime(e.data.since_ms)}.\n` +
+        const question = `${capital(String(e.data.holder))} controls since ${fmtTime(e.data.since_ms)}.\n` +
           'Take control from it? It will only watch from then on.';
         if (window.confirm(question)) return takeControl(true);
         return undefined;
@@ -258,6 +268,57 @@
 
   $('btn-take').addEventListener('click', () => takeControl(false));
   $('btn-release').addEventListener('click', releaseControl);
+
+  // ---- login --------------------------------------------------------------------------------
+  // With a web token configured, a page opened without it only watches (or, if the server
+  // wants the token to watch too, sees nothing) until it logs in: the URL the operator prints
+  // (/?token=…) does it, or this form.
+  async function refreshControl() {
+    try {
+      onControl(await api('GET', '/api/control'));
+      return true;
+    } catch (e) {
+      if (e.status === 403) {
+        $('login-form').hidden = false;
+        $('login-result').textContent = 'This server shows nothing without the web token.';
+        setConnected(false);
+      } else {
+        showError('Control: ' + e.message);
+      }
+      return false;
+    }
+  }
+
+  $('login-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const token = $('login-token').value.trim();
+    $('login-result').textContent = 'logging in…';
+    try {
+      await api('POST', '/api/login', { token });
+      connectEvents();
+      await refreshControl();
+      if (loaders[ui.view]) loaders[ui.view]();
+      $('login-token').value = '';
+      $('login-result').textContent = '';
+    } catch (err) {
+      $('login-result').textContent = err.message;
+    }
+  });
+
+  /** At start: the page's session, if it has one; without a web token, a new one if it lost it. */
+  async function startSession() {
+    const watching = await refreshControl();
+    if (watching && !ui.control.may_control) {
+      // Without a web token the server gives a session to anyone who asks (a lost one, after
+      // the server restarted): ask once, without a token; with one it answers 400 and the
+      // form shows.
+      try {
+        await api('POST', '/api/login', {});
+        await refreshControl();
+      } catch (_) { /* a token is needed */ }
+    }
+    if (watching) connectEvents();
+  }
 
   // ---- transitions --------------------------------------------------------------------------
   function setResult(id, text, kind) {
@@ -298,8 +359,8 @@
 
   function onTransition(t) {
     // Another client's transition: say what happened (ours is reported by its own request).
-    if (t.client === clientId) return;
-    const who = `client ${t.client}`;
+    if (t.client && t.client === ui.control.me) return;
+    const who = t.client || 'another client';
     if (t.ok) setResult('transition-result', `${t.verb} (by ${who}): done`, 'ok');
     else setResult('transition-result', `${t.verb} (by ${who}): ${t.error}`, 'error');
   }
@@ -579,7 +640,7 @@
     $('listen-service').textContent = service;
     $('listen-state').textContent = 'connecting…';
     $('listen-values').replaceChildren();
-    const source = new EventSource(`/api/listen?service=${encodeURIComponent(service)}&client=${encodeURIComponent(clientId)}`);
+    const source = new EventSource(`/api/listen?service=${encodeURIComponent(service)}`);
     ui.listen = source;
     source.addEventListener('subscribed', () => { $('listen-state').textContent = 'live'; });
     source.addEventListener('value', (e) => {
@@ -707,8 +768,9 @@
   }, 5000);
 
   // ---- start --------------------------------------------------------------------------------
-  window.daqflow = { clientId };
+  // For tests and the console: what this page knows of control (never a credential).
+  window.daqflow = { control: () => ({ ...ui.control }) };
   onControl(ui.control);
-  connectEvents();
+  startSession();
   showView((location.hash || '#run').slice(1));
 })();

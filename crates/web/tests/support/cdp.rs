@@ -497,6 +497,25 @@ impl Browser {
         Ok(())
     }
 
+    /// The browser's cookies for `url` (`Network.getCookies`: HttpOnly ones included), each
+    /// `{"name", "value", "httpOnly", "sameSite", "path", …}`.
+    pub fn cookies(&mut self, url: &str) -> Result<Vec<Value>, String> {
+        let r = self.call("Network.getCookies", json!({"urls": [url]}))?;
+        Ok(r["cookies"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Sets the value of the input matching `selector` (as typing it would, with an `input`
+    /// event).
+    pub fn fill(&mut self, selector: &str, text: &str) -> Result<(), String> {
+        let s = serde_json::to_string(selector).map_err(|e| e.to_string())?;
+        let t = serde_json::to_string(text).map_err(|e| e.to_string())?;
+        let found = self.eval(&format!(
+            "(() => {{ const e = document.querySelector({s}); if (!e) return false; e.value = {t}; \
+             e.dispatchEvent(new Event('input', {{bubbles: true}})); return true; }})()"
+        ))?;
+        if found == Value::Bool(true) { Ok(()) } else { Err(format!("no {selector} to fill")) }
+    }
+
     /// A PNG screenshot of the page (for debugging a failing test).
     pub fn screenshot(&mut self) -> Result<Vec<u8>, String> {
         let shot = self.call("Page.captureScreenshot", json!({"format": "png"}))?;

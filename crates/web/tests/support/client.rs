@@ -2,7 +2,7 @@
 //! the tests (every read bounded by a generous timeout).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,117 @@ impl Reply {
     pub fn error(&self) -> String {
         self.json()["error"].as_str().unwrap_or_else(|| panic!("no error text: {}", self.text())).to_owned()
     }
+    /// The `Set-Cookie` header that sets cookie `name`, whole (value and attributes).
+    pub fn set_cookie(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("set-cookie"))
+            .map(|(_, v)| v.as_str())
+            .find(|v| v.split(';').next().and_then(|p| p.split_once('=')).is_some_and(|(n, _)| n.trim() == name))
+    }
+    /// The value a `Set-Cookie` header gives cookie `name`.
+    pub fn cookie(&self, name: &str) -> Option<String> {
+        let header = self.set_cookie(name)?;
+        let pair = header.split(';').next()?;
+        Some(pair.split_once('=')?.1.trim().to_owned())
+    }
+}
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "daqflow_session";
+
+/// A client of the web server as a script or a browser is one: it keeps the session cookie the
+/// server gives it, and sends `X-Daqflow-Client` (a value of its own, which must never show up
+/// anywhere else) with every POST.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub addr: SocketAddr,
+    /// The session cookie's value, if the server gave one.
+    pub session: Option<String>,
+    /// What this client sends in `X-Daqflow-Client`.
+    pub header: String,
+}
+
+fn unique_header() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("hdr-{:x}-{}", nanos, N.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Client {
+    /// A client without a session.
+    pub fn new(addr: SocketAddr) -> Client {
+        Client { addr, session: None, header: unique_header() }
+    }
+
+    /// A client that loaded the UI's page (`GET /`) and keeps the session cookie it got, if any
+    /// (without an access token: an anonymous session; with one: none).
+    pub fn visit(addr: SocketAddr) -> Client {
+        let mut c = Client::new(addr);
+        let page = c.get("/");
+        assert_eq!(page.status, 200, "GET /: {}", page.text());
+        c.session = page.cookie(SESSION_COOKIE);
+        c
+    }
+
+    /// A client logged in with `token` (`POST /api/login`); panics unless it got a session.
+    pub fn login(addr: SocketAddr, token: &str) -> Client {
+        let mut c = Client::new(addr);
+        let r = c.post("/api/login", &serde_json::json!({ "token": token }).to_string());
+        assert_eq!(r.status, 200, "login: {}", r.text());
+        c.session = Some(r.cookie(SESSION_COOKIE).unwrap_or_else(|| panic!("no session cookie: {:?}", r.headers)));
+        c
+    }
+
+    /// The header fields this client sends with `method`.
+    pub fn headers(&self, method: &str) -> Vec<(String, String)> {
+        let mut h = Vec::new();
+        if let Some(s) = &self.session {
+            h.push(("Cookie".to_owned(), format!("{SESSION_COOKIE}={s}")));
+        }
+        if method == "POST" {
+            h.push(("X-Daqflow-Client".to_owned(), self.header.clone()));
+        }
+        h
+    }
+
+    pub fn request(&self, method: &str, path: &str, extra: &[(&str, &str)], body: Option<&str>) -> Reply {
+        let mut headers = self.headers(method);
+        headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+        send(self.addr, method, path, &headers, body)
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        self.request("GET", path, &[], None)
+    }
+
+    pub fn post(&self, path: &str, body: &str) -> Reply {
+        self.request("POST", path, &[], Some(body))
+    }
+
+    /// Opens an event stream with this client's session.
+    pub fn events(&self, path: &str) -> Sse {
+        let headers: Vec<(String, String)> = self.headers("GET");
+        let refs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        Sse::open_with(self.addr, path, &refs)
+    }
+}
+
+/// One request with these header fields (besides Host, Connection: close and, with a body or
+/// for a POST, Content-Type and Content-Length) on a new connection.
+pub fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(String, String)], body: Option<&str>) -> Reply {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() || method == "POST" {
+        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    head.push_str(body);
+    raw(addr, head.as_bytes())
 }
 
 pub fn connect(addr: SocketAddr) -> TcpStream {
@@ -80,27 +191,9 @@ pub fn raw(addr: SocketAddr, bytes: &[u8]) -> Reply {
     read_reply(&mut BufReader::new(stream))
 }
 
-/// One request on a new connection (`Connection: close`).
-pub fn request(addr: SocketAddr, method: &str, path: &str, client: Option<&str>, body: Option<&str>) -> Reply {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(c) = client {
-        head.push_str(&format!("X-Daqflow-Client: {c}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    if !body.is_empty() || method == "POST" {
-        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    head.push_str(body);
-    raw(addr, head.as_bytes())
-}
-
+/// A GET without a session on a new connection (`Connection: close`).
 pub fn get(addr: SocketAddr, path: &str) -> Reply {
-    request(addr, "GET", path, None, None)
-}
-
-pub fn post(addr: SocketAddr, path: &str, client: &str, body: &str) -> Reply {
-    request(addr, "POST", path, Some(client), Some(body))
+    send(addr, "GET", path, &[], None)
 }
 
 /// Polls `f` until it returns Some, for at most [`TIMEOUT`].
@@ -120,6 +213,8 @@ pub struct Sse {
     reader: BufReader<TcpStream>,
     pub status: u16,
     pub headers: Vec<(String, String)>,
+    /// The body of a refusal (a status other than 200).
+    pub refusal: Vec<u8>,
 }
 
 /// One event.
@@ -138,8 +233,19 @@ impl Event {
 impl Sse {
     /// Opens `path` as an event stream.
     pub fn open(addr: SocketAddr, path: &str) -> Sse {
+        Sse::open_with(addr, path, &[])
+    }
+
+    /// Opens `path` as an event stream, with these header fields too. A refusal (not 200) is
+    /// read whole: `status`, `headers`, and its body in `refusal`.
+    pub fn open_with(addr: SocketAddr, path: &str, extra: &[(&str, &str)]) -> Sse {
         let mut stream = connect(addr);
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+        let mut head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+        for (n, v) in extra {
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).unwrap();
         let mut reader = BufReader::new(stream);
         let mut line = String::new();
         reader.read_line(&mut line).expect("status line");
@@ -155,7 +261,17 @@ impl Sse {
             let (n, v) = line.split_once(':').expect("header field");
             headers.push((n.trim().to_owned(), v.trim().to_owned()));
         }
-        Sse { reader, status, headers }
+        let mut refusal = Vec::new();
+        if status != 200 {
+            let length = headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0);
+            refusal.resize(length, 0);
+            reader.read_exact(&mut refusal).expect("the refusal's body");
+        }
+        Sse { reader, status, headers, refusal }
     }
 
     /// The next event (None at the end of the stream).

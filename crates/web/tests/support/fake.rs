@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use daqflow_web::{Backend, LogFilter};
+use daqflow_web::{Backend, BackendError, LogFilter};
 use serde_json::{Value, json};
 
 pub fn now_ms() -> u64 {
@@ -36,6 +36,15 @@ pub struct FakeBackend {
 }
 
 const EVENTS_PER_S: f64 = 1000.0;
+
+/// The control plane's rule for service and command names (as `daqflow_dialog` has it).
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/' | b'@' | b'+'))
+}
 const EVENT_BYTES: f64 = 4096.0;
 
 impl FakeBackend {
@@ -146,20 +155,27 @@ impl Backend for FakeBackend {
         ]))
     }
 
-    fn send_command(&self, name: &str, data: &str) -> Result<u32, String> {
+    fn send_command(&self, name: &str, data: &str) -> Result<u32, BackendError> {
         if name == "panic" {
             panic!("the fake backend panics on command `panic`");
         }
+        if !valid_name(name) {
+            return Err(BackendError::Invalid(format!("{name:?} is not a valid command name")));
+        }
         if name == "nobody" {
-            return Err("no process registered the command `nobody`".into());
+            return Err(BackendError::NotFound("no process registered the command `nobody`".into()));
         }
         self.commands.lock().unwrap().push((name.to_owned(), data.to_owned()));
         Ok(2)
     }
 
-    fn listen(&self, service: &str, tx: tokio::sync::mpsc::UnboundedSender<String>) -> Result<Box<dyn Send>, String> {
+    fn listen(
+        &self,
+        service: &str,
+        tx: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Result<Box<dyn Send>, BackendError> {
         if !service.ends_with("/stats") && !service.ends_with("/state") {
-            return Err(format!("no service `{service}` in the directory"));
+            return Err(BackendError::NotFound(format!("no service `{service}` in the directory")));
         }
         struct Subscription(Arc<AtomicBool>, Arc<AtomicUsize>);
         impl Drop for Subscription {
