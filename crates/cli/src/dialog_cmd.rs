@@ -352,10 +352,23 @@ fn print_table(procs: &[daqflow_dialog::ProcessInfo]) {
             ]
         })
         .collect();
+    // Padded by hand: a format width (`{c:<w$}`) panics beyond 65535, and names, services and
+    // command lists of any length come from the control plane. Widths count characters.
+    let width = |s: &str| s.chars().count();
     let widths: Vec<usize> =
-        (0..7).map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0)).collect();
-    let line =
-        |cells: &[String]| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ");
+        (0..7).map(|c| rows.iter().map(|r| width(&r[c])).chain([header[c].len()]).max().unwrap_or(0)).collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, &w)| {
+                let mut cell = c.clone();
+                cell.extend(std::iter::repeat_n(' ', w.saturating_sub(width(c))));
+                cell
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
     out_line(line(&header.map(String::from)).trim_end());
     for r in &rows {
         out_line(line(r).trim_end());

@@ -46,6 +46,17 @@ struct Summary {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut worst = 0u8;
     for path in &args.files {
+        // Opening a FIFO blocks until someone writes to it, and a device or a directory is no
+        // data file: only regular files are opened.
+        if let Some(what) = not_a_regular_file(path) {
+            if args.json {
+                println!("{}", json!({ "file": path, "error": what }));
+            } else {
+                eprintln!("{}: {what}", path.display());
+            }
+            worst = worst.max(2);
+            continue;
+        }
         let reader = match FileReader::open(path) {
             Ok(r) => r,
             Err(e) => {
@@ -88,6 +99,33 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(worst))
+}
+
+/// Why `path` is not to be opened as a data file (it does not exist, or is not a regular
+/// file: a FIFO, a socket, a device, a directory), or `None` for a regular file. Symbolic
+/// links are followed.
+fn not_a_regular_file(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = match std::fs::metadata(path) {
+        Ok(m) => m.file_type(),
+        Err(e) => return Some(e.to_string()),
+    };
+    let what = if t.is_file() {
+        return None;
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    };
+    Some(format!("is {what}, not a regular file; refusing to read it as a data file"))
 }
 
 fn summarize(reader: &FileReader, deep: bool) -> anyhow::Result<Summary> {

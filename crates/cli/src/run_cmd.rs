@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use daqflow_runcontrol::db::LogQuery;
-use daqflow_runcontrol::operator::{Operator, OperatorOptions};
+use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
 use daqflow_web::{Backend, BackendError, LogFilter};
 use serde_json::{Value, json};
@@ -291,23 +291,29 @@ fn progress_line(st: &Value, t: f64) -> String {
     )
 }
 
-/// Checks every file of a run summary (`daqflow inspect --verify`): (files, clean, problems).
-fn verify_files(summary: &Value) -> (usize, usize, Vec<String>) {
+/// Checks every file of a run summary (`daqflow inspect --verify`): (files, clean, those left
+/// open by a writer that died but intact up to their last whole event, problems).
+fn verify_files(summary: &Value) -> (usize, usize, Vec<String>, Vec<String>) {
     let mut problems = Vec::new();
+    let mut open = Vec::new();
     let mut clean = 0;
     let files = summary["files"].as_array().cloned().unwrap_or_default();
     for f in &files {
         let path = f["path"].as_str().unwrap_or("");
         match daqflow_wire::file::FileReader::open(path).and_then(|r| r.verify(true)) {
             Ok(report) if report.is_clean() => clean += 1,
+            Ok(report) if report.problems.is_empty() => open
+                .push(format!("{path}: {} whole events, every CRC good; not closed (its writer died)", report.records)),
             Ok(report) => problems.push(format!("{path}: {report:?}")),
             Err(e) => problems.push(format!("{path}: {e}")),
         }
     }
-    (files.len(), clean, problems)
+    (files.len(), clean, open, problems)
 }
 
-/// Takes one run: start, progress until `seconds` or Ctrl-C, stop; the summary.
+/// Takes one run: start, progress until `seconds` or Ctrl-C, stop; the summary. The run ends
+/// only when it is stopped: here, or by a component's policy `stop`; a component restarted by
+/// its policy rejoins the run and does not end it.
 fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<Value> {
     let stop_flag = crate::component_cmd::install_signal_flag()?;
     let run = op.start(None)?;
@@ -321,10 +327,9 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<V
         if stop_flag.load(Ordering::Relaxed) || seconds.is_some_and(|s| t >= s) {
             break;
         }
-        let state = op.state();
-        if !matches!(state.as_str(), "Running" | "Paused" | "Pausing" | "Resuming") {
+        if !op.run_open() {
             println!();
-            println!("the run ended by itself (state {state}): {}", op.status()["last_error"]);
+            println!("the run ended by itself: {}", query(&op.status()["last_error"]));
             break;
         }
         if Instant::now() >= next {
@@ -341,33 +346,50 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<V
     if tty {
         println!();
     }
-    let summary = if matches!(op.state().as_str(), "Running" | "Paused") {
+    if op.run_open() {
         println!("stopping run {run}: producers first, then the builder, then the consumers drain ET …");
-        op.stop()?
-    } else {
-        // A policy already stopped it; wait for that stop to finish.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while op.state() == "Stopping" && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
+        match op.stop() {
+            Ok(summary) => return Ok(summary),
+            // A policy is stopping it meanwhile: its summary is the run's.
+            Err(OperatorError::Busy(_) | OperatorError::IllegalTransition { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
-        op.last_summary()
-    };
-    Ok(summary)
+    }
+    // Stopped by a policy (or being stopped): wait for that stop to record the run.
+    let limit =
+        Duration::try_from_secs_f64(op.file().system.stop_timeout_s * 8.0 + 60.0).unwrap_or(Duration::from_secs(600));
+    if !op.wait_run_closed(limit) {
+        bail!("run {run} was being stopped by a policy and is still not closed after {:.0} s", limit.as_secs_f64());
+    }
+    Ok(op.last_summary())
+}
+
+/// A count of the summary, or `unknown` with the reason when it could not be known.
+fn count_or_unknown(summary: &Value, key: &str) -> String {
+    match summary[key].as_u64() {
+        Some(n) => n.to_string(),
+        None => "unknown (see below)".into(),
+    }
 }
 
 fn print_summary(summary: &Value, op: &Operator, web: Option<&Web>) -> (bool, Value) {
-    let (nfiles, clean, problems) = verify_files(summary);
+    let (nfiles, clean, left_open, problems) = verify_files(summary);
     let seconds = summary["seconds"].as_f64().unwrap_or(0.0);
     let events = summary["events"].as_u64().unwrap_or(0);
     let bytes = summary["bytes"].as_u64().unwrap_or(0);
     println!();
-    println!("run {} of system {}: {seconds:.1} s", summary["run"], summary["system"].as_str().unwrap_or(""));
-    println!("  triggered:  {}", summary["triggered"]);
-    println!("  built:      {events}  ({:.0} events/s)", if seconds > 0.0 { events as f64 / seconds } else { 0.0 });
-    println!("  rejected:   {}", summary["rejected"]);
     println!(
-        "  recorded:   {}  ({:.1} MB, {:.1} MB/s)",
-        summary["recorded"],
+        "run {} of system {}: {seconds:.1} s{}",
+        summary["run"].as_u64().map_or("?".into(), |r| r.to_string()),
+        summary["system"].as_str().unwrap_or(""),
+        if summary["state"] == "failed" { " (failed)" } else { "" }
+    );
+    println!("  triggered:  {}", count_or_unknown(summary, "triggered"));
+    println!("  built:      {events}  ({:.0} events/s)", if seconds > 0.0 { events as f64 / seconds } else { 0.0 });
+    println!("  rejected:   {}", count_or_unknown(summary, "rejected"));
+    println!(
+        "  recorded:   {}  ({:.1} MB, {:.1} MB/s; counted in the files on disk)",
+        summary["recorded"].as_u64().unwrap_or(0),
         bytes as f64 / 1e6,
         if seconds > 0.0 { bytes as f64 / seconds / 1e6 } else { 0.0 }
     );
@@ -377,9 +399,20 @@ fn print_summary(summary: &Value, op: &Operator, web: Option<&Web>) -> (bool, Va
             summary["duplicates"]
         );
     }
-    println!("  files:      {nfiles} written, {clean} verified (structure and every CRC)");
+    let open_note = if left_open.is_empty() {
+        String::new()
+    } else {
+        format!(", {} left open by a writer that died", left_open.len())
+    };
+    println!("  files:      {nfiles} written, {clean} verified (structure and every CRC){open_note}");
+    for f in &left_open {
+        println!("    left open: {f}");
+    }
     for p in &problems {
         println!("    problem: {p}");
+    }
+    for d in summary["died"].as_array().into_iter().flatten() {
+        println!("  died:       {} ({})", query(&d["component"]), query(&d["why"]));
     }
     let errors = summary["errors"].as_array().cloned().unwrap_or_default();
     for e in &errors {
@@ -390,9 +423,24 @@ fn print_summary(summary: &Value, op: &Operator, web: Option<&Web>) -> (bool, Va
     if let Some(w) = web {
         println!("  web UI:     {} (while it ran)", w.handle.url());
     }
-    let lost = summary["lost"].as_u64().unwrap_or(u64::MAX);
-    println!("lost: {lost}");
-    let ok = lost == 0 && problems.is_empty() && errors.is_empty() && nfiles == clean;
+    for r in summary["lost_reasons"].as_array().into_iter().flatten() {
+        println!("  lost:       {}  {}", r["events"].as_u64().unwrap_or(0), query(&r["reason"]));
+    }
+    let unknown = summary["unknown"].as_array().cloned().unwrap_or_default();
+    for u in &unknown {
+        println!("  unknown:    {}", query(u));
+    }
+    let lost = summary["lost"].as_u64();
+    match (lost, unknown.is_empty()) {
+        (Some(n), true) => println!("lost: {n}"),
+        (Some(n), false) => println!("lost: at least {n} (more cannot be known: see `unknown` above)"),
+        (None, _) => println!("lost: unknown (the run has no accounting)"),
+    }
+    let ok = lost == Some(0)
+        && unknown.is_empty()
+        && problems.is_empty()
+        && errors.is_empty()
+        && nfiles == clean + left_open.len();
     let mut full = summary.clone();
     full["verified_files"] = json!(clean);
     full["file_problems"] = json!(problems);

@@ -124,6 +124,62 @@ fn inspect_reads_a_file_cut_short_up_to_its_last_whole_event() {
     assert_eq!(o.status.code(), Some(3), "intact but cut short: {}", text(&o));
 }
 
+/// Runs `daqflow ARGS`, killing it if it has not ended within 20 s (a hang fails the test).
+fn daqflow_bounded(args: &[&std::ffi::OsStr]) -> Output {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run daqflow");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("daqflow {args:?} still running after 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
+    Output { status, stdout, stderr }
+}
+
+#[test]
+fn inspect_refuses_a_fifo_a_directory_and_a_device_without_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("run000001_0001.daq");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for (path, what) in [
+        (fifo.as_path(), "is a FIFO (named pipe), not a regular file"),
+        (dir.path(), "is a directory, not a regular file"),
+        (Path::new("/dev/null"), "is a character device, not a regular file"),
+    ] {
+        for verify in [false, true] {
+            let mut args = vec![std::ffi::OsStr::new("inspect")];
+            if verify {
+                args.push("--verify".as_ref());
+            }
+            args.push(path.as_os_str());
+            let o = daqflow_bounded(&args);
+            let t = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{path:?}: {t}");
+            assert!(t.contains(what), "{path:?}: {t}");
+        }
+        let o = daqflow_bounded(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(v["error"].as_str().unwrap().contains(what), "{v}");
+    }
+}
+
 #[test]
 fn inspect_verify_finds_a_bad_fragment_inside_an_intact_record() {
     // A builder that wrote an event with a corrupted fragment: the record CRC matches (it was
@@ -414,4 +470,113 @@ fn profile_refuses_a_missing_or_damaged_file_with_exit_2() {
     let o = daqflow(&["profile", dir.path().join("missing.prof").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("missing.prof"), "{}", text(&o));
+}
+
+/// `daqflow run FILE --check` on a system file of `[system]` keys `system` and one component of
+/// `kind` with `params`; (exit code, output, the file's text).
+fn check_system(dir: &Path, system: &str, kind: &str, params: &str) -> (Option<i32>, String, String) {
+    let file = format!(
+        "[system]\nname = \"t\"\n{system}\n\n[[component]]\nname = \"c\"\nkind = \"{kind}\"\n[component.params]\n{params}\n"
+    );
+    let path = dir.join("system.toml");
+    std::fs::write(&path, &file).unwrap();
+    let o = daqflow(&["run", path.to_str().unwrap(), "--check"]);
+    (o.status.code(), text(&o), file)
+}
+
+#[test]
+fn run_check_names_the_key_and_line_of_every_value_out_of_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let et = "et = \"e\"\ndirectory = \"/tmp/d\"";
+    // (system keys, kind, parameters, the key that is wrong)
+    let cases: &[(&str, &str, &str, &str)] = &[
+        ("timeout_s = -1", "sink", "", "timeout_s"),
+        ("stop_timeout_s = 1e30", "sink", "", "stop_timeout_s"),
+        ("timeout_s = nan", "sink", "", "timeout_s"),
+        ("control = \"not an address\"", "sink", "", "control"),
+        ("control = \"127.0.0.1:99999\"", "sink", "", "control"),
+        ("web = \"127.0.0.1\"", "sink", "", "web"),
+        ("remote_command = \" \"", "sink", "", "remote_command"),
+        ("", "recorder", &format!("{et}\nmax_file_bytes = 0"), "max_file_bytes"),
+        ("", "recorder", &format!("{et}\nbatch = 0"), "batch"),
+        ("", "recorder", &format!("{et}\nprescale = 0"), "prescale"),
+        ("", "recorder", &format!("{et}\nselect = \"some\""), "select"),
+        ("", "recorder", &format!("{et}\ndrain_ms = 0"), "drain_ms"),
+        ("", "recorder", "et = \"\"\ndirectory = \"/tmp/d\"", "et"),
+        ("", "monitor", "et = \"e\"\nbins = 0", "bins"),
+        ("", "monitor", "et = \"e\"\nevent_size_max = -5.0", "event_size_max"),
+        ("", "monitor", "et = \"e\"\ncue = 0", "cue"),
+        ("", "et", "events = 0", "events"),
+        ("", "et", "heartbeat_timeout_ms = 5", "heartbeat_timeout_ms"),
+        ("", "et", "listen = \"nowhere\"", "listen"),
+        ("", "msglogger", "control = \"x\"\ndatabase = \"d.sqlite\"", "control"),
+        ("", "msglogger", "control = \"127.0.0.1:1\"\ndatabase = \"d.sqlite\"\npoll_ms = 0", "poll_ms"),
+        ("", "generator", "downstream = \"127.0.0.1:1\"\nrate_hz = -1.0", "rate_hz"),
+        ("", "generator", "downstream = \"127.0.0.1:1\"\nchunk_bytes = 0", "chunk_bytes"),
+        ("", "generator", "", "downstream"),
+        ("", "repeater", "downstream = \"127.0.0.1:1\"\npipe_bytes = 1", "pipe_bytes"),
+        ("", "sink", "recv_chunk_bytes = 1", "recv_chunk_bytes"),
+        ("", "sink", "stop_timeout_ms = 0", "stop_timeout_ms"),
+        ("", "evm", "rus = 0", "rus"),
+        ("", "evm", "reject_fraction = 2.0", "reject_fraction"),
+        ("", "evm", "listen = \"127.0.0.1:70000\"", "listen"),
+        ("", "evm", "bu_timeout_ms = 0", "bu_timeout_ms"),
+        ("", "ru", "streams = 0", "streams"),
+        ("", "ru", "send_queue_bytes = 1000000000", "send_queue_bytes"),
+        ("", "ru", "evm = \"no port\"", "evm"),
+        ("", "bu", "credits = 0", "credits"),
+        ("", "bu", "threads = 65", "threads"),
+        ("", "bu", "output = \"et\"", "et"),
+        ("", "bu", "max_file_bytes = 0", "max_file_bytes"),
+        ("", "source", "rate_hz = -3.0", "rate_hz"),
+        ("", "source", "ru = \"127.0.0.1:123456\"", "ru"),
+    ];
+    for (system, kind, params, key) in cases {
+        let (code, out, text) = check_system(dir.path(), system, kind, params);
+        // Refused with an error (not accepted, not a panic's 101).
+        assert!(matches!(code, Some(c) if c != 0 && c != 101), "{kind} {params:?} {system:?}: {code:?}:\n{out}");
+        assert!(!out.contains("panicked"), "{out}");
+        // The line of the key in the file.
+        let line = text.lines().position(|l| l.trim_start().starts_with(&format!("{key} ="))).map(|i| i + 1);
+        let expected = match line {
+            Some(n) => format!("line {n}: "),
+            None => String::new(),
+        };
+        let problem = out.lines().find(|l| l.contains(&format!("`{key}`"))).unwrap_or_else(|| panic!("{key}: {out}"));
+        assert!(problem.contains(&expected), "{key}: want {expected:?} in {problem:?}");
+    }
+    // Several problems at once, each on its own line.
+    let (code, out, _) =
+        check_system(dir.path(), "timeout_s = 0", "recorder", &format!("{et}\nbatch = 0\nprescale = 0"));
+    assert_ne!(code, Some(0));
+    assert!(out.contains("3 problem(s)") && out.contains("line 3: `timeout_s`"), "{out}");
+    assert!(out.contains("line 11: parameters of `c`") && out.contains("line 12: parameters of `c`"), "{out}");
+    // The demo's own file is fine.
+    let demo = dir.path().join("demo.toml");
+    std::fs::write(&demo, daqflow(&["demo", "--print-config"]).stdout).unwrap();
+    let o = daqflow(&["run", demo.to_str().unwrap(), "--check"]);
+    assert!(o.status.success() && text(&o).contains("no problems"), "{}", text(&o));
+}
+
+#[test]
+fn a_component_refuses_a_value_out_of_range_at_configure() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["component", "recorder", "--name", "r", "--set", "et=e", "--set", "max_file_bytes=0", "--set"])
+        .arg(format!("directory={}", dir.path().display()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "configure").unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["ok"], false, "{out}");
+    assert!(first["error"].as_str().unwrap().contains("`max_file_bytes` = 0 is out of range"), "{out}");
 }

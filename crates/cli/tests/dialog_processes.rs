@@ -154,3 +154,40 @@ fn a_wrong_token_is_refused_and_logged() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn ls_prints_processes_with_long_names_without_panicking() {
+    let (_cs, addr) = control_server(&[]);
+    // Names of the longest kind dialog allows (200 characters), and so many services that
+    // their column is wider than any format width (65535).
+    let long = format!("component-{}", "x".repeat(190));
+    assert_eq!(long.len(), 200);
+    let services: Vec<String> = (0..340).map(|i| format!("s{i:03}/{}", "v".repeat(195))).collect();
+    let mut args = vec!["--name", long.as_str(), "peer"];
+    for s in &services {
+        args.extend(["--provide", s.as_str()]);
+    }
+    let mut peer = dialog(&addr, &args);
+    peer.expect(&format!("ready {long}"));
+    let mut short = dialog(&addr, &["--name", "hv", "peer", "--provide", "hv/state"]);
+    short.expect("ready hv");
+    for extra in [&[][..], &["--filter", "component-"][..]] {
+        let mut args = vec!["dialog", "--control", addr.as_str(), "ls"];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_daqflow")).args(&args).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let row = stdout.lines().find(|l| l.starts_with(&long)).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(services.iter().all(|s| row.contains(s.as_str())), "a service is missing from the row");
+        // Columns line up: the address column starts at the same character in every row.
+        let header = stdout.lines().next().unwrap();
+        let column = header.find("ADDRESS").unwrap();
+        assert_eq!(column, long.len() + 2, "{header}");
+        for l in stdout.lines().skip(1) {
+            let at: String = l.chars().skip(column).take(3).collect();
+            assert!(at.starts_with("127") || at.starts_with("loc"), "{at:?} in a row of {} characters", l.len());
+        }
+    }
+}

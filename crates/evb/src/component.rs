@@ -138,3 +138,59 @@ pub(crate) fn reported(state: State, failed: bool) -> State {
 pub(crate) fn expect_state(command: &'static str, have: State, want: State) -> Result<(), EvbError> {
     if have == want { Ok(()) } else { Err(EvbError::IllegalTransition { command, state: have.name() }) }
 }
+
+/// Range checks of a component's configuration: every problem at once, each naming its key
+/// in backquotes (`` `streams` = 0 is out of range: 1 … 4096 ``), as one [`EvbError::Config`].
+pub(crate) struct Checks {
+    kind: &'static str,
+    problems: Vec<String>,
+}
+
+impl Checks {
+    pub(crate) fn new(kind: &'static str) -> Checks {
+        Checks { kind, problems: Vec::new() }
+    }
+
+    pub(crate) fn problem(&mut self, key: &str, what: impl std::fmt::Display) {
+        self.problems.push(format!("`{key}` {what}"));
+    }
+
+    pub(crate) fn int(&mut self, key: &str, value: u64, min: u64, max: u64) {
+        if !(min..=max).contains(&value) {
+            self.problem(key, format!("= {value} is out of range: {min} … {max}"));
+        }
+    }
+
+    pub(crate) fn float(&mut self, key: &str, value: f64, min: f64, max: f64) {
+        if !(value.is_finite() && (min..=max).contains(&value)) {
+            self.problem(key, format!("= {value} is out of range: {min} … {max}"));
+        }
+    }
+
+    /// A `HOST:PORT` address: a host (IP address or name) and a port 0 … 65535.
+    pub(crate) fn address(&mut self, key: &str, value: &str) {
+        if value.parse::<std::net::SocketAddr>().is_ok() {
+            return;
+        }
+        let ok = value.rsplit_once(':').is_some_and(|(host, port)| {
+            let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+            port.parse::<u16>().is_ok()
+                && !host.is_empty()
+                && (host.parse::<std::net::IpAddr>().is_ok()
+                    || host.split('.').all(|l| {
+                        !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                    }))
+        });
+        if !ok {
+            self.problem(key, format!("= {value:?} is not an address (HOST:PORT, port 0 … 65535)"));
+        }
+    }
+
+    pub(crate) fn finish(self) -> Result<(), EvbError> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(EvbError::Config(format!("{}: {}", self.kind, self.problems.join("; "))))
+        }
+    }
+}

@@ -101,6 +101,22 @@ pub struct SourceConfig {
     pub stop_timeout_ms: u64,
 }
 
+impl SourceConfig {
+    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    pub fn validate(&self) -> Result<(), EvbError> {
+        let mut c = crate::component::Checks::new("source");
+        c.address("ru", &self.ru);
+        if let Err(e) = self.size.validate() {
+            c.problem("size", e);
+        }
+        c.int("max_bytes", self.max_bytes as u64, 1, 1 << 30);
+        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
+        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
+        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 3_600_000);
+        c.finish()
+    }
+}
+
 impl Default for SourceConfig {
     fn default() -> Self {
         SourceConfig {
@@ -185,6 +201,7 @@ impl Component for Source {
 
     fn configure(&mut self) -> Result<Value, EvbError> {
         expect_state("configure", self.state, State::Initial)?;
+        self.config.validate()?;
         self.model = self.config.size;
         if let Some(path) = &self.config.stream_table {
             let table = StreamTable::load(path).map_err(EvbError::Config)?;

@@ -41,6 +41,9 @@ pub enum DbError {
         /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// The run is not open (never begun, or closed already): its record is left as it is.
+    #[error("run {0} is not open in the run database; its record is left as it is")]
+    Closed(u32),
     /// The database directory could not be created.
     #[error("run database directory {path}: {source}")]
     Io {
@@ -164,14 +167,15 @@ impl RunDb {
 
     /// Closes a run record: its state, summary (with `events`, `recorded`, `lost`, `bytes`,
     /// `components: {name: {kind, counters}}` and `files: [{component, path, events, bytes}]`
-    /// read from it when present) and error.
+    /// read from it when present) and error. A record is closed once: a run that is not
+    /// `running` any more is left as it is ([`DbError::Closed`]).
     pub fn end_run(&self, run: u32, state: &str, summary: &Value, error: Option<&str>) -> Result<(), DbError> {
         let n = |k: &str| summary.get(k).and_then(Value::as_i64);
-        self.with(|c| {
+        let updated = self.with(|c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            tx.execute(
+            let updated = tx.execute(
                 "UPDATE runs SET stopped_ms = ?2, state = ?3, events = ?4, recorded = ?5, lost = ?6, bytes = ?7,
-                 error = ?8, summary = ?9 WHERE run = ?1",
+                 error = ?8, summary = ?9 WHERE run = ?1 AND state = 'running'",
                 params![
                     run,
                     now_ms() as i64,
@@ -184,6 +188,9 @@ impl RunDb {
                     summary.to_string()
                 ],
             )?;
+            if updated == 0 {
+                return Ok(false);
+            }
             if let Some(Value::Object(components)) = summary.get("components") {
                 for (name, v) in components {
                     tx.execute(
@@ -206,8 +213,10 @@ impl RunDb {
                     )?;
                 }
             }
-            tx.commit()
-        })
+            tx.commit()?;
+            Ok(true)
+        })?;
+        if updated { Ok(()) } else { Err(DbError::Closed(run)) }
     }
 
     /// Runs left `running` by an operator that died are marked `abandoned`; returns how many.
@@ -399,6 +408,10 @@ mod tests {
             "files": [{"component": "rec", "path": "/d/run000001_rec_0001.daq", "events": 5, "bytes": 100}],
         });
         db.end_run(1, "stopped", &summary, None).unwrap();
+        assert!(
+            matches!(db.end_run(1, "failed", &json!({"events": 0}), Some("late")), Err(DbError::Closed(1))),
+            "a closed record is never overwritten"
+        );
         assert_eq!(db.begin_run("s", "cfg", None).unwrap(), 2);
         assert!(db.begin_run("s", "cfg", Some(2)).is_err(), "a run number is used once");
         assert_eq!(db.begin_run("s", "cfg", Some(10)).unwrap(), 10);
@@ -408,6 +421,8 @@ mod tests {
         assert_eq!(runs[1]["state"], "abandoned");
         let one = db.run(1).unwrap().unwrap();
         assert_eq!(one["config"], "cfg");
+        assert_eq!((one["state"].as_str(), one["events"].as_i64()), (Some("stopped"), Some(5)));
+        assert_eq!(one["files"].as_array().unwrap().len(), 1);
         assert_eq!(one["files"][0]["events"], 5);
         assert_eq!(one["components"][0]["counters"]["events"], 5);
         assert!(db.run(99).unwrap().is_none());

@@ -17,7 +17,9 @@
 //! component of one's own.
 #![warn(missing_docs)]
 
+pub mod accounting;
 pub mod chain;
+pub mod check;
 pub mod component;
 pub mod components;
 pub mod db;

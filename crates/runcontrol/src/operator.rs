@@ -113,6 +113,12 @@ struct View {
     alive: bool,
     exit: Option<String>,
     restarts: u32,
+    /// The last statistics of the component's earlier lives in the current run (it was
+    /// restarted): their counters still count for the run.
+    earlier: Vec<Value>,
+    /// The pid the component's last life published: a state that still carries it after the
+    /// process ended (delivered late, or again) is not the new life's.
+    stale_pid: Option<u32>,
 }
 
 struct RatePoint {
@@ -135,6 +141,9 @@ struct Shared {
     last_summary: Value,
     rates: VecDeque<RatePoint>,
     totals: (u64, u64),
+    /// Components being started again by their policy `restart`: the system's state does not
+    /// count them meanwhile.
+    restarting: Vec<String>,
 }
 
 /// A component to start and where the launcher thread answers.
@@ -263,6 +272,7 @@ impl Operator {
             last_summary: Value::Null,
             rates: VecDeque::new(),
             totals: (0, 0),
+            restarting: Vec::new(),
         };
         let inner = Arc::new(Inner {
             file,
@@ -290,7 +300,7 @@ impl Operator {
             op.start_process(&c)?;
         }
         for c in &op.inner.file.components {
-            op.wait_joined(&c.name, Duration::from_secs_f64(op.inner.file.system.timeout_s))?;
+            op.wait_joined(&c.name, op.timeout())?;
         }
         op.spawn_watchers();
         tracing::info!(system = %op.inner.file.system.name, control = %op.inner.control, "system launched");
@@ -336,6 +346,10 @@ impl Operator {
                 {
                     let mut s = lock(&inner.shared);
                     let view = s.views.entry(n.clone()).or_default();
+                    let pid = v["pid"].as_u64().map(|p| p as u32);
+                    if pid.is_some() && pid == view.stale_pid {
+                        return;
+                    }
                     view.state = v["state"].as_str().unwrap_or("?").to_owned();
                     view.run = v["run"].as_u64();
                     view.since_ms = v["since_ms"].as_u64().unwrap_or(0);
@@ -357,7 +371,12 @@ impl Operator {
                 if let daqflow_dialog::ServiceEvent::Update { data, .. } = ev
                     && let Ok(v) = serde_json::from_slice::<Value>(&data)
                 {
-                    lock(&inner.shared).views.entry(n.clone()).or_default().stats = v;
+                    let mut s = lock(&inner.shared);
+                    let view = s.views.entry(n.clone()).or_default();
+                    // Until the new life has published its state, statistics are the old life's.
+                    if view.alive && view.state != "Starting" {
+                        view.stats = v;
+                    }
                 }
             })
             .map_err(err)?;
@@ -427,15 +446,24 @@ impl Operator {
         }
         payload["id"] = json!(id);
         let fail = |reason: String| OperatorError::Component { component: name.into(), command: verb.into(), reason };
-        let n = self
-            .inner
-            .dialog
-            .send_command(&format!("{name}/{verb}"), payload.to_string().as_bytes())
-            .map_err(|e| fail(e.to_string()))?;
-        if n == 0 {
-            return Err(fail("not on the control plane".into()));
-        }
         let deadline = Instant::now() + timeout;
+        // A process that just joined (a restarted one) may have published its state before the
+        // control plane routes its commands: it is tried again while it lives, within the timeout.
+        loop {
+            let n = self
+                .inner
+                .dialog
+                .send_command(&format!("{name}/{verb}"), payload.to_string().as_bytes())
+                .map_err(|e| fail(e.to_string()))?;
+            if n > 0 {
+                break;
+            }
+            let alive = lock(&self.inner.shared).views.get(name).is_some_and(|v| v.alive);
+            if !alive || Instant::now() >= deadline {
+                return Err(fail("not on the control plane".into()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let mut s = lock(&self.inner.shared);
         loop {
             let v = &s.views[name];
@@ -487,11 +515,11 @@ impl Operator {
     }
 
     fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.inner.file.system.timeout_s.max(0.1))
+        seconds(self.inner.file.system.timeout_s)
     }
 
     fn stop_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.inner.file.system.stop_timeout_s.max(0.1))
+        seconds(self.inner.file.system.stop_timeout_s)
     }
 
     /// The system's state: the phase under way, else what every component reports (Error if
@@ -501,11 +529,36 @@ impl Operator {
         Self::state_of(&s)
     }
 
+    /// Whether a run is open: started and not yet stopped and recorded. A component that dies
+    /// and is restarted does not close it; only a stop (by the operator or by a policy) or a
+    /// reset does.
+    pub fn run_open(&self) -> bool {
+        lock(&self.inner.shared).run_started_ms.is_some()
+    }
+
+    /// Waits at most `timeout` until no run is open; whether none is.
+    pub fn wait_run_closed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut s = lock(&self.inner.shared);
+        while s.run_started_ms.is_some() {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            s = self.inner.changed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+
     fn state_of(s: &Shared) -> String {
         if let Some(p) = &s.phase {
             return p.clone();
         }
-        let mut states = s.views.values().map(|v| if v.alive { v.state.as_str() } else { "Dead" });
+        let mut states = s
+            .views
+            .iter()
+            .filter(|(n, _)| !s.restarting.contains(n))
+            .map(|(_, v)| if v.alive { v.state.as_str() } else { "Dead" });
         let first = states.next().unwrap_or("Initial");
         let all: Vec<&str> = std::iter::once(first).chain(states).collect();
         if all.iter().any(|&x| x == "Error" || x == "Dead") {
@@ -521,10 +574,12 @@ impl Operator {
         let guard = match self.inner.transition.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                let p = lock(&self.inner.shared).phase.clone().unwrap_or_else(|| "a transition".into());
-                return Err(OperatorError::Busy(p));
-            }
+            Err(std::sync::TryLockError::WouldBlock) => match lock(&self.inner.shared).phase.clone() {
+                Some(p) => return Err(OperatorError::Busy(p)),
+                // No phase: a component is being restarted (bounded by the timeouts); the
+                // transition waits for it rather than failing.
+                None => lock(&self.inner.transition),
+            },
         };
         let mut s = lock(&self.inner.shared);
         let state = Self::state_of(&s);
@@ -623,6 +678,9 @@ impl Operator {
             s.totals = (0, 0);
             s.last_summary = Value::Null;
             s.last_error = None;
+            for v in s.views.values_mut() {
+                v.earlier.clear();
+            }
         }
         let mut started: Vec<usize> = Vec::new();
         for stage in self.inner.file.stages(true) {
@@ -648,7 +706,8 @@ impl Operator {
                     let payloads = names.iter().map(|_| json!({})).collect();
                     stopped.extend(self.command_all(&names, "stop", payloads, self.stop_timeout()));
                 }
-                let _ = self.inner.db.end_run(run, "failed", &json!({}), Some(&e.to_string()));
+                let summaries = stopped.into_iter().filter_map(|(n, r)| r.ok().map(|v| (n, v))).collect();
+                self.close_run(run, &summaries, vec![e.to_string()]);
                 self.end("Configured", Some(e.to_string()));
                 return Err(e);
             }
@@ -696,7 +755,12 @@ impl Operator {
 
     fn stop_because(&self, reason: Option<String>) -> Result<Value, OperatorError> {
         let _g = self.begin("Stopping", &["Running", "Paused", "Error", "Mixed"])?;
-        let run = lock(&self.inner.shared).run;
+        // Only an open run is stopped and recorded, once: a second failure after the stop (a
+        // component that reports its failure late) finds the run closed.
+        let run = {
+            let s = lock(&self.inner.shared);
+            s.run_started_ms.and(s.run)
+        };
         let Some(run) = run else {
             self.end("Configured", None);
             return Err(OperatorError::IllegalTransition {
@@ -750,69 +814,117 @@ impl Operator {
                 }
             }
         }
-        let summary = self.run_summary(run, &summaries, &errors);
+        let summary = self.close_run(run, &summaries, errors);
+        let error = summary["error"].as_str().map(str::to_owned);
+        self.end("Configured", error);
+        Ok(summary)
+    }
+
+    /// Makes the run's summary and record (`stopped`, or `failed` with the errors) and closes
+    /// the run.
+    fn close_run(&self, run: u32, summaries: &HashMap<String, Value>, mut errors: Vec<String>) -> Value {
+        let mut summary = self.run_summary(run, summaries, &errors);
         let state = if errors.is_empty() { "stopped" } else { "failed" };
         let error = (!errors.is_empty()).then(|| errors.join("; "));
         if let Err(e) = self.inner.db.end_run(run, state, &summary, error.as_deref()) {
             errors.push(e.to_string());
+            summary["errors"] = json!(errors);
         }
-        tracing::info!(run, events = %summary["events"], lost = %summary["lost"], "run stopped");
+        summary["state"] = json!(state);
+        summary["error"] = json!(error);
+        tracing::info!(run, events = %summary["events"], lost = %summary["lost"], "run {state}");
         {
             let mut s = lock(&self.inner.shared);
             s.last_summary = summary.clone();
             s.run_started_ms = None;
         }
-        self.end("Configured", error.clone());
-        Ok(summary)
+        self.inner.changed.notify_all();
+        summary
+    }
+
+    /// The directory component `spec` writes its data files into, when it writes any: a
+    /// recorder's (as its configure answered), a builder unit's with `output = "files"`.
+    fn data_directory(&self, spec: &ComponentSpec, results: &HashMap<String, Value>) -> Option<PathBuf> {
+        let params = self.resolved_params(spec).ok()?;
+        let dir = match spec.kind.as_str() {
+            "recorder" => {
+                results.get(&spec.name).and_then(|r| r["directory"].as_str()).or(params["directory"].as_str())
+            }
+            "bu" if params["output"] == "files" => Some(params["directory"].as_str().unwrap_or("data")),
+            _ => None,
+        }?;
+        Some(PathBuf::from(dir))
     }
 
     fn run_summary(&self, run: u32, summaries: &HashMap<String, Value>, errors: &[String]) -> Value {
-        let kind_of = |n: &str| {
-            self.inner.file.components.iter().find(|c| c.name == n).map(|c| c.kind.clone()).unwrap_or_default()
+        let (views, results, started) = {
+            let s = lock(&self.inner.shared);
+            (s.views.clone(), s.results.clone(), s.run_started_ms.unwrap_or_else(now_ms))
         };
-        let sum = |kind: &str, key: &str| -> u64 {
-            summaries.iter().filter(|(n, _)| kind_of(n) == kind).map(|(_, v)| v[key].as_u64().unwrap_or(0)).sum()
-        };
-        let has = |kind: &str| self.inner.file.components.iter().any(|c| c.kind == kind);
-        let (triggered, rejected, evm_lost) = (sum("evm", "triggered"), sum("evm", "rejected"), sum("evm", "lost"));
-        let built = if has("evm") { sum("evm", "built") } else { sum("bu", "events_built") };
-        let recorded = sum("recorder", "events");
-        let not_recorded = if has("recorder") { built.saturating_sub(recorded) } else { 0 };
-        let duplicates = if has("recorder") { recorded.saturating_sub(built) } else { 0 };
-        let lost = evm_lost + not_recorded;
+        let mut runs = Vec::new();
         let mut files = Vec::new();
-        for (name, v) in summaries {
-            if let Some(fs) = v["files"].as_array() {
-                for f in fs {
-                    let mut f = f.clone();
-                    f["component"] = json!(name);
-                    files.push(f);
+        let mut file_problems = Vec::new();
+        for spec in &self.inner.file.components {
+            let view = views.get(&spec.name).cloned().unwrap_or_default();
+            runs.push(crate::accounting::ComponentRun {
+                name: spec.name.clone(),
+                kind: spec.kind.clone(),
+                summary: summaries.get(&spec.name).cloned(),
+                last_stats: view.stats.clone(),
+                earlier: view.earlier.clone(),
+                died: (!view.alive).then(|| view.exit.clone().unwrap_or_else(|| "its process ended".into())),
+            });
+            // The files on disk, whatever the writer's fate; a writer without a directory the
+            // operator knows gives its summary's list.
+            match self.data_directory(spec, &results) {
+                Some(dir) => {
+                    let (found, problems) = crate::accounting::files_on_disk(&dir, run, &spec.name);
+                    files.extend(found);
+                    file_problems.extend(problems);
+                }
+                None => {
+                    for f in summaries.get(&spec.name).and_then(|v| v["files"].as_array()).into_iter().flatten() {
+                        files.push(crate::accounting::FileRecord {
+                            component: spec.name.clone(),
+                            path: PathBuf::from(f["path"].as_str().unwrap_or("")),
+                            events: f["events"].as_u64().unwrap_or(0),
+                            bytes: f["bytes"].as_u64().unwrap_or(0),
+                            first_event: f["first_event"].as_u64(),
+                            last_event: f["last_event"].as_u64(),
+                            complete: true,
+                        });
+                    }
                 }
             }
         }
-        files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
-        let components: serde_json::Map<String, Value> =
-            summaries.iter().map(|(n, v)| (n.clone(), json!({ "kind": kind_of(n), "counters": v }))).collect();
-        let started = lock(&self.inner.shared).run_started_ms.unwrap_or(0);
-        json!({
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut summary = crate::accounting::account(&runs, &files);
+        let components: serde_json::Map<String, Value> = runs
+            .iter()
+            .map(|c| {
+                let counters =
+                    c.summary.clone().unwrap_or_else(|| json!({ "last_stats": strip_histograms(&c.last_stats) }));
+                (
+                    c.name.clone(),
+                    json!({ "kind": c.kind, "counters": counters, "died": c.died, "earlier_lives": c.earlier.len() }),
+                )
+            })
+            .collect();
+        let stopped = now_ms().max(started);
+        let extra = json!({
             "run": run,
             "system": self.inner.file.system.name,
             "started_ms": started,
-            "stopped_ms": now_ms(),
-            "seconds": (now_ms().saturating_sub(started)) as f64 / 1e3,
-            "triggered": triggered,
-            "rejected": rejected,
-            "events": built,
-            "recorded": recorded,
-            "bytes": if has("recorder") { sum("recorder", "bytes") } else { sum("bu", "bytes") },
-            "lost": lost,
-            "lost_in_builder": evm_lost,
-            "not_recorded": not_recorded,
-            "duplicates": duplicates,
-            "files": files,
+            "stopped_ms": stopped,
+            "seconds": (stopped - started) as f64 / 1e3,
             "components": components,
+            "file_problems": file_problems,
             "errors": errors,
-        })
+        });
+        if let (Value::Object(m), Value::Object(e)) = (&mut summary, extra) {
+            m.extend(e);
+        }
+        summary
     }
 
     /// Resets every component (any state → Initial).
@@ -820,13 +932,11 @@ impl Operator {
         let _g = self.begin("Resetting", &["Initial", "Configured", "Running", "Paused", "Error", "Mixed"])?;
         // A run still open is closed as failed.
         let open_run = {
-            let mut s = lock(&self.inner.shared);
-            let r = s.run_started_ms.and(s.run);
-            s.run_started_ms = None;
-            r
+            let s = lock(&self.inner.shared);
+            s.run_started_ms.and(s.run)
         };
         if let Some(run) = open_run {
-            let _ = self.inner.db.end_run(run, "failed", &json!({}), Some("reset during the run"));
+            self.close_run(run, &HashMap::new(), vec!["reset during the run".into()]);
         }
         // Dead components are started again first.
         for spec in self.inner.file.components.clone() {
@@ -887,13 +997,7 @@ impl Operator {
                     log_published = last;
                 }
                 let mut s = lock(&inner.shared);
-                let (mut events, mut bytes) = (0u64, 0u64);
-                for (name, v) in &s.views {
-                    if inner.file.components.iter().any(|c| &c.name == name && c.kind == "bu") {
-                        events += v.stats["events_built"].as_u64().unwrap_or(0);
-                        bytes += v.stats["bytes"].as_u64().unwrap_or(0);
-                    }
-                }
+                let (events, bytes, _) = live_totals(&inner.file, &s);
                 let running = s.run_started_ms.is_some();
                 let (e0, b0) = s.totals;
                 let point = RatePoint {
@@ -926,6 +1030,7 @@ impl Operator {
         for (name, status) in &exited {
             let mut s = lock(&self.inner.shared);
             if let Some(v) = s.views.get_mut(name) {
+                v.stale_pid = v.pid;
                 v.alive = false;
                 v.exit = Some(status.clone());
                 v.state = "Dead".into();
@@ -996,6 +1101,19 @@ impl Operator {
 
     /// Starts a component again and brings it to the system's state.
     fn restart(&self, spec: &ComponentSpec) -> Result<(), OperatorError> {
+        {
+            let mut s = lock(&self.inner.shared);
+            if !s.restarting.contains(&spec.name) {
+                s.restarting.push(spec.name.clone());
+            }
+        }
+        let r = self.restart_inner(spec);
+        lock(&self.inner.shared).restarting.retain(|n| n != &spec.name);
+        self.inner.changed.notify_all();
+        r
+    }
+
+    fn restart_inner(&self, spec: &ComponentSpec) -> Result<(), OperatorError> {
         // No transition of the whole system meanwhile; the state to return to is read after.
         let _g = lock(&self.inner.transition);
         let target = lock(&self.inner.shared).target;
@@ -1003,7 +1121,18 @@ impl Operator {
             let _ = c.kill();
             let _ = c.wait();
         }
-        lock(&self.inner.shared).views.entry(spec.name.clone()).or_default().restarts += 1;
+        {
+            let mut s = lock(&self.inner.shared);
+            let in_run = s.run_started_ms.is_some();
+            let v = s.views.entry(spec.name.clone()).or_default();
+            v.restarts += 1;
+            // The counters of the life that ended still count for the run; the new life
+            // publishes its own from 0.
+            let last = std::mem::take(&mut v.stats);
+            if in_run {
+                v.earlier.push(last);
+            }
+        }
         self.start_process(spec)?;
         self.wait_joined(&spec.name, self.timeout())?;
         if matches!(target, "Configured" | "Running" | "Paused") {
@@ -1046,18 +1175,7 @@ impl Operator {
                 })
             })
             .collect();
-        let (mut events, mut bytes, mut recorded) = (0u64, 0u64, 0u64);
-        for c in &self.inner.file.components {
-            let st = &s.views.get(&c.name).map(|v| v.stats.clone()).unwrap_or_default();
-            match c.kind.as_str() {
-                "bu" => {
-                    events += st["events_built"].as_u64().unwrap_or(0);
-                    bytes += st["bytes"].as_u64().unwrap_or(0);
-                }
-                "recorder" => recorded += st["events"].as_u64().unwrap_or(0),
-                _ => {}
-            }
-        }
+        let (events, bytes, recorded) = live_totals(&self.inner.file, &s);
         let last = s.rates.back();
         let running = s.run_started_ms.is_some();
         json!({
@@ -1256,6 +1374,36 @@ impl Operator {
     pub fn binary(&self) -> &Path {
         &self.inner.binary
     }
+}
+
+/// A timeout of the system file as a duration, held within the range the file is checked
+/// against (a file that was not checked cannot make the operator panic).
+fn seconds(s: f64) -> Duration {
+    use crate::system::{MAX_TIMEOUT_S, MIN_TIMEOUT_S};
+    Duration::try_from_secs_f64(if s.is_nan() { MIN_TIMEOUT_S } else { s.clamp(MIN_TIMEOUT_S, MAX_TIMEOUT_S) })
+        .unwrap_or(Duration::from_secs(20))
+}
+
+/// The run's live totals: events and bytes built (the builder units' counters) and events
+/// recorded (the recorders'), each with the counts of the components' earlier lives in the run,
+/// so that a restart never makes them go down.
+fn live_totals(file: &SystemFile, s: &Shared) -> (u64, u64, u64) {
+    let (mut events, mut bytes, mut recorded) = (0u64, 0u64, 0u64);
+    for c in &file.components {
+        let Some(v) = s.views.get(&c.name) else { continue };
+        let count = |key: &str| {
+            std::iter::once(&v.stats).chain(&v.earlier).map(|st| st[key].as_u64().unwrap_or(0)).sum::<u64>()
+        };
+        match c.kind.as_str() {
+            "bu" => {
+                events += count("events_built");
+                bytes += count("bytes");
+            }
+            "recorder" => recorded += count("events"),
+            _ => {}
+        }
+    }
+    (events, bytes, recorded)
 }
 
 fn strip_histograms(v: &Value) -> Value {

@@ -5,24 +5,79 @@
 //! assert!(registry.kinds().contains(&"ru"));
 //! ```
 
+use crate::ComponentError;
 use crate::component::{Evb, Registry, parse_config};
 
+/// An event-builder configuration's range check as the framework's error, naming the component.
+fn evb_checked<T>(
+    name: &str,
+    config: T,
+    validate: impl Fn(&T) -> Result<(), daqflow_evb::EvbError>,
+) -> Result<T, ComponentError> {
+    match validate(&config) {
+        Ok(()) => Ok(config),
+        Err(daqflow_evb::EvbError::Config(e)) => Err(ComponentError::Config(format!("{name}: {e}"))),
+        Err(e) => Err(ComponentError::Config(format!("{name}: {e}"))),
+    }
+}
+
 /// Every standard kind: the event builder's `source`, `evm`, `ru`, `bu`, and the run-control
-/// components.
+/// components. Each kind's configuration is range-checked when it is made (so by
+/// `daqflow run --check` and at every configure), every problem naming its key.
 pub fn standard() -> Registry {
     use crate::components::{et, monitor, msglogger, recorder};
     use daqflow_evb::{bu, evm, ru, source};
     let mut r = Registry::new();
-    r.add("source", |name, t| Ok(Box::new(Evb(Box::new(source::Source::new(name, parse_config(name, t)?))))));
-    r.add("evm", |name, t| Ok(Box::new(Evb(Box::new(evm::Evm::new(name, parse_config(name, t)?))))));
-    r.add("ru", |name, t| Ok(Box::new(Evb(Box::new(ru::Ru::new(name, parse_config(name, t)?))))));
-    r.add("bu", |name, t| Ok(Box::new(Evb(Box::new(bu::Bu::new(name, parse_config(name, t)?))))));
-    r.add("generator", |name, t| Ok(Box::new(crate::chain::generator::Generator::new(name, parse_config(name, t)?))));
-    r.add("repeater", |name, t| Ok(Box::new(crate::chain::repeater::Repeater::new(name, parse_config(name, t)?))));
-    r.add("sink", |name, t| Ok(Box::new(crate::chain::sink::Sink::new(name, parse_config(name, t)?))));
-    r.add("et", |name, t| Ok(Box::new(et::EtComponent::new(name, parse_config(name, t)?))));
-    r.add("recorder", |name, t| Ok(Box::new(recorder::Recorder::new(name, parse_config(name, t)?))));
-    r.add("monitor", |name, t| Ok(Box::new(monitor::Monitor::new(name, parse_config(name, t)?))));
-    r.add("msglogger", |name, t| Ok(Box::new(msglogger::MsgLogger::new(name, parse_config(name, t)?))));
+    r.add("source", |name, t| {
+        let c = evb_checked(name, parse_config::<source::SourceConfig>(name, t)?, source::SourceConfig::validate)?;
+        Ok(Box::new(Evb(Box::new(source::Source::new(name, c)))))
+    });
+    r.add("evm", |name, t| {
+        let c = evb_checked(name, parse_config::<evm::EvmConfig>(name, t)?, evm::EvmConfig::validate)?;
+        Ok(Box::new(Evb(Box::new(evm::Evm::new(name, c)))))
+    });
+    r.add("ru", |name, t| {
+        let c = evb_checked(name, parse_config::<ru::RuConfig>(name, t)?, ru::RuConfig::validate)?;
+        Ok(Box::new(Evb(Box::new(ru::Ru::new(name, c)))))
+    });
+    r.add("bu", |name, t| {
+        let c = evb_checked(name, parse_config::<bu::BuConfig>(name, t)?, bu::BuConfig::validate)?;
+        Ok(Box::new(Evb(Box::new(bu::Bu::new(name, c)))))
+    });
+    r.add("generator", |name, t| {
+        let c: crate::chain::generator::GeneratorConfig = parse_config(name, t)?;
+        c.check(name)?;
+        Ok(Box::new(crate::chain::generator::Generator::new(name, c)))
+    });
+    r.add("repeater", |name, t| {
+        let c: crate::chain::repeater::RepeaterConfig = parse_config(name, t)?;
+        c.check(name)?;
+        Ok(Box::new(crate::chain::repeater::Repeater::new(name, c)))
+    });
+    r.add("sink", |name, t| {
+        let c: crate::chain::sink::SinkConfig = parse_config(name, t)?;
+        c.check(name)?;
+        Ok(Box::new(crate::chain::sink::Sink::new(name, c)))
+    });
+    r.add("et", |name, t| {
+        let c: et::EtConfig = parse_config(name, t)?;
+        c.check(name)?;
+        Ok(Box::new(et::EtComponent::new(name, c)))
+    });
+    r.add("recorder", |name, t| {
+        let c: recorder::RecorderConfig = parse_config(name, t)?;
+        c.check(name)?;
+        Ok(Box::new(recorder::Recorder::new(name, c)))
+    });
+    r.add("monitor", |name, t| {
+        let c: monitor::MonitorConfig = parse_config(name, t)?;
+        c.check(name)?;
+        Ok(Box::new(monitor::Monitor::new(name, c)))
+    });
+    r.add("msglogger", |name, t| {
+        let c: msglogger::MsgLoggerConfig = parse_config(name, t)?;
+        c.check(name)?;
+        Ok(Box::new(msglogger::MsgLogger::new(name, c)))
+    });
     r
 }

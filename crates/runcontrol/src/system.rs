@@ -126,20 +126,71 @@ struct RawComponent {
     name: Spanned<String>,
     kind: Spanned<String>,
     #[serde(default)]
-    host: Option<String>,
+    host: Option<Spanned<String>>,
     #[serde(default)]
-    command: Option<Vec<String>>,
+    command: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     policy: Option<Policy>,
     #[serde(default)]
-    start_order: Option<i64>,
+    start_order: Option<Spanned<i64>>,
     #[serde(default)]
-    stop_order: Option<i64>,
+    stop_order: Option<Spanned<i64>>,
     #[serde(default)]
     stop_arg: Option<Spanned<String>>,
     #[serde(default)]
     params: Option<Spanned<toml::Table>>,
 }
+
+/// The `[system]` values with where they are, for the range checks' line numbers.
+#[derive(Debug, Deserialize)]
+struct SystemSpans {
+    #[serde(default)]
+    system: BTreeMap<String, Spanned<toml::Value>>,
+}
+
+/// Range-checks the `[system]` values: each problem with the line of its key.
+fn check_system(text: &str, system: &SystemSection, problems: &mut Vec<String>) {
+    let spans: SystemSpans = toml::from_str(text).unwrap_or(SystemSpans { system: BTreeMap::new() });
+    let line = |key: &str| {
+        spans
+            .system
+            .get(key)
+            .map_or_else(|| line_of(text, text.find("[system]").unwrap_or(0)), |v| line_of(text, v.span().start))
+    };
+    let mut bad = |key: &str, what: String| problems.push(format!("line {}: `{key}` {what}", line(key)));
+    let name = &system.name;
+    if name.trim().is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        bad("name", format!("= {name:?} must be 1 … 100 characters, none of them control characters"));
+    }
+    if let Err(e) = crate::check::check_address(&system.control) {
+        bad("control", format!("= {:?} is not an address: {e}", system.control));
+    }
+    if system.web != "none"
+        && let Err(e) = crate::check::check_address(&system.web)
+    {
+        bad("web", format!("= {:?} is not an address (or \"none\"): {e}", system.web));
+    }
+    for (key, path) in [("data", &system.data), ("database", &system.database)] {
+        if path.as_os_str().to_string_lossy().trim().is_empty() {
+            bad(key, "must not be empty".into());
+        }
+    }
+    for (key, v) in [("timeout_s", system.timeout_s), ("stop_timeout_s", system.stop_timeout_s)] {
+        if !(v.is_finite() && (MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&v)) {
+            bad(key, format!("= {v} is out of range: {MIN_TIMEOUT_S} … {MAX_TIMEOUT_S} (seconds)"));
+        }
+    }
+    if system.remote_command.split_whitespace().next().is_none() {
+        bad("remote_command", "must not be empty".into());
+    }
+}
+
+/// The shortest `timeout_s` and `stop_timeout_s`, in seconds.
+pub const MIN_TIMEOUT_S: f64 = 0.1;
+/// The longest `timeout_s` and `stop_timeout_s`, in seconds (a day).
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// The range of `start_order` and `stop_order`.
+pub const ORDER_RANGE: std::ops::RangeInclusive<i64> = -1000..=1000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -393,9 +444,39 @@ impl SystemFile {
             SystemFileError { problems: vec![format!("{line}{}", e.message().trim())] }
         })?;
         let mut problems = Vec::new();
+        check_system(text, &raw.system, &mut problems);
         let mut components = Vec::new();
         let mut lines: HashMap<String, usize> = HashMap::new();
         for c in &raw.component {
+            for (key, order) in [("start_order", &c.start_order), ("stop_order", &c.stop_order)] {
+                if let Some(o) = order.as_ref().filter(|o| !ORDER_RANGE.contains(o.get_ref())) {
+                    problems.push(format!(
+                        "line {}: `{key}` = {} is out of range: {} … {}",
+                        line_of(text, o.span().start),
+                        o.get_ref(),
+                        ORDER_RANGE.start(),
+                        ORDER_RANGE.end()
+                    ));
+                }
+            }
+            if let Some(h) = &c.host
+                && (h.get_ref().trim().is_empty()
+                    || h.get_ref().chars().any(|ch| ch.is_whitespace() || ch.is_control()))
+            {
+                problems.push(format!(
+                    "line {}: `host` = {:?} must be a host name",
+                    line_of(text, h.span().start),
+                    h.get_ref()
+                ));
+            }
+            if let Some(cmd) = &c.command
+                && cmd.get_ref().first().is_none_or(|p| p.trim().is_empty())
+            {
+                problems.push(format!(
+                    "line {}: `command` must name a program (a non-empty first element)",
+                    line_of(text, cmd.span().start)
+                ));
+            }
             let line = line_of(text, c.name.span().start);
             let name = c.name.get_ref().clone();
             let kind = c.kind.get_ref().clone();
@@ -444,18 +525,28 @@ impl SystemFile {
                 let mut probe = params.clone();
                 replace_refs_with_placeholders(&mut probe);
                 if let Err(e) = registry.make(&kind, &name, probe) {
+                    // One problem per key: a range check reports every key at once.
                     let e = e.to_string();
-                    let at = key_line(text, params_span.clone(), &e).unwrap_or(params_line);
-                    problems.push(format!("line {at}: parameters of `{name}`: {e}"));
+                    let (head, first) = match e.find('`') {
+                        Some(i) => e.split_at(i),
+                        None => (e.as_str(), ""),
+                    };
+                    let parts: Vec<&str> =
+                        if first.is_empty() { vec![head] } else { first.split(crate::check::SEPARATOR).collect() };
+                    for part in parts {
+                        let text_of = if first.is_empty() { part.to_owned() } else { format!("{head}{part}") };
+                        let at = key_line(text, params_span.clone(), &text_of).unwrap_or(params_line);
+                        problems.push(format!("line {at}: parameters of `{name}`: {text_of}"));
+                    }
                 }
             }
             components.push(ComponentSpec {
                 name,
-                start_order: c.start_order.unwrap_or_else(|| default_start_order(&kind)),
-                stop_order: c.stop_order.unwrap_or_else(|| default_stop_order(&kind)),
+                start_order: c.start_order.as_ref().map_or_else(|| default_start_order(&kind), |o| *o.get_ref()),
+                stop_order: c.stop_order.as_ref().map_or_else(|| default_stop_order(&kind), |o| *o.get_ref()),
                 kind,
-                host: c.host.clone().filter(|h| h != "localhost" && h != "127.0.0.1"),
-                command: c.command.clone(),
+                host: c.host.as_ref().map(|h| h.get_ref().clone()).filter(|h| h != "localhost" && h != "127.0.0.1"),
+                command: c.command.as_ref().map(|c| c.get_ref().clone()),
                 policy: c.policy.unwrap_or(raw.system.policy),
                 stop_arg: c.stop_arg.as_ref().map(|s| s.get_ref().clone()),
                 params,

@@ -187,5 +187,5 @@ fn unknown_and_missing_keys_are_refused_by_name() {
     let e = r.configure(None).unwrap_err().to_string();
     assert!(e.contains("rep: `downstream` is required"), "{e}");
     let mut s = Driver::new(standard(), "sink", "sink", table("listen = 'not an address'"));
-    assert!(s.configure(None).unwrap_err().to_string().contains("listen = `not an address`"));
+    assert!(s.configure(None).unwrap_err().to_string().contains("`listen` = \"not an address\" is not an address"));
 }

@@ -70,6 +70,25 @@ impl Proc {
         }
     }
 
+    /// The next stdout line, waiting at most 20 s.
+    pub fn next_line(&mut self) -> String {
+        match self.lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => {
+                self.seen.push(l.clone());
+                l
+            }
+            Err(_) => panic!("no line within 20 s; got {:?}; exit {:?}", self.seen, self.child.try_wait()),
+        }
+    }
+
+    /// Every stdout line so far (those already read included), one text.
+    pub fn drain(&mut self) -> String {
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.seen.push(l);
+        }
+        self.seen.join("\n")
+    }
+
     pub fn stderr_contains(&mut self, text: &str) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {

@@ -98,6 +98,30 @@ pub struct BuConfig {
     pub idle: Idle,
 }
 
+impl BuConfig {
+    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    pub fn validate(&self) -> Result<(), EvbError> {
+        let mut c = crate::component::Checks::new("bu");
+        c.address("evm", &self.evm);
+        c.int("credits", self.credits.into(), 1, 1 << 20);
+        c.int("request_batch", self.request_batch.into(), 1, self.credits.max(1).into());
+        c.int("max_bytes_in_flight", self.max_bytes_in_flight, 1 << 10, 1 << 40);
+        c.int("threads", self.threads as u64, 1, 64);
+        if self.output == Output::Files && self.directory.as_os_str().is_empty() {
+            c.problem("directory", "must not be empty with output = \"files\"");
+        }
+        c.int("max_file_bytes", self.max_file_bytes, 1 << 16, 1 << 40);
+        if self.output == Output::Et && self.et.trim().is_empty() {
+            c.problem("et", "is required with output = \"et\" (the ET system's name)");
+        }
+        c.int("flush_interval_ms", self.flush_interval_ms, 1, 60_000);
+        c.int("heartbeat_ms", self.heartbeat_ms, 1, 60_000);
+        c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
+        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
+        c.finish()
+    }
+}
+
 impl Default for BuConfig {
     fn default() -> Self {
         BuConfig {
@@ -166,12 +190,7 @@ impl Component for Bu {
     fn configure(&mut self) -> Result<Value, EvbError> {
         expect_state("configure", self.state, State::Initial)?;
         let c = &self.config;
-        if c.threads == 0 || c.threads > 64 {
-            return Err(EvbError::Config(format!("bu: threads must be between 1 and 64 (got {})", c.threads)));
-        }
-        if c.credits == 0 || c.request_batch == 0 {
-            return Err(EvbError::Config("bu: credits and request_batch must be at least 1".into()));
-        }
+        c.validate()?;
         match c.output {
             Output::Files => std::fs::create_dir_all(&c.directory)
                 .map_err(|e| EvbError::io(format!("creating {}", c.directory.display()), e))?,
@@ -783,8 +802,8 @@ impl BuIo {
             "t": now.duration_since(self.started).as_secs_f64(),
             "events_built": events,
             "bytes": bytes,
-            "events_per_s": (events - ev0) as f64 / dt,
-            "mb_per_s": (bytes - b0) as f64 / dt / 1e6,
+            "events_per_s": events.saturating_sub(ev0) as f64 / dt,
+            "mb_per_s": bytes.saturating_sub(b0) as f64 / dt / 1e6,
             "events_flagged": flagged,
             "crc_errors": crc_errors,
             "in_progress": self.core.in_progress(),

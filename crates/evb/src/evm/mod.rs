@@ -102,24 +102,24 @@ impl Default for EvmConfig {
 }
 
 impl EvmConfig {
-    fn validate(&self) -> Result<(), EvbError> {
-        let bad = |s: String| Err(EvbError::Config(s));
-        if self.rus == 0 {
-            return bad("evm: rus must be at least 1".into());
-        }
-        if !(0.0..=1.0).contains(&self.reject_fraction) {
-            return bad(format!("evm: reject_fraction {} is not between 0 and 1", self.reject_fraction));
-        }
+    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    pub fn validate(&self) -> Result<(), EvbError> {
+        let mut c = crate::component::Checks::new("evm");
+        c.address("listen", &self.listen);
+        c.int("rus", self.rus as u64, 1, 4096);
+        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
+        c.float("reject_fraction", self.reject_fraction, 0.0, 1.0);
         if self.reject_fraction >= 1.0 && self.rate_hz == 0.0 && self.trigger == TriggerMode::Emulated {
-            return bad("evm: rejecting every event with on-demand triggers would trigger forever".into());
+            c.problem("reject_fraction", "= 1 with on-demand triggers would trigger forever");
         }
-        if !(self.rate_hz >= 0.0 && self.rate_hz.is_finite()) {
-            return bad(format!("evm: rate_hz {} must be 0 or positive", self.rate_hz));
-        }
-        if self.assign_batch == 0 {
-            return bad("evm: assign_batch must be at least 1".into());
-        }
-        Ok(())
+        c.int("reject_group", self.reject_group as u64, 1, 1_000_000);
+        c.int("release_group", self.release_group as u64, 1, 1_000_000);
+        c.int("assign_batch", self.assign_batch.into(), 1, 65_536);
+        c.int("assign_timeout_ms", self.assign_timeout_ms, 0, 60_000);
+        c.int("bu_timeout_ms", self.bu_timeout_ms, 1, 3_600_000);
+        c.int("drain_timeout_ms", self.drain_timeout_ms, 0, 3_600_000);
+        c.int("max_pending", self.max_pending as u64, 1, 1 << 26);
+        c.finish()
     }
 }
 

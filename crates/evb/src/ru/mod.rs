@@ -66,6 +66,24 @@ pub struct RuConfig {
     pub idle: Idle,
 }
 
+impl RuConfig {
+    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    pub fn validate(&self) -> Result<(), EvbError> {
+        let mut c = crate::component::Checks::new("ru");
+        c.address("evm", &self.evm);
+        c.address("listen", &self.listen);
+        c.int("streams", self.streams as u64, 1, 4096);
+        c.int("max_fragment_bytes", self.max_fragment_bytes as u64, 64, 1 << 30);
+        c.int("buffer_bytes", self.buffer_bytes as u64, self.max_fragment_bytes as u64 + 1, 1 << 40);
+        c.int("read_ahead_bytes", self.read_ahead_bytes as u64, 1, self.buffer_bytes as u64);
+        c.int("max_fragments", self.max_fragments as u64, 1, 1 << 26);
+        c.int("send_queue_bytes", self.send_queue_bytes as u64, 4096, 16 << 20);
+        c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
+        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
+        c.finish()
+    }
+}
+
 impl Default for RuConfig {
     fn default() -> Self {
         RuConfig {
@@ -132,22 +150,9 @@ impl Component for Ru {
 
     fn configure(&mut self) -> Result<Value, EvbError> {
         expect_state("configure", self.state, State::Initial)?;
-        if self.config.streams == 0 {
-            return Err(EvbError::Config("ru: streams must be at least 1".into()));
-        }
-        if self.config.max_fragment_bytes >= self.config.buffer_bytes {
-            return Err(EvbError::Config("ru: buffer_bytes must be larger than max_fragment_bytes".into()));
-        }
-        if self.config.read_ahead_bytes == 0 || self.config.read_ahead_bytes > self.config.buffer_bytes {
-            return Err(EvbError::Config("ru: read_ahead_bytes must be between 1 and buffer_bytes".into()));
-        }
-        if self.config.max_fragments == 0 || self.config.max_fragments > 1 << 26 {
-            return Err(EvbError::Config("ru: max_fragments must be between 1 and 67108864".into()));
-        }
-        if self.config.send_queue_bytes > 16 << 20 {
-            // Above the data link's own queue, a send could wait inside the RU's only thread.
-            return Err(EvbError::Config("ru: send_queue_bytes must be at most 16 MiB".into()));
-        }
+        // send_queue_bytes at most 16 MiB: above the data link's own queue, a send could wait
+        // inside the RU's only thread.
+        self.config.validate()?;
         // After a run, the same address again (with port 0 configured, the port it got), so
         // that sources and BUs configured with it reach the next run too.
         let want = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
@@ -554,8 +559,8 @@ impl RuIo {
             "fragments": c.fragments,
             "fragment_bytes": c.fragment_bytes,
             "super_fragments": c.super_fragments,
-            "mb_per_s": (c.fragment_bytes - bytes0) as f64 / dt / 1e6,
-            "fragments_per_s": (c.fragments - frags0) as f64 / dt,
+            "mb_per_s": c.fragment_bytes.saturating_sub(bytes0) as f64 / dt / 1e6,
+            "fragments_per_s": c.fragments.saturating_sub(frags0) as f64 / dt,
             "events_stored": self.core.events_stored(),
             "bytes_stored": self.core.bytes_stored(),
             "read_ahead_bytes": self.core.read_ahead_bytes(),

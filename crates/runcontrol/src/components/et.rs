@@ -68,6 +68,28 @@ impl Default for EtConfig {
     }
 }
 
+impl EtConfig {
+    /// Range-checks every key (`docs/operator-guide.md` has the ranges).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = crate::check::Checks::new(name);
+        if let Some(n) = &self.name {
+            c.text("name", n);
+        }
+        c.int("events", self.events.into(), 1, 1_000_000);
+        c.int("event_size", self.event_size as u64, 1, 1 << 30);
+        c.int("max_temp_events", self.max_temp_events.into(), 0, 1_000_000);
+        c.int("max_event_bytes", self.max_event_bytes as u64, 1, 1 << 34);
+        c.int("max_temp_bytes", self.max_temp_bytes, 0, 1 << 40);
+        c.int("max_temp_per_attachment", self.max_temp_per_attachment.into(), 0, 1_000_000);
+        c.int("max_attachments_per_connection", self.max_attachments_per_connection.into(), 1, 1_000_000);
+        if let Some(l) = &self.listen {
+            c.address("listen", l);
+        }
+        c.int("heartbeat_timeout_ms", self.heartbeat_timeout_ms, 100, 3_600_000);
+        c.finish()
+    }
+}
+
 /// An ET system component.
 pub struct EtComponent {
     name: String,
@@ -93,9 +115,7 @@ impl Component for EtComponent {
 
     fn configure(&mut self) -> Result<Value, ComponentError> {
         let name = self.config.name.clone().unwrap_or_else(|| self.name.clone());
-        if self.config.events == 0 || self.config.event_size == 0 {
-            return Err(ComponentError::Config("events and event_size must be at least 1".into()));
-        }
+        self.config.check(&self.name)?;
         let mut c = daqflow_et::SystemConfig::new(&name, self.config.events, self.config.event_size);
         c.max_temp_events = self.config.max_temp_events;
         c.max_event_bytes = self.config.max_event_bytes;

@@ -66,6 +66,24 @@ pub struct MonitorConfig {
     pub rate_window_s: usize,
 }
 
+impl MonitorConfig {
+    /// Range-checks every key (`docs/operator-guide.md` has the ranges).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = crate::check::Checks::new(name);
+        c.text("et", &self.et);
+        if let Some(s) = &self.station {
+            c.text("station", s);
+        }
+        c.int("cue", self.cue.into(), 1, 1_000_000);
+        c.int("prescale", self.prescale.into(), 1, 1_000_000);
+        c.float("event_size_max", self.event_size_max, 1.0, 1e12);
+        c.float("fragment_size_max", self.fragment_size_max, 1.0, 1e12);
+        c.int("bins", self.bins as u64, 1, 100_000);
+        c.int("rate_window_s", self.rate_window_s as u64, 1, 86_400);
+        c.finish()
+    }
+}
+
 fn default_cue() -> u32 {
     200
 }

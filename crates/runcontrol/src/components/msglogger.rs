@@ -36,6 +36,17 @@ pub struct MsgLoggerConfig {
     pub poll_ms: u64,
 }
 
+impl MsgLoggerConfig {
+    /// Range-checks every key (`docs/operator-guide.md` has the ranges).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = crate::check::Checks::new(name);
+        c.address("control", &self.control);
+        c.text("database", &self.database.to_string_lossy());
+        c.int("poll_ms", self.poll_ms, 10, 60_000);
+        c.finish()
+    }
+}
+
 fn default_poll_ms() -> u64 {
     500
 }

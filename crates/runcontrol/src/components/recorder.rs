@@ -87,6 +87,27 @@ fn default_true() -> bool {
     true
 }
 
+impl RecorderConfig {
+    /// Range-checks every key (`docs/operator-guide.md` has the ranges).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = crate::check::Checks::new(name);
+        c.text("et", &self.et);
+        if let Some(s) = &self.station {
+            c.text("station", s);
+        }
+        c.text("directory", &self.directory.to_string_lossy());
+        c.int("max_file_bytes", self.max_file_bytes, 1 << 16, 1 << 40);
+        c.int("batch", self.batch as u64, 1, 100_000);
+        if let Err(e) = daqflow_et::Selection::parse(&self.select) {
+            c.problem("select", format!("= {:?}: {e}", self.select));
+        }
+        c.int("prescale", self.prescale.into(), 1, 1_000_000);
+        c.int("drain_ms", self.drain_ms, 1, 600_000);
+        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
+        c.finish()
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     events: AtomicU64,
@@ -156,9 +177,7 @@ impl Component for Recorder {
     }
 
     fn configure(&mut self) -> Result<Value, ComponentError> {
-        if self.config.batch == 0 {
-            return Err(ComponentError::Config("batch must be at least 1".into()));
-        }
+        self.config.check(&self.name)?;
         std::fs::create_dir_all(&self.config.directory)
             .map_err(|e| ComponentError::Config(format!("directory {}: {e}", self.config.directory.display())))?;
         let client = EtClient::connect(&self.config.et)?;
@@ -284,6 +303,26 @@ fn record(
     drain: Duration,
     timeout: Duration,
 ) -> Result<Vec<ClosedFile>, String> {
+    // On a failure the files written so far are still closed properly (trailer, final name).
+    match record_into(attachment, &mut writer, counters, stop, batch, drain, timeout) {
+        Ok(()) => writer.finish().map_err(|e| format!("closing the files: {e}")),
+        Err(e) => {
+            let closed = writer.finish().map(|files| files.len());
+            tracing::error!("recorder failed ({e}); files closed: {closed:?}");
+            Err(e)
+        }
+    }
+}
+
+fn record_into(
+    attachment: &daqflow_et::LocalAttachment,
+    writer: &mut FileWriter,
+    counters: &Counters,
+    stop: &AtomicBool,
+    batch: usize,
+    drain: Duration,
+    timeout: Duration,
+) -> Result<(), String> {
     let mut events = Vec::with_capacity(batch);
     let mut quiet_since: Option<Instant> = None;
     let mut stop_seen: Option<Instant> = None;
@@ -321,7 +360,10 @@ fn record(
             counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
         if n > 0 {
-            // Written into the writer's buffer: the events can go on (and back to GrandCentral).
+            // Handed to the operating system before they are given back to ET: a recorder
+            // killed after this point leaves them in its file, one killed before gives them
+            // back to its station for the next recorder (never neither).
+            writer.flush().map_err(|e| format!("flushing: {e}"))?;
             attachment.put_events(&mut events).map_err(|e| format!("putting events back: {e}"))?;
             quiet_since = None;
         } else if quiet_since.is_none() {
@@ -338,5 +380,5 @@ fn record(
             }
         }
     }
-    writer.finish().map_err(|e| format!("closing the files: {e}"))
+    Ok(())
 }

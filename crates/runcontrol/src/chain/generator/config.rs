@@ -50,6 +50,7 @@ impl Default for GeneratorConfig {
 impl GeneratorConfig {
     /// Checks the values.
     pub fn validate(&self, name: &str) -> Result<(), ComponentError> {
+        self.check(name)?;
         resolve(name, "downstream", &self.downstream)?;
         if self.chunk_bytes == 0 || self.chunk_bytes > MAX_CHUNK_BYTES {
             return Err(ComponentError::Config(format!(
@@ -61,6 +62,25 @@ impl GeneratorConfig {
             return Err(ComponentError::Config(format!("{name}: rate_hz = {} must be 0 or positive", self.rate_hz)));
         }
         Ok(())
+    }
+
+    /// Range-checks every key, without resolving addresses (`daqflow run --check`).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = crate::check::Checks::new(name);
+        if self.downstream.is_empty() {
+            c.problem("downstream", "is required (HOST:PORT)");
+        } else {
+            c.address("downstream", &self.downstream);
+        }
+        c.int("chunk_bytes", self.chunk_bytes as u64, 1, MAX_CHUNK_BYTES as u64);
+        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
+        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 86_400_000);
+        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
+        c.int("send_queue_bytes", self.send_queue_bytes as u64, 4096, 1 << 34);
+        if let Some(b) = self.socket_buffer_bytes {
+            c.int("socket_buffer_bytes", b as u64, 1024, 1 << 30);
+        }
+        c.finish()
     }
 
     pub(crate) fn tuning(&self) -> Tuning {

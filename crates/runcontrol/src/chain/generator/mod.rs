@@ -308,9 +308,12 @@ mod tests {
         let e = |c: GeneratorConfig| Generator::new("g", c).configure().unwrap_err().to_string();
         assert!(e(GeneratorConfig::default()).contains("`downstream` is required"));
         let d = || GeneratorConfig { downstream: "127.0.0.1:1".into(), ..Default::default() };
-        assert!(e(GeneratorConfig { chunk_bytes: 0, ..d() }).contains("chunk_bytes = 0 must be"));
+        assert!(e(GeneratorConfig { chunk_bytes: 0, ..d() }).contains("`chunk_bytes` = 0 is out of range"));
         assert!(e(GeneratorConfig { rate_hz: -1.0, ..d() }).contains("rate_hz"));
-        assert!(e(GeneratorConfig { downstream: "nowhere".into(), ..d() }).contains("downstream = `nowhere`"));
+        assert!(
+            e(GeneratorConfig { downstream: "nowhere".into(), ..d() })
+                .contains("`downstream` = \"nowhere\" is not an address")
+        );
         let mut g = Generator::new("g", GeneratorConfig { connect_timeout_ms: 0, ..d() });
         assert!(g.start(1).unwrap_err().to_string().contains("g: downstream: could not connect"));
     }

@@ -78,9 +78,31 @@ impl Default for RepeaterConfig {
 impl RepeaterConfig {
     /// Checks the values.
     pub fn validate(&self, name: &str) -> Result<(), ComponentError> {
+        self.check(name)?;
         resolve(name, "listen", &self.listen)?;
         resolve(name, "downstream", &self.downstream)?;
         Ok(())
+    }
+
+    /// Range-checks every key, without resolving addresses (`daqflow run --check`).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = crate::check::Checks::new(name);
+        c.address("listen", &self.listen);
+        if self.downstream.is_empty() {
+            c.problem("downstream", "is required (HOST:PORT)");
+        } else {
+            c.address("downstream", &self.downstream);
+        }
+        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 86_400_000);
+        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
+        c.int("splice_min_bytes", self.splice_min_bytes as u64, 0, 1 << 30);
+        c.int("pipe_bytes", self.pipe_bytes as u64, 4096, 1 << 30);
+        c.int("send_queue_bytes", self.send_queue_bytes as u64, 4096, 1 << 34);
+        c.int("recv_chunk_bytes", self.recv_chunk_bytes as u64, 4096, 1 << 30);
+        if let Some(b) = self.socket_buffer_bytes {
+            c.int("socket_buffer_bytes", b as u64, 1024, 1 << 30);
+        }
+        c.finish()
     }
 
     pub(crate) fn tuning(&self) -> Tuning {

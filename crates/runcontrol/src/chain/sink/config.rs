@@ -42,8 +42,21 @@ impl Default for SinkConfig {
 impl SinkConfig {
     /// Checks the values.
     pub fn validate(&self, name: &str) -> Result<(), ComponentError> {
+        self.check(name)?;
         resolve(name, "listen", &self.listen)?;
         Ok(())
+    }
+
+    /// Range-checks every key, without resolving addresses (`daqflow run --check`).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = crate::check::Checks::new(name);
+        c.address("listen", &self.listen);
+        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
+        c.int("recv_chunk_bytes", self.recv_chunk_bytes as u64, 4096, 1 << 30);
+        if let Some(b) = self.socket_buffer_bytes {
+            c.int("socket_buffer_bytes", b as u64, 1024, 1 << 30);
+        }
+        c.finish()
     }
 
     pub(crate) fn tuning(&self) -> Tuning {

@@ -1,0 +1,257 @@
+//! Components killed with SIGKILL during real operator runs (`daqflow run SYSTEM --start
+//! --seconds N` on the demo's system): a dead component never falsifies the run record (the
+//! printed summary and the run database agree with the files on disk), and a component
+//! restarted by its policy never ends the run nor makes the live event counter go down.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::Proc;
+use daqflow_runcontrol::db::RunDb;
+use daqflow_wire::file::FileReader;
+use serde_json::Value;
+
+/// One operator run at a time: each is a dozen processes on a small machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The demo's system with every policy `policy`, the data in `data`.
+fn demo_system(dir: &Path, policy: &str) -> PathBuf {
+    let text = include_str!("../src/demo.toml")
+        .replace("policy = \"restart\"", &format!("policy = \"{policy}\""))
+        .replace("policy = \"stop\"", &format!("policy = \"{policy}\""));
+    let path = dir.join("system.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The pid of component `name` among the children of process `parent`.
+fn component_pid(parent: u32, name: &str) -> Option<u32> {
+    let want = format!("DAQFLOW_COMPONENT={name}");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else { continue };
+        let ppid: Option<u32> = after.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        if ppid != Some(parent) {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if environ.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn kill_component(operator: &Proc, name: &str) {
+    let pid = component_pid(operator.child.id(), name).unwrap_or_else(|| panic!("no process for {name}"));
+    // SAFETY: kill(2) on a process the operator under test started; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+}
+
+/// The `events` of a progress line (`… events 1234 (…`).
+fn progress_events(line: &str) -> Option<u64> {
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == "events")?;
+    words.next()?.parse().ok()
+}
+
+/// Reads every progress line until the events pass `n`; the events of each line.
+fn wait_events(op: &mut Proc, n: u64, seen: &mut Vec<u64>) {
+    loop {
+        let line = op.next_line();
+        if let Some(e) = progress_events(&line).filter(|_| line.contains(" s  ")) {
+            seen.push(e);
+            if e > n {
+                return;
+            }
+        }
+    }
+}
+
+/// Collects the rest of the operator's output until it exits; (exit code, stdout).
+fn finish(mut op: Proc) -> (i32, String) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        if let Some(s) = op.child.try_wait().unwrap() {
+            std::thread::sleep(Duration::from_millis(300));
+            let out = op.drain();
+            return (s.code().unwrap_or(-1), out);
+        }
+        assert!(Instant::now() < deadline, "the operator did not end: {}", op.drain());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `name: N` count on a summary line (`  recorded:   123  (…`).
+fn count(out: &str, label: &str) -> u64 {
+    let line = out.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_else(|| panic!("no {label}: {out}"));
+    let rest = line.trim_start()[label.len()..].trim_start();
+    rest.split_whitespace().next().and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+/// Every data file of run 1 on disk, with its whole events.
+fn files_on_disk(data: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out: Vec<(PathBuf, u64)> = std::fs::read_dir(data.join("files"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("run000001_") && (n.ends_with(".daq") || n.ends_with(".daq.part"))
+        })
+        .map(|p| {
+            let mut r = FileReader::open(&p).unwrap();
+            let n = r.len().unwrap();
+            (p, n)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn run_and_kill(victim: &str) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let system = demo_system(dir.path(), "stop");
+    let mut op = Proc::spawn(&[
+        "run",
+        system.to_str().unwrap(),
+        "--start",
+        "--seconds",
+        "60",
+        "--web",
+        "none",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    op.expect("run 1 started");
+    wait_events(&mut op, 2000, &mut Vec::new());
+    kill_component(&op, victim);
+    let (code, out) = finish(op);
+    assert_eq!(code, 1, "a failed run exits 1:\n{out}");
+    assert!(!out.contains("null") && !out.contains("18446744073709551615"), "{out}");
+    assert!(out.contains(&format!("died:       {victim} (signal: 9")), "{out}");
+
+    // The files on disk are the truth.
+    let files = files_on_disk(&data);
+    let on_disk: u64 = files.iter().map(|(_, n)| n).sum();
+    assert!(on_disk > 1000, "{files:?}\n{out}");
+    let built = count(&out, "built:");
+    let recorded = count(&out, "recorded:");
+    assert_eq!(recorded, on_disk, "{out}");
+    assert_eq!(count(&out, "files:"), files.len() as u64, "{out}");
+    assert!(built >= 1000, "{out}");
+
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let record = db.run(1).unwrap().unwrap();
+    assert_eq!(record["state"], "failed", "{record}");
+    assert!(record["error"].as_str().unwrap().contains(victim), "{record}");
+    assert_eq!(record["events"].as_u64(), Some(built));
+    assert_eq!(record["recorded"].as_u64(), Some(on_disk));
+    let db_files: Vec<String> =
+        record["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap().to_owned()).collect();
+    let disk_files: Vec<String> = files.iter().map(|(p, _)| p.display().to_string()).collect();
+    assert_eq!(db_files, disk_files);
+    let db_events: i64 = record["files"].as_array().unwrap().iter().map(|f| f["events"].as_i64().unwrap()).sum();
+    assert_eq!(db_events as u64, on_disk);
+    let (started, stopped) = (record["started_ms"].as_u64().unwrap(), record["stopped_ms"].as_u64().unwrap());
+    assert!(stopped > started && stopped - started < 300_000, "duration {started} → {stopped}");
+    let summary = &record["summary"];
+    let seconds = summary["seconds"].as_f64().unwrap();
+    assert!(seconds > 0.5 && seconds < 300.0, "{seconds}");
+
+    // built = recorded − duplicates + losses counted; the lost line says what is not known.
+    let lost = record["lost"].as_u64().unwrap();
+    let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{k} in {summary}"));
+    assert_eq!(built + n("duplicates"), recorded + n("not_recorded"), "{summary}");
+    let reasons: u64 = summary["lost_reasons"].as_array().unwrap().iter().map(|r| r["events"].as_u64().unwrap()).sum();
+    assert_eq!(reasons, lost, "{summary}");
+    if victim == "evm" {
+        assert!(out.contains(&format!("lost: at least {lost} (more cannot be known")), "{out}");
+        assert!(out.lines().any(|l| l.starts_with("  unknown:") && l.contains("`evm` died")), "{out}");
+        assert_eq!(summary["accounting_complete"], false);
+    } else {
+        assert!(out.lines().any(|l| l == format!("lost: {lost}")), "{out}");
+        assert_eq!(summary["accounting_complete"], true, "{summary}");
+        assert_eq!(n("triggered"), built + n("rejected") + n("lost_in_builder"), "{summary}");
+        assert_eq!(lost, n("lost_in_builder") + n("not_recorded"), "{summary}");
+    }
+}
+
+#[test]
+fn a_source_killed_in_a_run_leaves_a_record_that_agrees_with_the_files() {
+    run_and_kill("src-0");
+}
+
+#[test]
+fn a_readout_unit_killed_in_a_run_leaves_a_record_that_agrees_with_the_files() {
+    run_and_kill("ru-0");
+}
+
+#[test]
+fn the_event_manager_killed_in_a_run_leaves_a_record_that_says_what_cannot_be_known() {
+    run_and_kill("evm");
+}
+
+#[test]
+fn the_et_system_killed_in_a_run_leaves_a_record_that_agrees_with_the_files() {
+    run_and_kill("et");
+}
+
+#[test]
+fn the_recorder_killed_in_a_run_leaves_a_record_that_agrees_with_the_files() {
+    run_and_kill("recorder");
+}
+
+#[test]
+fn restarted_components_rejoin_the_run_and_the_event_counter_never_goes_down() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let system = demo_system(dir.path(), "restart");
+    let mut op = Proc::spawn(&[
+        "run",
+        system.to_str().unwrap(),
+        "--start",
+        "--seconds",
+        "22",
+        "--web",
+        "none",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    op.expect("run 1 started");
+    let mut seen = Vec::new();
+    wait_events(&mut op, 2000, &mut seen);
+    kill_component(&op, "recorder");
+    wait_events(&mut op, seen.last().unwrap() + 3000, &mut seen);
+    kill_component(&op, "monitor");
+    wait_events(&mut op, seen.last().unwrap() + 3000, &mut seen);
+    kill_component(&op, "bu-0");
+    wait_events(&mut op, seen.last().unwrap() + 3000, &mut seen);
+    let (code, out) = finish(op);
+    // Every progress line of the run (those read above included).
+    let seen: Vec<u64> = out.lines().filter(|l| l.contains(" s  ")).filter_map(progress_events).collect();
+    assert!(seen.len() >= 15, "{out}");
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "the event counter went down: {seen:?}");
+    assert!(!out.contains("ended by itself"), "{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.lines().any(|l| l == "lost: 0"), "{out}");
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let record = db.run(1).unwrap().unwrap();
+    assert_eq!(record["state"], "stopped", "{record}");
+    let summary: &Value = &record["summary"];
+    for name in ["recorder", "monitor", "bu-0"] {
+        assert_eq!(summary["components"][name]["earlier_lives"], 1, "{name} was not restarted in the run: {summary}");
+    }
+    // The restarted recorder went on in the same run, in a new stream.
+    let files = files_on_disk(&data);
+    assert!(files.iter().any(|(p, n)| p.to_string_lossy().contains("recorder.r1_") && *n > 0), "{files:?}");
+    let on_disk: u64 = files.iter().map(|(_, n)| n).sum();
+    assert_eq!(record["recorded"].as_u64(), Some(on_disk));
+    assert!(on_disk >= record["events"].as_u64().unwrap(), "{record}");
+}
