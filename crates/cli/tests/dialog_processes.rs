@@ -136,18 +136,31 @@ fn publishing_a_service_another_process_provides_is_refused_and_exits_non_zero()
 
 #[test]
 fn a_wrong_token_is_refused_and_logged() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("token");
     let bad = dir.path().join("bad");
-    std::fs::write(&good, "correct horse\n").unwrap();
-    std::fs::write(&bad, "battery staple\n").unwrap();
+    let public = dir.path().join("public");
+    for (path, text) in [(&good, "correct-horse\n"), (&bad, "battery-staple\n"), (&public, "correct-horse\n")] {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o644)).unwrap();
     let (mut cs, addr) = control_server(&["--token-file", good.to_str().unwrap()]);
     let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
         .args(["dialog", "--control", &addr, "--token-file", bad.to_str().unwrap(), "ls", "--timeout", "1s"])
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(cs.stderr_contains("wrong or missing token"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("wrong token"), "the client says why: {err}");
+    assert!(cs.stderr_contains("wrong token"), "the control server logs the refusal");
+    // A token file others may read is refused before anything is sent.
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["dialog", "--control", &addr, "--token-file", public.to_str().unwrap(), "ls"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"), "{out:?}");
     let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
         .args(["dialog", "--control", &addr, "--token-file", good.to_str().unwrap(), "ls"])
         .output()

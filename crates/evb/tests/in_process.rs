@@ -187,11 +187,14 @@ fn garbage_on_every_listening_socket_harms_no_one() {
     for s in &mut b.sources {
         s.start(1).unwrap();
     }
-    // A well-formed hello from a rogue client.
+    // A well-formed hello from a rogue client that got past the handshake (no token is set
+    // here: any local process can).
     let hello_from = |addr, hello: daqflow_evb::protocol::Message| {
         let mut buf = bytes::BytesMut::new();
         daqflow_wire::frame::FrameCodec::default().encode(&hello.to_frame(), &mut buf);
         let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let protocol = daqflow_evb::protocol::PROTOCOL;
+        daqflow_transport::auth::handshake_std(&mut s, protocol, None, Duration::from_secs(10)).unwrap();
         s.write_all(&buf).unwrap();
         s
     };
@@ -235,9 +238,33 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 name: "stale".into(),
                 addr: "127.0.0.1:9".into(),
             };
+            // An impostor of a connected RU, in this run: refused, the run goes on (it used to
+            // abort the run).
+            let twin = daqflow_evb::protocol::Message::Hello {
+                role: daqflow_evb::protocol::Role::Ru,
+                id: 0,
+                run: 1,
+                name: "twin".into(),
+                addr: "127.0.0.1:9".into(),
+            };
             rogue.push(hello_from(addr, hello));
             rogue.push(hello_from(addr, stale));
+            rogue.push(hello_from(addr, twin));
         } else {
+            // An impostor of the connected BU at the RU: refused, so that it never takes the
+            // real BU's super-fragments (it used to replace the real BU's connection).
+            let bu = daqflow_evb::protocol::Message::Hello {
+                role: daqflow_evb::protocol::Role::Bu,
+                id: 0,
+                run: 1,
+                name: "impostor".into(),
+                addr: String::new(),
+            };
+            let mut impostor = hello_from(addr, bu);
+            impostor.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+            let mut got = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut impostor, &mut got);
+            assert!(got.is_empty(), "the impostor received {} bytes of super-fragments", got.len());
             // A source of another run at the RU: refused, its stream slot stays free.
             let stale = daqflow_evb::protocol::Message::Hello {
                 role: daqflow_evb::protocol::Role::Source,

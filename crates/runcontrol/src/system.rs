@@ -7,6 +7,7 @@
 //! control = "127.0.0.1:7000"   # the control server the operator starts
 //! data = "daqflow-data"        # files, logs and the run database go here
 //! policy = "stop"              # when a component dies or fails in a run: "stop" or "restart"
+//! # token_file = "/etc/daqflow/token"          # the system token (default: a new one per start)
 //! # web_token_file = "/etc/daqflow/web-token"   # the web UI's access token (default: a new one per start)
 //!
 //! [[component]]
@@ -570,6 +571,11 @@ impl SystemFile {
             && let Err(e) = read_web_token(path)
         {
             problems.push(e.to_string());
+        }
+        if let Some(path) = &raw.system.token_file
+            && let Err(e) = daqflow_transport::auth::Token::from_file(path)
+        {
+            problems.push(format!("token_file: {e}"));
         }
         if problems.is_empty() {
             let file = SystemFile { system: raw.system, components, text: text.to_owned() };

@@ -221,8 +221,9 @@ pub mod budget {
 
     /// The environment variable that sets the budget (bytes) when the process starts.
     pub const ENV: &str = "DAQFLOW_RECV_BUDGET_BYTES";
-    /// The budget when nothing else is set: 1 GiB.
-    pub const DEFAULT: usize = 1 << 30;
+    /// The budget when nothing else is set: 256 MiB (four of the ET system's largest events
+    /// at once, or 2 000 of the event builder's largest super-fragments).
+    pub const DEFAULT: usize = 256 << 20;
 
     const UNSET: usize = usize::MAX;
     static BUDGET: AtomicUsize = AtomicUsize::new(UNSET);
@@ -233,7 +234,7 @@ pub mod budget {
         BUDGET.store(bytes.min(UNSET - 1), Ordering::Relaxed);
     }
 
-    /// The budget: what [`set`] gave, else `DAQFLOW_RECV_BUDGET_BYTES`, else 1 GiB.
+    /// The budget: what [`set`] gave, else `DAQFLOW_RECV_BUDGET_BYTES`, else 256 MiB.
     pub fn get() -> usize {
         match BUDGET.load(Ordering::Relaxed) {
             UNSET => {

@@ -17,9 +17,15 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[&str]) -> Proc {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
             .args(args)
             .env("DAQFLOW_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
