@@ -216,3 +216,30 @@ fn an_evm_death_stops_the_run_with_a_clear_error_not_a_hang() {
     let errors = s["errors"].to_string();
     assert!(errors.contains("lost the EVM"), "the RU and BU say why: {errors}");
 }
+
+#[test]
+fn paced_sources_with_small_or_empty_fragments_keep_the_builder_going() {
+    // Found stalled: paced sources never wrote their small fragments until the run ended (the
+    // transport writes by itself only once a chunk is full): 64 events in 3 s at 1 kHz.
+    for size in ["256", "0"] {
+        let (s, ok, _) = evb_local(&[
+            "--rus",
+            "1",
+            "--bus",
+            "1",
+            "--streams",
+            "2",
+            "--seconds",
+            "3",
+            "--rate",
+            "1000",
+            "--fragment-size",
+            size,
+        ]);
+        assert!(ok, "{size} B: {s:#}");
+        assert_eq!(s["lost"], 0, "{size} B");
+        let last = s["evm"]["last_event"].as_u64().unwrap();
+        assert!(last >= 1500, "{size} B: only {last} events at 1 kHz in 3 s");
+        assert_eq!(s["evm"]["built"].as_u64(), Some(last), "{size} B");
+    }
+}

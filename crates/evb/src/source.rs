@@ -353,6 +353,11 @@ fn produce(
             break;
         }
         if shared.paused.load(Ordering::Relaxed) {
+            // What was produced before the pause goes out now, not after it.
+            if let Err(e) = conn.try_flush() {
+                error = Some(format!("sending before a pause: {e}"));
+                break;
+            }
             std::thread::sleep(Duration::from_millis(1));
             paced_from = None;
             continue;
@@ -362,6 +367,13 @@ fn produce(
             let due = t0 + Duration::from_secs_f64((id - id0) as f64 / config.rate_hz);
             let now = Instant::now();
             if due > now {
+                // A paced source writes what it has before it waits: the transport writes by
+                // itself only once a chunk is full, which slow or small fragments take seconds
+                // to fill (the builder then looked stalled).
+                if let Err(e) = conn.try_flush() {
+                    error = Some(format!("sending event {}: {e}", id - 1));
+                    break;
+                }
                 // Sleep in short steps so that a stop is seen promptly.
                 std::thread::sleep((due - now).min(Duration::from_millis(5)));
                 continue;

@@ -1,6 +1,6 @@
 //! A whole event builder in one process (threads, real sockets): the logic end to end.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use daqflow_evb::bu::{Bu, BuConfig, Output};
 use daqflow_evb::component::Component;
@@ -410,5 +410,57 @@ fn a_paused_run_takes_no_new_events_and_resumes() {
     b.sources[0].stop(Some(last)).unwrap();
     b.rus[0].stop(None).unwrap();
     b.bus[0].stop(None).unwrap();
+    assert_eq!(evm["lost"], 0);
+}
+
+#[test]
+fn a_builder_that_stops_making_progress_fails_the_run_and_says_why() {
+    let evm = EvmConfig { stall_timeout_ms: 600, ..EvmConfig::default() };
+    let mut b = setup(1, 1, 2, evm, BuConfig::default(), SizeModel::Fixed { bytes: 8 });
+    b.evm.start(1).unwrap();
+    b.rus[0].start(1).unwrap();
+    b.bus[0].start(1).unwrap();
+    for s in &mut b.sources {
+        s.start(1).unwrap();
+    }
+    let built = |b: &Builder| b.evm.stats()["built"].as_u64().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while built(&b) < 100 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(built(&b) >= 100, "the run builds first");
+    // One stream stops delivering while the EVM keeps triggering: its events wait for ever.
+    b.sources[1].pause().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.evm.failure().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let why = b.evm.failure().expect("the EVM says the builder is stalled");
+    assert!(why.contains("stalled") && why.contains("in flight") && why.contains("BU 0"), "{why}");
+    assert_eq!(b.evm.state(), daqflow_evb::component::State::Error);
+}
+
+#[test]
+fn a_paused_run_is_not_a_stall() {
+    let evm = EvmConfig { stall_timeout_ms: 300, ..EvmConfig::default() };
+    let mut b = setup(1, 1, 1, evm, BuConfig::default(), SizeModel::Fixed { bytes: 8 });
+    b.evm.start(1).unwrap();
+    b.rus[0].start(1).unwrap();
+    b.bus[0].start(1).unwrap();
+    b.sources[0].start(1).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    b.evm.pause().unwrap();
+    b.sources[0].pause().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(b.evm.failure().is_none(), "{:?}", b.evm.failure());
+    b.sources[0].resume().unwrap();
+    b.evm.resume().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let evm = b.evm.stop(None).unwrap();
+    let last = evm["last_event"].as_u64().unwrap();
+    b.sources[0].stop(Some(last)).unwrap();
+    b.rus[0].stop(None).unwrap();
+    b.bus[0].stop(None).unwrap();
+    assert!(evm["error"].is_null(), "{evm}");
     assert_eq!(evm["lost"], 0);
 }

@@ -72,6 +72,10 @@ pub struct EvmConfig {
     pub bu_timeout_ms: u64,
     /// After stop, how long (ms) to wait for every event to be built.
     pub drain_timeout_ms: u64,
+    /// The builder is stalled when events are in flight and none has been built (or rejected)
+    /// for this long (ms) while the run is not paused: the run then fails with the reason
+    /// (which BUs wait for which events). 0: never. Default 30 s.
+    pub stall_timeout_ms: u64,
     /// Most triggers waiting for a BU; a trigger source is not read beyond it.
     pub max_pending: usize,
     /// Seed of the level-2 emulation.
@@ -94,6 +98,7 @@ impl Default for EvmConfig {
             assign_timeout_ms: 5,
             bu_timeout_ms: 3000,
             drain_timeout_ms: 10_000,
+            stall_timeout_ms: 30_000,
             max_pending: 1 << 20,
             seed: 1,
             idle: Idle::Lazy,
@@ -118,6 +123,7 @@ impl EvmConfig {
         c.int("assign_timeout_ms", self.assign_timeout_ms, 0, 60_000);
         c.int("bu_timeout_ms", self.bu_timeout_ms, 1, 3_600_000);
         c.int("drain_timeout_ms", self.drain_timeout_ms, 0, 3_600_000);
+        c.int("stall_timeout_ms", self.stall_timeout_ms, 0, 86_400_000);
         c.int("max_pending", self.max_pending as u64, 1, 1 << 26);
         c.finish()
     }
@@ -287,6 +293,8 @@ struct EvmIo {
     trigger_ended: bool,
     failure: Option<String>,
     last_rate: (Instant, u64, u64),
+    /// (built + rejected, when it last changed or nothing was in flight): the stall watchdog.
+    progress: (u64, Instant),
     stopper: StopHandle,
 }
 
@@ -335,6 +343,7 @@ impl EvmIo {
             trigger_ended: false,
             failure: None,
             last_rate: (now, 0, 0),
+            progress: (0, now),
             stopper,
         }
     }
@@ -560,6 +569,7 @@ impl EvmIo {
         if paused {
             self.paced_from = None;
         }
+        self.watch_progress(now, paused);
         if self.ready && self.config.trigger == TriggerMode::Emulated && self.core.stopped_at().is_none() && !paused {
             let ts = unix_ns();
             if self.config.rate_hz > 0.0 {
@@ -603,6 +613,36 @@ impl EvmIo {
         for p in &mut self.peers {
             p.try_flush();
         }
+    }
+
+    /// Fails the run when events are in flight and none was built or rejected for the stall
+    /// timeout while running: a builder that stopped making progress says so instead of
+    /// looking busy for ever.
+    fn watch_progress(&mut self, now: Instant, paused: bool) {
+        let acc = self.core.accounting();
+        let moved = acc.built + acc.rejected;
+        if moved != self.progress.0 || paused || self.core.in_flight() == 0 || self.stop_at.is_some() {
+            self.progress = (moved, now);
+            return;
+        }
+        let limit = self.config.stall_timeout_ms;
+        if limit == 0 || now.duration_since(self.progress.1) < Duration::from_millis(limit) || self.failure.is_some() {
+            return;
+        }
+        let waiting: Vec<String> = self
+            .core
+            .bus()
+            .filter(|(.., in_flight, _)| *in_flight > 0)
+            .map(|(id, _, in_flight, built)| format!("BU {id}: {in_flight} in flight, {built} built"))
+            .collect();
+        self.abort(format!(
+            "the builder is stalled: no event built for {:.1} s with {} events in flight ({}); the oldest \
+             waits for its fragments or its BU (a source that stopped sending, an RU or a BU that stopped \
+             working); evm.stall_timeout_ms sets how long to wait",
+            limit as f64 / 1000.0,
+            self.core.in_flight(),
+            waiting.join(", ")
+        ));
     }
 
     fn finish(&mut self, now: Instant) {
