@@ -138,6 +138,37 @@ impl Peer {
         self.stash.is_some() || (was_open && self.closed.is_some())
     }
 
+    /// Whether the peer is still there, for a connection nothing is read from (a BU's at the
+    /// RU): looks at the socket without taking anything (`MSG_PEEK`); an end of stream or an
+    /// error marks the peer closed. A peer that is merely stuck (stopped, swapping) is still
+    /// there.
+    pub fn alive(&mut self) -> bool {
+        if self.closed.is_some() {
+            return false;
+        }
+        let mut b = [0u8; 1];
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.conn);
+        // SAFETY: recv writes at most one byte into `b`, a local array, from a descriptor the
+        // connection keeps open.
+        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        let gone = match n {
+            0 => Some("closed the connection".to_owned()),
+            n if n > 0 => None,
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => None,
+                    _ => Some(e.to_string()),
+                }
+            }
+        };
+        if let Some(why) = gone {
+            self.closed = Some(why);
+            return false;
+        }
+        true
+    }
+
     /// The socket to wait on for this peer's next frame (none once it closed).
     pub fn wait_fd(&self, out: &mut Vec<std::os::fd::RawFd>) {
         if self.closed.is_none() && self.stash.is_none() {

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 struct Builder {
     ru_addr: String,
+    evm_addr: String,
     evm: Evm,
     rus: Vec<Ru>,
     bus: Vec<Bu>,
@@ -53,7 +54,7 @@ fn setup(rus: u32, bus: u32, streams: u32, evm: EvmConfig, bu: BuConfig, size: S
             b
         })
         .collect();
-    Builder { ru_addr, evm: e, rus: r, bus: b, sources: s }
+    Builder { ru_addr, evm_addr, evm: e, rus: r, bus: b, sources: s }
 }
 
 impl Builder {
@@ -463,4 +464,48 @@ fn a_paused_run_is_not_a_stall() {
     b.bus[0].stop(None).unwrap();
     assert!(evm["error"].is_null(), "{evm}");
     assert_eq!(evm["lost"], 0);
+}
+
+#[test]
+fn a_bu_that_left_is_replaced_by_a_successor_with_its_id() {
+    let mut b = setup(1, 2, 2, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 400 });
+    b.evm.start(1).unwrap();
+    b.rus[0].start(1).unwrap();
+    for bu in &mut b.bus {
+        bu.start(1).unwrap();
+    }
+    for s in &mut b.sources {
+        s.start(1).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let first = b.bus[0].stop(None).unwrap();
+    assert_eq!(first["left_during_run"], true, "{first}");
+    // Its successor, same id, joins the running run at once.
+    let evm_addr = b.evm_addr.clone();
+    let mut successor = Bu::new("bu-0", BuConfig { id: 0, evm: evm_addr, ..BuConfig::default() });
+    successor.configure().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        // Refused while the EVM still holds the first one: tried again, as the operator does.
+        match successor.start(1) {
+            Ok(()) => break,
+            Err(e) => assert!(Instant::now() < deadline, "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let built = |s: &Bu| s.stats()["events_built"].as_u64().unwrap_or(0);
+    while built(&successor) < 100 && Instant::now() < deadline && successor.failure().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(successor.failure().is_none(), "{:?}", successor.failure());
+    assert!(built(&successor) >= 100, "the successor builds");
+    let evm = b.evm.stop(None).unwrap();
+    let last = evm["last_event"].as_u64().unwrap();
+    for s in &mut b.sources {
+        s.stop(Some(last)).unwrap();
+    }
+    b.rus[0].stop(None).unwrap();
+    successor.stop(None).unwrap();
+    b.bus[1].stop(None).unwrap();
+    assert_eq!(evm["lost"], 0, "{evm}");
 }

@@ -357,9 +357,10 @@ impl RuIo {
                     }
                 }
                 Ok(Message::Hello { role: Role::Bu, id, .. })
-                    if self.bus.iter().any(|b| b.id == id && b.closed.is_none()) =>
+                    if self.bus.iter_mut().any(|b| b.id == id && b.alive()) =>
                 {
-                    // A second claimant never takes the live BU's super-fragments.
+                    // A second claimant never takes the live BU's super-fragments. (A BU whose
+                    // process died is not alive: its successor takes its place.)
                     tracing::warn!(ru = %self.name, "refusing a second BU {id} ({}): BU {id} is connected", p.label());
                 }
                 Ok(Message::Hello { role: Role::Bu, id, name, .. }) => {
