@@ -293,3 +293,36 @@ fn a_component_on_another_host_is_started_with_the_remote_command() {
     assert_eq!(op.state(), "Configured");
     op.shutdown();
 }
+
+#[test]
+fn the_control_server_is_a_process_of_its_own_and_a_spare_takes_over_when_it_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OperatorOptions {
+        control: Some("127.0.0.1:0,127.0.0.1:0".into()),
+        ..OperatorOptions::new(system(dir.path(), ""), BIN.into())
+    };
+    let op = Operator::launch(options).unwrap_or_else(|e| panic!("launch: {e}"));
+    let pids = op.control_server_pids();
+    assert_eq!(pids.len(), 2, "a primary and a spare");
+    assert!(!pids.contains(&std::process::id()), "not in the operator's process");
+    assert_eq!(op.control_list().split(',').count(), 2);
+    op.configure().unwrap();
+    op.start(None).unwrap();
+    wait_until("events", Duration::from_secs(30), || events_built(&op) > 300);
+    // The primary dies: every process moves to the spare and the run goes on.
+    // SAFETY (test): kill(2) of the control server process this operator started.
+    unsafe { libc::kill(pids[0] as libc::pid_t, libc::SIGKILL) };
+    let before = events_built(&op);
+    wait_until("the run goes on", Duration::from_secs(30), || events_built(&op) > before + 1000);
+    assert_eq!(op.state(), "Running");
+    // Commands still reach every component (through the spare): pause, resume, stop.
+    op.pause().unwrap();
+    op.resume().unwrap();
+    let summary = op.stop().unwrap();
+    assert_eq!(summary["lost"], 0, "{summary}");
+    assert_eq!(summary["events"], summary["recorded"], "{summary}");
+    // The dead primary is started again once the processes have moved.
+    wait_until("the primary is back", Duration::from_secs(30), || op.control_server_restarts() >= 1);
+    assert_ne!(op.control_server_pids()[0], pids[0]);
+    op.shutdown();
+}

@@ -63,6 +63,13 @@ impl Checks {
         }
     }
 
+    /// `value` must be `host:port[,host:port…]` (a control server and its spares).
+    pub fn addresses(&mut self, key: &str, value: &str) {
+        if let Some(why) = value.split(',').map(str::trim).find_map(|a| check_address(a).err()) {
+            self.problem(key, format!("= {value:?} is not an address or a list of them: {why}"));
+        }
+    }
+
     /// `Ok`, or every problem in one [`ComponentError::Config`].
     pub fn finish(self) -> Result<(), ComponentError> {
         if self.problems.is_empty() {

@@ -22,6 +22,7 @@ pub mod chain;
 pub mod check;
 pub mod component;
 pub mod components;
+mod control_servers;
 pub mod db;
 mod error;
 pub mod log;

@@ -165,7 +165,7 @@ struct Inner {
     closing: AtomicBool,
     subscriptions: Mutex<Vec<daqflow_dialog::Subscription>>,
     log: Option<daqflow_dialog::Service>,
-    _server: tokio::runtime::Runtime,
+    servers: Mutex<crate::control_servers::ControlServers>,
 }
 
 /// A running system.
@@ -214,26 +214,21 @@ impl Operator {
         };
         let token_path = data.join("token");
         token.write_file(&token_path).map_err(|e| OperatorError::Setup(format!("writing the system token: {e}")))?;
-        // The control server, in this process.
+        // The control servers: the primary and any spares, each a process of its own.
         let control_text = options.control.unwrap_or_else(|| file.system.control.clone());
-        let listen: SocketAddr =
-            control_text.parse().map_err(|e| OperatorError::Setup(format!("control = {control_text:?}: {e}")))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("control-server")
-            .enable_all()
-            .build()
-            .map_err(|e| OperatorError::Setup(e.to_string()))?;
-        let server = rt
-            .block_on(daqflow_dialog::ControlServer::start(daqflow_dialog::ServerConfig {
-                listen,
-                token: Some(token.clone()),
-                ..daqflow_dialog::ServerConfig::default()
-            }))
-            .map_err(|e| OperatorError::Setup(format!("starting the control server on {listen}: {e}")))?;
-        let control = server.local_addr();
-        rt.spawn(server.wait());
-        let mut dialog_config = daqflow_dialog::DialogConfig::new("operator", vec![control]);
+        let listen = crate::control_servers::parse_list(&control_text)
+            .map_err(|e| OperatorError::Setup(format!("control = {control_text:?}: {e}")))?;
+        let servers = crate::control_servers::ControlServers::start(
+            listen,
+            crate::control_servers::ServerLaunch {
+                binary: options.binary.clone(),
+                token_file: token_path.clone(),
+                logs: data.join("logs"),
+            },
+        )
+        .map_err(|e| OperatorError::Setup(format!("starting the control server: {e}")))?;
+        let control = servers.addrs()[0];
+        let mut dialog_config = daqflow_dialog::DialogConfig::new("operator", servers.addrs().to_vec());
         dialog_config.token = Some(token.clone());
         let dialog = daqflow_dialog::Dialog::start(dialog_config)
             .map_err(|e| OperatorError::Setup(format!("joining the control plane: {e}")))?;
@@ -245,7 +240,7 @@ impl Operator {
         let launch = Launch {
             binary: options.binary.clone(),
             remote: file.system.remote_command.clone(),
-            control: control.to_string(),
+            control: servers.list(),
             logs: data.join("logs"),
             token_file: token_path.clone(),
         };
@@ -290,7 +285,7 @@ impl Operator {
             closing: AtomicBool::new(false),
             subscriptions: Mutex::new(Vec::new()),
             log,
-            _server: rt,
+            servers: Mutex::new(servers),
         });
         let op = Operator { inner };
         for c in &op.inner.file.components {
@@ -307,9 +302,25 @@ impl Operator {
         Ok(op)
     }
 
-    /// The control server's address.
+    /// The (primary) control server's address.
     pub fn control_addr(&self) -> SocketAddr {
         self.inner.control
+    }
+
+    /// Every control server's address, the primary first, as processes are given them
+    /// (`A,B,…`).
+    pub fn control_list(&self) -> String {
+        lock(&self.inner.servers).list()
+    }
+
+    /// The process ids of the control servers (the primary first).
+    pub fn control_server_pids(&self) -> Vec<u32> {
+        lock(&self.inner.servers).pids()
+    }
+
+    /// How many times a control server that died was started again.
+    pub fn control_server_restarts(&self) -> u64 {
+        lock(&self.inner.servers).restarts()
     }
 
     /// The data directory.
@@ -615,7 +626,7 @@ impl Operator {
         json!({
             "name": self.inner.file.system.name,
             "id": format!("{}-{}-{}", self.inner.file.system.name, std::process::id(), self.inner.control.port()),
-            "control": self.inner.control.to_string(),
+            "control": self.control_list(),
             "data": self.inner.data,
             "database": self.inner.db.path(),
         })
@@ -1368,6 +1379,7 @@ impl Operator {
         }
         lock(&self.inner.subscriptions).clear();
         self.inner.dialog.shutdown();
+        lock(&self.inner.servers).shutdown();
     }
 
     /// The binary components run as.

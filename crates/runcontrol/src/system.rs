@@ -56,7 +56,9 @@ pub enum Policy {
 pub struct SystemSection {
     /// The system's name (in the run database and the web UI).
     pub name: String,
-    /// Address of the control server the operator starts (`127.0.0.1:0`: any free port).
+    /// Address of the control server the operator starts (`127.0.0.1:0`: any free port), a
+    /// process of its own; `PRIMARY,SPARE,…` starts spares too, which the processes of the
+    /// system move to when the primary dies (the operator starts a dead one again).
     #[serde(default = "default_control")]
     pub control: String,
     /// Directory for data files, component logs and the run database (relative to where the
@@ -163,8 +165,8 @@ fn check_system(text: &str, system: &SystemSection, problems: &mut Vec<String>) 
     if name.trim().is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
         bad("name", format!("= {name:?} must be 1 … 100 characters, none of them control characters"));
     }
-    if let Err(e) = crate::check::check_address(&system.control) {
-        bad("control", format!("= {:?} is not an address: {e}", system.control));
+    if let Some(e) = system.control.split(',').map(str::trim).find_map(|a| crate::check::check_address(a).err()) {
+        bad("control", format!("= {:?} is not an address (or a list of them): {e}", system.control));
     }
     if system.web != "none"
         && let Err(e) = crate::check::check_address(&system.web)

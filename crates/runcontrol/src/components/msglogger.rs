@@ -27,7 +27,7 @@ use crate::log::LogRecord;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MsgLoggerConfig {
-    /// The control server (HOST:PORT) whose processes it follows.
+    /// The control server (HOST:PORT, or `PRIMARY,SPARE…`) whose processes it follows.
     pub control: String,
     /// The run database (SQLite file) the records go into.
     pub database: PathBuf,
@@ -40,7 +40,7 @@ impl MsgLoggerConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = crate::check::Checks::new(name);
-        c.address("control", &self.control);
+        c.addresses("control", &self.control);
         c.text("database", &self.database.to_string_lossy());
         c.int("poll_ms", self.poll_ms, 10, 60_000);
         c.finish()

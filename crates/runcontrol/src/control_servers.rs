@@ -1,0 +1,237 @@
+//! The control servers a system's operator starts: each a `daqflow control-server` process of
+//! its own, the primary and any spares (`system.control = "PRIMARY[,SPARE…]"`). Every process
+//! of the system is given all their addresses and uses the first that answers, moving to the
+//! next when its server dies (`docs/dialog.md`). A control server that dies is started again on
+//! its address by a thread of this module, which is also the thread that started it (so that a
+//! server's parent-death signal fires only when the operator ends): at once when it was the
+//! only one, else after the processes have moved to a spare ([`SPARE_SETTLE`]), so that they
+//! never end up split between two directories.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a dead control server stays down while another is alive: twice the time after
+/// which a process that hears nothing from its server looks for another (3 s).
+const SPARE_SETTLE: Duration = Duration::from_secs(6);
+
+/// How to start a control server.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerLaunch {
+    /// The `daqflow` binary.
+    pub binary: PathBuf,
+    /// The system token's file.
+    pub token_file: PathBuf,
+    /// Where the servers' output goes (`control-server-N.log`).
+    pub logs: PathBuf,
+}
+
+/// The running control servers.
+pub(crate) struct ControlServers {
+    addrs: Vec<SocketAddr>,
+    pids: Arc<Mutex<Vec<u32>>>,
+    restarts: Arc<Mutex<u64>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Parses `PRIMARY[,SPARE…]`.
+pub(crate) fn parse_list(text: &str) -> Result<Vec<SocketAddr>, String> {
+    let addrs: Result<Vec<SocketAddr>, String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<SocketAddr>().map_err(|e| format!("{p:?}: {e}")))
+        .collect();
+    let addrs = addrs?;
+    if addrs.is_empty() {
+        return Err("no address".into());
+    }
+    Ok(addrs)
+}
+
+impl ControlServers {
+    /// Starts one control server per address of `listen` and waits until each listens.
+    pub(crate) fn start(listen: Vec<SocketAddr>, launch: ServerLaunch) -> Result<ControlServers, String> {
+        let (ready_tx, ready_rx) = channel::<Result<Vec<(SocketAddr, u32)>, String>>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let pids = Arc::new(Mutex::new(Vec::new()));
+        let restarts = Arc::new(Mutex::new(0));
+        let (stop2, pids2, restarts2) = (stop.clone(), pids.clone(), restarts.clone());
+        let thread = std::thread::Builder::new()
+            .name("control-servers".into())
+            .spawn(move || supervise(listen, launch, ready_tx, stop2, pids2, restarts2))
+            .map_err(|e| e.to_string())?;
+        let started = ready_rx.recv().map_err(|_| "the control-server thread ended".to_owned())??;
+        let addrs = started.iter().map(|(a, _)| *a).collect();
+        Ok(ControlServers { addrs, pids, restarts, stop, thread: Some(thread) })
+    }
+
+    /// Their addresses, the primary first.
+    pub(crate) fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Their addresses as the `--control` argument of a process: `A,B,…`.
+    pub(crate) fn list(&self) -> String {
+        self.addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",")
+    }
+
+    /// The process ids of the servers now (in the order of their addresses).
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.pids.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How many times a dead server was started again.
+    pub(crate) fn restarts(&self) -> u64 {
+        *self.restarts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the servers (SIGTERM, then SIGKILL after 5 s).
+    pub(crate) fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ControlServers {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Starts a control server on `listen`; its child and the address it listens on.
+fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Result<(Child, SocketAddr), String> {
+    use std::os::unix::process::CommandExt;
+    let log_path = launch.logs.join(format!("control-server-{index}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let mut cmd = Command::new(&launch.binary);
+    cmd.arg("--token-file")
+        .arg(&launch.token_file)
+        .args(["control-server", "--listen", &listen.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+    // which is async-signal-safe: the server gets SIGTERM when this thread (the operator's
+    // control-server thread, as long-lived as the operator) ends.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", launch.binary.display()))?;
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(l)) = lines.next() {
+            let _ = tx.send(l);
+        }
+        // Keep reading so that the server never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20)).map_err(|_| {
+        let _ = child.kill();
+        let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+        format!("the control server on {listen} did not start ({status}); see {}", log_path.display())
+    })?;
+    let addr = line
+        .strip_prefix("listening on ")
+        .and_then(|a| a.trim().parse::<SocketAddr>().ok())
+        .ok_or_else(|| format!("the control server on {listen} said {line:?}"))?;
+    tracing::info!(%addr, pid = child.id(), "control server started");
+    Ok((child, addr))
+}
+
+fn supervise(
+    listen: Vec<SocketAddr>,
+    launch: ServerLaunch,
+    ready: Sender<Result<Vec<(SocketAddr, u32)>, String>>,
+    stop: Arc<AtomicBool>,
+    pids: Arc<Mutex<Vec<u32>>>,
+    restarts: Arc<Mutex<u64>>,
+) {
+    let mut servers: Vec<(SocketAddr, Child)> = Vec::new();
+    for (i, &addr) in listen.iter().enumerate() {
+        match spawn_server(&launch, addr, i) {
+            Ok((child, bound)) => servers.push((bound, child)),
+            Err(e) => {
+                for (_, mut c) in servers {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+    }
+    *pids.lock().unwrap_or_else(|p| p.into_inner()) = servers.iter().map(|(_, c)| c.id()).collect();
+    let _ = ready.send(Ok(servers.iter().map(|(a, c)| (*a, c.id())).collect()));
+    let (_never, idle): (Sender<()>, Receiver<()>) = channel();
+    // When each server was seen dead (None: alive).
+    let mut dead_since: Vec<Option<Instant>> = vec![None; servers.len()];
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        for (i, (addr, child)) in servers.iter_mut().enumerate() {
+            if dead_since[i].is_none()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                tracing::error!(%addr, "the control server died ({status})");
+                dead_since[i] = Some(now);
+            }
+        }
+        let alive = dead_since.iter().filter(|d| d.is_none()).count();
+        for (i, (addr, child)) in servers.iter_mut().enumerate() {
+            let Some(since) = dead_since[i] else { continue };
+            // With another server alive, every process moves there first (at once when its
+            // connection closes, within a heartbeat check otherwise): starting this one again
+            // sooner could split them between two directories.
+            if alive > 0 && now.duration_since(since) < SPARE_SETTLE {
+                continue;
+            }
+            match spawn_server(&launch, *addr, i) {
+                Ok((c, _)) => {
+                    *child = c;
+                    dead_since[i] = None;
+                    *restarts.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                }
+                Err(e) => tracing::warn!(%addr, "starting the control server again: {e}; trying again"),
+            }
+        }
+        *pids.lock().unwrap_or_else(|p| p.into_inner()) = servers.iter().map(|(_, c)| c.id()).collect();
+        let _ = idle.recv_timeout(Duration::from_millis(200));
+    }
+    for (_, c) in &servers {
+        // SAFETY: kill(2) with the pid of our own child, not reaped yet (we hold its `Child`).
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for (addr, c) in &mut servers {
+        loop {
+            match c.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    tracing::warn!(%addr, "the control server did not end on SIGTERM; killing it");
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
