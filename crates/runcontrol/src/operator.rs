@@ -146,8 +146,9 @@ struct Shared {
     restarting: Vec<String>,
 }
 
-/// A component to start and where the launcher thread answers.
-type LaunchRequest = (ComponentSpec, Sender<Result<Child, String>>);
+/// A component to start, the control servers to give it (`A,B,…`), and where the launcher
+/// thread answers.
+type LaunchRequest = (ComponentSpec, String, Sender<Result<Child, String>>);
 
 struct Inner {
     file: SystemFile,
@@ -240,15 +241,14 @@ impl Operator {
         let launch = Launch {
             binary: options.binary.clone(),
             remote: file.system.remote_command.clone(),
-            control: servers.list(),
             logs: data.join("logs"),
             token_file: token_path.clone(),
         };
         std::thread::Builder::new()
             .name("launcher".into())
             .spawn(move || {
-                for (spec, reply) in lrx {
-                    let _ = reply.send(spawn_component(&launch, &spec));
+                for (spec, control, reply) in lrx {
+                    let _ = reply.send(spawn_component(&launch, &spec, &control));
                 }
             })
             .map_err(|e| OperatorError::Setup(e.to_string()))?;
@@ -311,6 +311,17 @@ impl Operator {
     /// (`A,B,…`).
     pub fn control_list(&self) -> String {
         lock(&self.inner.servers).list()
+    }
+
+    /// The control servers for a process started now: the one the operator uses first (the
+    /// spare, after the primary died), so that a restarted component joins the processes
+    /// already there and not a primary started again meanwhile.
+    fn control_for_newcomers(&self) -> String {
+        let all = lock(&self.inner.servers).addrs().to_vec();
+        let current = self.inner.dialog.client().control_server();
+        let mut ordered: Vec<SocketAddr> = current.into_iter().filter(|c| all.contains(c)).collect();
+        ordered.extend(all.iter().filter(|a| Some(**a) != current));
+        ordered.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",")
     }
 
     /// The process ids of the control servers (the primary first).
@@ -398,7 +409,7 @@ impl Operator {
     fn start_process(&self, spec: &ComponentSpec) -> Result<(), OperatorError> {
         let (tx, rx) = channel();
         lock(&self.inner.launcher)
-            .send((spec.clone(), tx))
+            .send((spec.clone(), self.control_for_newcomers(), tx))
             .map_err(|_| OperatorError::Setup("the launcher thread ended".into()))?;
         let child = rx
             .recv()
@@ -626,7 +637,7 @@ impl Operator {
         json!({
             "name": self.inner.file.system.name,
             "id": format!("{}-{}-{}", self.inner.file.system.name, std::process::id(), self.inner.control.port()),
-            "control": self.control_list(),
+            "control": self.control_for_newcomers(),
             "data": self.inner.data,
             "database": self.inner.db.path(),
         })
@@ -1437,8 +1448,6 @@ struct Launch {
     binary: PathBuf,
     /// `system.remote_command`.
     remote: String,
-    /// The control server's address.
-    control: String,
     /// Where the components' logs go.
     logs: PathBuf,
     /// The system token's file (`DATA/token`).
@@ -1448,9 +1457,9 @@ struct Launch {
 /// Starts one component's process, its output appended to `logs/NAME.log`. It gets the system
 /// token's file in `DAQFLOW_TOKEN_FILE` (a user's own command reads it from there too), and a
 /// local `daqflow component` also as `--token-file`.
-fn spawn_component(launch: &Launch, spec: &ComponentSpec) -> Result<Child, String> {
+fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Result<Child, String> {
     use std::os::unix::process::CommandExt;
-    let (binary, remote, control, logs) = (&launch.binary, &launch.remote, &launch.control, &launch.logs);
+    let (binary, remote, logs) = (&launch.binary, &launch.remote, &launch.logs);
     let log_path = logs.join(format!("{}.log", spec.name));
     let log = std::fs::OpenOptions::new()
         .create(true)

@@ -126,6 +126,7 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
         }
     };
     *inner.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
+    *inner.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
     resync(inner);
     inner.set_problem(None);
     inner.connected.send_replace(true);
@@ -164,6 +165,7 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
         }
     };
     *inner.control.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    *inner.server.lock().unwrap_or_else(|p| p.into_inner()) = None;
     inner.connected.send_replace(false);
     tx.abort();
     // Commands waiting for their delivery count will not get it from this server.

@@ -274,6 +274,8 @@ pub(crate) struct Inner {
     command_queue: Mutex<Option<std::sync::mpsc::Sender<CommandMessage>>>,
     /// Why the last attempt to reach a control server failed (cleared once connected).
     problem: Mutex<Option<String>>,
+    /// The control server connected to now.
+    server: Mutex<Option<SocketAddr>>,
 }
 
 impl Inner {
@@ -385,6 +387,7 @@ impl Client {
             control_done: Mutex::new(None),
             command_queue: Mutex::new(None),
             problem: Mutex::new(None),
+            server: Mutex::new(None),
             config,
         });
         let setup =
@@ -453,6 +456,11 @@ impl Client {
     pub async fn wait_connected(&self, timeout: Duration) -> bool {
         let mut rx = self.inner.connected.subscribe();
         tokio::time::timeout(timeout, rx.wait_for(|c| *c)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// The control server this process is connected to now (of the primary and its spares).
+    pub fn control_server(&self) -> Option<SocketAddr> {
+        *self.inner.server.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Why the last attempt to reach a control server failed, while not connected: a wrong or
