@@ -131,6 +131,10 @@ pub enum EtCommand {
         /// Restore mode of a created station: output, input, grand-central, redistribute.
         #[arg(long, default_value = "output")]
         restore: String,
+        /// A created station keeps the events it selects while nobody is attached (instead of
+        /// letting them flow past), for the next consumer.
+        #[arg(long)]
+        keep_when_idle: bool,
         /// Events per call.
         #[arg(long, default_value_t = 100)]
         batch: usize,
@@ -367,6 +371,7 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
             prescale,
             cue,
             restore,
+            keep_when_idle,
             batch,
             count,
             seconds,
@@ -395,6 +400,7 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
                     prescale: *prescale,
                     selection: Selection::parse(select).map_err(anyhow::Error::msg)?,
                     restore,
+                    keep_when_idle: *keep_when_idle,
                     ..StationConfig::default()
                 };
                 match conn.create_station(station, config) {

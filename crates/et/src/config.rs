@@ -277,6 +277,12 @@ pub struct StationConfig {
     pub restore: RestoreMode,
     /// For a member of a parallel group: how the group picks.
     pub group_policy: GroupPolicy,
+    /// Keeps the events it selects while no attachment is attached, instead of letting them
+    /// flow past as an idle station does (the paper's rule, and the default): for a consumer
+    /// that must see every event across its own restart, such as a recorder. The producers
+    /// wait once the pool's free events are used up. Default false.
+    #[serde(default)]
+    pub keep_when_idle: bool,
 }
 
 impl Default for StationConfig {
@@ -289,6 +295,7 @@ impl Default for StationConfig {
             single_user: false,
             restore: RestoreMode::Output,
             group_policy: GroupPolicy::RoundRobin,
+            keep_when_idle: false,
         }
     }
 }

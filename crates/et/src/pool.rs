@@ -21,7 +21,7 @@ use crate::routing::{self, RouteEnv, Select, StationView};
 use crate::sys::{self, Mapping};
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"DQFLET01");
-pub(crate) const LAYOUT_VERSION: u32 = 1;
+pub(crate) const LAYOUT_VERSION: u32 = 2;
 /// Most stations a system can be built with.
 pub const MAX_STATIONS: u32 = 64;
 pub(crate) const HEADER_LEN: usize = 4096;
@@ -94,6 +94,8 @@ pub(crate) struct StationRecord {
     pub restore: AtomicU32,
     pub single_user: AtomicU32,
     pub attachments: AtomicU32,
+    /// 1: keeps its events while no attachment is attached (`StationConfig::keep_when_idle`).
+    pub keep_idle: AtomicU32,
     pub prescale_counter: AtomicU64,
     pub rr_counter: AtomicU64,
     pub events_in: AtomicU64,
@@ -420,7 +422,8 @@ impl Pool {
             } else {
                 routing::GroupPolicy::RoundRobin
             },
-            attached: r(&s.attachments) > 0,
+            // A station that keeps its events while idle takes them as if attached.
+            attached: r(&s.attachments) > 0 || r(&s.keep_idle) != 0,
             blocking: r(&s.blocking) != 0,
             cue: r(&s.cue),
             queued: self.queue(slot).count.load(Ordering::Relaxed),
@@ -435,6 +438,7 @@ impl Pool {
         let w = |a: &AtomicU32, v: u32| a.store(v, Ordering::Release);
         let wi = |a: &AtomicI32, v: i32| a.store(v, Ordering::Release);
         w(&s.blocking, u32::from(c.blocking));
+        w(&s.keep_idle, u32::from(c.keep_when_idle));
         w(&s.cue, c.cue);
         w(&s.prescale, c.prescale.max(1));
         w(&s.single_user, u32::from(c.single_user));
@@ -518,6 +522,7 @@ impl Pool {
                 _ => RestoreMode::Output,
             },
             group_policy: if r(&s.group_policy) == 1 { GroupPolicy::ShortestQueue } else { GroupPolicy::RoundRobin },
+            keep_when_idle: r(&s.keep_idle) != 0,
         }
     }
 }

@@ -436,6 +436,9 @@ impl SystemInner {
     /// Passes the events queued at station `slot`, which has no attachment any more, on to the
     /// stations after it (an idle station lets events flow past).
     fn flush_idle(&self, slot: u32) {
+        if self.pool.station(slot).keep_idle.load(Ordering::Acquire) != 0 {
+            return;
+        }
         let mut idx = Vec::new();
         let q = self.pool.queue(slot);
         let marks = self.pool.marks(slot, OWNER_SYSTEM);

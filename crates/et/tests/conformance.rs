@@ -224,6 +224,7 @@ both!(
     configure_while_running,
     dump_skips_the_rest,
     idle_stations_let_events_pass,
+    a_station_that_keeps_its_events_while_idle_gives_them_to_the_next_consumer,
     restore_modes_on_detach,
     closure_and_predicate_selection,
     dead_system_is_noticed,
@@ -824,6 +825,44 @@ fn idle_stations_let_events_pass(kind: Kind) {
     assert_eq!(drain(&*end, Duration::from_millis(100)), Vec::<u64>::new());
     drop(idle);
     assert_eq!(drain(&*end, QUIET), (30..60).collect::<Vec<_>>(), "the queue of a station left alone flows on");
+    s.assert_all_free();
+}
+
+/// A station with `keep_when_idle` keeps what it selects while nobody is attached (a recorder
+/// restarting): nothing flows past it; a consumer attaching later gets everything, in order,
+/// including what its predecessor held when it left.
+fn a_station_that_keeps_its_events_while_idle_gives_them_to_the_next_consumer(kind: Kind) {
+    let s = Setup::new(kind, "keep", 200, 64);
+    let keep = station(|c| {
+        c.keep_when_idle = true;
+        c.restore = RestoreMode::Input;
+    });
+    s.conn.create("keep", keep, Position::End);
+    s.conn.create("end", StationConfig::default(), Position::End);
+    let end = s.conn.attach("end");
+    let producer = s.conn.attach(GRAND_CENTRAL);
+    // Nobody attached yet: the events wait.
+    produce(&*producer, 0, 30, 10, 64, plain);
+    assert_eq!(drain(&*end, Duration::from_millis(200)), Vec::<u64>::new(), "nothing flows past");
+    assert_eq!(s.conn.station("keep").queued, 30);
+    // A consumer takes some and leaves holding 5; more come while it is away.
+    let first = s.conn.attach("keep");
+    assert_eq!(take(&*first, 10), (0..10).collect::<Vec<_>>());
+    let held = first.get_events(5, Wait::Timed(Duration::from_secs(5))).unwrap();
+    assert_eq!(held.len(), 5);
+    drop(held);
+    drop(first);
+    assert_eq!(drain(&*end, QUIET), (0..10).collect::<Vec<_>>(), "what it put went on");
+    produce(&*producer, 30, 10, 10, 64, plain);
+    assert_eq!(drain(&*end, Duration::from_millis(200)), Vec::<u64>::new(), "nothing flows past while away");
+    let next = s.conn.attach("keep");
+    let mut got = drain(&*next, QUIET);
+    got.sort_unstable();
+    assert_eq!(got, (10..40).collect::<Vec<_>>(), "everything after what the first consumer put");
+    let mut at_end = drain(&*end, QUIET);
+    at_end.sort_unstable();
+    assert_eq!(at_end, (10..40).collect::<Vec<_>>(), "the next consumer put them on");
+    drop(next);
     s.assert_all_free();
 }
 

@@ -3,8 +3,8 @@
 //! file beside them.
 //!
 //! The recorder has its own station (blocking, so it gets every event the selection takes;
-//! events of a recorder that dies go back to the station's input, so a restarted recorder
-//! writes them). At `stop` it goes on reading until its station stayed empty for `drain_ms`
+//! events of a recorder that dies go back to the station's input, and the station keeps the
+//! events that come while no recorder is attached, so a restarted recorder writes them all). At `stop` it goes on reading until its station stayed empty for `drain_ms`
 //! (the operator stops the producers first), then closes the files and writes
 //! `runNNNNNN_NAME.meta.json`: run, start and stop time, events, bytes and every file with
 //! its events, size and first and last event id.
@@ -157,6 +157,8 @@ impl Recorder {
             prescale: self.config.prescale.max(1),
             selection,
             restore: daqflow_et::RestoreMode::Input,
+            // Across its own restart too: the events wait in its station, none flows past.
+            keep_when_idle: true,
             ..StationConfig::default()
         })
     }
