@@ -255,3 +255,47 @@ fn restarted_components_rejoin_the_run_and_the_event_counter_never_goes_down() {
     assert_eq!(record["recorded"].as_u64(), Some(on_disk));
     assert!(on_disk >= record["events"].as_u64().unwrap(), "{record}");
 }
+
+#[test]
+fn a_builder_unit_frozen_for_ten_seconds_never_ends_the_run() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The demo's own policies: the BUs restart, the rest stops the run.
+    let system = dir.path().join("system.toml");
+    std::fs::write(&system, include_str!("../src/demo.toml")).unwrap();
+    let mut op = Proc::spawn(&[
+        "run",
+        system.to_str().unwrap(),
+        "--start",
+        "--seconds",
+        "20",
+        "--web",
+        "none",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    op.expect("run 1 started");
+    let mut seen = Vec::new();
+    wait_events(&mut op, 2000, &mut seen);
+    let pid = component_pid(op.child.id(), "bu-0").expect("bu-0");
+    // SAFETY: kill(2) on a process the operator under test started; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    // Frozen: the EVM gives its events to bu-1, the operator's watchdog kills it and starts a
+    // new bu-0. The run goes on all along.
+    let frozen_at = *seen.last().unwrap();
+    wait_events(&mut op, frozen_at + 5000, &mut seen);
+    std::thread::sleep(Duration::from_secs(7)); // about 10 s frozen in all
+    // SAFETY: as above (the process may be gone by now: then this does nothing).
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let (code, out) = finish(op);
+    assert!(!out.contains("ended by itself"), "{out}");
+    assert!(!out.contains("stream cut"), "{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.lines().any(|l| l == "lost: 0"), "{out}");
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let record = db.run(1).unwrap().unwrap();
+    assert_eq!(record["state"], "stopped", "{record}");
+    let on_disk: u64 = files_on_disk(&data).iter().map(|(_, n)| n).sum();
+    assert_eq!(record["recorded"].as_u64(), Some(on_disk));
+}

@@ -77,6 +77,9 @@ pub(crate) struct Peer {
     /// A frame taken off the socket by a poll and not handled yet.
     pub stash: Option<Frame>,
     pub closed: Option<String>,
+    /// A hello that waits for its id to be free (a successor racing its predecessor's
+    /// departure): since when. Nothing is read from the peer meanwhile.
+    pub waiting: Option<Instant>,
 }
 
 impl Peer {
@@ -92,6 +95,7 @@ impl Peer {
             last_heard: now,
             stash: None,
             closed: None,
+            waiting: None,
         }
     }
 

@@ -498,7 +498,13 @@ fn a_bu_that_left_is_replaced_by_a_successor_with_its_id() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(successor.failure().is_none(), "{:?}", successor.failure());
-    assert!(built(&successor) >= 100, "the successor builds");
+    assert!(
+        built(&successor) >= 100,
+        "the successor builds: {} / EVM {} / RU {}",
+        successor.stats(),
+        b.evm.stats(),
+        b.rus[0].stats()
+    );
     let evm = b.evm.stop(None).unwrap();
     let last = evm["last_event"].as_u64().unwrap();
     for s in &mut b.sources {

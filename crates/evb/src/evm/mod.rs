@@ -464,13 +464,21 @@ impl EvmIo {
                 }
             }
             Role::Bu => {
+                // Taken until the predecessor is gone from the books (a closed connection is
+                // removed, and its events re-assigned, by the links task).
                 if self.peers.iter().enumerate().any(|(j, p)| j != i && p.role == Some(Role::Bu) && p.id == id) {
-                    // Refused as a nobody: closing it must not look like the live BU leaving.
-                    tracing::warn!(evm = %self.name, "refusing a second BU {id} ({})", self.peers[i].conn.peer_addr());
-                    self.peers[i].role = None;
-                    self.peers[i].closed = Some(format!("BU {id} is already connected"));
+                    // Never replaces the live BU. A successor racing its predecessor's
+                    // departure waits (as a nobody: nothing of it is read, its leaving is not the
+                    // live BU leaving) until the id is free, at most `bu_timeout_ms`.
+                    let p = &mut self.peers[i];
+                    p.role = None;
+                    if p.waiting.is_none() {
+                        tracing::info!(evm = %self.name, "BU {id} ({}) waits: BU {id} is still connected", p.conn.peer_addr());
+                        p.waiting = Some(Instant::now());
+                    }
                     return;
                 }
+                self.peers[i].waiting = None;
                 // Requests carry the events a BU confirms: as many as its credits allow.
                 self.peers[i].conn.set_frame_limits(crate::link::limits(&[(crate::protocol::KIND_REQUEST, 64 << 20)]));
                 self.core.add_bu(id);
@@ -493,6 +501,24 @@ impl EvmIo {
             Role::Source => {
                 self.peers[i].role = None;
                 self.peers[i].closed = Some("sources connect to RUs, not to the EVM".into());
+            }
+        }
+    }
+
+    /// BU hellos that waited for their id: admitted once it is free, refused after
+    /// `bu_timeout_ms`.
+    fn admit_waiting(&mut self, now: Instant) {
+        for i in 0..self.peers.len() {
+            let Some(since) = self.peers[i].waiting else { continue };
+            let id = self.peers[i].id;
+            let taken = self.peers.iter().any(|p| p.role == Some(Role::Bu) && p.id == id);
+            if !taken {
+                let (name, addr) = (self.peers[i].name.clone(), self.peers[i].addr.clone());
+                self.hello(i, Role::Bu, id, name, addr);
+            } else if now.duration_since(since) > Duration::from_millis(self.config.bu_timeout_ms) {
+                tracing::warn!(evm = %self.name, "refusing a second BU {id} ({})", self.peers[i].conn.peer_addr());
+                self.peers[i].waiting = None;
+                self.peers[i].closed = Some(format!("BU {id} is already connected"));
             }
         }
     }
@@ -557,6 +583,7 @@ impl EvmIo {
     }
 
     fn tick(&mut self, now: Instant) {
+        self.admit_waiting(now);
         // Stuck BUs: silent too long.
         let timeout = Duration::from_millis(self.config.bu_timeout_ms);
         for p in &mut self.peers {
@@ -735,8 +762,9 @@ impl Module for EvmIo {
                 let max_pending = self.config.max_pending;
                 let pending = self.core.pending();
                 self.peers.iter_mut().any(|p| {
-                    if p.role == Some(Role::Trigger)
-                        && (pending >= max_pending || self.shared.paused.load(Ordering::Relaxed))
+                    if p.waiting.is_some()
+                        || p.role == Some(Role::Trigger)
+                            && (pending >= max_pending || self.shared.paused.load(Ordering::Relaxed))
                     {
                         return false;
                     }
@@ -749,8 +777,9 @@ impl Module for EvmIo {
     fn wait_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
         let held = self.core.pending() >= self.config.max_pending || self.shared.paused.load(Ordering::Relaxed);
         for p in &self.peers {
-            // Triggers held back stay unread: waiting on them would end every park at once.
-            if !(p.role == Some(Role::Trigger) && held) {
+            // Triggers held back and hellos waiting stay unread: waiting on them would end every
+            // park at once.
+            if !(p.role == Some(Role::Trigger) && held) && p.waiting.is_none() {
                 p.wait_fd(out);
             }
         }
@@ -769,7 +798,7 @@ impl Module for EvmIo {
                         // Triggers wait until every RU is there (the run's RU list is known).
                         let hold = self.peers[i].role == Some(Role::Trigger)
                             && (!self.ready || self.core.pending() >= self.config.max_pending);
-                        if hold && self.peers[i].stash.is_none() {
+                        if (hold || self.peers[i].waiting.is_some()) && self.peers[i].stash.is_none() {
                             continue;
                         }
                         if let Some(f) = self.peers[i].next() {

@@ -251,6 +251,8 @@ struct RuIo {
     evm: Peer,
     /// Accepted connections that have not said hello yet.
     newcomers: Vec<Peer>,
+    /// BUs whose hello waits for their id to be free.
+    waiting_bus: Vec<Peer>,
     streams: Vec<StreamSlot>,
     bus: Vec<Peer>,
     core: RuCore,
@@ -288,6 +290,7 @@ impl RuIo {
             listener,
             evm,
             newcomers: Vec::new(),
+            waiting_bus: Vec::new(),
             bus: Vec::new(),
             core,
             shared,
@@ -310,6 +313,7 @@ impl RuIo {
         while let Ok(Some(conn)) = self.listener.accept_timeout(Duration::ZERO) {
             self.newcomers.push(Peer::new(conn));
         }
+        self.admit_waiting_bus();
         let mut i = 0;
         while i < self.newcomers.len() {
             let p = &mut self.newcomers[i];
@@ -356,12 +360,18 @@ impl RuIo {
                         }
                     }
                 }
-                Ok(Message::Hello { role: Role::Bu, id, .. })
+                Ok(Message::Hello { role: Role::Bu, id, name, .. })
                     if self.bus.iter_mut().any(|b| b.id == id && b.alive()) =>
                 {
-                    // A second claimant never takes the live BU's super-fragments. (A BU whose
-                    // process died is not alive: its successor takes its place.)
-                    tracing::warn!(ru = %self.name, "refusing a second BU {id} ({}): BU {id} is connected", p.label());
+                    // A second claimant never takes the live BU's super-fragments. A successor
+                    // racing its predecessor's departure waits until the id is free (the EVM
+                    // says BU gone, or the old connection ends); a BU whose process died is not
+                    // alive, and its successor takes its place at once.
+                    tracing::info!(ru = %self.name, "BU {id} ({}) waits: BU {id} is connected", p.label());
+                    p.id = id;
+                    p.name = name;
+                    p.waiting = Some(Instant::now());
+                    self.waiting_bus.push(p);
                 }
                 Ok(Message::Hello { role: Role::Bu, id, name, .. }) => {
                     p.role = Some(Role::Bu);
@@ -375,6 +385,30 @@ impl RuIo {
                 }
                 Ok(m) => tracing::warn!(ru = %self.name, "closing {}: {:?} instead of hello", p.label(), m.kind()),
                 Err(e) => tracing::warn!(ru = %self.name, "closing {}: {e}", p.label()),
+            }
+        }
+    }
+
+    /// BU hellos that waited for their id: admitted once it is free, refused after 10 s.
+    fn admit_waiting_bus(&mut self) {
+        let mut i = 0;
+        while i < self.waiting_bus.len() {
+            let id = self.waiting_bus[i].id;
+            let taken = self.bus.iter_mut().any(|b| b.id == id && b.alive());
+            let since = self.waiting_bus[i].waiting.unwrap_or_else(Instant::now);
+            if !taken {
+                let mut p = self.waiting_bus.remove(i);
+                p.waiting = None;
+                p.role = Some(Role::Bu);
+                p.conn.set_frame_limits(crate::link::limits(&[]));
+                tracing::info!(ru = %self.name, "BU {id} connected");
+                self.bus.retain(|b| b.id != id);
+                self.bus.push(p);
+            } else if since.elapsed() > Duration::from_secs(10) {
+                let p = self.waiting_bus.remove(i);
+                tracing::warn!(ru = %self.name, "refusing a second BU {id} ({}): BU {id} is connected", p.label());
+            } else {
+                i += 1;
             }
         }
     }
