@@ -310,7 +310,7 @@ fn the_control_server_is_a_process_of_its_own_and_a_spare_takes_over_when_it_die
     op.start(None).unwrap();
     wait_until("events", Duration::from_secs(30), || events_built(&op) > 300);
     // The primary dies: every process moves to the spare and the run goes on.
-    // SAFETY (test): kill(2) of the control server process this operator started.
+    // SAFETY: kill(2) of the control server process this operator started; no memory is involved.
     unsafe { libc::kill(pids[0] as libc::pid_t, libc::SIGKILL) };
     let before = events_built(&op);
     wait_until("the run goes on", Duration::from_secs(30), || events_built(&op) > before + 1000);
@@ -321,7 +321,7 @@ fn the_control_server_is_a_process_of_its_own_and_a_spare_takes_over_when_it_die
     // A component restarted now joins the others on the spare (not the new primary), so the
     // operator's commands reach it: the recorder (policy restart) dies and comes back in the run.
     let recorder = component(&op.status(), "recorder")["pid"].as_u64().unwrap() as libc::pid_t;
-    // SAFETY (test): kill(2) of a component process this operator started.
+    // SAFETY: kill(2) of a component process this operator started; no memory is involved.
     unsafe { libc::kill(recorder, libc::SIGKILL) };
     wait_until("the recorder is back", Duration::from_secs(60), || {
         let st = op.status();
