@@ -234,8 +234,14 @@ mod tests {
     #[test]
     fn sends_begin_numbered_chunks_with_crcs_and_an_end_marker() {
         let l = listener();
-        let config =
-            GeneratorConfig { downstream: l.local_addr().to_string(), chunk_bytes: 3000, ..Default::default() };
+        // Paced, so that the stop (after chunk 50) comes before the generator got that far,
+        // however slow this thread is on a loaded machine.
+        let config = GeneratorConfig {
+            downstream: l.local_addr().to_string(),
+            chunk_bytes: 3000,
+            rate_hz: 20.0,
+            ..Default::default()
+        };
         let mut g = Generator::new("gen", config);
         g.configure().unwrap();
         g.start(4).unwrap();
