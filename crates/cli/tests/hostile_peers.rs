@@ -83,6 +83,34 @@ fn token_file(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// Starts a `daqflow component KIND` process (with `token`, if any), configures it and starts
+/// run 1: the process and the address it listens on.
+fn component(kind: &str, sets: &[&str], token: Option<&std::path::Path>) -> (Proc, SocketAddr) {
+    let mut args = Vec::new();
+    if let Some(t) = token {
+        args.extend(["--token-file", t.to_str().unwrap()]);
+    }
+    args.extend(["component", kind, "--name", kind]);
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let mut p = Proc::spawn(&args);
+    p.send("configure");
+    let line = p.expect("\"listen\"");
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let addr = v["result"]["listen"].as_str().unwrap().parse().unwrap();
+    p.send("start 1");
+    p.expect("\"run\":1");
+    (p, addr)
+}
+
+/// An EVM and an RU with one stream, as processes, in run 1.
+fn event_builder(token: Option<&std::path::Path>) -> (Proc, SocketAddr, Proc, SocketAddr) {
+    let (evm, evm_addr) = component("evm", &["rus=1"], token);
+    let (ru, ru_addr) = component("ru", &[&format!("evm={evm_addr}")], token);
+    (evm, evm_addr, ru, ru_addr)
+}
+
 fn control_server(token: Option<&std::path::Path>) -> (Proc, SocketAddr) {
     let mut args = Vec::new();
     if let Some(t) = token {
@@ -185,20 +213,7 @@ fn a_provider_holds_no_more_than_its_budget_of_a_strangers_large_values() {
 #[test]
 fn large_frames_before_a_hello_do_not_grow_an_ru_or_the_et_system() {
     // An EVM and an RU (one stream), as processes.
-    let mut evm = Proc::spawn(&["component", "evm", "--name", "evm", "--set", "rus=1"]);
-    evm.send("configure");
-    let line = evm.expect("\"listen\"");
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let evm_addr = v["result"]["listen"].as_str().unwrap().to_owned();
-    evm.send("start 1");
-    evm.expect("\"run\":1");
-    let mut ru = Proc::spawn(&["component", "ru", "--name", "ru-0", "--set", &format!("evm={evm_addr}")]);
-    ru.send("configure");
-    let line = ru.expect("\"listen\"");
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let ru_addr: SocketAddr = v["result"]["listen"].as_str().unwrap().parse().unwrap();
-    ru.send("start 1");
-    ru.expect("\"run\":1");
+    let (_evm, _, mut ru, ru_addr) = event_builder(None);
     let pid = ru.child.id();
     let before = rss_mib(pid);
     let strangers = flood(ru_addr, 20, Start::Handshake("evb"), 0x0E02, 60 << 20, 60 << 20);
@@ -236,22 +251,7 @@ fn large_frames_before_a_hello_do_not_grow_an_ru_or_the_et_system() {
 fn a_stranger_cannot_join_an_event_builder_that_has_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let token = token_file(dir.path());
-    let t = token.to_str().unwrap();
-    let mut evm = Proc::spawn(&["--token-file", t, "component", "evm", "--name", "evm", "--set", "rus=1"]);
-    evm.send("configure");
-    let line = evm.expect("\"listen\"");
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let evm_addr: SocketAddr = v["result"]["listen"].as_str().unwrap().parse().unwrap();
-    evm.send("start 1");
-    evm.expect("\"run\":1");
-    let mut ru =
-        Proc::spawn(&["--token-file", t, "component", "ru", "--name", "ru-0", "--set", &format!("evm={evm_addr}")]);
-    ru.send("configure");
-    let line = ru.expect("\"listen\"");
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let ru_addr: SocketAddr = v["result"]["listen"].as_str().unwrap().parse().unwrap();
-    ru.send("start 1");
-    ru.expect("\"run\":1");
+    let (mut evm, evm_addr, _ru, ru_addr) = event_builder(Some(&token));
     // A stranger saying hello as a BU (asking for credits, or taking bu-0's super-fragments)
     // or as a second RU never gets past the handshake, with no token or a guessed one.
     for addr in [evm_addr, ru_addr] {

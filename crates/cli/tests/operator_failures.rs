@@ -27,6 +27,15 @@ fn demo_system(dir: &Path, policy: &str) -> PathBuf {
     path
 }
 
+/// `daqflow run SYSTEM --start --seconds SECONDS` with its data in `data`, once its run started.
+fn operator_run(system: &Path, data: &Path, seconds: u32) -> Proc {
+    let seconds = seconds.to_string();
+    let args = ["run", system.to_str().unwrap(), "--start", "--seconds", &seconds, "--web", "none", "--data"];
+    let mut op = Proc::spawn(&[&args[..], &[data.to_str().unwrap()]].concat());
+    op.expect("run 1 started");
+    op
+}
+
 /// The pid of component `name` among the children of process `parent`.
 fn component_pid(parent: u32, name: &str) -> Option<u32> {
     let want = format!("DAQFLOW_COMPONENT={name}");
@@ -117,18 +126,7 @@ fn run_and_kill(victim: &str) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let system = demo_system(dir.path(), "stop");
-    let mut op = Proc::spawn(&[
-        "run",
-        system.to_str().unwrap(),
-        "--start",
-        "--seconds",
-        "60",
-        "--web",
-        "none",
-        "--data",
-        data.to_str().unwrap(),
-    ]);
-    op.expect("run 1 started");
+    let mut op = operator_run(&system, &data, 60);
     wait_events(&mut op, 2000, &mut Vec::new());
     kill_component(&op, victim);
     let (code, out) = finish(op);
@@ -213,18 +211,7 @@ fn restarted_components_rejoin_the_run_and_the_event_counter_never_goes_down() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let system = demo_system(dir.path(), "restart");
-    let mut op = Proc::spawn(&[
-        "run",
-        system.to_str().unwrap(),
-        "--start",
-        "--seconds",
-        "22",
-        "--web",
-        "none",
-        "--data",
-        data.to_str().unwrap(),
-    ]);
-    op.expect("run 1 started");
+    let mut op = operator_run(&system, &data, 22);
     let mut seen = Vec::new();
     wait_events(&mut op, 2000, &mut seen);
     kill_component(&op, "recorder");
@@ -264,18 +251,7 @@ fn a_builder_unit_frozen_for_ten_seconds_never_ends_the_run() {
     // The demo's own policies: the BUs restart, the rest stops the run.
     let system = dir.path().join("system.toml");
     std::fs::write(&system, include_str!("../src/demo.toml")).unwrap();
-    let mut op = Proc::spawn(&[
-        "run",
-        system.to_str().unwrap(),
-        "--start",
-        "--seconds",
-        "20",
-        "--web",
-        "none",
-        "--data",
-        data.to_str().unwrap(),
-    ]);
-    op.expect("run 1 started");
+    let mut op = operator_run(&system, &data, 20);
     let mut seen = Vec::new();
     wait_events(&mut op, 2000, &mut seen);
     let pid = component_pid(op.child.id(), "bu-0").expect("bu-0");

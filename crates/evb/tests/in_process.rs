@@ -58,7 +58,8 @@ fn setup(rus: u32, bus: u32, streams: u32, evm: EvmConfig, bu: BuConfig, size: S
 }
 
 impl Builder {
-    fn run(&mut self, run: u32, secs: f64) -> (Value, Vec<Value>, Vec<Value>) {
+    /// Starts run `run`: the EVM, the RUs, the BUs, then the sources.
+    fn start(&mut self, run: u32) {
         self.evm.start(run).unwrap();
         for r in &mut self.rus {
             r.start(run).unwrap();
@@ -69,6 +70,10 @@ impl Builder {
         for s in &mut self.sources {
             s.start(run).unwrap();
         }
+    }
+
+    fn run(&mut self, run: u32, secs: f64) -> (Value, Vec<Value>, Vec<Value>) {
+        self.start(run);
         std::thread::sleep(Duration::from_secs_f64(secs));
         let evm = self.evm.stop(None).unwrap();
         let last = evm["last_event"].as_u64().unwrap();
@@ -309,14 +314,7 @@ fn commands_out_of_order_are_refused_with_the_state() {
 #[test]
 fn a_bu_leaving_during_the_run_loses_nothing() {
     let mut b = setup(1, 2, 2, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 400 });
-    b.evm.start(1).unwrap();
-    b.rus[0].start(1).unwrap();
-    for bu in &mut b.bus {
-        bu.start(1).unwrap();
-    }
-    for s in &mut b.sources {
-        s.start(1).unwrap();
-    }
+    b.start(1);
     std::thread::sleep(Duration::from_millis(400));
     let left = b.bus[1].stop(None).unwrap();
     assert_eq!(left["left_during_run"], true, "{left}");
@@ -389,10 +387,7 @@ fn triggers_from_a_trigger_source_process_drive_the_run() {
 #[test]
 fn a_paused_run_takes_no_new_events_and_resumes() {
     let mut b = setup(1, 1, 1, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 100 });
-    b.evm.start(1).unwrap();
-    b.rus[0].start(1).unwrap();
-    b.bus[0].start(1).unwrap();
-    b.sources[0].start(1).unwrap();
+    b.start(1);
     std::thread::sleep(Duration::from_millis(300));
     b.evm.pause().unwrap();
     assert_eq!(b.evm.state(), daqflow_evb::component::State::Paused);
@@ -418,12 +413,7 @@ fn a_paused_run_takes_no_new_events_and_resumes() {
 fn a_builder_that_stops_making_progress_fails_the_run_and_says_why() {
     let evm = EvmConfig { stall_timeout_ms: 600, ..EvmConfig::default() };
     let mut b = setup(1, 1, 2, evm, BuConfig::default(), SizeModel::Fixed { bytes: 8 });
-    b.evm.start(1).unwrap();
-    b.rus[0].start(1).unwrap();
-    b.bus[0].start(1).unwrap();
-    for s in &mut b.sources {
-        s.start(1).unwrap();
-    }
+    b.start(1);
     let built = |b: &Builder| b.evm.stats()["built"].as_u64().unwrap_or(0);
     let deadline = Instant::now() + Duration::from_secs(20);
     while built(&b) < 100 && Instant::now() < deadline {
@@ -445,10 +435,7 @@ fn a_builder_that_stops_making_progress_fails_the_run_and_says_why() {
 fn a_paused_run_is_not_a_stall() {
     let evm = EvmConfig { stall_timeout_ms: 300, ..EvmConfig::default() };
     let mut b = setup(1, 1, 1, evm, BuConfig::default(), SizeModel::Fixed { bytes: 8 });
-    b.evm.start(1).unwrap();
-    b.rus[0].start(1).unwrap();
-    b.bus[0].start(1).unwrap();
-    b.sources[0].start(1).unwrap();
+    b.start(1);
     std::thread::sleep(Duration::from_millis(200));
     b.evm.pause().unwrap();
     b.sources[0].pause().unwrap();
@@ -469,14 +456,7 @@ fn a_paused_run_is_not_a_stall() {
 #[test]
 fn a_bu_that_left_is_replaced_by_a_successor_with_its_id() {
     let mut b = setup(1, 2, 2, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 400 });
-    b.evm.start(1).unwrap();
-    b.rus[0].start(1).unwrap();
-    for bu in &mut b.bus {
-        bu.start(1).unwrap();
-    }
-    for s in &mut b.sources {
-        s.start(1).unwrap();
-    }
+    b.start(1);
     std::thread::sleep(Duration::from_millis(300));
     let first = b.bus[0].stop(None).unwrap();
     assert_eq!(first["left_during_run"], true, "{first}");
