@@ -6,6 +6,7 @@
 //! sent it is closed.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use daqflow_wire::codec::{CodecError, Reader, Writer};
 use daqflow_wire::frame::Frame;
 
 /// Version of the protocol spoken by this build, sent in every handshake. Version 2: the
@@ -96,12 +97,12 @@ pub enum RefuseReason {
 }
 
 impl RefuseReason {
-    fn from_u8(v: u8) -> Result<Self, ProtocolError> {
-        Ok(match v {
+    fn read(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(match r.u8("reason")? {
             2 => RefuseReason::NameTaken,
             3 => RefuseReason::Version,
             4 => RefuseReason::BadName,
-            other => return Err(ProtocolError::BadValue { field: "refuse reason", value: other as u64 }),
+            other => return Err(r.bad_value("reason", other.into())),
         })
     }
 }
@@ -119,12 +120,12 @@ pub enum LostReason {
 }
 
 impl LostReason {
-    fn from_u8(v: u8) -> Result<Self, ProtocolError> {
-        Ok(match v {
+    fn read(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(match r.u8("reason")? {
             1 => LostReason::Heartbeat,
             2 => LostReason::ConnectionClosed,
             3 => LostReason::Disconnected,
-            other => return Err(ProtocolError::BadValue { field: "lost reason", value: other as u64 }),
+            other => return Err(r.bad_value("reason", other.into())),
         })
     }
 }
@@ -199,91 +200,44 @@ pub enum ProtocolError {
     /// The frame kind is not a DIALOG message.
     #[error("unknown message kind {0}")]
     UnknownKind(u16),
-    /// The payload ends before a field.
-    #[error("message kind {kind}: payload ends inside field `{field}`")]
-    Short {
-        /// The message kind.
-        kind: u16,
-        /// The field.
-        field: &'static str,
-    },
-    /// Bytes are left after the last field.
-    #[error("message kind {kind}: {extra} bytes after the last field")]
-    Trailing {
-        /// The message kind.
-        kind: u16,
-        /// How many.
-        extra: usize,
-    },
-    /// A string is not UTF-8.
-    #[error("field `{field}` is not UTF-8")]
-    NotUtf8 {
-        /// The field.
-        field: &'static str,
-    },
-    /// A field has a value the protocol does not define.
-    #[error("field `{field}` has the undefined value {value}")]
-    BadValue {
-        /// The field.
-        field: &'static str,
-        /// The value.
-        value: u64,
-    },
+    /// The payload is short, long, or has a field of an undefined value.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
 }
 
-struct Writer(BytesMut);
-
-impl Writer {
-    fn str(&mut self, s: &str) {
-        let b = s.as_bytes();
-        let len = b.len().min(u16::MAX as usize);
-        self.0.put_u16_le(len as u16);
-        self.0.put_slice(&b[..len]);
-    }
-}
-
-struct Reader<'a> {
-    data: &'a [u8],
-    kind: u16,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ProtocolError> {
-        if self.data.len() < n {
-            return Err(ProtocolError::Short { kind: self.kind, field });
-        }
-        let (a, b) = self.data.split_at(n);
-        self.data = b;
-        Ok(a)
-    }
-    fn u8(&mut self, field: &'static str) -> Result<u8, ProtocolError> {
-        Ok(self.take(1, field)?[0])
-    }
-    fn u16(&mut self, field: &'static str) -> Result<u16, ProtocolError> {
-        let b = self.take(2, field)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-    fn u32(&mut self, field: &'static str) -> Result<u32, ProtocolError> {
-        let b = self.take(4, field)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self, field: &'static str) -> Result<u64, ProtocolError> {
-        let b = self.take(8, field)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn str(&mut self, field: &'static str) -> Result<String, ProtocolError> {
-        let n = self.u16(field)? as usize;
-        let b = self.take(n, field)?;
-        String::from_utf8(b.to_vec()).map_err(|_| ProtocolError::NotUtf8 { field })
-    }
-    fn end(&self) -> Result<(), ProtocolError> {
-        if self.data.is_empty() {
-            Ok(())
-        } else {
-            Err(ProtocolError::Trailing { kind: self.kind, extra: self.data.len() })
-        }
+/// The message name of a kind, for errors.
+fn what(kind: u16) -> &'static str {
+    use kind::*;
+    match kind {
+        CONNECT_TO_CONTROL_SERVER => "CONNECT_TO_CONTROL_SERVER",
+        SUCCESSFULLY_CONNECTED => "SUCCESSFULLY_CONNECTED",
+        CONNECT_REFUSED => "CONNECT_REFUSED",
+        NOT_CONNECTED => "NOT_CONNECTED",
+        HEARTBEAT => "HEARTBEAT",
+        HEARTBEAT_ACK => "HEARTBEAT_ACK",
+        REGISTER_SERVICE => "REGISTER_SERVICE",
+        SERVICE_REGISTERED => "SERVICE_REGISTERED",
+        SERVICE_REFUSED => "SERVICE_REFUSED",
+        UNREGISTER_SERVICE => "UNREGISTER_SERVICE",
+        REQUEST_SERVICE => "REQUEST_SERVICE",
+        INFO_SERVICE => "INFO_SERVICE",
+        CANCEL_REQUEST => "CANCEL_REQUEST",
+        REGISTER_COMMAND => "REGISTER_COMMAND",
+        UNREGISTER_COMMAND => "UNREGISTER_COMMAND",
+        SEND_COMMAND => "SEND_COMMAND",
+        COMMAND_SENT => "COMMAND_SENT",
+        COMMAND_MESSAGE => "COMMAND_MESSAGE",
+        LOST_SENDER => "LOST_SENDER",
+        LOST_RECEIVER => "LOST_RECEIVER",
+        CONNECTION_LOST => "CONNECTION_LOST",
+        SERVICE_MESSAGE => "SERVICE_MESSAGE",
+        SUBSCRIBE_SERVICE => "SUBSCRIBE_SERVICE",
+        UNSUBSCRIBE_SERVICE => "UNSUBSCRIBE_SERVICE",
+        PEER_HELLO => "PEER_HELLO",
+        SERVICE_UNKNOWN => "SERVICE_UNKNOWN",
+        DISCONNECT => "DISCONNECT",
+        PEER_BYE => "PEER_BYE",
+        _ => "DIALOG message",
     }
 }
 
@@ -328,167 +282,163 @@ impl Message {
         if let Message::ServiceMessage { sub, initial, seq, data } = self {
             return service_message(*sub, *initial, *seq, data);
         }
-        let mut w = Writer(BytesMut::with_capacity(64));
+        let mut w = Writer::with_capacity(64);
         let mut channel = 0;
         match self {
             Message::ConnectToControlServer { version, name, pid, host, port, start_time_ns } => {
-                w.0.put_u16_le(*version);
-                w.str(name);
-                w.0.put_u32_le(*pid);
-                w.str(host);
-                w.0.put_u16_le(*port);
-                w.0.put_u64_le(*start_time_ns);
+                w.u16(*version);
+                w.text(name);
+                w.u32(*pid);
+                w.text(host);
+                w.u16(*port);
+                w.u64(*start_time_ns);
             }
             Message::SuccessfullyConnected { server, heartbeat_interval_ms, lost_after_ms } => {
-                w.str(server);
-                w.0.put_u32_le(*heartbeat_interval_ms);
-                w.0.put_u32_le(*lost_after_ms);
+                w.text(server);
+                w.u32(*heartbeat_interval_ms);
+                w.u32(*lost_after_ms);
             }
             Message::ConnectRefused { reason, message } => {
-                w.0.put_u8(*reason as u8);
-                w.str(message);
+                w.u8(*reason as u8);
+                w.text(message);
             }
-            Message::NotConnected { message } | Message::ConnectionLost { message } => w.str(message),
-            Message::Heartbeat { seq } | Message::HeartbeatAck { seq } => w.0.put_u64_le(*seq),
+            Message::NotConnected { message } | Message::ConnectionLost { message } => w.text(message),
+            Message::Heartbeat { seq } | Message::HeartbeatAck { seq } => w.u64(*seq),
             Message::RegisterService { request, name } => {
-                w.0.put_u32_le(*request);
-                w.str(name);
+                w.u32(*request);
+                w.text(name);
             }
-            Message::ServiceRegistered { request } => w.0.put_u32_le(*request),
+            Message::ServiceRegistered { request } => w.u32(*request),
             Message::ServiceRefused { request, owner, owner_addr } => {
-                w.0.put_u32_le(*request);
-                w.str(owner);
-                w.str(owner_addr);
+                w.u32(*request);
+                w.text(owner);
+                w.text(owner_addr);
             }
             Message::UnregisterService { name }
             | Message::RegisterCommand { name }
-            | Message::UnregisterCommand { name } => w.str(name),
+            | Message::UnregisterCommand { name } => w.text(name),
             Message::RequestService { sub, name }
             | Message::SubscribeService { sub, name }
             | Message::ServiceUnknown { sub, name } => {
                 channel = *sub;
-                w.str(name);
+                w.text(name);
             }
             Message::InfoService { sub, name, location } => {
                 channel = *sub;
-                w.str(name);
+                w.text(name);
                 match location {
-                    ServiceLocation::NotProvided => w.0.put_u8(0),
-                    ServiceLocation::Withdrawn => w.0.put_u8(3),
-                    ServiceLocation::ControlServer => w.0.put_u8(2),
+                    ServiceLocation::NotProvided => w.u8(0),
+                    ServiceLocation::Withdrawn => w.u8(3),
+                    ServiceLocation::ControlServer => w.u8(2),
                     ServiceLocation::Process { name, host, port } => {
-                        w.0.put_u8(1);
-                        w.str(name);
-                        w.str(host);
-                        w.0.put_u16_le(*port);
+                        w.u8(1);
+                        w.text(name);
+                        w.text(host);
+                        w.u16(*port);
                     }
                 }
             }
             Message::CancelRequest { sub } | Message::UnsubscribeService { sub } => channel = *sub,
             Message::SendCommand { request, name, data } => {
-                w.0.put_u32_le(*request);
-                w.str(name);
-                w.0.put_slice(data);
+                w.u32(*request);
+                w.text(name);
+                w.bytes(data);
             }
             Message::CommandSent { request, delivered } => {
-                w.0.put_u32_le(*request);
-                w.0.put_u32_le(*delivered);
+                w.u32(*request);
+                w.u32(*delivered);
             }
             Message::CommandMessage { name, from, data } => {
-                w.str(name);
-                w.str(from);
-                w.0.put_slice(data);
+                w.text(name);
+                w.text(from);
+                w.bytes(data);
             }
             Message::LostSender { process, reason } | Message::LostReceiver { process, reason } => {
-                w.str(process);
-                w.0.put_u8(*reason as u8);
+                w.text(process);
+                w.u8(*reason as u8);
             }
             Message::PeerHello { version, name, host, port } => {
-                w.0.put_u16_le(*version);
-                w.str(name);
-                w.str(host);
-                w.0.put_u16_le(*port);
+                w.u16(*version);
+                w.text(name);
+                w.text(host);
+                w.u16(*port);
             }
             Message::Disconnect | Message::PeerBye => {}
             Message::ServiceMessage { .. } => unreachable!("handled above"),
         }
-        Frame::new(self.kind(), w.0.freeze()).with_channel(channel)
+        Frame::new(self.kind(), w.finish()).with_channel(channel)
     }
 
     /// Decodes a frame. `SERVICE_MESSAGE` payloads are sliced, not copied.
     pub fn from_frame(frame: &Frame) -> Result<Message, ProtocolError> {
         use kind::*;
         let k = frame.kind;
-        let mut r = Reader { data: &frame.payload, kind: k };
+        let mut r = Reader::new(what(k), &frame.payload);
         let ch = frame.channel;
-        let rest = |r: &Reader<'_>| frame.payload.slice(frame.payload.len() - r.data.len()..);
+        let rest = |r: &Reader<'_>| frame.payload.slice(r.position()..);
         let m = match k {
             CONNECT_TO_CONTROL_SERVER => Message::ConnectToControlServer {
                 version: r.u16("version")?,
-                name: r.str("name")?,
+                name: r.text("name")?,
                 pid: r.u32("pid")?,
-                host: r.str("host")?,
+                host: r.text("host")?,
                 port: r.u16("port")?,
                 start_time_ns: r.u64("start time")?,
             },
             SUCCESSFULLY_CONNECTED => Message::SuccessfullyConnected {
-                server: r.str("server")?,
+                server: r.text("server")?,
                 heartbeat_interval_ms: r.u32("heartbeat interval")?,
                 lost_after_ms: r.u32("lost after")?,
             },
             CONNECT_REFUSED => {
-                Message::ConnectRefused { reason: RefuseReason::from_u8(r.u8("reason")?)?, message: r.str("message")? }
+                Message::ConnectRefused { reason: RefuseReason::read(&mut r)?, message: r.text("message")? }
             }
-            NOT_CONNECTED => Message::NotConnected { message: r.str("message")? },
+            NOT_CONNECTED => Message::NotConnected { message: r.text("message")? },
             HEARTBEAT => Message::Heartbeat { seq: r.u64("seq")? },
             HEARTBEAT_ACK => Message::HeartbeatAck { seq: r.u64("seq")? },
-            REGISTER_SERVICE => Message::RegisterService { request: r.u32("request")?, name: r.str("name")? },
+            REGISTER_SERVICE => Message::RegisterService { request: r.u32("request")?, name: r.text("name")? },
             SERVICE_REGISTERED => Message::ServiceRegistered { request: r.u32("request")? },
             SERVICE_REFUSED => Message::ServiceRefused {
                 request: r.u32("request")?,
-                owner: r.str("owner")?,
-                owner_addr: r.str("owner address")?,
+                owner: r.text("owner")?,
+                owner_addr: r.text("owner address")?,
             },
-            UNREGISTER_SERVICE => Message::UnregisterService { name: r.str("name")? },
-            REQUEST_SERVICE => Message::RequestService { sub: ch, name: r.str("name")? },
+            UNREGISTER_SERVICE => Message::UnregisterService { name: r.text("name")? },
+            REQUEST_SERVICE => Message::RequestService { sub: ch, name: r.text("name")? },
             INFO_SERVICE => {
-                let name = r.str("name")?;
+                let name = r.text("name")?;
                 let location = match r.u8("status")? {
                     0 => ServiceLocation::NotProvided,
                     1 => ServiceLocation::Process {
-                        name: r.str("provider")?,
-                        host: r.str("host")?,
+                        name: r.text("provider")?,
+                        host: r.text("host")?,
                         port: r.u16("port")?,
                     },
                     2 => ServiceLocation::ControlServer,
                     3 => ServiceLocation::Withdrawn,
-                    other => return Err(ProtocolError::BadValue { field: "status", value: other as u64 }),
+                    other => return Err(r.bad_value("status", other.into()).into()),
                 };
                 Message::InfoService { sub: ch, name, location }
             }
             CANCEL_REQUEST => Message::CancelRequest { sub: ch },
-            REGISTER_COMMAND => Message::RegisterCommand { name: r.str("name")? },
-            UNREGISTER_COMMAND => Message::UnregisterCommand { name: r.str("name")? },
+            REGISTER_COMMAND => Message::RegisterCommand { name: r.text("name")? },
+            UNREGISTER_COMMAND => Message::UnregisterCommand { name: r.text("name")? },
             SEND_COMMAND => {
                 let request = r.u32("request")?;
-                let name = r.str("name")?;
+                let name = r.text("name")?;
                 let data = rest(&r);
                 return Ok(Message::SendCommand { request, name, data });
             }
             COMMAND_SENT => Message::CommandSent { request: r.u32("request")?, delivered: r.u32("delivered")? },
             COMMAND_MESSAGE => {
-                let name = r.str("name")?;
-                let from = r.str("from")?;
+                let name = r.text("name")?;
+                let from = r.text("from")?;
                 let data = rest(&r);
                 return Ok(Message::CommandMessage { name, from, data });
             }
-            LOST_SENDER => {
-                Message::LostSender { process: r.str("process")?, reason: LostReason::from_u8(r.u8("reason")?)? }
-            }
-            LOST_RECEIVER => {
-                Message::LostReceiver { process: r.str("process")?, reason: LostReason::from_u8(r.u8("reason")?)? }
-            }
-            CONNECTION_LOST => Message::ConnectionLost { message: r.str("message")? },
+            LOST_SENDER => Message::LostSender { process: r.text("process")?, reason: LostReason::read(&mut r)? },
+            LOST_RECEIVER => Message::LostReceiver { process: r.text("process")?, reason: LostReason::read(&mut r)? },
+            CONNECTION_LOST => Message::ConnectionLost { message: r.text("message")? },
             SERVICE_MESSAGE => {
                 let seq = r.u64("seq")?;
                 return Ok(Message::ServiceMessage {
@@ -498,20 +448,20 @@ impl Message {
                     data: frame.payload.slice(8..),
                 });
             }
-            SUBSCRIBE_SERVICE => Message::SubscribeService { sub: ch, name: r.str("name")? },
+            SUBSCRIBE_SERVICE => Message::SubscribeService { sub: ch, name: r.text("name")? },
             UNSUBSCRIBE_SERVICE => Message::UnsubscribeService { sub: ch },
             PEER_HELLO => Message::PeerHello {
                 version: r.u16("version")?,
-                name: r.str("name")?,
-                host: r.str("host")?,
+                name: r.text("name")?,
+                host: r.text("host")?,
                 port: r.u16("port")?,
             },
-            SERVICE_UNKNOWN => Message::ServiceUnknown { sub: ch, name: r.str("name")? },
+            SERVICE_UNKNOWN => Message::ServiceUnknown { sub: ch, name: r.text("name")? },
             DISCONNECT => Message::Disconnect,
             PEER_BYE => Message::PeerBye,
             other => return Err(ProtocolError::UnknownKind(other)),
         };
-        r.end()?;
+        r.finish()?;
         Ok(m)
     }
 }
@@ -644,6 +594,18 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_is_in_the_dialog_range_of_the_registry() {
+        use kind::*;
+        for k in [CONNECT_TO_CONTROL_SERVER, SERVICE_MESSAGE, PEER_HELLO, PEER_BYE] {
+            assert!(daqflow_wire::kinds::DIALOG.contains(k), "{k}");
+        }
+        // The messages are numbered 1 … 28 without gaps.
+        for k in 1..=PEER_BYE {
+            assert_ne!(what(k), "DIALOG message", "kind {k} has no name");
+        }
+    }
+
+    #[test]
     fn names() {
         assert!(valid_name("ru-1/stats"));
         assert!(valid_name("dialog/processes"));
@@ -658,6 +620,6 @@ mod tests {
         let mut p = BytesMut::from(&f.payload[..]);
         p.put_u8(0);
         f.payload = p.freeze();
-        assert!(matches!(Message::from_frame(&f), Err(ProtocolError::Trailing { .. })));
+        assert!(matches!(Message::from_frame(&f), Err(ProtocolError::Codec(CodecError::Trailing { .. }))));
     }
 }

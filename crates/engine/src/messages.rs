@@ -38,13 +38,13 @@ use daqflow_wire::frame::Frame;
 use crate::error::MessageError;
 
 /// Frame kind of grouped accepts (L2A).
-pub const KIND_ACCEPT: u16 = 0x0C01;
+pub const KIND_ACCEPT: u16 = daqflow_wire::kinds::DATA_CONTROL.at(1);
 /// Frame kind of grouped rejects (L2R).
-pub const KIND_REJECT: u16 = 0x0C02;
+pub const KIND_REJECT: u16 = daqflow_wire::kinds::DATA_CONTROL.at(2);
 /// Frame kind of grouped ROIs.
-pub const KIND_ROI: u16 = 0x0C03;
+pub const KIND_ROI: u16 = daqflow_wire::kinds::DATA_CONTROL.at(3);
 /// Frame kind of grouped discards.
-pub const KIND_DISCARD: u16 = 0x0C04;
+pub const KIND_DISCARD: u16 = daqflow_wire::kinds::DATA_CONTROL.at(4);
 
 /// The kinds of data control message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -271,11 +271,9 @@ pub fn decode(frame: &Frame) -> Result<MessageGroup, MessageError> {
     let kind = MessageKind::from_frame_kind(frame.kind).ok_or(MessageError::UnknownKind(frame.kind))?;
     let p = &frame.payload;
     let bad = |count: u32| MessageError::BadLength { kind: kind.name(), len: p.len(), count, entry: kind.entry_len() };
-    if p.len() < 4 {
-        return Err(bad(0));
-    }
-    let count = u32::from_le_bytes(p[..4].try_into().expect("4 bytes"));
-    if (p.len() - 4) as u64 != u64::from(count) * kind.entry_len() as u64 {
+    let mut r = daqflow_wire::codec::Reader::new(kind.name(), p);
+    let count = r.u32("count").map_err(|_| bad(0))?;
+    if r.remaining() as u64 != u64::from(count) * kind.entry_len() as u64 {
         return Err(bad(count));
     }
     Ok(MessageGroup { kind, count: count as usize, entries: p.slice(4..) })

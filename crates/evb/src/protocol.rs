@@ -21,7 +21,8 @@
 //! assert_eq!(Message::decode(&t.to_frame()).unwrap(), t);
 //! ```
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+use daqflow_wire::codec::{CodecError, Reader, Writer};
 use daqflow_wire::frame::Frame;
 
 /// The event builder's protocol name in the transport's handshake (`docs/security.md`): every
@@ -173,24 +174,9 @@ pub enum Message {
 /// A message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
-    /// The payload is shorter than its fields say.
-    #[error("{what}: payload too short ({have} bytes, needs {need})")]
-    Short {
-        /// The message.
-        what: &'static str,
-        /// Bytes needed.
-        need: usize,
-        /// Bytes present.
-        have: usize,
-    },
-    /// The payload is longer than its fields say.
-    #[error("{what}: {extra} unexpected bytes after the message")]
-    Trailing {
-        /// The message.
-        what: &'static str,
-        /// Extra bytes.
-        extra: usize,
-    },
+    /// The payload is short, long, or has a field of an undefined value.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
     /// A field has a value no valid message has.
     #[error("{what}: {detail}")]
     Invalid {
@@ -202,74 +188,6 @@ pub enum ProtocolError {
     /// The frame kind is not an event-builder message.
     #[error("frame kind {0:#06x} is not an event-builder message")]
     UnknownKind(u16),
-}
-
-struct Reader<'a> {
-    what: &'static str,
-    data: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(what: &'static str, data: &'a [u8]) -> Self {
-        Reader { what, data, at: 0 }
-    }
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.data.len()).ok_or(ProtocolError::Short {
-            what: self.what,
-            need: self.at.saturating_add(n),
-            have: self.data.len(),
-        })?;
-        let s = &self.data[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u16(&mut self) -> Result<u16, ProtocolError> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
-    }
-    fn u32(&mut self) -> Result<u32, ProtocolError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64, ProtocolError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn string(&mut self) -> Result<String, ProtocolError> {
-        let n = self.u16()? as usize;
-        let b = self.take(n)?;
-        String::from_utf8(b.to_vec())
-            .map_err(|_| ProtocolError::Invalid { what: self.what, detail: "a text field is not UTF-8".into() })
-    }
-    /// A count of `entry`-byte entries, checked against the bytes left before anything is
-    /// allocated.
-    fn count(&mut self, entry: usize) -> Result<usize, ProtocolError> {
-        let n = self.u32()? as usize;
-        let left = self.data.len() - self.at;
-        if n.saturating_mul(entry) > left {
-            return Err(ProtocolError::Short {
-                what: self.what,
-                need: self.at + n.saturating_mul(entry),
-                have: self.data.len(),
-            });
-        }
-        Ok(n)
-    }
-    fn finish(self) -> Result<(), ProtocolError> {
-        match self.data.len() - self.at {
-            0 => Ok(()),
-            extra => Err(ProtocolError::Trailing { what: self.what, extra }),
-        }
-    }
-}
-
-fn put_string(b: &mut BytesMut, s: &str) {
-    // At most 65535 bytes, cut at a character boundary so that the text stays UTF-8.
-    let mut end = s.len().min(u16::MAX as usize);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    let s = &s.as_bytes()[..end];
-    b.put_u16_le(s.len() as u16);
-    b.put_slice(s);
 }
 
 impl Message {
@@ -290,58 +208,55 @@ impl Message {
 
     /// Encodes the payload.
     pub fn encode(&self) -> Bytes {
-        let mut b = BytesMut::new();
+        let mut b = Writer::new();
         match self {
             Message::Hello { role, id, run, name, addr } => {
-                b.put_u32_le(role.code());
-                b.put_u32_le(*id);
-                b.put_u32_le(*run);
-                put_string(&mut b, name);
-                put_string(&mut b, addr);
+                b.u32(role.code());
+                b.u32(*id);
+                b.u32(*run);
+                b.text(name);
+                b.text(addr);
             }
-            Message::End { last_event } | Message::RunEnd { last_event } => b.put_u64_le(*last_event),
+            Message::End { last_event } | Message::RunEnd { last_event } => b.u64(*last_event),
             Message::RuList { run, rus } => {
-                b.put_u32_le(*run);
-                b.put_u32_le(rus.len() as u32);
+                b.u32(*run);
+                b.count(rus.len());
                 for (id, addr) in rus {
-                    b.put_u32_le(*id);
-                    put_string(&mut b, addr);
+                    b.u32(*id);
+                    b.text(addr);
                 }
             }
             Message::Request { credits, done } => {
-                b.reserve(8 + 8 * done.len());
-                b.put_u32_le(*credits);
-                b.put_u32_le(done.len() as u32);
+                b.u32(*credits);
+                b.count(done.len());
                 for id in done {
-                    b.put_u64_le(*id);
+                    b.u64(*id);
                 }
             }
             Message::Triggers { rus, triggers } => {
-                b.reserve(8 + 4 * rus.len() + 24 * triggers.len());
-                b.put_u32_le(rus.len() as u32);
+                b.count(rus.len());
                 for r in rus {
-                    b.put_u32_le(*r);
+                    b.u32(*r);
                 }
-                b.put_u32_le(triggers.len() as u32);
+                b.count(triggers.len());
                 for t in triggers {
-                    b.put_u64_le(t.event_id);
-                    b.put_u32_le(t.trigger_type);
-                    b.put_u32_le(t.flags);
-                    b.put_u64_le(t.timestamp);
+                    b.u64(t.event_id);
+                    b.u32(t.trigger_type);
+                    b.u32(t.flags);
+                    b.u64(t.timestamp);
                 }
             }
             Message::Assign { bu, events } => {
-                b.reserve(8 + 8 * events.len());
-                b.put_u32_le(*bu);
-                b.put_u32_le(events.len() as u32);
+                b.u32(*bu);
+                b.count(events.len());
                 for id in events {
-                    b.put_u64_le(*id);
+                    b.u64(*id);
                 }
             }
-            Message::BuGone { bu } => b.put_u32_le(*bu),
-            Message::Abort { reason } => put_string(&mut b, reason),
+            Message::BuGone { bu } => b.u32(*bu),
+            Message::Abort { reason } => b.text(reason),
         }
-        b.freeze()
+        b.finish()
     }
 
     /// The message as a frame.
@@ -356,50 +271,56 @@ impl Message {
         let m = match frame.kind {
             KIND_HELLO => {
                 let mut r = Reader::new("hello", p);
-                let code = r.u32()?;
+                let code = r.u32("role")?;
                 let role = Role::from_code(code)
                     .ok_or_else(|| ProtocolError::Invalid { what: "hello", detail: format!("unknown role {code}") })?;
-                let m = Message::Hello { role, id: r.u32()?, run: r.u32()?, name: r.string()?, addr: r.string()? };
+                let m = Message::Hello {
+                    role,
+                    id: r.u32("id")?,
+                    run: r.u32("run")?,
+                    name: r.text("name")?,
+                    addr: r.text("addr")?,
+                };
                 r.finish()?;
                 m
             }
             KIND_END | KIND_RUN_END => {
                 let mut r = Reader::new("end", p);
-                let last_event = r.u64()?;
+                let last_event = r.u64("last event")?;
                 r.finish()?;
                 if frame.kind == KIND_END { Message::End { last_event } } else { Message::RunEnd { last_event } }
             }
             KIND_RU_LIST => {
                 let mut r = Reader::new("RU list", p);
-                let run = r.u32()?;
-                let n = r.count(6)?;
+                let run = r.u32("run")?;
+                let n = r.count(6, "RUs")?;
                 let mut rus = Vec::with_capacity(n);
                 for _ in 0..n {
-                    rus.push((r.u32()?, r.string()?));
+                    rus.push((r.u32("RU id")?, r.text("RU address")?));
                 }
                 r.finish()?;
                 Message::RuList { run, rus }
             }
             KIND_REQUEST => {
                 let mut r = Reader::new("request", p);
-                let credits = r.u32()?;
-                let n = r.count(8)?;
-                let done = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                let credits = r.u32("credits")?;
+                let n = r.count(8, "done")?;
+                let done = (0..n).map(|_| r.u64("done")).collect::<Result<_, _>>()?;
                 r.finish()?;
                 Message::Request { credits, done }
             }
             KIND_TRIGGERS => {
                 let mut r = Reader::new("triggers", p);
-                let n = r.count(4)?;
-                let rus = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
-                let n = r.count(24)?;
+                let n = r.count(4, "RUs")?;
+                let rus = (0..n).map(|_| r.u32("RU id")).collect::<Result<_, _>>()?;
+                let n = r.count(24, "triggers")?;
                 let mut triggers = Vec::with_capacity(n);
                 for _ in 0..n {
                     triggers.push(Trigger {
-                        event_id: r.u64()?,
-                        trigger_type: r.u32()?,
-                        flags: r.u32()?,
-                        timestamp: r.u64()?,
+                        event_id: r.u64("event id")?,
+                        trigger_type: r.u32("trigger type")?,
+                        flags: r.u32("flags")?,
+                        timestamp: r.u64("timestamp")?,
                     });
                 }
                 r.finish()?;
@@ -407,21 +328,21 @@ impl Message {
             }
             KIND_ASSIGN => {
                 let mut r = Reader::new("assign", p);
-                let bu = r.u32()?;
-                let n = r.count(8)?;
-                let events = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                let bu = r.u32("BU")?;
+                let n = r.count(8, "events")?;
+                let events = (0..n).map(|_| r.u64("event")).collect::<Result<_, _>>()?;
                 r.finish()?;
                 Message::Assign { bu, events }
             }
             KIND_BU_GONE => {
                 let mut r = Reader::new("BU gone", p);
-                let bu = r.u32()?;
+                let bu = r.u32("BU")?;
                 r.finish()?;
                 Message::BuGone { bu }
             }
             KIND_ABORT => {
                 let mut r = Reader::new("abort", p);
-                let reason = r.string()?;
+                let reason = r.text("reason")?;
                 r.finish()?;
                 Message::Abort { reason }
             }
@@ -500,6 +421,25 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_is_in_the_evb_range_of_the_registry() {
+        for k in [
+            KIND_HELLO,
+            KIND_FRAGMENT,
+            KIND_END,
+            KIND_RU_LIST,
+            KIND_REQUEST,
+            KIND_TRIGGERS,
+            KIND_ASSIGN,
+            KIND_SUPER_FRAGMENT,
+            KIND_BU_GONE,
+            KIND_RUN_END,
+            KIND_ABORT,
+        ] {
+            assert!(daqflow_wire::kinds::EVB.contains(k), "{k:#06x}");
+        }
+    }
+
+    #[test]
     fn a_long_text_is_cut_at_a_character_boundary() {
         let reason = "é".repeat(40_000); // 80 000 bytes
         let m = Message::Abort { reason };
@@ -511,10 +451,10 @@ mod tests {
 
     #[test]
     fn a_huge_count_is_refused_before_allocating() {
-        let mut b = BytesMut::new();
-        b.put_u32_le(1);
-        b.put_u32_le(u32::MAX);
-        let err = Message::decode(&Frame::new(KIND_REQUEST, b.freeze())).unwrap_err();
-        assert!(matches!(err, ProtocolError::Short { .. }), "{err}");
+        let mut b = Writer::new();
+        b.u32(1);
+        b.u32(u32::MAX);
+        let err = Message::decode(&Frame::new(KIND_REQUEST, b.finish())).unwrap_err();
+        assert!(matches!(err, ProtocolError::Codec(CodecError::Short { .. })), "{err}");
     }
 }

@@ -53,7 +53,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
+use daqflow_wire::codec::{Reader, Writer};
 use daqflow_wire::frame::Frame;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -417,41 +418,6 @@ fn verify(
     mac(token, label, protocol, server, client).verify_slice(got).is_ok()
 }
 
-struct Fields<'a> {
-    data: &'a [u8],
-}
-
-impl<'a> Fields<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.data.len() < n {
-            return None;
-        }
-        let (a, b) = self.data.split_at(n);
-        self.data = b;
-        Some(a)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|b| u16::from_le_bytes([b[0], b[1]]))
-    }
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N).map(|b| b.try_into().expect("N bytes"))
-    }
-    fn name(&mut self) -> Option<String> {
-        let n = self.u8()? as usize;
-        let b = self.take(n)?;
-        std::str::from_utf8(b).ok().map(str::to_owned)
-    }
-}
-
-fn put_name(b: &mut BytesMut, name: &str) {
-    let n = name.len().min(MAX_PROTOCOL_LEN);
-    b.put_u8(n as u8);
-    b.put_slice(&name.as_bytes()[..n]);
-}
-
 /// The server's side of one handshake.
 #[derive(Debug)]
 pub(crate) struct ServerSide {
@@ -463,24 +429,27 @@ impl ServerSide {
     /// Starts a handshake: the state and the challenge to send.
     pub(crate) fn start(creds: Credentials) -> (ServerSide, Frame) {
         let nonce = nonce();
-        let mut b = BytesMut::with_capacity(24 + creds.protocol.len());
-        b.put_u16_le(HANDSHAKE_VERSION);
-        b.put_u8(if creds.token.is_some() { FLAG_TOKEN } else { 0 });
-        b.put_u8(0);
-        b.put_slice(&nonce);
-        put_name(&mut b, creds.protocol);
-        (ServerSide { creds, nonce }, Frame::new(KIND_CHALLENGE, b.freeze()))
+        let mut w = Writer::with_capacity(24 + creds.protocol.len());
+        w.u16(HANDSHAKE_VERSION);
+        w.u8(if creds.token.is_some() { FLAG_TOKEN } else { 0 });
+        w.u8(0);
+        w.bytes(&nonce);
+        w.short_text(&creds.protocol[..creds.protocol.len().min(MAX_PROTOCOL_LEN)]);
+        (ServerSide { creds, nonce }, Frame::new(KIND_CHALLENGE, w.finish()))
     }
 
     /// Checks the client's response: the `ACCEPT` to send, or the `REFUSE` and why.
     pub(crate) fn on_response(&self, peer: SocketAddr, frame: &Frame) -> Result<Frame, (Frame, AuthError)> {
         let refuse = |reason: RefuseReason, message: String, error: AuthError| {
-            let mut b = BytesMut::with_capacity(3 + message.len());
-            b.put_u8(reason as u8);
-            let m = &message.as_bytes()[..message.len().min(400)];
-            b.put_u16_le(m.len() as u16);
-            b.put_slice(m);
-            Err((Frame::new(KIND_REFUSE, b.freeze()), error))
+            let mut w = Writer::with_capacity(3 + message.len());
+            w.u8(reason as u8);
+            // Within the handshake's frame limit.
+            let mut end = message.len().min(400);
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            w.text(&message[..end]);
+            Err((Frame::new(KIND_REFUSE, w.finish()), error))
         };
         let malformed = |detail: &str| {
             refuse(
@@ -492,15 +461,23 @@ impl ServerSide {
         if frame.kind != KIND_RESPONSE {
             return malformed(&format!("expected RESPONSE (kind {KIND_RESPONSE:#06x}), got kind {:#06x}", frame.kind));
         }
-        let mut f = Fields { data: &frame.payload };
-        let (Some(version), Some(flags), Some(_), Some(client_nonce), Some(client_proof), Some(protocol)) =
-            (f.u16(), f.u8(), f.u8(), f.array::<NONCE_LEN>(), f.array::<PROOF_LEN>(), f.name())
-        else {
-            return malformed("RESPONSE too short or its protocol name is not UTF-8");
+        let mut f = Reader::new("RESPONSE", &frame.payload);
+        let fields = (|| {
+            let v = (
+                f.u16("version")?,
+                f.u8("flags")?,
+                f.u8("reserved")?,
+                f.array::<NONCE_LEN>("nonce")?,
+                f.array::<PROOF_LEN>("proof")?,
+                f.short_text("protocol")?,
+            );
+            f.finish()?;
+            Ok::<_, daqflow_wire::codec::CodecError>(v)
+        })();
+        let (version, flags, _, client_nonce, client_proof, protocol) = match fields {
+            Ok(v) => v,
+            Err(e) => return malformed(&e.to_string()),
         };
-        if !f.data.is_empty() {
-            return malformed("bytes after the RESPONSE's last field");
-        }
         if version != HANDSHAKE_VERSION {
             return refuse(
                 RefuseReason::Version,
@@ -555,12 +532,17 @@ impl ClientSide {
                 frame.kind
             )));
         }
-        let mut f = Fields { data: &frame.payload };
-        let (Some(version), Some(flags), Some(_), Some(server_nonce), Some(protocol)) =
-            (f.u16(), f.u8(), f.u8(), f.array::<NONCE_LEN>(), f.name())
-        else {
-            return Err(malformed("CHALLENGE too short or its protocol name is not UTF-8".into()));
-        };
+        let mut f = Reader::new("CHALLENGE", &frame.payload);
+        let fields = (|| {
+            Ok::<_, daqflow_wire::codec::CodecError>((
+                f.u16("version")?,
+                f.u8("flags")?,
+                f.u8("reserved")?,
+                f.array::<NONCE_LEN>("nonce")?,
+                f.short_text("protocol")?,
+            ))
+        })();
+        let (version, flags, _, server_nonce, protocol) = fields.map_err(|e| malformed(e.to_string()))?;
         if version != HANDSHAKE_VERSION {
             return Err(malformed(format!("handshake version {version} (this end speaks {HANDSHAKE_VERSION})")));
         }
@@ -578,14 +560,14 @@ impl ClientSide {
             Some(t) => proof(t, "client", creds.protocol, &server_nonce, &client_nonce),
             None => [0u8; PROOF_LEN],
         };
-        let mut b = BytesMut::with_capacity(56 + creds.protocol.len());
-        b.put_u16_le(HANDSHAKE_VERSION);
-        b.put_u8(if creds.token.is_some() { FLAG_TOKEN } else { 0 });
-        b.put_u8(0);
-        b.put_slice(&client_nonce);
-        b.put_slice(&client_proof);
-        put_name(&mut b, creds.protocol);
-        Ok((ClientSide { creds, server_nonce, client_nonce }, Frame::new(KIND_RESPONSE, b.freeze())))
+        let mut w = Writer::with_capacity(56 + creds.protocol.len());
+        w.u16(HANDSHAKE_VERSION);
+        w.u8(if creds.token.is_some() { FLAG_TOKEN } else { 0 });
+        w.u8(0);
+        w.bytes(&client_nonce);
+        w.bytes(&client_proof);
+        w.short_text(&creds.protocol[..creds.protocol.len().min(MAX_PROTOCOL_LEN)]);
+        Ok((ClientSide { creds, server_nonce, client_nonce }, Frame::new(KIND_RESPONSE, w.finish())))
     }
 
     /// Checks the server's answer.
@@ -614,13 +596,9 @@ impl ClientSide {
                 }
             }
             KIND_REFUSE => {
-                let mut f = Fields { data: &frame.payload };
-                let reason = f.u8();
-                let message = f
-                    .u16()
-                    .and_then(|n| f.take(n as usize))
-                    .map(|m| String::from_utf8_lossy(m).into_owned())
-                    .unwrap_or_default();
+                let mut f = Reader::new("REFUSE", &frame.payload);
+                let reason = f.u8("reason").ok();
+                let message = f.text("message").unwrap_or_default();
                 Err(match reason {
                     Some(1) => AuthError::WrongToken { peer },
                     Some(2) => AuthError::TokenRequired { peer },
@@ -695,6 +673,13 @@ mod tests {
         let e = ClientSide::on_challenge(Credentials { protocol: "et", token: None }, peer(), &challenge).unwrap_err();
         assert!(e.to_string().contains("speaks `dialog`"), "{e}");
         assert!(e.is_permanent());
+    }
+
+    #[test]
+    fn the_handshake_kinds_are_in_the_auth_range_of_the_registry() {
+        for k in [KIND_CHALLENGE, KIND_RESPONSE, KIND_ACCEPT, KIND_REFUSE] {
+            assert!(daqflow_wire::kinds::AUTH.contains(k), "{k:#06x}");
+        }
     }
 
     #[test]

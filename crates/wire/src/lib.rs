@@ -6,7 +6,9 @@
 //!   its payload. A [`SuperFragment`] is a readout unit's fragments of one event; an [`Event`] is
 //!   the builder unit's header followed by the super-fragments of every readout unit (the CMS
 //!   event builder's two-step building, see `../shared/seeds/002_*.txt`).
-//! - [`frame`]: the framing of every TCP protocol (length, kind, flags, channel, payload).
+//! - [`frame`]: the framing of every TCP protocol (length, kind, flags, channel, payload);
+//!   [`kinds`]: the registry that gives every protocol a range of frame kinds of its own;
+//!   [`codec`]: the reader and writer every protocol encodes and decodes its payloads with.
 //! - [`file`]: the data file format, a [`FileWriter`](file::FileWriter) that rotates by size and a
 //!   [`FileReader`](file::FileReader) that verifies every CRC and recovers files cut short.
 //! - [`crc`]: CRC32C, hardware accelerated.
@@ -41,6 +43,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod codec;
 pub mod crc;
 mod error;
 mod event;
@@ -48,6 +51,7 @@ pub mod file;
 mod fragment;
 pub mod frame;
 mod header;
+pub mod kinds;
 mod le;
 mod super_fragment;
 

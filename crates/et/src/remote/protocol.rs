@@ -1,33 +1,37 @@
-//! The remote protocol: daqflow frames whose kind is the message; station and status messages
-//! carry JSON, event batches a compact binary layout (see `docs/et.md`).
+//! The remote protocol: daqflow frames whose kind is the message (the ET range of the registry,
+//! [`daqflow_wire::kinds::ET_REMOTE`]: `0x0100` + the message number); station and status
+//! messages carry JSON, event batches a compact binary layout (see `docs/et.md`).
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use daqflow_wire::codec::{CodecError, Reader};
 use serde::{Deserialize, Serialize};
+
+use daqflow_wire::kinds::ET_REMOTE;
 
 use crate::config::{Position, StationConfig, Wait};
 use crate::error::EtError;
 
-pub(crate) const HELLO: u16 = 1;
-pub(crate) const WELCOME: u16 = 2;
-pub(crate) const ATTACH: u16 = 3;
-pub(crate) const ATTACHED: u16 = 4;
-pub(crate) const DETACH: u16 = 5;
-pub(crate) const NEW: u16 = 6;
-pub(crate) const EVENTS: u16 = 7;
-pub(crate) const GET: u16 = 8;
-pub(crate) const PUT: u16 = 9;
-pub(crate) const DUMP: u16 = 10;
-pub(crate) const STATION: u16 = 11;
-pub(crate) const STATUS: u16 = 12;
-pub(crate) const SNAPSHOT: u16 = 13;
+pub(crate) const HELLO: u16 = ET_REMOTE.at(1);
+pub(crate) const WELCOME: u16 = ET_REMOTE.at(2);
+pub(crate) const ATTACH: u16 = ET_REMOTE.at(3);
+pub(crate) const ATTACHED: u16 = ET_REMOTE.at(4);
+pub(crate) const DETACH: u16 = ET_REMOTE.at(5);
+pub(crate) const NEW: u16 = ET_REMOTE.at(6);
+pub(crate) const EVENTS: u16 = ET_REMOTE.at(7);
+pub(crate) const GET: u16 = ET_REMOTE.at(8);
+pub(crate) const PUT: u16 = ET_REMOTE.at(9);
+pub(crate) const DUMP: u16 = ET_REMOTE.at(10);
+pub(crate) const STATION: u16 = ET_REMOTE.at(11);
+pub(crate) const STATUS: u16 = ET_REMOTE.at(12);
+pub(crate) const SNAPSHOT: u16 = ET_REMOTE.at(13);
 /// Keeps an idle client's attachments alive.
-pub(crate) const PING: u16 = 14;
+pub(crate) const PING: u16 = ET_REMOTE.at(14);
 /// The data of one event of the batch before it (events of at least [`INLINE_MAX`] bytes).
-pub(crate) const DATA: u16 = 15;
+pub(crate) const DATA: u16 = ET_REMOTE.at(15);
 /// Gives events got and never used back to the front of the station's input list.
-pub(crate) const UNGET: u16 = 16;
-pub(crate) const OK: u16 = 100;
-pub(crate) const ERROR: u16 = 101;
+pub(crate) const UNGET: u16 = ET_REMOTE.at(16);
+pub(crate) const OK: u16 = ET_REMOTE.at(100);
+pub(crate) const ERROR: u16 = ET_REMOTE.at(101);
 
 /// The longest a server waits inside one GET before answering with no event (the client asks
 /// again): keeps the connection responsive and lets both ends notice a dead peer.
@@ -81,15 +85,17 @@ pub(crate) fn encode_wait(w: Wait, out: &mut BytesMut) {
     }
 }
 
-pub(crate) fn decode_wait(b: &mut Bytes) -> Result<Wait, EtError> {
-    if b.remaining() < 8 {
-        return Err(EtError::Protocol("wait mode missing".into()));
-    }
-    Ok(match b.get_u64_le() {
+pub(crate) fn decode_wait(r: &mut Reader<'_>) -> Result<Wait, EtError> {
+    Ok(match r.u64("wait").map_err(codec)? {
         0 => Wait::NoWait,
         u64::MAX => Wait::Sleep,
         ms => Wait::Timed(std::time::Duration::from_millis(ms)),
     })
+}
+
+/// A payload that does not decode: the connection's stream cannot be trusted any more.
+pub(crate) fn codec(e: CodecError) -> EtError {
+    EtError::Protocol(e.to_string())
 }
 
 /// Appends a batch header (event count).
@@ -140,45 +146,42 @@ pub(crate) fn put_event(
 /// Decodes a batch; inline data are slices of `b`, not copies. Events flagged [`EV_FRAME`] get
 /// their data from the DATA frames that follow, in order: `frame_data` reads the next one.
 pub(crate) fn decode_batch(
-    mut b: Bytes,
+    b: Bytes,
     max_events: usize,
     mut frame_data: impl FnMut() -> Result<Bytes, EtError>,
 ) -> Result<Vec<WireEvent>, EtError> {
-    if b.remaining() < 4 {
-        return Err(EtError::Protocol("batch without a count".into()));
-    }
-    let n = b.get_u32_le() as usize;
+    let mut r = Reader::new("batch", &b);
+    let n = r.count(WIRE_HEADER, "events").map_err(codec)?;
     if n > max_events {
         return Err(EtError::Protocol(format!("batch of {n} events, more than the system's {max_events}")));
     }
     let mut out = Vec::with_capacity(n);
     let mut in_frames = Vec::new();
     for _ in 0..n {
-        if b.remaining() < WIRE_HEADER {
-            return Err(EtError::Protocol("batch ends inside an event header".into()));
-        }
-        let idx = b.get_u32_le();
-        let len = b.get_u32_le();
-        let cap = b.get_u32_le();
-        let flags = b.get_u8();
-        b.advance(3);
-        let control = [b.get_i32_le(), b.get_i32_le(), b.get_i32_le(), b.get_i32_le()];
+        let (idx, len, cap, flags, control) = (|| {
+            let h = (r.u32("index")?, r.u32("length")?, r.u32("capacity")?, r.u8("flags")?);
+            r.take(3, "reserved")?;
+            let control = [r.i32("control")?, r.i32("control")?, r.i32("control")?, r.i32("control")?];
+            Ok::<_, CodecError>((h.0, h.1, h.2, h.3, control))
+        })()
+        .map_err(codec)?;
         let (inline, framed) = (flags & EV_DATA != 0, flags & EV_FRAME != 0);
         if inline && framed {
             return Err(EtError::Protocol("an event's data both inline and in a frame".into()));
         }
-        if inline && b.remaining() < len as usize {
-            return Err(EtError::Protocol("batch ends inside an event's data".into()));
-        }
-        let data = if inline { Some(b.split_to(len as usize)) } else { None };
+        let data = if inline {
+            let at = r.position();
+            r.take(len as usize, "data").map_err(codec)?;
+            Some(b.slice(at..at + len as usize))
+        } else {
+            None
+        };
         if framed {
             in_frames.push(out.len());
         }
         out.push(WireEvent { idx, len, cap, flags: flags & !(EV_DATA | EV_FRAME), control, data });
     }
-    if b.has_remaining() {
-        return Err(EtError::Protocol(format!("{} bytes after the batch", b.remaining())));
-    }
+    r.finish().map_err(codec)?;
     for i in in_frames {
         let e = &mut out[i];
         let d = frame_data()?;

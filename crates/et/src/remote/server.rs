@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use daqflow_transport::{Connection, ConnectionOptions, Listener};
+use daqflow_wire::codec::Reader;
 use daqflow_wire::frame::{Frame, FrameLimits};
 
 use super::protocol::*;
@@ -215,7 +216,7 @@ fn handle(
     let json = |b: &Bytes| -> Result<serde_json::Value, EtError> {
         serde_json::from_slice(b).map_err(|e| EtError::Protocol(e.to_string()))
     };
-    let mut p = frame.payload.clone();
+    let p = frame.payload.clone();
     match frame.kind {
         HELLO => Ok(json_frame(
             WELCOME,
@@ -240,18 +241,17 @@ fn handle(
             Ok(Frame::new(OK, Bytes::new()))
         }
         NEW | GET => {
-            if p.remaining() < 12 {
-                return Err(EtError::Protocol("short request".into()));
-            }
-            let n = (p.get_u32_le() as usize).min(s.pool.layout.events as usize);
-            let size = if frame.kind == NEW { p.get_u64_le() as usize } else { 0 };
+            let mut r = Reader::new(if frame.kind == NEW { "NEW" } else { "GET" }, &p);
+            let n = (r.u32("count").map_err(codec)? as usize).min(s.pool.layout.events as usize);
+            let size = if frame.kind == NEW { r.u64("size").map_err(codec)? as usize } else { 0 };
             if size > super::protocol::MAX_REMOTE_EVENT {
                 return Err(EtError::Refused(format!(
                     "events larger than {} bytes cannot travel remotely",
                     super::protocol::MAX_REMOTE_EVENT
                 )));
             }
-            let wait = server_wait(decode_wait(&mut p)?);
+            let wait = server_wait(decode_wait(&mut r)?);
+            r.finish().map_err(codec)?;
             let a = att(atts, frame.channel)?;
             let mut idx = Vec::with_capacity(n);
             let got = if frame.kind == NEW { a.raw_new(n, size, wait, &mut idx) } else { a.raw_get(n, wait, &mut idx) };
@@ -329,14 +329,10 @@ fn handle(
         DUMP | UNGET => {
             let a = att(atts, frame.channel)?;
             let what = if frame.kind == DUMP { "dump" } else { "unget" };
-            if p.remaining() < 4 {
-                return Err(EtError::Protocol(format!("short {what}")));
-            }
-            let n = p.get_u32_le() as usize;
-            if p.remaining() != n.saturating_mul(4) {
-                return Err(EtError::Protocol(format!("{what} length disagrees with its count")));
-            }
-            let idx: Vec<u32> = (0..n).map(|_| p.get_u32_le()).collect();
+            let mut r = Reader::new(what, &p);
+            let n = r.count(4, "events").map_err(codec)?;
+            let idx = (0..n).map(|_| r.u32("event")).collect::<Result<Vec<u32>, _>>().map_err(codec)?;
+            r.finish().map_err(codec)?;
             if frame.kind == DUMP {
                 a.raw_dump(&idx)?;
             } else {

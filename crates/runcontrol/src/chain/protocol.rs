@@ -4,9 +4,11 @@
 //!
 //! | frame kind | payload (little-endian) |
 //! | --- | --- |
-//! | [`KIND_BEGIN`] `0x0C01` | run number `u32`, reserved `u32` (zero) |
-//! | [`KIND_CHUNK`] `0x0C02` | [`ChunkHeader`] (sequence `u64`, data length `u32`, CRC32C `u32`), then the data |
-//! | [`KIND_END`] `0x0C03` | last sequence number `u64`, data bytes sent `u64` |
+//! | [`KIND_BEGIN`] `0x0D01` | run number `u32`, reserved `u32` (zero) |
+//! | [`KIND_CHUNK`] `0x0D02` | [`ChunkHeader`] (sequence `u64`, data length `u32`, CRC32C `u32`), then the data |
+//! | [`KIND_END`] `0x0D03` | last sequence number `u64`, data bytes sent `u64` |
+//!
+//! The kinds are the chain's range of the registry ([`daqflow_wire::kinds::CHAIN`]).
 //!
 //! A stream is one begin, chunks with sequence numbers 1, 2, 3, …, and one end marker that says
 //! how many chunks and bytes were sent, so that a receiver accounts for every chunk. A chunk's
@@ -26,7 +28,8 @@
 //! # Ok::<(), daqflow_runcontrol::chain::protocol::StreamError>(())
 //! ```
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
+use daqflow_wire::codec::{Reader, Writer};
 use daqflow_wire::crc::crc32c;
 use daqflow_wire::frame::Frame;
 
@@ -36,11 +39,11 @@ pub const PROTOCOL: &str = "chain";
 /// Frame kind of the begin marker: the run number. It is also the chain's hello: a repeater
 /// or sink takes as its upstream only a connection whose first frame is the begin marker of
 /// its run.
-pub const KIND_BEGIN: u16 = 0x0C01;
+pub const KIND_BEGIN: u16 = daqflow_wire::kinds::CHAIN.at(1);
 /// Frame kind of a data chunk: a [`ChunkHeader`] and the data.
-pub const KIND_CHUNK: u16 = 0x0C02;
+pub const KIND_CHUNK: u16 = daqflow_wire::kinds::CHAIN.at(2);
 /// Frame kind of the end marker: last sequence number and bytes sent.
-pub const KIND_END: u16 = 0x0C03;
+pub const KIND_END: u16 = daqflow_wire::kinds::CHAIN.at(3);
 /// Chunk frame flag: the header's CRC field holds the CRC32C of the data.
 pub const FLAG_CRC: u8 = 0x01;
 /// Bytes of a [`ChunkHeader`].
@@ -95,7 +98,7 @@ impl ChunkHeader {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
     /// The frame's kind is none of the chain's (another protocol on this port?).
-    #[error("frame of kind {kind:#06x} is not a chain message (begin 0x0c01, chunk 0x0c02, end 0x0c03)")]
+    #[error("frame of kind {kind:#06x} is not a chain message (begin 0x0d01, chunk 0x0d02, end 0x0d03)")]
     UnknownKind {
         /// The kind found.
         kind: u16,
@@ -181,11 +184,11 @@ impl Message {
                 Err(ProtocolError::BadMarker { what, len: payload_len, expected })
             }
         };
-        let le_u64 = |b: &[u8]| b.try_into().map(u64::from_le_bytes).unwrap_or_default();
         match kind {
             KIND_BEGIN => {
-                let b = whole("begin", BEGIN_LEN)?;
-                Ok(Message::Begin { run: b[..4].try_into().map(u32::from_le_bytes).unwrap_or_default() })
+                // The exact length is checked first: the reads cannot fail.
+                let mut r = Reader::new("begin", whole("begin", BEGIN_LEN)?);
+                Ok(Message::Begin { run: r.u32("run").unwrap_or_default() })
             }
             KIND_CHUNK => {
                 let header = ChunkHeader::decode(head)
@@ -202,8 +205,11 @@ impl Message {
                 Ok(Message::Chunk { header, has_crc: flags & FLAG_CRC != 0 })
             }
             KIND_END => {
-                let e = whole("end", END_LEN)?;
-                Ok(Message::End { last_sequence: le_u64(&e[..8]), bytes: le_u64(&e[8..]) })
+                let mut r = Reader::new("end", whole("end", END_LEN)?);
+                Ok(Message::End {
+                    last_sequence: r.u64("last sequence").unwrap_or_default(),
+                    bytes: r.u64("bytes").unwrap_or_default(),
+                })
             }
             kind => Err(ProtocolError::UnknownKind { kind }),
         }
@@ -212,17 +218,18 @@ impl Message {
 
 /// The begin marker of run `run`.
 pub fn begin_frame(run: u32) -> Frame {
-    let mut b = [0u8; BEGIN_LEN];
-    b[..4].copy_from_slice(&run.to_le_bytes());
-    Frame::new(KIND_BEGIN, Bytes::copy_from_slice(&b))
+    let mut w = Writer::with_capacity(BEGIN_LEN);
+    w.u32(run);
+    w.zeros(4);
+    Frame::new(KIND_BEGIN, w.finish())
 }
 
 /// The end marker after `last_sequence` chunks holding `bytes` bytes of data.
 pub fn end_frame(last_sequence: u64, bytes: u64) -> Frame {
-    let mut b = BytesMut::with_capacity(END_LEN);
-    b.put_u64_le(last_sequence);
-    b.put_u64_le(bytes);
-    Frame::new(KIND_END, b.freeze())
+    let mut w = Writer::with_capacity(END_LEN);
+    w.u64(last_sequence);
+    w.u64(bytes);
+    Frame::new(KIND_END, w.finish())
 }
 
 /// A chunk frame with its data copied behind the header (tests and tools; the generator sends
@@ -423,6 +430,7 @@ impl StreamCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use proptest::prelude::*;
 
     fn chunk(seq: u64, data: &[u8], crc: bool) -> Frame {
