@@ -134,3 +134,9 @@ impl EtError {
         EtError::Io { context: context.into(), message: e.to_string() }
     }
 }
+
+impl From<EtError> for daqflow_component::ComponentError {
+    fn from(e: EtError) -> Self {
+        daqflow_component::ComponentError::Failed(format!("ET: {e}"))
+    }
+}

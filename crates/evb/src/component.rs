@@ -22,40 +22,8 @@ use serde_json::Value;
 
 use crate::EvbError;
 
-/// The states of a component (`DESIGN.md`, process model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum State {
-    /// Created, nothing bound.
-    Initial,
-    /// Sockets bound, ready to start a run.
-    Configured,
-    /// Taking a run.
-    Running,
-    /// The run is paused: no new triggers (EVM) or fragments (sources); data in flight goes on.
-    Paused,
-    /// Failed; `reset` goes back to Initial.
-    Error,
-}
-
-impl State {
-    /// The state's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Initial => "Initial",
-            State::Configured => "Configured",
-            State::Running => "Running",
-            State::Paused => "Paused",
-            State::Error => "Error",
-        }
-    }
-
-    /// The state of a name (`"Running"` …).
-    pub fn parse(s: &str) -> Option<State> {
-        [State::Initial, State::Configured, State::Running, State::Paused, State::Error]
-            .into_iter()
-            .find(|st| st.name() == s)
-    }
-}
+/// The states of a component (`DESIGN.md`, process model): the component contract's.
+pub use daqflow_component::State;
 
 /// An event-builder component.
 pub trait Component: Send {

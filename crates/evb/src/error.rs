@@ -45,3 +45,15 @@ impl EvbError {
         EvbError::Io { what: what.into(), source }
     }
 }
+
+impl From<EvbError> for daqflow_component::ComponentError {
+    fn from(e: EvbError) -> Self {
+        match e {
+            EvbError::IllegalTransition { command, state } => {
+                daqflow_component::ComponentError::IllegalTransition { command, state }
+            }
+            EvbError::Config(c) => daqflow_component::ComponentError::Config(c),
+            other => daqflow_component::ComponentError::Failed(other.to_string()),
+        }
+    }
+}

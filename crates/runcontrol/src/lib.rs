@@ -19,16 +19,11 @@
 
 pub mod accounting;
 pub mod chain;
-pub mod check;
-pub mod component;
 pub mod components;
 mod control_servers;
 pub mod db;
-mod error;
 pub mod log;
 pub mod operator;
 pub mod process;
 pub mod registry;
 pub mod system;
-
-pub use error::ComponentError;

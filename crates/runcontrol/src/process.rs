@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::component::{Driver, Registry, State};
 use crate::log::now_ms;
+use daqflow_component::{Driver, Registry, State};
 
 /// How a component process runs.
 #[derive(Debug, Clone)]
@@ -275,8 +275,10 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let mut failed = false;
     if let Some(run) = options.start {
-        let start =
-            |e: crate::ComponentError| ProcessError::Start { name: options.name.clone(), reason: e.to_string() };
+        let start = |e: daqflow_component::ComponentError| ProcessError::Start {
+            name: options.name.clone(),
+            reason: e.to_string(),
+        };
         let info = driver.configure(None).map_err(start)?;
         driver.start(run).map_err(start)?;
         reply(&out, &json!({ "ok": true, "state": driver.state().name(), "result": info }));

@@ -5,8 +5,8 @@
 //! assert!(registry.kinds().contains(&"ru"));
 //! ```
 
-use crate::ComponentError;
-use crate::component::{Evb, Registry, parse_config};
+use daqflow_component::{Component, ComponentError, Registry, parse_config};
+use serde_json::Value;
 
 /// An event-builder configuration's range check as the framework's error, naming the component.
 fn evb_checked<T>(
@@ -80,4 +80,37 @@ pub fn standard() -> Registry {
         Ok(Box::new(msglogger::MsgLogger::new(name, c)))
     });
     r
+}
+
+/// An event-builder component (`daqflow-evb`) as a framework component.
+pub struct Evb(pub Box<dyn daqflow_evb::component::Component>);
+
+impl Component for Evb {
+    fn kind(&self) -> &str {
+        self.0.kind()
+    }
+    fn configure(&mut self) -> Result<Value, ComponentError> {
+        Ok(self.0.configure()?)
+    }
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        Ok(self.0.start(run)?)
+    }
+    fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError> {
+        Ok(self.0.stop(arg)?)
+    }
+    fn pause(&mut self) -> Result<(), ComponentError> {
+        Ok(self.0.pause()?)
+    }
+    fn resume(&mut self) -> Result<(), ComponentError> {
+        Ok(self.0.resume()?)
+    }
+    fn reset(&mut self) -> Result<(), ComponentError> {
+        Ok(self.0.reset()?)
+    }
+    fn stats(&self) -> Value {
+        self.0.stats()
+    }
+    fn failure(&self) -> Option<String> {
+        self.0.failure()
+    }
 }

@@ -38,7 +38,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
-use crate::component::Registry;
+use daqflow_component::Registry;
 
 /// What to do when a component dies or fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -165,11 +165,13 @@ fn check_system(text: &str, system: &SystemSection, problems: &mut Vec<String>) 
     if name.trim().is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
         bad("name", format!("= {name:?} must be 1 … 100 characters, none of them control characters"));
     }
-    if let Some(e) = system.control.split(',').map(str::trim).find_map(|a| crate::check::check_address(a).err()) {
+    if let Some(e) =
+        system.control.split(',').map(str::trim).find_map(|a| daqflow_component::checks::check_address(a).err())
+    {
         bad("control", format!("= {:?} is not an address (or a list of them): {e}", system.control));
     }
     if system.web != "none"
-        && let Err(e) = crate::check::check_address(&system.web)
+        && let Err(e) = daqflow_component::checks::check_address(&system.web)
     {
         bad("web", format!("= {:?} is not an address (or \"none\"): {e}", system.web));
     }
@@ -534,8 +536,11 @@ impl SystemFile {
                         Some(i) => e.split_at(i),
                         None => (e.as_str(), ""),
                     };
-                    let parts: Vec<&str> =
-                        if first.is_empty() { vec![head] } else { first.split(crate::check::SEPARATOR).collect() };
+                    let parts: Vec<&str> = if first.is_empty() {
+                        vec![head]
+                    } else {
+                        first.split(daqflow_component::checks::SEPARATOR).collect()
+                    };
                     for part in parts {
                         let text_of = if first.is_empty() { part.to_owned() } else { format!("{head}{part}") };
                         let at = key_line(text, params_span.clone(), &text_of).unwrap_or(params_line);

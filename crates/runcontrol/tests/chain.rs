@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use daqflow_runcontrol::component::{Driver, State};
+use daqflow_component::{Driver, State};
 use daqflow_runcontrol::registry::standard;
 use serde_json::Value;
 

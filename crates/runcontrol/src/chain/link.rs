@@ -14,7 +14,7 @@ use daqflow_transport::{Connection, ConnectionOptions, Listener};
 use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame};
 use serde_json::{Map, Value, json};
 
-use crate::ComponentError;
+use daqflow_component::ComponentError;
 
 /// How long a component's thread waits in one `poll(2)` before it looks at its flags again.
 pub(crate) const TICK: Duration = Duration::from_millis(50);

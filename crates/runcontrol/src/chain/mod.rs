@@ -20,7 +20,7 @@
 //! marker has passed (each waits at most `stop_timeout_ms` for it).
 //!
 //! ```
-//! use daqflow_runcontrol::component::{Driver, State};
+//! use daqflow_component::{Driver, State};
 //! use daqflow_runcontrol::registry::standard;
 //!
 //! let table = |s: &str| s.parse::<toml::Table>().unwrap();
@@ -39,7 +39,7 @@
 //! assert_eq!((sent["chunks"].as_u64(), got["chunks"].as_u64()), (Some(1000), Some(1000)));
 //! assert_eq!((got["sequence_errors"].as_u64(), got["crc_errors"].as_u64()), (Some(0), Some(0)));
 //! assert_eq!(sink.state(), State::Configured);
-//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
 
 pub mod generator;

@@ -3,20 +3,20 @@
 //! system's snapshot (stations, queue depths, events in and out, attachments).
 //!
 //! ```
-//! use daqflow_runcontrol::component::Component;
+//! use daqflow_component::Component;
 //! use daqflow_runcontrol::components::et::{EtComponent, EtConfig};
 //! let mut et = EtComponent::new("et-doc", EtConfig { name: Some(format!("doc-{}", std::process::id())), events: 64, event_size: 1024, ..Default::default() });
 //! let info = et.configure()?;
 //! assert!(info["et"].as_str().unwrap().starts_with("doc-"));
 //! et.reset()?;
-//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::ComponentError;
-use crate::component::Component;
+use daqflow_component::Component;
+use daqflow_component::ComponentError;
 
 /// Configuration of an `et` component.
 #[derive(Debug, Clone, Deserialize)]
@@ -71,7 +71,7 @@ impl Default for EtConfig {
 impl EtConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = crate::check::Checks::new(name);
+        let mut c = daqflow_component::checks::Checks::new(name);
         if let Some(n) = &self.name {
             c.text("name", n);
         }
@@ -172,7 +172,7 @@ mod tests {
              max_attachments_per_connection = 1\nallowed_uids = [4242]"
         ))
         .unwrap();
-        let config: EtConfig = crate::component::parse_config("et", table).unwrap();
+        let config: EtConfig = daqflow_component::parse_config("et", table).unwrap();
         assert_eq!(config.allowed_uids, [4242]);
         let mut et = EtComponent::new("et", config);
         et.configure().unwrap();
@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn an_unknown_key_is_refused() {
         let table: toml::Table = toml::from_str("max_event_size = 1").unwrap();
-        let e = crate::component::parse_config::<EtConfig>("et", table).expect_err("refused");
+        let e = daqflow_component::parse_config::<EtConfig>("et", table).expect_err("refused");
         assert!(e.to_string().contains("max_event_size"), "{e}");
     }
 }

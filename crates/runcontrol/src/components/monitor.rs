@@ -34,8 +34,8 @@ use serde_json::{Value, json};
 
 use super::recorder::ensure_station;
 use super::{read, set};
-use crate::ComponentError;
-use crate::component::Component;
+use daqflow_component::Component;
+use daqflow_component::ComponentError;
 
 /// Configuration of a `monitor`.
 #[derive(Debug, Clone, Deserialize)]
@@ -69,7 +69,7 @@ pub struct MonitorConfig {
 impl MonitorConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = crate::check::Checks::new(name);
+        let mut c = daqflow_component::checks::Checks::new(name);
         c.text("et", &self.et);
         if let Some(s) = &self.station {
             c.text("station", s);

@@ -18,10 +18,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{read, set};
-use crate::ComponentError;
-use crate::component::Component;
 use crate::db::RunDb;
 use crate::log::LogRecord;
+use daqflow_component::Component;
+use daqflow_component::ComponentError;
 
 /// Configuration of a `msglogger`.
 #[derive(Debug, Clone, Deserialize)]
@@ -39,7 +39,7 @@ pub struct MsgLoggerConfig {
 impl MsgLoggerConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = crate::check::Checks::new(name);
+        let mut c = daqflow_component::checks::Checks::new(name);
         c.addresses("control", &self.control);
         c.text("database", &self.database.to_string_lossy());
         c.int("poll_ms", self.poll_ms, 10, 60_000);

@@ -26,9 +26,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{read, set};
-use crate::ComponentError;
-use crate::component::Component;
 use crate::log::now_ms;
+use daqflow_component::Component;
+use daqflow_component::ComponentError;
 
 /// Configuration of a `recorder`.
 #[derive(Debug, Clone, Deserialize)]
@@ -90,7 +90,7 @@ fn default_true() -> bool {
 impl RecorderConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = crate::check::Checks::new(name);
+        let mut c = daqflow_component::checks::Checks::new(name);
         c.text("et", &self.et);
         if let Some(s) = &self.station {
             c.text("station", s);

@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ComponentError;
 use crate::chain::link::{Tuning, resolve};
 use crate::chain::{DEFAULT_SEND_QUEUE_BYTES, MAX_CHUNK_BYTES};
+use daqflow_component::ComponentError;
 
 /// Configuration of a generator (`daqflow component generator --set downstream=HOST:PORT …`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,7 +66,7 @@ impl GeneratorConfig {
 
     /// Range-checks every key, without resolving addresses (`daqflow run --check`).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = crate::check::Checks::new(name);
+        let mut c = daqflow_component::checks::Checks::new(name);
         if self.downstream.is_empty() {
             c.problem("downstream", "is required (HOST:PORT)");
         } else {

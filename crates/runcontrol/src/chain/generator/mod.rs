@@ -9,14 +9,14 @@
 //!
 //! ```no_run
 //! use daqflow_runcontrol::chain::generator::{Generator, GeneratorConfig};
-//! use daqflow_runcontrol::component::Component;
+//! use daqflow_component::Component;
 //! let mut g = Generator::new("gen", GeneratorConfig { downstream: "127.0.0.1:7301".into(), ..Default::default() });
 //! g.configure()?;
 //! g.start(1)?;
 //! std::thread::sleep(std::time::Duration::from_secs(1));
 //! let summary = g.stop(None)?; // {"chunks", "bytes", "mb_per_s", …}
 //! # let _ = summary;
-//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
 
 mod config;
@@ -33,8 +33,8 @@ use serde_json::{Value, json};
 pub use self::config::GeneratorConfig;
 use super::link::{Cut, Live, Outlet, abandon_thread, end_thread, resolve, spawn};
 use super::protocol::{CHUNK_HEADER_LEN, ChunkHeader, FLAG_CRC, KIND_CHUNK, begin_frame, end_frame};
-use crate::ComponentError;
-use crate::component::Component;
+use daqflow_component::Component;
+use daqflow_component::ComponentError;
 
 /// The generator component.
 pub struct Generator {

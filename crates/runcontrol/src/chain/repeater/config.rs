@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ComponentError;
 use crate::chain::link::{Tuning, resolve};
 use crate::chain::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
+use daqflow_component::ComponentError;
 
 /// How a repeater moves the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -86,7 +86,7 @@ impl RepeaterConfig {
 
     /// Range-checks every key, without resolving addresses (`daqflow run --check`).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = crate::check::Checks::new(name);
+        let mut c = daqflow_component::checks::Checks::new(name);
         c.address("listen", &self.listen);
         if self.downstream.is_empty() {
             c.problem("downstream", "is required (HOST:PORT)");

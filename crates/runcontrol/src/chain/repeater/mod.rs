@@ -17,14 +17,14 @@
 //!
 //! ```no_run
 //! use daqflow_runcontrol::chain::repeater::{Repeater, RepeaterConfig};
-//! use daqflow_runcontrol::component::Component;
+//! use daqflow_component::Component;
 //! let mut r = Repeater::new("rep-1", RepeaterConfig { downstream: "127.0.0.1:7302".into(), ..Default::default() });
 //! let listen = r.configure()?["listen"].as_str().unwrap().to_owned(); // the generator connects here
 //! r.start(1)?;
 //! // … the generator runs and stops …
 //! let summary = r.stop(None)?; // waits for the end marker: {"chunks", "bytes", "mb_per_s", …}
 //! # let _ = (listen, summary);
-//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
 
 mod config;
@@ -43,8 +43,8 @@ use serde_json::{Value, json};
 pub use self::config::{Forward, RepeaterConfig};
 use super::link::{BATCH, Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, resolve, spawn, wait};
 use super::protocol::{StreamCheck, StreamEvent};
-use crate::ComponentError;
-use crate::component::Component;
+use daqflow_component::Component;
+use daqflow_component::ComponentError;
 
 /// The repeater component.
 pub struct Repeater {

@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ComponentError;
 use crate::chain::link::{Tuning, resolve};
 use crate::chain::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
+use daqflow_component::ComponentError;
 
 /// Configuration of a sink (`daqflow component sink --set listen=127.0.0.1:7302 …`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,7 +49,7 @@ impl SinkConfig {
 
     /// Range-checks every key, without resolving addresses (`daqflow run --check`).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = crate::check::Checks::new(name);
+        let mut c = daqflow_component::checks::Checks::new(name);
         c.address("listen", &self.listen);
         c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
         c.int("recv_chunk_bytes", self.recv_chunk_bytes as u64, 4096, 1 << 30);

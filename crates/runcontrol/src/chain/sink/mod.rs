@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use daqflow_runcontrol::chain::sink::{Sink, SinkConfig};
-//! use daqflow_runcontrol::component::Component;
+//! use daqflow_component::Component;
 //! let mut s = Sink::new("sink", SinkConfig::default());
 //! let listen = s.configure()?["listen"].as_str().unwrap().to_owned(); // upstream connects here
 //! s.start(1)?;
@@ -19,7 +19,7 @@
 //! let summary = s.stop(None)?;
 //! assert_eq!(summary["sequence_errors"], 0);
 //! # let _ = listen;
-//! # Ok::<(), daqflow_runcontrol::ComponentError>(())
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
 
 mod config;
@@ -36,8 +36,8 @@ use serde_json::{Value, json};
 pub use self::config::SinkConfig;
 use super::link::{BATCH, Live, TICK, abandon_thread, accept, bind, end_thread, spawn, wait};
 use super::protocol::{StreamCheck, StreamEvent};
-use crate::ComponentError;
-use crate::component::Component;
+use daqflow_component::Component;
+use daqflow_component::ComponentError;
 
 /// The sink component.
 pub struct Sink {

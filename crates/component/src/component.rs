@@ -1,43 +1,5 @@
-//! The component framework: the [`Component`] trait a process implements, and the [`Driver`]
-//! that runs it through the state machine of `DESIGN.md`:
-//!
-//! ```text
-//! Initial ──configure──▶ Configured ──start(run)──▶ Running ──pause──▶ Paused
-//!    ▲                      │  ▲                      │  ▲               │
-//!    └──────reset───────────┘  └────────stop──────────┘  └────resume─────┘
-//! any state ──fault──▶ Error ──reset──▶ Initial
-//! ```
-//!
-//! The driver owns the state: it refuses illegal transitions with
-//! [`ComponentError::IllegalTransition`] before any hook runs, builds the component from its
-//! configuration on `configure` (so that a reconfigure takes new parameters), and moves to
-//! Error with the reason when a hook fails or the component reports a failure during the run.
-//! A component only implements what happens in each transition.
-//!
-//! ```
-//! use daqflow_runcontrol::component::{Component, Driver, Registry, State};
-//! use daqflow_runcontrol::ComponentError;
-//! use serde_json::{json, Value};
-//!
-//! struct Counter { n: u64 }
-//! impl Component for Counter {
-//!     fn kind(&self) -> &str { "counter" }
-//!     fn start(&mut self, _run: u32) -> Result<(), ComponentError> { self.n = 0; Ok(()) }
-//!     fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> { Ok(json!({"events": self.n})) }
-//!     fn stats(&self) -> Value { json!({"events": self.n}) }
-//! }
-//!
-//! let mut registry = Registry::new();
-//! registry.add("counter", |_name, _config| Ok(Box::new(Counter { n: 0 })));
-//! let mut driver = Driver::new(registry, "counter", "c-1", toml::Table::new());
-//! driver.configure(None)?;
-//! driver.start(7)?;
-//! assert_eq!(driver.state(), State::Running);
-//! assert!(driver.configure(None).is_err()); // refused: configure while running
-//! let summary = driver.stop(None)?;
-//! assert_eq!(summary["events"], 0);
-//! # Ok::<(), ComponentError>(())
-//! ```
+//! The [`Component`] trait, the [`Registry`] of kinds and the [`Driver`]: the state machine of
+//! the [crate docs](crate).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,9 +8,7 @@ use serde_json::{Value, json};
 
 use crate::ComponentError;
 
-/// The states of a component (`DESIGN.md`, process model): the event builder's, shared by
-/// every component.
-pub use daqflow_evb::component::State;
+use crate::State;
 
 /// What a component does in each transition. Every hook has a default that does nothing, so a
 /// component implements only what it needs; the [`Driver`] checks the state before calling.
@@ -325,39 +285,6 @@ pub fn merge(base: &mut toml::Table, over: toml::Table) {
                 base.insert(k, v);
             }
         }
-    }
-}
-
-/// An event-builder component (`daqflow-evb`) as a framework component.
-pub struct Evb(pub Box<dyn daqflow_evb::component::Component>);
-
-impl Component for Evb {
-    fn kind(&self) -> &str {
-        self.0.kind()
-    }
-    fn configure(&mut self) -> Result<Value, ComponentError> {
-        Ok(self.0.configure()?)
-    }
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
-        Ok(self.0.start(run)?)
-    }
-    fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError> {
-        Ok(self.0.stop(arg)?)
-    }
-    fn pause(&mut self) -> Result<(), ComponentError> {
-        Ok(self.0.pause()?)
-    }
-    fn resume(&mut self) -> Result<(), ComponentError> {
-        Ok(self.0.resume()?)
-    }
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        Ok(self.0.reset()?)
-    }
-    fn stats(&self) -> Value {
-        self.0.stats()
-    }
-    fn failure(&self) -> Option<String> {
-        self.0.failure()
     }
 }
 

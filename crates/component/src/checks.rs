@@ -3,7 +3,7 @@
 //! key's line and a component refuses the same values at configure.
 //!
 //! ```
-//! use daqflow_runcontrol::check::Checks;
+//! use daqflow_component::checks::Checks;
 //! let mut c = Checks::new("recorder");
 //! c.int("batch", 0, 1, 10_000);
 //! c.address("listen", "127.0.0.1:99999");

@@ -22,23 +22,6 @@ pub enum ComponentError {
     Failed(String),
 }
 
-impl From<daqflow_evb::EvbError> for ComponentError {
-    fn from(e: daqflow_evb::EvbError) -> Self {
-        match e {
-            daqflow_evb::EvbError::IllegalTransition { command, state } => {
-                ComponentError::IllegalTransition { command, state }
-            }
-            other => ComponentError::Failed(other.to_string()),
-        }
-    }
-}
-
-impl From<daqflow_et::EtError> for ComponentError {
-    fn from(e: daqflow_et::EtError) -> Self {
-        ComponentError::Failed(format!("ET: {e}"))
-    }
-}
-
 impl From<std::io::Error> for ComponentError {
     fn from(e: std::io::Error) -> Self {
         ComponentError::Failed(e.to_string())
