@@ -18,7 +18,6 @@
 #![warn(missing_docs)]
 
 pub mod accounting;
-pub mod chain;
 pub mod components;
 mod control_servers;
 pub mod db;

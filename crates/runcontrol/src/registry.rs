@@ -44,21 +44,9 @@ pub fn standard() -> Registry {
         let c = evb_checked(name, parse_config::<bu::BuConfig>(name, t)?, bu::BuConfig::validate)?;
         Ok(Box::new(Evb(Box::new(bu::Bu::new(name, c)))))
     });
-    r.add("generator", |name, t| {
-        let c: crate::chain::generator::GeneratorConfig = parse_config(name, t)?;
-        c.check(name)?;
-        Ok(Box::new(crate::chain::generator::Generator::new(name, c)))
-    });
-    r.add("repeater", |name, t| {
-        let c: crate::chain::repeater::RepeaterConfig = parse_config(name, t)?;
-        c.check(name)?;
-        Ok(Box::new(crate::chain::repeater::Repeater::new(name, c)))
-    });
-    r.add("sink", |name, t| {
-        let c: crate::chain::sink::SinkConfig = parse_config(name, t)?;
-        c.check(name)?;
-        Ok(Box::new(crate::chain::sink::Sink::new(name, c)))
-    });
+    r.add("generator", daqflow_chain::generator::factory);
+    r.add("repeater", daqflow_chain::repeater::factory);
+    r.add("sink", daqflow_chain::sink::factory);
     r.add("et", |name, t| {
         let c: et::EtConfig = parse_config(name, t)?;
         c.check(name)?;

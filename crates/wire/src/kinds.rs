@@ -9,7 +9,7 @@
 //! | `0x0001`–`0x00FF` | DIALOG control plane (control server and peers) | `daqflow_dialog::protocol::kind` |
 //! | `0x0100`–`0x01FF` | ET remote access | `daqflow_et` (remote protocol, `docs/et.md`) |
 //! | `0x0C00`–`0x0CFF` | data control messages (accept, reject, ROI, discard) | `daqflow_engine::messages` |
-//! | `0x0D00`–`0x0DFF` | the chain (DAQ-Middleware data plane) | `daqflow_runcontrol::chain::protocol` |
+//! | `0x0D00`–`0x0DFF` | the chain (DAQ-Middleware data plane) | `daqflow_chain::protocol` |
 //! | `0x0E00`–`0x0EFF` | the event builder | `daqflow_evb::protocol` |
 //! | `0x0F00`–`0x0FFF` | component control (commands and their replies) | (reserved) |
 //! | `0xFF00`–`0xFFFF` | the transport's authentication handshake | `daqflow_transport::auth` |

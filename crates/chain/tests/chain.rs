@@ -4,8 +4,17 @@
 
 use std::time::{Duration, Instant};
 
+use daqflow_component::Registry;
 use daqflow_component::{Driver, State};
-use daqflow_runcontrol::registry::standard;
+
+/// The chain's kinds, as the `daqflow` binary registers them.
+fn standard() -> Registry {
+    let mut r = Registry::new();
+    r.add("generator", daqflow_chain::generator::factory)
+        .add("repeater", daqflow_chain::repeater::factory)
+        .add("sink", daqflow_chain::sink::factory);
+    r
+}
 use serde_json::Value;
 
 fn table(s: &str) -> toml::Table {

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::link::{Tuning, resolve};
-use crate::chain::{DEFAULT_SEND_QUEUE_BYTES, MAX_CHUNK_BYTES};
+use crate::link::{Tuning, resolve};
+use crate::{DEFAULT_SEND_QUEUE_BYTES, MAX_CHUNK_BYTES};
 use daqflow_component::ComponentError;
 
 /// Configuration of a generator (`daqflow component generator --set downstream=HOST:PORT …`).

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::link::{Tuning, resolve};
-use crate::chain::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
+use crate::link::{Tuning, resolve};
+use crate::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
 use daqflow_component::ComponentError;
 
 /// Configuration of a sink (`daqflow component sink --set listen=127.0.0.1:7302 …`).
@@ -20,7 +20,7 @@ pub struct SinkConfig {
     /// the run ends without it and the summary says so.
     pub stop_timeout_ms: u64,
     /// Size of the buffers the upstream is read into; 4 MiB by default
-    /// ([`DEFAULT_RECV_CHUNK_BYTES`](crate::chain::DEFAULT_RECV_CHUNK_BYTES) says why).
+    /// ([`DEFAULT_RECV_CHUNK_BYTES`](crate::DEFAULT_RECV_CHUNK_BYTES) says why).
     pub recv_chunk_bytes: usize,
     /// `SO_RCVBUF` (and `SO_SNDBUF`) of the connection in bytes; unset: the kernel's default
     /// and auto-tuning.

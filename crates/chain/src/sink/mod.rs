@@ -10,7 +10,7 @@
 //! reason. A run of the sink takes one upstream connection: the first to connect.
 //!
 //! ```no_run
-//! use daqflow_runcontrol::chain::sink::{Sink, SinkConfig};
+//! use daqflow_chain::sink::{Sink, SinkConfig};
 //! use daqflow_component::Component;
 //! let mut s = Sink::new("sink", SinkConfig::default());
 //! let listen = s.configure()?["listen"].as_str().unwrap().to_owned(); // upstream connects here
@@ -47,6 +47,14 @@ pub struct Sink {
     live: Arc<Live>,
     thread: Option<JoinHandle<Value>>,
     run: Option<u32>,
+}
+
+/// Builds a sink named `name` from its configuration table (the registry's entry for the
+/// `sink` kind): the keys are checked, every problem named.
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, daqflow_component::ComponentError> {
+    let c: SinkConfig = daqflow_component::parse_config(name, table)?;
+    c.check(name)?;
+    Ok(Box::new(Sink::new(name, c)))
 }
 
 impl Sink {
@@ -200,7 +208,7 @@ fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Li
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::protocol::{ChunkHeader, begin_frame, chunk_frame, end_frame};
+    use crate::protocol::{ChunkHeader, begin_frame, chunk_frame, end_frame};
     use daqflow_transport::{Connection, ConnectionOptions};
     use daqflow_wire::frame::Frame;
 
@@ -208,7 +216,7 @@ mod tests {
         let mut s = Sink::new("sink", config);
         let listen = s.configure().unwrap()["listen"].as_str().unwrap().parse().unwrap();
         s.start(run).unwrap();
-        (s, Connection::connect(listen, &ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL)).unwrap())
+        (s, Connection::connect(listen, &ConnectionOptions::for_protocol(crate::protocol::PROTOCOL)).unwrap())
     }
 
     fn wait_failure(s: &Sink) -> String {
@@ -272,7 +280,7 @@ mod tests {
         // each is closed, none fails the run.
         let mut raw = std::net::TcpStream::connect(listen).unwrap();
         raw.write_all(&[0xff; 64]).unwrap();
-        let opts = ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL);
+        let opts = ConnectionOptions::for_protocol(crate::protocol::PROTOCOL);
         let mut other = Connection::connect(listen, &opts).unwrap();
         other.send(Frame::new(0x0E02, bytes::Bytes::from_static(b"a fragment"))).unwrap();
         other.flush().unwrap();

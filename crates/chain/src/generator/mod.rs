@@ -8,7 +8,7 @@
 //! so that what is measured is the chain.
 //!
 //! ```no_run
-//! use daqflow_runcontrol::chain::generator::{Generator, GeneratorConfig};
+//! use daqflow_chain::generator::{Generator, GeneratorConfig};
 //! use daqflow_component::Component;
 //! let mut g = Generator::new("gen", GeneratorConfig { downstream: "127.0.0.1:7301".into(), ..Default::default() });
 //! g.configure()?;
@@ -43,6 +43,14 @@ pub struct Generator {
     live: Arc<Live>,
     thread: Option<JoinHandle<Value>>,
     run: Option<u32>,
+}
+
+/// Builds a generator named `name` from its configuration table (the registry's entry for the
+/// `generator` kind): the keys are checked, every problem named.
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, daqflow_component::ComponentError> {
+    let c: GeneratorConfig = daqflow_component::parse_config(name, table)?;
+    c.check(name)?;
+    Ok(Box::new(Generator::new(name, c)))
 }
 
 impl Generator {
@@ -220,15 +228,12 @@ fn produce(name: &str, config: &GeneratorConfig, run: u32, mut out: Outlet, live
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::protocol::{Message, StreamCheck, StreamEvent};
+    use crate::protocol::{Message, StreamCheck, StreamEvent};
     use daqflow_transport::{ConnectionOptions, Listener};
 
     fn listener() -> Listener {
-        Listener::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
-        )
-        .unwrap()
+        Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::for_protocol(crate::protocol::PROTOCOL))
+            .unwrap()
     }
 
     #[test]

@@ -22,8 +22,8 @@ use daqflow_transport::Connection;
 use daqflow_wire::frame::{DEFAULT_MAX_FRAME_LEN, FRAME_HEADER_LEN, FrameHeader};
 
 use super::Broken;
-use crate::chain::link::{Cut, Live, TICK, wait};
-use crate::chain::protocol::{CHUNK_HEADER_LEN, KIND_CHUNK, StreamCheck, StreamEvent};
+use crate::link::{Cut, Live, TICK, wait};
+use crate::protocol::{CHUNK_HEADER_LEN, KIND_CHUNK, StreamCheck, StreamEvent};
 
 /// Frame header and chunk header: what is read of a chunk whose data is spliced.
 const HEADS: usize = FRAME_HEADER_LEN + CHUNK_HEADER_LEN;

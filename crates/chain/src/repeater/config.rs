@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::link::{Tuning, resolve};
-use crate::chain::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
+use crate::link::{Tuning, resolve};
+use crate::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
 use daqflow_component::ComponentError;
 
 /// How a repeater moves the data.
@@ -50,7 +50,7 @@ pub struct RepeaterConfig {
     pub send_queue_bytes: usize,
     /// Size of the buffers the upstream is read into: the transport's receive buffers, whose
     /// slices are forwarded, or the splice forwarder's buffer for headers and small frames;
-    /// 4 MiB by default ([`DEFAULT_RECV_CHUNK_BYTES`](crate::chain::DEFAULT_RECV_CHUNK_BYTES)
+    /// 4 MiB by default ([`DEFAULT_RECV_CHUNK_BYTES`](crate::DEFAULT_RECV_CHUNK_BYTES)
     /// says why).
     pub recv_chunk_bytes: usize,
     /// `SO_SNDBUF` and `SO_RCVBUF` of both connections in bytes; unset: the kernel's default

@@ -16,7 +16,7 @@
 //! transport path (`docs/performance.md`, chain), so it is not the default.
 //!
 //! ```no_run
-//! use daqflow_runcontrol::chain::repeater::{Repeater, RepeaterConfig};
+//! use daqflow_chain::repeater::{Repeater, RepeaterConfig};
 //! use daqflow_component::Component;
 //! let mut r = Repeater::new("rep-1", RepeaterConfig { downstream: "127.0.0.1:7302".into(), ..Default::default() });
 //! let listen = r.configure()?["listen"].as_str().unwrap().to_owned(); // the generator connects here
@@ -54,6 +54,14 @@ pub struct Repeater {
     live: Arc<Live>,
     thread: Option<JoinHandle<Value>>,
     run: Option<u32>,
+}
+
+/// Builds a repeater named `name` from its configuration table (the registry's entry for the
+/// `repeater` kind): the keys are checked, every problem named.
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, daqflow_component::ComponentError> {
+    let c: RepeaterConfig = daqflow_component::parse_config(name, table)?;
+    c.check(name)?;
+    Ok(Box::new(Repeater::new(name, c)))
 }
 
 impl Repeater {
@@ -269,7 +277,7 @@ fn forward_frames(mut up: Connection, out: &mut Outlet, check: &mut StreamCheck,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::protocol::{ChunkHeader, begin_frame, chunk_frame, end_frame};
+    use crate::protocol::{ChunkHeader, begin_frame, chunk_frame, end_frame};
     use daqflow_transport::ConnectionOptions;
 
     fn repeater_to(downstream: &Listener, forward: Forward) -> (Repeater, std::net::SocketAddr) {
@@ -289,11 +297,9 @@ mod tests {
     /// every size so that headers and data arrive split anywhere.
     fn forwards_every_frame_as_it_came(forward: Forward) {
         use std::io::Write;
-        let down = Listener::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
-        )
-        .unwrap();
+        let down =
+            Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::for_protocol(crate::protocol::PROTOCOL))
+                .unwrap();
         let (mut r, listen) = repeater_to(&down, forward);
         r.start(9).unwrap();
         let mut sent = vec![begin_frame(9)];
@@ -310,7 +316,7 @@ mod tests {
         }
         let writer = std::thread::spawn(move || {
             let mut up = std::net::TcpStream::connect(listen).unwrap();
-            let proto = crate::chain::protocol::PROTOCOL;
+            let proto = crate::protocol::PROTOCOL;
             daqflow_transport::auth::handshake_std(&mut up, proto, None, Duration::from_secs(10)).unwrap();
             let mut at = 0;
             let mut piece = 1;
@@ -354,7 +360,7 @@ mod tests {
 
     fn strangers_are_refused(forward: Forward) {
         use std::io::Write;
-        let opts = ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL);
+        let opts = ConnectionOptions::for_protocol(crate::protocol::PROTOCOL);
         let down = Listener::bind("127.0.0.1:0".parse().unwrap(), opts.clone()).unwrap();
         let (mut r, listen) = repeater_to(&down, forward);
         r.start(1).unwrap();
@@ -382,15 +388,12 @@ mod tests {
 
     #[test]
     fn a_chunk_announcing_more_than_the_frame_holds_fails_the_splicing_repeater() {
-        let down = Listener::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
-        )
-        .unwrap();
+        let down =
+            Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::for_protocol(crate::protocol::PROTOCOL))
+                .unwrap();
         let (mut r, listen) = repeater_to(&down, Forward::Splice);
         r.start(1).unwrap();
-        let mut up =
-            Connection::connect(listen, &ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL)).unwrap();
+        let mut up = Connection::connect(listen, &ConnectionOptions::for_protocol(crate::protocol::PROTOCOL)).unwrap();
         up.send(begin_frame(1)).unwrap();
         let mut bad = ChunkHeader::for_data(1, &[0u8; 10_000], false);
         bad.len = 20_000;
@@ -413,11 +416,9 @@ mod tests {
 
     #[test]
     fn stop_without_an_upstream_returns_after_the_timeout_with_the_reason() {
-        let down = Listener::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            ConnectionOptions::for_protocol(crate::chain::protocol::PROTOCOL),
-        )
-        .unwrap();
+        let down =
+            Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::for_protocol(crate::protocol::PROTOCOL))
+                .unwrap();
         let config =
             RepeaterConfig { downstream: down.local_addr().to_string(), stop_timeout_ms: 100, ..Default::default() };
         let mut r = Repeater::new("rep", config);

@@ -1,3 +1,5 @@
+//! # daqflow-chain: the data plane of DAQ-Middleware
+//!
 //! The component chain of DAQ-Middleware (Sendai et al., "Performance measurement of
 //! DAQ-Middleware", figs. 4–9): a [`generator`](generator::Generator) sends chunks of data
 //! through any number of [`repeater`](repeater::Repeater)s to a [`sink`](sink::Sink), each a
@@ -20,9 +22,15 @@
 //! marker has passed (each waits at most `stop_timeout_ms` for it).
 //!
 //! ```
-//! use daqflow_component::{Driver, State};
-//! use daqflow_runcontrol::registry::standard;
+//! use daqflow_component::{Driver, Registry, State};
 //!
+//! let standard = || {
+//!     let mut r = Registry::new();
+//!     r.add("generator", daqflow_chain::generator::factory)
+//!         .add("repeater", daqflow_chain::repeater::factory)
+//!         .add("sink", daqflow_chain::sink::factory);
+//!     r
+//! };
 //! let table = |s: &str| s.parse::<toml::Table>().unwrap();
 //! let mut sink = Driver::new(standard(), "sink", "sink", toml::Table::new());
 //! let listen = sink.configure(None)?["listen"].as_str().unwrap().to_owned();
@@ -41,6 +49,8 @@
 //! assert_eq!(sink.state(), State::Configured);
 //! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
+
+#![warn(missing_docs)]
 
 pub mod generator;
 mod link;

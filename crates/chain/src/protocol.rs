@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use daqflow_runcontrol::chain::protocol::{ChunkHeader, StreamCheck, StreamEvent, begin_frame, chunk_frame, end_frame};
+//! use daqflow_chain::protocol::{ChunkHeader, StreamCheck, StreamEvent, begin_frame, chunk_frame, end_frame};
 //! let data = Bytes::from_static(b"payload");
 //! let mut check = StreamCheck::new(7, true);
 //! check.on_frame(&begin_frame(7))?;
@@ -25,7 +25,7 @@
 //! check.on_frame(&chunk_frame(&header, true, &data))?;
 //! assert_eq!(check.on_frame(&end_frame(1, data.len() as u64))?, StreamEvent::End);
 //! assert_eq!((check.chunks(), check.sequence_errors(), check.crc_errors()), (1, 0, 0));
-//! # Ok::<(), daqflow_runcontrol::chain::protocol::StreamError>(())
+//! # Ok::<(), daqflow_chain::protocol::StreamError>(())
 //! ```
 
 use bytes::{BufMut, BytesMut};
