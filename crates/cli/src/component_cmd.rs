@@ -90,7 +90,7 @@ fn parse_value(v: &str) -> toml::Value {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let registry = daqflow_runcontrol::registry::standard();
+    let registry = daqflow::registry::standard();
     if !registry.kinds().contains(&args.kind.as_str()) {
         bail!("unknown component kind `{}` (known: {})", args.kind, registry.kinds().join(", "));
     }

@@ -272,7 +272,7 @@ fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option
 }
 
 fn parse_system(text: &str, origin: &str) -> anyhow::Result<SystemFile> {
-    SystemFile::parse(text, &daqflow_runcontrol::registry::standard()).map_err(|e| {
+    SystemFile::parse(text, &daqflow::registry::standard()).map_err(|e| {
         let lines: Vec<String> = e.problems.iter().map(|p| format!("  {origin}: {p}")).collect();
         anyhow::anyhow!("the system file has {} problem(s):\n{}", e.problems.len(), lines.join("\n"))
     })

@@ -100,7 +100,7 @@ rate_hz = 1000.0
 "#,
         data = data.display()
     );
-    SystemFile::parse(&text, &daqflow_runcontrol::registry::standard()).unwrap_or_else(|e| panic!("{e}"))
+    SystemFile::parse(&text, &daqflow::registry::standard()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn launch(data: &Path, extra: &str) -> Operator {
@@ -264,7 +264,7 @@ fn a_component_that_never_joins_is_caught_by_the_timeout() {
         "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\ndata = '{}'\ntimeout_s = 2\n\n[[component]]\nname = 'mute'\nkind = 'mine'\ncommand = ['sleep', '600']\n",
         dir.path().display()
     );
-    let file = SystemFile::parse(&text, &daqflow_runcontrol::registry::standard()).unwrap();
+    let file = SystemFile::parse(&text, &daqflow::registry::standard()).unwrap();
     let t = Instant::now();
     let e = Operator::launch(OperatorOptions::new(file, BIN.into())).err().expect("launch must fail");
     assert!(e.to_string().contains("mute: launch: did not join the control plane within 2 s"), "{e}");
@@ -281,7 +281,7 @@ fn a_component_on_another_host_is_started_with_the_remote_command() {
          [[component]]\nname = 'far-sink'\nkind = 'sink'\nhost = 'node7'\n",
         dir.path().display()
     );
-    let file = SystemFile::parse(&text, &daqflow_runcontrol::registry::standard()).unwrap();
+    let file = SystemFile::parse(&text, &daqflow::registry::standard()).unwrap();
     let op = Operator::launch(OperatorOptions::new(file, BIN.into())).unwrap_or_else(|e| panic!("{e}"));
     let st = op.status();
     let c = component(&st, "far-sink");

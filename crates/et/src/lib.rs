@@ -54,6 +54,7 @@
 
 mod bridge;
 mod client;
+pub mod components;
 pub mod config;
 mod copy;
 mod error;

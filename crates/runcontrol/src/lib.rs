@@ -18,11 +18,10 @@
 #![warn(missing_docs)]
 
 pub mod accounting;
-pub mod components;
 mod control_servers;
 pub mod db;
 pub mod log;
+pub mod msglogger;
 pub mod operator;
 pub mod process;
-pub mod registry;
 pub mod system;

@@ -24,8 +24,10 @@
 //! ```no_run
 //! use daqflow_runcontrol::operator::{Operator, OperatorOptions};
 //! use daqflow_runcontrol::system::SystemFile;
+//! # let registry = daqflow_component::Registry::new();
+//! // The kinds the binary knows: `daqflow::registry::standard()` in the `daqflow` command.
 //! let text = std::fs::read_to_string("system.toml").unwrap();
-//! let file = SystemFile::parse(&text, &daqflow_runcontrol::registry::standard()).unwrap();
+//! let file = SystemFile::parse(&text, &registry).unwrap();
 //! let op = Operator::launch(OperatorOptions::new(file, "/usr/bin/daqflow".into())).unwrap();
 //! op.configure().unwrap();
 //! let run = op.start(None).unwrap();

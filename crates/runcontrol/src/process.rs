@@ -20,7 +20,8 @@
 //! - `NAME/log`: a JSON array of the process's recent log records (`crate::log`).
 //!
 //! ```no_run
-//! let registry = daqflow_runcontrol::registry::standard();
+//! // The kinds the binary knows (`daqflow::registry::standard()` in the `daqflow` command).
+//! let registry = daqflow_component::Registry::new();
 //! let options = daqflow_runcontrol::process::Options {
 //!     kind: "sink".into(),
 //!     name: "sink-1".into(),

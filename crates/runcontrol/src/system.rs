@@ -27,7 +27,8 @@
 //!
 //! ```
 //! let text = "[system]\nname = 'x'\n\n[[component]]\nname = 'a'\nkind = 'warp-drive'\n";
-//! let err = daqflow_runcontrol::system::SystemFile::parse(text, &daqflow_runcontrol::registry::standard()).unwrap_err();
+//! let registry = daqflow_component::Registry::new(); // the binary's: `daqflow::registry::standard()`
+//! let err = daqflow_runcontrol::system::SystemFile::parse(text, &registry).unwrap_err();
 //! assert!(err.to_string().contains("line 6"), "{err}");
 //! ```
 
@@ -667,8 +668,30 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A component of any configuration (the system file's checks are what is tested here).
+    struct Stub;
+    impl daqflow_component::Component for Stub {
+        fn kind(&self) -> &str {
+            "stub"
+        }
+        fn start(&mut self, _run: u32) -> Result<(), daqflow_component::ComponentError> {
+            Ok(())
+        }
+        fn stop(&mut self, _arg: Option<u64>) -> Result<serde_json::Value, daqflow_component::ComponentError> {
+            Ok(json!({}))
+        }
+    }
+
     fn parse(text: &str) -> Result<SystemFile, SystemFileError> {
-        SystemFile::parse(text, &crate::registry::standard())
+        let mut r = Registry::new();
+        for kind in ["evm", "ru", "bu", "source", "sink", "et", "recorder"] {
+            // Like a real kind, it refuses keys it does not know.
+            r.add(kind, |name, t| match t.keys().find(|k| !["evm", "streams", "listen", "id"].contains(&k.as_str())) {
+                Some(k) => Err(daqflow_component::ComponentError::Config(format!("{name}: unknown field `{k}`"))),
+                None => Ok(Box::new(Stub)),
+            });
+        }
+        SystemFile::parse(text, &r)
     }
 
     #[test]

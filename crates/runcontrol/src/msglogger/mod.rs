@@ -8,47 +8,37 @@
 //! once, and a restarted message logger goes on where it stopped.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{read, set};
 use crate::db::RunDb;
 use crate::log::LogRecord;
 use daqflow_component::Component;
 use daqflow_component::ComponentError;
 
-/// Configuration of a `msglogger`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MsgLoggerConfig {
-    /// The control server (HOST:PORT, or `PRIMARY,SPARE…`) whose processes it follows.
-    pub control: String,
-    /// The run database (SQLite file) the records go into.
-    pub database: PathBuf,
-    /// How often the list of processes is read.
-    #[serde(default = "default_poll_ms")]
-    pub poll_ms: u64,
+mod config;
+pub use config::MsgLoggerConfig;
+
+/// Builds a `msglogger` component named `name` from its configuration table (the registry's
+/// entry for the kind): the keys are checked, every problem named.
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
+    let c: MsgLoggerConfig = daqflow_component::parse_config(name, table)?;
+    c.check(name)?;
+    Ok(Box::new(MsgLogger::new(name, c)))
 }
 
-impl MsgLoggerConfig {
-    /// Range-checks every key (`docs/operator-guide.md` has the ranges).
-    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = daqflow_component::checks::Checks::new(name);
-        c.addresses("control", &self.control);
-        c.text("database", &self.database.to_string_lossy());
-        c.int("poll_ms", self.poll_ms, 10, 60_000);
-        c.finish()
-    }
+/// A copy of what a mutex holds, even if a thread panicked while holding it.
+fn read<T: Clone>(m: &Mutex<T>) -> T {
+    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-fn default_poll_ms() -> u64 {
-    500
+/// Sets what a mutex holds.
+fn set<T>(m: &Mutex<T>, v: T) {
+    *m.lock().unwrap_or_else(|p| p.into_inner()) = v;
 }
 
 #[derive(Default)]

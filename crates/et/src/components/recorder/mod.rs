@@ -12,100 +12,31 @@
 //! The summary of a run: `{"events","bytes","bad_events","possibly_corrupt","files":[{"path",
 //! "events","bytes","first_event","last_event"}],"metadata": PATH}`.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use daqflow_et::{Attachment, EtClient, StationConfig, Wait};
+use crate::{Attachment, EtClient, StationConfig, Wait};
 use daqflow_wire::EventHeader;
 use daqflow_wire::EventId;
 use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{read, set};
-use crate::log::now_ms;
+use crate::components::now_ms;
+use crate::components::{read, set};
 use daqflow_component::Component;
 use daqflow_component::ComponentError;
 
-/// Configuration of a `recorder`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecorderConfig {
-    /// The ET system to consume from (its name).
-    pub et: String,
-    /// The station (created if missing; default: the component's name).
-    #[serde(default)]
-    pub station: Option<String>,
-    /// Where the files go (created if missing).
-    pub directory: PathBuf,
-    /// A file is closed and the next opened before it would grow beyond this.
-    #[serde(default = "default_max_file_bytes")]
-    pub max_file_bytes: u64,
-    /// Events taken from ET per call.
-    #[serde(default = "default_batch")]
-    pub batch: usize,
-    /// Which events: `all`, or `match:A,B,C,D` on the control words (`*` for any; word 0 is
-    /// the trigger type, word 1 the builder's event flags).
-    #[serde(default = "default_select")]
-    pub select: String,
-    /// Record every Nth selected event.
-    #[serde(default = "default_one")]
-    pub prescale: u32,
-    /// At stop, how long the station must stay empty before the files are closed.
-    #[serde(default = "default_drain_ms")]
-    pub drain_ms: u64,
-    /// At stop, give up draining after this long (the summary says how many events were left).
-    #[serde(default = "default_stop_timeout_ms")]
-    pub stop_timeout_ms: u64,
-    /// `fsync` each file when it is closed.
-    #[serde(default = "default_true")]
-    pub sync_on_close: bool,
-}
+mod config;
+pub use config::RecorderConfig;
 
-fn default_max_file_bytes() -> u64 {
-    1 << 30
-}
-fn default_batch() -> usize {
-    100
-}
-fn default_select() -> String {
-    "all".into()
-}
-fn default_one() -> u32 {
-    1
-}
-fn default_drain_ms() -> u64 {
-    500
-}
-fn default_stop_timeout_ms() -> u64 {
-    30_000
-}
-fn default_true() -> bool {
-    true
-}
-
-impl RecorderConfig {
-    /// Range-checks every key (`docs/operator-guide.md` has the ranges).
-    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
-        let mut c = daqflow_component::checks::Checks::new(name);
-        c.text("et", &self.et);
-        if let Some(s) = &self.station {
-            c.text("station", s);
-        }
-        c.text("directory", &self.directory.to_string_lossy());
-        c.int("max_file_bytes", self.max_file_bytes, 1 << 16, 1 << 40);
-        c.int("batch", self.batch as u64, 1, 100_000);
-        if let Err(e) = daqflow_et::Selection::parse(&self.select) {
-            c.problem("select", format!("= {:?}: {e}", self.select));
-        }
-        c.int("prescale", self.prescale.into(), 1, 1_000_000);
-        c.int("drain_ms", self.drain_ms, 1, 600_000);
-        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
-        c.finish()
-    }
+/// Builds a `recorder` component named `name` from its configuration table (the registry's entry
+/// for the kind): the keys are checked, every problem named.
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
+    let c: RecorderConfig = daqflow_component::parse_config(name, table)?;
+    c.check(name)?;
+    Ok(Box::new(Recorder::new(name, c)))
 }
 
 #[derive(Default)]
@@ -150,13 +81,13 @@ impl Recorder {
     }
 
     fn station_config(&self) -> Result<StationConfig, ComponentError> {
-        let selection = daqflow_et::Selection::parse(&self.config.select)
+        let selection = crate::Selection::parse(&self.config.select)
             .map_err(|e| ComponentError::Config(format!("select = {:?}: {e}", self.config.select)))?;
         Ok(StationConfig {
             blocking: true,
             prescale: self.config.prescale.max(1),
             selection,
-            restore: daqflow_et::RestoreMode::Input,
+            restore: crate::RestoreMode::Input,
             // Across its own restart too: the events wait in its station, none flows past.
             keep_when_idle: true,
             ..StationConfig::default()
@@ -166,9 +97,9 @@ impl Recorder {
 
 /// Creates station `name` or, when it exists, gives it `config`.
 pub(crate) fn ensure_station(client: &EtClient, name: &str, config: StationConfig) -> Result<(), ComponentError> {
-    match client.create_station(name, config.clone(), daqflow_et::Position::End) {
+    match client.create_station(name, config.clone(), crate::Position::End) {
         Ok(()) => Ok(()),
-        Err(daqflow_et::EtError::StationExists(_)) => Ok(client.configure_station(name, config)?),
+        Err(crate::EtError::StationExists(_)) => Ok(client.configure_station(name, config)?),
         Err(e) => Err(e.into()),
     }
 }
@@ -297,7 +228,7 @@ impl Component for Recorder {
 
 /// The writer thread: events from the station into files until the stop, then drained.
 fn record(
-    attachment: &daqflow_et::LocalAttachment,
+    attachment: &crate::LocalAttachment,
     mut writer: FileWriter,
     counters: &Counters,
     stop: &AtomicBool,
@@ -317,7 +248,7 @@ fn record(
 }
 
 fn record_into(
-    attachment: &daqflow_et::LocalAttachment,
+    attachment: &crate::LocalAttachment,
     writer: &mut FileWriter,
     counters: &Counters,
     stop: &AtomicBool,
@@ -336,7 +267,7 @@ fn record_into(
         events.clear();
         let n = match attachment.get_events_into(batch, Wait::Timed(Duration::from_millis(50)), &mut events) {
             Ok(n) => n,
-            Err(daqflow_et::EtError::Timeout) => 0,
+            Err(crate::EtError::Timeout) => 0,
             Err(e) => return Err(format!("reading ET: {e}")),
         };
         for e in &events {

@@ -1,7 +1,9 @@
-//! The component kinds the `daqflow` binary runs.
+//! The component kinds the `daqflow` binary runs: one line per kind, the kind's factory in its
+//! subsystem's crate (a folder with its configuration and runtime). A new kind is a new folder
+//! and a new line here.
 //!
 //! ```
-//! let registry = daqflow_runcontrol::registry::standard();
+//! let registry = daqflow::registry::standard();
 //! assert!(registry.kinds().contains(&"ru"));
 //! ```
 
@@ -25,7 +27,6 @@ fn evb_checked<T>(
 /// components. Each kind's configuration is range-checked when it is made (so by
 /// `daqflow run --check` and at every configure), every problem naming its key.
 pub fn standard() -> Registry {
-    use crate::components::{et, monitor, msglogger, recorder};
     use daqflow_evb::{bu, evm, ru, source};
     let mut r = Registry::new();
     r.add("source", |name, t| {
@@ -47,26 +48,10 @@ pub fn standard() -> Registry {
     r.add("generator", daqflow_chain::generator::factory);
     r.add("repeater", daqflow_chain::repeater::factory);
     r.add("sink", daqflow_chain::sink::factory);
-    r.add("et", |name, t| {
-        let c: et::EtConfig = parse_config(name, t)?;
-        c.check(name)?;
-        Ok(Box::new(et::EtComponent::new(name, c)))
-    });
-    r.add("recorder", |name, t| {
-        let c: recorder::RecorderConfig = parse_config(name, t)?;
-        c.check(name)?;
-        Ok(Box::new(recorder::Recorder::new(name, c)))
-    });
-    r.add("monitor", |name, t| {
-        let c: monitor::MonitorConfig = parse_config(name, t)?;
-        c.check(name)?;
-        Ok(Box::new(monitor::Monitor::new(name, c)))
-    });
-    r.add("msglogger", |name, t| {
-        let c: msglogger::MsgLoggerConfig = parse_config(name, t)?;
-        c.check(name)?;
-        Ok(Box::new(msglogger::MsgLogger::new(name, c)))
-    });
+    r.add("et", daqflow_et::components::system::factory);
+    r.add("recorder", daqflow_et::components::recorder::factory);
+    r.add("monitor", daqflow_et::components::monitor::factory);
+    r.add("msglogger", daqflow_runcontrol::msglogger::factory);
     r
 }
 

@@ -1,0 +1,35 @@
+//! The configuration of the `msglogger` kind: every key, documented, checked by
+//! [`MsgLoggerConfig::check`].
+
+use std::path::PathBuf;
+
+use daqflow_component::ComponentError;
+use serde::Deserialize;
+
+/// Configuration of a `msglogger`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MsgLoggerConfig {
+    /// The control server (HOST:PORT, or `PRIMARY,SPARE…`) whose processes it follows.
+    pub control: String,
+    /// The run database (SQLite file) the records go into.
+    pub database: PathBuf,
+    /// How often the list of processes is read.
+    #[serde(default = "default_poll_ms")]
+    pub poll_ms: u64,
+}
+
+impl MsgLoggerConfig {
+    /// Range-checks every key (`docs/operator-guide.md` has the ranges).
+    pub fn check(&self, name: &str) -> Result<(), ComponentError> {
+        let mut c = daqflow_component::checks::Checks::new(name);
+        c.addresses("control", &self.control);
+        c.text("database", &self.database.to_string_lossy());
+        c.int("poll_ms", self.poll_ms, 10, 60_000);
+        c.finish()
+    }
+}
+
+fn default_poll_ms() -> u64 {
+    500
+}
