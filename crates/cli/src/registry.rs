@@ -43,7 +43,11 @@ pub fn standard() -> Registry {
     });
     r.add("bu", |name, t| {
         let c = evb_checked(name, parse_config::<bu::BuConfig>(name, t)?, bu::BuConfig::validate)?;
-        Ok(Box::new(Evb(Box::new(bu::Bu::new(name, c)))))
+        let et: bu::EtOpener = std::sync::Arc::new(|et: &str| {
+            let sink = daqflow_et::sink::EtSink::open(et).map_err(|e| e.to_string())?;
+            Ok(Box::new(sink) as Box<dyn daqflow_wire::sink::EventSink>)
+        });
+        Ok(Box::new(Evb(Box::new(bu::Bu::new(name, c).with_et(et)))))
     });
     r.add("generator", daqflow_chain::generator::factory);
     r.add("repeater", daqflow_chain::repeater::factory);

@@ -66,6 +66,7 @@ mod pool;
 mod queue;
 pub mod remote;
 mod routing;
+pub mod sink;
 mod sys;
 mod system;
 

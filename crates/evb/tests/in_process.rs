@@ -49,7 +49,12 @@ fn setup(rus: u32, bus: u32, streams: u32, evm: EvmConfig, bu: BuConfig, size: S
     }
     let b = (0..bus)
         .map(|i| {
-            let mut b = Bu::new(&format!("bu-{i}"), BuConfig { id: i, evm: evm_addr.clone(), ..bu.clone() });
+            let et: daqflow_evb::bu::EtOpener = std::sync::Arc::new(|name: &str| {
+                let sink = daqflow_et::sink::EtSink::open(name).map_err(|e| e.to_string())?;
+                Ok(Box::new(sink) as Box<dyn daqflow_wire::sink::EventSink>)
+            });
+            let mut b =
+                Bu::new(&format!("bu-{i}"), BuConfig { id: i, evm: evm_addr.clone(), ..bu.clone() }).with_et(et);
             b.configure().unwrap();
             b
         })

@@ -12,6 +12,8 @@
 //! - [`file`]: the data file format, a [`FileWriter`](file::FileWriter) that rotates by size and a
 //!   [`FileReader`](file::FileReader) that verifies every CRC and recovers files cut short.
 //! - [`crc`]: CRC32C, hardware accelerated.
+//! - [`sink`]: [`EventSink`](sink::EventSink), where a builder's events go (data files, an ET
+//!   system, nothing).
 //!
 //! All integers are little-endian; every header is a fixed size, 8-byte aligned, and starts with
 //! a magic number and a version. Views over [`bytes::Bytes`] hand out payloads without copying.
@@ -53,6 +55,7 @@ pub mod frame;
 mod header;
 pub mod kinds;
 mod le;
+pub mod sink;
 mod super_fragment;
 
 pub use error::{CrcMismatch, DecodeError};

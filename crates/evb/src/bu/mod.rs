@@ -1,7 +1,8 @@
 //! The builder unit (BU): asks the EVM for events with credits, collects the super-fragments of
 //! every RU, and builds each complete event on one of its builder threads (each on its own
 //! engine scheduler), which checks it and hands it to the output: discard, data files (the wire
-//! `FileWriter`, e.g. on a RAM disk), or an ET system. An event is confirmed to the EVM only once
+//! `FileWriter`, e.g. on a RAM disk), or an ET system (through the [`EtOpener`] the BU is given,
+//! `daqflow_et::sink::EtSink` in the `daqflow` binary). An event is confirmed to the EVM only once
 //! it is in the output: written to the file and flushed to the operating system, or put into the
 //! ET system.
 //!
@@ -31,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use daqflow_engine::fifo::{Consumer, Producer};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
-use daqflow_et::{Attachment, EtClient, LocalAttachment, Wait};
 use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
+use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -170,12 +171,23 @@ pub struct Bu {
     shared: Arc<Shared>,
     running: Option<Running>,
     run: u32,
+    et: Option<EtOpener>,
 }
 
+/// Opens the output of a builder thread on the ET system of the given name (`output = "et"`).
+/// The event builder does not depend on the ET system: whoever makes the BU passes this.
+pub type EtOpener = Arc<dyn Fn(&str) -> Result<Box<dyn EventSink>, String> + Send + Sync>;
+
 impl Bu {
-    /// A builder unit named `name`.
+    /// A builder unit named `name`; with `output = "et"` it also needs [`Bu::with_et`].
     pub fn new(name: &str, config: BuConfig) -> Bu {
-        Bu { name: name.into(), config, state: State::Initial, shared: Arc::default(), running: None, run: 0 }
+        Bu { name: name.into(), config, state: State::Initial, shared: Arc::default(), running: None, run: 0, et: None }
+    }
+
+    /// Gives the BU the way to open an ET system as its output.
+    pub fn with_et(mut self, opener: EtOpener) -> Bu {
+        self.et = Some(opener);
+        self
     }
 }
 
@@ -196,6 +208,9 @@ impl Component for Bu {
                 .map_err(|e| EvbError::io(format!("creating {}", c.directory.display()), e))?,
             Output::Et if c.et.is_empty() => {
                 return Err(EvbError::Config("bu: output = \"et\" needs et = NAME".into()));
+            }
+            Output::Et if self.et.is_none() => {
+                return Err(EvbError::Config("bu: output = \"et\": this program cannot open an ET system".into()));
             }
             _ => {}
         }
@@ -224,7 +239,8 @@ impl Component for Bu {
             outputs.push(closed.clone());
             let (tx, rx) = fifo::<ReadyEvent>(4096);
             let (done_tx, done_rx) = fifo::<u64>(1 << 16);
-            let sink = Sink::open(&self.config, &self.name, t, run)?;
+            let sink = open_sink(&self.config, self.et.as_ref(), &self.name, t, run)?;
+            let durable_at_once = sink.durable_at_once();
             let mut s = Scheduler::new(format!("{}-build{t}", self.name)).with_idle(self.config.idle.strategy());
             s.add(Builder {
                 name: format!("build-{t}"),
@@ -238,7 +254,7 @@ impl Component for Bu {
                 level: CheckLevel { crc: self.config.check_crc },
                 flush_every: Duration::from_millis(self.config.flush_interval_ms),
                 flush_batch: (self.config.credits as usize / (2 * self.config.threads)).max(1),
-                durable_at_once: self.config.output != Output::Files,
+                durable_at_once,
                 last_flush: Instant::now(),
                 shared: self.shared.clone(),
                 index: t,
@@ -297,85 +313,30 @@ impl Component for Bu {
     }
 }
 
-/// A builder thread's output.
-enum Sink {
-    Discard,
-    Files(FileWriter),
-    Et { _client: EtClient, producer: LocalAttachment },
-}
-
-impl Sink {
-    fn open(config: &BuConfig, name: &str, thread: usize, run: u32) -> Result<Sink, EvbError> {
-        Ok(match config.output {
-            Output::Discard => Sink::Discard,
-            Output::Files => {
-                let stream = if config.threads > 1 { format!("{name}-t{thread}") } else { name.to_owned() };
-                let stream: String = stream
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
-                    .collect();
-                let mut fc = FileWriterConfig::new(&config.directory, run);
-                fc.stream = Some(stream);
-                fc.max_file_bytes = config.max_file_bytes;
-                Sink::Files(FileWriter::new(fc).map_err(|e| EvbError::Output(e.to_string()))?)
-            }
-            Output::Et => {
-                let client = EtClient::connect(&config.et)
-                    .map_err(|e| EvbError::Output(format!("ET system {}: {e}", config.et)))?;
-                let producer =
-                    client.attach("GRAND_CENTRAL").map_err(|e| EvbError::Output(format!("ET attach: {e}")))?;
-                Sink::Et { _client: client, producer }
-            }
-        })
-    }
-
-    /// Hands an event to the output; `stop` ends a wait for room (a full ET system).
-    fn put(&mut self, ev: &BuiltEvent, trigger_type: u32, stop: &AtomicBool) -> Result<(), String> {
-        match self {
-            Sink::Discard => Ok(()),
-            Sink::Files(w) => {
-                let parts: Vec<&[u8]> = ev.parts.iter().map(|b| &b[..]).collect();
-                w.write_event_parts(EventId(ev.event_id), &parts).map_err(|e| e.to_string())
-            }
-            Sink::Et { producer, .. } => {
-                let mut events = loop {
-                    match producer.new_events(1, ev.len, Wait::Timed(Duration::from_millis(50))) {
-                        Ok(e) => break e,
-                        Err(daqflow_et::EtError::Timeout) if stop.load(Ordering::Relaxed) => {
-                            return Err("the ET system had no free event until the stop".into());
-                        }
-                        Err(daqflow_et::EtError::Timeout) => {}
-                        Err(e) => return Err(e.to_string()),
-                    }
-                };
-                let e = &mut events[0];
-                let buf = e.buffer_mut();
-                let mut at = 0;
-                for p in &ev.parts {
-                    buf[at..at + p.len()].copy_from_slice(p);
-                    at += p.len();
-                }
-                e.set_len(ev.len).map_err(|e| e.to_string())?;
-                e.set_control([trigger_type as i32, ev.flags.0 as i32, 0, 0]);
-                producer.put_events(&mut events).map_err(|e| e.to_string())
-            }
+/// Opens a builder thread's output.
+fn open_sink(
+    config: &BuConfig,
+    et: Option<&EtOpener>,
+    name: &str,
+    thread: usize,
+    run: u32,
+) -> Result<Box<dyn EventSink>, EvbError> {
+    Ok(match config.output {
+        Output::Discard => Box::new(Discard),
+        Output::Files => {
+            let stream = if config.threads > 1 { format!("{name}-t{thread}") } else { name.to_owned() };
+            let stream: String =
+                stream.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+            let mut fc = FileWriterConfig::new(&config.directory, run);
+            fc.stream = Some(stream);
+            fc.max_file_bytes = config.max_file_bytes;
+            Box::new(FileWriter::new(fc).map_err(|e| EvbError::Output(e.to_string()))?)
         }
-    }
-
-    /// Makes what was put durable against a crash of this process.
-    fn flush(&mut self) -> Result<(), String> {
-        match self {
-            Sink::Files(w) => w.flush().map_err(|e| e.to_string()),
-            _ => Ok(()),
+        Output::Et => {
+            let open = et.ok_or_else(|| EvbError::Output("this program cannot open an ET system".into()))?;
+            open(&config.et).map_err(|e| EvbError::Output(format!("ET system {}: {e}", config.et)))?
         }
-    }
-
-    fn finish(self) -> Result<Vec<ClosedFile>, String> {
-        match self {
-            Sink::Files(w) => w.finish().map_err(|e| e.to_string()),
-            _ => Ok(Vec::new()),
-        }
-    }
+    })
 }
 
 /// A builder thread's task: builds, checks and outputs events, confirms them once durable.
@@ -387,7 +348,7 @@ struct Builder {
     unconfirmed: Vec<u64>,
     /// Flushed, waiting for room in the done FIFO.
     confirmable: VecDeque<u64>,
-    sink: Option<Sink>,
+    sink: Option<Box<dyn EventSink>>,
     bu_id: u32,
     run: u32,
     level: CheckLevel,
@@ -408,7 +369,7 @@ type Closed = Arc<Mutex<Option<Result<Vec<ClosedFile>, String>>>>;
 impl Builder {
     fn flush(&mut self) -> Result<(), BoxError> {
         if let Some(s) = self.sink.as_mut() {
-            s.flush()?;
+            s.flush().map_err(|e| e.to_string())?;
         }
         self.last_flush = Instant::now();
         self.confirmable.extend(self.unconfirmed.drain(..));
@@ -442,7 +403,10 @@ impl Task for Builder {
                 c.crc_errors.fetch_add(u64::from(built.crc_errors), Ordering::Relaxed);
                 tracing::warn!(builder = %self.name, "event {} built with flags {:#x}", built.event_id, built.flags.0);
             }
-            self.sink.as_mut().expect("open until the end").put(&built, trigger_type, &self.shared.stop)?;
+            let control = [trigger_type as i32, built.flags.0 as i32, 0, 0];
+            let sink = self.sink.as_mut().expect("open until the end");
+            sink.put(EventId(built.event_id), &built.parts, built.len, control, &self.shared.stop)
+                .map_err(|e| e.to_string())?;
             c.events.fetch_add(1, Ordering::Relaxed);
             c.bytes.fetch_add(built.len as u64, Ordering::Relaxed);
             self.unconfirmed.push(built.event_id);
@@ -461,7 +425,7 @@ impl Task for Builder {
 impl Drop for Builder {
     fn drop(&mut self) {
         if let Some(s) = self.sink.take() {
-            *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.finish());
+            *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.finish().map_err(|e| e.to_string()));
         }
     }
 }
