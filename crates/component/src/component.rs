@@ -1,31 +1,22 @@
-//! The [`Component`] trait, the [`Registry`] of kinds and the [`Driver`]: the state machine of
-//! the [crate docs](crate).
+//! The [`Component`] trait and the [`Driver`]: the state machine of the [crate docs](crate).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use crate::{Answer, Command, ComponentError, Info, Registry, State, Stats};
 
-use serde_json::{Value, json};
-
-use crate::ComponentError;
-
-use crate::State;
-
-/// What a component does in each transition. Every hook has a default that does nothing, so a
-/// component implements only what it needs; the [`Driver`] checks the state before calling.
+/// What a component does in each transition. Every hook but `start` and `stop` has a default
+/// that does nothing, so a component implements only what it needs; the [`Driver`] checks the
+/// state before calling, so a hook never sees an illegal transition.
 pub trait Component: Send {
-    /// The kind (`recorder`, `ru`, …).
-    fn kind(&self) -> &str;
     /// Initial → Configured: check the configuration, bind listening sockets, open what the
     /// run needs. Returns what others need to know (e.g. `{"listen": "127.0.0.1:7101"}`); the
     /// operator can put these values into other components' parameters (`${name.listen}`).
-    fn configure(&mut self) -> Result<Value, ComponentError> {
-        Ok(json!({}))
+    fn configure(&mut self) -> Result<Info, ComponentError> {
+        Ok(Info::new())
     }
     /// Configured → Running: take run `run`.
     fn start(&mut self, run: u32) -> Result<(), ComponentError>;
-    /// Running or Paused → Configured: end the run, return its summary (counters, files).
-    /// `arg` is kind-specific (a source produces up to event `arg`).
-    fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError>;
+    /// Running or Paused → Configured: end the run and return its summary, the final
+    /// [`Stats`]. A source produces up to event `last_event` first.
+    fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError>;
     /// Running → Paused.
     fn pause(&mut self) -> Result<(), ComponentError> {
         Ok(())
@@ -38,53 +29,13 @@ pub trait Component: Send {
     fn reset(&mut self) -> Result<(), ComponentError> {
         Ok(())
     }
-    /// Live counters and rates (a JSON object), published in `<name>/stats` once a second.
-    fn stats(&self) -> Value {
-        json!({})
+    /// Live counters, published in `NAME/stats` once a second.
+    fn stats(&self) -> Stats {
+        Stats::default()
     }
     /// Why the component failed during the run, if it did; the driver then reports Error.
     fn failure(&self) -> Option<String> {
         None
-    }
-}
-
-/// Builds a component of one kind from its name and configuration table.
-pub type Factory = Arc<dyn Fn(&str, toml::Table) -> Result<Box<dyn Component>, ComponentError> + Send + Sync>;
-
-/// The component kinds a binary can run, by name.
-#[derive(Clone, Default)]
-pub struct Registry {
-    kinds: BTreeMap<String, Factory>,
-}
-
-impl Registry {
-    /// An empty registry.
-    pub fn new() -> Registry {
-        Registry::default()
-    }
-
-    /// Adds (or replaces) a kind.
-    pub fn add(
-        &mut self,
-        kind: &str,
-        factory: impl Fn(&str, toml::Table) -> Result<Box<dyn Component>, ComponentError> + Send + Sync + 'static,
-    ) -> &mut Registry {
-        self.kinds.insert(kind.to_owned(), Arc::new(factory));
-        self
-    }
-
-    /// The kinds, sorted.
-    pub fn kinds(&self) -> Vec<&str> {
-        self.kinds.keys().map(String::as_str).collect()
-    }
-
-    /// Builds a component.
-    pub fn make(&self, kind: &str, name: &str, config: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
-        let f = self
-            .kinds
-            .get(kind)
-            .ok_or_else(|| ComponentError::UnknownKind(kind.to_owned(), self.kinds().join(", ")))?;
-        f(name, config)
     }
 }
 
@@ -165,7 +116,7 @@ impl Driver {
 
     /// Initial → Configured. `overrides` (from the operator) are merged over the base
     /// configuration, key by key; the component is built anew from the result.
-    pub fn configure(&mut self, overrides: Option<toml::Table>) -> Result<Value, ComponentError> {
+    pub fn configure(&mut self, overrides: Option<toml::Table>) -> Result<Info, ComponentError> {
         if self.state() != State::Initial {
             return Err(self.refuse("configure"));
         }
@@ -219,11 +170,11 @@ impl Driver {
 
     /// Running or Paused → Configured, with the run's summary. A component that failed
     /// during the run (state Error) can be stopped too, to collect what it has.
-    pub fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError> {
+    pub fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError> {
         let failed_in_run = self.state() == State::Error && matches!(self.state, State::Running | State::Paused);
         let to = if failed_in_run { State::Error } else { State::Configured };
         let from = [State::Running, State::Paused, State::Error];
-        let v = self.hook("stop", &from, to, |c| c.stop(arg))?;
+        let v = self.hook("stop", &from, to, |c| c.stop(last_event))?;
         if failed_in_run {
             self.error = self.failure();
         }
@@ -251,17 +202,21 @@ impl Driver {
         r
     }
 
-    /// Live counters (an object; empty before configure) with `state` and `run`.
-    pub fn stats(&self) -> Value {
-        let mut v = self.component.as_ref().map_or_else(|| json!({}), |c| c.stats());
-        if !v.is_object() {
-            v = json!({ "value": v });
+    /// Live counters (zero before configure).
+    pub fn stats(&self) -> Stats {
+        self.component.as_ref().map_or_else(Stats::default, |c| c.stats())
+    }
+
+    /// Runs a command: the one place where a command becomes a transition.
+    pub fn execute(&mut self, command: Command) -> Result<Answer, ComponentError> {
+        match command {
+            Command::Configure { config } => self.configure(config).map(Answer::Info),
+            Command::Start { run } => self.start(run).map(|()| Answer::Run(run)),
+            Command::Pause => self.pause().map(|()| Answer::Nothing),
+            Command::Resume => self.resume().map(|()| Answer::Nothing),
+            Command::Stop { last_event } => self.stop(last_event).map(Answer::Summary),
+            Command::Reset => self.reset().map(|()| Answer::Nothing),
         }
-        if let Value::Object(m) = &mut v {
-            m.insert("state".into(), json!(self.state().name()));
-            m.insert("run".into(), json!(self.run));
-        }
-        v
     }
 }
 
@@ -291,27 +246,25 @@ pub fn merge(base: &mut toml::Table, over: toml::Table) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Kind, Role};
 
     struct Probe {
         fail_start: bool,
     }
     impl Component for Probe {
-        fn kind(&self) -> &str {
-            "probe"
-        }
         fn start(&mut self, _run: u32) -> Result<(), ComponentError> {
             if self.fail_start { Err(ComponentError::Failed("no hardware".into())) } else { Ok(()) }
         }
-        fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
-            Ok(json!({}))
+        fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+            Ok(Stats::counted(3, 30))
         }
     }
 
     fn driver() -> Driver {
         let mut r = Registry::new();
-        r.add("probe", |_, t| {
+        r.add(Kind::new("probe", "a probe", Role::Other, |_, t| {
             Ok(Box::new(Probe { fail_start: t.get("fail_start").and_then(|v| v.as_bool()).unwrap_or(false) }))
-        });
+        }));
         Driver::new(r, "probe", "p", toml::Table::new())
     }
 
@@ -338,7 +291,7 @@ mod tests {
         assert_eq!(d.state(), State::Paused);
         assert!(d.pause().is_err());
         d.resume().unwrap();
-        d.stop(None).unwrap();
+        assert_eq!(d.execute(Command::Stop { last_event: None }).unwrap(), Answer::Summary(Stats::counted(3, 30)));
         assert_eq!(d.state(), State::Configured);
         assert_eq!(d.run(), Some(3));
         d.reset().unwrap();

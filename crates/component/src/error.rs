@@ -17,6 +17,9 @@ pub enum ComponentError {
     /// The component kind is not known to this binary.
     #[error("unknown component kind `{0}` (known: {1})")]
     UnknownKind(String, String),
+    /// A command's payload could not be read; the text says why.
+    #[error("bad command: {0}")]
+    BadCommand(String),
     /// The hook failed; the text says why.
     #[error("{0}")]
     Failed(String),

@@ -10,46 +10,57 @@
 //! any state ──fault──▶ Error ──reset──▶ Initial
 //! ```
 //!
-//! This crate holds that contract and nothing of any subsystem: the [`State`]s, the
-//! [`Component`] trait a kind implements (only what happens in each transition), the [`Driver`]
-//! that is the state machine (it refuses illegal transitions before any hook runs, builds the
-//! component from its configuration on `configure`, and goes to Error when a hook fails or the
-//! component reports a failure during the run), the [`Registry`] of kinds a binary runs, and
-//! [`checks`], the range checks every kind's configuration goes through. The event builder, the
-//! ET system, the chain and run control implement or drive it; the `daqflow` binary registers the
-//! standard kinds.
+//! This crate holds that contract and nothing of any subsystem:
+//! - the [`State`]s, and the [`Component`] trait a kind implements (only what happens in each
+//!   transition);
+//! - the [`Driver`], which is the state machine: it refuses illegal transitions before any
+//!   hook runs, builds the component from its configuration on `configure`, and goes to Error
+//!   when a hook fails or the component reports a failure during the run;
+//! - the [`Kind`] descriptor (role in the run's accounting, start and stop stages, data files,
+//!   factory) and the [`Registry`] of kinds a binary runs;
+//! - [`Stats`], the typed counters every kind reports live and as the summary of a run;
+//! - the component protocol's messages: [`Request`] ([`Command`] with a request id),
+//!   [`CommandReply`], [`ComponentStatus`];
+//! - [`checks`], the range checks every kind's configuration goes through.
+//!
+//! The event builder, the ET system, the chain and run control implement or drive it; the
+//! `daqflow` binary registers the standard kinds.
 //!
 //! ```
-//! use daqflow_component::{Component, ComponentError, Driver, Registry, State};
-//! use serde_json::{json, Value};
+//! use daqflow_component::{Answer, Command, Component, ComponentError, Driver, Kind, Registry, Role, State, Stats};
 //!
 //! struct Counter { n: u64 }
 //! impl Component for Counter {
-//!     fn kind(&self) -> &str { "counter" }
 //!     fn start(&mut self, _run: u32) -> Result<(), ComponentError> { self.n = 0; Ok(()) }
-//!     fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> { Ok(json!({"events": self.n})) }
-//!     fn stats(&self) -> Value { json!({"events": self.n}) }
+//!     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> { Ok(Stats::counted(self.n, 0)) }
+//!     fn stats(&self) -> Stats { Stats::counted(self.n, 0) }
 //! }
 //!
 //! let mut registry = Registry::new();
-//! registry.add("counter", |_name, _config| Ok(Box::new(Counter { n: 0 })));
+//! registry.add(Kind::new("counter", "counts", Role::Other, |_name, _config| Ok(Box::new(Counter { n: 0 }))));
 //! let mut driver = Driver::new(registry, "counter", "c-1", toml::Table::new());
 //! driver.configure(None)?;
-//! driver.start(7)?;
+//! driver.execute(Command::Start { run: 7 })?;
 //! assert_eq!(driver.state(), State::Running);
 //! assert!(driver.configure(None).is_err()); // refused: configure while running
-//! let summary = driver.stop(None)?;
-//! assert_eq!(summary["events"], 0);
+//! let summary = driver.execute(Command::Stop { last_event: None })?;
+//! assert_eq!(summary, Answer::Summary(Stats::counted(0, 0)));
 //! assert_eq!(driver.state(), State::Configured); // after stop, every kind is ready for the next run
 //! # Ok::<(), ComponentError>(())
 //! ```
 #![warn(missing_docs)]
 
 pub mod checks;
+mod command;
 mod component;
 mod error;
+mod kind;
 mod state;
+mod stats;
 
-pub use component::{Component, Driver, Factory, Registry, merge, parse_config};
+pub use command::{Answer, Command, CommandReply, ComponentStatus, Outcome, Request, Verb};
+pub use component::{Component, Driver, merge, parse_config};
 pub use error::ComponentError;
+pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role};
 pub use state::State;
+pub use stats::{Info, Stats, TriggerCounts};

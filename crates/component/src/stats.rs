@@ -1,0 +1,100 @@
+//! What a component counts: [`Stats`], published live and returned as the summary of a run.
+//!
+//! Every kind reports the same typed counters (`events`, `bytes`, the rates), each in the sense
+//! its kind's [`Role`](crate::Role) gives it (triggered by a trigger, built by a builder,
+//! recorded by a recorder, …), which is all the operator's accounting and displays read; the
+//! trigger (the event manager) adds its [`TriggerCounts`]. What only one kind has goes in
+//! `detail`, the kind's own statistics type serialised once, when the component reports.
+//!
+//! ```
+//! use daqflow_component::Stats;
+//! #[derive(serde::Serialize)]
+//! struct RecorderDetail { files: u32 }
+//! let s = Stats::counted(10, 4096).with_rates(5.0, 0.002).with_detail(&RecorderDetail { files: 1 });
+//! let json = serde_json::to_value(&s).unwrap();
+//! assert_eq!((json["events"].as_u64(), json["detail"]["files"].as_u64()), (Some(10), Some(1)));
+//! let back: Stats = serde_json::from_value(json).unwrap();
+//! assert_eq!(back, s);
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What `configure` tells the others (e.g. `{"listen": "127.0.0.1:7101"}`): the operator puts
+/// these values into other components' parameters (`${name.listen}`).
+pub type Info = serde_json::Map<String, Value>;
+
+/// A component's counters: live (its `NAME/stats` service, once a second) and at the end of a
+/// run (the `stop` summary).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Stats {
+    /// Events handled in the run, in the sense of the kind's role: triggered (trigger), sent
+    /// (readout), built (builder), stored (buffer), recorded (recorder), processed (other).
+    pub events: u64,
+    /// Bytes of those events.
+    pub bytes: u64,
+    /// Events per second: over the last second live, over the run in a summary.
+    pub events_per_s: f64,
+    /// Megabytes (10⁶ bytes) per second, likewise.
+    pub mb_per_s: f64,
+    /// The trigger's accounting (the event manager only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerCounts>,
+    /// The kind's own figures (a JSON object, documented with the kind); null when none.
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub detail: Value,
+}
+
+impl Stats {
+    /// `events` events of `bytes` bytes, no rates, no detail.
+    pub fn counted(events: u64, bytes: u64) -> Stats {
+        Stats { events, bytes, ..Stats::default() }
+    }
+
+    /// With rates.
+    pub fn with_rates(mut self, events_per_s: f64, mb_per_s: f64) -> Stats {
+        self.events_per_s = events_per_s;
+        self.mb_per_s = mb_per_s;
+        self
+    }
+
+    /// With the trigger's accounting.
+    pub fn with_trigger(mut self, trigger: TriggerCounts) -> Stats {
+        self.trigger = Some(trigger);
+        self
+    }
+
+    /// With the kind's own figures, serialised now (a type that does not serialise leaves
+    /// `detail` null).
+    pub fn with_detail<T: Serialize + ?Sized>(mut self, detail: &T) -> Stats {
+        self.detail = serde_json::to_value(detail).unwrap_or(Value::Null);
+        self
+    }
+
+    /// The kind's own figures as a typed value, if they are one.
+    pub fn detail_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_value(self.detail.clone()).ok()
+    }
+}
+
+/// The accounting of the events a trigger (the event manager) decided on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TriggerCounts {
+    /// Events triggered (assigned an event id).
+    pub triggered: u64,
+    /// Events the high-level trigger rejected (accounted, not built).
+    pub rejected: u64,
+    /// Events built and confirmed by a builder.
+    pub built: u64,
+    /// Events triggered but neither built nor rejected (0 in a run that ended well).
+    pub lost: u64,
+    /// Why the lost ones were lost: a count per cause.
+    pub lost_reasons: BTreeMap<String, u64>,
+    /// Why the run was aborted, if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
