@@ -21,7 +21,9 @@
 //! - [`Stats`], the typed counters every kind reports live and as the summary of a run;
 //! - the component protocol's messages: [`Request`] ([`Command`] with a request id),
 //!   [`CommandReply`], [`ComponentStatus`];
-//! - [`checks`], the range checks every kind's configuration goes through.
+//! - [`checks`], the range checks every kind's configuration goes through;
+//! - [`api`], the operator's contract with its clients (web, command line): transitions,
+//!   system status, run summaries and records, log queries.
 //!
 //! The event builder, the ET system, the chain and run control implement or drive it; the
 //! `daqflow` binary registers the standard kinds.
@@ -50,6 +52,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod checks;
 mod command;
 mod component;

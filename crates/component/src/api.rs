@@ -1,0 +1,852 @@
+//! The operator's contract with its clients (the web server, the command line, scripts): the
+//! [`Transition`]s of a whole system, its live [`SystemStatus`], the [`RunSummary`] of a run and
+//! the [`RunRecord`]s of the run database, and the [`LogQuery`] of the message log with its
+//! [`LogRecord`]s. The operator produces these, the web server serves them as JSON (their serde
+//! form is the HTTP API's, `docs/operator-guide.md`), and nothing in between reads them by
+//! string key.
+//!
+//! ```
+//! use daqflow_component::api::{SystemState, Transition};
+//! let t = Transition::parse("start", br#"{"run": 12}"#).unwrap();
+//! assert_eq!(t, Transition::Start { run: Some(12) });
+//! assert_eq!(t.allowed_from(), &[SystemState::Configured]);
+//! assert!(Transition::parse("launch", b"").is_err());
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Info, Role, State, Stats};
+
+/// A transition of the whole system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "transition", rename_all = "lowercase")]
+pub enum Transition {
+    /// Initial → Configured.
+    Configure,
+    /// Configured → Running: run `run`, or the next number.
+    Start {
+        /// The run number; the next one when absent.
+        #[serde(default)]
+        run: Option<u32>,
+    },
+    /// Running → Paused.
+    Pause,
+    /// Paused → Running.
+    Resume,
+    /// Running, Paused, Error or Mixed → Configured: the run ends and is recorded.
+    Stop,
+    /// Any → Initial.
+    Reset,
+}
+
+/// Why a transition request could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TransitionError(pub String);
+
+impl Transition {
+    /// Every transition's name, in the order of the state machine.
+    pub const NAMES: [&'static str; 6] = ["configure", "start", "pause", "resume", "stop", "reset"];
+
+    /// The transition's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transition::Configure => "configure",
+            Transition::Start { .. } => "start",
+            Transition::Pause => "pause",
+            Transition::Resume => "resume",
+            Transition::Stop => "stop",
+            Transition::Reset => "reset",
+        }
+    }
+
+    /// The transition `name` with its argument `body` (empty, or a JSON object: `{"run": N}`
+    /// for start).
+    pub fn parse(name: &str, body: &[u8]) -> Result<Transition, TransitionError> {
+        let body = std::str::from_utf8(body).map_err(|_| TransitionError("the body is not UTF-8".into()))?.trim();
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct StartArg {
+            #[serde(default)]
+            run: Option<u32>,
+        }
+        let no_body = |t: Transition| {
+            if body.is_empty() || body == "{}" || body == "null" {
+                Ok(t)
+            } else {
+                Err(TransitionError(format!("{name} takes no argument")))
+            }
+        };
+        match name {
+            "configure" => no_body(Transition::Configure),
+            "start" => {
+                let arg: StartArg = if body.is_empty() || body == "null" {
+                    StartArg { run: None }
+                } else {
+                    serde_json::from_str(body).map_err(|e| TransitionError(format!("start: {e}")))?
+                };
+                Ok(Transition::Start { run: arg.run })
+            }
+            "pause" => no_body(Transition::Pause),
+            "resume" => no_body(Transition::Resume),
+            "stop" => no_body(Transition::Stop),
+            "reset" => no_body(Transition::Reset),
+            other => Err(TransitionError(format!("unknown transition `{other}` ({})", Transition::NAMES.join(", ")))),
+        }
+    }
+
+    /// The system states it may be requested in.
+    pub fn allowed_from(self) -> &'static [SystemState] {
+        use SystemState::*;
+        match self {
+            Transition::Configure => &[Initial],
+            Transition::Start { .. } => &[Configured],
+            Transition::Pause => &[Running],
+            Transition::Resume => &[Paused],
+            Transition::Stop => &[Running, Paused, Error, Mixed],
+            Transition::Reset => &[Initial, Configured, Running, Paused, Error, Mixed],
+        }
+    }
+
+    /// The phase the system is in while the transition is under way.
+    pub fn phase(self) -> SystemState {
+        match self {
+            Transition::Configure => SystemState::Configuring,
+            Transition::Start { .. } => SystemState::Starting,
+            Transition::Pause => SystemState::Pausing,
+            Transition::Resume => SystemState::Resuming,
+            Transition::Stop => SystemState::Stopping,
+            Transition::Reset => SystemState::Resetting,
+        }
+    }
+}
+
+/// What a transition that succeeded returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransitionResult {
+    /// Configure: what each component told the others.
+    Configured(BTreeMap<String, Info>),
+    /// Start: the run number.
+    Started(u32),
+    /// Stop: the run's summary (also in the run database).
+    Stopped(Box<RunSummary>),
+    /// Pause, resume, reset.
+    Done,
+}
+
+/// The state of a whole system: every component's when they agree, or a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SystemState {
+    /// Every component is Initial.
+    Initial,
+    /// Every component is Configured.
+    Configured,
+    /// Every component is Running.
+    Running,
+    /// Every component is Paused.
+    Paused,
+    /// A component is in Error or its process is dead.
+    Error,
+    /// The components are in different states.
+    Mixed,
+    /// Configure is under way.
+    Configuring,
+    /// Start is under way.
+    Starting,
+    /// Pause is under way.
+    Pausing,
+    /// Resume is under way.
+    Resuming,
+    /// Stop is under way.
+    Stopping,
+    /// Reset is under way.
+    Resetting,
+}
+
+impl SystemState {
+    /// The state's name (`Running`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            SystemState::Initial => "Initial",
+            SystemState::Configured => "Configured",
+            SystemState::Running => "Running",
+            SystemState::Paused => "Paused",
+            SystemState::Error => "Error",
+            SystemState::Mixed => "Mixed",
+            SystemState::Configuring => "Configuring",
+            SystemState::Starting => "Starting",
+            SystemState::Pausing => "Pausing",
+            SystemState::Resuming => "Resuming",
+            SystemState::Stopping => "Stopping",
+            SystemState::Resetting => "Resetting",
+        }
+    }
+
+    /// Whether a transition is under way.
+    pub fn is_phase(self) -> bool {
+        matches!(
+            self,
+            SystemState::Configuring
+                | SystemState::Starting
+                | SystemState::Pausing
+                | SystemState::Resuming
+                | SystemState::Stopping
+                | SystemState::Resetting
+        )
+    }
+}
+
+impl From<State> for SystemState {
+    fn from(s: State) -> SystemState {
+        match s {
+            State::Initial => SystemState::Initial,
+            State::Configured => SystemState::Configured,
+            State::Running => SystemState::Running,
+            State::Paused => SystemState::Paused,
+            State::Error => SystemState::Error,
+        }
+    }
+}
+
+impl std::fmt::Display for SystemState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A component as the operator sees it: its process and its state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ComponentState {
+    /// Its process was started and has not joined the control plane yet.
+    Starting,
+    /// Initial.
+    Initial,
+    /// Configured.
+    Configured,
+    /// Running.
+    Running,
+    /// Paused.
+    Paused,
+    /// Error.
+    Error,
+    /// Its process ended.
+    Dead,
+}
+
+impl From<State> for ComponentState {
+    fn from(s: State) -> ComponentState {
+        match s {
+            State::Initial => ComponentState::Initial,
+            State::Configured => ComponentState::Configured,
+            State::Running => ComponentState::Running,
+            State::Paused => ComponentState::Paused,
+            State::Error => ComponentState::Error,
+        }
+    }
+}
+
+impl ComponentState {
+    /// The state machine's state, for a component whose process is up and joined.
+    pub fn state(self) -> Option<State> {
+        match self {
+            ComponentState::Initial => Some(State::Initial),
+            ComponentState::Configured => Some(State::Configured),
+            ComponentState::Running => Some(State::Running),
+            ComponentState::Paused => Some(State::Paused),
+            ComponentState::Error => Some(State::Error),
+            ComponentState::Starting | ComponentState::Dead => None,
+        }
+    }
+
+    /// The name (`Running`, `Dead`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            ComponentState::Starting => "Starting",
+            ComponentState::Dead => "Dead",
+            other => other.state().map_or("?", State::name),
+        }
+    }
+}
+
+impl std::fmt::Display for ComponentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the operator does when a component dies or fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Stop the run (the default).
+    #[default]
+    Stop,
+    /// Start the process again and bring it back into the run.
+    Restart,
+}
+
+/// One component in the [`SystemStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentView {
+    /// Its name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its role in the accounting.
+    pub role: Role,
+    /// Its host (`localhost` for a local one).
+    pub host: String,
+    /// Its process id (the last one).
+    pub pid: Option<u32>,
+    /// Whether its process runs.
+    pub alive: bool,
+    /// Its state.
+    pub state: ComponentState,
+    /// The run it takes or last took.
+    pub run: Option<u32>,
+    /// Since when (Unix ms) it is in its state.
+    pub since_ms: u64,
+    /// Why it is in Error or dead.
+    pub error: Option<String>,
+    /// How often the operator started it again.
+    pub restarts: u32,
+    /// Its policy.
+    pub policy: Policy,
+    /// Its live counters (the kind's detail without bulky parts such as histograms).
+    pub stats: Stats,
+}
+
+/// One point of the rate plot.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RatePoint {
+    /// When (Unix ms).
+    pub t_ms: u64,
+    /// Events built per second.
+    pub events_per_s: f64,
+    /// MB built per second.
+    pub mb_per_s: f64,
+}
+
+/// The whole system's live status (`GET /api/status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemStatus {
+    /// The system's name.
+    pub system: String,
+    /// Its state, or the phase under way.
+    pub state: SystemState,
+    /// The run taken or last taken.
+    pub run: Option<u32>,
+    /// Whether a run is open.
+    pub running: bool,
+    /// When the open run started (Unix ms).
+    pub run_started_ms: Option<u64>,
+    /// How long the open run has been going (s).
+    pub duration_s: Option<f64>,
+    /// Events built: in the open run, else in the last run.
+    pub events: u64,
+    /// Bytes built in the open run.
+    pub bytes: u64,
+    /// Events recorded: in the open run, else in the last run.
+    pub recorded: u64,
+    /// Events built per second (last second).
+    pub events_per_s: f64,
+    /// MB built per second (last second).
+    pub mb_per_s: f64,
+    /// Events lost in the last run stopped.
+    pub lost: Option<u64>,
+    /// The last transition's error.
+    pub last_error: Option<String>,
+    /// The summary of the last run stopped.
+    pub last_summary: Option<Box<RunSummary>>,
+    /// The control servers (`A,B,…`).
+    pub control: String,
+    /// The data directory.
+    pub data: PathBuf,
+    /// Every component, in the system file's order.
+    pub components: Vec<ComponentView>,
+    /// Rates of the last minutes, once a second.
+    pub rates: Vec<RatePoint>,
+}
+
+/// A process on the control plane (`GET /api/processes`): the control server's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessEntry {
+    /// Its dialog name.
+    pub name: String,
+    /// Host of its listening socket.
+    pub host: String,
+    /// Port of its listening socket.
+    pub port: u16,
+    /// Operating-system process id.
+    pub pid: u32,
+    /// When the process started (ns since the Unix epoch).
+    pub start_time_ns: u64,
+    /// Its last heartbeat (ns since the Unix epoch).
+    pub last_heartbeat_ns: u64,
+    /// Services it provides.
+    pub provides: Vec<String>,
+    /// Services it subscribes to.
+    pub subscribes: Vec<String>,
+    /// Commands it accepts.
+    pub commands: Vec<String>,
+}
+
+impl SystemStatus {
+    /// The status in Prometheus' text exposition format (names prefixed `daqflow_`,
+    /// `docs/operator-guide.md`, "Metrics").
+    pub fn to_prometheus(&self) -> String {
+        use std::fmt::Write as _;
+        let mut m = String::new();
+        let mut metric = |name: &str, help: &str, kind: &str, samples: Vec<(String, f64)>| {
+            let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, v) in samples {
+                let _ = writeln!(m, "{name}{labels} {v}");
+            }
+        };
+        let sys = format!("{{system=\"{}\"}}", esc(&self.system));
+        let one = |v: f64| vec![(sys.clone(), v)];
+        metric("daqflow_run_number", "The run taken or last taken.", "gauge", one(self.run.map_or(0.0, f64::from)));
+        metric("daqflow_running", "1 while a run is on.", "gauge", one(if self.running { 1.0 } else { 0.0 }));
+        metric("daqflow_events_built_total", "Events built in the current run.", "counter", one(self.events as f64));
+        metric("daqflow_bytes_built_total", "Bytes built in the current run.", "counter", one(self.bytes as f64));
+        metric(
+            "daqflow_events_recorded_total",
+            "Events recorded in the current run.",
+            "counter",
+            one(self.recorded as f64),
+        );
+        metric("daqflow_events_per_second", "Events built per second (last second).", "gauge", one(self.events_per_s));
+        metric("daqflow_megabytes_per_second", "MB built per second (last second).", "gauge", one(self.mb_per_s));
+        let label = |c: &ComponentView| format!("component=\"{}\",kind=\"{}\"", esc(&c.name), esc(&c.kind));
+        let per = |f: &dyn Fn(&ComponentView) -> f64| -> Vec<(String, f64)> {
+            self.components.iter().map(|c| (format!("{{{}}}", label(c)), f(c))).collect()
+        };
+        metric(
+            "daqflow_component_up",
+            "1 while the component's process runs.",
+            "gauge",
+            per(&|c| f64::from(u8::from(c.alive))),
+        );
+        metric(
+            "daqflow_component_state",
+            "1 for the state each component is in.",
+            "gauge",
+            self.components.iter().map(|c| (format!("{{{},state=\"{}\"}}", label(c), c.state), 1.0)).collect(),
+        );
+        metric(
+            "daqflow_component_restarts_total",
+            "Times the operator restarted the component.",
+            "counter",
+            per(&|c| f64::from(c.restarts)),
+        );
+        metric(
+            "daqflow_component_events_total",
+            "Events the component handled in the run, in the sense of its role.",
+            "counter",
+            per(&|c| c.stats.events as f64),
+        );
+        metric("daqflow_component_bytes_total", "Bytes of those events.", "counter", per(&|c| c.stats.bytes as f64));
+        metric(
+            "daqflow_component_events_per_second",
+            "The component's event rate (last second).",
+            "gauge",
+            per(&|c| c.stats.events_per_s),
+        );
+        metric(
+            "daqflow_component_megabytes_per_second",
+            "The component's data rate (last second).",
+            "gauge",
+            per(&|c| c.stats.mb_per_s),
+        );
+        let mut detail = Vec::new();
+        for c in &self.components {
+            if let Some(o) = c.stats.detail.as_object() {
+                for (k, v) in o {
+                    if let Some(x) = v.as_f64() {
+                        detail.push((format!("{{{},stat=\"{}\"}}", label(c), esc(k)), x));
+                    }
+                }
+            }
+        }
+        metric(
+            "daqflow_component_stat",
+            "Each numeric figure of the kind's own statistics (`detail` in NAME/stats).",
+            "gauge",
+            detail,
+        );
+        m
+    }
+}
+
+/// Escapes a Prometheus label value.
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Under way.
+    Running,
+    /// Stopped without an error.
+    Stopped,
+    /// Stopped with errors (a component failed or died, a command failed).
+    Failed,
+    /// Left open by an operator that ended without stopping it.
+    Abandoned,
+}
+
+impl RunState {
+    /// The name (`stopped`, …), as stored in the run database.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Stopped => "stopped",
+            RunState::Failed => "failed",
+            RunState::Abandoned => "abandoned",
+        }
+    }
+
+    /// The state of a name.
+    pub fn parse(s: &str) -> Option<RunState> {
+        [RunState::Running, RunState::Stopped, RunState::Failed, RunState::Abandoned]
+            .into_iter()
+            .find(|r| r.name() == s)
+    }
+}
+
+/// Events lost for one cause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostReason {
+    /// How many.
+    pub events: u64,
+    /// Why, and where they were.
+    pub reason: String,
+}
+
+/// A component that ended the run dead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Died {
+    /// Its name.
+    pub component: String,
+    /// Its kind.
+    pub kind: String,
+    /// How its process ended.
+    pub why: String,
+}
+
+/// One data file of a run, as found on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// The component that wrote it.
+    pub component: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// Whole event records in it.
+    pub events: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The first event id in it.
+    pub first_event: Option<u64>,
+    /// The last event id in it.
+    pub last_event: Option<u64>,
+    /// Closed properly (a trailer); false for a `.part` file whose writer died.
+    pub complete: bool,
+}
+
+/// What a run's summary keeps of one component.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentRecord {
+    /// Its kind.
+    pub kind: String,
+    /// Its stop summary, when it gave one.
+    pub summary: Option<Stats>,
+    /// Its last live counters, when it gave no summary (it died).
+    pub last_stats: Option<Stats>,
+    /// Why it ended the run dead, if it did.
+    pub died: Option<String>,
+    /// How many earlier lives (restarts) it had in the run.
+    pub earlier_lives: usize,
+}
+
+/// The summary of a run: what was triggered, built, recorded and written, what was lost and
+/// why (`docs/operator-guide.md`, "The accounting of a run").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run number.
+    pub run: u32,
+    /// The system's name.
+    pub system: String,
+    /// How the run ended.
+    pub state: RunState,
+    /// Its errors, joined (`None` for a run stopped without error).
+    pub error: Option<String>,
+    /// Started (Unix ms).
+    pub started_ms: u64,
+    /// Stopped (Unix ms).
+    pub stopped_ms: u64,
+    /// Its length (s).
+    pub seconds: f64,
+    /// Events triggered (the event manager's count; unknown when it died).
+    pub triggered: Option<u64>,
+    /// Events rejected by the high-level trigger (likewise).
+    pub rejected: Option<u64>,
+    /// Events built.
+    pub events: u64,
+    /// Events in the recorders' files.
+    pub recorded: u64,
+    /// Bytes recorded (built, without recorders).
+    pub bytes: u64,
+    /// Events lost: the sum of `lost_reasons`.
+    pub lost: u64,
+    /// Each cause of loss with its count.
+    pub lost_reasons: Vec<LostReason>,
+    /// What cannot be known, plainly.
+    pub unknown: Vec<String>,
+    /// False when something cannot be known (`unknown` says what).
+    pub accounting_complete: bool,
+    /// Triggered but not built (the event manager's accounting).
+    pub lost_in_builder: u64,
+    /// Built but not recorded.
+    pub not_recorded: u64,
+    /// Recorded more than once.
+    pub duplicates: u64,
+    /// The components that ended the run dead.
+    pub died: Vec<Died>,
+    /// The data files of the run.
+    pub files: Vec<FileRecord>,
+    /// Files of the run that could not be read, with the reason.
+    pub file_problems: Vec<String>,
+    /// Every component's counters.
+    pub components: BTreeMap<String, ComponentRecord>,
+    /// The errors of the run (the same as `error`, one by one).
+    pub errors: Vec<String>,
+}
+
+/// A run in the run database's history (`GET /api/runs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run number.
+    pub run: u32,
+    /// The system's name.
+    pub system: String,
+    /// Started (Unix ms).
+    pub started_ms: u64,
+    /// Stopped (Unix ms), once it is.
+    pub stopped_ms: Option<u64>,
+    /// Its state.
+    pub state: RunState,
+    /// Events built.
+    pub events: Option<u64>,
+    /// Events recorded.
+    pub recorded: Option<u64>,
+    /// Events lost.
+    pub lost: Option<u64>,
+    /// Bytes.
+    pub bytes: Option<u64>,
+    /// Its error.
+    pub error: Option<String>,
+}
+
+/// One run's whole record (`GET /api/runs/N`): the row, the configuration it ran with, its
+/// summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunDetail {
+    /// The row.
+    #[serde(flatten)]
+    pub record: RunRecord,
+    /// The system file it ran with.
+    pub config: String,
+    /// Its summary, once it was stopped (none for a run abandoned).
+    pub summary: Option<RunSummary>,
+}
+
+/// How severe a log record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Trace.
+    Trace,
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Warn.
+    Warn,
+    /// Error.
+    Error,
+}
+
+impl Severity {
+    /// Every severity, least severe first.
+    pub const ALL: [Severity; 5] = [Severity::Trace, Severity::Debug, Severity::Info, Severity::Warn, Severity::Error];
+
+    /// The name (`warn`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Trace => "trace",
+            Severity::Debug => "debug",
+            Severity::Info => "info",
+            Severity::Warn => "warn",
+            Severity::Error => "error",
+        }
+    }
+
+    /// The severity of a name (`warn`, `WARN`, `warning`, …).
+    pub fn parse(s: &str) -> Option<Severity> {
+        let s = s.trim().to_ascii_lowercase();
+        let s = if s == "warning" { "warn".to_owned() } else { s };
+        Severity::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// Its rank: 0 (trace) … 4 (error).
+    pub fn rank(self) -> u8 {
+        self as u8
+    }
+}
+
+/// A filter of the message log (`GET /api/logs` query parameters, `daqflow logs` options).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogQuery {
+    /// Records at or after (Unix ms).
+    pub since_ms: Option<u64>,
+    /// Records at or before (Unix ms).
+    pub until_ms: Option<u64>,
+    /// One process (component name).
+    pub process: Option<String>,
+    /// At least this severe.
+    pub min_severity: Option<Severity>,
+    /// Message contains (case-insensitive).
+    pub text: Option<String>,
+    /// At most this many (default 200, at most [`LogQuery::MAX_LIMIT`]).
+    pub limit: Option<usize>,
+}
+
+impl LogQuery {
+    /// The most records one query returns.
+    pub const MAX_LIMIT: usize = 10_000;
+    /// Records returned when `limit` is not given.
+    pub const DEFAULT_LIMIT: usize = 200;
+
+    /// The number of records to return.
+    pub fn limit(&self) -> usize {
+        self.limit.unwrap_or(LogQuery::DEFAULT_LIMIT).min(LogQuery::MAX_LIMIT)
+    }
+}
+
+/// One log record of a process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// Sequence number within the process, from 1.
+    pub seq: u64,
+    /// When (Unix ms).
+    pub t_ms: u64,
+    /// How severe.
+    pub severity: Severity,
+    /// The process (component name; filled in by the publisher).
+    #[serde(default)]
+    pub process: String,
+    /// The module that logged it.
+    pub target: String,
+    /// The message with its fields (`message key=value …`).
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transitions_parse_from_their_name_and_body() {
+        assert_eq!(Transition::parse("start", b"").unwrap(), Transition::Start { run: None });
+        assert_eq!(Transition::parse("stop", b"{}").unwrap(), Transition::Stop);
+        for (name, body, why) in [
+            ("start", &br#"{"run": -1}"#[..], "start:"),
+            ("start", br#"{"run": 1, "x": 2}"#, "unknown field"),
+            ("pause", br#"{"run": 1}"#, "pause takes no argument"),
+            ("boot", b"", "unknown transition `boot` (configure, start, pause, resume, stop, reset)"),
+        ] {
+            let e = Transition::parse(name, body).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+        for name in Transition::NAMES {
+            assert_eq!(Transition::parse(name, b"").unwrap().name(), name);
+        }
+    }
+
+    #[test]
+    fn prometheus_has_the_system_and_every_component_typed() {
+        let view = ComponentView {
+            name: "bu-\"0".into(),
+            kind: "bu".into(),
+            role: Role::Builder,
+            host: "localhost".into(),
+            pid: Some(7),
+            alive: true,
+            state: ComponentState::Running,
+            run: Some(3),
+            since_ms: 0,
+            error: None,
+            restarts: 2,
+            policy: Policy::Restart,
+            stats: Stats::counted(100, 1000)
+                .with_rates(10.0, 0.01)
+                .with_detail(&serde_json::json!({"flagged": 1, "name": "x"})),
+        };
+        let status = SystemStatus {
+            system: "demo".into(),
+            state: SystemState::Running,
+            run: Some(3),
+            running: true,
+            run_started_ms: Some(1),
+            duration_s: Some(2.0),
+            events: 100,
+            bytes: 1000,
+            recorded: 90,
+            events_per_s: 10.0,
+            mb_per_s: 0.01,
+            lost: None,
+            last_error: None,
+            last_summary: None,
+            control: "127.0.0.1:1".into(),
+            data: "/d".into(),
+            components: vec![view],
+            rates: vec![],
+        };
+        let m = status.to_prometheus();
+        for line in [
+            "daqflow_run_number{system=\"demo\"} 3",
+            "daqflow_events_recorded_total{system=\"demo\"} 90",
+            "daqflow_component_state{component=\"bu-\\\"0\",kind=\"bu\",state=\"Running\"} 1",
+            "daqflow_component_restarts_total{component=\"bu-\\\"0\",kind=\"bu\"} 2",
+            "daqflow_component_events_total{component=\"bu-\\\"0\",kind=\"bu\"} 100",
+            "daqflow_component_stat{component=\"bu-\\\"0\",kind=\"bu\",stat=\"flagged\"} 1",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} missing from\n{m}");
+        }
+        assert!(!m.contains("stat=\"name\""), "only numbers are samples");
+        let back: SystemStatus = serde_json::from_str(&serde_json::to_string(&status).unwrap()).unwrap();
+        assert_eq!(back, status);
+    }
+
+    #[test]
+    fn severities_are_ordered_and_parse_loosely() {
+        assert!(Severity::Error > Severity::Warn && Severity::Debug < Severity::Info);
+        assert_eq!(Severity::parse("WARNING"), Some(Severity::Warn));
+        assert_eq!(Severity::parse("loud"), None);
+        assert_eq!(serde_json::to_string(&Severity::Warn).unwrap(), "\"warn\"");
+    }
+
+    #[test]
+    fn log_queries_refuse_unknown_keys_and_bound_the_limit() {
+        let q: LogQuery = serde_json::from_str(r#"{"min_severity": "warn", "limit": 99999}"#).unwrap();
+        assert_eq!((q.min_severity, q.limit()), (Some(Severity::Warn), LogQuery::MAX_LIMIT));
+        assert!(serde_json::from_str::<LogQuery>(r#"{"colour": 1}"#).is_err());
+    }
+}
