@@ -8,7 +8,7 @@
 //! bare payload (empty, or a number: the run for `start`, the last event for `stop`).
 //!
 //! ```
-//! use daqflow_component::{Answer, Command, CommandReply, Request, State, Verb};
+//! use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Request, State, Verb};
 //! let request = Request { id: 7, reply_to: Some("operator".into()), command: Command::Start { run: 12 } };
 //! let (verb, payload) = request.encode();
 //! assert_eq!(verb, Verb::Start);
@@ -16,7 +16,9 @@
 //! assert_eq!(Request::decode(Verb::Start, b"12").unwrap().command, Command::Start { run: 12 });
 //! assert!(Request::decode(Verb::Start, b"").is_err()); // start needs its run
 //!
-//! let reply = CommandReply::new(&request, "ru-0", State::Running, Ok(Answer::Run(12)));
+//! let status = ComponentStatus { name: "ru-0".into(), kind: "ru".into(), pid: 42, seq: 7, state: State::Running,
+//!     run: Some(12), since_ms: 0, error: None };
+//! let reply = CommandReply::new(&request, status, Ok(Answer::Run(12)));
 //! let back: CommandReply = serde_json::from_slice(&reply.to_json()).unwrap();
 //! assert_eq!(back, reply);
 //! ```
@@ -222,24 +224,22 @@ pub enum Outcome {
 pub struct CommandReply {
     /// The request's id.
     pub id: u64,
-    /// The component that answers.
-    pub component: String,
     /// The command answered.
     pub command: Verb,
-    /// The component's state after the command.
-    pub state: State,
+    /// The component's status right after the command (the same it published in `NAME/state`,
+    /// which may reach the requester later than this reply).
+    pub status: ComponentStatus,
     /// The result.
     pub outcome: Outcome,
 }
 
 impl CommandReply {
-    /// The reply of `component`, now in `state`, to `request`.
-    pub fn new(request: &Request, component: &str, state: State, result: Result<Answer, String>) -> CommandReply {
+    /// The reply of a component, whose status is now `status`, to `request`.
+    pub fn new(request: &Request, status: ComponentStatus, result: Result<Answer, String>) -> CommandReply {
         CommandReply {
             id: request.id,
-            component: component.to_owned(),
             command: request.command.verb(),
-            state,
+            status,
             outcome: match result {
                 Ok(a) => Outcome::Ok(a),
                 Err(e) => Outcome::Error(e),
@@ -270,6 +270,9 @@ pub struct ComponentStatus {
     pub kind: String,
     /// Its process id.
     pub pid: u32,
+    /// Counts the publications of this process, from 1: of two statuses of one process, the
+    /// higher `seq` is the newer (they travel different paths).
+    pub seq: u64,
     /// Its state.
     pub state: State,
     /// The run it takes, or last took.
