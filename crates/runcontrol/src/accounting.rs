@@ -20,90 +20,84 @@
 //!   built + rejected + lost_in_builder` hold wherever the numbers are known; `unknown` says
 //!   plainly what cannot be known, and `accounting_complete` is false then.
 //!
+//! What a component's counters mean comes from its kind's [`Role`]: the trigger's
+//! [`TriggerCounts`], the builders' and recorders' `events`; no counter is looked up by name.
+//!
 //! ```
-//! use daqflow_runcontrol::accounting::{account, ComponentRun, FileRecord};
-//! use serde_json::json;
-//! let evm = ComponentRun::survived("evm", "evm", json!({"triggered": 10, "built": 10, "rejected": 0, "lost": 0}));
-//! let rec = ComponentRun::survived("rec", "recorder", json!({"events": 10, "bytes": 100, "files": []}));
+//! use daqflow_component::{Role, Stats, TriggerCounts};
+//! use daqflow_component::api::FileRecord;
+//! use daqflow_runcontrol::accounting::{account, ComponentRun};
+//! let trigger = TriggerCounts { triggered: 10, built: 10, ..Default::default() };
+//! let evm = ComponentRun::survived("evm", "evm", Role::Trigger, Stats::counted(10, 0).with_trigger(trigger));
+//! let rec = ComponentRun::survived("rec", "recorder", Role::Recorder, Stats::counted(10, 100));
 //! let files = vec![FileRecord { component: "rec".into(), path: "/d/run000001_rec_0001.daq".into(), events: 8,
 //!     bytes: 80, first_event: Some(1), last_event: Some(8), complete: true }];
 //! let a = account(&[evm, rec], &files);
-//! assert_eq!((a["events"].as_u64(), a["recorded"].as_u64(), a["lost"].as_u64()), (Some(10), Some(8), Some(2)));
-//! assert_eq!(a["accounting_complete"], true);
+//! assert_eq!((a.events, a.recorded, a.lost), (10, 8, 2));
+//! assert!(a.accounting_complete);
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde_json::{Value, json};
+use daqflow_component::api::{Died, FileRecord, LostReason};
+use daqflow_component::{Role, Stats};
 
 /// What the operator knows of one component at the end of a run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ComponentRun {
     /// The component's name.
     pub name: String,
     /// Its kind.
     pub kind: String,
+    /// Its kind's role in the accounting.
+    pub role: Role,
     /// Its stop summary, when it was stopped (it survived, or was restarted and stopped).
-    pub summary: Option<Value>,
+    pub summary: Option<Stats>,
     /// The last statistics it published (used when it gave no summary).
-    pub last_stats: Value,
+    pub last_stats: Stats,
     /// The last statistics of its earlier lives in this run (it was restarted).
-    pub earlier: Vec<Value>,
+    pub earlier: Vec<Stats>,
     /// Why it ended the run dead (its process ended and was not started again), if it did.
     pub died: Option<String>,
 }
 
 impl ComponentRun {
     /// A component that was stopped and gave `summary`.
-    pub fn survived(name: &str, kind: &str, summary: Value) -> ComponentRun {
-        ComponentRun { name: name.into(), kind: kind.into(), summary: Some(summary), ..ComponentRun::default() }
+    pub fn survived(name: &str, kind: &str, role: Role, summary: Stats) -> ComponentRun {
+        ComponentRun {
+            name: name.into(),
+            kind: kind.into(),
+            role,
+            summary: Some(summary),
+            last_stats: Stats::default(),
+            earlier: Vec::new(),
+            died: None,
+        }
     }
 
     /// A component whose process died (`why`) after publishing `last_stats`.
-    pub fn dead(name: &str, kind: &str, why: &str, last_stats: Value) -> ComponentRun {
-        ComponentRun { name: name.into(), kind: kind.into(), last_stats, died: Some(why.into()), ..Default::default() }
+    pub fn dead(name: &str, kind: &str, role: Role, why: &str, last_stats: Stats) -> ComponentRun {
+        ComponentRun {
+            name: name.into(),
+            kind: kind.into(),
+            role,
+            summary: None,
+            last_stats,
+            earlier: Vec::new(),
+            died: Some(why.into()),
+        }
     }
 
-    /// A counter over the component's whole run: its summary's (or, dead, its last
-    /// statistics') value plus its earlier lives'.
-    fn counter(&self, key: &str) -> u64 {
-        let now = self.summary.as_ref().unwrap_or(&self.last_stats);
-        let earlier: u64 = self.earlier.iter().map(|v| v[key].as_u64().unwrap_or(0)).sum();
-        now[key].as_u64().unwrap_or(0).saturating_add(earlier)
+    /// Its counters now: the summary, or (dead) its last statistics.
+    fn now(&self) -> &Stats {
+        self.summary.as_ref().unwrap_or(&self.last_stats)
     }
-}
 
-/// One data file of the run as found on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileRecord {
-    /// The component that wrote it.
-    pub component: String,
-    /// Its path.
-    pub path: PathBuf,
-    /// Whole event records in it.
-    pub events: u64,
-    /// Its size in bytes.
-    pub bytes: u64,
-    /// The first event id in it.
-    pub first_event: Option<u64>,
-    /// The last event id in it.
-    pub last_event: Option<u64>,
-    /// Closed properly (a trailer); false for a `.part` file whose writer died.
-    pub complete: bool,
-}
-
-impl FileRecord {
-    /// The file as JSON (the run summary's `files` entries).
-    pub fn to_json(&self) -> Value {
-        json!({
-            "component": self.component,
-            "path": self.path,
-            "events": self.events,
-            "bytes": self.bytes,
-            "first_event": self.first_event,
-            "last_event": self.last_event,
-            "complete": self.complete,
-        })
+    /// Events and bytes over the component's whole run: now plus its earlier lives.
+    fn counted(&self) -> (u64, u64) {
+        std::iter::once(self.now())
+            .chain(&self.earlier)
+            .fold((0u64, 0u64), |(e, b), s| (e.saturating_add(s.events), b.saturating_add(s.bytes)))
     }
 }
 
@@ -164,16 +158,44 @@ pub fn files_on_disk(directory: &Path, run: u32, name: &str) -> (Vec<FileRecord>
     (files, problems)
 }
 
-/// The accounting of a run (see the module documentation for each key): `triggered`,
-/// `rejected`, `events`, `recorded`, `bytes`, `lost`, `lost_reasons` (`[{"events", "reason"}]`),
-/// `unknown` (texts), `accounting_complete`, `lost_in_builder`, `not_recorded`, `duplicates`,
-/// `died` (`[{"component", "kind", "why"}]`) and `files`.
-pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Value {
-    let of = |kind: &str| -> Vec<&ComponentRun> { components.iter().filter(|c| c.kind == kind).collect() };
-    let has = |kind: &str| !of(kind).is_empty();
-    let mut reasons: Vec<(u64, String)> = Vec::new();
+/// The accounting of a run (the module documentation says how each figure is found).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accounting {
+    /// Events triggered; `None` when the trigger died or gave no summary.
+    pub triggered: Option<u64>,
+    /// Events rejected by the high-level trigger; likewise.
+    pub rejected: Option<u64>,
+    /// Events built.
+    pub events: u64,
+    /// Events in the recorders' files.
+    pub recorded: u64,
+    /// Bytes recorded (built, when there is no recorder).
+    pub bytes: u64,
+    /// The sum of `lost_reasons`.
+    pub lost: u64,
+    /// Each cause of loss with its count.
+    pub lost_reasons: Vec<LostReason>,
+    /// What cannot be known.
+    pub unknown: Vec<String>,
+    /// `unknown` is empty.
+    pub accounting_complete: bool,
+    /// Triggered but not built, by the trigger's accounting.
+    pub lost_in_builder: u64,
+    /// Built but not recorded.
+    pub not_recorded: u64,
+    /// Recorded more than built.
+    pub duplicates: u64,
+    /// The components that ended the run dead.
+    pub died: Vec<Died>,
+}
+
+/// The accounting of a run from what is known of its components and the files on disk.
+pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting {
+    let of = |role: Role| -> Vec<&ComponentRun> { components.iter().filter(|c| c.role == role).collect() };
+    let has = |role: Role| components.iter().any(|c| c.role == role);
+    let dead = |role: Role| of(role).into_iter().filter(|c| c.died.is_some()).collect::<Vec<_>>();
+    let mut reasons: Vec<LostReason> = Vec::new();
     let mut unknown: Vec<String> = Vec::new();
-    let dead = |kind: &str| of(kind).into_iter().filter(|c| c.died.is_some()).collect::<Vec<_>>();
     let names = |cs: &[&ComponentRun]| cs.iter().map(|c| format!("`{}`", c.name)).collect::<Vec<_>>().join(", ");
     let died_text = |cs: &[&ComponentRun]| {
         cs.iter()
@@ -182,63 +204,60 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Value {
             .join(", ")
     };
 
-    // Triggered, rejected and built: the event manager's accounting, while it lived.
-    let evms = of("evm");
-    let evm_dead = dead("evm");
+    // Triggered, rejected and built: the trigger's accounting, while it lived.
+    let triggers = of(Role::Trigger);
+    let trigger_dead = dead(Role::Trigger);
     let (mut triggered, mut rejected, mut lost_in_builder) = (Some(0u64), Some(0u64), 0u64);
-    let mut built_by_evm = 0u64;
-    for evm in &evms {
-        match &evm.summary {
+    let mut built_by_trigger = 0u64;
+    for t in &triggers {
+        match &t.summary {
             Some(s) => {
-                triggered = triggered.map(|t| t + s["triggered"].as_u64().unwrap_or(0));
-                rejected = rejected.map(|r| r + s["rejected"].as_u64().unwrap_or(0));
-                built_by_evm += s["built"].as_u64().unwrap_or(0);
-                let lost = s["lost"].as_u64().unwrap_or(0);
-                lost_in_builder += lost;
-                if lost > 0 {
-                    let why = s["lost_reasons"]
-                        .as_object()
-                        .map(|m| m.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join("; "))
-                        .unwrap_or_default();
-                    let aborted =
-                        s["error"].as_str().map(|e| format!("the run was aborted ({e}); ")).unwrap_or_default();
+                let c = s.trigger.clone().unwrap_or_default();
+                triggered = triggered.map(|n| n + c.triggered);
+                rejected = rejected.map(|n| n + c.rejected);
+                built_by_trigger += c.built;
+                lost_in_builder += c.lost;
+                if c.lost > 0 {
+                    let why = c.lost_reasons.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join("; ");
+                    let aborted = c.error.as_ref().map(|e| format!("the run was aborted ({e}); ")).unwrap_or_default();
                     let in_dead: Vec<&ComponentRun> = components
                         .iter()
-                        .filter(|c| c.died.is_some() && matches!(c.kind.as_str(), "ru" | "source" | "bu"))
+                        .filter(|c| c.died.is_some() && matches!(c.role, Role::Readout | Role::Builder))
                         .collect();
                     let place =
                         if in_dead.is_empty() { String::new() } else { format!("after {}: ", died_text(&in_dead)) };
-                    reasons.push((
-                        lost,
-                        format!("triggered but not built: {place}{aborted}the event manager says: {why}"),
-                    ));
+                    reasons.push(LostReason {
+                        events: c.lost,
+                        reason: format!("triggered but not built: {place}{aborted}the event manager says: {why}"),
+                    });
                 }
             }
             None => {
                 triggered = None;
                 rejected = None;
+                let last = t.last_stats.trigger.clone().unwrap_or_default();
                 unknown.push(format!(
                     "the event manager `{}` {}: events it triggered after its last report (triggered {}, built {}) \
                      cannot be accounted, so events triggered but not built are unknown",
-                    evm.name,
-                    evm.died.as_ref().map_or("gave no summary".into(), |w| format!("died ({w})")),
-                    evm.last_stats["triggered"].as_u64().unwrap_or(0),
-                    evm.last_stats["built"].as_u64().unwrap_or(0),
+                    t.name,
+                    t.died.as_ref().map_or("gave no summary".into(), |w| format!("died ({w})")),
+                    last.triggered,
+                    last.built,
                 ));
             }
         }
     }
-    let built_by_bus: u64 = of("bu").iter().map(|b| b.counter("events_built")).sum();
-    let built = if has("evm") && evm_dead.is_empty() && evms.iter().all(|e| e.summary.is_some()) {
-        built_by_evm
+    let builders = of(Role::Builder);
+    let built_by_builders: u64 = builders.iter().map(|b| b.counted().0).sum();
+    let built = if has(Role::Trigger) && trigger_dead.is_empty() && triggers.iter().all(|t| t.summary.is_some()) {
+        built_by_trigger
     } else {
-        built_by_bus.max(built_by_evm)
+        built_by_builders.max(built_by_trigger)
     };
 
     // Recorded: the recorders' files on disk.
-    let recorders = of("recorder");
-    let mut recorded = 0u64;
-    let mut recorded_bytes = 0u64;
+    let recorders = of(Role::Recorder);
+    let (mut recorded, mut recorded_bytes) = (0u64, 0u64);
     for r in &recorders {
         let mine: Vec<&FileRecord> = files.iter().filter(|f| f.component == r.name).collect();
         if !mine.is_empty() {
@@ -246,62 +265,64 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Value {
             recorded_bytes += mine.iter().map(|f| f.bytes).sum::<u64>();
         } else {
             // No file found: what it said.
-            recorded += r.counter("events");
-            recorded_bytes += r.counter("bytes");
+            let (e, b) = r.counted();
+            recorded += e;
+            recorded_bytes += b;
         }
     }
     let (not_recorded, duplicates) =
         if recorders.is_empty() { (0, 0) } else { (built.saturating_sub(recorded), recorded.saturating_sub(built)) };
     if not_recorded > 0 {
-        let (et_dead, rec_dead, bu_dead) = (dead("et"), dead("recorder"), dead("bu"));
-        let place = if !et_dead.is_empty() {
-            format!("in the ET system that died or on their way to it ({})", died_text(&et_dead))
+        let (buffer_dead, rec_dead, builder_dead) = (dead(Role::Buffer), dead(Role::Recorder), dead(Role::Builder));
+        let place = if !buffer_dead.is_empty() {
+            format!("in the ET system that died or on their way to it ({})", died_text(&buffer_dead))
         } else if !rec_dead.is_empty() {
             format!(
                 "left in ET or in the memory of the recorder that died ({}); none of its files holds them",
                 died_text(&rec_dead)
             )
-        } else if !bu_dead.is_empty() {
-            format!("in ET or in a builder unit that died ({})", died_text(&bu_dead))
+        } else if !builder_dead.is_empty() {
+            format!("in ET or in a builder unit that died ({})", died_text(&builder_dead))
         } else {
             format!("still in ET when the recorders ({}) stopped draining", names(&recorders))
         };
-        reasons.push((not_recorded, format!("built but not recorded: {place}")));
+        reasons.push(LostReason { events: not_recorded, reason: format!("built but not recorded: {place}") });
     }
-    if !has("evm") && !dead("bu").is_empty() {
+    if !has(Role::Trigger) && !dead(Role::Builder).is_empty() {
         unknown.push(format!(
             "without an event manager, events the builder units that died ({}) built after their last report cannot be counted",
-            names(&dead("bu"))
+            names(&dead(Role::Builder))
         ));
     }
-    let lost: u64 = reasons.iter().map(|(n, _)| n).sum();
-    let died: Vec<Value> = components
+    let lost: u64 = reasons.iter().map(|r| r.events).sum();
+    let died = components
         .iter()
-        .filter(|c| c.died.is_some())
-        .map(|c| json!({"component": c.name, "kind": c.kind, "why": c.died}))
+        .filter_map(|c| {
+            c.died.as_ref().map(|why| Died { component: c.name.clone(), kind: c.kind.clone(), why: why.clone() })
+        })
         .collect();
-    let bytes = if recorders.is_empty() { of("bu").iter().map(|b| b.counter("bytes")).sum() } else { recorded_bytes };
-    json!({
-        "triggered": triggered,
-        "rejected": rejected,
-        "events": built,
-        "recorded": recorded,
-        "bytes": bytes,
-        "lost": lost,
-        "lost_reasons": reasons.iter().map(|(n, r)| json!({"events": n, "reason": r})).collect::<Vec<_>>(),
-        "unknown": unknown,
-        "accounting_complete": unknown.is_empty(),
-        "lost_in_builder": lost_in_builder,
-        "not_recorded": not_recorded,
-        "duplicates": duplicates,
-        "died": died,
-        "files": files.iter().map(FileRecord::to_json).collect::<Vec<_>>(),
-    })
+    let bytes = if recorders.is_empty() { builders.iter().map(|b| b.counted().1).sum() } else { recorded_bytes };
+    Accounting {
+        triggered,
+        rejected,
+        events: built,
+        recorded,
+        bytes,
+        lost,
+        lost_reasons: reasons,
+        accounting_complete: unknown.is_empty(),
+        unknown,
+        lost_in_builder,
+        not_recorded,
+        duplicates,
+        died,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use daqflow_component::TriggerCounts;
 
     fn file(component: &str, events: u64, complete: bool) -> FileRecord {
         FileRecord {
@@ -313,6 +334,10 @@ mod tests {
             last_event: Some(events),
             complete,
         }
+    }
+
+    fn trigger(triggered: u64, built: u64, lost: u64) -> Stats {
+        Stats::counted(triggered, 0).with_trigger(TriggerCounts { triggered, built, lost, ..Default::default() })
     }
 
     #[test]
@@ -335,50 +360,51 @@ mod tests {
 
     #[test]
     fn a_dead_recorder_is_counted_from_its_files_and_the_rest_is_lost_with_the_reason() {
-        let evm =
-            ComponentRun::survived("evm", "evm", json!({"triggered": 100, "built": 100, "rejected": 0, "lost": 0}));
-        let rec = ComponentRun::dead("rec", "recorder", "signal: 9 (SIGKILL)", json!({"events": 70}));
+        let evm = ComponentRun::survived("evm", "evm", Role::Trigger, trigger(100, 100, 0));
+        let rec = ComponentRun::dead("rec", "recorder", Role::Recorder, "signal: 9 (SIGKILL)", Stats::counted(70, 0));
         let a = account(&[evm, rec], &[file("rec", 60, false)]);
-        assert_eq!(a["events"], 100);
-        assert_eq!(a["recorded"], 60);
-        assert_eq!(a["lost"], 40);
-        assert_eq!(a["not_recorded"], 40);
-        let reason = a["lost_reasons"][0]["reason"].as_str().unwrap();
+        assert_eq!((a.events, a.recorded, a.lost, a.not_recorded), (100, 60, 40, 40));
+        let reason = &a.lost_reasons[0].reason;
         assert!(reason.contains("recorder that died") && reason.contains("SIGKILL"), "{reason}");
-        assert_eq!(a["accounting_complete"], true);
-        assert_eq!(a["died"][0]["component"], "rec");
+        assert!(a.accounting_complete);
+        assert_eq!(a.died[0].component, "rec");
     }
 
     #[test]
     fn a_dead_event_manager_makes_triggered_unknown_and_says_so() {
-        let evm = ComponentRun::dead("evm", "evm", "signal: 9 (SIGKILL)", json!({"triggered": 50, "built": 40}));
-        let bu = ComponentRun::survived("bu-0", "bu", json!({"events_built": 45}));
-        let mut bu1 = ComponentRun::survived("bu-1", "bu", json!({"events_built": 5}));
-        bu1.earlier.push(json!({"events_built": 10}));
-        let a =
-            account(&[evm, bu, bu1, ComponentRun::survived("rec", "recorder", json!({}))], &[file("rec", 58, true)]);
-        assert_eq!(a["triggered"], Value::Null);
-        assert_eq!(a["events"], 60);
-        assert_eq!(a["recorded"], 58);
-        assert_eq!(a["lost"], 2);
-        assert_eq!(a["accounting_complete"], false);
-        assert!(a["unknown"][0].as_str().unwrap().contains("`evm` died"), "{a}");
+        let evm = ComponentRun::dead("evm", "evm", Role::Trigger, "signal: 9 (SIGKILL)", trigger(50, 40, 0));
+        let bu = ComponentRun::survived("bu-0", "bu", Role::Builder, Stats::counted(45, 0));
+        let mut bu1 = ComponentRun::survived("bu-1", "bu", Role::Builder, Stats::counted(5, 0));
+        bu1.earlier.push(Stats::counted(10, 0));
+        let rec = ComponentRun::survived("rec", "recorder", Role::Recorder, Stats::default());
+        let a = account(&[evm, bu, bu1, rec], &[file("rec", 58, true)]);
+        assert_eq!(a.triggered, None);
+        assert_eq!((a.events, a.recorded, a.lost), (60, 58, 2));
+        assert!(!a.accounting_complete);
+        assert!(a.unknown[0].contains("`evm` died") && a.unknown[0].contains("triggered 50, built 40"), "{a:?}");
     }
 
     #[test]
     fn the_event_managers_losses_after_an_abort_name_the_dead_readout_unit() {
-        let evm = ComponentRun::survived(
-            "evm",
-            "evm",
-            json!({"triggered": 100, "built": 90, "rejected": 0, "lost": 10,
-                   "lost_reasons": {"not assigned before the drain timeout": 10}, "error": "RU 0 lost: closed"}),
-        );
-        let ru = ComponentRun::dead("ru-0", "ru", "signal: 9 (SIGKILL)", json!({}));
-        let rec = ComponentRun::survived("rec", "recorder", json!({}));
+        let mut counts = TriggerCounts { triggered: 100, built: 90, lost: 10, ..Default::default() };
+        counts.lost_reasons.insert("not assigned before the drain timeout".into(), 10);
+        counts.error = Some("RU 0 lost: closed".into());
+        let evm = ComponentRun::survived("evm", "evm", Role::Trigger, Stats::counted(100, 0).with_trigger(counts));
+        let ru = ComponentRun::dead("ru-0", "ru", Role::Readout, "signal: 9 (SIGKILL)", Stats::default());
+        let rec = ComponentRun::survived("rec", "recorder", Role::Recorder, Stats::default());
         let a = account(&[evm, ru, rec], &[file("rec", 90, true)]);
-        assert_eq!((a["lost"].as_u64(), a["lost_in_builder"].as_u64()), (Some(10), Some(10)));
-        let reason = a["lost_reasons"][0]["reason"].as_str().unwrap();
+        assert_eq!((a.lost, a.lost_in_builder), (10, 10));
+        let reason = &a.lost_reasons[0].reason;
         assert!(reason.contains("`ru-0` died") && reason.contains("RU 0 lost"), "{reason}");
-        assert_eq!(a["triggered"].as_u64(), Some(a["events"].as_u64().unwrap() + a["lost"].as_u64().unwrap()));
+        assert_eq!(a.triggered, Some(a.events + a.lost));
+    }
+
+    #[test]
+    fn kinds_count_by_their_role_not_their_name() {
+        // A builder of a kind the accounting has never heard of counts as a builder.
+        let b = ComponentRun::survived("hlt-0", "my-builder", Role::Builder, Stats::counted(12, 1200));
+        let other = ComponentRun::survived("mon", "bu", Role::Other, Stats::counted(1000, 0));
+        let a = account(&[b, other], &[]);
+        assert_eq!((a.events, a.bytes), (12, 1200));
     }
 }

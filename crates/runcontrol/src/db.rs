@@ -17,18 +17,20 @@
 //! let db = RunDb::open(&dir.path().join("runs.sqlite")).unwrap();
 //! let run = db.begin_run("demo", "# system file", None).unwrap();
 //! assert_eq!(run, 1);
-//! db.end_run(run, "stopped", &serde_json::json!({"events": 10, "lost": 0}), None).unwrap();
-//! assert_eq!(db.runs(10).unwrap()[0]["events"], 10);
+//! let summary = daqflow_runcontrol::db::example_summary(run, 10);
+//! db.end_run(&summary).unwrap();
+//! assert_eq!(db.runs(10).unwrap()[0].events, Some(10));
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use daqflow_component::Stats;
+use daqflow_component::api::{RunDetail, RunRecord, RunState, RunSummary};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Value, json};
 
-use crate::log::{LogRecord, now_ms, severity_rank};
+use crate::log::{LogRecord, Severity, now_ms};
 
 /// Why the run database failed.
 #[derive(Debug, thiserror::Error)]
@@ -54,22 +56,7 @@ pub enum DbError {
     },
 }
 
-/// A filter for the message log.
-#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
-pub struct LogQuery {
-    /// Records at or after (Unix ms).
-    pub since_ms: Option<u64>,
-    /// Records at or before (Unix ms).
-    pub until_ms: Option<u64>,
-    /// One process.
-    pub process: Option<String>,
-    /// At least this severe (`debug`, `info`, `warn`, `error`).
-    pub min_severity: Option<String>,
-    /// Message contains (case-insensitive).
-    pub text: Option<String>,
-    /// At most (default 200, at most 10 000).
-    pub limit: Option<usize>,
-}
+pub use daqflow_component::api::LogQuery;
 
 /// The run database.
 pub struct RunDb {
@@ -165,12 +152,12 @@ impl RunDb {
         })
     }
 
-    /// Closes a run record: its state, summary (with `events`, `recorded`, `lost`, `bytes`,
-    /// `components: {name: {kind, counters}}` and `files: [{component, path, events, bytes}]`
-    /// read from it when present) and error. A record is closed once: a run that is not
-    /// `running` any more is left as it is ([`DbError::Closed`]).
-    pub fn end_run(&self, run: u32, state: &str, summary: &Value, error: Option<&str>) -> Result<(), DbError> {
-        let n = |k: &str| summary.get(k).and_then(Value::as_i64);
+    /// Closes a run record with its summary: state, error, totals, every component's counters
+    /// (`run_components`) and the files (`run_files`). A record is closed once: a run that is
+    /// not `running` any more is left as it is ([`DbError::Closed`]).
+    pub fn end_run(&self, summary: &RunSummary) -> Result<(), DbError> {
+        let run = summary.run;
+        let text = serde_json::to_string(summary).unwrap_or_default();
         let updated = self.with(|c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let updated = tx.execute(
@@ -178,40 +165,33 @@ impl RunDb {
                  error = ?8, summary = ?9 WHERE run = ?1 AND state = 'running'",
                 params![
                     run,
-                    now_ms() as i64,
-                    state,
-                    n("events"),
-                    n("recorded"),
-                    n("lost"),
-                    n("bytes"),
-                    error,
-                    summary.to_string()
+                    summary.stopped_ms as i64,
+                    summary.state.name(),
+                    summary.events as i64,
+                    summary.recorded as i64,
+                    summary.lost as i64,
+                    summary.bytes as i64,
+                    summary.error,
+                    text
                 ],
             )?;
             if updated == 0 {
                 return Ok(false);
             }
-            if let Some(Value::Object(components)) = summary.get("components") {
-                for (name, v) in components {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO run_components (run, component, kind, counters) VALUES (?1, ?2, ?3, ?4)",
-                        params![run, name, v["kind"].as_str().unwrap_or(""), v["counters"].to_string()],
-                    )?;
-                }
+            for (name, c) in &summary.components {
+                let counters =
+                    serde_json::to_string(c.summary.as_ref().or(c.last_stats.as_ref()).unwrap_or(&Stats::default()))
+                        .unwrap_or_default();
+                tx.execute(
+                    "INSERT OR REPLACE INTO run_components (run, component, kind, counters) VALUES (?1, ?2, ?3, ?4)",
+                    params![run, name, c.kind, counters],
+                )?;
             }
-            if let Some(Value::Array(files)) = summary.get("files") {
-                for f in files {
-                    tx.execute(
-                        "INSERT INTO run_files (run, component, path, events, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
-                        params![
-                            run,
-                            f["component"].as_str().unwrap_or(""),
-                            f["path"].as_str().unwrap_or(""),
-                            f["events"].as_i64().unwrap_or(0),
-                            f["bytes"].as_i64().unwrap_or(0)
-                        ],
-                    )?;
-                }
+            for f in &summary.files {
+                tx.execute(
+                    "INSERT INTO run_files (run, component, path, events, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![run, f.component, f.path.to_string_lossy(), f.events as i64, f.bytes as i64],
+                )?;
             }
             tx.commit()?;
             Ok(true)
@@ -225,7 +205,7 @@ impl RunDb {
     }
 
     /// The run history, newest first (without the configuration and summary).
-    pub fn runs(&self, limit: usize) -> Result<Vec<Value>, DbError> {
+    pub fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, DbError> {
         self.with(|c| {
             let mut st = c.prepare(
                 "SELECT run, system, started_ms, stopped_ms, state, events, recorded, lost, bytes, error
@@ -236,55 +216,24 @@ impl RunDb {
         })
     }
 
-    /// One run's whole record: the row, its configuration snapshot, summary, components and
-    /// files.
-    pub fn run(&self, run: u32) -> Result<Option<Value>, DbError> {
-        let Some(mut v) = self.with(|c| {
+    /// One run's whole record: the row, its configuration snapshot and its summary (none for a
+    /// run abandoned, or one recorded by a version whose summary this one cannot read).
+    pub fn run(&self, run: u32) -> Result<Option<RunDetail>, DbError> {
+        self.with(|c| {
             c.query_row(
                 "SELECT run, system, started_ms, stopped_ms, state, events, recorded, lost, bytes, error, config, summary
                  FROM runs WHERE run = ?1",
                 params![run],
                 |r| {
-                    let mut v = run_row(r)?;
-                    v["config"] = json!(r.get::<_, String>(10)?);
-                    v["summary"] =
-                        r.get::<_, Option<String>>(11)?.and_then(|s| serde_json::from_str::<Value>(&s).ok()).into();
-                    Ok(v)
+                    Ok(RunDetail {
+                        record: run_row(r)?,
+                        config: r.get(10)?,
+                        summary: r.get::<_, Option<String>>(11)?.and_then(|s| serde_json::from_str(&s).ok()),
+                    })
                 },
             )
             .optional()
-        })?
-        else {
-            return Ok(None);
-        };
-        let components = self.with(|c| {
-            let mut st =
-                c.prepare("SELECT component, kind, counters FROM run_components WHERE run = ?1 ORDER BY component")?;
-            let rows = st.query_map(params![run], |r| {
-                Ok(json!({
-                    "component": r.get::<_, String>(0)?,
-                    "kind": r.get::<_, String>(1)?,
-                    "counters": serde_json::from_str::<Value>(&r.get::<_, String>(2)?).unwrap_or(Value::Null),
-                }))
-            })?;
-            rows.collect::<rusqlite::Result<Vec<Value>>>()
-        })?;
-        let files = self.with(|c| {
-            let mut st =
-                c.prepare("SELECT component, path, events, bytes FROM run_files WHERE run = ?1 ORDER BY path")?;
-            let rows = st.query_map(params![run], |r| {
-                Ok(json!({
-                    "component": r.get::<_, String>(0)?,
-                    "path": r.get::<_, String>(1)?,
-                    "events": r.get::<_, i64>(2)?,
-                    "bytes": r.get::<_, i64>(3)?,
-                }))
-            })?;
-            rows.collect::<rusqlite::Result<Vec<Value>>>()
-        })?;
-        v["components"] = Value::Array(components);
-        v["files"] = Value::Array(files);
-        Ok(Some(v))
+        })
     }
 
     /// Stores log records.
@@ -302,8 +251,8 @@ impl RunDb {
                     st.execute(params![
                         r.t_ms as i64,
                         r.process,
-                        r.severity,
-                        severity_rank(&r.severity),
+                        r.severity.name(),
+                        r.severity.rank(),
                         r.target,
                         r.message,
                         r.seq as i64
@@ -339,23 +288,23 @@ impl RunDb {
             sql.push_str(" AND process = ?");
             args.push(p.clone().into());
         }
-        if let Some(s) = q.min_severity.as_ref().filter(|s| !s.is_empty()) {
+        if let Some(s) = q.min_severity {
             sql.push_str(" AND rank >= ?");
-            args.push(i64::from(severity_rank(s)).into());
+            args.push(i64::from(s.rank()).into());
         }
         if let Some(t) = q.text.as_ref().filter(|t| !t.is_empty()) {
             sql.push_str(" AND instr(lower(message), lower(?)) > 0");
             args.push(t.clone().into());
         }
         sql.push_str(" ORDER BY t_ms DESC, id DESC LIMIT ?");
-        args.push((q.limit.unwrap_or(200).min(10_000) as i64).into());
+        args.push((q.limit() as i64).into());
         self.with(|c| {
             let mut st = c.prepare(&sql)?;
             let rows = st.query_map(rusqlite::params_from_iter(args), |r| {
                 Ok(LogRecord {
                     seq: r.get::<_, i64>(0)? as u64,
                     t_ms: r.get::<_, i64>(1)? as u64,
-                    severity: r.get(2)?,
+                    severity: Severity::parse(&r.get::<_, String>(2)?).unwrap_or(Severity::Info),
                     process: r.get(3)?,
                     target: r.get(4)?,
                     message: r.get(5)?,
@@ -366,31 +315,63 @@ impl RunDb {
     }
 }
 
-/// The columns `run` … `error` of a `runs` row (in that order, the first ten selected) as JSON.
-fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
-    Ok(json!({
-        "run": r.get::<_, i64>(0)?,
-        "system": r.get::<_, String>(1)?,
-        "started_ms": r.get::<_, i64>(2)?,
-        "stopped_ms": r.get::<_, Option<i64>>(3)?,
-        "state": r.get::<_, String>(4)?,
-        "events": r.get::<_, Option<i64>>(5)?,
-        "recorded": r.get::<_, Option<i64>>(6)?,
-        "lost": r.get::<_, Option<i64>>(7)?,
-        "bytes": r.get::<_, Option<i64>>(8)?,
-        "error": r.get::<_, Option<String>>(9)?,
-    }))
+/// The columns `run` … `error` of a `runs` row (in that order, the first ten selected).
+fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let opt = |i: usize| -> rusqlite::Result<Option<u64>> { Ok(r.get::<_, Option<i64>>(i)?.map(|n| n.max(0) as u64)) };
+    Ok(RunRecord {
+        run: r.get(0)?,
+        system: r.get(1)?,
+        started_ms: r.get::<_, i64>(2)?.max(0) as u64,
+        stopped_ms: opt(3)?,
+        state: RunState::parse(&r.get::<_, String>(4)?).unwrap_or(RunState::Abandoned),
+        events: opt(5)?,
+        recorded: opt(6)?,
+        lost: opt(7)?,
+        bytes: opt(8)?,
+        error: r.get(9)?,
+    })
+}
+
+/// A summary of run `run` that built and recorded `events` events, for examples and tests.
+pub fn example_summary(run: u32, events: u64) -> RunSummary {
+    RunSummary {
+        run,
+        system: "demo".into(),
+        state: RunState::Stopped,
+        error: None,
+        started_ms: 1,
+        stopped_ms: 2,
+        seconds: 0.001,
+        triggered: Some(events),
+        rejected: Some(0),
+        events,
+        recorded: events,
+        bytes: events * 100,
+        lost: 0,
+        lost_reasons: Vec::new(),
+        unknown: Vec::new(),
+        accounting_complete: true,
+        lost_in_builder: 0,
+        not_recorded: 0,
+        duplicates: 0,
+        died: Vec::new(),
+        files: Vec::new(),
+        file_problems: Vec::new(),
+        components: Default::default(),
+        errors: Vec::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use daqflow_component::api::{ComponentRecord, FileRecord};
 
     fn rec(seq: u64, t_ms: u64, process: &str, severity: &str, message: &str) -> LogRecord {
         LogRecord {
             seq,
             t_ms,
-            severity: severity.into(),
+            severity: Severity::parse(severity).unwrap(),
             process: process.into(),
             target: "t".into(),
             message: message.into(),
@@ -402,29 +383,47 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = RunDb::open(&dir.path().join("db/runs.sqlite")).unwrap();
         assert_eq!(db.begin_run("s", "cfg", None).unwrap(), 1);
-        let summary = json!({
-            "events": 5, "recorded": 5, "lost": 0, "bytes": 100,
-            "components": {"rec": {"kind": "recorder", "counters": {"events": 5}}},
-            "files": [{"component": "rec", "path": "/d/run000001_rec_0001.daq", "events": 5, "bytes": 100}],
-        });
-        db.end_run(1, "stopped", &summary, None).unwrap();
-        assert!(
-            matches!(db.end_run(1, "failed", &json!({"events": 0}), Some("late")), Err(DbError::Closed(1))),
-            "a closed record is never overwritten"
+        let mut summary = example_summary(1, 5);
+        summary.components.insert(
+            "rec".into(),
+            ComponentRecord {
+                kind: "recorder".into(),
+                summary: Some(Stats::counted(5, 100)),
+                last_stats: None,
+                died: None,
+                earlier_lives: 0,
+            },
         );
+        summary.files.push(FileRecord {
+            component: "rec".into(),
+            path: "/d/run000001_rec_0001.daq".into(),
+            events: 5,
+            bytes: 100,
+            first_event: Some(1),
+            last_event: Some(5),
+            complete: true,
+        });
+        db.end_run(&summary).unwrap();
+        let mut late = example_summary(1, 0);
+        late.state = RunState::Failed;
+        assert!(matches!(db.end_run(&late), Err(DbError::Closed(1))), "a closed record is never overwritten");
         assert_eq!(db.begin_run("s", "cfg", None).unwrap(), 2);
         assert!(db.begin_run("s", "cfg", Some(2)).is_err(), "a run number is used once");
         assert_eq!(db.begin_run("s", "cfg", Some(10)).unwrap(), 10);
         assert_eq!(db.abandon_open_runs().unwrap(), 2);
         let runs = db.runs(10).unwrap();
-        assert_eq!(runs.iter().map(|r| r["run"].as_i64().unwrap()).collect::<Vec<_>>(), vec![10, 2, 1]);
-        assert_eq!(runs[1]["state"], "abandoned");
+        assert_eq!(runs.iter().map(|r| r.run).collect::<Vec<_>>(), vec![10, 2, 1]);
+        assert_eq!(runs[1].state, RunState::Abandoned);
         let one = db.run(1).unwrap().unwrap();
-        assert_eq!(one["config"], "cfg");
-        assert_eq!((one["state"].as_str(), one["events"].as_i64()), (Some("stopped"), Some(5)));
-        assert_eq!(one["files"].as_array().unwrap().len(), 1);
-        assert_eq!(one["files"][0]["events"], 5);
-        assert_eq!(one["components"][0]["counters"]["events"], 5);
+        assert_eq!(one.config, "cfg");
+        assert_eq!((one.record.state, one.record.events), (RunState::Stopped, Some(5)));
+        assert_eq!(one.summary.as_ref().unwrap(), &summary);
+        let rows: i64 =
+            db.with(|c| c.query_row("SELECT COUNT(*) FROM run_files WHERE run = 1", [], |r| r.get(0))).unwrap();
+        assert_eq!(rows, 1);
+        let counters: String =
+            db.with(|c| c.query_row("SELECT counters FROM run_components WHERE run = 1", [], |r| r.get(0))).unwrap();
+        assert_eq!(serde_json::from_str::<Stats>(&counters).unwrap().events, 5);
         assert!(db.run(99).unwrap().is_none());
     }
 
@@ -441,7 +440,7 @@ mod tests {
         .unwrap();
         let all = db.logs(&LogQuery::default()).unwrap();
         assert_eq!(all.iter().map(|r| r.t_ms).collect::<Vec<_>>(), vec![4000, 3000, 2000, 1000]);
-        let q = LogQuery { min_severity: Some("warn".into()), ..Default::default() };
+        let q = LogQuery { min_severity: Some(Severity::Warn), ..Default::default() };
         assert_eq!(db.logs(&q).unwrap().len(), 2);
         let q = LogQuery { process: Some("ru-0".into()), text: Some("buffer".into()), ..Default::default() };
         assert_eq!(db.logs(&q).unwrap()[0].seq, 2);

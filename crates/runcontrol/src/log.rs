@@ -12,7 +12,7 @@
 //! let subscriber = tracing_subscriber::registry().with(daqflow_runcontrol::log::layer());
 //! tracing::subscriber::with_default(subscriber, || tracing::warn!(disk = "/data", "disk almost full"));
 //! let recent = daqflow_runcontrol::log::recent(0);
-//! assert!(recent.iter().any(|r| r.message.contains("disk almost full") && r.severity == "warn"));
+//! assert!(recent.iter().any(|r| r.message.contains("disk almost full") && r.severity == daqflow_runcontrol::log::Severity::Warn));
 //! ```
 
 use std::cell::Cell;
@@ -24,23 +24,7 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
 
-/// One log record.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LogRecord {
-    /// Sequence number within the process, from 1.
-    pub seq: u64,
-    /// When (Unix ms).
-    pub t_ms: u64,
-    /// `error`, `warn`, `info`, `debug` or `trace`.
-    pub severity: String,
-    /// The process (component name; filled in by the publisher).
-    #[serde(default)]
-    pub process: String,
-    /// The module that logged it.
-    pub target: String,
-    /// The message with its fields (`message key=value …`).
-    pub message: String,
-}
+pub use daqflow_component::api::{LogRecord, Severity};
 
 /// How many records a process keeps.
 const KEEP: usize = 200;
@@ -72,38 +56,27 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The severity name of a level.
-pub fn severity(level: &Level) -> &'static str {
+/// The severity of a level.
+pub fn severity(level: &Level) -> Severity {
     match *level {
-        Level::ERROR => "error",
-        Level::WARN => "warn",
-        Level::INFO => "info",
-        Level::DEBUG => "debug",
-        Level::TRACE => "trace",
-    }
-}
-
-/// The rank of a severity name (error 4 … trace 0); unknown names rank as info.
-pub fn severity_rank(s: &str) -> u8 {
-    match s {
-        "error" => 4,
-        "warn" => 3,
-        "debug" => 1,
-        "trace" => 0,
-        _ => 2,
+        Level::ERROR => Severity::Error,
+        Level::WARN => Severity::Warn,
+        Level::INFO => Severity::Info,
+        Level::DEBUG => Severity::Debug,
+        Level::TRACE => Severity::Trace,
     }
 }
 
 /// Records one log record (what the layer does; also usable by code that has a record from
 /// elsewhere).
-pub fn push(severity: &str, target: &str, message: String) {
+pub fn push(severity: Severity, target: &str, message: String) {
     let mut b = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
     let seq = b.next_seq;
     b.next_seq += 1;
     b.records.push_back(LogRecord {
         seq,
         t_ms: now_ms(),
-        severity: severity.to_owned(),
+        severity,
         process: String::new(),
         target: target.to_owned(),
         message,
@@ -189,7 +162,7 @@ mod tests {
             muted(|| tracing::error!("not captured"));
         });
         let got = recent(before);
-        assert!(got.iter().any(|r| r.message == "run started run=7" && r.severity == "info"), "{got:?}");
+        assert!(got.iter().any(|r| r.message == "run started run=7" && r.severity == Severity::Info), "{got:?}");
         assert!(!got.iter().any(|r| r.message.contains("noise") || r.message.contains("not captured")));
         assert!(window("x").iter().all(|r| r.process == "x"));
     }

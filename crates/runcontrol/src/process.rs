@@ -8,15 +8,15 @@
 //! `{"event":"error","error":"…"}` by itself. End of input (without a control address),
 //! `quit`, SIGTERM or SIGINT end a running component with its summary and exit.
 //!
-//! **Control plane** (`docs/operator-guide.md`, "component protocol"): the process joins
-//! dialog under its name and registers the commands `NAME/configure|start|pause|resume|stop|reset`
-//! and the same under `all/`. A command's payload is empty, a bare number (the run for
-//! `start`, the last event for `stop`), or a JSON object with any of `id` (echoed in the
-//! answer), `run`, `last_event` and `config` (configure: keys merged over the process's own
-//! configuration). It provides
-//! - `NAME/state`: `{"name","kind","pid","state","run","since_ms","error","last_command":
-//!   {"id","command","ok","result"|"error"}}` on every change and once a second;
-//! - `NAME/stats`: the component's counters once a second;
+//! **Control plane** (`docs/operator-guide.md`, "Component protocol"): the process joins
+//! dialog under its name and registers the commands `NAME/VERB` and `all/VERB` for every
+//! [`Verb`]. A command's payload is a [`Request`]: empty or a bare number (from a person), or
+//! JSON with an `id`, a `reply_to` and the command's arguments (`run`, `last_event`, `config`).
+//! Each request that names `reply_to` is answered with the command `REPLY_TO/reply`, whose
+//! payload is the [`CommandReply`] (the id, the component, the command, its state after, the
+//! outcome). It provides
+//! - `NAME/state`: its [`ComponentStatus`] on every change and once a second;
+//! - `NAME/stats`: its [`Stats`](daqflow_component::Stats) once a second;
 //! - `NAME/log`: a JSON array of the process's recent log records (`crate::log`).
 //!
 //! ```no_run
@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::log::now_ms;
-use daqflow_component::{Driver, Registry, State};
+use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Driver, Registry, Request, State, Verb};
 
 /// How a component process runs.
 #[derive(Debug, Clone)]
@@ -84,31 +84,25 @@ pub enum ProcessError {
     Setup(String),
 }
 
-/// The commands a component takes over the control plane.
-pub const VERBS: [&str; 6] = ["configure", "start", "pause", "resume", "stop", "reset"];
-
 /// One command for the driver.
 #[derive(Debug)]
 enum Input {
     /// A line from standard input.
     Line(String),
     /// A control-plane command: the verb and its payload.
-    Control(&'static str, Value),
+    Control(Verb, bytes::Bytes),
     /// Standard input ended.
     End,
 }
 
-/// A command's payload as JSON: empty → null, a bare number → `{"n": N}`, JSON as is.
-pub fn parse_payload(data: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(data);
-    let text = text.trim();
-    if text.is_empty() {
-        return Value::Null;
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Number(n)) => json!({ "n": n }),
-        Ok(v) => v,
-        Err(_) => json!({ "text": text }),
+/// A command's answer as the JSON of a standard-input answer line's `result`: what configure
+/// tells the others, `{"run": N}` for start, the summary for stop, null otherwise.
+pub fn answer_json(answer: &Answer) -> Value {
+    match answer {
+        Answer::Nothing => Value::Null,
+        Answer::Info(i) => Value::Object(i.clone()),
+        Answer::Run(run) => json!({ "run": run }),
+        Answer::Summary(s) => serde_json::to_value(s).unwrap_or(Value::Null),
     }
 }
 
@@ -121,33 +115,23 @@ fn answer(driver: &Driver, result: Result<Value, String>) -> Value {
     }
 }
 
-fn u64_of(payload: &Value, keys: &[&str]) -> Option<u64> {
-    keys.iter().find_map(|k| payload.get(*k).and_then(Value::as_u64))
-}
-
-/// Runs a control-plane command.
-fn control_command(driver: &mut Driver, verb: &str, payload: &Value) -> Result<Value, String> {
-    match verb {
-        "configure" => {
-            let overrides = match payload.get("config") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(
-                    serde_json::from_value::<toml::Table>(v.clone())
-                        .map_err(|e| format!("configure: `config` is not a table of keys: {e}"))?,
-                ),
-            };
-            driver.configure(overrides).map_err(|e| e.to_string())
-        }
-        "start" => match u64_of(payload, &["run", "n"]).and_then(|r| u32::try_from(r).ok()) {
-            Some(run) => driver.start(run).map(|()| json!({ "run": run })).map_err(|e| e.to_string()),
-            None => Err("start: the payload must name the run (a number or {\"run\": N})".into()),
+/// The command of a line from standard input, or what is wrong with it.
+fn line_to_command(verb: &str, arg: Option<&str>) -> Option<Result<Command, String>> {
+    Some(match verb {
+        "configure" => Ok(Command::Configure { config: None }),
+        "start" => match arg.map(str::parse::<u32>) {
+            Some(Ok(run)) => Ok(Command::Start { run }),
+            _ => Err("usage: start RUN".into()),
         },
-        "stop" => driver.stop(u64_of(payload, &["last_event", "n"])).map_err(|e| e.to_string()),
-        "pause" => driver.pause().map(|()| Value::Null).map_err(|e| e.to_string()),
-        "resume" => driver.resume().map(|()| Value::Null).map_err(|e| e.to_string()),
-        "reset" => driver.reset().map(|()| Value::Null).map_err(|e| e.to_string()),
-        other => Err(format!("unknown command `{other}`")),
-    }
+        "stop" => match arg.map(str::parse::<u64>).transpose() {
+            Ok(last_event) => Ok(Command::Stop { last_event }),
+            Err(_) => Err("usage: stop [LAST_EVENT]".into()),
+        },
+        "pause" => Ok(Command::Pause),
+        "resume" => Ok(Command::Resume),
+        "reset" => Ok(Command::Reset),
+        _ => return None,
+    })
 }
 
 /// Runs a line from standard input; the answer and whether to quit.
@@ -155,24 +139,14 @@ fn line_command(driver: &mut Driver, line: &str) -> (Value, bool) {
     let mut words = line.split_whitespace();
     let verb = words.next().unwrap_or("");
     let arg = words.next();
-    let result = match verb {
-        "configure" => driver.configure(None).map_err(|e| e.to_string()),
-        "start" => match arg.map(str::parse::<u32>) {
-            Some(Ok(run)) => driver.start(run).map(|()| json!({ "run": run })).map_err(|e| e.to_string()),
-            _ => Err("usage: start RUN".into()),
-        },
-        "stop" => match arg.map(str::parse::<u64>).transpose() {
-            Ok(a) => driver.stop(a).map_err(|e| e.to_string()),
-            Err(_) => Err("usage: stop [LAST_EVENT]".into()),
-        },
-        "pause" => driver.pause().map(|()| Value::Null).map_err(|e| e.to_string()),
-        "resume" => driver.resume().map(|()| Value::Null).map_err(|e| e.to_string()),
-        "stats" => Ok(driver.stats()),
-        "state" => Ok(json!({ "failure": driver.failure() })),
-        "reset" => driver.reset().map(|()| Value::Null).map_err(|e| e.to_string()),
-        "quit" => return (json!({ "ok": true, "state": driver.state().name() }), true),
-        "" => return (Value::Null, false),
-        other => Err(format!(
+    let result = match (verb, line_to_command(verb, arg)) {
+        (_, Some(Ok(command))) => driver.execute(command).map(|a| answer_json(&a)).map_err(|e| e.to_string()),
+        (_, Some(Err(usage))) => Err(usage),
+        ("stats", None) => Ok(serde_json::to_value(driver.stats()).unwrap_or(Value::Null)),
+        ("state", None) => Ok(json!({ "failure": driver.failure() })),
+        ("quit", None) => return (json!({ "ok": true, "state": driver.state().name() }), true),
+        ("", None) => return (Value::Null, false),
+        (other, None) => Err(format!(
             "unknown command `{other}` (configure, start RUN, pause, resume, stop [N], stats, state, reset, quit)"
         )),
     };
@@ -187,8 +161,9 @@ struct ControlLink {
     log: daqflow_dialog::Service,
     _commands: Vec<daqflow_dialog::CommandRegistration>,
     since_ms: u64,
-    last_state: &'static str,
-    last_command: Value,
+    last_state: Option<State>,
+    /// Statuses published so far.
+    seq: u64,
     log_published: u64,
 }
 
@@ -201,12 +176,12 @@ impl ControlLink {
         let stats = dialog.provide(&format!("{name}/stats")).map_err(err)?;
         let log = dialog.provide(&format!("{name}/log")).map_err(err)?;
         let mut commands = Vec::new();
-        for verb in VERBS {
+        for verb in Verb::ALL {
             for target in [name, "all"] {
                 let tx = tx.clone();
                 let reg = dialog
                     .register_command(&format!("{target}/{verb}"), move |m| {
-                        let _ = tx.send(Input::Control(verb, parse_payload(&m.data)));
+                        let _ = tx.send(Input::Control(verb, m.data));
                     })
                     .map_err(err)?;
                 commands.push(reg);
@@ -219,8 +194,8 @@ impl ControlLink {
             log,
             _commands: commands,
             since_ms: now_ms(),
-            last_state: "",
-            last_command: Value::Null,
+            last_state: None,
+            seq: 0,
             log_published: 0,
         })
     }
@@ -228,26 +203,17 @@ impl ControlLink {
     /// Publishes the state (when it changed, or `force`), the statistics (with `force`) and
     /// new log records.
     fn publish(&mut self, driver: &Driver, force: bool) {
-        let state = driver.state().name();
-        let changed = state != self.last_state;
+        let state = driver.state();
+        let changed = Some(state) != self.last_state;
         if changed {
             self.since_ms = now_ms();
         }
         crate::log::muted(|| {
             if changed || force {
-                self.last_state = state;
-                let v = json!({
-                    "name": driver.name(),
-                    "kind": driver.kind(),
-                    "pid": std::process::id(),
-                    "state": state,
-                    "run": driver.run(),
-                    "since_ms": self.since_ms,
-                    "error": driver.failure(),
-                    "last_command": self.last_command,
-                });
-                let _ = self.state.update(v.to_string().as_bytes());
-                let _ = self.stats.update(driver.stats().to_string().as_bytes());
+                self.last_state = Some(state);
+                let status = self.status(driver);
+                let _ = self.state.update(&serde_json::to_vec(&status).unwrap_or_default());
+                let _ = self.stats.update(&serde_json::to_vec(&driver.stats()).unwrap_or_default());
             }
             let last = crate::log::last_seq();
             if last > self.log_published {
@@ -258,6 +224,59 @@ impl ControlLink {
                 self.log_published = last;
             }
         });
+    }
+
+    /// The status to publish next (numbered).
+    fn status(&mut self, driver: &Driver) -> ComponentStatus {
+        self.seq += 1;
+        ComponentStatus {
+            name: driver.name().to_owned(),
+            kind: driver.kind().to_owned(),
+            pid: std::process::id(),
+            seq: self.seq,
+            state: driver.state(),
+            run: driver.run(),
+            since_ms: self.since_ms,
+            error: driver.failure(),
+        }
+    }
+
+    /// Runs a control-plane command and sends the reply to whoever asked for one.
+    fn command(&mut self, driver: &mut Driver, verb: Verb, payload: &[u8]) {
+        let (request, result) = match Request::decode(verb, payload) {
+            Ok(request) => {
+                let r = driver.execute(request.command.clone()).map_err(|e| e.to_string());
+                (request, r)
+            }
+            Err(e) => {
+                // Unreadable: still answer, if the payload says where to.
+                #[derive(serde::Deserialize)]
+                struct Ids {
+                    #[serde(default)]
+                    id: u64,
+                    #[serde(default)]
+                    reply_to: Option<String>,
+                }
+                let ids = serde_json::from_slice::<Ids>(payload).unwrap_or(Ids { id: 0, reply_to: None });
+                let request = Request { id: ids.id, reply_to: ids.reply_to, command: Command::Reset };
+                (request, Err(e.to_string()))
+            }
+        };
+        match &result {
+            Ok(_) => tracing::info!(command = %verb, state = driver.state().name(), "command done"),
+            Err(e) => tracing::warn!(command = %verb, error = %e, "command refused or failed"),
+        }
+        self.publish(driver, true);
+        let mut reply = CommandReply::new(&request, self.status(driver), result);
+        reply.command = verb;
+        if let Some(to) = &request.reply_to {
+            let name = format!("{to}/reply");
+            match crate::log::muted(|| self.dialog.send_command(&name, &reply.to_json())) {
+                Ok(0) => tracing::warn!("nobody took the reply `{name}`"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("sending the reply `{name}`: {e}"),
+            }
+        }
     }
 }
 
@@ -318,7 +337,7 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     if matches!(driver.state(), State::Running | State::Paused)
         || driver.run().is_some() && driver.state() == State::Error
     {
-        let r = driver.stop(None).map_err(|e| e.to_string());
+        let r = driver.stop(None).map(|s| serde_json::to_value(s).unwrap_or(Value::Null)).map_err(|e| e.to_string());
         reply(&out, &answer(&driver, r));
     }
     let _ = driver.reset();
@@ -367,7 +386,6 @@ fn event_loop(
             Ok(Input::Line(line)) => {
                 let (v, quit) = line_command(driver, line.trim());
                 if let Some(l) = link.as_mut() {
-                    l.last_command = json!({ "id": null, "command": line.trim(), "ok": v["ok"], "result": v.get("result"), "error": v.get("error") });
                     l.publish(driver, true);
                 }
                 if !v.is_null() {
@@ -378,21 +396,8 @@ fn event_loop(
                 }
             }
             Ok(Input::Control(verb, payload)) => {
-                let result = control_command(driver, verb, &payload);
-                match &result {
-                    Ok(_) => tracing::info!(command = verb, state = driver.state().name(), "command done"),
-                    Err(e) => tracing::warn!(command = verb, error = %e, "command refused or failed"),
-                }
-                let v = answer(driver, result);
                 if let Some(l) = link.as_mut() {
-                    l.last_command = json!({
-                        "id": payload.get("id"),
-                        "command": verb,
-                        "ok": v["ok"],
-                        "result": v.get("result"),
-                        "error": v.get("error"),
-                    });
-                    l.publish(driver, true);
+                    l.command(driver, verb, &payload);
                 }
             }
         }
@@ -431,10 +436,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn payloads_are_numbers_json_or_text() {
-        assert_eq!(parse_payload(b""), Value::Null);
-        assert_eq!(parse_payload(b" 12 "), json!({"n": 12}));
-        assert_eq!(parse_payload(br#"{"run":3,"id":9}"#), json!({"run": 3, "id": 9}));
-        assert_eq!(parse_payload(b"\xff garbage"), json!({"text": "\u{fffd} garbage"}));
+    fn lines_become_commands_or_say_how_to_write_them() {
+        assert_eq!(line_to_command("start", Some("4")), Some(Ok(Command::Start { run: 4 })));
+        assert_eq!(line_to_command("stop", None), Some(Ok(Command::Stop { last_event: None })));
+        assert_eq!(line_to_command("start", Some("x")), Some(Err("usage: start RUN".into())));
+        assert_eq!(line_to_command("stop", Some("-1")), Some(Err("usage: stop [LAST_EVENT]".into())));
+        assert_eq!(line_to_command("stats", None), None);
+    }
+
+    #[test]
+    fn answers_keep_the_shapes_of_the_standard_input_protocol() {
+        assert_eq!(answer_json(&Answer::Run(3)), json!({"run": 3}));
+        assert_eq!(answer_json(&Answer::Nothing), Value::Null);
+        let mut info = daqflow_component::Info::new();
+        info.insert("listen".into(), json!("127.0.0.1:1"));
+        assert_eq!(answer_json(&Answer::Info(info)), json!({"listen": "127.0.0.1:1"}));
+        assert_eq!(answer_json(&Answer::Summary(daqflow_component::Stats::counted(2, 9)))["events"], 2);
     }
 }

@@ -39,17 +39,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
-use daqflow_component::Registry;
+use daqflow_component::{DataFiles, Registry, Role};
 
-/// What to do when a component dies or fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    /// Stop the run (the run record says why).
-    Stop,
-    /// Start the component again, configure it and, during a run, start it in the same run.
-    Restart,
-}
+/// What to do when a component dies or fails: `stop` the run (the run record says why), or
+/// `restart` it (start it again, configure it and, during a run, start it in the same run).
+pub use daqflow_component::api::Policy;
 
 /// The `[system]` table.
 #[derive(Debug, Clone, Deserialize)]
@@ -232,6 +226,11 @@ pub struct ComponentSpec {
     pub line: usize,
     /// Components whose results the parameters use (configure after them).
     pub needs: Vec<String>,
+    /// How its counters enter the run's accounting (its kind's; `Other` for a program of
+    /// the user's own).
+    pub role: Role,
+    /// Where it writes data files, from its resolved parameters (its kind's).
+    pub data_files: Option<DataFiles>,
 }
 
 /// A validated system file.
@@ -330,35 +329,9 @@ pub fn read_web_token(path: &Path) -> Result<String, WebTokenError> {
     Ok(token.to_owned())
 }
 
-/// Default start stage of a kind: consumers before producers.
-pub fn default_start_order(kind: &str) -> i64 {
-    match kind {
-        "msglogger" => 0,
-        "et" => 1,
-        "recorder" | "monitor" | "sink" => 2,
-        "repeater" => 3,
-        "evm" => 4,
-        "bu" => 5,
-        "ru" => 6,
-        "source" | "generator" => 7,
-        _ => 3,
-    }
-}
-
-/// Default stop stage of a kind: producers first, draining in between.
-pub fn default_stop_order(kind: &str) -> i64 {
-    match kind {
-        "evm" => 0,
-        "source" | "generator" => 1,
-        "ru" => 2,
-        "bu" => 3,
-        "repeater" => 4,
-        "recorder" | "monitor" | "sink" => 5,
-        "et" => 6,
-        "msglogger" => 7,
-        _ => 4,
-    }
-}
+/// The stages of a component whose kind this binary does not know (a program of the user's
+/// own): start after the consumers, stop before them.
+pub const FOREIGN_STAGES: (i64, i64) = (3, 4);
 
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
@@ -549,10 +522,14 @@ impl SystemFile {
                     }
                 }
             }
+            let known = registry.kind(&kind);
+            let (start_stage, stop_stage) = known.map_or(FOREIGN_STAGES, |k| (k.start_stage, k.stop_stage));
             components.push(ComponentSpec {
                 name,
-                start_order: c.start_order.as_ref().map_or_else(|| default_start_order(&kind), |o| *o.get_ref()),
-                stop_order: c.stop_order.as_ref().map_or_else(|| default_stop_order(&kind), |o| *o.get_ref()),
+                start_order: c.start_order.as_ref().map_or(start_stage, |o| *o.get_ref()),
+                stop_order: c.stop_order.as_ref().map_or(stop_stage, |o| *o.get_ref()),
+                role: known.map_or(Role::Other, |k| k.role),
+                data_files: known.and_then(|k| k.data_files),
                 kind,
                 host: c.host.as_ref().map(|h| h.get_ref().clone()).filter(|h| h != "localhost" && h != "127.0.0.1"),
                 command: c.command.as_ref().map(|c| c.get_ref().clone()),
@@ -671,25 +648,32 @@ mod tests {
     /// A component of any configuration (the system file's checks are what is tested here).
     struct Stub;
     impl daqflow_component::Component for Stub {
-        fn kind(&self) -> &str {
-            "stub"
-        }
         fn start(&mut self, _run: u32) -> Result<(), daqflow_component::ComponentError> {
             Ok(())
         }
-        fn stop(&mut self, _arg: Option<u64>) -> Result<serde_json::Value, daqflow_component::ComponentError> {
-            Ok(json!({}))
+        fn stop(&mut self, _: Option<u64>) -> Result<daqflow_component::Stats, daqflow_component::ComponentError> {
+            Ok(daqflow_component::Stats::default())
         }
     }
 
     fn parse(text: &str) -> Result<SystemFile, SystemFileError> {
         let mut r = Registry::new();
-        for kind in ["evm", "ru", "bu", "source", "sink", "et", "recorder"] {
+        for (kind, role) in [
+            ("evm", Role::Trigger),
+            ("ru", Role::Readout),
+            ("bu", Role::Builder),
+            ("source", Role::Readout),
+            ("sink", Role::Other),
+            ("et", Role::Buffer),
+            ("recorder", Role::Recorder),
+        ] {
             // Like a real kind, it refuses keys it does not know.
-            r.add(kind, |name, t| match t.keys().find(|k| !["evm", "streams", "listen", "id"].contains(&k.as_str())) {
-                Some(k) => Err(daqflow_component::ComponentError::Config(format!("{name}: unknown field `{k}`"))),
-                None => Ok(Box::new(Stub)),
-            });
+            r.add(daqflow_component::Kind::new(kind, "a stub", role, |name, t| {
+                match t.keys().find(|k| !["evm", "streams", "listen", "id"].contains(&k.as_str())) {
+                    Some(k) => Err(daqflow_component::ComponentError::Config(format!("{name}: unknown field `{k}`"))),
+                    None => Ok(Box::new(Stub)),
+                }
+            }));
         }
         SystemFile::parse(text, &r)
     }

@@ -88,11 +88,7 @@ pub fn decode_records(data: &[u8]) -> Result<Vec<LogRecord>, String> {
 }
 
 impl Component for MsgLogger {
-    fn kind(&self) -> &str {
-        "msglogger"
-    }
-
-    fn configure(&mut self) -> Result<Value, ComponentError> {
+    fn configure(&mut self) -> Result<daqflow_component::Info, ComponentError> {
         let db = RunDb::open(&self.config.database).map_err(|e| ComponentError::Failed(e.to_string()))?;
         let dialog =
             daqflow_dialog::Dialog::connect(&self.config.control, &format!("{}-reader", self.name)).map_err(|e| {
@@ -109,14 +105,16 @@ impl Component for MsgLogger {
             }
             dialog.shutdown();
         })?);
-        Ok(json!({ "database": self.config.database }))
+        let mut info = daqflow_component::Info::new();
+        info.insert("database".into(), json!(self.config.database));
+        Ok(info)
     }
 
     fn start(&mut self, _run: u32) -> Result<(), ComponentError> {
         Ok(())
     }
 
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+    fn stop(&mut self, _arg: Option<u64>) -> Result<daqflow_component::Stats, ComponentError> {
         Ok(self.stats())
     }
 
@@ -125,11 +123,8 @@ impl Component for MsgLogger {
         Ok(())
     }
 
-    fn stats(&self) -> Value {
-        json!({
-            "records": self.counters.records.load(Ordering::Relaxed),
-            "processes": self.counters.processes.load(Ordering::Relaxed),
-        })
+    fn stats(&self) -> daqflow_component::Stats {
+        daqflow_component::Stats::counted(self.counters.records.load(Ordering::Relaxed), 0)
     }
 
     fn failure(&self) -> Option<String> {

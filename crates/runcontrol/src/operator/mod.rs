@@ -1,0 +1,649 @@
+//! The operator: starts a described system and drives it (`daqflow run SYSTEM.toml`,
+//! `daqflow demo`). It is built of parts that can each be read and tested alone:
+//!
+//! - [`sequencer`]: what to do, as a pure state machine (transitions in stages, timeouts,
+//!   restart policies), tested on virtual time;
+//! - `supervisor`: the component processes (starting them, noticing their end);
+//! - [`crate::accounting`]: what a run triggered, built, recorded and lost, by the components'
+//!   roles;
+//! - `status`: the typed [`SystemStatus`] (and from it Prometheus) the web UI shows.
+//!
+//! This module is the I/O around them: it starts the control servers, joins the control plane,
+//! follows every component's `NAME/state` and `NAME/stats`, takes the replies to its requests
+//! (`operator/reply`), and runs one event loop that feeds all of it to the sequencer and does
+//! what the sequencer says: send requests, start processes, open and close runs in the run
+//! database.
+//!
+//! ```no_run
+//! use daqflow_runcontrol::operator::{Operator, OperatorOptions};
+//! use daqflow_runcontrol::system::SystemFile;
+//! # let registry = daqflow_component::Registry::new();
+//! // The kinds the binary knows: `daqflow::registry::standard()` in the `daqflow` command.
+//! let text = std::fs::read_to_string("system.toml").unwrap();
+//! let file = SystemFile::parse(&text, &registry).unwrap();
+//! let op = Operator::launch(OperatorOptions::new(file, "/usr/bin/daqflow".into())).unwrap();
+//! op.configure().unwrap();
+//! let run = op.start(None).unwrap();
+//! std::thread::sleep(std::time::Duration::from_secs(10));
+//! let summary = op.stop().unwrap();
+//! println!("run {run}: lost {}", summary.lost);
+//! op.shutdown();
+//! ```
+
+pub mod sequencer;
+mod status;
+mod supervisor;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use daqflow_component::api::{RunSummary, SystemState, SystemStatus, Transition, TransitionResult};
+use daqflow_component::{CommandReply, ComponentStatus, Info, Stats};
+use serde_json::{Value, json};
+
+use self::sequencer::{Input, Now, Output, Sequencer, SequencerConfig, Snapshot};
+use self::status::{Place, Rates};
+use self::supervisor::{Launch, Supervisor};
+use crate::db::RunDb;
+use crate::log::now_ms;
+use crate::system::SystemFile;
+
+pub use self::status::{BULKY_DETAIL, in_run, light};
+
+/// Why the operator could not do something.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OperatorError {
+    /// The transition is not allowed in the system's state.
+    #[error("cannot {command} the system in state {state}")]
+    IllegalTransition {
+        /// The transition.
+        command: String,
+        /// The system's state.
+        state: String,
+    },
+    /// Another transition is under way.
+    #[error("the system is busy: {0} is under way")]
+    Busy(String),
+    /// A component refused or failed a command, or did not answer in time.
+    #[error("{component}: {command}: {reason}")]
+    Component {
+        /// The component.
+        component: String,
+        /// The command.
+        command: String,
+        /// What it said, or why there was no answer.
+        reason: String,
+    },
+    /// Starting the control server, a process or the database failed.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// How the operator starts.
+#[derive(Debug, Clone)]
+pub struct OperatorOptions {
+    /// The validated system file.
+    pub file: SystemFile,
+    /// The `daqflow` binary the components run as.
+    pub binary: PathBuf,
+    /// Overrides `system.data`.
+    pub data: Option<PathBuf>,
+    /// Overrides `system.control`.
+    pub control: Option<String>,
+}
+
+impl OperatorOptions {
+    /// Options for `file`, running components with `binary`.
+    pub fn new(file: SystemFile, binary: PathBuf) -> OperatorOptions {
+        OperatorOptions { file, binary, data: None, control: None }
+    }
+}
+
+/// The dialog name of the operator (and of its replies, `operator/reply`).
+pub const DIALOG_NAME: &str = "operator";
+
+/// What the event loop is asked to do.
+enum Call {
+    Launch,
+    Transition(Transition),
+    Shutdown,
+}
+
+enum Event {
+    /// An input for the sequencer.
+    Input(Box<Input>),
+    /// A call from the API, answered on `reply`.
+    Call(Call, Sender<Result<TransitionResult, OperatorError>>),
+}
+
+/// What the API reads without going through the event loop.
+struct Shown {
+    snapshot: Snapshot,
+    rates: Rates,
+    /// The event loop ended.
+    closed: bool,
+}
+
+struct Inner {
+    file: SystemFile,
+    binary: PathBuf,
+    data: PathBuf,
+    control: SocketAddr,
+    db: Arc<RunDb>,
+    dialog: daqflow_dialog::Dialog,
+    tx: Mutex<Sender<Event>>,
+    shown: Mutex<Shown>,
+    changed: Condvar,
+    servers: Arc<Mutex<crate::control_servers::ControlServers>>,
+    subscriptions: Mutex<Vec<daqflow_dialog::Subscription>>,
+    replies: Mutex<Option<daqflow_dialog::CommandRegistration>>,
+    event_loop: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// A running system.
+#[derive(Clone)]
+pub struct Operator {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The control servers for a process started now: the one the operator uses first (the spare,
+/// after the primary died), so that a restarted component joins the processes already there
+/// and not a primary started again meanwhile.
+fn control_for_newcomers(
+    servers: &Mutex<crate::control_servers::ControlServers>,
+    dialog: &daqflow_dialog::Dialog,
+) -> String {
+    let all = lock(servers).addrs().to_vec();
+    let current = dialog.client().control_server();
+    let mut ordered: Vec<SocketAddr> = current.into_iter().filter(|c| all.contains(c)).collect();
+    ordered.extend(all.iter().filter(|a| Some(**a) != current));
+    ordered.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A timeout of the system file as a duration, held within the range the file is checked
+/// against (a file that was not checked cannot make the operator panic).
+fn seconds(s: f64) -> Duration {
+    use crate::system::{MAX_TIMEOUT_S, MIN_TIMEOUT_S};
+    Duration::try_from_secs_f64(if s.is_nan() { MIN_TIMEOUT_S } else { s.clamp(MIN_TIMEOUT_S, MAX_TIMEOUT_S) })
+        .unwrap_or(Duration::from_secs(20))
+}
+
+impl Operator {
+    /// Starts the control server, the run database and every component process, and waits
+    /// until each has joined the control plane.
+    pub fn launch(options: OperatorOptions) -> Result<Operator, OperatorError> {
+        let file = options.file;
+        let data = options.data.unwrap_or_else(|| file.system.data.clone());
+        let data = if data.is_absolute() {
+            data
+        } else {
+            std::env::current_dir().map_err(|e| OperatorError::Setup(e.to_string()))?.join(data)
+        };
+        std::fs::create_dir_all(data.join("logs"))
+            .map_err(|e| OperatorError::Setup(format!("data directory {}: {e}", data.display())))?;
+        let db_path = if file.system.database.is_absolute() {
+            file.system.database.clone()
+        } else {
+            data.join(&file.system.database)
+        };
+        let db = RunDb::open(&db_path).map_err(|e| OperatorError::Setup(e.to_string()))?;
+        if let Ok(n) = db.abandon_open_runs()
+            && n > 0
+        {
+            tracing::warn!("{n} run(s) left open by an operator that ended without stopping them are marked abandoned");
+        }
+        // The system token: every connection of the system proves it (docs/security.md).
+        let token = match &file.system.token_file {
+            Some(path) => daqflow_transport::auth::Token::from_file(path)
+                .map_err(|e| OperatorError::Setup(format!("system.token_file: {e}")))?,
+            None => match daqflow_transport::auth::process_token() {
+                Some(t) => t,
+                None => daqflow_transport::auth::Token::try_generate()
+                    .map_err(|e| OperatorError::Setup(format!("making the system token: {e}")))?,
+            },
+        };
+        let token_path = data.join("token");
+        token.write_file(&token_path).map_err(|e| OperatorError::Setup(format!("writing the system token: {e}")))?;
+        // The control servers: the primary and any spares, each a process of its own.
+        let control_text = options.control.unwrap_or_else(|| file.system.control.clone());
+        let listen = crate::control_servers::parse_list(&control_text)
+            .map_err(|e| OperatorError::Setup(format!("control = {control_text:?}: {e}")))?;
+        let servers = crate::control_servers::ControlServers::start(
+            listen,
+            crate::control_servers::ServerLaunch {
+                binary: options.binary.clone(),
+                token_file: token_path.clone(),
+                logs: data.join("logs"),
+            },
+        )
+        .map_err(|e| OperatorError::Setup(format!("starting the control server: {e}")))?;
+        let control = servers.addrs()[0];
+        let mut dialog_config = daqflow_dialog::DialogConfig::new(DIALOG_NAME, servers.addrs().to_vec());
+        dialog_config.token = Some(token.clone());
+        let dialog = daqflow_dialog::Dialog::start(dialog_config)
+            .map_err(|e| OperatorError::Setup(format!("joining the control plane: {e}")))?;
+        let (tx, rx) = channel::<Event>();
+        let mut config = SequencerConfig::new(DIALOG_NAME);
+        config.timeout = seconds(file.system.timeout_s);
+        config.stop_timeout = seconds(file.system.stop_timeout_s);
+        config.logs = data.join("logs");
+        let mut seq = Sequencer::new(file.clone(), config);
+        seq.set_system_value("id", json!(format!("{}-{}-{}", file.system.name, std::process::id(), control.port())));
+        seq.set_system_value("data", json!(data));
+        seq.set_system_value("database", json!(db.path()));
+        let shown = Shown { snapshot: seq.snapshot(), rates: Rates::default(), closed: false };
+        let inner = Arc::new(Inner {
+            file: file.clone(),
+            binary: options.binary.clone(),
+            data: data.clone(),
+            control,
+            db: Arc::new(db),
+            dialog,
+            tx: Mutex::new(tx.clone()),
+            shown: Mutex::new(shown),
+            changed: Condvar::new(),
+            servers: Arc::new(Mutex::new(servers)),
+            subscriptions: Mutex::new(Vec::new()),
+            replies: Mutex::new(None),
+            event_loop: Mutex::new(None),
+        });
+        let op = Operator { inner };
+        op.follow(&tx)?;
+        let launch = Launch {
+            binary: options.binary,
+            remote: file.system.remote_command.clone(),
+            logs: data.join("logs"),
+            token_file: token_path,
+        };
+        // The operator's own log records reach the message logger like every component's.
+        let log = op.inner.dialog.provide("operator/log").ok();
+        let weak = Arc::downgrade(&op.inner);
+        let handle = std::thread::Builder::new()
+            .name("operator".into())
+            .spawn(move || event_loop(weak, rx, seq, Supervisor::new(launch), log))
+            .map_err(|e| OperatorError::Setup(e.to_string()))?;
+        *lock(&op.inner.event_loop) = Some(handle);
+        if let Err(e) = op.call(Call::Launch) {
+            op.shutdown();
+            return Err(e);
+        }
+        tracing::info!(system = %file.system.name, control = %control, "system launched");
+        Ok(op)
+    }
+
+    /// Subscribes to every component's state and statistics, and takes the replies.
+    fn follow(&self, tx: &Sender<Event>) -> Result<(), OperatorError> {
+        let dialog = &self.inner.dialog;
+        let mut subs = Vec::new();
+        for c in &self.inner.file.components {
+            let err = |e: daqflow_dialog::DialogError| OperatorError::Setup(format!("following {}: {e}", c.name));
+            let (tx1, tx2, name) = (tx.clone(), tx.clone(), c.name.clone());
+            subs.push(
+                dialog
+                    .subscribe(&format!("{}/state", c.name), move |ev| {
+                        if let daqflow_dialog::ServiceEvent::Update { data, .. } = ev {
+                            match serde_json::from_slice::<ComponentStatus>(&data) {
+                                Ok(s) if s.name == name => {
+                                    let _ = tx1.send(Event::Input(Box::new(Input::Status(s))));
+                                }
+                                Ok(s) => tracing::warn!("{name}/state names another component ({})", s.name),
+                                Err(e) => tracing::warn!("{name}/state is not a component status: {e}"),
+                            }
+                        }
+                    })
+                    .map_err(err)?,
+            );
+            let name = c.name.clone();
+            subs.push(
+                dialog
+                    .subscribe(&format!("{}/stats", c.name), move |ev| {
+                        if let daqflow_dialog::ServiceEvent::Update { data, .. } = ev {
+                            match serde_json::from_slice::<Stats>(&data) {
+                                Ok(stats) => {
+                                    let _ =
+                                        tx2.send(Event::Input(Box::new(Input::Stats { name: name.clone(), stats })));
+                                }
+                                Err(e) => tracing::debug!("{name}/stats is not statistics: {e}"),
+                            }
+                        }
+                    })
+                    .map_err(err)?,
+            );
+        }
+        *lock(&self.inner.subscriptions) = subs;
+        let tx = tx.clone();
+        let reg = dialog
+            .register_command(&format!("{DIALOG_NAME}/reply"), move |m| {
+                match serde_json::from_slice::<CommandReply>(&m.data) {
+                    Ok(r) => {
+                        let _ = tx.send(Event::Input(Box::new(Input::Reply(r))));
+                    }
+                    Err(e) => tracing::warn!("a reply from {} that is not one: {e}", m.from),
+                }
+            })
+            .map_err(|e| OperatorError::Setup(format!("registering {DIALOG_NAME}/reply: {e}")))?;
+        *lock(&self.inner.replies) = Some(reg);
+        Ok(())
+    }
+
+    /// Asks the event loop and waits for the answer.
+    fn call(&self, call: Call) -> Result<TransitionResult, OperatorError> {
+        let (reply, rx) = channel();
+        let sent = lock(&self.inner.tx).send(Event::Call(call, reply));
+        if sent.is_err() {
+            return Err(OperatorError::Setup("the operator has shut down".into()));
+        }
+        rx.recv().unwrap_or_else(|_| Err(OperatorError::Setup("the operator has shut down".into())))
+    }
+
+    /// A transition of the whole system.
+    pub fn transition(&self, t: Transition) -> Result<TransitionResult, OperatorError> {
+        self.call(Call::Transition(t))
+    }
+
+    /// Configures every component (Initial → Configured): what each told the others.
+    pub fn configure(&self) -> Result<BTreeMap<String, Info>, OperatorError> {
+        match self.transition(Transition::Configure)? {
+            TransitionResult::Configured(m) => Ok(m),
+            _ => Ok(BTreeMap::new()),
+        }
+    }
+
+    /// Starts a run (Configured → Running): `run` or the next number. Returns the run number.
+    pub fn start(&self, run: Option<u32>) -> Result<u32, OperatorError> {
+        match self.transition(Transition::Start { run })? {
+            TransitionResult::Started(run) => Ok(run),
+            other => Err(OperatorError::Setup(format!("start answered {other:?}"))),
+        }
+    }
+
+    /// Pauses the run (producers first).
+    pub fn pause(&self) -> Result<(), OperatorError> {
+        self.transition(Transition::Pause).map(|_| ())
+    }
+
+    /// Resumes a paused run (consumers first).
+    pub fn resume(&self) -> Result<(), OperatorError> {
+        self.transition(Transition::Resume).map(|_| ())
+    }
+
+    /// Stops the run (producers first, draining in between) and returns its summary, which
+    /// is also stored in the run database.
+    pub fn stop(&self) -> Result<RunSummary, OperatorError> {
+        match self.transition(Transition::Stop)? {
+            TransitionResult::Stopped(s) => Ok(*s),
+            other => Err(OperatorError::Setup(format!("stop answered {other:?}"))),
+        }
+    }
+
+    /// Resets every component (any state → Initial).
+    pub fn reset(&self) -> Result<(), OperatorError> {
+        self.transition(Transition::Reset).map(|_| ())
+    }
+
+    fn shown(&self) -> MutexGuard<'_, Shown> {
+        lock(&self.inner.shown)
+    }
+
+    /// The system's state: the phase under way, or what every component reports.
+    pub fn state(&self) -> SystemState {
+        self.shown().snapshot.state
+    }
+
+    /// Whether a run is open: started and not yet stopped and recorded. A component that dies
+    /// and is restarted does not close it; only a stop (by the operator or by a policy) or a
+    /// reset does.
+    pub fn run_open(&self) -> bool {
+        self.shown().snapshot.run_started_ms.is_some()
+    }
+
+    /// Waits at most `timeout` until no run is open; whether none is.
+    pub fn wait_run_closed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.shown();
+        while s.snapshot.run_started_ms.is_some() && !s.closed {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            s = self.inner.changed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+
+    /// The run number (running or last).
+    pub fn run_number(&self) -> Option<u32> {
+        self.shown().snapshot.run
+    }
+
+    /// The summary of the last run stopped.
+    pub fn last_summary(&self) -> Option<RunSummary> {
+        self.shown().snapshot.last_summary.as_deref().cloned()
+    }
+
+    /// The live status (the web UI's `/api/status`).
+    pub fn status(&self) -> SystemStatus {
+        let place = Place { file: &self.inner.file, control: self.control_list(), data: &self.inner.data };
+        let s = self.shown();
+        status::system_status(&place, &s.snapshot, &s.rates, now_ms())
+    }
+
+    /// The monitors' histograms: `[{"component", …histogram}]`.
+    pub fn histograms(&self) -> Value {
+        status::histograms(&self.inner.file, &self.shown().snapshot)
+    }
+
+    /// The ET systems' snapshots: `[{"component", "snapshot"}]`.
+    pub fn et(&self) -> Value {
+        status::et(&self.inner.file, &self.shown().snapshot)
+    }
+
+    /// Prometheus text exposition of the system (names prefixed `daqflow_`).
+    pub fn metrics(&self) -> String {
+        self.status().to_prometheus()
+    }
+
+    /// The (primary) control server's address.
+    pub fn control_addr(&self) -> SocketAddr {
+        self.inner.control
+    }
+
+    /// Every control server's address, the primary first, as processes are given them
+    /// (`A,B,…`).
+    pub fn control_list(&self) -> String {
+        lock(&self.inner.servers).list()
+    }
+
+    /// The process ids of the control servers (the primary first).
+    pub fn control_server_pids(&self) -> Vec<u32> {
+        lock(&self.inner.servers).pids()
+    }
+
+    /// How many times a control server that died was started again.
+    pub fn control_server_restarts(&self) -> u64 {
+        lock(&self.inner.servers).restarts()
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.inner.data
+    }
+
+    /// The run database.
+    pub fn db(&self) -> &RunDb {
+        &self.inner.db
+    }
+
+    /// The operator's own control-plane client.
+    pub fn dialog(&self) -> &daqflow_dialog::Dialog {
+        &self.inner.dialog
+    }
+
+    /// The system file.
+    pub fn file(&self) -> &SystemFile {
+        &self.inner.file
+    }
+
+    /// The binary components run as.
+    pub fn binary(&self) -> &Path {
+        &self.inner.binary
+    }
+
+    /// Stops whatever runs (a run in progress is stopped and recorded), resets every
+    /// component, ends every component process (SIGTERM, then SIGKILL after 5 s) and the
+    /// control servers.
+    pub fn shutdown(&self) {
+        if in_run(self.state())
+            && let Err(e) = self.stop()
+        {
+            tracing::error!("stopping the run at shutdown: {e}");
+        }
+        let _ = self.call(Call::Shutdown);
+        if let Some(h) = lock(&self.inner.event_loop).take() {
+            let _ = h.join();
+        }
+        lock(&self.inner.subscriptions).clear();
+        lock(&self.inner.replies).take();
+        self.inner.dialog.shutdown();
+        lock(&self.inner.servers).shutdown();
+    }
+}
+
+/// The operator's event loop: feeds the sequencer and does what it says, until shutdown.
+fn event_loop(
+    inner: std::sync::Weak<Inner>,
+    rx: Receiver<Event>,
+    mut seq: Sequencer,
+    mut sup: Supervisor,
+    log: Option<daqflow_dialog::Service>,
+) {
+    let mut tickets: HashMap<u64, Sender<Result<TransitionResult, OperatorError>>> = HashMap::new();
+    let mut next_ticket = 1u64;
+    let mut shutdown_ticket = None;
+    let mut next_sample = Instant::now() + Duration::from_secs(1);
+    let mut next_exit_check = Instant::now();
+    let mut log_published = 0;
+    let mut control = String::new();
+    loop {
+        let wait =
+            seq.next_deadline().map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
+        let event = rx.recv_timeout(wait.clamp(Duration::from_millis(1), Duration::from_millis(100)));
+        let Some(inner) = inner.upgrade() else { return };
+        let mut inputs = VecDeque::new();
+        match event {
+            Ok(Event::Input(i)) => inputs.push_back(*i),
+            Ok(Event::Call(call, reply)) => {
+                let ticket = next_ticket;
+                next_ticket += 1;
+                tickets.insert(ticket, reply);
+                inputs.push_back(match call {
+                    Call::Launch => Input::Launch { ticket },
+                    Call::Transition(transition) => Input::Request { ticket, transition },
+                    Call::Shutdown => {
+                        shutdown_ticket = Some(ticket);
+                        Input::Shutdown { ticket }
+                    }
+                });
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        inputs.push_back(Input::Tick);
+        let now = Instant::now();
+        if now >= next_exit_check {
+            next_exit_check = now + Duration::from_millis(100);
+            for (name, status) in sup.exits() {
+                inputs.push_back(Input::Exited { name, status });
+            }
+            let list = control_for_newcomers(&inner.servers, &inner.dialog);
+            if list != control {
+                control = list.clone();
+                inputs.push_back(Input::Control(list));
+            }
+        }
+        let mut shut_down = false;
+        while let Some(input) = inputs.pop_front() {
+            let t = Now::current();
+            for output in seq.handle(input, t) {
+                match output {
+                    Output::Send { to, request } => {
+                        let (verb, payload) = request.encode();
+                        match inner.dialog.send_command(&format!("{to}/{verb}"), &payload) {
+                            Ok(n) if n > 0 => {}
+                            Ok(_) => inputs.push_back(Input::Undelivered { id: request.id }),
+                            Err(e) => {
+                                tracing::warn!("sending {verb} to {to}: {e}");
+                                inputs.push_back(Input::Undelivered { id: request.id });
+                            }
+                        }
+                    }
+                    Output::Spawn { name } => {
+                        let Some(spec) = inner.file.components.iter().find(|c| c.name == name) else { continue };
+                        inputs.push_back(match sup.spawn(spec, &control) {
+                            Ok(pid) => Input::Spawned { name, pid },
+                            Err(error) => Input::SpawnFailed { name, error },
+                        });
+                    }
+                    Output::OpenRun { requested } => {
+                        let r = inner.db.begin_run(&inner.file.system.name, &inner.file.text, requested);
+                        if r.is_ok() {
+                            lock(&inner.shown).rates.clear();
+                        }
+                        inputs.push_back(Input::RunOpened(r.map_err(|e| e.to_string())));
+                    }
+                    Output::CloseRun(close) => {
+                        let mut summary = status::run_summary(&inner.file.system.name, &close, now_ms());
+                        if let Err(e) = inner.db.end_run(&summary) {
+                            summary.errors.push(e.to_string());
+                        }
+                        inputs.push_back(Input::RunClosed(Box::new(summary)));
+                    }
+                    Output::Done { ticket, result } => {
+                        if let Some(reply) = tickets.remove(&ticket) {
+                            let _ = reply.send(result);
+                        }
+                        if Some(ticket) == shutdown_ticket {
+                            shut_down = true;
+                        }
+                    }
+                }
+            }
+        }
+        {
+            let mut shown = lock(&inner.shown);
+            shown.snapshot = seq.snapshot();
+            if Instant::now() >= next_sample {
+                next_sample += Duration::from_secs(1);
+                let Shown { snapshot, rates, .. } = &mut *shown;
+                rates.sample(&inner.file, snapshot, now_ms());
+            }
+        }
+        inner.changed.notify_all();
+        if crate::log::last_seq() > log_published
+            && let Some(service) = &log
+        {
+            log_published = crate::log::last_seq();
+            let window = crate::log::window(DIALOG_NAME);
+            crate::log::muted(|| {
+                let _ = service.update(serde_json::to_string(&window).unwrap_or_default().as_bytes());
+            });
+        }
+        if shut_down {
+            sup.terminate_all(Duration::from_secs(5));
+            for (_, reply) in tickets.drain() {
+                let _ = reply.send(Err(OperatorError::Setup("the operator has shut down".into())));
+            }
+            lock(&inner.shown).closed = true;
+            inner.changed.notify_all();
+            return;
+        }
+    }
+}

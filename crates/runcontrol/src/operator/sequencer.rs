@@ -1,0 +1,1417 @@
+//! The sequencer: what the operator does, as a pure state machine. It is fed the system file,
+//! what the components publish (their [`ComponentStatus`] and [`Stats`]), their replies, the
+//! ends of their processes, the transitions asked for and the time; it answers with what to
+//! do ([`Output`]): requests to send, processes to start, runs to open and close, transitions
+//! to answer. The operator's I/O layer ([`Operator`](super::Operator)) does those things and
+//! feeds back what happened. Nothing here touches a socket, a process, a file or the clock, so
+//! every sequence (a component dying during a stop, a reply that never comes, a restart in a
+//! paused run) is tested deterministically on virtual time.
+//!
+//! The rules it follows:
+//! - **configure** in dependency order, one component at a time (a component whose parameters
+//!   refer to another's result, `${evm.listen}`, comes after it), each with its resolved
+//!   parameters;
+//! - **start** by start stage, the same stage together; if one fails, those started are
+//!   stopped again (in stop order) and the run is closed as failed;
+//! - **stop** by stop stage: components whose process is dead are skipped (and named in the
+//!   run's errors), `stop_arg` is resolved with the summaries of the stages before;
+//! - **pause** in stop order, **resume** in start order, **reset** in stop order after the
+//!   processes that died were started again;
+//! - every request waits for its reply at most the system's timeout (stop: `stop_timeout_s`);
+//!   a request the control plane could not deliver (a process that just joined) is sent again
+//!   while its process lives;
+//! - when no transition is under way, a component that died or is in Error gets its policy:
+//!   `stop` ends an open run, `restart` starts its process again and brings it back to the
+//!   system's state (configure, start in the same run, pause). Transitions asked for during a
+//!   restart wait for it.
+//!
+//! ```
+//! use std::time::Duration;
+//! use daqflow_component::api::Transition;
+//! use daqflow_runcontrol::operator::sequencer::{Input, Now, Output, Sequencer, SequencerConfig};
+//! # let registry = daqflow_component::Registry::new();
+//! let text = "[system]\nname = 'demo'\n[[component]]\nname = 'a'\nkind = 'x'\ncommand = ['a.out']\n";
+//! let file = daqflow_runcontrol::system::SystemFile::parse(text, &registry).unwrap();
+//! let mut seq = Sequencer::new(file, SequencerConfig::new("operator"));
+//! let now = Now::start();
+//! let out = seq.handle(Input::Launch { ticket: 1 }, now);
+//! assert_eq!(out, vec![Output::Spawn { name: "a".into() }]);
+//! let out = seq.handle(Input::Request { ticket: 2, transition: Transition::Configure }, now.after(Duration::from_millis(5)));
+//! assert!(matches!(&out[0], Output::Done { ticket: 2, result: Err(_) }), "{out:?}"); // busy launching
+//! ```
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use daqflow_component::api::{ComponentState, Policy, RunSummary, SystemState, Transition, TransitionResult};
+use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Info, Request, Stats, Verb};
+use serde_json::{Value, json};
+
+use super::OperatorError;
+use crate::accounting::ComponentRun;
+use crate::system::{ComponentSpec, SystemFile, resolve};
+
+/// A point in time: monotonic for timeouts, wall-clock (Unix ms) for what is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic time.
+    pub mono: Instant,
+    /// Unix milliseconds.
+    pub wall_ms: u64,
+}
+
+impl Now {
+    /// The current time.
+    pub fn current() -> Now {
+        Now { mono: Instant::now(), wall_ms: crate::log::now_ms() }
+    }
+
+    /// A start for virtual time (tests): now, at wall-clock 1 000 000 ms.
+    pub fn start() -> Now {
+        Now { mono: Instant::now(), wall_ms: 1_000_000 }
+    }
+
+    /// This time plus `d`.
+    pub fn after(self, d: Duration) -> Now {
+        Now { mono: self.mono + d, wall_ms: self.wall_ms + d.as_millis() as u64 }
+    }
+}
+
+/// Settings of the sequencer.
+#[derive(Debug, Clone)]
+pub struct SequencerConfig {
+    /// The dialog name replies go to (`REPLY_TO/reply`).
+    pub reply_to: String,
+    /// How long a component may take for launch, configure, start, pause, resume and reset
+    /// (`system.timeout_s`).
+    pub timeout: Duration,
+    /// How long a component may take to stop (`system.stop_timeout_s`).
+    pub stop_timeout: Duration,
+    /// How long reset may take at shutdown.
+    pub shutdown_timeout: Duration,
+    /// After this long, a request the control plane could not deliver is sent again.
+    pub resend_after: Duration,
+    /// Where the components' logs are (named in errors).
+    pub logs: PathBuf,
+}
+
+impl SequencerConfig {
+    /// Defaults (20 s, 60 s for stop, 10 s at shutdown), replies to `reply_to`.
+    pub fn new(reply_to: &str) -> SequencerConfig {
+        SequencerConfig {
+            reply_to: reply_to.to_owned(),
+            timeout: Duration::from_secs(20),
+            stop_timeout: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(10),
+            resend_after: Duration::from_millis(50),
+            logs: PathBuf::from("logs"),
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// Start every component's process and wait until each joined the control plane.
+    Launch {
+        /// Answered with [`Output::Done`].
+        ticket: u64,
+    },
+    /// A transition of the whole system was asked for.
+    Request {
+        /// Answered with [`Output::Done`].
+        ticket: u64,
+        /// The transition.
+        transition: Transition,
+    },
+    /// Reset every component at once, briefly, before the processes are ended.
+    Shutdown {
+        /// Answered with [`Output::Done`].
+        ticket: u64,
+    },
+    /// A component published its state (`NAME/state`).
+    Status(ComponentStatus),
+    /// A component published its counters (`NAME/stats`).
+    Stats {
+        /// The component.
+        name: String,
+        /// Its counters.
+        stats: Stats,
+    },
+    /// A component replied (`REPLY_TO/reply`).
+    Reply(CommandReply),
+    /// The control plane had nobody to give request `id` to.
+    Undelivered {
+        /// The request's id.
+        id: u64,
+    },
+    /// A component's process was started ([`Output::Spawn`]).
+    Spawned {
+        /// The component.
+        name: String,
+        /// Its process id.
+        pid: u32,
+    },
+    /// A component's process could not be started.
+    SpawnFailed {
+        /// The component.
+        name: String,
+        /// Why.
+        error: String,
+    },
+    /// A component's process ended.
+    Exited {
+        /// The component.
+        name: String,
+        /// How (`signal: 9 (SIGKILL)`, `exit status: 1`).
+        status: String,
+    },
+    /// The run database opened a run ([`Output::OpenRun`]).
+    RunOpened(Result<u32, String>),
+    /// The run was closed ([`Output::CloseRun`]) with this summary.
+    RunClosed(Box<RunSummary>),
+    /// The control servers to give processes started from now on changed (`${system.control}`).
+    Control(String),
+    /// Time passed.
+    Tick,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send `request` to component `to` (the dialog command `TO/VERB`).
+    Send {
+        /// The component.
+        to: String,
+        /// The request.
+        request: Request,
+    },
+    /// Start the component's process (ending a process of it that still runs); answer with
+    /// [`Input::Spawned`] or [`Input::SpawnFailed`].
+    Spawn {
+        /// The component.
+        name: String,
+    },
+    /// Open a run in the run database (`requested`, or the next number); answer with
+    /// [`Input::RunOpened`].
+    OpenRun {
+        /// The run number asked for.
+        requested: Option<u32>,
+    },
+    /// Account and record the run; answer with [`Input::RunClosed`].
+    CloseRun(Box<CloseRun>),
+    /// Answer the transition (or launch, or shutdown) of `ticket`.
+    Done {
+        /// The ticket.
+        ticket: u64,
+        /// The result.
+        result: Result<TransitionResult, OperatorError>,
+    },
+}
+
+/// What the operator needs to account and record a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloseRun {
+    /// The run.
+    pub run: u32,
+    /// When it started (Unix ms).
+    pub started_ms: u64,
+    /// Every component's counters and fate.
+    pub components: Vec<ComponentRun>,
+    /// The directories where components wrote data files.
+    pub data: Vec<(String, PathBuf)>,
+    /// The run's errors (none: it stopped well).
+    pub errors: Vec<String>,
+}
+
+/// What the sequencer knows of one component.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct View {
+    /// Its state (Starting until its process joined, Dead after it ended).
+    pub state: Option<ComponentState>,
+    /// The run it takes or last took.
+    pub run: Option<u32>,
+    /// Since when it is in its state (Unix ms).
+    pub since_ms: u64,
+    /// Its error.
+    pub error: Option<String>,
+    /// Its process id.
+    pub pid: Option<u32>,
+    /// Whether its process runs.
+    pub alive: bool,
+    /// How its process ended.
+    pub exit: Option<String>,
+    /// How often it was started again.
+    pub restarts: u32,
+    /// Its last counters.
+    pub stats: Stats,
+    /// The last counters of its earlier lives in the open run.
+    pub earlier: Vec<Stats>,
+    /// The pid of the life that ended: a late state carrying it is not the new life's.
+    stale_pid: Option<u32>,
+    /// The newest status of this life taken.
+    seq: u64,
+}
+
+impl View {
+    /// Its state as shown (Starting before the first publication).
+    pub fn shown(&self) -> ComponentState {
+        if !self.alive && self.state.is_some() {
+            ComponentState::Dead
+        } else {
+            self.state.unwrap_or(ComponentState::Starting)
+        }
+    }
+
+    fn joined(&self) -> bool {
+        self.alive && !matches!(self.state, None | Some(ComponentState::Starting) | Some(ComponentState::Dead))
+    }
+}
+
+/// What the operator shows of the sequencer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The system's state or the phase under way.
+    pub state: SystemState,
+    /// The run taken or last taken.
+    pub run: Option<u32>,
+    /// When the open run started.
+    pub run_started_ms: Option<u64>,
+    /// Every component, in the system file's order.
+    pub views: Vec<(String, View)>,
+    /// The last transition's error.
+    pub last_error: Option<String>,
+    /// The last run's summary.
+    pub last_summary: Option<Box<RunSummary>>,
+}
+
+/// Who waits for a request's reply.
+#[derive(Debug, Clone, PartialEq)]
+enum Owner {
+    Job,
+    Restart(String),
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    name: String,
+    verb: Verb,
+    request: Request,
+    timeout: Duration,
+    deadline: Instant,
+    resend_at: Option<Instant>,
+    owner: Owner,
+}
+
+/// Replies a step waits for.
+#[derive(Debug, Default)]
+struct Batch {
+    waiting: BTreeMap<u64, String>,
+    replies: Vec<(String, Result<Answer, OperatorError>)>,
+}
+
+/// What comes after the run is closed.
+#[derive(Debug)]
+enum AfterClose {
+    /// A start failed: the system is Configured, the transition fails with this.
+    StartFailed(OperatorError),
+    /// The run was stopped.
+    Stopped,
+    /// Reset goes on.
+    Reset,
+}
+
+#[derive(Debug)]
+enum Step {
+    /// Waiting for the processes in `joining` to join.
+    Launching,
+    /// Configuring `order[next - 1]`.
+    Configuring { order: Vec<usize>, next: usize },
+    /// Waiting for the run database.
+    Opening { requested: Option<u32> },
+    /// Starting stage `stage`.
+    Starting { run: u32, stage: usize, started: Vec<usize> },
+    /// A start failed: stopping what started, stage by stage.
+    Unwinding {
+        run: u32,
+        stage: usize,
+        started: Vec<usize>,
+        failure: OperatorError,
+        summaries: BTreeMap<String, Stats>,
+    },
+    /// Pause, resume or reset, stage by stage.
+    Staged { verb: Verb, stages: Vec<Vec<usize>>, stage: usize, first_error: Option<OperatorError> },
+    /// Stopping stage `stage`.
+    Stopping { run: u32, stage: usize, summaries: BTreeMap<String, Stats>, errors: Vec<String> },
+    /// Waiting for the run to be closed.
+    Closing { then: AfterClose },
+    /// Reset: waiting for the processes that had died to join again.
+    Respawning,
+    /// Shutdown: every component resets.
+    ShuttingDown,
+}
+
+#[derive(Debug)]
+struct Job {
+    ticket: Option<u64>,
+    /// The transition (None: launch or shutdown).
+    transition: Option<Transition>,
+    step: Step,
+    batch: Batch,
+    joining: BTreeMap<String, Instant>,
+}
+
+#[derive(Debug)]
+enum RestartStep {
+    Spawning,
+    Joining { deadline: Instant },
+    Commanding(Verb),
+}
+
+#[derive(Debug)]
+struct Restart {
+    step: RestartStep,
+    /// The system's state to bring the component back to.
+    target: SystemState,
+    /// Why it is restarted.
+    why: String,
+}
+
+/// How a job goes on after a step.
+enum Flow {
+    /// Look again: wait for what the step sent, or take the next step at once.
+    Continue,
+    /// Wait for an input other than replies (the run database).
+    Wait,
+    /// The job ends with this result.
+    Finished(Result<TransitionResult, OperatorError>),
+}
+
+/// The operator's state machine (see the module documentation).
+#[derive(Debug)]
+pub struct Sequencer {
+    file: SystemFile,
+    config: SequencerConfig,
+    views: HashMap<String, View>,
+    results: HashMap<String, Value>,
+    system: serde_json::Map<String, Value>,
+    run: Option<u32>,
+    run_started_ms: Option<u64>,
+    /// What the components were last told to be in (Initial, Configured, Running, Paused).
+    target: SystemState,
+    job: Option<Job>,
+    queue: VecDeque<(u64, Transition)>,
+    restarts: BTreeMap<String, Restart>,
+    restart_failures: Vec<String>,
+    pending: BTreeMap<u64, Pending>,
+    next_id: u64,
+    handled: HashMap<String, u64>,
+    last_error: Option<String>,
+    last_summary: Option<Box<RunSummary>>,
+}
+
+impl Sequencer {
+    /// A sequencer for `file`, every component not started yet.
+    pub fn new(file: SystemFile, config: SequencerConfig) -> Sequencer {
+        let views = file.components.iter().map(|c| (c.name.clone(), View::default())).collect();
+        let mut system = serde_json::Map::new();
+        system.insert("name".into(), json!(file.system.name));
+        Sequencer {
+            file,
+            config,
+            views,
+            results: HashMap::new(),
+            system,
+            run: None,
+            run_started_ms: None,
+            target: SystemState::Initial,
+            job: None,
+            queue: VecDeque::new(),
+            restarts: BTreeMap::new(),
+            restart_failures: Vec::new(),
+            pending: BTreeMap::new(),
+            next_id: 1,
+            handled: HashMap::new(),
+            last_error: None,
+            last_summary: None,
+        }
+    }
+
+    /// Sets a value of `${system.KEY}` (`id`, `control`, `data`, `database`).
+    pub fn set_system_value(&mut self, key: &str, value: Value) {
+        self.system.insert(key.to_owned(), value);
+    }
+
+    /// The system file.
+    pub fn file(&self) -> &SystemFile {
+        &self.file
+    }
+
+    /// The system's state: the phase under way, else every component's when they agree
+    /// (Error when one is in Error or dead, Mixed when they differ). Components being
+    /// restarted do not count.
+    pub fn state(&self) -> SystemState {
+        if let Some(t) = self.job.as_ref().and_then(|j| j.transition) {
+            return t.phase();
+        }
+        let mut states = self
+            .file
+            .components
+            .iter()
+            .filter(|c| !self.restarts.contains_key(&c.name))
+            .map(|c| self.views[&c.name].shown());
+        let Some(first) = states.next() else { return SystemState::Initial };
+        let all: Vec<ComponentState> = std::iter::once(first).chain(states).collect();
+        if all.iter().any(|s| matches!(s, ComponentState::Error | ComponentState::Dead)) {
+            SystemState::Error
+        } else if all.iter().all(|s| *s == first) {
+            first.state().map_or(SystemState::Mixed, SystemState::from)
+        } else {
+            SystemState::Mixed
+        }
+    }
+
+    /// Whether a run is open (started, not yet stopped and recorded).
+    pub fn run_open(&self) -> bool {
+        self.run_started_ms.is_some()
+    }
+
+    /// One component's view.
+    pub fn view(&self, name: &str) -> Option<&View> {
+        self.views.get(name)
+    }
+
+    /// What the operator shows.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            state: self.state(),
+            run: self.run,
+            run_started_ms: self.run_started_ms,
+            views: self.file.components.iter().map(|c| (c.name.clone(), self.views[&c.name].clone())).collect(),
+            last_error: self.last_error.clone(),
+            last_summary: self.last_summary.clone(),
+        }
+    }
+
+    /// The earliest time something times out or must be sent again (the I/O layer ticks then
+    /// at the latest).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let pending = self.pending.values().map(|p| p.resend_at.unwrap_or(p.deadline).min(p.deadline));
+        let joining = self.job.iter().flat_map(|j| j.joining.values().copied());
+        let restarts = self.restarts.values().filter_map(|r| match r.step {
+            RestartStep::Joining { deadline } => Some(deadline),
+            _ => None,
+        });
+        pending.chain(joining).chain(restarts).min()
+    }
+
+    /// Handles one input; what to do.
+    pub fn handle(&mut self, input: Input, now: Now) -> Vec<Output> {
+        let mut out = Vec::new();
+        match input {
+            Input::Launch { ticket } => self.launch(ticket, now, &mut out),
+            Input::Request { ticket, transition } => self.request(ticket, transition, now, &mut out),
+            Input::Shutdown { ticket } => self.shutdown(ticket, now, &mut out),
+            Input::Status(s) => self.on_status(s, now, &mut out),
+            Input::Stats { name, stats } => {
+                if let Some(v) = self.views.get_mut(&name) {
+                    // Until the new life has published its state, statistics are the old life's.
+                    if v.joined() {
+                        v.stats = stats;
+                    }
+                }
+            }
+            Input::Reply(r) => self.on_reply(r, now, &mut out),
+            Input::Undelivered { id } => {
+                if let Some(p) = self.pending.get_mut(&id) {
+                    p.resend_at = Some(now.mono + self.config.resend_after);
+                }
+            }
+            Input::Spawned { name, pid } => self.on_spawned(&name, pid, now),
+            Input::SpawnFailed { name, error } => self.on_spawn_failed(&name, error, now, &mut out),
+            Input::Exited { name, status } => self.on_exited(&name, status, now, &mut out),
+            Input::RunOpened(r) => self.on_run_opened(r, now, &mut out),
+            Input::RunClosed(summary) => self.on_run_closed(summary, now, &mut out),
+            Input::Control(list) => {
+                self.system.insert("control".into(), json!(list));
+            }
+            Input::Tick => self.on_tick(now, &mut out),
+        }
+        if self.job.is_none() {
+            self.after_job(now, &mut out);
+        }
+        out
+    }
+}
+
+impl Sequencer {
+    fn spec_index(&self, name: &str) -> Option<usize> {
+        self.file.components.iter().position(|c| c.name == name)
+    }
+
+    /// The values `${NAME.KEY}` refers to: configure results, `system`, and `extra`.
+    fn references(&self, extra: &BTreeMap<String, Stats>) -> HashMap<String, Value> {
+        let mut r = self.results.clone();
+        r.insert("system".into(), Value::Object(self.system.clone()));
+        for (name, stats) in extra {
+            // A stop summary: its counters and its kind's figures, side by side.
+            let mut m = match serde_json::to_value(stats) {
+                Ok(Value::Object(m)) => m,
+                _ => serde_json::Map::new(),
+            };
+            if let Value::Object(d) = &stats.detail {
+                for (k, v) in d {
+                    m.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            r.insert(name.clone(), Value::Object(m));
+        }
+        r
+    }
+
+    /// A component's parameters with their references resolved.
+    fn resolved_params(&self, spec: &ComponentSpec) -> Result<toml::Table, OperatorError> {
+        let refs = self.references(&BTreeMap::new());
+        match resolve(&toml::Value::Table(spec.params.clone()), &refs) {
+            Ok(toml::Value::Table(t)) => Ok(t),
+            Ok(_) => Ok(toml::Table::new()),
+            Err(reason) => {
+                Err(OperatorError::Component { component: spec.name.clone(), command: "configure".into(), reason })
+            }
+        }
+    }
+
+    fn send(
+        &mut self,
+        name: &str,
+        command: Command,
+        owner: Owner,
+        timeout: Duration,
+        now: Now,
+        out: &mut Vec<Output>,
+    ) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let request = Request { id, reply_to: Some(self.config.reply_to.clone()), command };
+        let verb = request.command.verb();
+        self.pending.insert(
+            id,
+            Pending {
+                name: name.to_owned(),
+                verb,
+                request: request.clone(),
+                timeout,
+                deadline: now.mono + timeout,
+                resend_at: None,
+                owner,
+            },
+        );
+        out.push(Output::Send { to: name.to_owned(), request });
+        id
+    }
+
+    fn send_for(
+        &mut self,
+        batch: &mut Batch,
+        name: &str,
+        command: Command,
+        timeout: Duration,
+        now: Now,
+        out: &mut Vec<Output>,
+    ) {
+        let id = self.send(name, command, Owner::Job, timeout, now, out);
+        batch.waiting.insert(id, name.to_owned());
+    }
+
+    /// Ends request `id` with `result` and lets its owner go on.
+    fn finish_request(&mut self, id: u64, result: Result<Answer, OperatorError>, now: Now, out: &mut Vec<Output>) {
+        let Some(p) = self.pending.remove(&id) else { return };
+        match p.owner {
+            Owner::Job => {
+                let Some(job) = self.job.as_mut() else { return };
+                if job.batch.waiting.remove(&id).is_some() {
+                    job.batch.replies.push((p.name, result));
+                    if job.batch.waiting.is_empty() {
+                        self.advance(now, out);
+                    }
+                }
+            }
+            Owner::Restart(name) => self.restart_step_done(&name, result, now, out),
+        }
+    }
+
+    fn fail_request(&mut self, id: u64, reason: String, now: Now, out: &mut Vec<Output>) {
+        let Some(p) = self.pending.get(&id) else { return };
+        let e = OperatorError::Component { component: p.name.clone(), command: p.verb.name().into(), reason };
+        self.finish_request(id, Err(e), now, out);
+    }
+
+    /// Takes a status; whether the component joined the control plane with it.
+    fn take_status(&mut self, s: &ComponentStatus) -> bool {
+        let Some(v) = self.views.get_mut(&s.name) else { return false };
+        if !v.alive || Some(s.pid) == v.stale_pid {
+            return false;
+        }
+        if v.pid == Some(s.pid) && v.state.is_some() && s.seq <= v.seq {
+            return false; // older than what we have
+        }
+        let was = v.joined();
+        if v.state.and_then(ComponentState::state) != Some(s.state) {
+            v.since_ms = s.since_ms;
+        }
+        v.state = Some(s.state.into());
+        v.run = s.run;
+        v.since_ms = s.since_ms;
+        v.error = s.error.clone();
+        v.pid = Some(s.pid);
+        v.seq = s.seq;
+        !was && v.joined()
+    }
+
+    fn on_status(&mut self, s: ComponentStatus, now: Now, out: &mut Vec<Output>) {
+        if self.take_status(&s) {
+            self.joined(&s.name, now, out);
+        }
+    }
+
+    fn joined(&mut self, name: &str, now: Now, out: &mut Vec<Output>) {
+        if let Some(job) = self.job.as_mut()
+            && job.joining.remove(name).is_some()
+            && job.joining.is_empty()
+        {
+            self.advance(now, out);
+        }
+        if let Some(r) = self.restarts.get(name)
+            && matches!(r.step, RestartStep::Joining { .. })
+        {
+            self.restart_step_done(name, Ok(Answer::Nothing), now, out);
+        }
+    }
+
+    fn on_reply(&mut self, r: CommandReply, now: Now, out: &mut Vec<Output>) {
+        let Some(p) = self.pending.get(&r.id) else {
+            tracing::debug!(id = r.id, component = %r.status.name, "a reply nobody waits for (late, or not ours)");
+            return;
+        };
+        if p.name != r.status.name || p.verb != r.command {
+            tracing::warn!(
+                id = r.id,
+                "a reply from {} to {} does not match request {} ({} to {})",
+                r.status.name,
+                r.command,
+                r.id,
+                p.verb,
+                p.name
+            );
+            return;
+        }
+        let (id, name, verb) = (r.id, p.name.clone(), p.verb);
+        // The reply's status is the component's right after the command, maybe newer than
+        // what `NAME/state` brought so far.
+        if self.take_status(&r.status) {
+            self.joined(&name, now, out);
+        }
+        let result = r.result().map_err(|reason| OperatorError::Component {
+            component: name,
+            command: verb.name().into(),
+            reason,
+        });
+        self.finish_request(id, result, now, out);
+    }
+
+    fn on_spawned(&mut self, name: &str, pid: u32, now: Now) {
+        if let Some(v) = self.views.get_mut(name) {
+            v.alive = true;
+            v.exit = None;
+            v.pid = Some(pid);
+            v.state = None;
+            v.seq = 0;
+            v.since_ms = now.wall_ms;
+        }
+        if let Some(r) = self.restarts.get_mut(name)
+            && matches!(r.step, RestartStep::Spawning)
+        {
+            r.step = RestartStep::Joining { deadline: now.mono + self.config.timeout };
+        }
+    }
+
+    fn on_spawn_failed(&mut self, name: &str, error: String, now: Now, out: &mut Vec<Output>) {
+        tracing::error!(component = %name, "starting {name} failed: {error}");
+        if self.job.as_ref().is_some_and(|j| j.joining.contains_key(name)) {
+            self.fail_join(name, error.clone(), out);
+        }
+        if self.restarts.contains_key(name) {
+            self.restart_failed(name, error, now, out);
+        }
+    }
+
+    fn on_exited(&mut self, name: &str, status: String, now: Now, out: &mut Vec<Output>) {
+        let Some(v) = self.views.get_mut(name) else { return };
+        v.stale_pid = v.pid;
+        v.alive = false;
+        v.exit = Some(status.clone());
+        v.state = Some(ComponentState::Dead);
+        v.since_ms = now.wall_ms;
+        tracing::error!(component = %name, "the process of {name} ended: {status}");
+        let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.name == name).map(|(&id, _)| id).collect();
+        for id in ids {
+            self.fail_request(id, format!("the process ended ({status})"), now, out);
+        }
+        let see =
+            format!("the process ended ({status}); see {}", self.config.logs.join(format!("{name}.log")).display());
+        if self.job.as_ref().is_some_and(|j| j.joining.contains_key(name)) {
+            self.fail_join(name, see.clone(), out);
+        }
+        if self.restarts.get(name).is_some_and(|r| !matches!(r.step, RestartStep::Commanding(_))) {
+            self.restart_failed(name, see, now, out);
+        }
+    }
+
+    /// A process the job waits for did not join: the job fails.
+    fn fail_join(&mut self, name: &str, reason: String, out: &mut Vec<Output>) {
+        let Some(job) = self.job.take() else { return };
+        let command = if job.transition.is_some() { "reset" } else { "launch" };
+        let e = OperatorError::Component { component: name.to_owned(), command: command.into(), reason };
+        self.end_job(job, Err(e), out);
+    }
+
+    fn on_tick(&mut self, now: Now, out: &mut Vec<Output>) {
+        let due: Vec<(u64, bool)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline <= now.mono || p.resend_at.is_some_and(|t| t <= now.mono))
+            .map(|(&id, p)| (id, p.deadline <= now.mono))
+            .collect();
+        for (id, expired) in due {
+            let Some(p) = self.pending.get(&id) else { continue };
+            let alive = self.views.get(&p.name).is_some_and(|v| v.alive);
+            if p.resend_at.is_some() && (expired || !alive) {
+                self.fail_request(id, "not on the control plane".into(), now, out);
+            } else if expired {
+                let reason = format!("no answer within {:.0} s", p.timeout.as_secs_f64());
+                self.fail_request(id, reason, now, out);
+            } else if let Some(p) = self.pending.get_mut(&id) {
+                p.resend_at = None;
+                out.push(Output::Send { to: p.name.clone(), request: p.request.clone() });
+            }
+        }
+        let late_join =
+            self.job.as_ref().and_then(|j| j.joining.iter().find(|(_, d)| **d <= now.mono).map(|(n, _)| n.clone()));
+        if let Some(name) = late_join {
+            let reason = format!("did not join the control plane within {:.0} s", self.config.timeout.as_secs_f64());
+            self.fail_join(&name, reason, out);
+        }
+        let late_restarts: Vec<String> = self
+            .restarts
+            .iter()
+            .filter(|(_, r)| matches!(r.step, RestartStep::Joining { deadline } if deadline <= now.mono))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in late_restarts {
+            let reason = format!("did not join the control plane within {:.0} s", self.config.timeout.as_secs_f64());
+            self.restart_failed(&name, reason, now, out);
+        }
+    }
+
+    fn launch(&mut self, ticket: u64, now: Now, out: &mut Vec<Output>) {
+        if self.job.is_some() {
+            out.push(Output::Done { ticket, result: Err(OperatorError::Busy(self.state().name().into())) });
+            return;
+        }
+        let mut job = Job {
+            ticket: Some(ticket),
+            transition: None,
+            step: Step::Launching,
+            batch: Batch::default(),
+            joining: BTreeMap::new(),
+        };
+        for c in &self.file.components {
+            job.joining.insert(c.name.clone(), now.mono + self.config.timeout);
+            out.push(Output::Spawn { name: c.name.clone() });
+        }
+        self.job = Some(job);
+        self.advance(now, out);
+    }
+
+    fn shutdown(&mut self, ticket: u64, now: Now, out: &mut Vec<Output>) {
+        let closing = || OperatorError::Setup("the operator is shutting down".into());
+        if let Some(job) = self.job.take() {
+            self.end_job(job, Err(closing()), out);
+        }
+        for (t, _) in std::mem::take(&mut self.queue) {
+            out.push(Output::Done { ticket: t, result: Err(closing()) });
+        }
+        self.restarts.clear();
+        self.pending.clear();
+        let mut job = Job {
+            ticket: Some(ticket),
+            transition: None,
+            step: Step::ShuttingDown,
+            batch: Batch::default(),
+            joining: BTreeMap::new(),
+        };
+        let names: Vec<String> = self.file.components.iter().rev().map(|c| c.name.clone()).collect();
+        for name in names {
+            if self.views[&name].alive {
+                self.send_for(&mut job.batch, &name, Command::Reset, self.config.shutdown_timeout, now, out);
+            }
+        }
+        self.job = Some(job);
+        self.advance(now, out);
+    }
+
+    fn request(&mut self, ticket: u64, transition: Transition, now: Now, out: &mut Vec<Output>) {
+        if let Some(job) = &self.job {
+            let under_way = job
+                .transition
+                .map_or(if matches!(job.step, Step::ShuttingDown) { "shutdown" } else { "launch" }, |t| {
+                    t.phase().name()
+                });
+            out.push(Output::Done { ticket, result: Err(OperatorError::Busy(under_way.into())) });
+            return;
+        }
+        if !self.restarts.is_empty() {
+            // A component is being brought back: the transition waits for it.
+            self.queue.push_back((ticket, transition));
+            return;
+        }
+        self.begin(Some(ticket), transition, Vec::new(), now, out);
+    }
+
+    /// Begins a transition (`errors`: why a stop was asked for by a policy).
+    fn begin(&mut self, ticket: Option<u64>, t: Transition, errors: Vec<String>, now: Now, out: &mut Vec<Output>) {
+        let state = self.state();
+        if !t.allowed_from().contains(&state) {
+            let e = OperatorError::IllegalTransition { command: t.name().into(), state: state.name().into() };
+            if let Some(ticket) = ticket {
+                out.push(Output::Done { ticket, result: Err(e) });
+            }
+            return;
+        }
+        let step = match t {
+            Transition::Configure => {
+                self.results.clear();
+                match self.file.configure_order() {
+                    Ok(order) => Step::Configuring { order, next: 0 },
+                    Err(e) => {
+                        if let Some(ticket) = ticket {
+                            out.push(Output::Done { ticket, result: Err(OperatorError::Setup(e)) });
+                        }
+                        return;
+                    }
+                }
+            }
+            Transition::Start { run } => Step::Opening { requested: run },
+            Transition::Pause => {
+                Step::Staged { verb: Verb::Pause, stages: self.file.stages(false), stage: 0, first_error: None }
+            }
+            Transition::Resume => {
+                Step::Staged { verb: Verb::Resume, stages: self.file.stages(true), stage: 0, first_error: None }
+            }
+            Transition::Stop => match self.run.filter(|_| self.run_open()) {
+                Some(run) => Step::Stopping { run, stage: 0, summaries: BTreeMap::new(), errors },
+                None => {
+                    self.target = SystemState::Configured;
+                    if let Some(ticket) = ticket {
+                        let e = OperatorError::IllegalTransition {
+                            command: "stop".into(),
+                            state: "Configured (no run)".into(),
+                        };
+                        out.push(Output::Done { ticket, result: Err(e) });
+                    }
+                    return;
+                }
+            },
+            Transition::Reset => match self.run.filter(|_| self.run_open()) {
+                Some(run) => {
+                    out.push(self.close_run(run, BTreeMap::new(), vec!["reset during the run".into()]));
+                    Step::Closing { then: AfterClose::Reset }
+                }
+                None => Step::Respawning,
+            },
+        };
+        tracing::info!("{} of the system begins", t.name());
+        let mut job = Job { ticket, transition: Some(t), step, batch: Batch::default(), joining: BTreeMap::new() };
+        if let Step::Opening { requested } = job.step {
+            out.push(Output::OpenRun { requested });
+        }
+        if matches!(job.step, Step::Respawning) {
+            self.respawn_dead(&mut job, now, out);
+        }
+        self.job = Some(job);
+        self.advance(now, out);
+    }
+
+    /// Reset: the processes that died are started again first.
+    fn respawn_dead(&mut self, job: &mut Job, now: Now, out: &mut Vec<Output>) {
+        for c in &self.file.components {
+            if !self.views[&c.name].alive {
+                job.joining.insert(c.name.clone(), now.mono + self.config.timeout);
+                out.push(Output::Spawn { name: c.name.clone() });
+            }
+        }
+    }
+
+    /// Takes the job's next steps while nothing is awaited.
+    fn advance(&mut self, now: Now, out: &mut Vec<Output>) {
+        let Some(mut job) = self.job.take() else { return };
+        loop {
+            if !job.batch.waiting.is_empty() || !job.joining.is_empty() {
+                self.job = Some(job);
+                return;
+            }
+            match self.step(&mut job, now, out) {
+                Flow::Continue => {}
+                Flow::Wait => {
+                    self.job = Some(job);
+                    return;
+                }
+                Flow::Finished(result) => {
+                    self.end_job(job, result, out);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One step of the job: takes the replies of the last batch, sends the next one.
+    fn step(&mut self, job: &mut Job, now: Now, out: &mut Vec<Output>) -> Flow {
+        let replies = std::mem::take(&mut job.batch.replies);
+        let timeout = self.config.timeout;
+        let stop_timeout = self.config.stop_timeout;
+        match &mut job.step {
+            Step::Launching | Step::ShuttingDown => Flow::Finished(Ok(TransitionResult::Done)),
+            Step::Configuring { order, next } => {
+                for (name, r) in replies {
+                    match r {
+                        Ok(Answer::Info(info)) => {
+                            self.results.insert(name, Value::Object(info));
+                        }
+                        Ok(_) => {
+                            self.results.insert(name, json!({}));
+                        }
+                        Err(e) => {
+                            self.target = SystemState::Initial;
+                            return Flow::Finished(Err(e));
+                        }
+                    }
+                }
+                let Some(&i) = order.get(*next) else {
+                    self.target = SystemState::Configured;
+                    let infos: BTreeMap<String, Info> = self
+                        .results
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.as_object().cloned().unwrap_or_default()))
+                        .collect();
+                    return Flow::Finished(Ok(TransitionResult::Configured(infos)));
+                };
+                *next += 1;
+                let spec = self.file.components[i].clone();
+                match self.resolved_params(&spec) {
+                    Ok(config) => {
+                        self.send_for(
+                            &mut job.batch,
+                            &spec.name,
+                            Command::Configure { config: Some(config) },
+                            timeout,
+                            now,
+                            out,
+                        );
+                        Flow::Continue
+                    }
+                    Err(e) => {
+                        self.target = SystemState::Initial;
+                        Flow::Finished(Err(e))
+                    }
+                }
+            }
+            Step::Opening { .. } | Step::Closing { .. } => Flow::Wait,
+            Step::Starting { run, stage, started } => {
+                let run = *run;
+                let mut failure = None;
+                for (name, r) in replies {
+                    match r {
+                        Ok(_) => started.extend(self.spec_index(&name)),
+                        Err(e) => {
+                            tracing::error!("start of {name} failed: {e}");
+                            failure.get_or_insert(e);
+                        }
+                    }
+                }
+                if let Some(failure) = failure {
+                    let started = std::mem::take(started);
+                    job.step = Step::Unwinding { run, stage: 0, started, failure, summaries: BTreeMap::new() };
+                    return Flow::Continue;
+                }
+                let stages = self.file.stages(true);
+                let Some(names) = stages.get(*stage).map(|s| self.names(s)) else {
+                    self.target = SystemState::Running;
+                    tracing::info!(run, "run started");
+                    return Flow::Finished(Ok(TransitionResult::Started(run)));
+                };
+                *stage += 1;
+                for name in names {
+                    self.send_for(&mut job.batch, &name, Command::Start { run }, timeout, now, out);
+                }
+                Flow::Continue
+            }
+            Step::Unwinding { run, stage, started, failure, summaries } => {
+                for (name, r) in replies {
+                    if let Ok(Answer::Summary(s)) = r {
+                        summaries.insert(name, s);
+                    }
+                }
+                let stages = self.file.stages(false);
+                let Some(stage_idx) = stages.get(*stage) else {
+                    let (run, summaries) = (*run, std::mem::take(summaries));
+                    let failure = std::mem::replace(failure, OperatorError::Setup(String::new()));
+                    out.push(self.close_run(run, summaries, vec![failure.to_string()]));
+                    job.step = Step::Closing { then: AfterClose::StartFailed(failure) };
+                    return Flow::Wait;
+                };
+                *stage += 1;
+                let names = self.names(&stage_idx.iter().copied().filter(|i| started.contains(i)).collect::<Vec<_>>());
+                for name in names {
+                    self.send_for(&mut job.batch, &name, Command::Stop { last_event: None }, stop_timeout, now, out);
+                }
+                Flow::Continue
+            }
+            Step::Staged { verb, stages, stage, first_error } => {
+                for (_, r) in replies {
+                    if let Err(e) = r {
+                        first_error.get_or_insert(e);
+                    }
+                }
+                let verb = *verb;
+                let Some(names) = stages.get(*stage).map(|s| self.names(s)) else {
+                    let failed = first_error.take();
+                    self.target = match (verb, failed.is_some()) {
+                        (Verb::Pause, false) | (Verb::Resume, true) => SystemState::Paused,
+                        (Verb::Pause, true) | (Verb::Resume, false) => SystemState::Running,
+                        _ => SystemState::Initial,
+                    };
+                    return Flow::Finished(failed.map_or(Ok(TransitionResult::Done), Err));
+                };
+                *stage += 1;
+                let command = match verb {
+                    Verb::Pause => Command::Pause,
+                    Verb::Resume => Command::Resume,
+                    _ => Command::Reset,
+                };
+                for name in names {
+                    self.send_for(&mut job.batch, &name, command.clone(), timeout, now, out);
+                }
+                Flow::Continue
+            }
+            Step::Stopping { run, stage, summaries, errors } => {
+                for (name, r) in replies {
+                    match r {
+                        Ok(Answer::Summary(s)) => {
+                            summaries.insert(name, s);
+                        }
+                        Ok(_) => {}
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+                let stages = self.file.stages(false);
+                let Some(idx) = stages.get(*stage) else {
+                    let (run, summaries, errors) = (*run, std::mem::take(summaries), std::mem::take(errors));
+                    out.push(self.close_run(run, summaries, errors));
+                    job.step = Step::Closing { then: AfterClose::Stopped };
+                    return Flow::Wait;
+                };
+                *stage += 1;
+                let refs = self.references(summaries);
+                for &i in idx {
+                    let spec = &self.file.components[i];
+                    let v = &self.views[&spec.name];
+                    let in_run = matches!(
+                        v.state,
+                        Some(ComponentState::Running | ComponentState::Paused | ComponentState::Error)
+                    );
+                    if !v.alive || !in_run {
+                        if !v.alive && v.state.is_some() {
+                            errors.push(format!("{}: not running ({})", spec.name, v.exit.clone().unwrap_or_default()));
+                        }
+                        continue;
+                    }
+                    let last_event = match &spec.stop_arg {
+                        None => None,
+                        Some(a) => match resolve(&toml::Value::String(a.clone()), &refs) {
+                            Ok(toml::Value::Integer(n)) => u64::try_from(n).ok(),
+                            Ok(toml::Value::String(s)) => s.trim().parse::<u64>().ok(),
+                            Ok(_) => None,
+                            Err(e) => {
+                                errors.push(format!("{}: stop_arg: {e}", spec.name));
+                                None
+                            }
+                        },
+                    };
+                    let name = spec.name.clone();
+                    self.send_for(&mut job.batch, &name, Command::Stop { last_event }, stop_timeout, now, out);
+                }
+                Flow::Continue
+            }
+            Step::Respawning => {
+                job.step =
+                    Step::Staged { verb: Verb::Reset, stages: self.file.stages(false), stage: 0, first_error: None };
+                Flow::Continue
+            }
+        }
+    }
+
+    fn names(&self, idx: &[usize]) -> Vec<String> {
+        idx.iter().map(|&i| self.file.components[i].name.clone()).collect()
+    }
+
+    /// Ends a job: its answer, the last error.
+    fn end_job(&mut self, job: Job, result: Result<TransitionResult, OperatorError>, out: &mut Vec<Output>) {
+        // Requests still awaited by the job are forgotten (their replies will find nothing).
+        self.pending.retain(|_, p| p.owner != Owner::Job);
+        if let Some(t) = job.transition {
+            match &result {
+                Ok(_) => tracing::info!("{} of the system done: {}", t.name(), self.state()),
+                Err(e) => tracing::error!("{} of the system failed: {e}", t.name()),
+            }
+            if let Err(e) = &result {
+                self.last_error = Some(e.to_string());
+            } else if let Ok(TransitionResult::Stopped(s)) = &result {
+                if s.error.is_some() {
+                    self.last_error = s.error.clone();
+                }
+            } else if matches!(t, Transition::Start { .. }) {
+                self.last_error = None;
+            }
+        }
+        if let Some(ticket) = job.ticket {
+            out.push(Output::Done { ticket, result });
+        }
+    }
+
+    fn on_run_opened(&mut self, r: Result<u32, String>, now: Now, out: &mut Vec<Output>) {
+        let Some(job) = self.job.as_mut() else { return };
+        if !matches!(job.step, Step::Opening { .. }) {
+            return;
+        }
+        match r {
+            Ok(run) => {
+                self.run = Some(run);
+                self.run_started_ms = Some(now.wall_ms);
+                self.last_summary = None;
+                for v in self.views.values_mut() {
+                    v.earlier.clear();
+                }
+                job.step = Step::Starting { run, stage: 0, started: Vec::new() };
+                self.advance(now, out);
+            }
+            Err(e) => {
+                let job = self.job.take().expect("a job");
+                self.end_job(job, Err(OperatorError::Setup(e)), out);
+            }
+        }
+    }
+
+    /// What the operator needs to close run `run`.
+    fn close_run(&self, run: u32, summaries: BTreeMap<String, Stats>, errors: Vec<String>) -> Output {
+        let mut components = Vec::new();
+        let mut data = Vec::new();
+        for spec in &self.file.components {
+            let v = &self.views[&spec.name];
+            let died =
+                (!v.alive && v.state.is_some()).then(|| v.exit.clone().unwrap_or_else(|| "its process ended".into()));
+            components.push(ComponentRun {
+                name: spec.name.clone(),
+                kind: spec.kind.clone(),
+                role: spec.role,
+                summary: summaries.get(&spec.name).cloned(),
+                last_stats: v.stats.clone(),
+                earlier: v.earlier.clone(),
+                died,
+            });
+            if let Some(files) = spec.data_files
+                && let Ok(params) = self.resolved_params(spec)
+                && let Some(dir) = files(&params)
+            {
+                data.push((spec.name.clone(), dir));
+            }
+        }
+        let started_ms = self.run_started_ms.unwrap_or(0);
+        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors }))
+    }
+
+    fn on_run_closed(&mut self, summary: Box<RunSummary>, now: Now, out: &mut Vec<Output>) {
+        self.run_started_ms = None;
+        self.last_summary = Some(summary.clone());
+        let Some(mut job) = self.job.take() else { return };
+        let Step::Closing { then } = std::mem::replace(&mut job.step, Step::Respawning) else {
+            self.job = Some(job);
+            return;
+        };
+        match then {
+            AfterClose::StartFailed(e) => {
+                self.target = SystemState::Configured;
+                self.end_job(job, Err(e), out);
+            }
+            AfterClose::Stopped => {
+                self.target = SystemState::Configured;
+                tracing::info!(
+                    run = summary.run,
+                    events = summary.events,
+                    lost = summary.lost,
+                    "run {}",
+                    summary.state.name()
+                );
+                self.end_job(job, Ok(TransitionResult::Stopped(summary)), out);
+            }
+            AfterClose::Reset => {
+                self.respawn_dead(&mut job, now, out);
+                self.job = Some(job);
+                self.advance(now, out);
+            }
+        }
+    }
+
+    /// With no transition under way: a transition that waited, else the policies of the
+    /// components that died or failed.
+    fn after_job(&mut self, now: Now, out: &mut Vec<Output>) {
+        if self.restarts.is_empty() {
+            if !self.restart_failures.is_empty() && self.run_open() {
+                let reasons = std::mem::take(&mut self.restart_failures);
+                self.begin(None, Transition::Stop, reasons, now, out);
+                return;
+            }
+            self.restart_failures.clear();
+            if let Some((ticket, t)) = self.queue.pop_front() {
+                self.begin(Some(ticket), t, Vec::new(), now, out);
+                if self.job.is_some() {
+                    return;
+                }
+            }
+        }
+        if self.job.is_some() {
+            return;
+        }
+        self.check_failures(now, out);
+    }
+
+    fn check_failures(&mut self, now: Now, out: &mut Vec<Output>) {
+        let mut fresh: Vec<(String, Policy, String)> = Vec::new();
+        for c in &self.file.components {
+            if self.restarts.contains_key(&c.name) {
+                continue;
+            }
+            let v = &self.views[&c.name];
+            let failing = (!v.alive && v.state.is_some()) || v.state == Some(ComponentState::Error);
+            if !failing {
+                continue;
+            }
+            let key = v.since_ms ^ (u64::from(v.restarts) << 48) ^ u64::from(v.alive);
+            if self.handled.get(&c.name) == Some(&key) {
+                continue;
+            }
+            // Stop-policy failures wait until no restart is under way.
+            if c.policy == Policy::Stop && !self.restarts.is_empty() {
+                continue;
+            }
+            let why = v.exit.clone().or(v.error.clone()).unwrap_or_else(|| "failed".into());
+            fresh.push((c.name.clone(), c.policy, why));
+        }
+        for (name, ..) in &fresh {
+            let v = &self.views[name];
+            let key = v.since_ms ^ (u64::from(v.restarts) << 48) ^ u64::from(v.alive);
+            self.handled.insert(name.clone(), key);
+        }
+        let in_run = matches!(self.target, SystemState::Running | SystemState::Paused);
+        // Components whose policy is `stop` come first: when one of them failed in a run, the
+        // run stops and nothing is restarted into it.
+        if let Some((name, _, why)) = fresh.iter().find(|(_, p, _)| *p == Policy::Stop) {
+            if in_run {
+                tracing::error!(component = %name, "{name} failed ({why}); stopping the run (policy stop)");
+                self.begin(None, Transition::Stop, vec![format!("{name} failed: {why}")], now, out);
+            }
+            return;
+        }
+        for (name, _, why) in fresh {
+            tracing::warn!(component = %name, "{name} failed ({why}); restarting it (policy restart)");
+            let in_run_now = self.run_open();
+            if let Some(v) = self.views.get_mut(&name) {
+                v.restarts += 1;
+                // The counters of the life that ended still count for the run; the new life
+                // publishes its own from 0.
+                let last = std::mem::take(&mut v.stats);
+                if in_run_now {
+                    v.earlier.push(last);
+                }
+            }
+            self.restarts.insert(name.clone(), Restart { step: RestartStep::Spawning, target: self.target, why });
+            out.push(Output::Spawn { name });
+        }
+    }
+
+    /// The next step of a restart after `result`.
+    fn restart_step_done(
+        &mut self,
+        name: &str,
+        result: Result<Answer, OperatorError>,
+        now: Now,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(r) = self.restarts.get(name) else { return };
+        let target = r.target;
+        let done_verb = match (&r.step, result) {
+            (_, Err(e)) => {
+                self.restart_failed(name, e.to_string(), now, out);
+                return;
+            }
+            (RestartStep::Joining { .. }, Ok(_)) => None,
+            (RestartStep::Commanding(v), Ok(a)) => {
+                if let (Verb::Configure, Answer::Info(info)) = (v, a) {
+                    self.results.insert(name.to_owned(), Value::Object(info));
+                }
+                Some(*v)
+            }
+            (RestartStep::Spawning, Ok(_)) => return,
+        };
+        let configured = matches!(target, SystemState::Configured | SystemState::Running | SystemState::Paused);
+        let in_run = matches!(target, SystemState::Running | SystemState::Paused);
+        let next = match done_verb {
+            None if configured => Some(Verb::Configure),
+            Some(Verb::Configure) if in_run => Some(Verb::Start),
+            Some(Verb::Start) if target == SystemState::Paused => Some(Verb::Pause),
+            _ => None,
+        };
+        let command = match next {
+            None => {
+                self.restarts.remove(name);
+                tracing::info!(component = %name, "{name} restarted and back in state {target}");
+                return;
+            }
+            Some(Verb::Configure) => {
+                let Some(i) = self.spec_index(name) else { return };
+                match self.resolved_params(&self.file.components[i].clone()) {
+                    Ok(config) => Command::Configure { config: Some(config) },
+                    Err(e) => {
+                        self.restart_failed(name, e.to_string(), now, out);
+                        return;
+                    }
+                }
+            }
+            Some(Verb::Start) => Command::Start { run: self.run.unwrap_or(0) },
+            Some(_) => Command::Pause,
+        };
+        if let Some(r) = self.restarts.get_mut(name) {
+            r.step = RestartStep::Commanding(command.verb());
+        }
+        self.send(name, command, Owner::Restart(name.to_owned()), self.config.timeout, now, out);
+    }
+
+    fn restart_failed(&mut self, name: &str, error: String, _now: Now, _out: &mut Vec<Output>) {
+        let Some(r) = self.restarts.remove(name) else { return };
+        self.pending.retain(|_, p| p.owner != Owner::Restart(name.to_owned()));
+        tracing::error!(component = %name, "restarting {name} failed: {error}");
+        if matches!(r.target, SystemState::Running | SystemState::Paused) {
+            self.restart_failures.push(format!("{name} failed ({}) and could not be restarted: {error}", r.why));
+        }
+    }
+}

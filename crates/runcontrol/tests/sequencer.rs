@@ -1,0 +1,561 @@
+//! The operator's sequencer on virtual time: a scripted world of components answers its
+//! requests (or does not), processes die, time jumps; every decision is checked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use daqflow_component::api::{RunState, SystemState, Transition, TransitionResult};
+use daqflow_component::{
+    Answer, Command, CommandReply, Component, ComponentError, ComponentStatus, Info, Kind, Outcome, Registry, Request,
+    Role, State, Stats, TriggerCounts, Verb,
+};
+use daqflow_runcontrol::operator::OperatorError;
+use daqflow_runcontrol::operator::sequencer::{CloseRun, Input, Now, Output, Sequencer, SequencerConfig};
+use daqflow_runcontrol::system::SystemFile;
+use serde_json::json;
+
+struct Stub;
+impl Component for Stub {
+    fn start(&mut self, _: u32) -> Result<(), ComponentError> {
+        Ok(())
+    }
+    fn stop(&mut self, _: Option<u64>) -> Result<Stats, ComponentError> {
+        Ok(Stats::default())
+    }
+}
+
+fn registry() -> Registry {
+    let mut r = Registry::new();
+    for (name, role) in [
+        ("evm", Role::Trigger),
+        ("ru", Role::Readout),
+        ("bu", Role::Builder),
+        ("source", Role::Readout),
+        ("recorder", Role::Recorder),
+    ] {
+        let k = Kind::new(name, "stub", role, |_, _| Ok(Box::new(Stub)));
+        r.add(if name == "source" { k.stages(7, 1) } else { k });
+    }
+    r
+}
+
+const SYSTEM: &str = r#"
+[system]
+name = "sim"
+[[component]]
+name = "rec"
+kind = "recorder"
+[[component]]
+name = "evm"
+kind = "evm"
+[component.params]
+rus = 1
+[[component]]
+name = "bu-0"
+kind = "bu"
+policy = "restart"
+[component.params]
+evm = "${evm.listen}"
+[[component]]
+name = "ru-0"
+kind = "ru"
+[component.params]
+evm = "${evm.listen}"
+[[component]]
+name = "src"
+kind = "source"
+stop_arg = "${evm.last_event}"
+"#;
+
+/// A world of components around the sequencer.
+struct World {
+    seq: Sequencer,
+    now: Now,
+    pid: u32,
+    /// What each component's process says its state is.
+    states: HashMap<String, (u32, u64, State, Option<u32>)>,
+    /// Requests sent and not answered yet (id → component, request).
+    inbox: BTreeMap<u64, (String, Request)>,
+    /// Every request in the order sent.
+    log: Vec<(String, Command)>,
+    /// Answers to tickets.
+    done: HashMap<u64, Result<TransitionResult, OperatorError>>,
+    /// Runs closed.
+    closed: Vec<CloseRun>,
+    next_run: u32,
+    ticket: u64,
+    /// Components that answer by themselves (success) as soon as asked.
+    auto: bool,
+    /// Components that never answer.
+    silent: Vec<String>,
+    /// Components that refuse this verb.
+    refuse: Vec<(String, Verb)>,
+}
+
+impl World {
+    fn new(text: &str) -> World {
+        let file = SystemFile::parse(text, &registry()).unwrap_or_else(|e| panic!("{e}"));
+        let mut config = SequencerConfig::new("operator");
+        config.timeout = Duration::from_secs(20);
+        config.stop_timeout = Duration::from_secs(60);
+        World {
+            seq: Sequencer::new(file, config),
+            now: Now::start(),
+            pid: 100,
+            states: HashMap::new(),
+            inbox: BTreeMap::new(),
+            log: Vec::new(),
+            done: HashMap::new(),
+            closed: Vec::new(),
+            next_run: 1,
+            ticket: 0,
+            auto: true,
+            silent: Vec::new(),
+            refuse: Vec::new(),
+        }
+    }
+
+    /// A world whose components are launched and joined.
+    fn launched() -> World {
+        let mut w = World::new(SYSTEM);
+        let t = w.ask_launch();
+        assert!(matches!(w.done.remove(&t), Some(Ok(_))), "launched");
+        w
+    }
+
+    fn feed(&mut self, input: Input) {
+        let mut queue = vec![input];
+        while !queue.is_empty() {
+            let input = queue.remove(0);
+            for o in self.seq.handle(input, self.now) {
+                queue.extend(self.world(o));
+            }
+        }
+    }
+
+    fn status(&mut self, name: &str) -> ComponentStatus {
+        let (pid, seq, state, run) = self
+            .states
+            .get_mut(name)
+            .map(|s| {
+                s.1 += 1;
+                *s
+            })
+            .expect("a live component");
+        ComponentStatus {
+            name: name.into(),
+            kind: "k".into(),
+            pid,
+            seq,
+            state,
+            run,
+            since_ms: self.now.wall_ms,
+            error: None,
+        }
+    }
+
+    /// What the world does with an output; the inputs it causes.
+    fn world(&mut self, o: Output) -> Vec<Input> {
+        match o {
+            Output::Spawn { name } => {
+                self.pid += 1;
+                self.states.insert(name.clone(), (self.pid, 0, State::Initial, None));
+                let status = self.status(&name);
+                vec![Input::Spawned { name, pid: self.pid }, Input::Status(status)]
+            }
+            Output::Send { to, request } => {
+                self.log.push((to.clone(), request.command.clone()));
+                self.inbox.insert(request.id, (to, request));
+                if self.auto { self.answer_all() } else { Vec::new() }
+            }
+            Output::OpenRun { requested } => {
+                let run = requested.unwrap_or(self.next_run);
+                self.next_run = run + 1;
+                vec![Input::RunOpened(Ok(run))]
+            }
+            Output::CloseRun(c) => {
+                let mut s = daqflow_runcontrol::db::example_summary(c.run, 0);
+                s.errors = c.errors.clone();
+                s.state = if c.errors.is_empty() { RunState::Stopped } else { RunState::Failed };
+                s.error = (!c.errors.is_empty()).then(|| c.errors.join("; "));
+                self.closed.push(*c);
+                vec![Input::RunClosed(Box::new(s))]
+            }
+            Output::Done { ticket, result } => {
+                self.done.insert(ticket, result);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Every request waiting gets its answer (unless its component is silent or dead).
+    fn answer_all(&mut self) -> Vec<Input> {
+        let ids: Vec<u64> = self.inbox.keys().copied().collect();
+        ids.into_iter().filter_map(|id| self.answer(id)).collect()
+    }
+
+    fn answer(&mut self, id: u64) -> Option<Input> {
+        let (name, request) = self.inbox.get(&id).cloned()?;
+        if self.silent.contains(&name) || !self.states.contains_key(&name) {
+            return None;
+        }
+        self.inbox.remove(&id);
+        let verb = request.command.verb();
+        let (state, run) = (self.states[&name].2, self.states[&name].3);
+        let result = if self.refuse.contains(&(name.clone(), verb)) {
+            Err(format!("{verb} refused"))
+        } else {
+            let (next, answer) = match &request.command {
+                Command::Configure { .. } => {
+                    let mut info = Info::new();
+                    info.insert("listen".into(), json!(format!("127.0.0.1:{}", 7000 + self.pid)));
+                    (State::Configured, Answer::Info(info))
+                }
+                Command::Start { run } => (State::Running, Answer::Run(*run)),
+                Command::Pause => (State::Paused, Answer::Nothing),
+                Command::Resume => (State::Running, Answer::Nothing),
+                Command::Stop { .. } => {
+                    let mut s = Stats::counted(10, 100).with_detail(&json!({"last_event": 42}));
+                    if name == "evm" {
+                        s.trigger = Some(TriggerCounts { triggered: 10, built: 10, ..Default::default() });
+                    }
+                    (State::Configured, Answer::Summary(s))
+                }
+                Command::Reset => (State::Initial, Answer::Nothing),
+            };
+            let run = if let Answer::Run(r) = answer { Some(r) } else { run };
+            let _ = state;
+            let entry = self.states.get_mut(&name).unwrap();
+            entry.2 = next;
+            entry.3 = run;
+            Ok(answer)
+        };
+        let status = self.status(&name);
+        let reply = CommandReply::new(&request, status, result);
+        Some(Input::Reply(reply))
+    }
+
+    fn reply_all(&mut self) {
+        for i in self.answer_all() {
+            self.feed(i);
+        }
+    }
+
+    fn ask(&mut self, t: Transition) -> u64 {
+        self.ticket += 1;
+        let ticket = self.ticket;
+        self.feed(Input::Request { ticket, transition: t });
+        ticket
+    }
+
+    fn ask_launch(&mut self) -> u64 {
+        self.ticket += 1;
+        let ticket = self.ticket;
+        self.feed(Input::Launch { ticket });
+        ticket
+    }
+
+    fn run(&mut self, t: Transition) -> Result<TransitionResult, OperatorError> {
+        let ticket = self.ask(t);
+        self.done.remove(&ticket).unwrap_or_else(|| panic!("{t:?} did not end; inbox {:?}", self.inbox))
+    }
+
+    fn pass(&mut self, d: Duration) {
+        self.now = self.now.after(d);
+        self.feed(Input::Tick);
+    }
+
+    fn kill(&mut self, name: &str) {
+        self.states.remove(name);
+        self.feed(Input::Exited { name: name.into(), status: "signal: 9 (SIGKILL)".into() });
+    }
+
+    /// The components sent `verb`, in the order sent, from `from` on in the log.
+    fn sent(&self, from: usize, verb: Verb) -> Vec<String> {
+        self.log[from..].iter().filter(|(_, c)| c.verb() == verb).map(|(n, _)| n.clone()).collect()
+    }
+}
+
+#[test]
+fn launch_starts_every_process_and_waits_until_each_joins() {
+    let mut w = World::new(SYSTEM);
+    w.auto = false;
+    let states = std::mem::take(&mut w.states);
+    assert!(states.is_empty());
+    let t = w.ask_launch();
+    assert!(w.done.contains_key(&t), "every stub joins at once");
+    assert_eq!(w.seq.state(), SystemState::Initial);
+    // A process that never joins fails the launch, naming it.
+    let mut w = World::new(SYSTEM);
+    w.ticket += 1;
+    let ticket = w.ticket;
+    let out = w.seq.handle(Input::Launch { ticket }, w.now);
+    assert_eq!(out.len(), 5);
+    w.pass(Duration::from_secs(21));
+    let e = w.done.remove(&ticket).unwrap().unwrap_err().to_string();
+    assert!(e.contains("launch: did not join the control plane within 20 s"), "{e}");
+}
+
+#[test]
+fn configure_goes_in_dependency_order_with_references_resolved() {
+    let mut w = World::launched();
+    let r = w.run(Transition::Configure).unwrap();
+    let TransitionResult::Configured(infos) = r else { panic!("{r:?}") };
+    assert_eq!(infos.len(), 5);
+    let order = w.sent(0, Verb::Configure);
+    let pos = |n: &str| order.iter().position(|x| x == n).unwrap();
+    assert!(pos("evm") < pos("bu-0") && pos("evm") < pos("ru-0"), "{order:?}");
+    let evm_listen = infos["evm"]["listen"].as_str().unwrap().to_owned();
+    let ru_config = w.log.iter().find_map(|(n, c)| match c {
+        Command::Configure { config: Some(t) } if n == "ru-0" => Some(t.clone()),
+        _ => None,
+    });
+    assert_eq!(ru_config.unwrap()["evm"].as_str(), Some(evm_listen.as_str()));
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    // Twice: refused with the state.
+    let e = w.run(Transition::Configure).unwrap_err();
+    assert_eq!(e.to_string(), "cannot configure the system in state Configured");
+}
+
+#[test]
+fn start_goes_stage_by_stage_consumers_first() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    w.auto = false;
+    let mark = w.log.len();
+    let t = w.ask(Transition::Start { run: None });
+    // Stage by stage: the recorder (2) alone first.
+    assert_eq!(w.sent(mark, Verb::Start), vec!["rec"]);
+    w.reply_all();
+    assert_eq!(w.sent(mark, Verb::Start), vec!["rec", "evm"]);
+    w.reply_all();
+    w.reply_all();
+    w.reply_all();
+    w.reply_all();
+    assert_eq!(w.sent(mark, Verb::Start), vec!["rec", "evm", "bu-0", "ru-0", "src"]);
+    assert!(matches!(w.done.remove(&t), Some(Ok(TransitionResult::Started(1)))));
+    assert_eq!(w.seq.state(), SystemState::Running);
+    assert!(w.seq.run_open());
+}
+
+#[test]
+fn a_start_that_fails_stops_what_started_and_closes_the_run_as_failed() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    w.refuse.push(("ru-0".into(), Verb::Start));
+    let mark = w.log.len();
+    let e = w.run(Transition::Start { run: Some(7) }).unwrap_err();
+    assert_eq!(e.to_string(), "ru-0: start: start refused");
+    // The source (a later stage) was never started; what started is stopped, producers first.
+    assert!(!w.sent(mark, Verb::Start).contains(&"src".to_owned()));
+    assert_eq!(w.sent(mark, Verb::Stop), vec!["evm", "bu-0", "rec"]);
+    let c = w.closed.last().unwrap();
+    assert_eq!((c.run, c.errors.clone()), (7, vec!["ru-0: start: start refused".to_owned()]));
+    assert!(!w.seq.run_open());
+    assert_eq!(w.seq.snapshot().last_error.as_deref(), Some("ru-0: start: start refused"));
+}
+
+#[test]
+fn pause_goes_producers_first_and_stop_resolves_stop_arg_from_earlier_summaries() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: None }).unwrap();
+    let mark = w.log.len();
+    let t = w.ask(Transition::Pause);
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))));
+    let order = w.sent(mark, Verb::Pause);
+    assert_eq!(order.first().map(String::as_str), Some("evm"), "pause: producers first: {order:?}");
+    w.run(Transition::Resume).unwrap();
+    let mark = w.log.len();
+    let r = w.run(Transition::Stop).unwrap();
+    let TransitionResult::Stopped(summary) = r else { panic!() };
+    assert_eq!(summary.state, RunState::Stopped);
+    assert_eq!(w.sent(mark, Verb::Stop), vec!["evm", "src", "ru-0", "bu-0", "rec"]);
+    let src_stop = w.log[mark..].iter().find(|(n, _)| n == "src").map(|(_, c)| c.clone());
+    assert_eq!(src_stop, Some(Command::Stop { last_event: Some(42) }), "the EVM's last_event");
+    let c = w.closed.last().unwrap();
+    assert_eq!(
+        c.components
+            .iter()
+            .find(|r| r.name == "evm")
+            .unwrap()
+            .summary
+            .as_ref()
+            .unwrap()
+            .trigger
+            .as_ref()
+            .unwrap()
+            .triggered,
+        10
+    );
+    assert_eq!(w.seq.state(), SystemState::Configured);
+}
+
+#[test]
+fn a_component_that_never_answers_fails_the_transition_after_the_timeout() {
+    let mut w = World::launched();
+    w.silent.push("ru-0".into());
+    let t = w.ask(Transition::Configure);
+    assert!(!w.done.contains_key(&t));
+    w.pass(Duration::from_secs(19));
+    assert!(!w.done.contains_key(&t));
+    assert_eq!(w.seq.state(), SystemState::Configuring);
+    w.pass(Duration::from_secs(2));
+    let e = w.done.remove(&t).unwrap().unwrap_err();
+    assert_eq!(e.to_string(), "ru-0: configure: no answer within 20 s");
+    // A late answer finds nobody waiting and changes nothing.
+    w.silent.clear();
+    w.reply_all();
+    assert!(w.done.is_empty());
+}
+
+#[test]
+fn a_request_nobody_took_is_sent_again_until_the_deadline() {
+    let mut w = World::launched();
+    w.auto = false;
+    let t = w.ask(Transition::Configure);
+    let (&id, _) = w.inbox.iter().next().unwrap();
+    let sends = w.log.len();
+    w.feed(Input::Undelivered { id });
+    w.pass(Duration::from_millis(60));
+    assert_eq!(w.log.len(), sends + 1, "sent again");
+    assert_eq!(w.log[sends].0, w.log[sends - 1].0);
+    w.feed(Input::Undelivered { id });
+    w.pass(Duration::from_secs(25));
+    let e = w.done.remove(&t).unwrap().unwrap_err().to_string();
+    assert!(e.ends_with("configure: not on the control plane"), "{e}");
+}
+
+#[test]
+fn a_transition_under_way_makes_others_wait_their_turn_or_be_refused() {
+    let mut w = World::launched();
+    w.auto = false;
+    let t1 = w.ask(Transition::Configure);
+    let e = w.run(Transition::Reset).unwrap_err();
+    assert_eq!(e, OperatorError::Busy("Configuring".into()));
+    assert_eq!(w.seq.state(), SystemState::Configuring);
+    w.auto = true;
+    w.reply_all();
+    assert!(matches!(w.done.remove(&t1), Some(Ok(_))));
+}
+
+#[test]
+fn a_death_in_a_run_stops_it_by_policy_with_the_reason() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: None }).unwrap();
+    let mark = w.log.len();
+    w.kill("ru-0"); // policy stop (the system's default)
+    // The run is stopped without anyone asking, the dead one skipped.
+    assert!(!w.sent(mark, Verb::Stop).contains(&"ru-0".to_owned()));
+    assert_eq!(w.sent(mark, Verb::Stop), vec!["evm", "src", "bu-0", "rec"]);
+    let c = w.closed.last().unwrap();
+    assert_eq!(c.errors[0], "ru-0 failed: signal: 9 (SIGKILL)");
+    assert!(c.errors.iter().any(|e| e == "ru-0: not running (signal: 9 (SIGKILL))"), "{:?}", c.errors);
+    assert_eq!(c.components.iter().find(|r| r.name == "ru-0").unwrap().died.as_deref(), Some("signal: 9 (SIGKILL)"));
+    assert!(!w.seq.run_open());
+    assert_eq!(w.seq.state(), SystemState::Error, "the dead one is still dead");
+    // Reset starts it again first.
+    let mark = w.log.len();
+    w.run(Transition::Reset).unwrap();
+    assert_eq!(w.sent(mark, Verb::Reset).len(), 5);
+    assert_eq!(w.seq.state(), SystemState::Initial);
+}
+
+#[test]
+fn a_restart_brings_the_component_back_into_a_paused_run() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: Some(5) }).unwrap();
+    w.feed(Input::Stats { name: "bu-0".into(), stats: Stats::counted(300, 3000) });
+    w.run(Transition::Pause).unwrap();
+    w.auto = false;
+    let mark = w.log.len();
+    w.kill("bu-0"); // policy restart
+    // Started again at once; joined (the stub publishes Initial), then configured…
+    assert_eq!(w.sent(mark, Verb::Configure), vec!["bu-0"]);
+    // …and a transition asked for meanwhile waits for it.
+    let t = w.ask(Transition::Resume);
+    assert!(!w.done.contains_key(&t));
+    w.reply_all();
+    assert_eq!(w.log[mark + 1].1, Command::Start { run: 5 });
+    w.reply_all();
+    assert_eq!(w.log[mark + 2].1, Command::Pause);
+    // Back in the paused run; then the resume that waited runs, stage by stage.
+    w.auto = true;
+    w.reply_all();
+    let v = w.seq.view("bu-0").unwrap();
+    assert_eq!((v.restarts, v.earlier.len()), (1, 1));
+    assert_eq!(v.earlier[0].events, 300, "the counters of the life that ended still count");
+    assert_eq!(w.sent(mark, Verb::Resume).len(), 5);
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))));
+    assert_eq!(w.seq.state(), SystemState::Running);
+    assert!(w.seq.run_open(), "a restart does not close the run");
+}
+
+#[test]
+fn a_restart_that_fails_in_a_run_stops_the_run() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: None }).unwrap();
+    w.refuse.push(("bu-0".into(), Verb::Configure));
+    w.kill("bu-0");
+    let c = w.closed.last().expect("the run was stopped");
+    assert!(
+        c.errors[0].starts_with(
+            "bu-0 failed (signal: 9 (SIGKILL)) and could not be restarted: bu-0: configure: configure refused"
+        ),
+        "{:?}",
+        c.errors
+    );
+}
+
+#[test]
+fn stale_and_foreign_messages_change_nothing() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    // An older status of the same life (a lower seq) does not take the state back.
+    let mut old = w.status("evm");
+    old.seq = 1;
+    old.state = State::Initial;
+    w.feed(Input::Status(old));
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    // A reply to a request that does not exist, or from the wrong component, is ignored.
+    let status = w.status("evm");
+    let stray = CommandReply { id: 999, command: Verb::Start, status, outcome: Outcome::Ok(Answer::Run(1)) };
+    w.feed(Input::Reply(stray));
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    // The statistics of a process that has not joined yet are the old life's.
+    w.feed(Input::Stats { name: "nobody".into(), stats: Stats::counted(1, 1) });
+}
+
+#[test]
+fn stop_without_a_run_is_refused_and_reset_during_a_run_closes_it_as_failed() {
+    let mut w = World::launched();
+    let e = w.run(Transition::Stop).unwrap_err().to_string();
+    assert_eq!(e, "cannot stop the system in state Initial");
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: None }).unwrap();
+    w.run(Transition::Reset).unwrap();
+    let c = w.closed.last().unwrap();
+    assert_eq!(c.errors, vec!["reset during the run".to_owned()]);
+    assert!(c.components.iter().all(|r| r.summary.is_none()));
+    assert_eq!(w.seq.state(), SystemState::Initial);
+}
+
+#[test]
+fn shutdown_resets_every_live_component_and_answers_what_waits() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    w.auto = false;
+    let t = w.ask(Transition::Start { run: None });
+    w.ticket += 1;
+    let s = w.ticket;
+    w.kill("src");
+    let mark = w.log.len();
+    w.feed(Input::Shutdown { ticket: s });
+    assert!(matches!(w.done.remove(&t), Some(Err(_))), "the start under way is answered");
+    assert_eq!(w.sent(mark, Verb::Reset).len(), 4, "the dead one is not asked");
+    w.pass(Duration::from_secs(11));
+    assert!(matches!(w.done.remove(&s), Some(Ok(_))), "shutdown ends even if nobody answers");
+}
