@@ -9,10 +9,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use daqflow_runcontrol::db::LogQuery;
+use daqflow_component::api::{
+    LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, RunState, RunSummary, SystemStatus, Transition,
+    TransitionResult,
+};
 use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
-use daqflow_web::{Backend, BackendError, LogFilter};
+use daqflow_web::{Backend, BackendError};
 use serde_json::{Value, json};
 
 /// The demo's system file.
@@ -83,47 +86,40 @@ pub struct DemoArgs {
 /// The operator as the web UI's backend.
 pub struct OperatorBackend(pub Operator);
 
-fn query(v: &Value) -> String {
-    v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())
+/// An operator error as the web's: a transition the state does not allow, or one under way, is
+/// a conflict (409); anything else a failure (500).
+fn backend_error(e: OperatorError) -> BackendError {
+    match e {
+        OperatorError::IllegalTransition { .. } | OperatorError::Busy(_) => BackendError::Conflict(e.to_string()),
+        other => BackendError::Failed(other.to_string()),
+    }
 }
 
 impl Backend for OperatorBackend {
-    fn status(&self) -> Value {
+    fn status(&self) -> SystemStatus {
         self.0.status()
     }
 
-    fn transition(&self, verb: &str, arg: Value) -> Result<Value, String> {
-        let op = &self.0;
-        let r = match verb {
-            "configure" => op.configure().map(|_| json!({ "state": op.state() })),
-            "start" => {
-                let run = arg.get("run").and_then(Value::as_u64).map(|r| r as u32);
-                op.start(run).map(|run| json!({ "run": run }))
-            }
-            "stop" => op.stop(),
-            "pause" => op.pause().map(|()| Value::Null),
-            "resume" => op.resume().map(|()| Value::Null),
-            "reset" => op.reset().map(|()| Value::Null),
-            other => {
-                return Err(format!("unknown transition `{other}` (configure, start, stop, pause, resume, reset)"));
-            }
-        };
-        r.map_err(|e| e.to_string())
+    fn transition(&self, t: Transition) -> Result<TransitionResult, BackendError> {
+        self.0.transition(t).map_err(backend_error)
     }
 
-    fn processes(&self) -> Result<Value, String> {
-        let ps = self.0.dialog().processes(Duration::from_secs(3)).map_err(|e| e.to_string())?;
-        Ok(Value::Array(
-            ps.into_iter()
-                .map(|p| {
-                    json!({
-                        "name": p.name, "host": p.host, "port": p.port, "pid": p.pid,
-                        "start_time_ns": p.start_time_ns, "last_heartbeat_ns": p.last_heartbeat_ns,
-                        "provides": p.provides, "subscribes": p.subscribes, "commands": p.commands,
-                    })
-                })
-                .collect(),
-        ))
+    fn processes(&self) -> Result<Vec<ProcessEntry>, BackendError> {
+        let ps = self.0.dialog().processes(Duration::from_secs(3)).map_err(|e| BackendError::Failed(e.to_string()))?;
+        Ok(ps
+            .into_iter()
+            .map(|p| ProcessEntry {
+                name: p.name,
+                host: p.host,
+                port: p.port,
+                pid: p.pid,
+                start_time_ns: p.start_time_ns,
+                last_heartbeat_ns: p.last_heartbeat_ns,
+                provides: p.provides,
+                subscribes: p.subscribes,
+                commands: p.commands,
+            })
+            .collect())
     }
 
     fn send_command(&self, name: &str, data: &str) -> Result<u32, BackendError> {
@@ -149,7 +145,8 @@ impl Backend for OperatorBackend {
         }
         // The control plane would wait for a provider that may never come: only a service some
         // process provides now can be listened to.
-        let processes = self.0.dialog().processes(Duration::from_secs(3)).map_err(|e| e.to_string())?;
+        let processes =
+            self.0.dialog().processes(Duration::from_secs(3)).map_err(|e| BackendError::Failed(e.to_string()))?;
         if !processes.iter().any(|p| p.provides.iter().any(|s| s == service)) {
             return Err(BackendError::NotFound(format!(
                 "no service `{service}`: no process provides it (GET /api/processes lists the services)"
@@ -167,29 +164,20 @@ impl Backend for OperatorBackend {
                 }
                 _ => {}
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
         Ok(Box::new(sub))
     }
 
-    fn logs(&self, f: &LogFilter) -> Result<Value, String> {
-        let q = LogQuery {
-            since_ms: f.since_ms,
-            until_ms: f.until_ms,
-            process: f.process.clone(),
-            min_severity: f.min_severity.clone(),
-            text: f.text.clone(),
-            limit: f.limit,
-        };
-        let records = self.0.db().logs(&q).map_err(|e| e.to_string())?;
-        serde_json::to_value(records).map_err(|e| e.to_string())
+    fn logs(&self, q: &LogQuery) -> Result<Vec<LogRecord>, BackendError> {
+        self.0.db().logs(q).map_err(|e| BackendError::Failed(e.to_string()))
     }
 
-    fn runs(&self, limit: usize) -> Result<Value, String> {
-        self.0.db().runs(limit).map(Value::Array).map_err(|e| e.to_string())
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, BackendError> {
+        self.0.db().runs(limit).map_err(|e| BackendError::Failed(e.to_string()))
     }
 
-    fn run(&self, run: u32) -> Result<Option<Value>, String> {
-        self.0.db().run(run).map_err(|e| e.to_string())
+    fn run(&self, run: u32) -> Result<Option<RunDetail>, BackendError> {
+        self.0.db().run(run).map_err(|e| BackendError::Failed(e.to_string()))
     }
 
     fn histograms(&self) -> Value {
@@ -198,10 +186,6 @@ impl Backend for OperatorBackend {
 
     fn et(&self) -> Value {
         self.0.et()
-    }
-
-    fn metrics(&self) -> String {
-        self.0.metrics()
     }
 }
 
@@ -279,28 +263,27 @@ fn parse_system(text: &str, origin: &str) -> anyhow::Result<SystemFile> {
 }
 
 /// One progress line.
-fn progress_line(st: &Value, t: f64) -> String {
+fn progress_line(st: &SystemStatus, t: f64) -> String {
     format!(
         "{t:6.1} s  {:<11} run {:<4} events {:>9}  ({:>7.0}/s, {:6.1} MB/s)  recorded {:>9}",
-        st["state"].as_str().unwrap_or("?"),
-        st["run"].as_u64().map_or("-".into(), |r| r.to_string()),
-        st["events"].as_u64().unwrap_or(0),
-        st["events_per_s"].as_f64().unwrap_or(0.0),
-        st["mb_per_s"].as_f64().unwrap_or(0.0),
-        st["recorded"].as_u64().unwrap_or(0),
+        st.state.name(),
+        st.run.map_or("-".into(), |r| r.to_string()),
+        st.events,
+        st.events_per_s,
+        st.mb_per_s,
+        st.recorded,
     )
 }
 
 /// Checks every file of a run summary (`daqflow inspect --verify`): (files, clean, those left
 /// open by a writer that died but intact up to their last whole event, problems).
-fn verify_files(summary: &Value) -> (usize, usize, Vec<String>, Vec<String>) {
+fn verify_files(summary: &RunSummary) -> (usize, usize, Vec<String>, Vec<String>) {
     let mut problems = Vec::new();
     let mut open = Vec::new();
     let mut clean = 0;
-    let files = summary["files"].as_array().cloned().unwrap_or_default();
-    for f in &files {
-        let path = f["path"].as_str().unwrap_or("");
-        match daqflow_wire::file::FileReader::open(path).and_then(|r| r.verify(true)) {
+    for f in &summary.files {
+        let path = f.path.display();
+        match daqflow_wire::file::FileReader::open(&f.path).and_then(|r| r.verify(true)) {
             Ok(report) if report.is_clean() => clean += 1,
             Ok(report) if report.problems.is_empty() => open
                 .push(format!("{path}: {} whole events, every CRC good; not closed (its writer died)", report.records)),
@@ -308,13 +291,13 @@ fn verify_files(summary: &Value) -> (usize, usize, Vec<String>, Vec<String>) {
             Err(e) => problems.push(format!("{path}: {e}")),
         }
     }
-    (files.len(), clean, open, problems)
+    (summary.files.len(), clean, open, problems)
 }
 
 /// Takes one run: start, progress until `seconds` or Ctrl-C, stop; the summary. The run ends
 /// only when it is stopped: here, or by a component's policy `stop`; a component restarted by
 /// its policy rejoins the run and does not end it.
-fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<Value> {
+fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<RunSummary> {
     let stop_flag = crate::component_cmd::install_signal_flag()?;
     let run = op.start(None)?;
     println!("run {run} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
@@ -329,7 +312,7 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<V
         }
         if !op.run_open() {
             println!();
-            println!("the run ended by itself: {}", query(&op.status()["last_error"]));
+            println!("the run ended by itself: {}", op.status().last_error.unwrap_or_default());
             break;
         }
         if Instant::now() >= next {
@@ -361,43 +344,39 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<V
     if !op.wait_run_closed(limit) {
         bail!("run {run} was being stopped by a policy and is still not closed after {:.0} s", limit.as_secs_f64());
     }
-    Ok(op.last_summary())
+    op.last_summary().with_context(|| format!("run {run} was closed without a summary"))
 }
 
 /// A count of the summary, or `unknown` with the reason when it could not be known.
-fn count_or_unknown(summary: &Value, key: &str) -> String {
-    match summary[key].as_u64() {
-        Some(n) => n.to_string(),
-        None => "unknown (see below)".into(),
-    }
+fn count_or_unknown(n: Option<u64>) -> String {
+    n.map_or_else(|| "unknown (see below)".into(), |n| n.to_string())
 }
 
-fn print_summary(summary: &Value, op: &Operator, web: Option<&Web>) -> (bool, Value) {
+/// Prints the run's summary; whether the run was perfect (nothing lost or unknown, every file
+/// good, no error), and the summary as JSON with the files' verification.
+fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (bool, Value) {
     let (nfiles, clean, left_open, problems) = verify_files(summary);
-    let seconds = summary["seconds"].as_f64().unwrap_or(0.0);
-    let events = summary["events"].as_u64().unwrap_or(0);
-    let bytes = summary["bytes"].as_u64().unwrap_or(0);
+    let s = summary;
+    let per_s = |n: f64| if s.seconds > 0.0 { n / s.seconds } else { 0.0 };
     println!();
     println!(
-        "run {} of system {}: {seconds:.1} s{}",
-        summary["run"].as_u64().map_or("?".into(), |r| r.to_string()),
-        summary["system"].as_str().unwrap_or(""),
-        if summary["state"] == "failed" { " (failed)" } else { "" }
+        "run {} of system {}: {:.1} s{}",
+        s.run,
+        s.system,
+        s.seconds,
+        if s.state == RunState::Failed { " (failed)" } else { "" }
     );
-    println!("  triggered:  {}", count_or_unknown(summary, "triggered"));
-    println!("  built:      {events}  ({:.0} events/s)", if seconds > 0.0 { events as f64 / seconds } else { 0.0 });
-    println!("  rejected:   {}", count_or_unknown(summary, "rejected"));
+    println!("  triggered:  {}", count_or_unknown(s.triggered));
+    println!("  built:      {}  ({:.0} events/s)", s.events, per_s(s.events as f64));
+    println!("  rejected:   {}", count_or_unknown(s.rejected));
     println!(
         "  recorded:   {}  ({:.1} MB, {:.1} MB/s; counted in the files on disk)",
-        summary["recorded"].as_u64().unwrap_or(0),
-        bytes as f64 / 1e6,
-        if seconds > 0.0 { bytes as f64 / seconds / 1e6 } else { 0.0 }
+        s.recorded,
+        s.bytes as f64 / 1e6,
+        per_s(s.bytes as f64) / 1e6
     );
-    if summary["duplicates"].as_u64().unwrap_or(0) > 0 {
-        println!(
-            "  duplicates: {} (events built again after a builder unit died; see docs/evb.md)",
-            summary["duplicates"]
-        );
+    if s.duplicates > 0 {
+        println!("  duplicates: {} (events built again after a builder unit died; see docs/evb.md)", s.duplicates);
     }
     let open_note = if left_open.is_empty() {
         String::new()
@@ -411,37 +390,34 @@ fn print_summary(summary: &Value, op: &Operator, web: Option<&Web>) -> (bool, Va
     for p in &problems {
         println!("    problem: {p}");
     }
-    for d in summary["died"].as_array().into_iter().flatten() {
-        println!("  died:       {} ({})", query(&d["component"]), query(&d["why"]));
+    for d in &s.died {
+        println!("  died:       {} ({})", d.component, d.why);
     }
-    let errors = summary["errors"].as_array().cloned().unwrap_or_default();
-    for e in &errors {
-        println!("  error:      {}", query(e));
+    for e in &s.errors {
+        println!("  error:      {e}");
     }
     println!("  database:   {}", op.db().path().display());
     println!("  logs:       {}", op.data_dir().join("logs").display());
     if let Some(w) = web {
         println!("  web UI:     {} (while it ran)", w.handle.url());
     }
-    for r in summary["lost_reasons"].as_array().into_iter().flatten() {
-        println!("  lost:       {}  {}", r["events"].as_u64().unwrap_or(0), query(&r["reason"]));
+    for r in &s.lost_reasons {
+        println!("  lost:       {}  {}", r.events, r.reason);
     }
-    let unknown = summary["unknown"].as_array().cloned().unwrap_or_default();
-    for u in &unknown {
-        println!("  unknown:    {}", query(u));
+    for u in &s.unknown {
+        println!("  unknown:    {u}");
     }
-    let lost = summary["lost"].as_u64();
-    match (lost, unknown.is_empty()) {
-        (Some(n), true) => println!("lost: {n}"),
-        (Some(n), false) => println!("lost: at least {n} (more cannot be known: see `unknown` above)"),
-        (None, _) => println!("lost: unknown (the run has no accounting)"),
+    if s.unknown.is_empty() {
+        println!("lost: {}", s.lost);
+    } else {
+        println!("lost: at least {} (more cannot be known: see `unknown` above)", s.lost);
     }
-    let ok = lost == Some(0)
-        && unknown.is_empty()
+    let ok = s.lost == 0
+        && s.unknown.is_empty()
         && problems.is_empty()
-        && errors.is_empty()
+        && s.errors.is_empty()
         && nfiles == clean + left_open.len();
-    let mut full = summary.clone();
+    let mut full = serde_json::to_value(s).unwrap_or(Value::Null);
     full["verified_files"] = json!(clean);
     full["file_problems"] = json!(problems);
     (ok, full)
@@ -562,38 +538,39 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
         };
         let mut words = line.split_whitespace();
         let verb = words.next().unwrap_or("");
-        let r: Result<Value, String> = match verb {
+        let transition = match verb {
             "" => continue,
             "quit" | "exit" => return Ok(()),
-            "status" => Ok(op.status()),
-            "configure" => op.configure().map(|_| Value::Null).map_err(|e| e.to_string()),
-            "start" => {
-                let run = words.next().map(str::parse::<u32>).transpose();
-                match run {
-                    Ok(run) => op.start(run).map(|r| json!({ "run": r })).map_err(|e| e.to_string()),
-                    Err(_) => Err("usage: start [RUN]".into()),
+            "status" => {
+                let mut v = serde_json::to_value(op.status()).unwrap_or(Value::Null);
+                if let Value::Object(m) = &mut v {
+                    m.remove("rates");
                 }
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                continue;
             }
-            "stop" => op.stop().map_err(|e| e.to_string()),
-            "pause" => op.pause().map(|()| Value::Null).map_err(|e| e.to_string()),
-            "resume" => op.resume().map(|()| Value::Null).map_err(|e| e.to_string()),
-            "reset" => op.reset().map(|()| Value::Null).map_err(|e| e.to_string()),
-            other => Err(format!("unknown command `{other}`")),
+            "start" => match words.next().map(str::parse::<u32>).transpose() {
+                Ok(run) => Transition::Start { run },
+                Err(_) => {
+                    println!("usage: start [RUN]");
+                    continue;
+                }
+            },
+            other => match Transition::parse(other, b"") {
+                Ok(t) => t,
+                Err(e) => {
+                    println!("{e}; or status, quit");
+                    continue;
+                }
+            },
         };
-        match r {
-            Ok(v) if verb == "stop" => {
-                let _ = print_summary(&v, op, web);
+        match op.transition(transition) {
+            Ok(TransitionResult::Stopped(summary)) => {
+                let _ = print_summary(&summary, op, web);
             }
-            Ok(Value::Null) => println!("{verb}: done; state {}", op.state()),
-            Ok(v) => println!("{}", serde_json::to_string_pretty(&strip_rates(v)).unwrap_or_default()),
+            Ok(TransitionResult::Started(run)) => println!("run {run} started"),
+            Ok(_) => println!("{verb}: done; state {}", op.state()),
             Err(e) => println!("{verb}: {e}"),
         }
     }
-}
-
-fn strip_rates(mut v: Value) -> Value {
-    if let Value::Object(m) = &mut v {
-        m.remove("rates");
-    }
-    v
 }
