@@ -14,12 +14,17 @@
 //! - **builder units** ([`bu`]) collect the super-fragments from every RU, build and check the
 //!   event on builder threads, and hand it to an output: discard, files, or an ET system.
 //!
-//! Every component implements [`component::Component`] (configure, start, stop, reset, stats);
-//! `daqflow component KIND` runs one as a process and `daqflow evb local` a whole builder.
+//! Every component implements the component contract, [`daqflow_component::Component`]
+//! (configure, start, stop, pause, resume, reset, stats); the contract's `Driver` is the one
+//! state machine that runs it, and refuses illegal transitions before any hook runs. Each kind
+//! module has its [`Kind`](daqflow_component::Kind) descriptor, [`evm::kind`], [`ru::kind`],
+//! [`bu::kind`] and [`source::kind`]: a line each in the registry of the `daqflow` binary, where
+//! `daqflow component KIND` runs one as a process and `daqflow evb local` a whole builder. Every
+//! kind reports [`Stats`](daqflow_component::Stats), its own figures in the `detail` ([`stats`]).
 //! The messages are in [`protocol`]; `docs/evb.md` walks through them.
 //!
 //! ```no_run
-//! use daqflow_evb::component::Component;
+//! use daqflow_component::Component;
 //! use daqflow_evb::{bu::{Bu, BuConfig}, evm::{Evm, EvmConfig}, ru::{Ru, RuConfig}, source::{Source, SourceConfig}};
 //!
 //! let mut evm = Evm::new("evm", EvmConfig { rus: 1, ..Default::default() });
@@ -34,17 +39,40 @@
 //! evm.start(1)?; ru.start(1)?; bu.start(1)?;
 //! for s in &mut sources { s.configure()?; s.start(1)?; }
 //! std::thread::sleep(std::time::Duration::from_secs(1));
-//! let last = evm.stop(None)?;                       // the EVM stops triggering and drains
-//! # let _ = last;
-//! for s in &mut sources { s.stop(None)?; }
-//! println!("{}", ru.stop(None)?);
-//! println!("{}", bu.stop(None)?);
-//! # Ok::<(), daqflow_evb::EvbError>(())
+//! let run = evm.stop(None)?;                        // the EVM stops triggering and drains
+//! let trigger = run.trigger.unwrap();               // its accounting
+//! for s in &mut sources { s.stop(Some(trigger.triggered))?; }
+//! println!("{:?}", ru.stop(None)?);
+//! let built = bu.stop(None)?;
+//! assert_eq!((built.events, trigger.lost), (trigger.built, 0));
+//! // Every component is ready for the next run: `start` again, no `configure`.
+//! # Ok::<(), daqflow_component::ComponentError>(())
+//! ```
+//!
+//! The kinds in a registry, driven by the contract's state machine (a configuration is
+//! range-checked when the component is made, every problem naming its key):
+//!
+//! ```
+//! use daqflow_component::{Command, Driver, Registry, State};
+//! let mut registry = Registry::new();
+//! registry.add(daqflow_evb::evm::kind()).add(daqflow_evb::ru::kind()).add(daqflow_evb::bu::kind(None));
+//! registry.add(daqflow_evb::source::kind());
+//! assert_eq!(registry.kind("source").map(|k| (k.start_stage, k.stop_stage)), Some((7, 1)));
+//!
+//! let mut ru = Driver::new(registry, "ru", "ru-0", Default::default());
+//! assert_eq!(ru.start(1).unwrap_err().to_string(), "cannot start in state Initial");
+//! // `configure` with keys over the process's own configuration, as the protocol carries it.
+//! let configure: Command = serde_json::from_value(serde_json::json!({
+//!     "command": "configure", "config": {"streams": 0}
+//! })).unwrap();
+//! let e = ru.execute(configure).unwrap_err().to_string();
+//! assert_eq!(e, "configuration: ru-0: ru: `streams` = 0 is out of range: 1 … 4096");
+//! assert_eq!(ru.state(), State::Error);
 //! ```
 #![warn(missing_docs)]
 
 pub mod bu;
-pub mod component;
+mod common;
 mod error;
 pub mod evm;
 mod link;
@@ -52,6 +80,7 @@ pub mod model;
 pub mod protocol;
 pub mod ru;
 pub mod source;
+pub mod stats;
 
 pub use error::EvbError;
 
@@ -83,6 +112,73 @@ impl Idle {
                 park_min: std::time::Duration::from_micros(20),
                 park_max: std::time::Duration::from_micros(500),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use daqflow_component::{Command, Role};
+    use serde_json::json;
+
+    #[test]
+    fn each_kind_has_its_role_and_the_stages_of_the_run_order() {
+        let kinds = [
+            (crate::evm::kind(), "evm", Role::Trigger, (4, 0)),
+            (crate::bu::kind(None), "bu", Role::Builder, (5, 3)),
+            (crate::ru::kind(), "ru", Role::Readout, (6, 2)),
+            (crate::source::kind(), "source", Role::Readout, (7, 1)),
+        ];
+        for (kind, name, role, stages) in kinds {
+            assert_eq!((kind.name, kind.role, (kind.start_stage, kind.stop_stage)), (name, role, stages));
+            assert_eq!(kind.data_files.is_some(), name == "bu", "{name}");
+        }
+    }
+
+    #[test]
+    fn a_bu_writes_data_files_in_its_directory_with_output_files() {
+        let table =
+            |config: serde_json::Value| match serde_json::from_value(json!({"command": "configure", "config": config}))
+            {
+                Ok(Command::Configure { config: Some(t) }) => t,
+                other => panic!("{other:?}"),
+            };
+        let files = crate::bu::kind(None).data_files.expect("the BU writes files");
+        assert_eq!(files(&table(json!({"output": "files", "directory": "/dev/shm/run"}))), Some("/dev/shm/run".into()));
+        assert_eq!(files(&table(json!({"output": "files"}))), Some("data".into()));
+        assert_eq!(files(&table(json!({"output": "discard", "directory": "/x"}))), None);
+        assert_eq!(files(&table(json!({}))), None);
+    }
+
+    #[test]
+    fn a_factory_refuses_a_configuration_with_every_problem_and_the_component_named() {
+        let table =
+            |config: serde_json::Value| match serde_json::from_value(json!({"command": "configure", "config": config}))
+            {
+                Ok(Command::Configure { config: Some(t) }) => t,
+                other => panic!("{other:?}"),
+            };
+        let made =
+            |kind: daqflow_component::Kind, config| (kind.factory)("c-1", table(config)).err().map(|e| e.to_string());
+        assert_eq!(
+            made(crate::bu::kind(None), json!({"credits": 0, "threads": 65})).as_deref(),
+            Some(
+                "configuration: c-1: bu: `credits` = 0 is out of range: 1 … 1048576; \
+                 `request_batch` = 32 is out of range: 1 … 1; `threads` = 65 is out of range: 1 … 64"
+            )
+        );
+        assert_eq!(
+            made(crate::evm::kind(), json!({"rus": 0})).as_deref(),
+            Some("configuration: c-1: evm: `rus` = 0 is out of range: 1 … 4096")
+        );
+        assert_eq!(
+            made(crate::source::kind(), json!({"rate_hz": -3.0})).as_deref(),
+            Some("configuration: c-1: source: `rate_hz` = -3 is out of range: 0 … 1000000000")
+        );
+        let unknown = made(crate::ru::kind(), json!({"streamz": 2})).unwrap_or_default();
+        assert!(unknown.starts_with("configuration: c-1: unknown field `streamz`"), "{unknown}");
+        for kind in [crate::evm::kind(), crate::bu::kind(None), crate::ru::kind(), crate::source::kind()] {
+            assert_eq!(made(kind, json!({})), None, "the defaults are valid");
         }
     }
 }

@@ -6,9 +6,12 @@
 //! it is in the output: written to the file and flushed to the operating system, or put into the
 //! ET system.
 //!
+//! Its [`Stats`] count the events built (`events`) and their bytes; the [`BuDetail`] adds the
+//! events flagged, CRC errors, the events in progress and, in the summary, the files written.
+//!
 //! ```no_run
-//! use daqflow_evb::component::Component;
-//! use daqflow_evb::bu::{Bu, BuConfig, Output};
+//! use daqflow_component::Component;
+//! use daqflow_evb::bu::{Bu, BuConfig, BuDetail, Output};
 //! let mut bu = Bu::new("bu-0", BuConfig {
 //!     id: 0,
 //!     evm: "127.0.0.1:7100".into(),
@@ -19,131 +22,63 @@
 //! });
 //! bu.configure()?;
 //! bu.start(1)?;
-//! # Ok::<(), daqflow_evb::EvbError>(())
+//! // … the run …
+//! let summary = bu.stop(None)?;
+//! for file in summary.detail_as::<BuDetail>().unwrap().files {
+//!     println!("{}: {} events", file.path.display(), file.events);
+//! }
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
+//!
+//! In the `daqflow` binary it is the kind [`kind()`] makes: `daqflow component bu`.
 
+mod config;
 mod core;
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
 use daqflow_engine::fifo::{Consumer, Producer};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
 use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
 use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
+pub use self::config::{BuConfig, Output};
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
-use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported, set_paused};
+use crate::EvbError;
+use crate::common::{Rates, checked, per_second, read, set};
+use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{Peer, connect, control_options, data_options};
 use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
-use crate::{EvbError, Idle};
+pub use crate::stats::{BuDetail, BuFile};
 
-/// Where built events go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Output {
-    /// Nowhere (for measurements): confirmed once built and checked.
-    #[default]
-    Discard,
-    /// Data files in `directory`, one stream per builder thread.
-    Files,
-    /// The ET system named `et`.
-    Et,
-}
-
-/// Configuration of a builder unit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct BuConfig {
-    /// The BU's id, unique in the run.
-    pub id: u32,
-    /// The EVM's address.
-    pub evm: String,
-    /// Most events in flight (assigned and not yet confirmed); see also `max_bytes_in_flight`.
-    pub credits: u32,
-    /// Credits are handed back in groups of this many.
-    pub request_batch: u32,
-    /// Most bytes of events in flight (assigned, not yet confirmed), estimated from the mean
-    /// size of the events built so far: credits are withheld above it, so that large events do
-    /// not take more memory in the RUs than they have. The first request asks for one
-    /// `request_batch`, before any event size is known.
-    pub max_bytes_in_flight: u64,
-    /// Builder threads.
-    pub threads: usize,
-    /// Verify every fragment's CRC (event ids and structure are always checked).
-    pub check_crc: bool,
-    /// Where built events go.
-    pub output: Output,
-    /// Directory of the data files (`output = "files"`).
-    pub directory: PathBuf,
-    /// A data file is closed and the next opened at this size.
-    pub max_file_bytes: u64,
-    /// Name of the ET system (`output = "et"`).
-    pub et: String,
-    /// Written events are flushed to the operating system (and then confirmed) at least this
-    /// often (ms).
-    pub flush_interval_ms: u64,
-    /// The BU tells the EVM it is alive at least this often (ms).
-    pub heartbeat_ms: u64,
-    /// How long (ms) `stop` waits for the EVM's end of run.
-    pub end_timeout_ms: u64,
-    /// How long (ms) `start` retries connecting to the EVM and the RUs.
-    pub connect_timeout_ms: u64,
-    /// Idle strategy of the BU's schedulers.
-    pub idle: Idle,
-}
-
-impl BuConfig {
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
-    pub fn validate(&self) -> Result<(), EvbError> {
-        let mut c = crate::component::Checks::new("bu");
-        c.address("evm", &self.evm);
-        c.int("credits", self.credits.into(), 1, 1 << 20);
-        c.int("request_batch", self.request_batch.into(), 1, self.credits.max(1).into());
-        c.int("max_bytes_in_flight", self.max_bytes_in_flight, 1 << 10, 1 << 40);
-        c.int("threads", self.threads as u64, 1, 64);
-        if self.output == Output::Files && self.directory.as_os_str().is_empty() {
-            c.problem("directory", "must not be empty with output = \"files\"");
-        }
-        c.int("max_file_bytes", self.max_file_bytes, 1 << 16, 1 << 40);
-        if self.output == Output::Et && self.et.trim().is_empty() {
-            c.problem("et", "is required with output = \"et\" (the ET system's name)");
-        }
-        c.int("flush_interval_ms", self.flush_interval_ms, 1, 60_000);
-        c.int("heartbeat_ms", self.heartbeat_ms, 1, 60_000);
-        c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
-        c.finish()
-    }
-}
-
-impl Default for BuConfig {
-    fn default() -> Self {
-        BuConfig {
-            id: 0,
-            evm: "127.0.0.1:7100".into(),
-            credits: 1024,
-            request_batch: 32,
-            max_bytes_in_flight: 16 << 20,
-            threads: 1,
-            check_crc: true,
-            output: Output::Discard,
-            directory: PathBuf::from("data"),
-            max_file_bytes: 1 << 30,
-            et: String::new(),
-            flush_interval_ms: 20,
-            heartbeat_ms: 200,
-            end_timeout_ms: 30_000,
-            connect_timeout_ms: 10_000,
-            idle: Idle::Lazy,
-        }
-    }
+/// The `bu` kind: a builder unit, with `et` the way to open an ET system as its output
+/// (`output = "et"`; without it, such a configuration is refused at configure). It starts
+/// after the EVM (stage 5) and stops after the RUs (stage 3); with `output = "files"` its data
+/// files are in `directory`.
+pub fn kind(et: Option<EtOpener>) -> Kind {
+    Kind::new(
+        "bu",
+        "a builder unit: builds events from the readout units' super-fragments, writes them out",
+        KindRole::Builder,
+        move |name, t| {
+            let config = checked(name, parse_config::<BuConfig>(name, t)?, BuConfig::validate)?;
+            let bu = Bu::new(name, config);
+            Ok(Box::new(match &et {
+                Some(et) => bu.with_et(et.clone()),
+                None => bu,
+            }))
+        },
+    )
+    .data_files(|t| {
+        let directory = t.get("directory").and_then(|d| d.as_str()).map(std::path::PathBuf::from);
+        (t.get("output").and_then(|o| o.as_str()) == Some("files"))
+            .then(|| directory.unwrap_or_else(|| BuConfig::default().directory))
+    })
 }
 
 #[derive(Default)]
@@ -157,9 +92,9 @@ struct BuilderCounters {
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
-    live: Mutex<Value>,
+    live: Mutex<Stats>,
     failure: Mutex<Option<String>>,
-    summary: Mutex<Option<Value>>,
+    summary: Mutex<Option<Stats>>,
     builders: Vec<BuilderCounters>,
 }
 
@@ -167,7 +102,7 @@ struct Shared {
 pub struct Bu {
     name: String,
     config: BuConfig,
-    state: State,
+    configured: bool,
     shared: Arc<Shared>,
     running: Option<Running>,
     run: u32,
@@ -178,10 +113,27 @@ pub struct Bu {
 /// The event builder does not depend on the ET system: whoever makes the BU passes this.
 pub type EtOpener = Arc<dyn Fn(&str) -> Result<Box<dyn EventSink>, String> + Send + Sync>;
 
+/// The builder threads of a run, as the BU's link scheduler holds them.
+struct Builders {
+    to: Vec<Producer<ReadyEvent>>,
+    from: Vec<Consumer<u64>>,
+    running: Vec<(StopHandle, Running)>,
+    outputs: Vec<Closed>,
+}
+
+/// One builder thread: where its events go in, where their ids come back once in the output,
+/// its scheduler, and where it leaves its output's closing result.
+struct BuilderThread {
+    to: Producer<ReadyEvent>,
+    from: Consumer<u64>,
+    running: (StopHandle, Running),
+    output: Closed,
+}
+
 impl Bu {
     /// A builder unit named `name`; with `output = "et"` it also needs [`Bu::with_et`].
     pub fn new(name: &str, config: BuConfig) -> Bu {
-        Bu { name: name.into(), config, state: State::Initial, shared: Arc::default(), running: None, run: 0, et: None }
+        Bu { name: name.into(), config, configured: false, shared: Arc::default(), running: None, run: 0, et: None }
     }
 
     /// Gives the BU the way to open an ET system as its output.
@@ -189,37 +141,93 @@ impl Bu {
         self.et = Some(opener);
         self
     }
+
+    /// Starts the builder threads of run `run`, each with its output, opened now so that errors
+    /// show at start; if one cannot start, those already started are stopped.
+    fn spawn_builders(&self, run: u32) -> Result<Builders, EvbError> {
+        let mut b = Builders { to: Vec::new(), from: Vec::new(), running: Vec::new(), outputs: Vec::new() };
+        for t in 0..self.config.threads {
+            match self.spawn_builder(t, run) {
+                Ok(thread) => {
+                    b.to.push(thread.to);
+                    b.from.push(thread.from);
+                    b.running.push(thread.running);
+                    b.outputs.push(thread.output);
+                }
+                Err(e) => {
+                    for (stop, running) in b.running.drain(..) {
+                        stop.stop();
+                        let _ = running.join();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(b)
+    }
+
+    fn spawn_builder(&self, t: usize, run: u32) -> Result<BuilderThread, EvbError> {
+        let closed: Closed = Arc::default();
+        let (tx, rx) = fifo::<ReadyEvent>(4096);
+        let (done_tx, done_rx) = fifo::<u64>(1 << 16);
+        let sink = open_sink(&self.config, self.et.as_ref(), &self.name, t, run)?;
+        let durable_at_once = sink.durable_at_once();
+        let mut s = Scheduler::new(format!("{}-build{t}", self.name)).with_idle(self.config.idle.strategy());
+        s.add(Builder {
+            name: format!("build-{t}"),
+            rx,
+            done: done_tx,
+            unconfirmed: Vec::new(),
+            confirmable: VecDeque::new(),
+            sink: Some(sink),
+            bu_id: self.config.id,
+            run,
+            level: CheckLevel { crc: self.config.check_crc },
+            flush_every: Duration::from_millis(self.config.flush_interval_ms),
+            flush_batch: (self.config.credits as usize / (2 * self.config.threads)).max(1),
+            durable_at_once,
+            last_flush: Instant::now(),
+            shared: self.shared.clone(),
+            index: t,
+            closed: closed.clone(),
+        });
+        let stop = s.stop_handle();
+        let running = s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?;
+        Ok(BuilderThread { to: tx, from: done_rx, running: (stop, running), output: closed })
+    }
 }
 
 impl Component for Bu {
-    fn kind(&self) -> &'static str {
-        "bu"
-    }
-    fn state(&self) -> State {
-        reported(self.state, self.failure().is_some())
-    }
-
-    fn configure(&mut self) -> Result<Value, EvbError> {
-        expect_state("configure", self.state, State::Initial)?;
+    fn configure(&mut self) -> Result<Info, ComponentError> {
+        if self.running.is_some() {
+            return Err(EvbError::refused("configure", IN_RUN).into());
+        }
         let c = &self.config;
         c.validate()?;
         match c.output {
             Output::Files => std::fs::create_dir_all(&c.directory)
                 .map_err(|e| EvbError::io(format!("creating {}", c.directory.display()), e))?,
             Output::Et if c.et.is_empty() => {
-                return Err(EvbError::Config("bu: output = \"et\" needs et = NAME".into()));
+                return Err(EvbError::Config("bu: output = \"et\" needs et = NAME".into()).into());
             }
             Output::Et if self.et.is_none() => {
-                return Err(EvbError::Config("bu: output = \"et\": this program cannot open an ET system".into()));
+                return Err(
+                    EvbError::Config("bu: output = \"et\": this program cannot open an ET system".into()).into()
+                );
             }
             _ => {}
         }
-        self.state = State::Configured;
-        Ok(json!({}))
+        self.configured = true;
+        Ok(Info::new())
     }
 
-    fn start(&mut self, run: u32) -> Result<(), EvbError> {
-        expect_state("start", self.state, State::Configured)?;
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        if !self.configured {
+            return Err(EvbError::refused("start", NOT_CONFIGURED).into());
+        }
+        if self.running.is_some() {
+            return Err(EvbError::refused("start", IN_RUN).into());
+        }
         let hello =
             Message::Hello { role: Role::Bu, id: self.config.id, run, name: self.name.clone(), addr: String::new() };
         let patience = Duration::from_millis(self.config.connect_timeout_ms);
@@ -229,83 +237,36 @@ impl Component for Bu {
             ..Default::default()
         });
         self.run = run;
-        // Builder threads first: each with its output, opened now so that errors show at start.
-        let mut to_builders = Vec::new();
-        let mut from_builders = Vec::new();
-        let mut builders = Vec::new();
-        let mut outputs = Vec::new();
-        for t in 0..self.config.threads {
-            let closed: Closed = Arc::default();
-            outputs.push(closed.clone());
-            let (tx, rx) = fifo::<ReadyEvent>(4096);
-            let (done_tx, done_rx) = fifo::<u64>(1 << 16);
-            let sink = open_sink(&self.config, self.et.as_ref(), &self.name, t, run)?;
-            let durable_at_once = sink.durable_at_once();
-            let mut s = Scheduler::new(format!("{}-build{t}", self.name)).with_idle(self.config.idle.strategy());
-            s.add(Builder {
-                name: format!("build-{t}"),
-                rx,
-                done: done_tx,
-                unconfirmed: Vec::new(),
-                confirmable: VecDeque::new(),
-                sink: Some(sink),
-                bu_id: self.config.id,
-                run,
-                level: CheckLevel { crc: self.config.check_crc },
-                flush_every: Duration::from_millis(self.config.flush_interval_ms),
-                flush_batch: (self.config.credits as usize / (2 * self.config.threads)).max(1),
-                durable_at_once,
-                last_flush: Instant::now(),
-                shared: self.shared.clone(),
-                index: t,
-                closed,
-            });
-            let closed = s.stop_handle();
-            builders.push((closed, s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?));
-            to_builders.push(tx);
-            from_builders.push(done_rx);
-        }
+        // Builder threads first, then the links.
+        let builders = self.spawn_builders(run)?;
         let mut s = Scheduler::new(format!("{}-bu", self.name)).with_idle(self.config.idle.strategy());
-        let io = BuIo::new(self, evm, to_builders, from_builders, builders, outputs, s.stop_handle());
+        let io = BuIo::new(self, evm, builders, s.stop_handle());
         s.add_module(io);
         self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
-        self.state = State::Running;
         Ok(())
     }
 
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_run("stop", self.state)?;
+    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
         self.shared.stop.store(true, Ordering::SeqCst);
-        let joined = self.running.take().expect("running").join();
-        self.state = State::Configured;
-        if let Err(e) = joined {
-            self.state = State::Error;
-            return Err(EvbError::Failed(e.to_string()));
-        }
-        let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        summary.ok_or_else(|| EvbError::Failed("the BU ended without a summary".into()))
+        running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        let summary = read(&self.shared.summary);
+        Ok(summary.ok_or_else(|| EvbError::Failed("the BU ended without a summary".into()))?)
     }
 
-    fn pause(&mut self) -> Result<(), EvbError> {
-        // RUs and BUs follow the data: nothing to hold back.
-        set_paused(&mut self.state, true, None)
-    }
+    // Pause and resume: RUs and BUs follow the data, nothing to hold back.
 
-    fn resume(&mut self) -> Result<(), EvbError> {
-        set_paused(&mut self.state, false, None)
-    }
-
-    fn reset(&mut self) -> Result<(), EvbError> {
+    fn reset(&mut self) -> Result<(), ComponentError> {
         if let Some(r) = self.running.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
             let _ = r.stop();
         }
-        self.state = State::Initial;
+        self.configured = false;
         Ok(())
     }
 
-    fn stats(&self) -> Value {
-        live_stats(&self.shared.live, self.state(), self.run)
+    fn stats(&self) -> Stats {
+        read(&self.shared.live)
     }
 
     fn failure(&self) -> Option<String> {
@@ -460,19 +421,13 @@ struct BuIo {
     granted: u64,
     /// Stopped while the run went on.
     left_during_run: bool,
-    last_rate: (Instant, u64, u64),
+    last_publish: Instant,
+    /// Rates of (events built, their bytes).
+    rates: Rates<2>,
 }
 
 impl BuIo {
-    fn new(
-        bu: &Bu,
-        evm: daqflow_transport::Connection,
-        to_builders: Vec<Producer<ReadyEvent>>,
-        from_builders: Vec<Consumer<u64>>,
-        builders: Vec<(StopHandle, Running)>,
-        outputs: Vec<Closed>,
-        stopper: StopHandle,
-    ) -> BuIo {
+    fn new(bu: &Bu, evm: daqflow_transport::Connection, builders: Builders, stopper: StopHandle) -> BuIo {
         let now = Instant::now();
         let mut evm = Peer::new(evm);
         evm.role = Some(Role::Bu);
@@ -485,10 +440,10 @@ impl BuIo {
             core: BuCore::new(),
             ready: Vec::new(),
             backlog: VecDeque::new(),
-            to_builders,
-            from_builders,
-            builders,
-            outputs,
+            to_builders: builders.to,
+            from_builders: builders.from,
+            builders: builders.running,
+            outputs: builders.outputs,
             next_builder: 0,
             done: Vec::new(),
             requested_first: false,
@@ -504,7 +459,8 @@ impl BuIo {
             confirmed: 0,
             granted: 0,
             left_during_run: false,
-            last_rate: (now, 0, 0),
+            last_publish: now,
+            rates: Rates::new(now),
         }
     }
 
@@ -666,7 +622,7 @@ impl BuIo {
             let reason = format!("builder thread {t} stopped (its output failed; see the log); leaving the run");
             tracing::error!(bu = %self.name, "{reason}");
             self.failure = Some(reason.clone());
-            *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+            set(&self.shared.failure, Some(reason));
             let _ = self.evm.conn.close();
             self.evm.closed = Some("left the run".into());
         }
@@ -725,58 +681,61 @@ impl BuIo {
                 None => {}
             }
         }
-        let files: Vec<Value> = files
+        let files = files
             .iter()
-            .map(|f| json!({"path": f.path, "events": f.events, "bytes": f.file_bytes, "first_event": f.first_event.map(|e| e.0), "last_event": f.last_event.map(|e| e.0)}))
+            .map(|f| BuFile {
+                path: f.path.clone(),
+                events: f.events,
+                bytes: f.file_bytes,
+                first_event: f.first_event.map(|e| e.0),
+                last_event: f.last_event.map(|e| e.0),
+            })
             .collect();
         let incomplete = self.core.clear();
-        let (events, bytes, flagged, crc_errors) = self.totals();
-        let secs = now.duration_since(self.started).as_secs_f64();
-        let summary = json!({
-            "component": self.name,
-            "kind": "bu",
-            "id": self.config.id,
-            "run": self.run,
-            "events_built": events,
-            "bytes": bytes,
-            "events_flagged": flagged,
-            "crc_errors": crc_errors,
-            "incomplete_at_end": incomplete.len(),
-            "left_during_run": self.left_during_run,
-            "seconds": secs,
-            "events_per_s": events as f64 / secs.max(1e-9),
-            "mb_per_s": bytes as f64 / secs.max(1e-9) / 1e6,
-            "threads": self.config.threads,
-            "output": self.config.output,
-            "files": files,
-            "errors": errors,
-            "error": self.failure,
-        });
-        *self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+        let (events, bytes, ..) = self.totals();
+        let seconds = now.duration_since(self.started).as_secs_f64();
+        let detail = BuDetail { incomplete_at_end: Some(incomplete.len()), files, errors, ..self.detail(seconds) };
+        let summary = Stats::counted(events, bytes)
+            .with_rates(per_second(events, seconds), per_second(bytes, seconds) / 1e6)
+            .with_detail(&detail);
+        set(&self.shared.summary, Some(summary));
+    }
+
+    fn detail(&self, seconds: f64) -> BuDetail {
+        let (_, _, flagged, crc_errors) = self.totals();
+        BuDetail {
+            id: self.config.id,
+            run: self.run,
+            seconds,
+            events_flagged: flagged,
+            crc_errors,
+            in_progress: self.core.in_progress(),
+            rus_connected: self.rus.len(),
+            threads: self.config.threads,
+            output: self.config.output,
+            incomplete_at_end: None,
+            left_during_run: self.left_during_run,
+            files: Vec::new(),
+            errors: Vec::new(),
+            error: self.failure.clone(),
+        }
     }
 
     fn publish(&mut self, now: Instant) {
-        let (t, ev0, b0) = self.last_rate;
-        let dt = now.duration_since(t).as_secs_f64();
-        if dt < 0.1 {
+        if now.duration_since(self.last_publish) < PUBLISH_EVERY {
             return;
         }
-        let (events, bytes, flagged, crc_errors) = self.totals();
-        let live = json!({
-            "t": now.duration_since(self.started).as_secs_f64(),
-            "events_built": events,
-            "bytes": bytes,
-            "events_per_s": events.saturating_sub(ev0) as f64 / dt,
-            "mb_per_s": bytes.saturating_sub(b0) as f64 / dt / 1e6,
-            "events_flagged": flagged,
-            "crc_errors": crc_errors,
-            "in_progress": self.core.in_progress(),
-            "rus_connected": self.rus.len(),
-        });
-        self.last_rate = (now, events, bytes);
-        *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) = live;
+        self.last_publish = now;
+        let (events, bytes, ..) = self.totals();
+        let [events_per_s, bytes_per_s] = self.rates.sample(now, [events, bytes]);
+        let detail = self.detail(now.duration_since(self.started).as_secs_f64());
+        let live = Stats::counted(events, bytes).with_rates(events_per_s, bytes_per_s / 1e6).with_detail(&detail);
+        set(&self.shared.live, live);
     }
 }
+
+/// The live counters are published at most this often.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 impl Drop for BuIo {
     /// A BU reset (or failing) during a run: its builder threads are stopped and joined, so

@@ -3,244 +3,172 @@
 //! BU the trigger data. It is also the run's accountant: every triggered event ends built,
 //! rejected, or lost with a reason.
 //!
+//! Its [`Stats`] count the events triggered (`events`) and carry the run's accounting in
+//! `trigger` ([`TriggerCounts`]: triggered, rejected, built, lost with the reasons, and the
+//! error when the run was aborted); the [`EvmDetail`] adds assignments, re-assignments, the
+//! events pending and in flight, and each BU's credits.
+//!
 //! ```no_run
-//! use daqflow_evb::component::Component;
-//! use daqflow_evb::evm::{Evm, EvmConfig};
+//! use daqflow_component::Component;
+//! use daqflow_evb::evm::{Evm, EvmConfig, EvmDetail};
 //! let mut evm = Evm::new("evm", EvmConfig { rus: 2, reject_fraction: 0.1, ..Default::default() });
 //! let addr = evm.configure()?["listen"].as_str().unwrap().to_owned(); // RUs and BUs connect here
 //! evm.start(7)?;
 //! // … RUs, BUs and sources run …
 //! let summary = evm.stop(None)?;
-//! assert_eq!(summary["lost"], 0);
+//! let trigger = summary.trigger.clone().unwrap();
+//! assert_eq!(trigger.lost, 0);
+//! assert_eq!(summary.detail_as::<EvmDetail>().unwrap().last_event, Some(trigger.triggered));
 //! # let _ = addr;
-//! # Ok::<(), daqflow_evb::EvbError>(())
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
+//!
+//! In the `daqflow` binary it is the kind [`kind()`] makes: `daqflow component evm`.
 
+mod config;
 mod core;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, TriggerCounts, parse_config};
 use daqflow_engine::messages::{ControlMessage, GroupSizes, Grouper};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::Listener;
 use daqflow_wire::Fragment;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
+pub use self::config::{EvmConfig, TriggerMode};
 pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
-use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported, set_paused};
+use crate::EvbError;
+use crate::common::{Rates, checked, per_second, read, set};
+use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{Peer, bind, control_options, unix_ns};
 use crate::protocol::{KIND_FRAGMENT, Message, Role, Trigger};
-use crate::{EvbError, Idle};
+pub use crate::stats::{EvmBu, EvmDetail};
 
-/// Where the EVM's triggers come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum TriggerMode {
-    /// Emulated level-1 accepts: on demand (as fast as the BUs ask) or at `rate_hz`.
-    #[default]
-    Emulated,
-    /// Trigger fragments from a source process connected with role `trigger`.
-    Source,
-}
-
-/// Configuration of the EVM.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EvmConfig {
-    /// Address RUs, BUs and a trigger source connect to (port 0: any free port).
-    pub listen: String,
-    /// Number of RUs in the run; assignments start once all have connected.
-    pub rus: usize,
-    /// Where triggers come from.
-    pub trigger: TriggerMode,
-    /// Emulated trigger rate in Hz; 0: as fast as the BUs ask (free-running).
-    pub rate_hz: f64,
-    /// Fraction of events the level-2 emulation rejects.
-    pub reject_fraction: f64,
-    /// Rejects per grouped reject message to the RUs (ATLAS: 10).
-    pub reject_group: usize,
-    /// Releases (built events) per grouped discard message to the RUs.
-    pub release_group: usize,
-    /// Most events in one assignment.
-    pub assign_batch: u32,
-    /// A smaller assignment goes out when its oldest trigger waited this long (ms).
-    pub assign_timeout_ms: u64,
-    /// A BU silent this long (ms) is taken for dead and its events re-assigned.
-    pub bu_timeout_ms: u64,
-    /// After stop, how long (ms) to wait for every event to be built.
-    pub drain_timeout_ms: u64,
-    /// The builder is stalled when events are in flight and none has been built (or rejected)
-    /// for this long (ms) while the run is not paused: the run then fails with the reason
-    /// (which BUs wait for which events). 0: never. Default 30 s.
-    pub stall_timeout_ms: u64,
-    /// Most triggers waiting for a BU; a trigger source is not read beyond it.
-    pub max_pending: usize,
-    /// Seed of the level-2 emulation.
-    pub seed: u64,
-    /// Idle strategy of the EVM's scheduler.
-    pub idle: Idle,
-}
-
-impl Default for EvmConfig {
-    fn default() -> Self {
-        EvmConfig {
-            listen: "127.0.0.1:0".into(),
-            rus: 1,
-            trigger: TriggerMode::Emulated,
-            rate_hz: 0.0,
-            reject_fraction: 0.0,
-            reject_group: 10,
-            release_group: 64,
-            assign_batch: 32,
-            assign_timeout_ms: 5,
-            bu_timeout_ms: 3000,
-            drain_timeout_ms: 10_000,
-            stall_timeout_ms: 30_000,
-            max_pending: 1 << 20,
-            seed: 1,
-            idle: Idle::Lazy,
-        }
-    }
-}
-
-impl EvmConfig {
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
-    pub fn validate(&self) -> Result<(), EvbError> {
-        let mut c = crate::component::Checks::new("evm");
-        c.address("listen", &self.listen);
-        c.int("rus", self.rus as u64, 1, 4096);
-        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
-        c.float("reject_fraction", self.reject_fraction, 0.0, 1.0);
-        if self.reject_fraction >= 1.0 && self.rate_hz == 0.0 && self.trigger == TriggerMode::Emulated {
-            c.problem("reject_fraction", "= 1 with on-demand triggers would trigger forever");
-        }
-        c.int("reject_group", self.reject_group as u64, 1, 1_000_000);
-        c.int("release_group", self.release_group as u64, 1, 1_000_000);
-        c.int("assign_batch", self.assign_batch.into(), 1, 65_536);
-        c.int("assign_timeout_ms", self.assign_timeout_ms, 0, 60_000);
-        c.int("bu_timeout_ms", self.bu_timeout_ms, 1, 3_600_000);
-        c.int("drain_timeout_ms", self.drain_timeout_ms, 0, 3_600_000);
-        c.int("stall_timeout_ms", self.stall_timeout_ms, 0, 86_400_000);
-        c.int("max_pending", self.max_pending as u64, 1, 1 << 26);
-        c.finish()
-    }
+/// The `evm` kind: the event manager, the run's trigger and accountant. It starts first of the
+/// event builder (stage 4: the BUs and RUs connect to it) and stops first of all (stage 0):
+/// triggering stops, then the run drains.
+pub fn kind() -> Kind {
+    Kind::new(
+        "evm",
+        "the event manager: triggers, assigns events to builder units, accounts for every event",
+        KindRole::Trigger,
+        |name, t| {
+            let config = checked(name, parse_config::<EvmConfig>(name, t)?, EvmConfig::validate)?;
+            Ok(Box::new(Evm::new(name, config)))
+        },
+    )
 }
 
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
     paused: AtomicBool,
-    live: Mutex<Value>,
+    live: Mutex<Stats>,
     failure: Mutex<Option<String>>,
     last_event: Mutex<Option<u64>>,
-    summary: Mutex<Option<Value>>,
+    summary: Mutex<Option<Stats>>,
 }
 
 /// The EVM component.
 pub struct Evm {
     name: String,
     config: EvmConfig,
-    state: State,
-    listener: Option<Listener>,
+    /// Bound at configure and kept until reset: the next run listens on the same address.
+    listener: Option<Arc<Listener>>,
     shared: Arc<Shared>,
     running: Option<Running>,
-    run: u32,
-    bound: Option<std::net::SocketAddr>,
 }
 
 impl Evm {
     /// An EVM named `name`.
     pub fn new(name: &str, config: EvmConfig) -> Evm {
-        Evm {
-            name: name.into(),
-            config,
-            state: State::Initial,
-            listener: None,
-            shared: Arc::default(),
-            running: None,
-            run: 0,
-            bound: None,
-        }
+        Evm { name: name.into(), config, listener: None, shared: Arc::default(), running: None }
     }
 
     /// The listening address, once configured.
     pub fn listen_addr(&self) -> Option<std::net::SocketAddr> {
         self.listener.as_ref().map(|l| l.local_addr())
     }
+
+    /// The last event of the run, once triggering has stopped.
+    pub fn last_event(&self) -> Option<u64> {
+        read(&self.shared.last_event)
+    }
+
+    fn set_paused(&mut self, command: &'static str, paused: bool) -> Result<(), ComponentError> {
+        if self.running.is_none() {
+            return Err(EvbError::refused(command, NO_RUN).into());
+        }
+        self.shared.paused.store(paused, Ordering::SeqCst);
+        Ok(())
+    }
 }
 
 impl Component for Evm {
-    fn kind(&self) -> &'static str {
-        "evm"
-    }
-    fn state(&self) -> State {
-        reported(self.state, self.failure().is_some())
-    }
-
-    fn configure(&mut self) -> Result<Value, EvbError> {
-        expect_state("configure", self.state, State::Initial)?;
+    fn configure(&mut self) -> Result<Info, ComponentError> {
+        if self.running.is_some() {
+            return Err(EvbError::refused("configure", IN_RUN).into());
+        }
         self.config.validate()?;
+        // Configured again: the old socket is closed first, so that a fixed port is free.
+        self.listener = None;
         let listener = bind(&self.config.listen, control_options())?;
         let addr = listener.local_addr();
-        self.bound = Some(addr);
-        self.listener = Some(listener);
-        self.state = State::Configured;
-        Ok(json!({ "listen": addr.to_string() }))
+        self.listener = Some(Arc::new(listener));
+        let mut info = Info::new();
+        info.insert("listen".into(), addr.to_string().into());
+        Ok(info)
     }
 
-    fn start(&mut self, run: u32) -> Result<(), EvbError> {
-        expect_state("start", self.state, State::Configured)?;
-        let listener = self.listener.take().expect("configured");
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        let Some(listener) = self.listener.clone() else {
+            return Err(EvbError::refused("start", NOT_CONFIGURED).into());
+        };
+        if self.running.is_some() {
+            return Err(EvbError::refused("start", IN_RUN).into());
+        }
         self.shared = Arc::default();
-        self.run = run;
         let mut s = Scheduler::new(format!("{}-evm", self.name)).with_idle(self.config.idle.strategy());
         let io =
             EvmIo::new(self.name.clone(), self.config.clone(), run, listener, self.shared.clone(), s.stop_handle());
         s.add_module(io);
         self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
-        self.state = State::Running;
         Ok(())
     }
 
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_run("stop", self.state)?;
+    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
         self.shared.stop.store(true, Ordering::SeqCst);
-        let running = self.running.take().expect("running");
-        let joined = running.join();
-        let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        self.state = State::Initial;
-        if let Err(e) = joined {
-            self.state = State::Error;
-            return Err(EvbError::Failed(e.to_string()));
-        }
-        // Rebind so that the component can be started again on the same address.
-        self.configure_again()?;
-        summary.ok_or_else(|| EvbError::Failed("the EVM ended without a summary".into()))
+        // The listener stays bound: the EVM is ready for the next run on the same address.
+        running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        let summary = read(&self.shared.summary);
+        Ok(summary.ok_or_else(|| EvbError::Failed("the EVM ended without a summary".into()))?)
     }
 
-    fn pause(&mut self) -> Result<(), EvbError> {
-        set_paused(&mut self.state, true, Some(&self.shared.paused))
+    fn pause(&mut self) -> Result<(), ComponentError> {
+        self.set_paused("pause", true)
     }
 
-    fn resume(&mut self) -> Result<(), EvbError> {
-        set_paused(&mut self.state, false, Some(&self.shared.paused))
+    fn resume(&mut self) -> Result<(), ComponentError> {
+        self.set_paused("resume", false)
     }
 
-    fn reset(&mut self) -> Result<(), EvbError> {
+    fn reset(&mut self) -> Result<(), ComponentError> {
         if let Some(r) = self.running.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
             let _ = r.join();
         }
         self.listener = None;
-        self.state = State::Initial;
         Ok(())
     }
 
-    fn stats(&self) -> Value {
-        live_stats(&self.shared.live, self.state(), self.run)
+    fn stats(&self) -> Stats {
+        let live = read(&self.shared.live);
+        // Before the first publication too, the trigger's accounting is there (all zero).
+        if live.trigger.is_none() { live.with_trigger(TriggerCounts::default()) } else { live }
     }
 
     fn failure(&self) -> Option<String> {
@@ -248,34 +176,11 @@ impl Component for Evm {
     }
 }
 
-impl Evm {
-    fn configure_again(&mut self) -> Result<(), EvbError> {
-        // The same address as before (with port 0 configured, the port it got), so that peers
-        // configured with it reach the next run too.
-        let addr = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
-        let listener = bind(&addr, control_options());
-        match listener {
-            Ok(l) => {
-                self.listener = Some(l);
-                self.state = State::Configured;
-            }
-            // A fixed port may still be in TIME_WAIT elsewhere; the caller can reset and retry.
-            Err(_) => self.state = State::Initial,
-        }
-        Ok(())
-    }
-
-    /// The last event of the run, once triggering has stopped.
-    pub fn last_event(&self) -> Option<u64> {
-        *self.shared.last_event.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 struct EvmIo {
     name: String,
     config: EvmConfig,
     run: u32,
-    listener: Listener,
+    listener: Arc<Listener>,
     peers: Vec<Peer>,
     core: EvmCore,
     ready: bool,
@@ -292,7 +197,9 @@ struct EvmIo {
     done: bool,
     trigger_ended: bool,
     failure: Option<String>,
-    last_rate: (Instant, u64, u64),
+    last_publish: Instant,
+    /// Rates of (triggered, built).
+    rates: Rates<2>,
     /// (built + rejected, when it last changed or nothing was in flight): the stall watchdog.
     progress: (u64, Instant),
     stopper: StopHandle,
@@ -303,7 +210,7 @@ impl EvmIo {
         name: String,
         config: EvmConfig,
         run: u32,
-        listener: Listener,
+        listener: Arc<Listener>,
         shared: Arc<Shared>,
         stopper: StopHandle,
     ) -> EvmIo {
@@ -342,7 +249,8 @@ impl EvmIo {
             done: false,
             trigger_ended: false,
             failure: None,
-            last_rate: (now, 0, 0),
+            last_publish: now,
+            rates: Rates::new(now),
             progress: (0, now),
             stopper,
         }
@@ -360,7 +268,7 @@ impl EvmIo {
         }
         tracing::error!(evm = %self.name, "run aborted: {reason}");
         self.failure = Some(reason.clone());
-        *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+        set(&self.shared.failure, Some(reason.clone()));
         for p in &mut self.peers {
             p.send(Message::Abort { reason: reason.clone() }.to_frame());
             p.try_flush();
@@ -617,7 +525,7 @@ impl EvmIo {
         // Stop: freeze triggering, then drain.
         if self.shared.stop.load(Ordering::Relaxed) && self.stop_at.is_none() {
             let last = self.core.stop();
-            *self.shared.last_event.lock().unwrap_or_else(|p| p.into_inner()) = Some(last);
+            set(&self.shared.last_event, Some(last));
             self.stop_at = Some(now);
             tracing::info!(evm = %self.name, "stopping: last event {last}, draining");
         }
@@ -693,56 +601,67 @@ impl EvmIo {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
-        let secs = now.duration_since(self.started).as_secs_f64();
-        let summary = json!({
-            "component": self.name,
-            "kind": "evm",
-            "run": self.run,
-            "last_event": last,
-            "triggered": acc.triggered,
-            "built": acc.built,
-            "rejected": acc.rejected,
-            "reassigned": acc.reassigned,
-            "assignments": acc.assignments,
-            "lost": acc.lost_total(),
-            "lost_reasons": acc.lost,
-            "unexpected_confirmations": acc.unexpected_confirmations,
-            "seconds": secs,
-            "error": self.failure,
-        });
-        *self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+        let seconds = now.duration_since(self.started).as_secs_f64();
+        let detail = self.detail(seconds, per_second(acc.built, seconds));
+        let summary = Stats::counted(acc.triggered, 0)
+            .with_rates(per_second(acc.triggered, seconds), 0.0)
+            .with_trigger(self.trigger_counts(&acc))
+            .with_detail(&detail);
+        set(&self.shared.summary, Some(summary));
+    }
+
+    /// The run's accounting so far (at the end: final, with what was lost).
+    fn trigger_counts(&self, acc: &Accounting) -> TriggerCounts {
+        TriggerCounts {
+            triggered: acc.triggered,
+            rejected: acc.rejected,
+            built: acc.built,
+            lost: acc.lost_total(),
+            lost_reasons: acc.lost.clone(),
+            error: self.failure.clone(),
+        }
+    }
+
+    fn detail(&self, seconds: f64, built_per_s: f64) -> EvmDetail {
+        let acc = self.core.accounting();
+        EvmDetail {
+            run: self.run,
+            seconds,
+            last_event: self.core.stopped_at(),
+            assignments: acc.assignments,
+            reassigned: acc.reassigned,
+            unexpected_confirmations: acc.unexpected_confirmations,
+            pending: self.core.pending(),
+            in_flight: self.core.in_flight(),
+            built_per_s,
+            rus_connected: self.rus.len(),
+            rus_expected: self.config.rus,
+            bus: self
+                .core
+                .bus()
+                .map(|(id, credits, in_flight, built)| EvmBu { id, credits, in_flight, built })
+                .collect(),
+        }
     }
 
     fn publish(&mut self, now: Instant) {
-        let acc = self.core.accounting();
-        let (t, built0, trig0) = self.last_rate;
-        let dt = now.duration_since(t).as_secs_f64();
-        if dt < 0.1 {
+        if now.duration_since(self.last_publish) < PUBLISH_EVERY {
             return;
         }
-        let bus: Vec<Value> = self
-            .core
-            .bus()
-            .map(|(id, credits, in_flight, built)| json!({"id": id, "credits": credits, "in_flight": in_flight, "built": built}))
-            .collect();
-        let live = json!({
-            "t": now.duration_since(self.started).as_secs_f64(),
-            "triggered": acc.triggered,
-            "built": acc.built,
-            "rejected": acc.rejected,
-            "reassigned": acc.reassigned,
-            "pending": self.core.pending(),
-            "in_flight": self.core.in_flight(),
-            "events_per_s": acc.built.saturating_sub(built0) as f64 / dt,
-            "triggers_per_s": acc.triggered.saturating_sub(trig0) as f64 / dt,
-            "rus_connected": self.rus.len(),
-            "rus_expected": self.config.rus,
-            "bus": bus,
-        });
-        self.last_rate = (now, acc.built, acc.triggered);
-        *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) = live;
+        self.last_publish = now;
+        let acc = self.core.accounting().clone();
+        let [triggers_per_s, built_per_s] = self.rates.sample(now, [acc.triggered, acc.built]);
+        let detail = self.detail(now.duration_since(self.started).as_secs_f64(), built_per_s);
+        let live = Stats::counted(acc.triggered, 0)
+            .with_rates(triggers_per_s, 0.0)
+            .with_trigger(self.trigger_counts(&acc))
+            .with_detail(&detail);
+        set(&self.shared.live, live);
     }
 }
+
+/// The live counters are published at most this often.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 const TASK_ACCEPT: usize = 0;
 const TASK_LINKS: usize = 1;

@@ -11,7 +11,8 @@ use daqflow_wire::{
 };
 
 /// Counters of a readout unit.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct RuCounters {
     /// Fragments received from the streams.
     pub fragments: u64,

@@ -3,170 +3,120 @@
 //! rejects, and a task that sends each BU the super-fragments of its events, from the memory the
 //! fragments were received into. Runs on one engine scheduler.
 //!
+//! Its [`Stats`] count the super-fragments sent to BUs (`events`: one per event built) and
+//! their bytes; the [`RuDetail`] adds the fragments received, the stream checks (sequence and
+//! CRC errors), what is stored, and at the end the events left over.
+//!
 //! ```no_run
-//! use daqflow_evb::component::Component;
-//! use daqflow_evb::ru::{Ru, RuConfig};
+//! use daqflow_component::Component;
+//! use daqflow_evb::ru::{Ru, RuConfig, RuDetail};
 //! let mut ru = Ru::new("ru-0", RuConfig { id: 0, evm: "127.0.0.1:7100".into(), streams: 8, ..Default::default() });
 //! let addr = ru.configure()?["listen"].as_str().unwrap().to_owned(); // sources and BUs connect here
 //! ru.start(1)?;
+//! // … the run …
+//! let summary = ru.stop(None)?;
+//! let detail: RuDetail = summary.detail_as().unwrap();
+//! assert_eq!((detail.leftover_events, detail.counters.sequence_errors), (Some(0), 0));
 //! # let _ = addr;
-//! # Ok::<(), daqflow_evb::EvbError>(())
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
+//!
+//! In the `daqflow` binary it is the kind [`kind()`] makes: `daqflow component ru`.
 
+mod config;
 mod core;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
 use daqflow_engine::messages::{self, MessageKind};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::{Connection, Listener};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
+pub use self::config::RuConfig;
 pub use self::core::{OutgoingSf, RuCore, RuCounters};
-use crate::component::{Component, State, expect_run, expect_state, live_stats, read, reported, set_paused};
+use crate::EvbError;
+use crate::common::{Rates, checked, per_second, read, set};
+use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{Peer, bind, connect, control_options, ru_data_options};
 use crate::protocol::{KIND_END, KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
-use crate::{EvbError, Idle};
+pub use crate::stats::RuDetail;
 
-/// Configuration of a readout unit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RuConfig {
-    /// The RU's id, unique in the run.
-    pub id: u32,
-    /// The EVM's address.
-    pub evm: String,
-    /// Address sources and BUs connect to (port 0: any free port).
-    pub listen: String,
-    /// Number of source streams.
-    pub streams: usize,
-    /// Check each fragment's payload CRC on arrival.
-    pub check_crc: bool,
-    /// Most bytes of fragments stored: the read-ahead, the events assigned to BUs and not yet
-    /// confirmed, and those waiting for their last fragments. Full, no stream is read.
-    pub buffer_bytes: usize,
-    /// Bytes of fragments of events not yet assigned (or rejected) stored before the streams
-    /// that are past every assigned event stop being read (back-pressure to the sources). Small
-    /// keeps fragments in the cache until they are sent.
-    pub read_ahead_bytes: usize,
-    /// Most fragments stored; events read ahead take at most half of them.
-    pub max_fragments: usize,
-    /// Largest fragment expected; the streams are read only while this much room is left.
-    pub max_fragment_bytes: usize,
-    /// Most bytes queued towards one BU before its super-fragments wait.
-    pub send_queue_bytes: usize,
-    /// How long (ms) `stop` waits for the EVM's end of run.
-    pub end_timeout_ms: u64,
-    /// How long (ms) `start` retries connecting to the EVM.
-    pub connect_timeout_ms: u64,
-    /// Idle strategy of the RU's scheduler.
-    pub idle: Idle,
-}
-
-impl RuConfig {
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
-    pub fn validate(&self) -> Result<(), EvbError> {
-        let mut c = crate::component::Checks::new("ru");
-        c.address("evm", &self.evm);
-        c.address("listen", &self.listen);
-        c.int("streams", self.streams as u64, 1, 4096);
-        c.int("max_fragment_bytes", self.max_fragment_bytes as u64, 64, 1 << 30);
-        c.int("buffer_bytes", self.buffer_bytes as u64, self.max_fragment_bytes as u64 + 1, 1 << 40);
-        c.int("read_ahead_bytes", self.read_ahead_bytes as u64, 1, self.buffer_bytes as u64);
-        c.int("max_fragments", self.max_fragments as u64, 1, 1 << 26);
-        c.int("send_queue_bytes", self.send_queue_bytes as u64, 4096, 16 << 20);
-        c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
-        c.finish()
-    }
-}
-
-impl Default for RuConfig {
-    fn default() -> Self {
-        RuConfig {
-            id: 0,
-            evm: "127.0.0.1:7100".into(),
-            listen: "127.0.0.1:0".into(),
-            streams: 1,
-            check_crc: true,
-            buffer_bytes: 128 << 20,
-            read_ahead_bytes: 4 << 20,
-            max_fragments: 1 << 18,
-            max_fragment_bytes: 1 << 20,
-            send_queue_bytes: 8 << 20,
-            end_timeout_ms: 30_000,
-            connect_timeout_ms: 10_000,
-            idle: Idle::Lazy,
-        }
-    }
+/// The `ru` kind: a readout unit. It starts after the EVM and the BUs (stage 6), before its
+/// sources, and stops after the sources (stage 2).
+pub fn kind() -> Kind {
+    Kind::new(
+        "ru",
+        "a readout unit: stores its streams' fragments, sends builder units the super-fragments",
+        KindRole::Readout,
+        |name, t| {
+            let config = checked(name, parse_config::<RuConfig>(name, t)?, RuConfig::validate)?;
+            Ok(Box::new(Ru::new(name, config)))
+        },
+    )
 }
 
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
-    live: Mutex<Value>,
+    live: Mutex<Stats>,
     failure: Mutex<Option<String>>,
-    summary: Mutex<Option<Value>>,
+    summary: Mutex<Option<Stats>>,
 }
 
 /// The readout unit component.
 pub struct Ru {
     name: String,
     config: RuConfig,
-    state: State,
-    listener: Option<Listener>,
+    /// Bound at configure and kept until reset: the next run listens on the same address.
+    listener: Option<Arc<Listener>>,
     shared: Arc<Shared>,
     running: Option<Running>,
-    run: u32,
+    /// Where it listened: configured again, it listens there again (with port 0 configured,
+    /// on the port it got), so that sources and BUs configured with it reach it.
     bound: Option<std::net::SocketAddr>,
 }
 
 impl Ru {
     /// A readout unit named `name`.
     pub fn new(name: &str, config: RuConfig) -> Ru {
-        Ru {
-            name: name.into(),
-            config,
-            state: State::Initial,
-            listener: None,
-            shared: Arc::default(),
-            running: None,
-            run: 0,
-            bound: None,
-        }
+        Ru { name: name.into(), config, listener: None, shared: Arc::default(), running: None, bound: None }
+    }
+
+    /// The listening address, once configured.
+    pub fn listen_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener.as_ref().map(|l| l.local_addr())
     }
 }
 
 impl Component for Ru {
-    fn kind(&self) -> &'static str {
-        "ru"
-    }
-    fn state(&self) -> State {
-        reported(self.state, self.failure().is_some())
-    }
-
-    fn configure(&mut self) -> Result<Value, EvbError> {
-        expect_state("configure", self.state, State::Initial)?;
+    fn configure(&mut self) -> Result<Info, ComponentError> {
+        if self.running.is_some() {
+            return Err(EvbError::refused("configure", IN_RUN).into());
+        }
         // send_queue_bytes at most 16 MiB: above the data link's own queue, a send could wait
         // inside the RU's only thread.
         self.config.validate()?;
-        // After a run, the same address again (with port 0 configured, the port it got), so
-        // that sources and BUs configured with it reach the next run too.
+        self.listener = None;
         let want = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
         let listener = bind(&want, ru_data_options())?;
         let addr = listener.local_addr();
         self.bound = Some(addr);
-        self.listener = Some(listener);
-        self.state = State::Configured;
-        Ok(json!({ "listen": addr.to_string() }))
+        self.listener = Some(Arc::new(listener));
+        let mut info = Info::new();
+        info.insert("listen".into(), addr.to_string().into());
+        Ok(info)
     }
 
-    fn start(&mut self, run: u32) -> Result<(), EvbError> {
-        expect_state("start", self.state, State::Configured)?;
-        let listener = self.listener.take().expect("configured");
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        let Some(listener) = self.listener.clone() else {
+            return Err(EvbError::refused("start", NOT_CONFIGURED).into());
+        };
+        if self.running.is_some() {
+            return Err(EvbError::refused("start", IN_RUN).into());
+        }
         let hello = Message::Hello {
             role: Role::Ru,
             id: self.config.id,
@@ -179,58 +129,38 @@ impl Component for Ru {
             &control_options(),
             Duration::from_millis(self.config.connect_timeout_ms),
             &hello,
-        )
-        .inspect_err(|_| self.listener = None)?;
+        )?;
         self.shared = Arc::default();
-        self.run = run;
         let mut s = Scheduler::new(format!("{}-ru", self.name)).with_idle(self.config.idle.strategy());
         let io =
             RuIo::new(self.name.clone(), self.config.clone(), run, listener, evm, self.shared.clone(), s.stop_handle());
         s.add_module(io);
         self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
-        self.state = State::Running;
         Ok(())
     }
 
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_run("stop", self.state)?;
+    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
         self.shared.stop.store(true, Ordering::SeqCst);
-        let joined = self.running.take().expect("running").join();
-        self.state = State::Initial;
-        if let Err(e) = joined {
-            self.state = State::Error;
-            return Err(EvbError::Failed(e.to_string()));
-        }
-        let summary = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        // Ready for the next run on the same address; if it cannot be bound now (taken), the
-        // RU stays in Initial and `configure` tells why.
-        if let Err(e) = self.configure() {
-            tracing::warn!(ru = %self.name, "not configured for another run: {e}");
-        }
-        summary.ok_or_else(|| EvbError::Failed("the RU ended without a summary".into()))
+        // The listener stays bound: the RU is ready for the next run on the same address.
+        running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        let summary = read(&self.shared.summary);
+        Ok(summary.ok_or_else(|| EvbError::Failed("the RU ended without a summary".into()))?)
     }
 
-    fn pause(&mut self) -> Result<(), EvbError> {
-        // RUs and BUs follow the data: nothing to hold back.
-        set_paused(&mut self.state, true, None)
-    }
+    // Pause and resume: RUs and BUs follow the data, nothing to hold back.
 
-    fn resume(&mut self) -> Result<(), EvbError> {
-        set_paused(&mut self.state, false, None)
-    }
-
-    fn reset(&mut self) -> Result<(), EvbError> {
+    fn reset(&mut self) -> Result<(), ComponentError> {
         if let Some(r) = self.running.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
             let _ = r.stop();
         }
         self.listener = None;
-        self.state = State::Initial;
         Ok(())
     }
 
-    fn stats(&self) -> Value {
-        live_stats(&self.shared.live, self.state(), self.run)
+    fn stats(&self) -> Stats {
+        read(&self.shared.live)
     }
 
     fn failure(&self) -> Option<String> {
@@ -247,7 +177,7 @@ struct RuIo {
     name: String,
     config: RuConfig,
     run: u32,
-    listener: Listener,
+    listener: Arc<Listener>,
     evm: Peer,
     /// Accepted connections that have not said hello yet.
     newcomers: Vec<Peer>,
@@ -265,7 +195,9 @@ struct RuIo {
     /// The fragments of the super-fragment being sent (reused).
     scratch: Vec<bytes::Bytes>,
     failure: Option<String>,
-    last_rate: (Instant, u64, u64),
+    last_publish: Instant,
+    /// Rates of (super-fragments, their bytes, fragments, their bytes).
+    rates: Rates<4>,
 }
 
 impl RuIo {
@@ -273,7 +205,7 @@ impl RuIo {
         name: String,
         config: RuConfig,
         run: u32,
-        listener: Listener,
+        listener: Arc<Listener>,
         evm: Connection,
         shared: Arc<Shared>,
         stopper: StopHandle,
@@ -301,7 +233,8 @@ impl RuIo {
             stuck_since: None,
             scratch: Vec::with_capacity(64),
             failure: None,
-            last_rate: (now, 0, 0),
+            last_publish: now,
+            rates: Rates::new(now),
         }
     }
 
@@ -562,52 +495,55 @@ impl RuIo {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
-        let end = self.core.ended();
-        let leftover = self.core.leftover();
         let c = self.core.counters().clone();
-        let secs = now.duration_since(self.started).as_secs_f64();
-        let summary = json!({
-            "component": self.name,
-            "kind": "ru",
-            "id": self.config.id,
-            "run": self.run,
-            "last_event": end,
-            "counters": c,
-            "leftover_events": leftover.len(),
-            "problems": self.core.problems(),
-            "seconds": secs,
-            "mb_per_s": c.fragment_bytes as f64 / secs.max(1e-9) / 1e6,
-            "error": self.failure,
-        });
-        *self.shared.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+        let seconds = now.duration_since(self.started).as_secs_f64();
+        // What is stored at the end (before it is freed), and how many events that is.
+        let mut detail =
+            self.detail(seconds, per_second(c.fragments, seconds), per_second(c.fragment_bytes, seconds) / 1e6);
+        detail.leftover_events = Some(self.core.leftover().len());
+        let summary = Stats::counted(c.super_fragments, c.super_fragment_bytes)
+            .with_rates(per_second(c.super_fragments, seconds), per_second(c.super_fragment_bytes, seconds) / 1e6)
+            .with_detail(&detail);
+        set(&self.shared.summary, Some(summary));
+    }
+
+    fn detail(&self, seconds: f64, fragments_per_s: f64, fragment_mb_per_s: f64) -> RuDetail {
+        RuDetail {
+            id: self.config.id,
+            run: self.run,
+            seconds,
+            last_event: self.core.ended(),
+            counters: self.core.counters().clone(),
+            fragments_per_s,
+            fragment_mb_per_s,
+            events_stored: self.core.events_stored(),
+            bytes_stored: self.core.bytes_stored(),
+            read_ahead_bytes: self.core.read_ahead_bytes(),
+            streams_connected: self.streams.iter().filter(|s| s.peer.is_some()).count(),
+            bus_connected: self.bus.len(),
+            leftover_events: None,
+            problems: self.core.problems().to_vec(),
+            error: self.failure.clone(),
+        }
     }
 
     fn publish(&mut self, now: Instant) {
-        let (t, frags0, bytes0) = self.last_rate;
-        let dt = now.duration_since(t).as_secs_f64();
-        if dt < 0.1 {
+        if now.duration_since(self.last_publish) < PUBLISH_EVERY {
             return;
         }
+        self.last_publish = now;
         let c = self.core.counters();
-        let live = json!({
-            "t": now.duration_since(self.started).as_secs_f64(),
-            "fragments": c.fragments,
-            "fragment_bytes": c.fragment_bytes,
-            "super_fragments": c.super_fragments,
-            "mb_per_s": c.fragment_bytes.saturating_sub(bytes0) as f64 / dt / 1e6,
-            "fragments_per_s": c.fragments.saturating_sub(frags0) as f64 / dt,
-            "events_stored": self.core.events_stored(),
-            "bytes_stored": self.core.bytes_stored(),
-            "read_ahead_bytes": self.core.read_ahead_bytes(),
-            "sequence_errors": c.sequence_errors,
-            "crc_errors": c.crc_errors,
-            "streams_connected": self.streams.iter().filter(|s| s.peer.is_some()).count(),
-            "bus_connected": self.bus.len(),
-        });
-        self.last_rate = (now, c.fragments, c.fragment_bytes);
-        *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) = live;
+        let counts = [c.super_fragments, c.super_fragment_bytes, c.fragments, c.fragment_bytes];
+        let [sf_per_s, sf_bytes_per_s, fragments_per_s, fragment_bytes_per_s] = self.rates.sample(now, counts);
+        let detail =
+            self.detail(now.duration_since(self.started).as_secs_f64(), fragments_per_s, fragment_bytes_per_s / 1e6);
+        let live = Stats::counted(counts[0], counts[1]).with_rates(sf_per_s, sf_bytes_per_s / 1e6).with_detail(&detail);
+        set(&self.shared.live, live);
     }
 }
+
+/// The live counters are published at most this often.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 // Tasks: 0 EVM link, 1 accept, 2 send, 3.. one per stream.
 const TASK_EVM: usize = 0;

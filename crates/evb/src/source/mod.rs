@@ -1,16 +1,19 @@
 //! A source: one front-end readout stream (the FEROL of the CMS paper). It pushes fragments over
 //! its own TCP connection to one RU, free-running (as fast as the RU takes them, as in the
 //! paper's measurements) or paced at a trigger rate, with payload sizes drawn from a
-//! [`SizeModel`](crate::model::SizeModel) (or its line of a stream table).
+//! [`SizeModel`] (or its line of a stream table).
 //!
 //! The wire protocol is small enough for a user's hardware or program to be a source: connect,
 //! send a hello frame, then one frame per fragment with event ids 1, 2, 3, …, then an end frame
 //! (`docs/evb.md`). With `role = "trigger"` a source feeds the EVM's triggers instead.
 //!
+//! Its [`Stats`] count fragments sent (`events`) and their bytes; the [`SourceDetail`] adds the
+//! source id, the last event sent and, in the summary, why the stream ended badly.
+//!
 //! ```no_run
-//! use daqflow_evb::component::Component;
+//! use daqflow_component::Component;
 //! use daqflow_evb::model::SizeModel;
-//! use daqflow_evb::source::{Source, SourceConfig};
+//! use daqflow_evb::source::{Source, SourceConfig, SourceDetail};
 //! let mut s = Source::new("src-3", SourceConfig {
 //!     source_id: 3,
 //!     ru: "127.0.0.1:7200".into(),
@@ -22,119 +25,48 @@
 //! s.start(1)?;
 //! std::thread::sleep(std::time::Duration::from_secs(1));
 //! let summary = s.stop(Some(100_000))?; // produce up to event 100000, then end the stream
-//! # let _ = summary;
-//! # Ok::<(), daqflow_evb::EvbError>(())
+//! assert_eq!(summary.detail_as::<SourceDetail>().unwrap().last_event, summary.events);
+//! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
+//!
+//! In the `daqflow` binary it is the kind [`kind()`] makes: `daqflow component source`.
+
+mod config;
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
 use daqflow_transport::Connection;
 use daqflow_wire::{EventId, FRAGMENT_HEADER_LEN, FragmentFlags, FragmentHeader, pad8};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
+pub use self::config::{Payload, SourceConfig, SourceRole};
 use crate::EvbError;
-use crate::component::{Component, State, expect_run, expect_state, reported, set_paused};
+use crate::common::{Rates, checked, per_second, read, set};
+use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{connect, data_options, unix_ns};
 use crate::model::{Rng, SizeModel, StreamTable, fill_pattern};
 use crate::protocol::{KIND_FRAGMENT, Message, Role};
+pub use crate::stats::SourceDetail;
 
-/// What a source's payload holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Payload {
-    /// The pattern of (event, source), written for every fragment: checkable end to end.
-    #[default]
-    Pattern,
-    /// One pattern buffer sent for every fragment (sizes rounded up to 8 bytes), with a fresh
-    /// header each time and the payload's CRC (computed once per size): what hardware emulators
-    /// do, so that a measurement on a shared machine is not dominated by generating data.
-    Cached,
-}
-
-/// Who the source feeds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum SourceRole {
-    /// A readout unit (`ru` address).
-    #[default]
-    Data,
-    /// The EVM's trigger input (`ru` is then the EVM's address).
-    Trigger,
-}
-
-/// Configuration of a source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SourceConfig {
-    /// The source id, unique in the system.
-    pub source_id: u32,
-    /// Address of the RU it feeds (or of the EVM with `role = "trigger"`).
-    pub ru: String,
-    /// What it feeds.
-    pub role: SourceRole,
-    /// Payload sizes.
-    pub size: SizeModel,
-    /// A stream table; this source's line overrides `size`.
-    pub stream_table: Option<PathBuf>,
-    /// Largest payload.
-    pub max_bytes: usize,
-    /// Fragments per second; 0: free-running.
-    pub rate_hz: f64,
-    /// Trigger type written in every fragment.
-    pub trigger_type: u32,
-    /// Payload content.
-    pub payload: Payload,
-    /// Flip one payload byte of this event after the CRC is computed (to test detection).
-    pub corrupt_event: Option<u64>,
-    /// Seed of the size model.
-    pub seed: u64,
-    /// How long (ms) `start` retries connecting.
-    pub connect_timeout_ms: u64,
-    /// How long (ms) `stop` waits for a stream its RU no longer reads before cutting it.
-    pub stop_timeout_ms: u64,
-}
-
-impl SourceConfig {
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
-    pub fn validate(&self) -> Result<(), EvbError> {
-        let mut c = crate::component::Checks::new("source");
-        c.address("ru", &self.ru);
-        if let Err(e) = self.size.validate() {
-            c.problem("size", e);
-        }
-        c.int("max_bytes", self.max_bytes as u64, 1, 1 << 30);
-        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
-        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 3_600_000);
-        c.finish()
-    }
-}
-
-impl Default for SourceConfig {
-    fn default() -> Self {
-        SourceConfig {
-            source_id: 0,
-            ru: "127.0.0.1:7200".into(),
-            role: SourceRole::Data,
-            size: SizeModel::default(),
-            stream_table: None,
-            max_bytes: 1 << 20,
-            rate_hz: 0.0,
-            trigger_type: 1,
-            payload: Payload::Pattern,
-            corrupt_event: None,
-            seed: 0,
-            connect_timeout_ms: 10_000,
-            stop_timeout_ms: 5_000,
-        }
-    }
+/// The `source` kind: a readout stream feeding an RU (or the EVM's triggers). It starts last
+/// and stops right after the EVM (stages 7 and 1), so that every event triggered has its
+/// fragments.
+pub fn kind() -> Kind {
+    Kind::new(
+        "source",
+        "a front-end readout stream: pushes fragments to a readout unit",
+        KindRole::Readout,
+        |name, t| {
+            let config = checked(name, parse_config::<SourceConfig>(name, t)?, SourceConfig::validate)?;
+            Ok(Box::new(Source::new(name, config)))
+        },
+    )
+    .stages(7, 1)
 }
 
 struct Shared {
@@ -167,12 +99,15 @@ impl Default for Shared {
 pub struct Source {
     name: String,
     config: SourceConfig,
-    model: SizeModel,
-    state: State,
+    /// The size model, once configured.
+    model: Option<SizeModel>,
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<Value>>,
+    thread: Option<JoinHandle<Stats>>,
     run: u32,
     started: Option<Instant>,
+    /// When the last run's stream ended (its thread was joined).
+    ended: Option<Instant>,
+    rates: Mutex<Rates<2>>,
 }
 
 impl Source {
@@ -180,32 +115,40 @@ impl Source {
     pub fn new(name: &str, config: SourceConfig) -> Source {
         Source {
             name: name.into(),
-            model: config.size,
             config,
-            state: State::Initial,
+            model: None,
             shared: Arc::default(),
             thread: None,
             run: 0,
             started: None,
+            ended: None,
+            rates: Mutex::new(Rates::new(Instant::now())),
+        }
+    }
+
+    fn detail(&self, last_event: u64, error: Option<String>) -> SourceDetail {
+        SourceDetail {
+            source_id: self.config.source_id,
+            run: self.run,
+            seconds: self
+                .started
+                .map_or(0.0, |t| self.ended.unwrap_or_else(Instant::now).saturating_duration_since(t).as_secs_f64()),
+            last_event,
+            error,
         }
     }
 }
 
 impl Component for Source {
-    fn kind(&self) -> &'static str {
-        "source"
-    }
-    fn state(&self) -> State {
-        reported(self.state, self.failure().is_some())
-    }
-
-    fn configure(&mut self) -> Result<Value, EvbError> {
-        expect_state("configure", self.state, State::Initial)?;
+    fn configure(&mut self) -> Result<Info, ComponentError> {
+        if self.thread.is_some() {
+            return Err(EvbError::refused("configure", IN_RUN).into());
+        }
         self.config.validate()?;
-        self.model = self.config.size;
+        let mut model = self.config.size;
         if let Some(path) = &self.config.stream_table {
             let table = StreamTable::load(path).map_err(EvbError::Config)?;
-            self.model = table.model_for(self.config.source_id).ok_or_else(|| {
+            model = table.model_for(self.config.source_id).ok_or_else(|| {
                 EvbError::Config(format!(
                     "source {}: not in the stream table {}",
                     self.config.source_id,
@@ -213,16 +156,23 @@ impl Component for Source {
                 ))
             })?;
         }
-        self.model.validate().map_err(EvbError::Config)?;
+        model.validate().map_err(EvbError::Config)?;
         if !(self.config.rate_hz >= 0.0 && self.config.rate_hz.is_finite()) {
-            return Err(EvbError::Config(format!("source: rate_hz {} must be 0 or positive", self.config.rate_hz)));
+            return Err(
+                EvbError::Config(format!("source: rate_hz {} must be 0 or positive", self.config.rate_hz)).into()
+            );
         }
-        self.state = State::Configured;
-        Ok(json!({ "mean_bytes": self.model.mean() }))
+        self.model = Some(model);
+        let mut info = Info::new();
+        info.insert("mean_bytes".into(), serde_json::json!(model.mean()));
+        Ok(info)
     }
 
-    fn start(&mut self, run: u32) -> Result<(), EvbError> {
-        expect_state("start", self.state, State::Configured)?;
+    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        let Some(model) = self.model else { return Err(EvbError::refused("start", NOT_CONFIGURED).into()) };
+        if self.thread.is_some() {
+            return Err(EvbError::refused("start", IN_RUN).into());
+        }
         let role = match self.config.role {
             SourceRole::Data => Role::Source,
             SourceRole::Trigger => Role::Trigger,
@@ -233,7 +183,7 @@ impl Component for Source {
             connect(&self.config.ru, &data_options(), Duration::from_millis(self.config.connect_timeout_ms), &hello)?;
         self.shared = Arc::default();
         self.run = run;
-        let (config, model, shared) = (self.config.clone(), self.model, self.shared.clone());
+        let (config, shared) = (self.config.clone(), self.shared.clone());
         let name = self.name.clone();
         self.thread = Some(
             std::thread::Builder::new()
@@ -241,58 +191,65 @@ impl Component for Source {
                 .spawn(move || produce(name, config, model, run, conn, shared))
                 .map_err(|e| EvbError::io("starting the source thread", e))?,
         );
-        self.started = Some(Instant::now());
-        self.state = State::Running;
+        let now = Instant::now();
+        self.started = Some(now);
+        self.ended = None;
+        *self.rates.lock().unwrap_or_else(|p| p.into_inner()) = Rates::new(now);
         Ok(())
     }
 
-    fn stop(&mut self, arg: Option<u64>) -> Result<Value, EvbError> {
-        expect_run("stop", self.state)?;
+    fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        if self.thread.is_none() {
+            return Err(EvbError::refused("stop", NO_RUN).into());
+        }
         let sent = self.shared.sent.load(Ordering::SeqCst);
         let patience = Duration::from_millis(self.config.stop_timeout_ms);
-        let summary = self.end_thread(arg.unwrap_or(sent), patience).unwrap_or(Value::Null);
-        self.state = State::Configured;
-        Ok(summary)
+        Ok(self.end_thread(last_event.unwrap_or(sent), patience).unwrap_or_default())
     }
 
-    fn pause(&mut self) -> Result<(), EvbError> {
-        set_paused(&mut self.state, true, Some(&self.shared.paused))
+    fn pause(&mut self) -> Result<(), ComponentError> {
+        self.set_paused("pause", true)
     }
 
-    fn resume(&mut self) -> Result<(), EvbError> {
-        set_paused(&mut self.state, false, Some(&self.shared.paused))
+    fn resume(&mut self) -> Result<(), ComponentError> {
+        self.set_paused("resume", false)
     }
 
-    fn reset(&mut self) -> Result<(), EvbError> {
+    fn reset(&mut self) -> Result<(), ComponentError> {
         self.shared.abandon.store(true, Ordering::SeqCst);
         self.end_thread(0, Duration::from_secs(1));
-        self.state = State::Initial;
+        self.model = None;
         Ok(())
     }
 
-    fn stats(&self) -> Value {
-        let secs = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64()).max(1e-9);
+    fn stats(&self) -> Stats {
         let sent = self.shared.sent.load(Ordering::Relaxed);
         let bytes = self.shared.bytes.load(Ordering::Relaxed);
-        json!({
-            "state": self.state().name(),
-            "run": self.run,
-            "fragments": sent,
-            "bytes": bytes,
-            "fragments_per_s": sent as f64 / secs,
-            "mb_per_s": bytes as f64 / secs / 1e6,
-        })
+        let [events_per_s, bytes_per_s] =
+            self.rates.lock().unwrap_or_else(|p| p.into_inner()).sample(Instant::now(), [sent, bytes]);
+        Stats::counted(sent, bytes)
+            .with_rates(events_per_s, bytes_per_s / 1e6)
+            .with_detail(&self.detail(sent, self.failure()))
     }
 
     fn failure(&self) -> Option<String> {
-        self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        read(&self.shared.failure)
     }
 }
 
 impl Source {
+    /// Holds the stream back (`pause`) or lets it go on.
+    fn set_paused(&mut self, command: &'static str, paused: bool) -> Result<(), ComponentError> {
+        if self.thread.is_none() {
+            return Err(EvbError::refused(command, NO_RUN).into());
+        }
+        self.shared.paused.store(paused, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Tells the sending thread to end after event `stop_at` and joins it; a thread still blocked
-    /// after `patience` (its RU no longer reads) has its socket shut down.
-    fn end_thread(&mut self, stop_at: u64, patience: Duration) -> Option<Value> {
+    /// after `patience` (its RU no longer reads) has its socket shut down. The run's summary.
+    fn end_thread(&mut self, stop_at: u64, patience: Duration) -> Option<Stats> {
         let thread = self.thread.take()?;
         self.shared.stop_at.store(stop_at, Ordering::SeqCst);
         // A stop ends a pause: the source produces up to `stop_at` (or is cut off below).
@@ -311,7 +268,14 @@ impl Source {
                 unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
             }
         }
-        Some(thread.join().unwrap_or_else(|_| json!({ "error": "the source thread panicked" })))
+        let joined = thread.join();
+        self.ended = Some(Instant::now());
+        Some(joined.unwrap_or_else(|_| {
+            let sent = self.shared.sent.load(Ordering::SeqCst);
+            let why = "the source thread panicked".to_owned();
+            set(&self.shared.failure, Some(why.clone()));
+            Stats::counted(sent, self.shared.bytes.load(Ordering::SeqCst)).with_detail(&self.detail(sent, Some(why)))
+        }))
     }
 }
 
@@ -322,7 +286,7 @@ fn produce(
     run: u32,
     mut conn: Connection,
     shared: Arc<Shared>,
-) -> Value {
+) -> Stats {
     let mut rng = Rng::new(config.seed ^ u64::from(config.source_id).wrapping_mul(0x2545_F491_4F6C_DD1D));
     let max = config.max_bytes;
     let cached: Bytes = if config.payload == Payload::Cached {
@@ -448,18 +412,10 @@ fn produce(
         tracing::error!(source = %name, "{e}");
         *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
     }
-    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let seconds = started.elapsed().as_secs_f64();
     let bytes = shared.bytes.load(Ordering::Relaxed);
-    json!({
-        "component": name,
-        "kind": "source",
-        "source_id": config.source_id,
-        "run": run,
-        "last_event": last,
-        "fragments": last,
-        "bytes": bytes,
-        "seconds": secs,
-        "mb_per_s": bytes as f64 / secs / 1e6,
-        "error": error,
-    })
+    let detail = SourceDetail { source_id: config.source_id, run, seconds, last_event: last, error };
+    Stats::counted(last, bytes)
+        .with_rates(per_second(last, seconds), per_second(bytes, seconds) / 1e6)
+        .with_detail(&detail)
 }

@@ -1,0 +1,173 @@
+//! What the event builder's components share: the range checks of their configurations, the
+//! factory's error, live rates, and reading what a thread left under a lock.
+//!
+//! The state machine is not here: the component contract's `Driver` is the one state machine,
+//! and refuses an illegal transition before any of the components' hooks runs.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use daqflow_component::ComponentError;
+
+use crate::EvbError;
+
+/// A copy of what a mutex holds, even if a thread panicked while holding it.
+pub(crate) fn read<T: Clone>(m: &std::sync::Mutex<T>) -> T {
+    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Replaces what a mutex holds, even if a thread panicked while holding it.
+pub(crate) fn set<T>(m: &std::sync::Mutex<T>, value: T) {
+    *m.lock().unwrap_or_else(|p| p.into_inner()) = value;
+}
+
+/// A configuration that passed its range checks, or the framework's configuration error naming
+/// the component: `NAME: KIND: `key` … ; `key` …`.
+pub(crate) fn checked<T>(
+    name: &str,
+    config: T,
+    validate: impl Fn(&T) -> Result<(), EvbError>,
+) -> Result<T, ComponentError> {
+    match validate(&config) {
+        Ok(()) => Ok(config),
+        Err(EvbError::Config(e)) => Err(ComponentError::Config(format!("{name}: {e}"))),
+        Err(e) => Err(ComponentError::Config(format!("{name}: {e}"))),
+    }
+}
+
+/// The window live rates are measured over.
+pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(1);
+
+/// Rates of `N` counters over the last second ([`RATE_WINDOW`]), from samples taken now and
+/// then (each publication of the live counters).
+#[derive(Debug)]
+pub(crate) struct Rates<const N: usize> {
+    samples: VecDeque<(Instant, [u64; N])>,
+}
+
+impl<const N: usize> Rates<N> {
+    /// Rates from counters that were all 0 at `start`.
+    pub(crate) fn new(start: Instant) -> Rates<N> {
+        Rates { samples: VecDeque::from([(start, [0; N])]) }
+    }
+
+    /// Takes a sample of the counters and returns each one's increase per second since the
+    /// newest earlier sample at least a second old (or since the first, during the first
+    /// second).
+    pub(crate) fn sample(&mut self, now: Instant, counters: [u64; N]) -> [f64; N] {
+        while self.samples.len() >= 2 && now.duration_since(self.samples[1].0) >= RATE_WINDOW {
+            self.samples.pop_front();
+        }
+        let mut rates = [0.0; N];
+        if let Some((t0, c0)) = self.samples.front() {
+            let dt = now.duration_since(*t0).as_secs_f64();
+            if dt > 0.0 {
+                for (r, (c, c0)) in rates.iter_mut().zip(counters.iter().zip(c0)) {
+                    *r = c.saturating_sub(*c0) as f64 / dt;
+                }
+            }
+        }
+        self.samples.push_back((now, counters));
+        rates
+    }
+}
+
+/// `count` per second over `seconds` (0 for no time): the mean rate of a run.
+pub(crate) fn per_second(count: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
+}
+
+/// Range checks of a component's configuration: every problem at once, each naming its key
+/// in backquotes (`` `streams` = 0 is out of range: 1 … 4096 ``), as one [`EvbError::Config`].
+pub(crate) struct Checks {
+    kind: &'static str,
+    problems: Vec<String>,
+}
+
+impl Checks {
+    pub(crate) fn new(kind: &'static str) -> Checks {
+        Checks { kind, problems: Vec::new() }
+    }
+
+    pub(crate) fn problem(&mut self, key: &str, what: impl std::fmt::Display) {
+        self.problems.push(format!("`{key}` {what}"));
+    }
+
+    pub(crate) fn int(&mut self, key: &str, value: u64, min: u64, max: u64) {
+        if !(min..=max).contains(&value) {
+            self.problem(key, format!("= {value} is out of range: {min} … {max}"));
+        }
+    }
+
+    pub(crate) fn float(&mut self, key: &str, value: f64, min: f64, max: f64) {
+        if !(value.is_finite() && (min..=max).contains(&value)) {
+            self.problem(key, format!("= {value} is out of range: {min} … {max}"));
+        }
+    }
+
+    /// A `HOST:PORT` address: a host (IP address or name) and a port 0 … 65535.
+    pub(crate) fn address(&mut self, key: &str, value: &str) {
+        if value.parse::<std::net::SocketAddr>().is_ok() {
+            return;
+        }
+        let ok = value.rsplit_once(':').is_some_and(|(host, port)| {
+            let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+            port.parse::<u16>().is_ok()
+                && !host.is_empty()
+                && (host.parse::<std::net::IpAddr>().is_ok()
+                    || host.split('.').all(|l| {
+                        !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                    }))
+        });
+        if !ok {
+            self.problem(key, format!("= {value:?} is not an address (HOST:PORT, port 0 … 65535)"));
+        }
+    }
+
+    pub(crate) fn finish(self) -> Result<(), EvbError> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(EvbError::Config(format!("{}: {}", self.kind, self.problems.join("; "))))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_over_the_last_second() {
+        let t0 = Instant::now();
+        let mut r = Rates::<2>::new(t0);
+        // The first half second: since the start.
+        assert_eq!(r.sample(t0 + Duration::from_millis(500), [50, 5_000]), [100.0, 10_000.0]);
+        // Samples every half second: from the newest one at least a second old.
+        r.sample(t0 + Duration::from_millis(1000), [100, 10_000]);
+        r.sample(t0 + Duration::from_millis(1500), [1_100, 10_000]);
+        let [events, bytes] = r.sample(t0 + Duration::from_millis(2000), [1_100, 10_000]);
+        assert_eq!((events, bytes), (1_000.0, 0.0), "from t = 1 s to t = 2 s");
+        // Asked again at once: the same window.
+        assert_eq!(r.sample(t0 + Duration::from_millis(2000), [1_100, 10_000]), [1_000.0, 0.0]);
+        assert_eq!(per_second(10, 0.0), 0.0);
+        assert_eq!(per_second(10, 2.0), 5.0);
+    }
+
+    #[test]
+    fn a_configuration_error_names_the_component_and_the_kind() {
+        let e = checked("ru-7", 0u64, |_| {
+            let mut c = Checks::new("ru");
+            c.int("streams", 0, 1, 4096);
+            c.address("evm", "no port");
+            c.finish()
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "configuration: ru-7: ru: `streams` = 0 is out of range: 1 … 4096; \
+             `evm` = \"no port\" is not an address (HOST:PORT, port 0 … 65535)"
+        );
+    }
+}
