@@ -1,93 +1,42 @@
-//! The component kinds the `daqflow` binary runs: one line per kind, the kind's factory in its
-//! subsystem's crate (a folder with its configuration and runtime). A new kind is a new folder
-//! and a new line here.
+//! The component kinds the `daqflow` binary runs: one line per kind. Each kind lives in a folder
+//! of its subsystem's crate (its component, its `config.rs`) and describes itself with a
+//! [`Kind`](daqflow_component::Kind): its role in the run's accounting, its start and stop
+//! stages, where it writes data files, its factory. A new kind is a new folder and a new line
+//! here.
 //!
 //! ```
 //! let registry = daqflow::registry::standard();
 //! assert!(registry.kinds().contains(&"ru"));
+//! assert_eq!(registry.kind("evm").unwrap().role, daqflow_component::Role::Trigger);
 //! ```
 
-use daqflow_component::{Component, ComponentError, Registry, parse_config};
-use serde_json::Value;
+use daqflow_component::Registry;
 
-/// An event-builder configuration's range check as the framework's error, naming the component.
-fn evb_checked<T>(
-    name: &str,
-    config: T,
-    validate: impl Fn(&T) -> Result<(), daqflow_evb::EvbError>,
-) -> Result<T, ComponentError> {
-    match validate(&config) {
-        Ok(()) => Ok(config),
-        Err(daqflow_evb::EvbError::Config(e)) => Err(ComponentError::Config(format!("{name}: {e}"))),
-        Err(e) => Err(ComponentError::Config(format!("{name}: {e}"))),
-    }
-}
-
-/// Every standard kind: the event builder's `source`, `evm`, `ru`, `bu`, and the run-control
-/// components. Each kind's configuration is range-checked when it is made (so by
-/// `daqflow run --check` and at every configure), every problem naming its key.
+/// Every standard kind: the event builder's `source`, `evm`, `ru`, `bu`, the ET system's `et`,
+/// `recorder`, `monitor`, the chain's `generator`, `repeater`, `sink`, and the message logger.
+/// Each kind's configuration is range-checked when it is made (so by `daqflow run --check` and
+/// at every configure), every problem naming its key.
 pub fn standard() -> Registry {
-    use daqflow_evb::{bu, evm, ru, source};
     let mut r = Registry::new();
-    r.add("source", |name, t| {
-        let c = evb_checked(name, parse_config::<source::SourceConfig>(name, t)?, source::SourceConfig::validate)?;
-        Ok(Box::new(Evb(Box::new(source::Source::new(name, c)))))
-    });
-    r.add("evm", |name, t| {
-        let c = evb_checked(name, parse_config::<evm::EvmConfig>(name, t)?, evm::EvmConfig::validate)?;
-        Ok(Box::new(Evb(Box::new(evm::Evm::new(name, c)))))
-    });
-    r.add("ru", |name, t| {
-        let c = evb_checked(name, parse_config::<ru::RuConfig>(name, t)?, ru::RuConfig::validate)?;
-        Ok(Box::new(Evb(Box::new(ru::Ru::new(name, c)))))
-    });
-    r.add("bu", |name, t| {
-        let c = evb_checked(name, parse_config::<bu::BuConfig>(name, t)?, bu::BuConfig::validate)?;
-        let et: bu::EtOpener = std::sync::Arc::new(|et: &str| {
-            let sink = daqflow_et::sink::EtSink::open(et).map_err(|e| e.to_string())?;
-            Ok(Box::new(sink) as Box<dyn daqflow_wire::sink::EventSink>)
-        });
-        Ok(Box::new(Evb(Box::new(bu::Bu::new(name, c).with_et(et)))))
-    });
-    r.add("generator", daqflow_chain::generator::factory);
-    r.add("repeater", daqflow_chain::repeater::factory);
-    r.add("sink", daqflow_chain::sink::factory);
-    r.add("et", daqflow_et::components::system::factory);
-    r.add("recorder", daqflow_et::components::recorder::factory);
-    r.add("monitor", daqflow_et::components::monitor::factory);
-    r.add("msglogger", daqflow_runcontrol::msglogger::factory);
+    r.add(daqflow_evb::source::kind());
+    r.add(daqflow_evb::evm::kind());
+    r.add(daqflow_evb::ru::kind());
+    r.add(daqflow_evb::bu::kind(Some(et_output())));
+    r.add(daqflow_et::components::system::kind());
+    r.add(daqflow_et::components::recorder::kind());
+    r.add(daqflow_et::components::monitor::kind());
+    r.add(daqflow_chain::generator::kind());
+    r.add(daqflow_chain::repeater::kind());
+    r.add(daqflow_chain::sink::kind());
+    r.add(daqflow_runcontrol::msglogger::kind());
     r
 }
 
-/// An event-builder component (`daqflow-evb`) as a framework component.
-pub struct Evb(pub Box<dyn daqflow_evb::component::Component>);
-
-impl Component for Evb {
-    fn kind(&self) -> &str {
-        self.0.kind()
-    }
-    fn configure(&mut self) -> Result<Value, ComponentError> {
-        Ok(self.0.configure()?)
-    }
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
-        Ok(self.0.start(run)?)
-    }
-    fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError> {
-        Ok(self.0.stop(arg)?)
-    }
-    fn pause(&mut self) -> Result<(), ComponentError> {
-        Ok(self.0.pause()?)
-    }
-    fn resume(&mut self) -> Result<(), ComponentError> {
-        Ok(self.0.resume()?)
-    }
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        Ok(self.0.reset()?)
-    }
-    fn stats(&self) -> Value {
-        self.0.stats()
-    }
-    fn failure(&self) -> Option<String> {
-        self.0.failure()
-    }
+/// How a builder unit opens an ET system as its output (`output = "et"`): a producer attached
+/// to its GRAND_CENTRAL station.
+fn et_output() -> daqflow_evb::bu::EtOpener {
+    std::sync::Arc::new(|name: &str| {
+        let sink = daqflow_et::sink::EtSink::open(name).map_err(|e| e.to_string())?;
+        Ok(Box::new(sink) as Box<dyn daqflow_wire::sink::EventSink>)
+    })
 }

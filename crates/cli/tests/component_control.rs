@@ -1,6 +1,6 @@
 //! A whole event builder driven only over the control plane: every component a `daqflow
 //! component … --control` process, commanded with dialog commands, observed through its
-//! `NAME/state` service.
+//! `NAME/state` service, each request answered with a reply.
 
 mod common;
 
@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use common::Proc;
+use daqflow_component::{Answer, Command, CommandReply, Outcome, Request, State};
 use daqflow_dialog::{Dialog, ServiceEvent, Subscription};
 use serde_json::Value;
 
@@ -72,26 +73,49 @@ fn a_builder_driven_only_by_dialog_commands_takes_a_run_and_accounts_for_every_e
         );
     }
     let mut w = Watch { rx, latest: HashMap::new(), _subs: subs };
+    // Replies come back as the command `test-operator/reply`.
+    let (reply_tx, replies) = channel::<CommandReply>();
+    let _replies = op
+        .register_command("test-operator/reply", move |m| {
+            let _ = reply_tx.send(serde_json::from_slice(&m.data).expect("a reply is a CommandReply"));
+        })
+        .unwrap();
     // A component registers its commands right after it starts; until the control server has
     // them, a command reaches nobody: retry for a while.
-    let send = |cmd: &str, payload: &str| {
+    let send = |cmd: &str, payload: &[u8]| {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while op.send_command(cmd, payload.as_bytes()).unwrap() == 0 {
+        while op.send_command(cmd, payload).unwrap() == 0 {
             assert!(Instant::now() < deadline, "{cmd} reached nobody");
             std::thread::sleep(Duration::from_millis(50));
         }
     };
+    let mut next_id = 0u64;
+    // Sends a request to `name` and waits for the reply to it.
+    let mut ask = |name: &str, command: Command| -> CommandReply {
+        next_id += 1;
+        let request = Request { id: next_id, reply_to: Some("test-operator".into()), command };
+        let (verb, payload) = request.encode();
+        send(&format!("{name}/{verb}"), &payload);
+        loop {
+            let r = replies.recv_timeout(Duration::from_secs(60)).expect("a reply");
+            if r.id == next_id {
+                assert_eq!((r.status.name.as_str(), r.command), (name, verb));
+                return r;
+            }
+        }
+    };
     let state_is = |s: &'static str| move |v: &Value| v["state"] == s;
-    let listen = |v: &Value| v["last_command"]["result"]["listen"].as_str().map(str::to_owned);
+    let listen = |r: CommandReply| match r.result() {
+        Ok(Answer::Info(i)) => i["listen"].as_str().unwrap().to_owned(),
+        other => panic!("{other:?}"),
+    };
 
     let _evm = component(&addr, "evm", "evm", &["rus=1".into()]);
     w.until("evm", "Initial", state_is("Initial"));
-    send("evm/configure", "");
-    let evm_addr = listen(&w.until("evm", "configured", |v| listen(v).is_some())).unwrap();
+    let evm_addr = listen(ask("evm", Command::Configure { config: None }));
     let _ru = component(&addr, "ru", "ru-0", &[format!("evm=\"{evm_addr}\""), "streams=2".into()]);
     w.until("ru-0", "Initial", state_is("Initial"));
-    send("ru-0/configure", "");
-    let ru_addr = listen(&w.until("ru-0", "configured", |v| listen(v).is_some())).unwrap();
+    let ru_addr = listen(ask("ru-0", Command::Configure { config: None }));
     let _bu = component(&addr, "bu", "bu-0", &[format!("evm=\"{evm_addr}\"")]);
     let _s0 = component(
         &addr,
@@ -107,37 +131,42 @@ fn a_builder_driven_only_by_dialog_commands_takes_a_run_and_accounts_for_every_e
     );
     for n in ["bu-0", "src-0", "src-1"] {
         w.until(n, "Initial", state_is("Initial"));
-        send(&format!("{n}/configure"), "");
-        w.until(n, "Configured", state_is("Configured"));
+        let r = ask(n, Command::Configure { config: None });
+        assert_eq!(r.status.state, State::Configured, "{r:?}");
     }
-    // An illegal transition is refused, and the refusal is visible.
-    send("evm/resume", "");
-    let refused = w.until("evm", "refusing resume", |v| v["last_command"]["ok"] == false);
-    assert!(refused["last_command"]["error"].as_str().unwrap().contains("cannot resume in state Configured"));
+    // An illegal transition is refused, with the reason, in the reply.
+    let refused = ask("evm", Command::Resume);
+    assert_eq!(refused.outcome, Outcome::Error("cannot resume in state Configured".into()));
+    assert_eq!(refused.status.state, State::Configured);
+    // A payload that is not a request is refused too, and nothing changes.
+    send("evm/start", b"{\"id\": 99, \"reply_to\": \"test-operator\", \"run\": \"twelve\"}");
+    let bad = replies.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(bad.id, 99);
+    assert!(matches!(&bad.outcome, Outcome::Error(e) if e.starts_with("bad command: start")), "{bad:?}");
 
-    // One command starts everybody (in any order: peers connect with retries).
-    send("all/start", "{\"run\": 12}");
+    // One command from a person (a bare payload, no reply wanted) starts everybody (in any
+    // order: peers connect with retries).
+    send("all/start", b"12");
     for n in ["evm", "ru-0", "bu-0", "src-0", "src-1"] {
         let v = w.until(n, "Running", state_is("Running"));
         assert_eq!(v["run"], 12, "{n}: {v}");
     }
     std::thread::sleep(Duration::from_millis(1500));
-    send("evm/stop", "");
-    let evm =
-        w.until("evm", "stopped", |v| v["state"] == "Configured" && v["last_command"]["result"]["lost"].is_number());
-    let summary = &evm["last_command"]["result"];
-    let last = summary["last_event"].as_u64().unwrap();
-    assert!(last > 1000, "{summary}");
-    assert_eq!(summary["lost"], 0, "{summary}");
+    let summary = |r: CommandReply| match r.result() {
+        Ok(Answer::Summary(s)) => s,
+        other => panic!("{other:?}"),
+    };
+    let evm = summary(ask("evm", Command::Stop { last_event: None }));
+    let trigger = evm.trigger.clone().expect("the EVM's accounting");
+    let last = evm.detail["last_event"].as_u64().unwrap();
+    assert!(last > 1000, "{evm:?}");
+    assert_eq!(trigger.lost, 0, "{evm:?}");
     for s in ["src-0", "src-1"] {
-        send(&format!("{s}/stop"), &last.to_string());
-        w.until(s, "stopped", state_is("Configured"));
+        ask(s, Command::Stop { last_event: Some(last) });
     }
-    send("ru-0/stop", "");
-    w.until("ru-0", "stopped", |v| v["state"] != "Running" && v["last_command"]["result"]["counters"].is_object());
-    send("bu-0/stop", "");
-    let bu = w.until("bu-0", "stopped", |v| {
-        v["state"] == "Configured" && v["last_command"]["result"]["events_built"].is_number()
-    });
-    assert_eq!(bu["last_command"]["result"]["events_built"].as_u64(), Some(last), "{bu}");
+    let ru = summary(ask("ru-0", Command::Stop { last_event: None }));
+    assert!(ru.detail["counters"].is_object(), "{ru:?}");
+    let bu = summary(ask("bu-0", Command::Stop { last_event: None }));
+    assert_eq!(bu.events, last, "{bu:?}");
+    assert_eq!(w.until("bu-0", "Configured", state_is("Configured"))["state"], "Configured");
 }

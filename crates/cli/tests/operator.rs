@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use daqflow_component::api::{RunState, SystemState};
 use daqflow_runcontrol::db::{LogQuery, RunDb};
 use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
@@ -120,7 +121,12 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 }
 
 fn events_built(op: &Operator) -> u64 {
-    op.status()["events"].as_u64().unwrap_or(0)
+    op.status().events
+}
+
+/// The status as its JSON (what the web UI gets).
+fn status(op: &Operator) -> Value {
+    serde_json::to_value(op.status()).unwrap()
 }
 
 #[test]
@@ -160,12 +166,12 @@ fn the_demo_takes_a_run_with_nothing_lost_and_files_that_inspect_accepts() {
     let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
     let runs = db.runs(10).unwrap();
     assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0]["state"], "stopped");
-    assert!(runs[0]["events"].as_i64().unwrap() > 0);
-    assert_eq!(runs[0]["lost"], 0);
+    assert_eq!(runs[0].state, RunState::Stopped);
+    assert!(runs[0].events.unwrap() > 0);
+    assert_eq!(runs[0].lost, Some(0));
     let record = db.run(1).unwrap().unwrap();
-    assert!(record["config"].as_str().unwrap().contains("[[component]]"));
-    assert_eq!(record["files"].as_array().unwrap().len(), files.len());
+    assert!(record.config.contains("[[component]]"));
+    assert_eq!(record.summary.unwrap().files.len(), files.len());
     let logs = db.logs(&LogQuery { limit: Some(10_000), ..Default::default() }).unwrap();
     for p in ["operator", "bu-0", "ru-1", "src-3", "recorder", "evm"] {
         assert!(logs.iter().any(|r| r.process == p), "no log record of {p}");
@@ -185,21 +191,21 @@ fn transitions_go_in_order_and_illegal_ones_are_refused() {
     let run = op.start(None).unwrap();
     assert_eq!(run, 1);
     // Consumers started before producers: each stage after the one before.
-    let st = op.status();
+    let st = status(&op);
     let since = |n: &str| component(&st, n)["since_ms"].as_u64().unwrap();
     assert!(since("recorder") <= since("evm") && since("evm") <= since("bu-0") && since("bu-0") <= since("ru-0"));
     assert!(since("ru-0") <= since("src-0"));
     wait_until("events", Duration::from_secs(30), || events_built(&op) > 500);
     op.pause().unwrap();
-    assert_eq!(op.state(), "Paused");
+    assert_eq!(op.state(), SystemState::Paused);
     assert!(op.pause().is_err());
     op.resume().unwrap();
     let summary = op.stop().unwrap();
-    assert_eq!(summary["lost"], 0, "{summary}");
-    assert!(summary["events"].as_u64().unwrap() > 500);
-    assert_eq!(summary["events"], summary["recorded"]);
+    assert_eq!(summary.lost, 0, "{summary:?}");
+    assert!(summary.events > 500);
+    assert_eq!(summary.events, summary.recorded);
     // Producers stopped before consumers.
-    let st = op.status();
+    let st = status(&op);
     let since = |n: &str| component(&st, n)["since_ms"].as_u64().unwrap();
     assert!(since("evm") <= since("src-0") && since("src-1") <= since("ru-0") && since("ru-0") <= since("bu-1"));
     assert!(since("bu-1") <= since("recorder") && since("recorder") <= since("et"));
@@ -207,13 +213,13 @@ fn transitions_go_in_order_and_illegal_ones_are_refused() {
     assert_eq!(op.start(None).unwrap(), 2);
     op.stop().unwrap();
     op.reset().unwrap();
-    assert_eq!(op.state(), "Initial");
+    assert_eq!(op.state(), SystemState::Initial);
     assert_eq!(op.db().runs(10).unwrap().len(), 2);
     op.shutdown();
 }
 
 fn kill(op: &Operator, name: &str) {
-    let pid = component(&op.status(), name)["pid"].as_u64().unwrap();
+    let pid = component(&status(&op), name)["pid"].as_u64().unwrap();
     // SAFETY: kill(2) on a child of this test's operator.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
 }
@@ -227,15 +233,15 @@ fn a_builder_unit_killed_in_a_run_is_restarted_and_nothing_is_lost() {
     wait_until("events", Duration::from_secs(30), || events_built(&op) > 300);
     kill(&op, "bu-0");
     wait_until("bu-0 restarted and running", Duration::from_secs(60), || {
-        let st = op.status();
+        let st = status(&op);
         let c = component(&st, "bu-0");
         c["restarts"] == 1 && c["state"] == "Running"
     });
-    assert_eq!(op.state(), "Running");
+    assert_eq!(op.state(), SystemState::Running);
     std::thread::sleep(Duration::from_secs(1));
     let summary = op.stop().unwrap();
-    assert_eq!(summary["lost"], 0, "{summary}");
-    assert!(summary["recorded"].as_u64().unwrap() >= summary["events"].as_u64().unwrap());
+    assert_eq!(summary.lost, 0, "{summary:?}");
+    assert!(summary.recorded >= summary.events);
     op.shutdown();
 }
 
@@ -248,11 +254,11 @@ fn a_readout_unit_killed_in_a_run_stops_the_run_with_the_reason() {
     wait_until("events", Duration::from_secs(30), || events_built(&op) > 300);
     kill(&op, "ru-0");
     wait_until("the run to be stopped", Duration::from_secs(90), || {
-        op.db().runs(1).unwrap().first().is_some_and(|r| r["state"] != "running")
+        op.db().runs(1).unwrap().first().is_some_and(|r| r.state != RunState::Running)
     });
-    let record = op.db().run(run).unwrap().unwrap();
-    assert_eq!(record["state"], "failed");
-    let error = record["error"].as_str().unwrap();
+    let record = op.db().run(run).unwrap().unwrap().record;
+    assert_eq!(record.state, RunState::Failed);
+    let error = record.error.unwrap();
     assert!(error.contains("ru-0"), "{error}");
     op.shutdown();
 }
@@ -283,14 +289,14 @@ fn a_component_on_another_host_is_started_with_the_remote_command() {
     );
     let file = SystemFile::parse(&text, &daqflow::registry::standard()).unwrap();
     let op = Operator::launch(OperatorOptions::new(file, BIN.into())).unwrap_or_else(|e| panic!("{e}"));
-    let st = op.status();
+    let st = status(&op);
     let c = component(&st, "far-sink");
     assert_eq!(c["host"], "node7");
     let pid = c["pid"].as_u64().unwrap();
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     assert!(environ.split(|&b| b == 0).any(|v| v == b"DAQFLOW_TEST_HOST=node7"));
     op.configure().unwrap();
-    assert_eq!(op.state(), "Configured");
+    assert_eq!(op.state(), SystemState::Configured);
     op.shutdown();
 }
 
@@ -314,30 +320,28 @@ fn the_control_server_is_a_process_of_its_own_and_a_spare_takes_over_when_it_die
     unsafe { libc::kill(pids[0] as libc::pid_t, libc::SIGKILL) };
     let before = events_built(&op);
     wait_until("the run goes on", Duration::from_secs(30), || events_built(&op) > before + 1000);
-    assert_eq!(op.state(), "Running");
+    assert_eq!(op.state(), SystemState::Running);
     // The dead primary is started again once the processes have moved.
     wait_until("the primary is back", Duration::from_secs(30), || op.control_server_restarts() >= 1);
     assert_ne!(op.control_server_pids()[0], pids[0]);
     // A component restarted now joins the others on the spare (not the new primary), so the
     // operator's commands reach it: the recorder (policy restart) dies and comes back in the run.
-    let recorder = component(&op.status(), "recorder")["pid"].as_u64().unwrap() as libc::pid_t;
+    let recorder = component(&status(&op), "recorder")["pid"].as_u64().unwrap() as libc::pid_t;
     // SAFETY: kill(2) of a component process this operator started; no memory is involved.
     unsafe { libc::kill(recorder, libc::SIGKILL) };
     wait_until("the recorder is back", Duration::from_secs(60), || {
-        let st = op.status();
+        let st = status(&op);
         let r = component(&st, "recorder");
         r["pid"].as_u64().is_some_and(|p| p as libc::pid_t != recorder) && r["state"] == "Running"
     });
-    let before = op.status()["recorded"].as_u64().unwrap_or(0);
-    wait_until("recording goes on", Duration::from_secs(30), || {
-        op.status()["recorded"].as_u64().unwrap_or(0) > before + 500
-    });
+    let before = op.status().recorded;
+    wait_until("recording goes on", Duration::from_secs(30), || op.status().recorded > before + 500);
     // Commands still reach every component (through the spare): pause, resume, stop.
     op.pause().unwrap();
     op.resume().unwrap();
     let summary = op.stop().unwrap();
     // Nothing lost: the recorder's station kept the events that came while it restarted.
-    assert_eq!(summary["lost"], 0, "{summary}");
-    assert_eq!(summary["events"], summary["recorded"], "{summary}");
+    assert_eq!(summary.lost, 0, "{summary:?}");
+    assert_eq!(summary.events, summary.recorded, "{summary:?}");
     op.shutdown();
 }

@@ -121,6 +121,14 @@ fn files_on_disk(data: &Path) -> Vec<(PathBuf, u64)> {
     out
 }
 
+/// Run `run`'s record as the web API serves it, with its files beside.
+fn record_json(db: &RunDb, run: u32) -> Value {
+    let detail = db.run(run).unwrap().unwrap();
+    let mut v = serde_json::to_value(&detail).unwrap();
+    v["files"] = serde_json::to_value(&detail.summary.as_ref().unwrap().files).unwrap();
+    v
+}
+
 fn run_and_kill(victim: &str) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
@@ -145,7 +153,7 @@ fn run_and_kill(victim: &str) {
     assert!(built >= 1000, "{out}");
 
     let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
-    let record = db.run(1).unwrap().unwrap();
+    let record = record_json(&db, 1);
     assert_eq!(record["state"], "failed", "{record}");
     assert!(record["error"].as_str().unwrap().contains(victim), "{record}");
     assert_eq!(record["events"].as_u64(), Some(built));
@@ -229,7 +237,7 @@ fn restarted_components_rejoin_the_run_and_the_event_counter_never_goes_down() {
     assert_eq!(code, 0, "{out}");
     assert!(out.lines().any(|l| l == "lost: 0"), "{out}");
     let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
-    let record = db.run(1).unwrap().unwrap();
+    let record = record_json(&db, 1);
     assert_eq!(record["state"], "stopped", "{record}");
     let summary: &Value = &record["summary"];
     for name in ["recorder", "monitor", "bu-0"] {
@@ -270,7 +278,7 @@ fn a_builder_unit_frozen_for_ten_seconds_never_ends_the_run() {
     assert_eq!(code, 0, "{out}");
     assert!(out.lines().any(|l| l == "lost: 0"), "{out}");
     let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
-    let record = db.run(1).unwrap().unwrap();
+    let record = record_json(&db, 1);
     assert_eq!(record["state"], "stopped", "{record}");
     let on_disk: u64 = files_on_disk(&data).iter().map(|(_, n)| n).sum();
     assert_eq!(record["recorded"].as_u64(), Some(on_disk));

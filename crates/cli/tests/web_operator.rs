@@ -175,7 +175,7 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     });
     assert_eq!(runs[0]["lost"], 0, "{runs}");
     let run = get(addr, "/api/runs/1").json();
-    assert!(run["files"].as_array().is_some_and(|f| !f.is_empty()), "{run}");
+    assert!(run["summary"]["files"].as_array().is_some_and(|f| !f.is_empty()), "{run}");
     let hists = get(addr, "/api/histograms").json();
     let size = hists.as_array().unwrap().iter().find(|h| h["name"] == "event_size").expect("event_size histogram");
     assert!(size["entries"].as_u64().unwrap() > 0, "{size}");
