@@ -2,8 +2,7 @@
 //! [`Transition`]s of a whole system, its live [`SystemStatus`], the [`RunSummary`] of a run and
 //! the [`RunRecord`]s of the run database, and the [`LogQuery`] of the message log with its
 //! [`LogRecord`]s. The operator produces these, the web server serves them as JSON (their serde
-//! form is the HTTP API's, `docs/operator-guide.md`), and nothing in between reads them by
-//! string key.
+//! form is the HTTP API's, `docs/web.md`), and nothing in between reads them by string key.
 //!
 //! ```
 //! use daqflow_component::api::{SystemState, Transition};
@@ -63,9 +62,11 @@ impl Transition {
         }
     }
 
-    /// The transition `name` with its argument `body` (empty, or a JSON object: `{"run": N}`
-    /// for start).
+    /// The transition `name` with its argument `body`: for start, nothing or a JSON object
+    /// `{"run": N}` (N from 1); for the others, nothing (an empty body, `null` or `{}`).
     pub fn parse(name: &str, body: &[u8]) -> Result<Transition, TransitionError> {
+        const START: &str =
+            "start takes no body (the next run) or a JSON object {\"run\": N} with N from 1 to 4294967295";
         let body = std::str::from_utf8(body).map_err(|_| TransitionError("the body is not UTF-8".into()))?.trim();
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -74,10 +75,16 @@ impl Transition {
             run: Option<u32>,
         }
         let no_body = |t: Transition| {
-            if body.is_empty() || body == "{}" || body == "null" {
+            let nothing = body.is_empty()
+                || match serde_json::from_str::<serde_json::Value>(body) {
+                    Ok(serde_json::Value::Null) => true,
+                    Ok(serde_json::Value::Object(o)) => o.is_empty(),
+                    _ => false,
+                };
+            if nothing {
                 Ok(t)
             } else {
-                Err(TransitionError(format!("{name} takes no argument")))
+                Err(TransitionError(format!("{name} takes no argument (send no body, null or {{}})")))
             }
         };
         match name {
@@ -86,8 +93,17 @@ impl Transition {
                 let arg: StartArg = if body.is_empty() || body == "null" {
                     StartArg { run: None }
                 } else {
-                    serde_json::from_str(body).map_err(|e| TransitionError(format!("start: {e}")))?
+                    // Through a Value: serde would read a struct from an array too (`[3]`).
+                    let value: serde_json::Value = serde_json::from_str(body)
+                        .map_err(|e| TransitionError(format!("start: the body is not valid JSON ({e}); {START}")))?;
+                    if !value.is_object() {
+                        return Err(TransitionError(format!("start: the body is not a JSON object; {START}")));
+                    }
+                    serde_json::from_value(value).map_err(|e| TransitionError(format!("start: {e}; {START}")))?
                 };
+                if arg.run == Some(0) {
+                    return Err(TransitionError(format!("start: run numbers start at 1; {START}")));
+                }
                 Ok(Transition::Start { run: arg.run })
             }
             "pause" => no_body(Transition::Pause),
@@ -397,7 +413,7 @@ pub struct ProcessEntry {
 
 impl SystemStatus {
     /// The status in Prometheus' text exposition format (names prefixed `daqflow_`,
-    /// `docs/operator-guide.md`, "Metrics").
+    /// `docs/web.md`, "Metrics").
     pub fn to_prometheus(&self) -> String {
         use std::fmt::Write as _;
         let mut m = String::new();
@@ -766,10 +782,15 @@ mod tests {
     fn transitions_parse_from_their_name_and_body() {
         assert_eq!(Transition::parse("start", b"").unwrap(), Transition::Start { run: None });
         assert_eq!(Transition::parse("stop", b"{}").unwrap(), Transition::Stop);
+        assert_eq!(Transition::parse("reset", b" { } ").unwrap(), Transition::Reset);
+        assert_eq!(Transition::parse("start", br#"{"run": null}"#).unwrap(), Transition::Start { run: None });
         for (name, body, why) in [
             ("start", &br#"{"run": -1}"#[..], "start:"),
             ("start", br#"{"run": 1, "x": 2}"#, "unknown field"),
+            ("start", br#"{"run": 0}"#, "start at 1"),
+            ("start", b"[3]", "JSON object"),
             ("pause", br#"{"run": 1}"#, "pause takes no argument"),
+            ("stop", b"{not json", "stop takes no argument"),
             ("boot", b"", "unknown transition `boot` (configure, start, pause, resume, stop, reset)"),
         ] {
             let e = Transition::parse(name, body).unwrap_err().to_string();

@@ -389,11 +389,19 @@ impl Response {
         Response { status, headers: vec![("Content-Type", content_type.to_owned())], body: body.into() }
     }
 
-    /// A JSON response.
-    pub fn json(status: u16, value: &serde_json::Value) -> Response {
-        let mut body = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
-        body.push(b'\n');
-        Response::new(status, "application/json", body)
+    /// A JSON response: `value`'s serde form. A value that cannot be written as JSON (a map
+    /// with keys that are not strings, a path that is not UTF-8) is a 500 saying so.
+    pub fn json(status: u16, value: &impl serde::Serialize) -> Response {
+        match serde_json::to_vec(value) {
+            Ok(mut body) => {
+                body.push(b'\n');
+                Response::new(status, "application/json", body)
+            }
+            Err(e) => {
+                tracing::error!("web: an answer cannot be written as JSON: {e}");
+                Response::error(500, format!("the answer cannot be written as JSON: {e}"))
+            }
+        }
     }
 
     /// An error response: `{"error": message}`.

@@ -8,7 +8,8 @@
 //!   rates, histograms, ET stations, the DIALOG process view, the message browser, run history);
 //! - a JSON API (`/api/…`), with live updates as server-sent events (`/api/events`,
 //!   `/api/listen`);
-//! - Prometheus metrics (`/metrics`): the backend's plus the web server's own;
+//! - Prometheus metrics (`/metrics`): the system's status ([`SystemStatus::to_prometheus`])
+//!   and the web server's own counters;
 //! - control ownership: one client (session) controls the run at a time, the others watch;
 //! - access: with an access token ([`WebOptions::access_token`], which the operator always
 //!   sets), only sessions logged in with it may act; sessions are server-issued HttpOnly
@@ -22,25 +23,62 @@
 //! serving the others, and when full it closes the connection idle or incomplete the longest
 //! rather than refuse a newcomer. Every [`Backend`] method runs on a blocking thread.
 //!
+//! ## The contract
+//!
+//! What the backend returns is typed, in [`daqflow_component::api`]: the [`SystemStatus`], the
+//! [`Transition`]s with their [`TransitionResult`], the [`ProcessEntry`]s of the control plane,
+//! the [`LogQuery`] of the message browser and its [`LogRecord`]s, the run database's
+//! [`RunRecord`]s and [`RunDetail`]; the server serves their serde form as JSON. Only the
+//! monitors' histograms and the ET snapshots, details of those kinds, stay JSON values. Every
+//! failure is a [`BackendError`], whose variant gives the HTTP status
+//! ([`BackendError::status`]).
+//!
+//! Every route is declared once, in the server's route table (method, path, who may call it,
+//! handler), which dispatches, answers 404 and 405 (with `Allow`), and is checked against the
+//! route list of `docs/web.md` by a unit test.
+//!
 //! ## Example
 //!
 //! ```
 //! use std::io::{Read, Write};
 //! use std::sync::Arc;
-//! use daqflow_web::{Backend, BackendError, LogFilter, WebOptions};
+//! use daqflow_component::api::{
+//!     LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemState, SystemStatus, Transition,
+//!     TransitionResult,
+//! };
+//! use daqflow_web::{Backend, BackendError, WebOptions};
 //! use serde_json::{json, Value};
 //!
-//! /// A system that never leaves `Initial`.
+//! /// A system without components that never leaves `Initial`.
 //! struct Idle;
 //!
 //! impl Backend for Idle {
-//!     fn status(&self) -> Value {
-//!         json!({"system": "demo", "state": "Initial", "components": [], "rates": []})
+//!     fn status(&self) -> SystemStatus {
+//!         SystemStatus {
+//!             system: "demo".into(),
+//!             state: SystemState::Initial,
+//!             run: None,
+//!             running: false,
+//!             run_started_ms: None,
+//!             duration_s: None,
+//!             events: 0,
+//!             bytes: 0,
+//!             recorded: 0,
+//!             events_per_s: 0.0,
+//!             mb_per_s: 0.0,
+//!             lost: None,
+//!             last_error: None,
+//!             last_summary: None,
+//!             control: "127.0.0.1:7000".into(),
+//!             data: "/tmp/demo".into(),
+//!             components: Vec::new(),
+//!             rates: Vec::new(),
+//!         }
 //!     }
-//!     fn transition(&self, verb: &str, _arg: Value) -> Result<Value, String> {
-//!         Err(format!("`{verb}` is not allowed in state Initial"))
+//!     fn transition(&self, t: Transition) -> Result<TransitionResult, BackendError> {
+//!         Err(BackendError::Conflict(format!("cannot {} the system in state Initial", t.name())))
 //!     }
-//!     fn processes(&self) -> Result<Value, String> { Ok(json!([])) }
+//!     fn processes(&self) -> Result<Vec<ProcessEntry>, BackendError> { Ok(Vec::new()) }
 //!     fn send_command(&self, name: &str, _data: &str) -> Result<u32, BackendError> {
 //!         Err(BackendError::NotFound(format!("no process registered the command `{name}`")))
 //!     }
@@ -51,12 +89,11 @@
 //!     ) -> Result<Box<dyn Send>, BackendError> {
 //!         Err(BackendError::NotFound(format!("no service `{service}`")))
 //!     }
-//!     fn logs(&self, _filter: &LogFilter) -> Result<Value, String> { Ok(json!([])) }
-//!     fn runs(&self, _limit: usize) -> Result<Value, String> { Ok(json!([])) }
-//!     fn run(&self, _run: u32) -> Result<Option<Value>, String> { Ok(None) }
+//!     fn logs(&self, _query: &LogQuery) -> Result<Vec<LogRecord>, BackendError> { Ok(Vec::new()) }
+//!     fn runs(&self, _limit: usize) -> Result<Vec<RunRecord>, BackendError> { Ok(Vec::new()) }
+//!     fn run(&self, _run: u32) -> Result<Option<RunDetail>, BackendError> { Ok(None) }
 //!     fn histograms(&self) -> Value { json!([]) }
 //!     fn et(&self) -> Value { json!([]) }
-//!     fn metrics(&self) -> String { "daqflow_events_total 0\n".into() }
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -72,6 +109,8 @@
 //! http.read_to_string(&mut response)?;
 //! assert!(response.starts_with("HTTP/1.1 200 OK"));
 //! assert!(response.contains(r#""state":"Initial""#));
+//! // The web server adds what it knows: here, which transitions the state allows.
+//! assert!(response.contains(r#""transitions":["configure","reset"]"#));
 //!
 //! web.shutdown()?;
 //! # Ok(())
@@ -88,12 +127,18 @@ mod server;
 mod session;
 mod ui;
 
+/// The typed contract the backend fulfils ([`daqflow_component::api`]), for implementers.
+pub use daqflow_component::api;
+
 use std::fmt::Display;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use daqflow_component::api::{
+    LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemStatus, Transition, TransitionResult,
+};
 use serde_json::Value;
 
 /// How the web server behaves. `WebOptions::default()` is the library's default (no access
@@ -253,20 +298,49 @@ pub fn random_token() -> Result<String, WebError> {
     session::random_hex(16).map_err(WebError::Io)
 }
 
-/// Why the backend did not do what a request asked; the HTTP status follows from it. A plain
-/// `String` converts into [`BackendError::Failed`].
+/// Why the backend did not do what a request asked; the HTTP status follows from the variant
+/// ([`BackendError::status`]), the text is the `error` of the JSON answer. A plain `String`
+/// converts into [`BackendError::Failed`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
+    /// The request's argument is invalid (not a valid command or service name, a run number
+    /// the operator cannot use): 400.
+    #[error("{0}")]
+    Invalid(String),
     /// The request names something that does not exist (no such service, no process took the
     /// command): 404.
     #[error("{0}")]
     NotFound(String),
-    /// The request's argument is invalid (e.g. not a valid command name): 400.
+    /// The request is not possible in the system's state: a transition not allowed in it, or
+    /// asked while another is under way: 409.
     #[error("{0}")]
-    Invalid(String),
-    /// The operator failed (e.g. the control server cannot be reached): 500.
+    Conflict(String),
+    /// The operator failed (a component failed or did not answer, the control server or the
+    /// run database cannot be reached): 500.
     #[error("{0}")]
     Failed(String),
+}
+
+impl BackendError {
+    /// The HTTP status of the answer: 400, 404, 409 or 500.
+    pub fn status(&self) -> u16 {
+        match self {
+            BackendError::Invalid(_) => 400,
+            BackendError::NotFound(_) => 404,
+            BackendError::Conflict(_) => 409,
+            BackendError::Failed(_) => 500,
+        }
+    }
+
+    /// The text.
+    pub fn text(&self) -> &str {
+        match self {
+            BackendError::Invalid(t)
+            | BackendError::NotFound(t)
+            | BackendError::Conflict(t)
+            | BackendError::Failed(t) => t,
+        }
+    }
 }
 
 impl From<String> for BackendError {
@@ -395,22 +469,20 @@ impl Drop for WebHandle {
 
 /// What the web server asks the operator. Every method is called from a blocking thread
 /// (`spawn_blocking`), so an implementation may block for as long as the operation takes (a
-/// `start` waits for every component).
+/// `start` waits for every component). The HTTP status of each [`BackendError`] is
+/// [`BackendError::status`]; a method that panics gives a 500 and the server goes on.
 pub trait Backend: Send + Sync + 'static {
-    /// The whole system's live status, as documented in `docs/operator-guide.md`:
-    /// `{"system": NAME, "state": "Running", "run": 12, "run_started_ms": …, "duration_s": …,
-    ///   "events": …, "events_per_s": …, "mb_per_s": …, "lost": 0,
-    ///   "components": [{"name","kind","host","pid","state","run","since_ms","error","stats":{…}}],
-    ///   "rates": [{"t_ms", "events_per_s", "mb_per_s"}…] (the last minutes, for the rate plot),
-    ///   "web": {…}}`.
-    fn status(&self) -> Value;
-    /// A run-control transition of the whole system: `configure`, `start`, `stop`, `pause`,
-    /// `resume`, `reset`; `arg` is optional (e.g. `{"run": 12}` for start). Returns the
-    /// transition's result or an error text (e.g. "cannot start in state Initial").
-    fn transition(&self, verb: &str, arg: Value) -> Result<Value, String>;
-    /// The control plane's directory (DIALOG GUI view): `[{"name","host","port","pid",
-    /// "provides":[…],"subscribes":[…],"commands":[…], …}]`.
-    fn processes(&self) -> Result<Value, String>;
+    /// The whole system's live status (`GET /api/status`, the `status` event, `/metrics`).
+    fn status(&self) -> SystemStatus;
+    /// A transition of the whole system, when it is done (a `start` waits for every
+    /// component). [`BackendError::Conflict`] when the system's state does not allow it or
+    /// another transition is under way (409), [`BackendError::Invalid`] for an argument it
+    /// cannot take (400), [`BackendError::Failed`] when a component or the operator failed
+    /// (500).
+    fn transition(&self, transition: Transition) -> Result<TransitionResult, BackendError>;
+    /// The control plane's directory (DIALOG GUI view). [`BackendError::Failed`] when the
+    /// control server cannot be reached.
+    fn processes(&self) -> Result<Vec<ProcessEntry>, BackendError>;
     /// Sends a control-plane command; returns how many processes received it.
     /// [`BackendError::Invalid`] for a name that cannot be a command (400),
     /// [`BackendError::NotFound`] when no process registered it (404).
@@ -423,36 +495,17 @@ pub trait Backend: Send + Sync + 'static {
         service: &str,
         tx: tokio::sync::mpsc::UnboundedSender<String>,
     ) -> Result<Box<dyn Send>, BackendError>;
-    /// Log records, newest first, filtered: `since_ms`/`until_ms` (Unix ms), `process`,
-    /// `min_severity` (`debug`, `info`, `warn`, `error`), `text` (substring), `limit`.
-    fn logs(&self, filter: &LogFilter) -> Result<Value, String>;
-    /// The run history, newest first: `[{"run","started_ms","stopped_ms","state","events",…}]`.
-    fn runs(&self, limit: usize) -> Result<Value, String>;
-    /// One run's record (config snapshot, per-component counters, files), or None.
-    fn run(&self, run: u32) -> Result<Option<Value>, String>;
+    /// The message log's records matching `query`, newest first, at most `query.limit()` (the
+    /// server always gives `limit`, at most [`LogQuery::MAX_LIMIT`]).
+    fn logs(&self, query: &LogQuery) -> Result<Vec<LogRecord>, BackendError>;
+    /// The run history, newest first, at most `limit` runs.
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, BackendError>;
+    /// One run's whole record, or `None` when the run database has no such run (404).
+    fn run(&self, run: u32) -> Result<Option<RunDetail>, BackendError>;
     /// The monitor components' histograms: `[{"component","name","title","x_label","low",
-    /// "high","bins":[…],"underflow","overflow","entries"}]`.
+    /// "high","bins":[…],"underflow","overflow","entries"}]` (the monitor kind's detail).
     fn histograms(&self) -> Value;
     /// The ET systems' stations: `[{"component", "snapshot": {…}}]` (the `et monitor --json`
-    /// snapshot).
+    /// snapshot, the ET kind's detail).
     fn et(&self) -> Value;
-    /// Prometheus text exposition (names prefixed `daqflow_`).
-    fn metrics(&self) -> String;
-}
-
-/// The message browser's filter (query parameters of `GET /api/logs`).
-#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
-pub struct LogFilter {
-    /// Only records at or after this time (Unix ms).
-    pub since_ms: Option<u64>,
-    /// Only records at or before this time (Unix ms).
-    pub until_ms: Option<u64>,
-    /// Only records of this process (component name).
-    pub process: Option<String>,
-    /// Only records at least this severe: `debug`, `info`, `warn`, `error`.
-    pub min_severity: Option<String>,
-    /// Only records whose message contains this text.
-    pub text: Option<String>,
-    /// At most this many (default 200).
-    pub limit: Option<usize>,
 }

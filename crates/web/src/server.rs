@@ -1,39 +1,28 @@
 //! The server: accepting connections (and making room when full), reading requests with their
-//! deadlines, checking who may do what (Host, Origin, sessions, control), routing to the
-//! backend, event streams, and the status pump that feeds them.
+//! deadlines, the status pump, and the event streams. What each request may do and what
+//! answers it is the route table's, in [`routes`].
+
+mod routes;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value, json};
+use daqflow_component::api::{SystemState, Transition};
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, broadcast, mpsc, watch};
 
-use crate::access::{Hosts, origin_matches};
+use crate::access::Hosts;
 use crate::conns::{Conn, Phase, Registry};
-use crate::control::{Control, Holder};
-use crate::http::{HttpError, Limits, Progress, Request, Response, Version, parse_request};
+use crate::control::Control;
+use crate::http::{HttpError, Limits, Progress, Request, Response, parse_request};
 use crate::metrics::{Refusal, WebMetrics};
-use crate::session::{Sessions, constant_time_eq, label, new_session_id, session_cookies, set_cookie};
-use crate::{Backend, BackendError, LogFilter, WebError, WebOptions, ui};
+use crate::session::{Sessions, label, new_session_id, session_cookies};
+use crate::{Backend, WebError, WebOptions};
 
-/// The header every POST must carry. Browsers send a custom header cross-origin only after a
-/// CORS preflight, which this server never grants: so a page of another site cannot POST here.
-/// Its value is not an identity (the session is).
-pub(crate) const CLIENT_HEADER: &str = "X-Daqflow-Client";
-/// The transitions `POST /api/transition/{verb}` accepts.
-pub(crate) const VERBS: [&str; 6] = ["configure", "start", "stop", "pause", "resume", "reset"];
-/// The severities `min_severity` accepts.
-const SEVERITIES: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
-/// Default and maximum `limit` of `/api/logs`.
-const LOGS_DEFAULT_LIMIT: usize = 200;
-const LOGS_MAX_LIMIT: usize = 10_000;
-/// Default and maximum `limit` of `/api/runs`.
-const RUNS_DEFAULT_LIMIT: usize = 50;
-const RUNS_MAX_LIMIT: usize = 10_000;
 /// A client that does not take what is written to it within this time is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long requests in progress may finish after shutdown.
@@ -190,24 +179,32 @@ impl Shared {
         })
     }
 
-    /// The backend's status with the `web` object added.
+    /// The backend's status with the `web` object added: the web server's counters, who
+    /// controls, and the transitions the system's state allows.
     async fn status(self: &Arc<Self>) -> Result<Value, Response> {
-        let mut status = backend_call(self, |b| b.status()).await?;
-        let web = self.web_json();
-        if let Value::Object(map) = &mut status {
-            match map.get_mut("web") {
-                Some(Value::Object(existing)) => {
-                    if let Value::Object(ours) = web {
-                        existing.extend(ours);
-                    }
-                }
-                _ => {
-                    map.insert("web".into(), web);
-                }
-            }
+        let status = backend_call(self, |b| b.status()).await?;
+        let mut web = self.web_json();
+        web["transitions"] = json!(allowed_transitions(status.state));
+        let mut value = serde_json::to_value(&status).map_err(|e| {
+            tracing::error!("web: the operator's status cannot be written as JSON: {e}");
+            Response::error(500, format!("the operator's status cannot be written as JSON: {e}"))
+        })?;
+        if let Value::Object(map) = &mut value {
+            map.insert("web".into(), web);
         }
-        Ok(status)
+        Ok(value)
     }
+}
+
+/// The names of the transitions a system in `state` may be asked for
+/// ([`Transition::allowed_from`]), in the state machine's order.
+pub(crate) fn allowed_transitions(state: SystemState) -> Vec<&'static str> {
+    Transition::NAMES
+        .iter()
+        .filter_map(|name| Transition::parse(name, b"").ok())
+        .filter(|t| t.allowed_from().contains(&state))
+        .map(Transition::name)
+        .collect()
 }
 
 /// Runs a backend method on a blocking thread; a panic in it becomes a 500.
@@ -492,7 +489,7 @@ async fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr
         shared.metrics.request();
         conn.set(Phase::Busy);
         let close = request.wants_close() || *shutdown.borrow();
-        match route(&shared, &request, peer).await {
+        match routes::dispatch(&shared, &request, peer).await {
             Reply::Response(response) => {
                 if !write_response(&mut stream, &conn, &response.to_bytes(close)).await || close {
                     return;
@@ -503,569 +500,6 @@ async fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr
                 return listen_stream(&shared, stream, service, session, &conn).await;
             }
         }
-    }
-}
-
-fn method_not_allowed(request: &Request, allow: &'static str) -> Response {
-    Response::error(405, format!("{} is not allowed on {} (allowed: {allow})", request.method, request.path))
-        .with_header("Allow", allow)
-}
-
-/// The JSON body of a request (`null` when empty).
-fn json_body(request: &Request) -> Result<Value, Response> {
-    if request.body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Null);
-    }
-    serde_json::from_slice(&request.body)
-        .map_err(|e| Response::error(400, format!("the request body is not valid JSON: {e}")))
-}
-
-/// The JSON body of a request that takes an object with the fields `known` (`shape` shows it
-/// in error messages); an empty body or `null` is an empty object.
-fn object_body(request: &Request, known: &[&str], shape: &str) -> Result<Map<String, Value>, Response> {
-    let map = match json_body(request)? {
-        Value::Null => Map::new(),
-        Value::Object(map) => map,
-        other => {
-            let kind = match other {
-                Value::Bool(_) => "a boolean",
-                Value::Number(_) => "a number",
-                Value::String(_) => "a string",
-                _ => "an array",
-            };
-            return Err(Response::error(400, format!("the body must be a JSON object, {shape}, not {kind}")));
-        }
-    };
-    if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        let fields = if known.is_empty() {
-            "none".to_owned()
-        } else {
-            known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
-        };
-        return Err(Response::error(400, format!("unknown field `{unknown}` in the body (known: {fields}): {shape}")));
-    }
-    Ok(map)
-}
-
-/// A backend error as a response: 404, 400 or 500.
-fn backend_error(e: BackendError) -> Response {
-    match e {
-        BackendError::NotFound(text) => Response::error(404, text),
-        BackendError::Invalid(text) => Response::error(400, text),
-        BackendError::Failed(text) => Response::error(500, text),
-    }
-}
-
-/// The error text of a backend method without error kinds: a 500.
-fn backend_failed(text: String) -> Response {
-    Response::error(500, text)
-}
-
-fn holder_refusal(status: u16, message: String, holder: &Holder) -> Response {
-    Response::json(status, &json!({ "error": message, "holder": label(holder.label), "since_ms": holder.since_ms }))
-}
-
-/// The `Host` check: 400 without one (HTTP/1.1), 421 when it names another host.
-fn check_host<'r>(shared: &Shared, request: &'r Request) -> Result<Option<&'r str>, Response> {
-    let mut hosts = request.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("host")).map(|(_, v)| v.as_str());
-    let host = hosts.next();
-    if hosts.next().is_some() {
-        return Err(Response::error(400, "more than one Host header field"));
-    }
-    match host {
-        None if request.version == Version::Http10 => Ok(None),
-        None => Err(Response::error(400, "an HTTP/1.1 request needs a Host header field")),
-        Some(h) if shared.hosts.allows(h) => Ok(Some(h)),
-        Some(h) => Err(Response::error(
-            421,
-            format!(
-                "this server does not answer for the Host `{h}`: use the address it printed (or 127.0.0.1, \
-                 localhost, [::1] with its port), or add the name to the web server's allowed hosts"
-            ),
-        )),
-    }
-}
-
-/// The `Origin` check: a request sent by a page of another origin is refused.
-fn check_origin(request: &Request, host: Option<&str>) -> Result<(), Response> {
-    let mut origins = request.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("origin")).map(|(_, v)| v.as_str());
-    let Some(origin) = origins.next() else { return Ok(()) };
-    if origins.next().is_none() && host.is_some_and(|h| origin_matches(origin, h)) {
-        return Ok(());
-    }
-    Err(Response::error(
-        403,
-        format!(
-            "the request comes from a page of another origin (Origin `{origin}`); only this server's own pages \
-             may act on it or open its event streams"
-        ),
-    ))
-}
-
-/// What a client without a (logged-in) session is told.
-fn login_hint(shared: &Shared) -> String {
-    if shared.token_required() {
-        "open the URL the operator printed (http://HOST:PORT/?token=…), or POST /api/login with \
-         {\"token\": \"…\"} and send the cookie daqflow_session it sets"
-            .to_owned()
-    } else {
-        "load the UI (GET /) or POST /api/login to get a session, and send the cookie daqflow_session it sets"
-            .to_owned()
-    }
-}
-
-/// The caller's session if it may act; else a 403 that says how to get one.
-fn need_session(shared: &Shared, session: Option<&str>) -> Result<String, Response> {
-    match session {
-        Some(id) if shared.may_act(Some(id)) => Ok(id.to_owned()),
-        _ => {
-            shared.metrics.refused(Refusal::NoSession, 1);
-            let what = if shared.token_required() {
-                "this needs a session logged in with the web token (without one you may only watch)"
-            } else {
-                "this needs a session"
-            };
-            Err(Response::error(403, format!("{what}: {}", login_hint(shared))))
-        }
-    }
-}
-
-/// Routes one request.
-async fn route(shared: &Arc<Shared>, request: &Request, peer: SocketAddr) -> Reply {
-    let host = match check_host(shared, request) {
-        Ok(h) => h,
-        Err(response) => {
-            shared.metrics.refused(Refusal::BadHost, 1);
-            tracing::debug!(%peer, "web: refused a request for another Host");
-            return response.into();
-        }
-    };
-    let path = request.path.as_str();
-    let get = request.method == "GET";
-    let post = request.method == "POST";
-    let asset = ui::asset(path);
-    let is_page = asset.is_some_and(|a| a.content_type.starts_with("text/html"));
-    // The UI's files are open to any page (they hold nothing); everything else is not.
-    if asset.is_none()
-        && let Err(response) = check_origin(request, host)
-    {
-        shared.metrics.refused(Refusal::BadOrigin, 1);
-        tracing::debug!(%peer, "web: refused a request from another origin");
-        return response.into();
-    }
-    if post && request.header(CLIENT_HEADER).is_none() {
-        return Response::error(
-            400,
-            format!("a POST needs the header {CLIENT_HEADER} (any value, e.g. `{CLIENT_HEADER}: 1`); see docs/web.md"),
-        )
-        .into();
-    }
-    let session = shared.caller(request);
-    shared.expire_control();
-    let login = (path == "/api/login") || (is_page && request.query("token").is_some());
-    if shared.options.token_to_watch && asset.is_none() && !login && !shared.may_act(session.as_deref()) {
-        shared.metrics.refused(Refusal::NoSession, 1);
-        return Response::error(
-            403,
-            format!("this server lets only sessions logged in with the web token watch: {}", login_hint(shared)),
-        )
-        .into();
-    }
-
-    let reply: Reply = match path {
-        "/api/status" if get => match shared.status().await {
-            Ok(status) => Response::json(200, &status).into(),
-            Err(r) => r.into(),
-        },
-        "/api/events" if get => Reply::Events { session },
-        "/api/control" if get => Response::json(200, &shared.control_json(session.as_deref())).into(),
-        "/api/login" if post => api_login(shared, request, session.as_deref(), peer).into(),
-        "/api/control/take" if post => take_control(shared, request, session.as_deref()).into(),
-        "/api/control/release" if post => release_control(shared, session.as_deref()).into(),
-        "/api/command" if post => send_command(shared, request, session.as_deref()).await.into(),
-        "/api/processes" if get => match backend_call(shared, |b| b.processes()).await {
-            Ok(Ok(v)) => Response::json(200, &v).into(),
-            Ok(Err(text)) => backend_failed(text).into(),
-            Err(r) => r.into(),
-        },
-        "/api/listen" if get => match request.query("service") {
-            Some(service) if !service.is_empty() => Reply::Listen { service: service.to_owned(), session },
-            _ => Response::error(400, "the query parameter `service` (the service's name) is missing").into(),
-        },
-        "/api/logs" if get => logs(shared, request).await.into(),
-        "/api/runs" if get => runs(shared, request).await.into(),
-        "/api/histograms" if get => match backend_call(shared, |b| b.histograms()).await {
-            Ok(v) => Response::json(200, &v).into(),
-            Err(r) => r.into(),
-        },
-        "/api/et" if get => match backend_call(shared, |b| b.et()).await {
-            Ok(v) => Response::json(200, &v).into(),
-            Err(r) => r.into(),
-        },
-        "/metrics" if get => match backend_call(shared, |b| b.metrics()).await {
-            Ok(mut text) => {
-                if !text.is_empty() && !text.ends_with('\n') {
-                    text.push('\n');
-                }
-                text.push_str(&shared.metrics.prometheus());
-                Response::new(200, "text/plain; version=0.0.4; charset=utf-8", text).into()
-            }
-            Err(r) => r.into(),
-        },
-        "/api/status" | "/api/events" | "/api/control" | "/api/processes" | "/api/listen" | "/api/logs"
-        | "/api/runs" | "/api/histograms" | "/api/et" | "/metrics" => method_not_allowed(request, "GET").into(),
-        "/api/login" | "/api/control/take" | "/api/control/release" | "/api/command" => {
-            method_not_allowed(request, "POST").into()
-        }
-        _ => {
-            if let Some(verb) = path.strip_prefix("/api/transition/") {
-                if !post {
-                    method_not_allowed(request, "POST").into()
-                } else {
-                    transition(shared, request, verb, session.as_deref()).await.into()
-                }
-            } else if let Some(run) = path.strip_prefix("/api/runs/") {
-                if !get { method_not_allowed(request, "GET").into() } else { one_run(shared, run).await.into() }
-            } else if let Some(asset) = asset {
-                if !get {
-                    method_not_allowed(request, "GET").into()
-                } else if let (true, Some(token)) = (is_page, request.query("token")) {
-                    token_login(shared, token, session.as_deref(), peer).into()
-                } else {
-                    let mut r =
-                        Response::new(200, asset.content_type, asset.body).with_header("Cache-Control", "no-cache");
-                    if is_page {
-                        r = r
-                            .with_header("Content-Security-Policy", ui::CONTENT_SECURITY_POLICY)
-                            .with_header("X-Frame-Options", "DENY")
-                            .with_header("Referrer-Policy", "no-referrer");
-                        // Without a token, the page's first visit gets an anonymous session.
-                        if !shared.token_required() && session.is_none() {
-                            match shared.new_session() {
-                                Ok((id, _)) => r = r.with_header("Set-Cookie", set_cookie(&id)),
-                                Err(e) => return e.into(),
-                            }
-                        }
-                    }
-                    r.into()
-                }
-            } else {
-                Response::error(404, format!("no such resource: {path} (the API is described in docs/web.md)")).into()
-            }
-        }
-    };
-    reply
-}
-
-/// Whether `given` is the access token (always true without one).
-fn token_is_right(shared: &Shared, given: &str) -> bool {
-    shared.options.access_token.as_ref().is_none_or(|t| constant_time_eq(t.as_bytes(), given.as_bytes()))
-}
-
-/// A login with a wrong token: counted, logged, refused.
-fn login_refused(shared: &Shared, peer: SocketAddr) -> Response {
-    shared.metrics.refused(Refusal::LoginFailure, 1);
-    tracing::warn!(%peer, "web: a login with a wrong token was refused");
-    Response::error(
-        403,
-        "wrong token: use the one the operator printed in its web UI URL (also in <data dir>/web-token)",
-    )
-}
-
-/// The session a successful login gives: the caller's own if it already may act, else a new one.
-fn login_session(shared: &Shared, session: Option<&str>) -> Result<(String, u64), Response> {
-    if let Some(id) = session
-        && shared.may_act(Some(id))
-        && let Some(n) = shared.label_of(id)
-    {
-        return Ok((id.to_owned(), n));
-    }
-    let (id, n) = shared.new_session()?;
-    tracing::info!(client = label(n), "web: a client logged in");
-    Ok((id, n))
-}
-
-/// `GET /?token=T`: the session cookie, and a redirect to `/` that takes the token out of the
-/// address bar.
-fn token_login(shared: &Shared, token: &str, session: Option<&str>, peer: SocketAddr) -> Response {
-    if !token_is_right(shared, token) {
-        return login_refused(shared, peer);
-    }
-    match login_session(shared, session) {
-        Ok((id, _)) => Response::new(303, "text/plain; charset=utf-8", "logged in; go to /\n")
-            .with_header("Location", "/")
-            .with_header("Set-Cookie", set_cookie(&id))
-            .with_header("Referrer-Policy", "no-referrer"),
-        Err(r) => r,
-    }
-}
-
-/// `POST /api/login` `{"token": "…"}`.
-fn api_login(shared: &Shared, request: &Request, session: Option<&str>, peer: SocketAddr) -> Response {
-    const SHAPE: &str = "{\"token\": \"…\"}";
-    let body = match object_body(request, &["token"], SHAPE) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let given = match body.get("token") {
-        Some(Value::String(t)) => Some(t.as_str()),
-        None | Some(Value::Null) => None,
-        Some(_) => return Response::error(400, format!("`token` must be a string: {SHAPE}")),
-    };
-    if shared.token_required() {
-        let Some(given) = given else {
-            return Response::error(400, format!("the body must give the web token: {SHAPE}"));
-        };
-        if !token_is_right(shared, given) {
-            return login_refused(shared, peer);
-        }
-    }
-    match login_session(shared, session) {
-        Ok((id, n)) => Response::json(200, &json!({ "me": label(n), "may_control": true }))
-            .with_header("Set-Cookie", set_cookie(&id)),
-        Err(r) => r,
-    }
-}
-
-fn take_control(shared: &Arc<Shared>, request: &Request, session: Option<&str>) -> Response {
-    let session = match need_session(shared, session) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    const SHAPE: &str = "{\"force\": false}";
-    let force = match object_body(request, &["force"], SHAPE) {
-        Ok(body) => match body.get("force") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(f)) => *f,
-            Some(_) => return Response::error(400, format!("`force` must be true or false: {SHAPE}")),
-        },
-        Err(r) => return r,
-    };
-    let result = {
-        let mut clients = shared.clients();
-        let Some(n) = clients.sessions.get(&session, Instant::now()).map(|s| s.label) else {
-            return Response::error(403, format!("your session just ended: {}", login_hint(shared)));
-        };
-        clients.control.take(&session, n, force, now_ms()).map(|changed| (changed, n))
-    };
-    match result {
-        Ok((changed, n)) => {
-            if changed {
-                tracing::info!(client = label(n), force, "web: a client took control");
-                shared.publish_control();
-            }
-            Response::json(200, &shared.control_json(Some(&session)))
-        }
-        Err(holder) => holder_refusal(
-            409,
-            format!(
-                "{} controls since {} (Unix ms); take over with \"force\": true",
-                label(holder.label),
-                holder.since_ms
-            ),
-            &holder,
-        ),
-    }
-}
-
-fn release_control(shared: &Arc<Shared>, session: Option<&str>) -> Response {
-    let session = match need_session(shared, session) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let result = shared.clients().control.release(&session);
-    match result {
-        Ok(changed) => {
-            if changed {
-                tracing::info!(client = shared.label_of(&session).map(label), "web: a client released control");
-                shared.publish_control();
-            }
-            Response::json(200, &shared.control_json(Some(&session)))
-        }
-        Err(holder) => {
-            holder_refusal(403, format!("you do not control: {} does; it may release", label(holder.label)), &holder)
-        }
-    }
-}
-
-/// Refuses a request of a session that does not control.
-fn require_control(shared: &Shared, session: &str) -> Result<(), Response> {
-    let clients = shared.clients();
-    match clients.control.holder() {
-        Some(h) if h.session == session => Ok(()),
-        Some(h) => Err(holder_refusal(
-            403,
-            format!(
-                "you do not control the run: {} does; take control first (POST /api/control/take, \
-                 with \"force\": true to take it over)",
-                label(h.label)
-            ),
-            h,
-        )),
-        None => Err(Response::error(
-            403,
-            "you do not control the run: nobody does; take control first (POST /api/control/take)",
-        )),
-    }
-}
-
-/// The argument of a transition, checked: `start` takes `{"run": N}` (N from 1 to
-/// 4294967295, optional); the others take nothing (an empty body, `null` or `{}`).
-fn transition_arg(request: &Request, verb: &str) -> Result<Value, Response> {
-    if verb == "start" {
-        const SHAPE: &str = "{\"run\": N} with N from 1 to 4294967295, or nothing for the next run";
-        let body = object_body(request, &["run"], SHAPE)?;
-        match body.get("run") {
-            None | Some(Value::Null) => {}
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|r| (1..=u64::from(u32::MAX)).contains(&r)) => {}
-            Some(other) => {
-                return Err(Response::error(400, format!("`run` must be a run number, not {other}: {SHAPE}")));
-            }
-        }
-        Ok(if body.is_empty() { Value::Null } else { Value::Object(body) })
-    } else {
-        object_body(request, &[], &format!("`{verb}` takes no argument (send no body, or {{}})"))?;
-        Ok(Value::Null)
-    }
-}
-
-async fn transition(shared: &Arc<Shared>, request: &Request, verb: &str, session: Option<&str>) -> Response {
-    let session = match need_session(shared, session) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    if !VERBS.contains(&verb) {
-        return Response::error(404, format!("unknown transition `{verb}` (known: {})", VERBS.join(", ")));
-    }
-    if let Err(r) = require_control(shared, &session) {
-        return r;
-    }
-    let arg = match transition_arg(request, verb) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
-    let client = shared.label_of(&session).map(label).unwrap_or_default();
-    tracing::info!(client, verb, %arg, "web: transition");
-    shared.poke.notify_one();
-    let owned_verb = verb.to_owned();
-    let result = backend_call(shared, move |b| b.transition(&owned_verb, arg)).await;
-    shared.poke.notify_one();
-    let (response, event) = match result {
-        Err(r) => (r, json!({"verb": verb, "client": client, "ok": false, "error": "the backend failed"})),
-        Ok(Ok(result)) => (
-            Response::json(200, &json!({"verb": verb, "result": result})),
-            json!({"verb": verb, "client": client, "ok": true, "result": result}),
-        ),
-        Ok(Err(text)) => (
-            Response::json(409, &json!({"verb": verb, "error": text})),
-            json!({"verb": verb, "client": client, "ok": false, "error": text}),
-        ),
-    };
-    let _ = shared.events.send(Broadcast::Event(sse_event("transition", &event.to_string()).into()));
-    response
-}
-
-async fn send_command(shared: &Arc<Shared>, request: &Request, session: Option<&str>) -> Response {
-    let session = match need_session(shared, session) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    if let Err(r) = require_control(shared, &session) {
-        return r;
-    }
-    const SHAPE: &str = "{\"name\": COMMAND, \"data\": TEXT}";
-    let body = match object_body(request, &["name", "data"], SHAPE) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let name = match body.get("name") {
-        Some(Value::String(n)) if !n.is_empty() => n.clone(),
-        None | Some(Value::Null) => return Response::error(400, format!("`name` (the command) is missing: {SHAPE}")),
-        Some(_) => return Response::error(400, format!("`name` must be a non-empty string: {SHAPE}")),
-    };
-    let data = match body.get("data") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    };
-    tracing::info!(client = shared.label_of(&session).map(label), name, "web: command");
-    let command = name.clone();
-    match backend_call(shared, move |b| b.send_command(&command, &data)).await {
-        Ok(Ok(received)) => Response::json(200, &json!({"name": name, "received": received})),
-        Ok(Err(e)) => backend_error(e),
-        Err(r) => r,
-    }
-}
-
-/// A non-empty query parameter.
-fn param<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
-    request.query(name).filter(|v| !v.is_empty())
-}
-
-fn number_param<T: std::str::FromStr>(request: &Request, name: &str) -> Result<Option<T>, Response> {
-    match param(request, name) {
-        None => Ok(None),
-        Some(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| Response::error(400, format!("`{name}` must be a non-negative integer, not `{v}`"))),
-    }
-}
-
-/// Parses the message browser's filter from the query.
-fn log_filter(request: &Request) -> Result<LogFilter, Response> {
-    let min_severity = param(request, "min_severity").map(str::to_ascii_lowercase);
-    if let Some(s) = &min_severity
-        && !SEVERITIES.contains(&s.as_str())
-    {
-        return Err(Response::error(
-            400,
-            format!("`min_severity` must be one of {}, not `{s}`", SEVERITIES.join(", ")),
-        ));
-    }
-    Ok(LogFilter {
-        since_ms: number_param(request, "since_ms")?,
-        until_ms: number_param(request, "until_ms")?,
-        process: param(request, "process").map(str::to_owned),
-        min_severity,
-        text: param(request, "text").map(str::to_owned),
-        limit: Some(number_param(request, "limit")?.unwrap_or(LOGS_DEFAULT_LIMIT).min(LOGS_MAX_LIMIT)),
-    })
-}
-
-async fn logs(shared: &Arc<Shared>, request: &Request) -> Response {
-    let filter = match log_filter(request) {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
-    match backend_call(shared, move |b| b.logs(&filter)).await {
-        Ok(Ok(v)) => Response::json(200, &v),
-        Ok(Err(text)) => backend_failed(text),
-        Err(r) => r,
-    }
-}
-
-async fn runs(shared: &Arc<Shared>, request: &Request) -> Response {
-    let limit = match number_param::<usize>(request, "limit") {
-        Ok(l) => l.unwrap_or(RUNS_DEFAULT_LIMIT).min(RUNS_MAX_LIMIT),
-        Err(r) => return r,
-    };
-    match backend_call(shared, move |b| b.runs(limit)).await {
-        Ok(Ok(v)) => Response::json(200, &v),
-        Ok(Err(text)) => backend_failed(text),
-        Err(r) => r,
-    }
-}
-
-async fn one_run(shared: &Arc<Shared>, run: &str) -> Response {
-    let Ok(number) = run.parse::<u32>() else {
-        return Response::error(400, format!("`{run}` is not a run number"));
-    };
-    match backend_call(shared, move |b| b.run(number)).await {
-        Ok(Ok(Some(v))) => Response::json(200, &v),
-        Ok(Ok(None)) => Response::error(404, format!("no run {number} in the run database")),
-        Ok(Err(text)) => backend_failed(text),
-        Err(r) => r,
     }
 }
 
@@ -1168,7 +602,8 @@ async fn listen_stream(
     let subscription = match backend_call(shared, move |b| b.listen(&name, tx)).await {
         Ok(Ok(guard)) => guard,
         Ok(Err(e)) => {
-            let _ = write_response(&mut stream, conn, &backend_error(e).to_bytes(true)).await;
+            let refusal = Response::error(e.status(), e.text());
+            let _ = write_response(&mut stream, conn, &refusal.to_bytes(true)).await;
             return;
         }
         Err(r) => {
@@ -1221,5 +656,13 @@ mod tests {
         assert_eq!(sse_event("status", "{\"a\":1}"), "event: status\ndata: {\"a\":1}\n\n");
         assert_eq!(sse_event("value", "a\r\nb\rc\nd"), "event: value\ndata: a\ndata: b\ndata: c\ndata: d\n\n");
         assert_eq!(sse_event("value", ""), "event: value\ndata: \n\n");
+    }
+
+    #[test]
+    fn the_transitions_offered_are_those_the_state_machine_allows() {
+        assert_eq!(allowed_transitions(SystemState::Initial), ["configure", "reset"]);
+        assert_eq!(allowed_transitions(SystemState::Running), ["pause", "stop", "reset"]);
+        assert_eq!(allowed_transitions(SystemState::Error), ["stop", "reset"]);
+        assert!(allowed_transitions(SystemState::Starting).is_empty(), "nothing while a transition is under way");
     }
 }

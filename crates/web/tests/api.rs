@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use daqflow_component::api::{LogQuery, Severity, SystemState};
 use daqflow_web::{WebHandle, WebOptions};
 use serde_json::json;
 use support::client::{Client, Sse, connect, get, raw, read_reply, send, wait_until};
@@ -60,8 +61,17 @@ fn status_is_the_backends_with_the_web_servers_own_object() {
     let s = r.json();
     assert_eq!(s["system"], "fake");
     assert_eq!(s["state"], "Initial");
+    assert_eq!(s["run"], json!(null));
     assert_eq!(s["components"].as_array().map(Vec::len), Some(2));
+    let component = &s["components"][0];
+    assert_eq!(
+        (&component["name"], &component["state"], &component["role"]),
+        (&json!("source-1"), &json!("Initial"), &json!("readout"))
+    );
+    assert_eq!(component["stats"]["events"], 0);
+    assert_eq!(component["stats"]["detail"]["queued"], 0);
     assert!(s["web"]["requests_total"].as_u64().is_some_and(|n| n >= 1));
+    assert_eq!(s["web"]["transitions"], json!(["configure", "reset"]), "what the state allows");
     assert_eq!((s["web"]["controlled"].as_bool(), &s["web"]["holder"]), (Some(false), &json!(null)));
     web.shutdown().unwrap();
 }
@@ -87,32 +97,39 @@ fn transitions_need_control_and_follow_the_state_machine() {
 
     let r = alice.post("/api/transition/configure", "");
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["verb"], "configure");
-    assert_eq!(r.json()["result"]["state"], "Configured");
-    assert_eq!(backend.state(), "Configured");
+    assert_eq!(r.json(), json!({"transition": "configure", "result": {"configured": {}}}));
+    assert_eq!(backend.state(), SystemState::Configured);
 
     let bob = Client::visit(addr);
     let refused = bob.post("/api/transition/start", "{}");
     assert_eq!(refused.status, 403);
     assert_eq!(refused.json()["holder"], alice_label.as_str());
     assert!(refused.error().contains(&alice_label), "{}", refused.error());
-    assert_eq!(backend.state(), "Configured");
+    assert_eq!(backend.state(), SystemState::Configured);
 
     let start = alice.post("/api/transition/start", r#"{"run": 42}"#);
     assert_eq!(start.status, 200, "{}", start.text());
-    assert_eq!(start.json()["result"]["run"], 42);
-    assert_eq!(get(addr, "/api/status").json()["state"], "Running");
+    assert_eq!(start.json(), json!({"transition": "start", "result": {"started": 42}}));
+    let status = get(addr, "/api/status").json();
+    assert_eq!((&status["state"], &status["run"], &status["running"]), (&json!("Running"), &json!(42), &json!(true)));
+    assert_eq!(status["web"]["transitions"], json!(["pause", "stop", "reset"]));
 
+    // Not allowed in the state: 409, the backend's text.
     let refused = alice.post("/api/transition/configure", "");
     assert_eq!(refused.status, 409);
-    assert_eq!(refused.json()["error"], "`configure` is not allowed in state Running");
+    assert_eq!(
+        refused.json(),
+        json!({"transition": "configure", "error": "cannot configure the system in state Running"})
+    );
 
+    // An unknown name is a 400 with Transition::parse's text: the verb list is api.rs's.
     let unknown = alice.post("/api/transition/explode", "");
-    assert_eq!(unknown.status, 404);
-    assert!(unknown.error().contains("configure, start, stop, pause, resume, reset"));
+    assert_eq!(unknown.status, 400);
+    assert_eq!(unknown.error(), "unknown transition `explode` (configure, start, pause, resume, stop, reset)");
+    assert_eq!(alice.post("/api/transition/", "").status, 404, "no name, no route");
     let bad_json = alice.post("/api/transition/stop", "{not json");
     assert_eq!(bad_json.status, 400);
-    assert!(bad_json.error().contains("JSON"));
+    assert!(bad_json.error().contains("no argument"), "{}", bad_json.error());
     let argument = alice.post("/api/transition/stop", r#"{"now": true}"#);
     assert_eq!(argument.status, 400);
     assert!(argument.error().contains("no argument"), "{}", argument.error());
@@ -120,11 +137,27 @@ fn transitions_need_control_and_follow_the_state_machine() {
     assert_eq!(wrong_method.status, 405);
     assert_eq!(wrong_method.header("allow"), Some("POST"));
 
-    for (verb, state) in [("pause", "Paused"), ("resume", "Running"), ("stop", "Configured"), ("reset", "Initial")] {
-        let r = alice.post(&format!("/api/transition/{verb}"), if verb == "stop" { "{}" } else { "" });
-        assert_eq!(r.status, 200, "{verb}: {}", r.text());
+    for (name, state) in [
+        ("pause", SystemState::Paused),
+        ("resume", SystemState::Running),
+        ("stop", SystemState::Configured),
+        ("reset", SystemState::Initial),
+    ] {
+        let r = alice.post(&format!("/api/transition/{name}"), if name == "stop" { "{}" } else { "" });
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
         assert_eq!(backend.state(), state);
+        if name == "stop" {
+            let summary = &r.json()["result"]["stopped"];
+            assert_eq!((&summary["run"], &summary["state"]), (&json!(42), &json!("stopped")), "{summary}");
+            assert_eq!(get(addr, "/api/runs").json()[0]["run"], 42, "the run is in the history");
+        } else {
+            assert_eq!(r.json()["result"], "done");
+        }
     }
+    // A start the backend refuses for its argument is a 400 (BackendError::Invalid).
+    assert_eq!(alice.post("/api/transition/configure", "").status, 200);
+    let taken = alice.post("/api/transition/start", r#"{"run": 42}"#);
+    assert_eq!((taken.status, taken.error().as_str()), (400, "run 42 was taken already"));
     web.shutdown().unwrap();
 }
 
@@ -243,15 +276,15 @@ fn the_event_stream_delivers_control_status_and_transitions() {
 
     assert_eq!(alice.post("/api/transition/configure", "").status, 200);
     let t = sse.wait_for("transition", |_| true);
-    assert_eq!(t["verb"], "configure");
+    assert_eq!(t["transition"], "configure");
     assert_eq!(t["client"], alice_label);
     assert_eq!(t["ok"], true);
     sse.wait_for("status", |s| s["state"] == "Configured");
 
     assert_eq!(alice.post("/api/transition/pause", "").status, 409);
     let t = sse.wait_for("transition", |_| true);
-    assert_eq!((t["verb"].as_str(), t["ok"].as_bool()), (Some("pause"), Some(false)));
-    assert!(t["error"].as_str().is_some_and(|e| e.contains("not allowed")));
+    assert_eq!((t["transition"].as_str(), t["ok"].as_bool()), (Some("pause"), Some(false)));
+    assert_eq!(t["error"], "cannot pause the system in state Configured");
 
     let metrics = get(addr, "/metrics").text();
     assert!(metrics.contains("daqflow_web_sse_clients 1\n"), "{metrics}");
@@ -296,35 +329,63 @@ fn the_read_only_views_are_served() {
 
     let logs = get(addr, "/api/logs").json();
     assert_eq!(logs.as_array().map(Vec::len), Some(20));
-    let f = backend.last_filter.lock().unwrap().clone().unwrap();
-    assert_eq!((f.since_ms, f.process.as_deref(), f.limit), (None, None, Some(200)));
+    assert_eq!(
+        logs[0].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        Some(["message", "process", "seq", "severity", "t_ms", "target"].map(String::from).to_vec())
+    );
+    let q = backend.last_query.lock().unwrap().clone().unwrap();
+    assert_eq!(q, LogQuery { limit: Some(200), ..LogQuery::default() });
 
     let logs =
         get(addr, "/api/logs?process=bu-1&min_severity=WARN&text=message+1&limit=3&since_ms=&until_ms=99999999999999")
             .json();
-    let f = backend.last_filter.lock().unwrap().clone().unwrap();
-    assert_eq!(f.process.as_deref(), Some("bu-1"));
-    assert_eq!(f.min_severity.as_deref(), Some("warn"));
-    assert_eq!(f.text.as_deref(), Some("message 1"));
-    assert_eq!((f.since_ms, f.until_ms, f.limit), (None, Some(99_999_999_999_999), Some(3)));
+    let q = backend.last_query.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        q,
+        LogQuery {
+            since_ms: None,
+            until_ms: Some(99_999_999_999_999),
+            process: Some("bu-1".into()),
+            min_severity: Some(Severity::Warn),
+            text: Some("message 1".into()),
+            limit: Some(3),
+        }
+    );
     for r in logs.as_array().unwrap() {
         assert_eq!(r["process"], "bu-1");
+        assert!(r["severity"] == "warn" || r["severity"] == "error", "{r}");
     }
     get(addr, "/api/logs?limit=99999999");
-    assert_eq!(backend.last_filter.lock().unwrap().as_ref().unwrap().limit, Some(10_000));
+    assert_eq!(backend.last_query.lock().unwrap().as_ref().unwrap().limit, Some(10_000));
     let bad = get(addr, "/api/logs?min_severity=loud");
     assert_eq!(bad.status, 400);
     assert!(bad.error().contains("min_severity"));
     assert_eq!(get(addr, "/api/logs?since_ms=yesterday").status, 400);
     assert_eq!(get(addr, "/api/logs?limit=-1").status, 400);
+    let unknown = get(addr, "/api/logs?severity=warn&proces=bu-1");
+    assert_eq!(unknown.status, 400);
+    assert!(
+        unknown.error().starts_with("unknown query parameters `severity`, `proces` (known: "),
+        "{}",
+        unknown.error()
+    );
+    let broken = get(addr, "/api/logs?text=unreadable");
+    assert_eq!((broken.status, broken.error().as_str()), (500, "the message log is unreadable"));
 
     let runs = get(addr, "/api/runs").json();
-    assert_eq!(runs[0]["run"], 1);
+    assert_eq!(
+        (&runs[0]["run"], &runs[0]["state"], &runs[0]["events"]),
+        (&json!(1), &json!("stopped"), &json!(60_000))
+    );
     assert_eq!(get(addr, "/api/runs?limit=0").json(), json!([]));
     assert_eq!(get(addr, "/api/runs?limit=x").status, 400);
+    assert_eq!(get(addr, "/api/runs?limt=2").status, 400);
     let run = get(addr, "/api/runs/1");
     assert_eq!(run.status, 200);
-    assert_eq!(run.json()["files"][0], "/data/run000001_0001.dat");
+    let run = run.json();
+    assert_eq!((&run["run"], &run["state"]), (&json!(1), &json!("stopped")), "the record's fields, flattened");
+    assert!(run["config"].as_str().is_some_and(|c| c.contains("[system]")), "{run}");
+    assert_eq!(run["summary"]["files"][0]["path"], "/data/run000001_0001.dat");
     let missing = get(addr, "/api/runs/7");
     assert_eq!(missing.status, 404);
     assert!(missing.error().contains("no run 7"));
@@ -381,7 +442,10 @@ fn metrics_are_prometheus_text_with_the_web_servers_own() {
     assert_eq!(r.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
     let text = r.text();
     assert!(text.ends_with('\n'));
-    assert!(text.contains("daqflow_run{system=\"fake\"} 0\n"), "the backend's text comes first, newline added: {text}");
+    assert!(text.starts_with("# HELP daqflow_run_number "), "the status comes first: {text}");
+    assert!(text.contains("daqflow_run_number{system=\"fake\"} 0\n"), "{text}");
+    assert!(text.contains("daqflow_component_up{component=\"bu-1\",kind=\"bu\"} 1\n"), "{text}");
+    assert!(text.contains("daqflow_component_stat{component=\"bu-1\",kind=\"bu\",stat=\"queued\"} 0\n"), "{text}");
     assert!(text.contains("# TYPE daqflow_web_requests_total counter\n"));
     assert!(text.contains("# TYPE daqflow_web_sse_clients gauge\n"));
     let requests: u64 = text

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use daqflow_component::api::SystemState;
 use daqflow_web::{WebHandle, WebOptions};
 use serde_json::json;
 use support::client::{Client, SESSION_COOKIE, Sse, connect, get, raw, read_reply, send};
@@ -105,7 +106,7 @@ fn without_the_token_a_client_can_watch_but_cannot_take_force_or_stop() {
     assert_eq!(operator.post("/api/control/take", "{}").status, 200);
     assert_eq!(operator.post("/api/transition/configure", "").status, 200);
     assert_eq!(operator.post("/api/transition/start", "").status, 200);
-    assert_eq!(backend.state(), "Running");
+    assert_eq!(backend.state(), SystemState::Running);
 
     let forged = Client { session: Some("0123456789abcdef0123456789abcdef".into()), ..Client::new(addr) };
     for who in [&stranger, &forged] {
@@ -120,7 +121,7 @@ fn without_the_token_a_client_can_watch_but_cannot_take_force_or_stop() {
             assert_eq!(r.status, 403, "{path} by a client without the token: {}", r.text());
         }
     }
-    assert_eq!(backend.state(), "Running");
+    assert_eq!(backend.state(), SystemState::Running);
     assert!(backend.commands.lock().unwrap().is_empty());
     assert_eq!(operator.get("/api/control").json()["you"], true);
 
@@ -144,7 +145,7 @@ fn without_the_token_a_client_can_watch_but_cannot_take_force_or_stop() {
     assert_eq!(crew.post("/api/control/take", r#"{"force": true}"#).status, 200);
     assert_eq!(operator.post("/api/transition/stop", "").status, 403);
     assert_eq!(crew.post("/api/transition/stop", "").status, 200);
-    assert_eq!(backend.state(), "Configured");
+    assert_eq!(backend.state(), SystemState::Configured);
     web.shutdown().unwrap();
 }
 
@@ -229,7 +230,7 @@ fn without_a_token_every_visitor_gets_an_anonymous_session_that_may_control() {
     let script = Client::login(addr, "");
     assert_eq!(script.post("/api/control/take", "{}").status, 200);
     assert_eq!(script.post("/api/transition/configure", "").status, 200);
-    assert_eq!(backend.state(), "Configured");
+    assert_eq!(backend.state(), SystemState::Configured);
     // Without a session there is nobody to give control to.
     let r = Client::new(addr).post("/api/control/take", "{}");
     assert_eq!(r.status, 403);
@@ -334,7 +335,7 @@ fn cross_origin_requests_that_act_or_stream_are_refused() {
     assert_eq!(r.status, 200, "{}", r.text());
     let r = client.request("POST", "/api/transition/configure", &[("Origin", &own)], Some(""));
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(backend.state(), "Configured");
+    assert_eq!(backend.state(), SystemState::Configured);
     let stream = Sse::open_with(addr, "/api/events", &[("Origin", &own)]);
     assert_eq!(stream.status, 200);
     web.shutdown().unwrap();
@@ -467,10 +468,10 @@ fn a_body_that_is_not_what_the_route_takes_is_a_400_naming_the_problem() {
         assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
         assert!(r.error().contains(names), "{path} {body}: {}", r.error());
     }
-    assert_eq!(backend.state(), "Configured", "a refused start started");
+    assert_eq!(backend.state(), SystemState::Configured, "a refused start started");
     assert!(backend.commands.lock().unwrap().is_empty());
     let r = client.post("/api/transition/start", r#"{"run": 12}"#);
-    assert_eq!((r.status, r.json()["result"]["run"].as_u64()), (200, Some(12)));
+    assert_eq!((r.status, r.json()["result"]["started"].as_u64()), (200, Some(12)));
     web.shutdown().unwrap();
 }
 

@@ -9,6 +9,7 @@ mod support;
 
 use std::time::Duration;
 
+use daqflow_component::api::SystemState;
 use daqflow_web::WebOptions;
 use support::cdp::{self, Browser};
 use support::client::{Client, SESSION_COOKIE, get};
@@ -108,12 +109,19 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("start", &browser, r);
     let r = browser.wait_text("#system-state", "Running");
     step("Running", &browser, r);
-    assert_eq!(backend.state(), "Running");
+    assert_eq!(backend.state(), SystemState::Running);
     let r = browser.wait_for(
         "events to count",
         "Number(document.querySelector('#stat-events').textContent.replace(/,/g, '')) > 0",
     );
     step("events", &browser, r);
+    // The components' table reads the typed counters: stats.events, stats.events_per_s, stats.mb_per_s.
+    let r = browser.wait_for(
+        "a component's counters",
+        "(() => { const c = document.querySelectorAll('#components tr:first-child td'); \
+         return Number(c[6].textContent.replace(/,/g, '')) > 0 && c[7].textContent === '1,000' && c[8].textContent === '4.10'; })()",
+    );
+    step("component counters", &browser, r);
     let r = browser.wait_text("#run-number", "2");
     step("run number", &browser, r);
 
@@ -121,7 +129,7 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     assert_eq!(stranger.get("/api/status").json()["state"], "Running");
     assert_eq!(stranger.post("/api/control/take", r#"{"force": true}"#).status, 403);
     assert_eq!(stranger.post("/api/transition/stop", "").status, 403);
-    assert_eq!(backend.state(), "Running");
+    assert_eq!(backend.state(), SystemState::Running);
     let r = browser.eval("window.daqflow.control().you");
     assert_eq!(step("still ours", &browser, r), serde_json::Value::Bool(true));
 
@@ -129,7 +137,12 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("stop", &browser, r);
     let r = browser.wait_text("#system-state", "Configured");
     step("back to Configured", &browser, r);
-    assert_eq!(backend.state(), "Configured");
+    assert_eq!(backend.state(), SystemState::Configured);
+    let r = browser.wait_for(
+        "the stop's summary",
+        "document.querySelector('#transition-result').textContent.startsWith('stop: run 2 stopped:')",
+    );
+    step("stop summary", &browser, r);
 
     // Every other view shows its data.
     let r = browser.click("#tab-rates");
@@ -162,6 +175,8 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("messages tab", &browser, r);
     let r = browser.wait_for("the messages", &format!("{} === 20", count("#logs tr")));
     step("messages", &browser, r);
+    let r = browser.wait_for("their severities", &format!("{} === 5", count("#logs .sev-warn")));
+    step("severities", &browser, r);
 
     let r = browser.click("#tab-runs");
     step("runs tab", &browser, r);
@@ -169,8 +184,12 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("runs", &browser, r);
     let r = browser.click("#runs tr[data-run='2']");
     step("open run 2", &browser, r);
-    let r =
-        browser.wait_for("run 2's record", "document.querySelector('#run-record').textContent.includes('\"config\"')");
+    let r = browser.wait_for(
+        "run 2's record",
+        "document.querySelector('#run-config').textContent.includes('[system]') \
+         && document.querySelector('#run-facts').textContent.includes('built') \
+         && document.querySelector('#run-files td.mono').textContent === '/data/run000002_0001.dat'",
+    );
     step("run record", &browser, r);
 
     let r = browser.click("#tab-run");

@@ -3,17 +3,9 @@
 'use strict';
 
 (() => {
-  const VERBS = ['configure', 'start', 'pause', 'resume', 'stop', 'reset'];
-  // Which transitions each system state allows (the component state machine of DESIGN.md; stop
-  // also ends a run from Paused or Error, reset works from any state). A state not listed (a
-  // transient or mixed one) allows only reset; the operator refuses what it must.
-  const ALLOWED = {
-    Initial: ['configure'],
-    Configured: ['start', 'reset'],
-    Running: ['pause', 'stop', 'reset'],
-    Paused: ['resume', 'stop', 'reset'],
-    Error: ['stop', 'reset'],
-  };
+  // The transition buttons (#btn-NAME). Which ones the system's state allows is the server's to
+  // say: the status's `web.transitions` (Transition::allowed_from); the operator refuses the rest.
+  const TRANSITIONS = ['configure', 'start', 'pause', 'resume', 'stop', 'reset'];
 
   const $ = (id) => document.getElementById(id);
 
@@ -159,6 +151,7 @@
     $('stat-run').textContent = isNum(s.run) && s.run > 0 ? s.run : '–';
     $('stat-duration').textContent = fmtDuration(s.duration_s);
     $('stat-events').textContent = fmtInt(s.events);
+    $('stat-recorded').textContent = fmtInt(s.recorded);
     $('stat-eps').textContent = fmtRate(s.events_per_s);
     $('stat-mbps').textContent = fmtRate(s.mb_per_s);
     $('stat-lost').textContent = fmtInt(s.lost);
@@ -179,29 +172,24 @@
     if (visible('rates')) drawRates();
   }
 
-  /** The first of `keys` that `stats` has as a number. */
-  function pick(stats, keys) {
-    for (const k of keys) if (isNum(stats[k])) return stats[k];
-    return null;
-  }
-
+  /** A component's row. Every kind reports the same counters in `stats` (events and bytes in
+   * the sense of its role, and their rates); its own figures are in `stats.detail`. */
   function renderComponents(components) {
     const rows = components.map((c) => {
-      const stats = c.stats && typeof c.stats === 'object' ? c.stats : {};
-      const events = pick(stats, ['events', 'events_built', 'events_stored', 'fragments', 'triggers']);
-      const rate = pick(stats, ['events_per_s', 'fragments_per_s', 'triggers_per_s']);
-      const mb = pick(stats, ['mb_per_s']);
-      const restarts = isNum(c.restarts) && c.restarts > 0 ? ` (restarted ${c.restarts}×)` : '';
-      return el('tr', { className: c.error ? 'error' : '', title: JSON.stringify(stats) },
-        el('td', null, c.name || ''),
-        el('td', null, c.kind || ''),
-        el('td', null, c.host || ''),
+      const stats = c.stats || {};
+      const restarts = c.restarts > 0 ? ` (restarted ${c.restarts}×)` : '';
+      const title = [`role: ${c.role}`, `policy: ${c.policy}`, `process ${c.alive ? 'runs' : 'ended'}`,
+        `in ${c.state} since ${fmtTime(c.since_ms)}`, JSON.stringify(stats, null, 1)].join('\n');
+      return el('tr', { className: c.error ? 'error' : '', title },
+        el('td', null, c.name),
+        el('td', null, c.kind),
+        el('td', null, c.host),
         el('td', { className: 'num' }, c.pid ?? ''),
         el('td', null, stateBadge(c.state), restarts),
         el('td', { className: 'num' }, c.run ?? ''),
-        el('td', { className: 'num' }, events === null ? '' : fmtInt(events)),
-        el('td', { className: 'num' }, rate === null ? '' : fmtRate(rate)),
-        el('td', { className: 'num' }, mb === null ? '' : fmtRate(mb)),
+        el('td', { className: 'num' }, fmtInt(stats.events)),
+        el('td', { className: 'num' }, fmtRate(stats.events_per_s)),
+        el('td', { className: 'num' }, fmtRate(stats.mb_per_s)),
         el('td', { className: 'error-text' }, c.error || ''));
     });
     if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 10, className: 'hint' }, 'No components.')));
@@ -234,9 +222,8 @@
 
   function updateButtons() {
     const mine = iControl();
-    const state = ui.status ? ui.status.state : null;
-    const allowed = state ? (ALLOWED[state] || ['reset']) : [];
-    for (const verb of VERBS) $('btn-' + verb).disabled = !mine || ui.busy || !allowed.includes(verb);
+    const allowed = (ui.status && ui.status.web && ui.status.web.transitions) || [];
+    for (const name of TRANSITIONS) $('btn-' + name).disabled = !mine || ui.busy || !allowed.includes(name);
     $('start-run').disabled = $('btn-start').disabled;
     $('btn-take').disabled = mine || !ui.control.may_control;
     $('btn-release').disabled = !mine;
@@ -327,6 +314,20 @@
     r.className = 'result ' + (kind || '');
   }
 
+  /** What a transition's result (TransitionResult) says, in words. */
+  function describeResult(result) {
+    if (result && typeof result === 'object') {
+      if ('started' in result) return `run ${result.started} started`;
+      if ('stopped' in result) {
+        const s = result.stopped || {};
+        return `run ${s.run} ${s.state}: ${fmtInt(s.events)} events built, ${fmtInt(s.recorded)} recorded, ` +
+          `${s.accounting_complete === false ? 'at least ' : ''}${fmtInt(s.lost)} lost`;
+      }
+      if ('configured' in result) return `${Object.keys(result.configured || {}).length} components configured`;
+    }
+    return 'done';
+  }
+
   async function transition(verb) {
     let arg;
     if (verb === 'start' && $('start-run').value !== '') {
@@ -346,8 +347,8 @@
     updateButtons();
     setResult('transition-result', `${verb}…`, 'pending');
     try {
-      await api('POST', '/api/transition/' + verb, arg);
-      setResult('transition-result', `${verb}: done`, 'ok');
+      const answer = await api('POST', '/api/transition/' + verb, arg);
+      setResult('transition-result', `${verb}: ${describeResult(answer.result)}`, 'ok');
       if (verb === 'start') $('start-run').value = '';
     } catch (e) {
       setResult('transition-result', `${verb}: ${e.message}`, 'error');
@@ -361,11 +362,11 @@
     // Another client's transition: say what happened (ours is reported by its own request).
     if (t.client && t.client === ui.control.me) return;
     const who = t.client || 'another client';
-    if (t.ok) setResult('transition-result', `${t.verb} (by ${who}): done`, 'ok');
-    else setResult('transition-result', `${t.verb} (by ${who}): ${t.error}`, 'error');
+    if (t.ok) setResult('transition-result', `${t.transition} (by ${who}): ${describeResult(t.result)}`, 'ok');
+    else setResult('transition-result', `${t.transition} (by ${who}): ${t.error}`, 'error');
   }
 
-  for (const verb of VERBS) $('btn-' + verb).addEventListener('click', () => transition(verb));
+  for (const name of TRANSITIONS) $('btn-' + name).addEventListener('click', () => transition(name));
 
   // ---- plots on canvas ----------------------------------------------------------------------
   function niceStep(range, target) {
@@ -701,10 +702,10 @@
       const records = await api('GET', '/api/logs?' + q.toString());
       const rows = (Array.isArray(records) ? records : []).map((r) => el('tr', null,
         el('td', null, fmtTime(r.t_ms, true)),
-        el('td', null, el('span', { className: 'sev sev-' + (r.severity || '') }, r.severity || '')),
-        el('td', null, r.process || ''),
-        el('td', { className: 'hint' }, r.target || ''),
-        el('td', null, r.message || '')));
+        el('td', null, el('span', { className: 'sev sev-' + r.severity }, r.severity)),
+        el('td', null, r.process),
+        el('td', { className: 'hint' }, r.target),
+        el('td', null, r.message)));
       if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 5, className: 'hint' }, 'No messages match.')));
       replaceRows($('logs'), rows);
       $('logs-info').textContent = `${Array.isArray(records) ? records.length : 0} shown, newest first · ${clock(Date.now())}`;
@@ -723,21 +724,60 @@
   }
 
   // ---- runs ---------------------------------------------------------------------------------
+  // The run database's records (RunRecord): `state` is running, stopped, failed or abandoned;
+  // the counts are null until the run is stopped.
   async function loadRuns() {
     let runs;
     try { runs = await api('GET', '/api/runs?limit=100'); } catch (e) { showError('Runs: ' + e.message); return; }
     const rows = (Array.isArray(runs) ? runs : []).map((r) => {
-      const duration = isNum(r.started_ms) && isNum(r.stopped_ms) ? (r.stopped_ms - r.started_ms) / 1000 : null;
-      return el('tr', { className: r.run === ui.selectedRun ? 'selected' : '', dataset: { run: r.run }, onclick: () => showRun(r.run) },
-        el('td', { className: 'num' }, r.run ?? ''),
+      const duration = isNum(r.stopped_ms) ? (r.stopped_ms - r.started_ms) / 1000 : null;
+      const classes = [r.run === ui.selectedRun ? 'selected' : '', r.error ? 'error' : ''].join(' ').trim();
+      return el('tr', { className: classes, dataset: { run: r.run }, onclick: () => showRun(r.run) },
+        el('td', { className: 'num' }, r.run),
         el('td', null, fmtTime(r.started_ms)),
         el('td', null, isNum(r.stopped_ms) ? fmtTime(r.stopped_ms) : ''),
         el('td', { className: 'num' }, duration === null ? '' : fmtDuration(duration)),
-        el('td', null, r.state ?? ''),
-        el('td', { className: 'num' }, fmtInt(r.events)));
+        el('td', null, r.state),
+        el('td', { className: 'num' }, fmtInt(r.events)),
+        el('td', { className: 'num' }, fmtInt(r.recorded)),
+        el('td', { className: 'num' }, fmtInt(r.lost)),
+        el('td', { className: 'error-text' }, r.error || ''));
     });
-    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 6, className: 'hint' }, 'No runs yet.')));
+    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 9, className: 'hint' }, 'No runs yet.')));
     replaceRows($('runs'), rows);
+  }
+
+  /** A run's whole record (RunDetail): its row's fields, `config` (the system file) and `summary`. */
+  function renderRun(d) {
+    const s = d.summary;
+    $('run-detail-state').textContent = d.state + (d.error ? `: ${d.error}` : '');
+    if (s) {
+      const lost = `${s.accounting_complete ? '' : 'at least '}${fmtInt(s.lost)} lost`;
+      $('run-facts').textContent = `${fmtDuration(s.seconds)} · triggered ${fmtInt(s.triggered)} · ` +
+        `rejected ${fmtInt(s.rejected)} · built ${fmtInt(s.events)} · recorded ${fmtInt(s.recorded)} ` +
+        `(${fmtInt(s.bytes)} bytes) · ${lost} · duplicates ${fmtInt(s.duplicates)}`;
+    } else {
+      $('run-facts').textContent = d.state === 'abandoned'
+        ? 'Abandoned: the operator ended without stopping it; there is no summary.' : 'No summary yet.';
+    }
+    const problems = s ? [
+      ...s.lost_reasons.map((l) => `${fmtInt(l.events)} lost: ${l.reason}`),
+      ...s.unknown.map((u) => `unknown: ${u}`),
+      ...s.died.map((x) => `${x.component} (${x.kind}) died: ${x.why}`),
+      ...s.file_problems,
+      ...s.errors,
+    ] : [];
+    $('run-problems').replaceChildren(...problems.map((p) => el('li', null, p)));
+    const files = s ? s.files : [];
+    const fileRows = files.map((f) => el('tr', null,
+      el('td', null, f.component), el('td', { className: 'mono' }, f.path),
+      el('td', { className: 'num' }, fmtInt(f.events)), el('td', { className: 'num' }, fmtInt(f.bytes)),
+      el('td', { className: 'num' }, isNum(f.first_event) ? `${f.first_event}–${f.last_event}` : ''),
+      el('td', null, f.complete ? 'yes' : 'no (left open)')));
+    if (fileRows.length === 0) fileRows.push(el('tr', null, el('td', { colSpan: 6, className: 'hint' }, 'No data files.')));
+    replaceRows($('run-files'), fileRows);
+    $('run-config').textContent = d.config;
+    $('run-record').textContent = JSON.stringify(d, null, 2);
   }
 
   async function showRun(run) {
@@ -745,11 +785,14 @@
     for (const tr of $('runs').children) tr.classList.toggle('selected', tr.dataset.run === String(run));
     $('run-detail').hidden = false;
     $('run-detail-number').textContent = run;
-    $('run-record').textContent = 'loading…';
+    for (const id of ['run-detail-state', 'run-facts', 'run-config', 'run-record']) $(id).textContent = '';
+    $('run-facts').textContent = 'loading…';
+    $('run-problems').replaceChildren();
+    replaceRows($('run-files'), []);
     try {
-      $('run-record').textContent = JSON.stringify(await api('GET', '/api/runs/' + encodeURIComponent(run)), null, 2);
+      renderRun(await api('GET', '/api/runs/' + encodeURIComponent(run)));
     } catch (e) {
-      $('run-record').textContent = e.message;
+      $('run-facts').textContent = e.message;
     }
   }
   loaders.runs = loadRuns;

@@ -6,7 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use daqflow_web::{Backend, BackendError, LogFilter};
+use daqflow_component::api::{
+    ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, Policy, ProcessEntry, RatePoint, RunDetail,
+    RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition, TransitionResult,
+};
+use daqflow_component::{Role, Stats};
+use daqflow_web::{Backend, BackendError};
 use serde_json::{Value, json};
 
 pub fn now_ms() -> u64 {
@@ -14,13 +19,15 @@ pub fn now_ms() -> u64 {
 }
 
 struct State {
-    state: &'static str,
-    run: u32,
+    state: SystemState,
+    run: Option<u32>,
     run_started_ms: Option<u64>,
     events: f64,
     last: Instant,
-    rates: Vec<Value>,
-    runs: Vec<Value>,
+    rates: Vec<RatePoint>,
+    /// The run database, newest first.
+    runs: Vec<RunDetail>,
+    last_summary: Option<Box<RunSummary>>,
 }
 
 /// The fake. `transition_delay` makes every transition take that long (as a real `start` does).
@@ -31,8 +38,8 @@ pub struct FakeBackend {
     pub listeners: Arc<AtomicUsize>,
     /// Commands sent: (name, data).
     pub commands: Mutex<Vec<(String, String)>>,
-    /// The last log filter asked for.
-    pub last_filter: Mutex<Option<LogFilter>>,
+    /// The last log query asked for.
+    pub last_query: Mutex<Option<LogQuery>>,
 }
 
 const EVENTS_PER_S: f64 = 1000.0;
@@ -47,27 +54,90 @@ fn valid_name(name: &str) -> bool {
 }
 const EVENT_BYTES: f64 = 4096.0;
 
+/// The system file the fake runs with.
+const CONFIG: &str = "[system]\nname = \"fake\"\n\n[[component]]\nname = \"source-1\"\nkind = \"source\"\n\n\
+                      [[component]]\nname = \"bu-1\"\nkind = \"bu\"\n";
+
+/// The summary of a run that stopped well: `events` built and recorded in one file.
+fn summary(run: u32, started_ms: u64, stopped_ms: u64, events: u64) -> RunSummary {
+    let bytes = events * EVENT_BYTES as u64;
+    RunSummary {
+        run,
+        system: "fake".into(),
+        state: RunState::Stopped,
+        error: None,
+        started_ms,
+        stopped_ms,
+        seconds: stopped_ms.saturating_sub(started_ms) as f64 / 1000.0,
+        triggered: Some(events),
+        rejected: Some(0),
+        events,
+        recorded: events,
+        bytes,
+        lost: 0,
+        lost_reasons: Vec::new(),
+        unknown: Vec::new(),
+        accounting_complete: true,
+        lost_in_builder: 0,
+        not_recorded: 0,
+        duplicates: 0,
+        died: Vec::new(),
+        files: vec![FileRecord {
+            component: "bu-1".into(),
+            path: format!("/data/run{run:06}_0001.dat").into(),
+            events,
+            bytes,
+            first_event: (events > 0).then_some(1),
+            last_event: (events > 0).then_some(events),
+            complete: true,
+        }],
+        file_problems: Vec::new(),
+        components: Default::default(),
+        errors: Vec::new(),
+    }
+}
+
+/// The run database's record of a run that stopped with `summary`.
+fn detail(summary: RunSummary) -> RunDetail {
+    RunDetail {
+        record: RunRecord {
+            run: summary.run,
+            system: summary.system.clone(),
+            started_ms: summary.started_ms,
+            stopped_ms: Some(summary.stopped_ms),
+            state: summary.state,
+            events: Some(summary.events),
+            recorded: Some(summary.recorded),
+            lost: Some(summary.lost),
+            bytes: Some(summary.bytes),
+            error: None,
+        },
+        config: CONFIG.into(),
+        summary: Some(summary),
+    }
+}
+
 impl FakeBackend {
     pub fn new(transition_delay: Duration) -> Arc<FakeBackend> {
         Arc::new(FakeBackend {
             state: Mutex::new(State {
-                state: "Initial",
-                run: 0,
+                state: SystemState::Initial,
+                run: None,
                 run_started_ms: None,
                 events: 0.0,
                 last: Instant::now(),
                 rates: Vec::new(),
-                runs: vec![json!({"run": 1, "started_ms": 1_700_000_000_000u64, "stopped_ms": 1_700_000_060_000u64,
-                    "state": "Stopped", "events": 60_000, "bytes": 245_760_000u64})],
+                runs: vec![detail(summary(1, 1_700_000_000_000, 1_700_000_060_000, 60_000))],
+                last_summary: None,
             }),
             transition_delay,
             listeners: Arc::new(AtomicUsize::new(0)),
             commands: Mutex::new(Vec::new()),
-            last_filter: Mutex::new(None),
+            last_query: Mutex::new(None),
         })
     }
 
-    pub fn state(&self) -> &'static str {
+    pub fn state(&self) -> SystemState {
         self.state.lock().unwrap().state
     }
 
@@ -75,12 +145,13 @@ impl FakeBackend {
         let now = Instant::now();
         let dt = now.duration_since(s.last).as_secs_f64();
         s.last = now;
-        let running = s.state == "Running";
+        let running = s.state == SystemState::Running;
         if running {
             s.events += dt * EVENTS_PER_S;
         }
-        let (eps, mbps) = if running { (EVENTS_PER_S, EVENTS_PER_S * EVENT_BYTES / 1e6) } else { (0.0, 0.0) };
-        s.rates.push(json!({"t_ms": now_ms(), "events_per_s": eps, "mb_per_s": mbps}));
+        let (events_per_s, mb_per_s) =
+            if running { (EVENTS_PER_S, EVENTS_PER_S * EVENT_BYTES / 1e6) } else { (0.0, 0.0) };
+        s.rates.push(RatePoint { t_ms: now_ms(), events_per_s, mb_per_s });
         if s.rates.len() > 300 {
             s.rates.remove(0);
         }
@@ -88,71 +159,134 @@ impl FakeBackend {
 }
 
 impl Backend for FakeBackend {
-    fn status(&self) -> Value {
+    fn status(&self) -> SystemStatus {
         let mut s = self.state.lock().unwrap();
         FakeBackend::advance(&mut s);
-        let running = s.state == "Running";
-        let duration_s = s.run_started_ms.map_or(0.0, |t| now_ms().saturating_sub(t) as f64 / 1000.0);
-        let component = |name: &str, kind: &str, pid: u32| {
-            json!({"name": name, "kind": kind, "host": "localhost", "pid": pid, "state": s.state, "run": s.run,
-                   "since_ms": now_ms(), "error": null,
-                   "stats": {"events": s.events as u64, "events_per_s": if running { EVENTS_PER_S } else { 0.0 }}})
+        let running = s.state == SystemState::Running;
+        let (events_per_s, mb_per_s) =
+            if running { (EVENTS_PER_S, EVENTS_PER_S * EVENT_BYTES / 1e6) } else { (0.0, 0.0) };
+        let events = s.events as u64;
+        let component_state = match s.state {
+            SystemState::Configured => ComponentState::Configured,
+            SystemState::Running => ComponentState::Running,
+            SystemState::Paused => ComponentState::Paused,
+            SystemState::Error => ComponentState::Error,
+            _ => ComponentState::Initial,
         };
-        json!({
-            "system": "fake",
-            "state": s.state,
-            "run": s.run,
-            "run_started_ms": s.run_started_ms,
-            "duration_s": duration_s,
-            "events": s.events as u64,
-            "events_per_s": if running { EVENTS_PER_S } else { 0.0 },
-            "mb_per_s": if running { EVENTS_PER_S * EVENT_BYTES / 1e6 } else { 0.0 },
-            "lost": 0,
-            "components": [component("source-1", "source", 101), component("bu-1", "bu", 102)],
-            "rates": s.rates,
-        })
+        let component = |name: &str, kind: &str, role: Role, pid: u32| ComponentView {
+            name: name.into(),
+            kind: kind.into(),
+            role,
+            host: "localhost".into(),
+            pid: Some(pid),
+            alive: true,
+            state: component_state,
+            run: s.run,
+            since_ms: now_ms(),
+            error: None,
+            restarts: 0,
+            policy: Policy::Stop,
+            stats: Stats::counted(events, events * EVENT_BYTES as u64)
+                .with_rates(events_per_s, mb_per_s)
+                .with_detail(&json!({"queued": 0})),
+        };
+        SystemStatus {
+            system: "fake".into(),
+            state: s.state,
+            run: s.run,
+            running: s.run_started_ms.is_some(),
+            run_started_ms: s.run_started_ms,
+            duration_s: s.run_started_ms.map(|t| now_ms().saturating_sub(t) as f64 / 1000.0),
+            events,
+            bytes: events * EVENT_BYTES as u64,
+            recorded: events,
+            events_per_s,
+            mb_per_s,
+            lost: s.last_summary.as_ref().map(|r| r.lost),
+            last_error: None,
+            last_summary: s.last_summary.clone(),
+            control: "127.0.0.1:7000".into(),
+            data: "/data".into(),
+            components: vec![
+                component("source-1", "source", Role::Readout, 101),
+                component("bu-1", "bu", Role::Builder, 102),
+            ],
+            rates: s.rates.clone(),
+        }
     }
 
-    fn transition(&self, verb: &str, arg: Value) -> Result<Value, String> {
+    fn transition(&self, t: Transition) -> Result<TransitionResult, BackendError> {
         std::thread::sleep(self.transition_delay);
         let mut s = self.state.lock().unwrap();
         FakeBackend::advance(&mut s);
-        let next = match (verb, s.state) {
-            ("configure", "Initial") => "Configured",
-            ("start", "Configured") => "Running",
-            ("pause", "Running") => "Paused",
-            ("resume", "Paused") => "Running",
-            ("stop", "Running" | "Paused") => "Configured",
-            ("reset", "Configured" | "Error") => "Initial",
-            (verb, state) => return Err(format!("`{verb}` is not allowed in state {state}")),
-        };
-        match verb {
-            "start" => {
-                s.run = arg.get("run").and_then(Value::as_u64).map_or(s.run.max(1) + 1, |r| r as u32);
+        if !t.allowed_from().contains(&s.state) {
+            return Err(BackendError::Conflict(format!("cannot {} the system in state {}", t.name(), s.state)));
+        }
+        let (next, result) = match t {
+            Transition::Configure => (SystemState::Configured, TransitionResult::Configured(Default::default())),
+            Transition::Start { run } => {
+                let last = s.runs.first().map_or(0, |r| r.record.run);
+                let run = run.unwrap_or(last + 1);
+                if s.runs.iter().any(|r| r.record.run == run) {
+                    return Err(BackendError::Invalid(format!("run {run} was taken already")));
+                }
+                s.run = Some(run);
                 s.run_started_ms = Some(now_ms());
                 s.events = 0.0;
+                (SystemState::Running, TransitionResult::Started(run))
             }
-            "stop" => {
-                let record = json!({"run": s.run, "started_ms": s.run_started_ms, "stopped_ms": now_ms(),
-                                    "state": "Stopped", "events": s.events as u64});
-                s.runs.insert(0, record);
+            Transition::Pause => (SystemState::Paused, TransitionResult::Done),
+            Transition::Resume => (SystemState::Running, TransitionResult::Done),
+            Transition::Stop => {
+                let run = s.run.unwrap_or(0);
+                let done = summary(run, s.run_started_ms.unwrap_or(0), now_ms(), s.events as u64);
+                s.runs.insert(0, detail(done.clone()));
                 s.run_started_ms = None;
+                s.last_summary = Some(Box::new(done.clone()));
+                (SystemState::Configured, TransitionResult::Stopped(Box::new(done)))
             }
-            _ => {}
-        }
+            Transition::Reset => {
+                s.run_started_ms = None;
+                (SystemState::Initial, TransitionResult::Done)
+            }
+        };
         s.state = next;
-        Ok(json!({"state": next, "run": s.run}))
+        Ok(result)
     }
 
-    fn processes(&self) -> Result<Value, String> {
-        Ok(json!([
-            {"name": "source-1", "host": "localhost", "port": 40001, "pid": 101,
-             "provides": ["source-1/state", "source-1/stats", "source-1/log"], "subscribes": [],
-             "commands": ["source-1/configure", "source-1/start", "all/stop"]},
-            {"name": "bu-1", "host": "localhost", "port": 40002, "pid": 102,
-             "provides": ["bu-1/state", "bu-1/stats"], "subscribes": ["source-1/state"],
-             "commands": ["bu-1/configure", "all/stop"]},
-        ]))
+    fn processes(&self) -> Result<Vec<ProcessEntry>, BackendError> {
+        let process = |name: &str, port: u16, pid: u32, provides: &[&str], subscribes: &[&str], commands: &[&str]| {
+            let strings = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
+            ProcessEntry {
+                name: name.into(),
+                host: "localhost".into(),
+                port,
+                pid,
+                start_time_ns: 1_700_000_000_000_000_000,
+                last_heartbeat_ns: now_ms() * 1_000_000,
+                provides: strings(provides),
+                subscribes: strings(subscribes),
+                commands: strings(commands),
+            }
+        };
+        Ok(vec![
+            process(
+                "source-1",
+                40001,
+                101,
+                &["source-1/state", "source-1/stats", "source-1/log"],
+                &[],
+                &["source-1/configure", "source-1/start", "all/stop"],
+            ),
+            process(
+                "bu-1",
+                40002,
+                102,
+                &["bu-1/state", "bu-1/stats"],
+                &["source-1/state"],
+                &["bu-1/configure", "all/stop"],
+            ),
+        ])
     }
 
     fn send_command(&self, name: &str, data: &str) -> Result<u32, BackendError> {
@@ -207,50 +341,48 @@ impl Backend for FakeBackend {
         Ok(Box::new(Subscription(stop, self.listeners.clone())))
     }
 
-    fn logs(&self, filter: &LogFilter) -> Result<Value, String> {
-        *self.last_filter.lock().unwrap() = Some(filter.clone());
-        let rank = |s: &str| ["trace", "debug", "info", "warn", "error"].iter().position(|x| *x == s).unwrap_or(2);
+    fn logs(&self, query: &LogQuery) -> Result<Vec<LogRecord>, BackendError> {
+        *self.last_query.lock().unwrap() = Some(query.clone());
+        if query.text.as_deref() == Some("unreadable") {
+            return Err(BackendError::Failed("the message log is unreadable".into()));
+        }
         let base = now_ms() - 10_000;
-        let records: Vec<Value> = (0..20u64)
+        Ok((0..20u64)
             .rev()
             .map(|i| {
-                let severity = ["info", "warn", "error", "debug"][(i % 4) as usize];
+                let severity = [Severity::Info, Severity::Warn, Severity::Error, Severity::Debug][(i % 4) as usize];
                 let process = if i % 2 == 0 { "source-1" } else { "bu-1" };
-                json!({"seq": i + 1, "t_ms": base + i * 100, "severity": severity, "process": process,
-                       "target": "daqflow::fake", "message": format!("message {i} from {process}")})
+                LogRecord {
+                    seq: i + 1,
+                    t_ms: base + i * 100,
+                    severity,
+                    process: process.into(),
+                    target: "daqflow::fake".into(),
+                    message: format!("message {i} from {process}"),
+                }
             })
             .filter(|r| {
-                let t = r["t_ms"].as_u64().unwrap_or(0);
-                filter.since_ms.is_none_or(|s| t >= s)
-                    && filter.until_ms.is_none_or(|u| t <= u)
-                    && filter.process.as_deref().is_none_or(|p| r["process"] == p)
-                    && filter
-                        .min_severity
-                        .as_deref()
-                        .is_none_or(|m| rank(r["severity"].as_str().unwrap_or("")) >= rank(m))
-                    && filter.text.as_deref().is_none_or(|t| r["message"].as_str().unwrap_or("").contains(t))
+                query.since_ms.is_none_or(|s| r.t_ms >= s)
+                    && query.until_ms.is_none_or(|u| r.t_ms <= u)
+                    && query.process.as_deref().is_none_or(|p| r.process == p)
+                    && query.min_severity.is_none_or(|m| r.severity >= m)
+                    && query.text.as_deref().is_none_or(|t| r.message.to_lowercase().contains(&t.to_lowercase()))
             })
-            .take(filter.limit.unwrap_or(200))
-            .collect();
-        Ok(Value::Array(records))
+            .take(query.limit())
+            .collect())
     }
 
-    fn runs(&self, limit: usize) -> Result<Value, String> {
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, BackendError> {
         let s = self.state.lock().unwrap();
-        Ok(Value::Array(s.runs.iter().take(limit).cloned().collect()))
+        Ok(s.runs.iter().take(limit).map(|r| r.record.clone()).collect())
     }
 
-    fn run(&self, run: u32) -> Result<Option<Value>, String> {
+    fn run(&self, run: u32) -> Result<Option<RunDetail>, BackendError> {
         if run == 999 {
-            return Err("the run database is unreadable".into());
+            return Err(BackendError::Failed("the run database is unreadable".into()));
         }
         let s = self.state.lock().unwrap();
-        Ok(s.runs.iter().find(|r| r["run"] == run).map(|r| {
-            let mut r = r.clone();
-            r["config"] = json!({"system": "fake", "components": ["source-1", "bu-1"]});
-            r["files"] = json!([format!("/data/run{run:06}_0001.dat")]);
-            r
-        }))
+        Ok(s.runs.iter().find(|r| r.record.run == run).cloned())
     }
 
     fn histograms(&self) -> Value {
@@ -280,14 +412,5 @@ impl Backend for FakeBackend {
                 {"id": 1, "station": "recorder", "pid": 104, "remote": false, "held": 0, "got": 4990, "put": 4990, "dumped": 0},
             ],
         }}])
-    }
-
-    fn metrics(&self) -> String {
-        let s = self.state.lock().unwrap();
-        format!(
-            "# HELP daqflow_events_total Events built.\n# TYPE daqflow_events_total counter\ndaqflow_events_total {}\n\
-             # HELP daqflow_run Current run number.\n# TYPE daqflow_run gauge\ndaqflow_run{{system=\"fake\"}} {}",
-            s.events as u64, s.run
-        )
     }
 }
