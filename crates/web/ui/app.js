@@ -4,7 +4,7 @@
 
 (() => {
   const VERBS = ['configure', 'start', 'pause', 'resume', 'stop', 'reset'];
-  // Which transitions each system state allows (the component state machine of DESIGN.md; stop
+  // Which transitions each system state allows (the component state machine of docs/architecture.md; stop
   // also ends a run from Paused or Error, reset works from any state). A state not listed (a
   // transient or mixed one) allows only reset; the operator refuses what it must.
   const ALLOWED = {
