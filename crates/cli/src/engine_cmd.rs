@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use clap::ValueEnum;
 use daqflow_engine::IdleStrategy;
-use daqflow_engine::ioms::{Layout, Testbed, TestbedConfig, TestbedReport};
 use daqflow_engine::profile::{self, ProfileDump};
 
+use crate::bench::testbed::{Layout, Testbed, TestbedConfig, TestbedReport};
 use crate::format;
 
 /// Arguments of `daqflow engine`.

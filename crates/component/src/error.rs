@@ -3,7 +3,7 @@
 /// Why a component refused or failed a command.
 #[derive(Debug, thiserror::Error)]
 pub enum ComponentError {
-    /// The command is not allowed in the component's state (`DESIGN.md` state machine).
+    /// The command is not allowed in the component's state (the state machine of `docs/architecture.md`).
     #[error("cannot {command} in state {state}")]
     IllegalTransition {
         /// The command refused.

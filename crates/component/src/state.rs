@@ -1,4 +1,4 @@
-//! The states of a component (`DESIGN.md`, process model).
+//! The states of a component (`docs/architecture.md`, the process model).
 
 /// The states of a component:
 ///

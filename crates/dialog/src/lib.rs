@@ -1,11 +1,12 @@
 //! # daqflow-dialog: the control plane
 //!
-//! daqflow's implementation of DIALOG, the communication library of the COMPASS iFDAQ
-//! (`../shared/seeds/000_*.txt`). Processes exchange **named services** (a provider publishes
-//! values, subscribers receive each one) and **commands** (delivered to every process that
-//! registered the command's name). A **control server** keeps the directory: which processes
-//! run where, who provides each service, who subscribes, who accepts each command; it watches
-//! every process's **heartbeat**.
+//! daqflow's implementation of DIALOG, the communication library of the COMPASS iFDAQ (Bai et al.,
+//! "The Communication Library DIALOG for iFDAQ of the COMPASS Experiment", 2017; its words and
+//! where they are in the code: `docs/architecture.md`). Processes exchange **named services** (a
+//! provider publishes values, subscribers receive each one) and **commands** (delivered to every
+//! process that registered the command's name). A **control server** keeps the directory: which
+//! processes run where, who provides each service, who subscribes, who accepts each command; it
+//! watches every process's **heartbeat**.
 //!
 //! - A subscriber asks the control server where a service is, then gets its values **straight
 //!   from the provider**, over a connection of their own: service updates never pass through

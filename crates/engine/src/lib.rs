@@ -13,9 +13,13 @@
 //! - grouped data control [`messages`]: accept (L2A), reject (L2R), region of interest (ROI) and
 //!   discard;
 //! - time-stamp [`profile`]-ing: one counter read per stamp into a per-thread ring, nothing at
-//!   all when off; `daqflow profile` draws the paper's histograms and sequence diagrams;
-//! - the paper's measurement set-up as example I/O modules in [`ioms`]: a ROB, a TRG and an
-//!   EBIF-like collector.
+//!   all when off; `daqflow profile` draws the paper's histograms and sequence diagrams.
+//!
+//! The paper's measurement set-up built from these parts (ROBs, a TRG deciding accept / reject /
+//! ROI 1:100:10, an EBIF-like collector) is a benchmark fixture, not part of this library: it
+//! lives beside the benchmarks, in the `daqflow` binary (`crates/cli/src/bench/testbed.rs`), and
+//! runs as `daqflow engine testbed` and in `daqflow bench engine`. The event builder
+//! (`daqflow-evb`) is the same data flow with real processes.
 //!
 //! ```
 //! use daqflow_engine::{fifo, task, Scheduler, IdleStrategy};
@@ -47,7 +51,6 @@
 pub mod error;
 pub mod event_manager;
 pub mod fifo;
-pub mod ioms;
 pub mod messages;
 pub mod profile;
 pub mod scheduler;

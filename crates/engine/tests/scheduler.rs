@@ -1,10 +1,10 @@
-//! The scheduler, the test bed and profiling, across threads.
+//! The scheduler and profiling, across threads. (The paper's test bed, ROBs, TRG and collector
+//! together, is tested where it lives: `crates/cli/src/bench/testbed.rs`.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use daqflow_engine::ioms::{Layout, Testbed, TestbedConfig};
 use daqflow_engine::profile::{self, Probe, ProfileDump};
 use daqflow_engine::{EventManager, EventManagerConfig, IdleStrategy, Scheduler, SchedulerError, fifo, task};
 
@@ -275,59 +275,62 @@ fn a_full_event_manager_stops_the_input_task_until_fragments_are_removed() {
     }
 }
 
-#[test]
-fn the_testbed_accounts_for_every_event_on_one_scheduler() {
-    let report = Testbed::new(TestbedConfig { events: Some(20_200), ..Default::default() })
-        .unwrap()
-        .run(Layout::OneScheduler, Some(Duration::from_secs(120)))
-        .unwrap();
-    assert!(report.is_consistent(), "{report:?}");
-    assert_eq!(report.decided(), 20_200, "{report:?}");
-    // 1:100:10 over 200 blocks of 101 events.
-    assert_eq!((report.accepts, report.rejects, report.rois), (200, 20_000, 2_000));
-    assert_eq!(report.built, 200);
-    assert_eq!(report.generated, vec![20_200, 20_200]);
-    assert_eq!(report.rejected, vec![20_000, 20_000]);
-    assert_eq!(report.discarded, vec![200, 200]);
-    assert_eq!(report.held, vec![0, 0]);
-    assert_eq!(report.roi_received, 4_000);
-}
-
-#[test]
-fn the_testbed_accounts_for_every_event_across_two_schedulers() {
-    let config = TestbedConfig { robs: 3, events: Some(10_100), ..Default::default() };
-    let report = Testbed::new(config).unwrap().run(Layout::RobsApart(None), Some(Duration::from_secs(120))).unwrap();
-    assert!(report.is_consistent(), "{report:?}");
-    assert_eq!(report.decided(), 10_100, "{report:?}");
-    assert_eq!(report.built, 100);
-    assert_eq!(report.roi_received, 3 * 1_000);
-    assert_eq!(report.schedulers.len(), 2);
+/// A producer task pushing `count` numbers into a FIFO and a consumer task popping them, which
+/// stops the scheduler when it has them all: a small pipeline whose every poll and action the
+/// profile must show.
+fn pipeline(name: &str, count: u64) -> Scheduler {
+    let (tx, rx) = fifo::<u64>(64);
+    let mut s = Scheduler::new(name).with_idle(IdleStrategy::LAZY);
+    let stop = s.stop_handle();
+    s.add(task::from_fn(
+        "produce",
+        (tx, 0u64),
+        move |(tx, next)| *next < count && !tx.is_full(),
+        |(tx, next)| {
+            tx.push(*next).map_err(|_| "FIFO full")?;
+            *next += 1;
+            Ok(())
+        },
+    ));
+    s.add(task::from_fn(
+        "consume",
+        (rx, 0u64),
+        |(rx, _)| !rx.is_empty(),
+        move |(rx, got)| {
+            rx.pop()?;
+            *got += 1;
+            if *got == count {
+                stop.stop();
+            }
+            Ok(())
+        },
+    ));
+    s
 }
 
 #[test]
 fn profiling_records_every_poll_and_action_and_off_records_nothing() {
-    let config = TestbedConfig { robs: 1, events: Some(1_010), ..Default::default() };
-    let off = Testbed::new(config.clone()).unwrap().run(Layout::OneScheduler, Some(Duration::from_secs(60))).unwrap();
-    assert!(off.stamps().is_empty());
-    assert!(!profile::is_recording());
+    let off = pipeline("unprofiled", 1_010).run().unwrap();
+    assert_eq!(off.tasks[1].actions, 1_010);
+    assert!(off.stamps.is_none());
+    assert!(!profile::is_recording(), "a scheduler without profiling leaves this thread not recording");
 
-    let on = Testbed::new(config)
-        .unwrap()
-        .run_profiled(Layout::OneScheduler, Some(Duration::from_secs(60)), Some(1 << 22), IdleStrategy::default())
-        .unwrap();
-    let stamps = on.stamps();
-    assert_eq!(stamps.len(), 1);
-    let t = &stamps[0];
+    let on = pipeline("profiled", 1_010).with_profiling(1 << 22).spawn().unwrap().join().unwrap();
+    let t = on.stamps.clone().expect("a profiled scheduler returns its stamps");
     assert_eq!(t.lost, 0);
-    let sched = &on.schedulers[0];
-    let polls: u64 = sched.tasks.iter().map(|t| t.polls).sum();
-    let actions: u64 = sched.tasks.iter().map(|t| t.actions).sum();
+    assert_eq!(t.thread, "profiled");
+    let polls: u64 = on.tasks.iter().map(|t| t.polls).sum();
+    let actions: u64 = on.tasks.iter().map(|t| t.actions).sum();
+    assert_eq!(actions, 2 * 1_010);
     assert_eq!(t.stamps.len() as u64, 2 * polls + 2 * actions);
-    let dump = ProfileDump::new(profile::calibrate(Duration::from_millis(10), 1000), stamps);
+    let dump = ProfileDump::new(profile::calibrate(Duration::from_millis(10), 1000), vec![t]);
     let tr = dump.transitions();
     assert_eq!(tr.poll_to_action.len() as u64, actions);
     let intervals = dump.intervals();
-    let rob_in = Probe::new("testbed/rob0.in.action").index();
-    let n = intervals.iter().find(|(p, _)| *p == rob_in).map(|(_, v)| v.len());
-    assert_eq!(n, Some(1_010));
+    // Probes are named scheduler/task.poll and scheduler/task.action.
+    for task in ["produce", "consume"] {
+        let action = Probe::new(&format!("profiled/{task}.action")).index();
+        let n = intervals.iter().find(|(p, _)| *p == action).map(|(_, v)| v.len());
+        assert_eq!(n, Some(1_010), "{task}");
+    }
 }

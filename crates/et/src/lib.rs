@@ -1,10 +1,11 @@
 //! # daqflow-et: the Event Transfer system
 //!
-//! daqflow's implementation of the ET system of Jefferson Lab's CODA (`../shared/seeds/001_*.txt`):
-//! a pool of event buffers in shared memory flows through a chain of **stations**. Producers
-//! take empty events from **GrandCentral**, fill them and put them; each station's consumers get
-//! the events its selection takes, use them in place, and put them on; events leaving the last
-//! station return to GrandCentral.
+//! daqflow's implementation of the ET system of Jefferson Lab's CODA (Timmer et al., "Data
+//! Distribution Manager"; its words and where they are in the code: `docs/architecture.md`): a pool
+//! of event buffers in shared memory flows through a chain of **stations**. Producers take empty
+//! events from **GrandCentral**, fill them and put them; each station's consumers get the events
+//! its selection takes, use them in place, and put them on; events leaving the last station return
+//! to GrandCentral.
 //!
 //! - **Local attachments** work on the shared memory directly: a batch of events costs a few
 //!   lock operations on process-shared robust mutexes, no copy, and no round trip to the ET

@@ -5,7 +5,8 @@
 //! - [`Fragment`]: the data of one event from one source (a front-end stream), with a CRC32C of
 //!   its payload. A [`SuperFragment`] is a readout unit's fragments of one event; an [`Event`] is
 //!   the builder unit's header followed by the super-fragments of every readout unit (the CMS
-//!   event builder's two-step building, see `../shared/seeds/002_*.txt`).
+//!   event builder's two-step building, see "Performance of the CMS Event Builder", 2017, and
+//!   `docs/architecture.md`).
 //! - [`frame`]: the framing of every TCP protocol (length, kind, flags, channel, payload);
 //!   [`kinds`]: the registry that gives every protocol a range of frame kinds of its own;
 //!   [`codec`]: the reader and writer every protocol encodes and decodes its payloads with.

@@ -9,7 +9,7 @@
 //! - `event_manager`: insert (with the copy of a 512 or 768 B fragment), lookup (get and walk
 //!   the fragments) and remove, in batches, with the paper's 200 pages of 1 KiB and with 4096
 //!   (the work of the ROB's IN, TRG and DC actions, figs. 12–16).
-//! - `rob`: the paper's set-up (`ioms::Testbed`: ROBs, TRG 1:100:10, collector) for the
+//! - `rob`: the paper's set-up (`testbed::Testbed`: ROBs, TRG 1:100:10, collector) for the
 //!   measurement time, on one scheduler thread or with the ROBs apart: events decided and freed
 //!   at every ROB per second (the paper: 190 kHz, 5.8 µs per event).
 //!
@@ -19,13 +19,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, ensure};
-use daqflow_engine::ioms::{Layout, Testbed, TestbedConfig};
 use daqflow_engine::profile::{self, Calibration, Probe, ProfileDump};
 use daqflow_engine::{EventManager, EventManagerConfig, IdleStrategy, Scheduler, task};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::harness::{BenchConfig, Metrics, Param, Suite};
+use super::testbed::{Layout, Testbed, TestbedConfig};
 use crate::engine_cmd::consistency;
 use crate::profile_cmd::{self, BLUE, GREEN, GREY, Histogram, ORANGE, RED, Rows, Stats};
 

@@ -14,6 +14,7 @@ pub mod harness;
 pub mod helper;
 mod plot;
 mod raw;
+pub mod testbed;
 mod transport;
 
 pub use harness::BenchConfig;

@@ -1,8 +1,10 @@
-//! The paper's measurement set-up as example I/O modules, in one process: ROBs generating
-//! fragments into their event managers, a TRG generating accept / reject / ROI messages in a
-//! configured ratio (default 1:100:10 as in the paper), an EBIF-like collector, and a level-2
-//! consumer for ROI data. They talk through [`fifo`](crate::fifo()) s exactly as separate
-//! processes would talk through links; the event builder makes them real processes.
+//! The ATLAS DAQ-Unit paper's measurement set-up (prototype −1, its section 4) in one process,
+//! built from `daqflow-engine`'s parts: ROBs generating fragments into their event managers, a
+//! TRG generating accept / reject / ROI messages in a configured ratio (default 1:100:10 as in
+//! the paper), an EBIF-like collector, and a level-2 consumer for ROI data. They talk through
+//! [`fifo`]s exactly as separate processes would talk through links; the event builder
+//! (`daqflow-evb`) makes them real processes. `daqflow bench engine` measures it (its `rob`
+//! case and the ROB loop of fig. 11) and `daqflow engine testbed` runs it, profiled if asked.
 //!
 //! - **ROB** (tasks `in`, `trg`, `dc`): `in` formats a fragment (a `daqflow-wire` fragment header
 //!   with the payload's CRC32C, and a few data words) straight into an event-manager page, while
@@ -19,8 +21,8 @@
 //!
 //! Every event ends rejected or built, at every ROB: [`TestbedReport`] counts them.
 //!
-//! ```
-//! use daqflow_engine::ioms::{Layout, Testbed, TestbedConfig};
+//! ```ignore
+//! use crate::bench::testbed::{Layout, Testbed, TestbedConfig};
 //! let report = Testbed::new(TestbedConfig { events: Some(5_000), ..Default::default() })
 //!     .unwrap()
 //!     .run(Layout::OneScheduler, None)
@@ -28,6 +30,8 @@
 //! assert_eq!(report.decided(), 5_000);
 //! assert!(report.is_consistent(), "{report:?}");
 //! ```
+//!
+//! (A binary's examples are not doc-tested; the tests at the end of this file run the same.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -35,19 +39,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use daqflow_engine::fifo::{Consumer, Producer, fifo};
+use daqflow_engine::messages::{self, ControlMessage, GroupSizes, Grouper, MessageKind};
+use daqflow_engine::profile::ThreadStamps;
+use daqflow_engine::{
+    BoxError, ConfigError, EventManager, EventManagerConfig, IdleStrategy, Module, Report, Scheduler, SchedulerError,
+    StopHandle,
+};
 use daqflow_wire::FRAGMENT_HEADER_LEN;
 use daqflow_wire::crc::crc32c;
 use daqflow_wire::frame::Frame;
 use daqflow_wire::{EventId, Fragment, FragmentFlags, FragmentHeader, SuperFragment, SuperFragmentFlags};
-use rtrb::{Consumer, Producer};
-
-use crate::error::{BoxError, ConfigError, SchedulerError};
-use crate::event_manager::{EventManager, EventManagerConfig};
-use crate::fifo::fifo;
-use crate::messages::{self, ControlMessage, GroupSizes, Grouper, MessageKind};
-use crate::profile::ThreadStamps;
-use crate::scheduler::{IdleStrategy, Report, Scheduler, StopHandle};
-use crate::task::Module;
 
 /// Decisions per block of the TRG: accepts, rejects, and ROIs (sent before the reject of as many
 /// rejected events).
@@ -814,4 +816,74 @@ fn _assert_send() {
     is_send::<Ebif>();
     is_send::<Level2>();
     let _ = BytesMut::new();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use daqflow_engine::IdleStrategy;
+    use daqflow_engine::profile::{self, Probe, ProfileDump};
+
+    use super::{Layout, Testbed, TestbedConfig};
+
+    #[test]
+    fn the_testbed_accounts_for_every_event_on_one_scheduler() {
+        let report = Testbed::new(TestbedConfig { events: Some(20_200), ..Default::default() })
+            .unwrap()
+            .run(Layout::OneScheduler, Some(Duration::from_secs(120)))
+            .unwrap();
+        assert!(report.is_consistent(), "{report:?}");
+        assert_eq!(report.decided(), 20_200, "{report:?}");
+        // 1:100:10 over 200 blocks of 101 events.
+        assert_eq!((report.accepts, report.rejects, report.rois), (200, 20_000, 2_000));
+        assert_eq!(report.built, 200);
+        assert_eq!(report.generated, vec![20_200, 20_200]);
+        assert_eq!(report.rejected, vec![20_000, 20_000]);
+        assert_eq!(report.discarded, vec![200, 200]);
+        assert_eq!(report.held, vec![0, 0]);
+        assert_eq!(report.roi_received, 4_000);
+    }
+
+    #[test]
+    fn the_testbed_accounts_for_every_event_across_two_schedulers() {
+        let config = TestbedConfig { robs: 3, events: Some(10_100), ..Default::default() };
+        let report =
+            Testbed::new(config).unwrap().run(Layout::RobsApart(None), Some(Duration::from_secs(120))).unwrap();
+        assert!(report.is_consistent(), "{report:?}");
+        assert_eq!(report.decided(), 10_100, "{report:?}");
+        assert_eq!(report.built, 100);
+        assert_eq!(report.roi_received, 3 * 1_000);
+        assert_eq!(report.schedulers.len(), 2);
+    }
+
+    #[test]
+    fn a_profiled_testbed_records_every_poll_and_action_and_an_unprofiled_one_nothing() {
+        let config = TestbedConfig { robs: 1, events: Some(1_010), ..Default::default() };
+        let off =
+            Testbed::new(config.clone()).unwrap().run(Layout::OneScheduler, Some(Duration::from_secs(60))).unwrap();
+        assert!(off.stamps().is_empty());
+        assert!(!profile::is_recording());
+
+        let on = Testbed::new(config)
+            .unwrap()
+            .run_profiled(Layout::OneScheduler, Some(Duration::from_secs(60)), Some(1 << 22), IdleStrategy::default())
+            .unwrap();
+        let stamps = on.stamps();
+        assert_eq!(stamps.len(), 1);
+        let t = &stamps[0];
+        assert_eq!(t.lost, 0);
+        let sched = &on.schedulers[0];
+        let polls: u64 = sched.tasks.iter().map(|t| t.polls).sum();
+        let actions: u64 = sched.tasks.iter().map(|t| t.actions).sum();
+        assert_eq!(t.stamps.len() as u64, 2 * polls + 2 * actions);
+        let dump = ProfileDump::new(profile::calibrate(Duration::from_millis(10), 1000), stamps);
+        let tr = dump.transitions();
+        assert_eq!(tr.poll_to_action.len() as u64, actions);
+        let intervals = dump.intervals();
+        // The probes are named scheduler/task.action: what `daqflow profile` and the bench look for.
+        let rob_in = Probe::new("testbed/rob0.in.action").index();
+        let n = intervals.iter().find(|(p, _)| *p == rob_in).map(|(_, v)| v.len());
+        assert_eq!(n, Some(1_010));
+    }
 }
