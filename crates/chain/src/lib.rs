@@ -21,14 +21,20 @@
 //! then flows down the chain and each repeater's and the sink's `stop` returns as soon as the
 //! marker has passed (each waits at most `stop_timeout_ms` for it).
 //!
+//! Each kind's `kind()` is its line in a registry. The stop summaries are [`Stats`]: `events`
+//! are chunks (sent, passed on, received), `bytes` their data bytes, and `detail` the kind's
+//! own figures ([`GeneratorDetail`](generator::GeneratorDetail),
+//! [`RepeaterDetail`](repeater::RepeaterDetail), [`SinkDetail`](sink::SinkDetail)).
+//!
+//! [`Stats`]: daqflow_component::Stats
+//!
 //! ```
+//! use daqflow_chain::sink::SinkDetail;
 //! use daqflow_component::{Driver, Registry, State};
 //!
 //! let standard = || {
 //!     let mut r = Registry::new();
-//!     r.add("generator", daqflow_chain::generator::factory)
-//!         .add("repeater", daqflow_chain::repeater::factory)
-//!         .add("sink", daqflow_chain::sink::factory);
+//!     r.add(daqflow_chain::generator::kind()).add(daqflow_chain::repeater::kind()).add(daqflow_chain::sink::kind());
 //!     r
 //! };
 //! let table = |s: &str| s.parse::<toml::Table>().unwrap();
@@ -44,8 +50,9 @@
 //! let sent = generator.stop(Some(1000))?; // exactly 1000 chunks, then the end marker
 //! repeater.stop(None)?;
 //! let got = sink.stop(None)?;
-//! assert_eq!((sent["chunks"].as_u64(), got["chunks"].as_u64()), (Some(1000), Some(1000)));
-//! assert_eq!((got["sequence_errors"].as_u64(), got["crc_errors"].as_u64()), (Some(0), Some(0)));
+//! assert_eq!((sent.events, got.events), (1000, 1000));
+//! let detail: SinkDetail = got.detail_as().unwrap();
+//! assert_eq!((detail.sequence_errors, detail.crc_errors, detail.end_seen), (0, 0, true));
 //! assert_eq!(sink.state(), State::Configured);
 //! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```

@@ -10,11 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use daqflow_component::{ComponentError, Info, Stats};
 use daqflow_transport::{Connection, ConnectionOptions, Listener};
 use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame};
-use serde_json::{Map, Value, json};
 
-use daqflow_component::ComponentError;
+use crate::protocol::StreamCheck;
 
 /// How long a component's thread waits in one `poll(2)` before it looks at its flags again.
 pub(crate) const TICK: Duration = Duration::from_millis(50);
@@ -55,11 +55,12 @@ impl Tuning {
 
 /// Binds the listening socket of a repeater or a sink: the listener, and the configure answer
 /// `{"listen": ADDR}` that tells the upstream component where to connect.
-pub(crate) fn bind(name: &str, listen: &str, tuning: Tuning) -> Result<(Arc<Listener>, Value), ComponentError> {
+pub(crate) fn bind(name: &str, listen: &str, tuning: Tuning) -> Result<(Arc<Listener>, Info), ComponentError> {
     let addr = resolve(name, "listen", listen)?;
     let listener =
         Listener::bind(addr, tuning.options()).map_err(|e| ComponentError::Failed(format!("{name}: {e}")))?;
-    let answer = serde_json::json!({ "listen": listener.local_addr().to_string() });
+    let mut answer = Info::new();
+    answer.insert("listen".into(), listener.local_addr().to_string().into());
     Ok((Arc::new(listener), answer))
 }
 
@@ -161,7 +162,7 @@ impl Outlet {
     }
 }
 
-/// Counters of one run, written by the component's thread and read by `stats`.
+/// Counters of one run, written by the component's thread and read by `stats` and `stop`.
 pub(crate) struct Live {
     /// When the run started (the origin of the time stamps below).
     pub origin: Instant,
@@ -169,6 +170,7 @@ pub(crate) struct Live {
     pub bytes: AtomicU64,
     pub sequence_errors: AtomicU64,
     pub crc_errors: AtomicU64,
+    pub crc_checked: AtomicU64,
     /// Nanoseconds from `origin` to the first chunk (`u64::MAX`: none yet) and the latest.
     pub first_ns: AtomicU64,
     pub last_ns: AtomicU64,
@@ -181,8 +183,27 @@ pub(crate) struct Live {
     /// The generator ends its stream after this chunk.
     pub stop_at: AtomicU64,
     pub failure: Mutex<Option<String>>,
+    /// The upstream's address, once it connected (repeater, sink).
+    pub upstream: Mutex<Option<String>>,
+    /// What the end marker announced (last sequence number, bytes), once it came.
+    pub end: Mutex<Option<(u64, u64)>>,
     /// The previous `stats` call: when, chunks, bytes; and the rates over the interval before it.
     recent: Mutex<(Instant, u64, u64, f64, f64)>,
+}
+
+/// The flow of a run as every chain kind reports it, besides its events (chunks) and bytes.
+pub(crate) struct Flow {
+    /// Seconds from the first chunk to the latest.
+    pub seconds: f64,
+    /// Chunks per second over those seconds.
+    pub mean_events_per_s: f64,
+    /// Megabytes (10^6 bytes of data, headers not counted) per second over those seconds.
+    pub mean_mb_per_s: f64,
+}
+
+/// A copy of what a mutex holds, even if a thread panicked while holding it.
+pub(crate) fn read<T: Clone>(m: &Mutex<T>) -> T {
+    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 impl Live {
@@ -194,6 +215,7 @@ impl Live {
             bytes: AtomicU64::new(0),
             sequence_errors: AtomicU64::new(0),
             crc_errors: AtomicU64::new(0),
+            crc_checked: AtomicU64::new(0),
             first_ns: AtomicU64::new(u64::MAX),
             last_ns: AtomicU64::new(0),
             abandon: AtomicBool::new(false),
@@ -201,6 +223,8 @@ impl Live {
             paused: AtomicBool::new(false),
             stop_at: AtomicU64::new(u64::MAX),
             failure: Mutex::new(None),
+            upstream: Mutex::new(None),
+            end: Mutex::new(None),
             recent: Mutex::new((now, 0, 0, 0.0, 0.0)),
         })
     }
@@ -214,6 +238,17 @@ impl Live {
         self.last_ns.store(now, Ordering::Relaxed);
         self.chunks.store(chunks, Ordering::Relaxed);
         self.bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Publishes what a receiver's stream check counted: chunks, bytes, errors, the end marker.
+    pub(crate) fn observe(&self, check: &StreamCheck) {
+        self.publish(check.chunks(), check.bytes());
+        self.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+        self.crc_errors.store(check.crc_errors(), Ordering::Relaxed);
+        self.crc_checked.store(check.crc_checked(), Ordering::Relaxed);
+        if let Some(end) = check.end() {
+            *self.end.lock().unwrap_or_else(|p| p.into_inner()) = Some(end);
+        }
     }
 
     /// Records why the run of component `name` failed (the first reason) and logs it, unless
@@ -230,7 +265,7 @@ impl Live {
     }
 
     pub(crate) fn failure(&self) -> Option<String> {
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        read(&self.failure)
     }
 
     /// Seconds from the first chunk to the latest (0 before two publications).
@@ -240,16 +275,23 @@ impl Live {
         if first == u64::MAX { 0.0 } else { last.saturating_sub(first) as f64 / 1e9 }
     }
 
-    /// The counters and rates every chain kind reports, by their names (`docs/performance.md`
-    /// and the operator guide use the same): `chunks`, `bytes` (data bytes, headers not
-    /// counted), `seconds` (first chunk to latest), `chunks_per_s` and `mb_per_s` over those
-    /// seconds (MB = 10^6 bytes), and `recent_chunks_per_s` / `recent_mb_per_s` since the
-    /// previous `stats` call (at least 0.2 s before; otherwise the previous values).
-    pub(crate) fn stats(&self) -> Map<String, Value> {
+    /// The counters every chain kind reports (`docs/operator-guide.md`, "Statistics of the
+    /// standard kinds"): `events` are chunks, `bytes` their data bytes (headers not counted).
+    /// Live (`summary` false), the rates are those since the previous call (at least 0.2 s
+    /// before; otherwise the previous values); in a summary, the means over the run (first
+    /// chunk to latest), which [`Flow`] has in both cases.
+    pub(crate) fn counted(&self, summary: bool) -> (Stats, Flow) {
         let chunks = self.chunks.load(Ordering::Relaxed);
         let bytes = self.bytes.load(Ordering::Relaxed);
-        let secs = self.seconds();
-        let (rc, rb) = {
+        let seconds = self.seconds();
+        let flow = Flow {
+            seconds,
+            mean_events_per_s: if seconds > 0.0 { chunks as f64 / seconds } else { 0.0 },
+            mean_mb_per_s: if seconds > 0.0 { bytes as f64 / seconds / 1e6 } else { 0.0 },
+        };
+        let (events_per_s, mb_per_s) = if summary {
+            (flow.mean_events_per_s, flow.mean_mb_per_s)
+        } else {
             let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             let dt = r.0.elapsed().as_secs_f64();
             if dt >= 0.2 {
@@ -261,33 +303,31 @@ impl Live {
                     bytes.saturating_sub(r.2) as f64 / dt,
                 );
             }
-            (r.3, r.4)
+            (r.3, r.4 / 1e6)
         };
-        let mut m = Map::new();
-        m.insert("chunks".into(), json!(chunks));
-        m.insert("bytes".into(), json!(bytes));
-        m.insert("seconds".into(), json!(secs));
-        m.insert("chunks_per_s".into(), json!(if secs > 0.0 { chunks as f64 / secs } else { 0.0 }));
-        m.insert("mb_per_s".into(), json!(if secs > 0.0 { bytes as f64 / secs / 1e6 } else { 0.0 }));
-        m.insert("recent_chunks_per_s".into(), json!(rc));
-        m.insert("recent_mb_per_s".into(), json!(rb / 1e6));
-        m
+        (Stats::counted(chunks, bytes).with_rates(events_per_s, mb_per_s), flow)
     }
 }
 
 /// Waits up to `patience` for the component's thread to end by itself; then raises the
-/// abandon flag (the thread sees it within [`TICK`]) and joins it. The thread's summary.
-pub(crate) fn end_thread(thread: JoinHandle<Value>, live: &Live, patience: Duration) -> Value {
+/// abandon flag (the thread sees it within [`TICK`]) and joins it. An error if the thread
+/// panicked.
+pub(crate) fn end_thread(
+    name: &str,
+    thread: JoinHandle<()>,
+    live: &Live,
+    patience: Duration,
+) -> Result<(), ComponentError> {
     let deadline = Instant::now() + patience;
     while !thread.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
     live.abandon.store(true, Ordering::SeqCst);
-    thread.join().unwrap_or_else(|_| json!({ "error": "the component's thread panicked" }))
+    thread.join().map_err(|_| ComponentError::Failed(format!("{name}: the component's thread panicked")))
 }
 
 /// Ends the thread at once, for `reset`: no failure is reported.
-pub(crate) fn abandon_thread(thread: Option<JoinHandle<Value>>, live: &Live) {
+pub(crate) fn abandon_thread(thread: Option<JoinHandle<()>>, live: &Live) {
     if let Some(t) = thread {
         live.quiet.store(true, Ordering::SeqCst);
         live.abandon.store(true, Ordering::SeqCst);
@@ -299,8 +339,8 @@ pub(crate) fn abandon_thread(thread: Option<JoinHandle<Value>>, live: &Live) {
 pub(crate) fn spawn(
     name: &str,
     role: &str,
-    f: impl FnOnce() -> Value + Send + 'static,
-) -> Result<JoinHandle<Value>, ComponentError> {
+    f: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, ComponentError> {
     std::thread::Builder::new()
         .name(format!("{name}-{role}"))
         .spawn(f)

@@ -4,18 +4,17 @@
 
 use std::time::{Duration, Instant};
 
-use daqflow_component::Registry;
-use daqflow_component::{Driver, State};
+use daqflow_chain::generator::GeneratorDetail;
+use daqflow_chain::repeater::RepeaterDetail;
+use daqflow_chain::sink::SinkDetail;
+use daqflow_component::{Driver, Registry, Role, State, Stats};
 
 /// The chain's kinds, as the `daqflow` binary registers them.
 fn standard() -> Registry {
     let mut r = Registry::new();
-    r.add("generator", daqflow_chain::generator::factory)
-        .add("repeater", daqflow_chain::repeater::factory)
-        .add("sink", daqflow_chain::sink::factory);
+    r.add(daqflow_chain::generator::kind()).add(daqflow_chain::repeater::kind()).add(daqflow_chain::sink::kind());
     r
 }
-use serde_json::Value;
 
 fn table(s: &str) -> toml::Table {
     s.parse().unwrap()
@@ -59,15 +58,16 @@ impl Chain {
     }
 
     /// Stops in the order of the data: generator, repeaters, sink. Their summaries.
-    fn stop(&mut self, last: Option<u64>) -> (Value, Vec<Value>, Value) {
+    fn stop(&mut self, last: Option<u64>) -> (Stats, Vec<Stats>, Stats) {
         let g = self.generator.stop(last).unwrap();
         let r = self.repeaters.iter_mut().map(|r| r.stop(None).unwrap()).collect();
         (g, r, self.sink.stop(None).unwrap())
     }
 }
 
-fn n(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing from {v}"))
+/// The kind's own figures in a summary or live stats.
+fn detail<T: serde::de::DeserializeOwned>(s: &Stats) -> T {
+    s.detail_as().unwrap_or_else(|| panic!("not the kind's detail: {s:?}"))
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -93,22 +93,20 @@ fn every_chunk_is_accounted_for(repeater_keys: &str) {
         let mut c = chain_with(2, &format!("chunk_bytes = {chunk}"), repeater_keys, "check = true");
         for run in [1u32, 2] {
             c.start(run);
-            wait_until("the sink has data", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 20);
+            wait_until("the sink has data", || c.sink.stats().events > 20);
             let (g, reps, s) = c.stop(None);
-            let sent = n(&g, "chunks");
-            assert!(sent > 20 && g["error"].is_null(), "{g}");
-            assert_eq!(n(&g, "bytes"), sent * chunk as u64);
+            let sent = g.events;
+            assert!(sent > 20 && detail::<GeneratorDetail>(&g).error.is_none(), "{g:?}");
+            assert_eq!(g.bytes, sent * chunk as u64);
             for r in &reps {
-                assert_eq!(
-                    (n(r, "chunks"), n(r, "bytes"), r["end_seen"].as_bool()),
-                    (sent, sent * chunk as u64, Some(true)),
-                    "{r}"
-                );
+                let d: RepeaterDetail = detail(r);
+                assert_eq!((r.events, r.bytes, d.end_seen), (sent, sent * chunk as u64, true), "{r:?}");
             }
-            assert_eq!((n(&s, "chunks"), n(&s, "bytes")), (sent, sent * chunk as u64), "{s}");
-            assert_eq!((n(&s, "sequence_errors"), n(&s, "crc_errors"), n(&s, "missing")), (0, 0, 0), "{s}");
-            assert_eq!((n(&s, "crc_checked"), n(&s, "chunks_announced")), (sent, sent), "{s}");
-            assert!(s["mb_per_s"].as_f64().unwrap() > 0.0 && s["error"].is_null(), "{s}");
+            let d: SinkDetail = detail(&s);
+            assert_eq!((s.events, s.bytes), (sent, sent * chunk as u64), "{s:?}");
+            assert_eq!((d.sequence_errors, d.crc_errors, d.missing), (0, 0, 0), "{d:?}");
+            assert_eq!((d.crc_checked, d.chunks_announced), (sent, Some(sent)), "{d:?}");
+            assert!(s.mb_per_s > 0.0 && s.mb_per_s == d.mean_mb_per_s && d.error.is_none(), "{s:?}");
             for d in std::iter::once(&c.sink).chain(&c.repeaters).chain(std::iter::once(&c.generator)) {
                 assert_eq!(d.state(), State::Configured, "{}: {:?}", d.name(), d.failure());
             }
@@ -121,37 +119,40 @@ fn a_generator_told_where_to_stop_sends_exactly_that_many_chunks() {
     let mut c = chain(1, "chunk_bytes = 100\ncheck = false", "check = true");
     c.start(5);
     let (g, reps, s) = c.stop(Some(123_456));
-    assert_eq!((n(&g, "chunks"), n(&reps[0], "chunks"), n(&s, "chunks")), (123_456, 123_456, 123_456));
-    assert_eq!((n(&s, "crc_checked"), n(&s, "sequence_errors")), (0, 0), "no CRCs sent: none checked");
+    assert_eq!((g.events, reps[0].events, s.events), (123_456, 123_456, 123_456));
+    let d: SinkDetail = detail(&s);
+    assert_eq!((d.crc_checked, d.sequence_errors), (0, 0), "no CRCs sent: none checked");
 }
 
 #[test]
 fn live_stats_count_during_the_run_and_pause_stops_the_flow() {
     let mut c = chain(1, "chunk_bytes = 4096", "");
     c.start(1);
-    wait_until("the sink counts", || c.sink.stats()["bytes"].as_u64().unwrap_or(0) > 0);
+    wait_until("the sink counts", || c.sink.stats().bytes > 0);
+    // The rates are those of the last interval (at least 0.2 s long).
+    std::thread::sleep(Duration::from_millis(300));
+    wait_until("the sink has a rate", || c.sink.stats().events_per_s > 0.0);
     let stats = c.sink.stats();
-    for k in
-        ["chunks", "bytes", "seconds", "chunks_per_s", "mb_per_s", "recent_mb_per_s", "sequence_errors", "crc_errors"]
-    {
-        assert!(stats.get(k).is_some(), "{k} missing from {stats}");
-    }
-    assert_eq!((stats["state"].as_str(), stats["run"].as_u64()), (Some("Running"), Some(1)));
+    assert!(stats.mb_per_s > 0.0, "{stats:?}");
+    let d: SinkDetail = detail(&stats);
+    assert!(d.seconds > 0.0 && d.mean_mb_per_s > 0.0 && d.upstream.is_some(), "{d:?}");
+    assert_eq!((d.sequence_errors, d.crc_errors, d.end_seen), (0, 0, false), "{d:?}");
+    assert_eq!((c.sink.state(), c.sink.run()), (State::Running, Some(1)));
     c.generator.pause().unwrap();
     // Once what was in flight has arrived, nothing more comes.
     let mut last = u64::MAX;
     wait_until("the flow stops", || {
         std::thread::sleep(Duration::from_millis(100));
-        let now = c.sink.stats()["chunks"].as_u64().unwrap();
+        let now = c.sink.stats().events;
         let still = now == last;
         last = now;
         still
     });
-    assert_eq!(n(&c.generator.stats(), "chunks"), last, "everything sent has arrived");
+    assert_eq!(c.generator.stats().events, last, "everything sent has arrived");
     c.generator.resume().unwrap();
-    wait_until("the flow resumes", || c.sink.stats()["chunks"].as_u64().unwrap() > last);
+    wait_until("the flow resumes", || c.sink.stats().events > last);
     let (g, _, s) = c.stop(None);
-    assert_eq!(n(&g, "chunks"), n(&s, "chunks"));
+    assert_eq!(g.events, s.events);
 }
 
 #[test]
@@ -165,10 +166,10 @@ fn garbage_into_a_repeater_is_refused_and_the_chain_runs_on() {
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let _ = std::io::Read::read_to_end(&mut raw, &mut seen);
     assert!(!seen.is_empty(), "the stranger got the challenge, then was closed");
-    wait_until("data flows", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 0);
+    wait_until("data flows", || c.sink.stats().events > 0);
     assert!(c.repeaters[0].failure().is_none() && c.sink.failure().is_none());
     let (g, _, s) = c.stop(None);
-    assert_eq!(n(&g, "chunks"), n(&s, "chunks"));
+    assert_eq!(g.events, s.events);
 }
 
 #[test]
@@ -176,14 +177,14 @@ fn a_dead_sink_fails_the_chain_above_it_without_hanging() {
     for forward in ["transport", "splice"] {
         let mut c = chain_with(1, "chunk_bytes = 65536\nstop_timeout_ms = 2000", &format!("forward = '{forward}'"), "");
         c.start(1);
-        wait_until("data flows", || c.sink.stats()["chunks"].as_u64().unwrap_or(0) > 0);
+        wait_until("data flows", || c.sink.stats().events > 0);
         c.sink.reset().unwrap(); // as if the process died: its sockets close
         wait_until("the repeater fails", || c.repeaters[0].state() == State::Error);
         let why = c.repeaters[0].failure().unwrap();
         assert!(why.contains("downstream"), "{forward}: {why}");
         wait_until("the generator fails", || c.generator.state() == State::Error);
         let g = c.generator.stop(None).unwrap();
-        assert!(g["error"].is_string(), "{g}");
+        assert!(detail::<GeneratorDetail>(&g).error.is_some(), "{g:?}");
     }
 }
 
@@ -197,4 +198,16 @@ fn unknown_and_missing_keys_are_refused_by_name() {
     assert!(e.contains("rep: `downstream` is required"), "{e}");
     let mut s = Driver::new(standard(), "sink", "sink", table("listen = 'not an address'"));
     assert!(s.configure(None).unwrap_err().to_string().contains("`listen` = \"not an address\" is not an address"));
+}
+
+#[test]
+fn the_kinds_keep_the_chain_order_of_stages() {
+    let r = standard();
+    let stages = |k: &str| {
+        let kind = r.kind(k).unwrap();
+        assert_eq!(kind.role, Role::Other, "{k}");
+        (kind.start_stage, kind.stop_stage)
+    };
+    // Receivers start first and stop last; the generator starts last and stops first.
+    assert_eq!((stages("sink"), stages("repeater"), stages("generator")), ((2, 5), (3, 4), (7, 1)));
 }

@@ -8,14 +8,15 @@
 //! so that what is measured is the chain.
 //!
 //! ```no_run
-//! use daqflow_chain::generator::{Generator, GeneratorConfig};
+//! use daqflow_chain::generator::{Generator, GeneratorConfig, GeneratorDetail};
 //! use daqflow_component::Component;
 //! let mut g = Generator::new("gen", GeneratorConfig { downstream: "127.0.0.1:7301".into(), ..Default::default() });
 //! g.configure()?;
 //! g.start(1)?;
 //! std::thread::sleep(std::time::Duration::from_secs(1));
-//! let summary = g.stop(None)?; // {"chunks", "bytes", "mb_per_s", …}
-//! # let _ = summary;
+//! let summary = g.stop(None)?; // events (chunks sent), bytes, rates; the detail:
+//! let detail: GeneratorDetail = summary.detail_as().unwrap();
+//! assert!(detail.error.is_none());
 //! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
 
@@ -28,46 +29,78 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use daqflow_transport::{Connection, RetryPolicy};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 pub use self::config::GeneratorConfig;
 use super::link::{Cut, Live, Outlet, abandon_thread, end_thread, resolve, spawn};
 use super::protocol::{CHUNK_HEADER_LEN, ChunkHeader, FLAG_CRC, KIND_CHUNK, begin_frame, end_frame};
-use daqflow_component::Component;
-use daqflow_component::ComponentError;
+use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 /// The generator component.
 pub struct Generator {
     name: String,
     config: GeneratorConfig,
     live: Arc<Live>,
-    thread: Option<JoinHandle<Value>>,
-    run: Option<u32>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The generator's own figures, the `detail` of its [`Stats`]; its `events` are the chunks
+/// sent, its `bytes` their data bytes (headers not counted).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GeneratorDetail {
+    /// Bytes of data in each chunk.
+    pub chunk_bytes: usize,
+    /// Seconds from the first chunk sent to the latest (to the end of the stream, after stop).
+    pub seconds: f64,
+    /// Chunks per second over `seconds`.
+    pub mean_events_per_s: f64,
+    /// Megabytes (10⁶ bytes) per second over `seconds`.
+    pub mean_mb_per_s: f64,
+    /// Why the stream failed or was cut, if it was.
+    pub error: Option<String>,
 }
 
 /// Builds a generator named `name` from its configuration table (the registry's entry for the
 /// `generator` kind): the keys are checked, every problem named.
-pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, daqflow_component::ComponentError> {
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
     let c: GeneratorConfig = daqflow_component::parse_config(name, table)?;
     c.check(name)?;
     Ok(Box::new(Generator::new(name, c)))
 }
 
+/// The `generator` kind: a source outside the event accounting; it starts last and stops
+/// first, so that its end marker flows down a chain whose receivers are all running.
+pub fn kind() -> Kind {
+    Kind::new("generator", "the chain's source: sends numbered chunks downstream", Role::Other, factory).stages(7, 1)
+}
+
 impl Generator {
     /// A generator named `name`.
     pub fn new(name: &str, config: GeneratorConfig) -> Generator {
-        Generator { name: name.into(), config, live: Live::new(), thread: None, run: None }
+        Generator { name: name.into(), config, live: Live::new(), thread: None }
+    }
+
+    /// The counters: live (rates over the last interval) or as a summary (rates over the run).
+    fn report(&self, summary: bool) -> Stats {
+        let (stats, flow) = self.live.counted(summary);
+        stats.with_detail(&GeneratorDetail {
+            chunk_bytes: self.config.chunk_bytes,
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            mean_mb_per_s: flow.mean_mb_per_s,
+            error: self.live.failure(),
+        })
     }
 }
 
 impl Component for Generator {
-    fn kind(&self) -> &str {
-        "generator"
-    }
-
-    fn configure(&mut self) -> Result<Value, ComponentError> {
+    /// Checks the configuration; answers `{"chunk_bytes": N}`.
+    fn configure(&mut self) -> Result<Info, ComponentError> {
         self.config.validate(&self.name)?;
-        Ok(json!({ "chunk_bytes": self.config.chunk_bytes }))
+        let mut info = Info::new();
+        info.insert("chunk_bytes".into(), self.config.chunk_bytes.into());
+        Ok(info)
     }
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
@@ -80,18 +113,20 @@ impl Component for Generator {
         let (name, config, live) = (self.name.clone(), self.config.clone(), self.live.clone());
         let outlet = Outlet::new(conn, config.send_queue_bytes);
         self.thread = Some(spawn(&self.name, "send", move || produce(&name, &config, run, outlet, &live))?);
-        self.run = Some(run);
         Ok(())
     }
 
-    /// Ends the stream after chunk `arg` (if more were sent already: at once) with an end
-    /// marker, and returns `{"chunks", "bytes", "mb_per_s", "seconds", "error"}`.
-    fn stop(&mut self, arg: Option<u64>) -> Result<Value, ComponentError> {
-        let Some(thread) = self.thread.take() else { return Ok(json!({ "chunks": 0, "bytes": 0, "mb_per_s": 0.0 })) };
-        let sent = self.live.chunks.load(Ordering::SeqCst);
-        self.live.stop_at.store(arg.unwrap_or(sent), Ordering::SeqCst);
-        self.live.paused.store(false, Ordering::SeqCst);
-        Ok(end_thread(thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms)))
+    /// Ends the stream after chunk `last_event` (if more were sent already: at once) with an
+    /// end marker; the summary's rates are the means over the run, its detail a
+    /// [`GeneratorDetail`] (`error` set if the stream was cut).
+    fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        if let Some(thread) = self.thread.take() {
+            let sent = self.live.chunks.load(Ordering::SeqCst);
+            self.live.stop_at.store(last_event.unwrap_or(sent), Ordering::SeqCst);
+            self.live.paused.store(false, Ordering::SeqCst);
+            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
+        }
+        Ok(self.report(true))
     }
 
     fn pause(&mut self) -> Result<(), ComponentError> {
@@ -109,13 +144,9 @@ impl Component for Generator {
         Ok(())
     }
 
-    /// `chunks`, `bytes`, `seconds`, `chunks_per_s`, `mb_per_s`, `recent_chunks_per_s`,
-    /// `recent_mb_per_s`, `chunk_bytes`, `run`.
-    fn stats(&self) -> Value {
-        let mut m = self.live.stats();
-        m.insert("chunk_bytes".into(), json!(self.config.chunk_bytes));
-        m.insert("run".into(), json!(self.run));
-        Value::Object(m)
+    /// Chunks sent, their bytes, the rates since the previous call; a [`GeneratorDetail`].
+    fn stats(&self) -> Stats {
+        self.report(false)
     }
 
     fn failure(&self) -> Option<String> {
@@ -135,14 +166,14 @@ fn pattern(len: usize) -> Bytes {
     (0..len).map(|i| (i as u8) ^ ((i >> 8) as u8)).collect::<Vec<u8>>().into()
 }
 
-/// The sending thread: begin marker, chunks until told to stop, end marker.
-fn produce(name: &str, config: &GeneratorConfig, run: u32, mut out: Outlet, live: &Live) -> Value {
+/// The sending thread: begin marker, chunks until told to stop, end marker. What it did is in
+/// `live`, a failure too.
+fn produce(name: &str, config: &GeneratorConfig, run: u32, mut out: Outlet, live: &Live) {
     let data = pattern(config.chunk_bytes);
     let crc = if config.check { ChunkHeader::for_data(0, &data, true).crc } else { 0 };
     let flags = if config.check { FLAG_CRC } else { 0 };
     let len = data.len() as u32;
     let frame_len = CHUNK_HEADER_LEN + data.len();
-    let started = Instant::now();
     let mut sent: u64 = 0;
     let mut bytes: u64 = 0;
     // Pacing restarts from here after a pause.
@@ -208,21 +239,9 @@ fn produce(name: &str, config: &GeneratorConfig, run: u32, mut out: Outlet, live
         Err(Cut::Failed(e)) => Some(format!("sending chunk {}: {e}", sent + 1)),
     };
     live.publish(sent, bytes);
-    if let Some(e) = &error {
-        live.fail(name, e.clone());
+    if let Some(e) = error {
+        live.fail(name, e);
     }
-    let secs = started.elapsed().as_secs_f64().max(1e-9);
-    json!({
-        "component": name,
-        "kind": "generator",
-        "run": run,
-        "chunks": sent,
-        "bytes": bytes,
-        "chunk_bytes": config.chunk_bytes,
-        "seconds": secs,
-        "mb_per_s": bytes as f64 / secs / 1e6,
-        "error": error,
-    })
 }
 
 #[cfg(test)]
@@ -253,8 +272,10 @@ mod tests {
         let mut conn = l.accept().unwrap();
         conn.admit();
         let summary = g.stop(Some(50)).unwrap();
-        assert_eq!((summary["chunks"].as_u64(), summary["bytes"].as_u64()), (Some(50), Some(150_000)), "{summary}");
-        assert!(summary["error"].is_null(), "{summary}");
+        assert_eq!((summary.events, summary.bytes), (50, 150_000), "{summary:?}");
+        let detail: GeneratorDetail = summary.detail_as().unwrap();
+        assert_eq!((detail.chunk_bytes, detail.error), (3000, None), "{summary:?}");
+        assert!(summary.events_per_s > 0.0 && summary.events_per_s == detail.mean_events_per_s, "{summary:?}");
         let mut check = StreamCheck::new(4, true);
         loop {
             let f = conn.recv().unwrap();
@@ -291,7 +312,7 @@ mod tests {
         }
         assert_eq!(check.crc_checked(), 0);
         let stats = g.stats();
-        assert!(stats["chunks"].as_u64().unwrap() >= 5 && stats["chunk_bytes"] == 100, "{stats}");
+        assert!(stats.events >= 5 && stats.detail["chunk_bytes"] == 100, "{stats:?}");
         g.stop(None).unwrap();
     }
 
@@ -310,8 +331,8 @@ mod tests {
         let _conn = l.accept().unwrap(); // never read
         std::thread::sleep(Duration::from_millis(100));
         let summary = g.stop(None).unwrap();
-        let e = summary["error"].as_str().unwrap_or_default();
-        assert!(e.contains("stopped reading") && e.contains("before its end marker"), "{summary}");
+        let e = summary.detail_as::<GeneratorDetail>().unwrap().error.unwrap_or_default();
+        assert!(e.contains("stopped reading") && e.contains("before its end marker"), "{summary:?}");
     }
 
     #[test]

@@ -16,14 +16,16 @@
 //! transport path (`docs/performance.md`, chain), so it is not the default.
 //!
 //! ```no_run
-//! use daqflow_chain::repeater::{Repeater, RepeaterConfig};
+//! use daqflow_chain::repeater::{Repeater, RepeaterConfig, RepeaterDetail};
 //! use daqflow_component::Component;
 //! let mut r = Repeater::new("rep-1", RepeaterConfig { downstream: "127.0.0.1:7302".into(), ..Default::default() });
 //! let listen = r.configure()?["listen"].as_str().unwrap().to_owned(); // the generator connects here
 //! r.start(1)?;
 //! // … the generator runs and stops …
-//! let summary = r.stop(None)?; // waits for the end marker: {"chunks", "bytes", "mb_per_s", …}
-//! # let _ = (listen, summary);
+//! let summary = r.stop(None)?; // waits for the end marker: events (chunks passed on), bytes, rates
+//! let detail: RepeaterDetail = summary.detail_as().unwrap();
+//! assert!(detail.end_seen && detail.sequence_errors == 0);
+//! # let _ = listen;
 //! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
 
@@ -38,13 +40,14 @@ use std::time::Duration;
 
 use daqflow_transport::{Connection, Listener, RecvError, RetryPolicy};
 use daqflow_wire::frame::Frame;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 pub use self::config::{Forward, RepeaterConfig};
-use super::link::{BATCH, Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, resolve, spawn, wait};
+use super::link::{
+    BATCH, Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, read, resolve, spawn, wait,
+};
 use super::protocol::{StreamCheck, StreamEvent};
-use daqflow_component::Component;
-use daqflow_component::ComponentError;
+use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 /// The repeater component.
 pub struct Repeater {
@@ -52,32 +55,75 @@ pub struct Repeater {
     config: RepeaterConfig,
     listener: Option<Arc<Listener>>,
     live: Arc<Live>,
-    thread: Option<JoinHandle<Value>>,
-    run: Option<u32>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The repeater's own figures, the `detail` of its [`Stats`]; its `events` are the chunks
+/// passed on, its `bytes` their data bytes (headers not counted).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RepeaterDetail {
+    /// The address it listens on (after configure).
+    pub listen: Option<String>,
+    /// The upstream's address, once it connected.
+    pub upstream: Option<String>,
+    /// How it moves the data.
+    pub forward: Forward,
+    /// Seconds from the first chunk passed on to the latest.
+    pub seconds: f64,
+    /// Chunks per second over `seconds`.
+    pub mean_events_per_s: f64,
+    /// Megabytes (10⁶ bytes) per second over `seconds`.
+    pub mean_mb_per_s: f64,
+    /// Chunks whose sequence number was not the one expected.
+    pub sequence_errors: u64,
+    /// Whether the end marker came (and was queued towards the downstream).
+    pub end_seen: bool,
+    /// Why the run failed or was cut, if it was.
+    pub error: Option<String>,
 }
 
 /// Builds a repeater named `name` from its configuration table (the registry's entry for the
 /// `repeater` kind): the keys are checked, every problem named.
-pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, daqflow_component::ComponentError> {
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
     let c: RepeaterConfig = daqflow_component::parse_config(name, table)?;
     c.check(name)?;
     Ok(Box::new(Repeater::new(name, c)))
 }
 
+/// The `repeater` kind: outside the event accounting; it starts after its downstream and
+/// before its upstream, and stops after its upstream and before its downstream.
+pub fn kind() -> Kind {
+    Kind::new("repeater", "passes a chain's chunks from its upstream to its downstream", Role::Other, factory)
+        .stages(3, 4)
+}
+
 impl Repeater {
     /// A repeater named `name`.
     pub fn new(name: &str, config: RepeaterConfig) -> Repeater {
-        Repeater { name: name.into(), config, listener: None, live: Live::new(), thread: None, run: None }
+        Repeater { name: name.into(), config, listener: None, live: Live::new(), thread: None }
+    }
+
+    /// The counters: live (rates over the last interval) or as a summary (rates over the run).
+    fn report(&self, summary: bool) -> Stats {
+        let (stats, flow) = self.live.counted(summary);
+        stats.with_detail(&RepeaterDetail {
+            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
+            upstream: read(&self.live.upstream),
+            forward: self.config.forward,
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            mean_mb_per_s: flow.mean_mb_per_s,
+            sequence_errors: self.live.sequence_errors.load(Ordering::Relaxed),
+            end_seen: read(&self.live.end).is_some(),
+            error: self.live.failure(),
+        })
     }
 }
 
 impl Component for Repeater {
-    fn kind(&self) -> &str {
-        "repeater"
-    }
-
-    /// Binds `listen`; returns `{"listen": ADDR}`.
-    fn configure(&mut self) -> Result<Value, ComponentError> {
+    /// Binds `listen`; answers `{"listen": ADDR}`.
+    fn configure(&mut self) -> Result<Info, ComponentError> {
         self.config.validate(&self.name)?;
         let (listener, answer) = bind(&self.name, &self.config.listen, self.config.tuning())?;
         self.listener = Some(listener);
@@ -96,15 +142,16 @@ impl Component for Repeater {
         let outlet = Outlet::new(conn, c.send_queue_bytes);
         self.thread =
             Some(spawn(&self.name, "forward", move || forward(&name, run, &config, &listener, outlet, &live))?);
-        self.run = Some(run);
         Ok(())
     }
 
-    /// Waits (at most `stop_timeout_ms`) for the end marker to pass, and returns `{"chunks",
-    /// "bytes", "mb_per_s", "seconds", "sequence_errors", "end_seen", "error"}`.
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
-        let Some(thread) = self.thread.take() else { return Ok(json!({ "chunks": 0, "bytes": 0, "mb_per_s": 0.0 })) };
-        Ok(end_thread(thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms)))
+    /// Waits (at most `stop_timeout_ms`) for the end marker to pass; the summary's rates are
+    /// the means over the run, its detail a [`RepeaterDetail`].
+    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        if let Some(thread) = self.thread.take() {
+            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
+        }
+        Ok(self.report(true))
     }
 
     fn reset(&mut self) -> Result<(), ComponentError> {
@@ -113,14 +160,9 @@ impl Component for Repeater {
         Ok(())
     }
 
-    /// `chunks`, `bytes`, `seconds`, `chunks_per_s`, `mb_per_s`, `recent_chunks_per_s`,
-    /// `recent_mb_per_s`, `sequence_errors`, `listen`, `run`.
-    fn stats(&self) -> Value {
-        let mut m = self.live.stats();
-        m.insert("sequence_errors".into(), json!(self.live.sequence_errors.load(Ordering::Relaxed)));
-        m.insert("listen".into(), json!(self.listener.as_ref().map(|l| l.local_addr().to_string())));
-        m.insert("run".into(), json!(self.run));
-        Value::Object(m)
+    /// Chunks passed on, their bytes, the rates since the previous call; a [`RepeaterDetail`].
+    fn stats(&self) -> Stats {
+        self.report(false)
     }
 
     fn failure(&self) -> Option<String> {
@@ -146,8 +188,9 @@ impl From<Cut> for Broken {
     }
 }
 
-/// The forwarding thread: accept the upstream, forward until the end marker has passed.
-fn forward(name: &str, run: u32, config: &RepeaterConfig, listener: &Listener, mut out: Outlet, live: &Live) -> Value {
+/// The forwarding thread: accept the upstream, forward until the end marker has passed. What
+/// it did is in `live`, a failure too.
+fn forward(name: &str, run: u32, config: &RepeaterConfig, listener: &Listener, mut out: Outlet, live: &Live) {
     let mut check = StreamCheck::new(run, false);
     let mut upstream: Option<String> = None;
     let result: Result<(), Broken> = (|| {
@@ -157,6 +200,7 @@ fn forward(name: &str, run: u32, config: &RepeaterConfig, listener: &Listener, m
             Err(e) => return Err(Broken::Upstream(e)),
         };
         upstream = Some(up.peer_addr().to_string());
+        *live.upstream.lock().unwrap_or_else(|p| p.into_inner()) = upstream.clone();
         match config.forward {
             Forward::Splice => {
                 let sizes = splice::SpliceSizes {
@@ -173,8 +217,7 @@ fn forward(name: &str, run: u32, config: &RepeaterConfig, listener: &Listener, m
             }
         }
     })();
-    live.publish(check.chunks(), check.bytes());
-    live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+    live.observe(&check);
     let error = match result {
         Ok(()) => None,
         Err(Broken::Cut(Cut::Abandoned)) if check.end().is_some() => Some(format!(
@@ -190,24 +233,9 @@ fn forward(name: &str, run: u32, config: &RepeaterConfig, listener: &Listener, m
         Err(Broken::Cut(Cut::Failed(e))) => Some(format!("downstream {}: {e}", out.conn.peer_addr())),
         Err(Broken::Upstream(e)) => Some(e),
     };
-    if let Some(e) = &error {
-        live.fail(name, e.clone());
+    if let Some(e) = error {
+        live.fail(name, e);
     }
-    let secs = live.seconds().max(1e-9);
-    json!({
-        "component": name,
-        "kind": "repeater",
-        "run": run,
-        "upstream": upstream,
-        "forward": config.forward,
-        "chunks": check.chunks(),
-        "bytes": check.bytes(),
-        "seconds": secs,
-        "mb_per_s": check.bytes() as f64 / secs / 1e6,
-        "sequence_errors": check.sequence_errors(),
-        "end_seen": check.end().is_some(),
-        "error": error,
-    })
 }
 
 /// Puts the downstream socket in non-blocking mode: `splice(2)` into a socket only returns
@@ -263,8 +291,7 @@ fn forward_frames(mut up: Connection, out: &mut Outlet, check: &mut StreamCheck,
                 return Ok(());
             }
         }
-        live.publish(check.chunks(), check.bytes());
-        live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+        live.observe(check);
         progress |= out.push()?;
         if !progress {
             let read = pending.is_none().then(|| up.as_raw_fd());
@@ -336,8 +363,11 @@ mod tests {
         writer.join().unwrap();
         let summary = r.stop(None).unwrap();
         let n = sizes.len() as u64;
-        assert_eq!((summary["chunks"].as_u64(), summary["bytes"].as_u64()), (Some(n), Some(total as u64)), "{summary}");
-        assert_eq!((summary["end_seen"].as_bool(), summary["sequence_errors"].as_u64()), (Some(true), Some(0)));
+        assert_eq!((summary.events, summary.bytes), (n, total as u64), "{summary:?}");
+        let detail: RepeaterDetail = summary.detail_as().unwrap();
+        assert_eq!((detail.end_seen, detail.sequence_errors, detail.forward), (true, 0, forward), "{detail:?}");
+        assert_eq!(detail.listen, Some(listen.to_string()));
+        assert!(detail.upstream.is_some() && detail.error.is_none(), "{detail:?}");
         assert!(r.failure().is_none());
     }
 
@@ -382,8 +412,8 @@ mod tests {
         for f in &sent {
             assert_eq!(&d.recv().unwrap(), f, "{forward:?}");
         }
-        let summary = r.stop(None).unwrap();
-        assert!(summary["error"].is_null() && summary["end_seen"] == true, "{forward:?}: {summary}");
+        let detail: RepeaterDetail = r.stop(None).unwrap().detail_as().unwrap();
+        assert!(detail.error.is_none() && detail.end_seen, "{forward:?}: {detail:?}");
     }
 
     #[test]
@@ -424,7 +454,7 @@ mod tests {
         let mut r = Repeater::new("rep", config);
         r.configure().unwrap();
         r.start(1).unwrap();
-        let summary = r.stop(None).unwrap();
-        assert_eq!(summary["error"], "stopped before an upstream connected", "{summary}");
+        let detail: RepeaterDetail = r.stop(None).unwrap().detail_as().unwrap();
+        assert_eq!(detail.error.as_deref(), Some("stopped before an upstream connected"), "{detail:?}");
     }
 }

@@ -165,8 +165,7 @@ pub(super) fn forward(
             return Err(Broken::Cut(Cut::Abandoned));
         }
         let (stalled, mut progress) = f.fill(u, &pipe, check, min_bytes, pipe.capacity, peer)?;
-        live.publish(check.chunks(), check.bytes());
-        live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
+        live.observe(check);
         while f.in_pipe > 0 {
             match splice(pipe.read.as_raw_fd(), d, f.in_pipe, f.splice_left > 0) {
                 Ok(n) => {

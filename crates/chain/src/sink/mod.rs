@@ -2,22 +2,24 @@
 //! `listen`; at `start` it accepts its upstream and then counts chunks and bytes, checks the
 //! order of the markers and the run, the sequence numbers and (with `check = true`) each
 //! chunk's CRC32C, and discards the data. The end marker ends its run; `stop` waits for it
-//! (at most `stop_timeout_ms`), so that nothing in flight is lost, and reports
-//! `{"chunks", "bytes", "mb_per_s", "sequence_errors", "crc_errors", …}`.
+//! (at most `stop_timeout_ms`), so that nothing in flight is lost, and reports the chunks
+//! received as its `events`, their bytes, and a [`SinkDetail`]: sequence and CRC errors, what
+//! the end marker announced, chunks missing.
 //!
 //! Garbage from the upstream (bytes that are not frames, frames of another protocol, a chunk
 //! before the begin marker, a wrong run) closes the connection and fails the sink with the
 //! reason. A run of the sink takes one upstream connection: the first to connect.
 //!
 //! ```no_run
-//! use daqflow_chain::sink::{Sink, SinkConfig};
+//! use daqflow_chain::sink::{Sink, SinkConfig, SinkDetail};
 //! use daqflow_component::Component;
 //! let mut s = Sink::new("sink", SinkConfig::default());
 //! let listen = s.configure()?["listen"].as_str().unwrap().to_owned(); // upstream connects here
 //! s.start(1)?;
 //! // … the chain runs, the generator stops …
 //! let summary = s.stop(None)?;
-//! assert_eq!(summary["sequence_errors"], 0);
+//! let detail: SinkDetail = summary.detail_as().unwrap();
+//! assert_eq!((detail.sequence_errors, detail.crc_errors, detail.missing), (0, 0, 0));
 //! # let _ = listen;
 //! # Ok::<(), daqflow_component::ComponentError>(())
 //! ```
@@ -31,13 +33,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use daqflow_transport::{Listener, RecvError};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 pub use self::config::SinkConfig;
-use super::link::{BATCH, Live, TICK, abandon_thread, accept, bind, end_thread, spawn, wait};
+use super::link::{BATCH, Live, TICK, abandon_thread, accept, bind, end_thread, read, spawn, wait};
 use super::protocol::{StreamCheck, StreamEvent};
-use daqflow_component::Component;
-use daqflow_component::ComponentError;
+use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 /// The sink component.
 pub struct Sink {
@@ -45,32 +46,88 @@ pub struct Sink {
     config: SinkConfig,
     listener: Option<Arc<Listener>>,
     live: Arc<Live>,
-    thread: Option<JoinHandle<Value>>,
-    run: Option<u32>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The sink's own figures, the `detail` of its [`Stats`]; its `events` are the chunks
+/// received, its `bytes` their data bytes (headers not counted).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SinkDetail {
+    /// The address it listens on (after configure).
+    pub listen: Option<String>,
+    /// The upstream's address, once it connected.
+    pub upstream: Option<String>,
+    /// Seconds from the first chunk received to the latest.
+    pub seconds: f64,
+    /// Chunks per second over `seconds`.
+    pub mean_events_per_s: f64,
+    /// Megabytes (10⁶ bytes) per second over `seconds`.
+    pub mean_mb_per_s: f64,
+    /// Chunks whose sequence number was not the one expected.
+    pub sequence_errors: u64,
+    /// Chunks whose data did not match their CRC32C (with `check = true`).
+    pub crc_errors: u64,
+    /// Chunks whose CRC32C was checked.
+    pub crc_checked: u64,
+    /// Chunks the end marker announced (its last sequence number), once it came.
+    pub chunks_announced: Option<u64>,
+    /// Bytes the end marker announced, once it came.
+    pub bytes_announced: Option<u64>,
+    /// Chunks announced by the end marker that did not arrive (0 before the end marker).
+    pub missing: u64,
+    /// Whether the end marker came.
+    pub end_seen: bool,
+    /// Why the run failed or ended without the end marker, if it did.
+    pub error: Option<String>,
 }
 
 /// Builds a sink named `name` from its configuration table (the registry's entry for the
 /// `sink` kind): the keys are checked, every problem named.
-pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, daqflow_component::ComponentError> {
+pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
     let c: SinkConfig = daqflow_component::parse_config(name, table)?;
     c.check(name)?;
     Ok(Box::new(Sink::new(name, c)))
 }
 
+/// The `sink` kind: outside the event accounting; it starts before the chain's senders and
+/// stops after them, when the end marker has come.
+pub fn kind() -> Kind {
+    Kind::new("sink", "the chain's end: checks, counts and discards the chunks", Role::Other, factory).stages(2, 5)
+}
+
 impl Sink {
     /// A sink named `name`.
     pub fn new(name: &str, config: SinkConfig) -> Sink {
-        Sink { name: name.into(), config, listener: None, live: Live::new(), thread: None, run: None }
+        Sink { name: name.into(), config, listener: None, live: Live::new(), thread: None }
+    }
+
+    /// The counters: live (rates over the last interval) or as a summary (rates over the run).
+    fn report(&self, summary: bool) -> Stats {
+        let (stats, flow) = self.live.counted(summary);
+        let end = read(&self.live.end);
+        let detail = SinkDetail {
+            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
+            upstream: read(&self.live.upstream),
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            mean_mb_per_s: flow.mean_mb_per_s,
+            sequence_errors: self.live.sequence_errors.load(Ordering::Relaxed),
+            crc_errors: self.live.crc_errors.load(Ordering::Relaxed),
+            crc_checked: self.live.crc_checked.load(Ordering::Relaxed),
+            chunks_announced: end.map(|(last, _)| last),
+            bytes_announced: end.map(|(_, bytes)| bytes),
+            missing: end.map_or(0, |(last, _)| last.saturating_sub(stats.events)),
+            end_seen: end.is_some(),
+            error: self.live.failure(),
+        };
+        stats.with_detail(&detail)
     }
 }
 
 impl Component for Sink {
-    fn kind(&self) -> &str {
-        "sink"
-    }
-
-    /// Binds `listen`; returns `{"listen": ADDR}`.
-    fn configure(&mut self) -> Result<Value, ComponentError> {
+    /// Binds `listen`; answers `{"listen": ADDR}`.
+    fn configure(&mut self) -> Result<Info, ComponentError> {
         self.config.validate(&self.name)?;
         let (listener, answer) = bind(&self.name, &self.config.listen, self.config.tuning())?;
         self.listener = Some(listener);
@@ -82,18 +139,16 @@ impl Component for Sink {
         self.live = Live::new();
         let (name, live, check_crc) = (self.name.clone(), self.live.clone(), self.config.check);
         self.thread = Some(spawn(&self.name, "receive", move || receive(&name, run, check_crc, &listener, &live))?);
-        self.run = Some(run);
         Ok(())
     }
 
-    /// Waits (at most `stop_timeout_ms`) for the end marker; returns `{"chunks", "bytes",
-    /// "mb_per_s", "seconds", "sequence_errors", "crc_errors", "crc_checked",
-    /// "chunks_announced", "missing", "end_seen", "upstream", "error"}`.
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
-        let Some(thread) = self.thread.take() else {
-            return Ok(json!({ "chunks": 0, "bytes": 0, "mb_per_s": 0.0, "sequence_errors": 0, "crc_errors": 0 }));
-        };
-        Ok(end_thread(thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms)))
+    /// Waits (at most `stop_timeout_ms`) for the end marker; the summary's rates are the means
+    /// over the run, its detail a [`SinkDetail`].
+    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        if let Some(thread) = self.thread.take() {
+            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
+        }
+        Ok(self.report(true))
     }
 
     fn reset(&mut self) -> Result<(), ComponentError> {
@@ -102,15 +157,9 @@ impl Component for Sink {
         Ok(())
     }
 
-    /// `chunks`, `bytes`, `seconds`, `chunks_per_s`, `mb_per_s`, `recent_chunks_per_s`,
-    /// `recent_mb_per_s`, `sequence_errors`, `crc_errors`, `listen`, `run`.
-    fn stats(&self) -> Value {
-        let mut m = self.live.stats();
-        m.insert("sequence_errors".into(), json!(self.live.sequence_errors.load(Ordering::Relaxed)));
-        m.insert("crc_errors".into(), json!(self.live.crc_errors.load(Ordering::Relaxed)));
-        m.insert("listen".into(), json!(self.listener.as_ref().map(|l| l.local_addr().to_string())));
-        m.insert("run".into(), json!(self.run));
-        Value::Object(m)
+    /// Chunks received, their bytes, the rates since the previous call; a [`SinkDetail`].
+    fn stats(&self) -> Stats {
+        self.report(false)
     }
 
     fn failure(&self) -> Option<String> {
@@ -124,20 +173,17 @@ impl Drop for Sink {
     }
 }
 
-/// The receiving thread: accept the upstream, count and check until the end marker.
-fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Live) -> Value {
+/// The receiving thread: accept the upstream, count and check until the end marker. What it
+/// counted is in `live`, a failure too.
+fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Live) {
     let mut check = StreamCheck::new(run, check_crc);
     let mut upstream: Option<String> = None;
-    let publish = |check: &StreamCheck| {
-        live.publish(check.chunks(), check.bytes());
-        live.sequence_errors.store(check.sequence_errors(), Ordering::Relaxed);
-        live.crc_errors.store(check.crc_errors(), Ordering::Relaxed);
-    };
     // `Ok(true)`: the end marker came; `Ok(false)`: abandoned before it.
     let result: Result<bool, String> = (|| {
         let Some(mut up) = accept(listener, live, run, name)? else { return Ok(false) };
         let peer = up.peer_addr();
         upstream = Some(peer.to_string());
+        *live.upstream.lock().unwrap_or_else(|p| p.into_inner()) = upstream.clone();
         loop {
             if live.abandon.load(Ordering::Relaxed) {
                 return Ok(false);
@@ -163,13 +209,13 @@ fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Li
                     return Ok(true);
                 }
             }
-            publish(&check);
+            live.observe(&check);
             if !got {
                 wait(Some(up.as_raw_fd()), None, TICK).map_err(|e| format!("waiting for data: {e}"))?;
             }
         }
     })();
-    publish(&check);
+    live.observe(&check);
     let error = match result {
         Ok(true) => None,
         Ok(false) => Some(match &upstream {
@@ -180,29 +226,9 @@ fn receive(name: &str, run: u32, check_crc: bool, listener: &Listener, live: &Li
         }),
         Err(e) => Some(e),
     };
-    if let Some(e) = &error {
-        live.fail(name, e.clone());
+    if let Some(e) = error {
+        live.fail(name, e);
     }
-    let secs = live.seconds().max(1e-9);
-    let (announced, announced_bytes) = check.end().unzip();
-    json!({
-        "component": name,
-        "kind": "sink",
-        "run": run,
-        "upstream": upstream,
-        "chunks": check.chunks(),
-        "bytes": check.bytes(),
-        "seconds": secs,
-        "mb_per_s": check.bytes() as f64 / secs / 1e6,
-        "sequence_errors": check.sequence_errors(),
-        "crc_errors": check.crc_errors(),
-        "crc_checked": check.crc_checked(),
-        "chunks_announced": announced,
-        "bytes_announced": announced_bytes,
-        "missing": check.missing(),
-        "end_seen": check.end().is_some(),
-        "error": error,
-    })
 }
 
 #[cfg(test)]
@@ -241,16 +267,17 @@ mod tests {
         up.send(end_frame(6, 60)).unwrap();
         up.close().unwrap();
         let summary = s.stop(None).unwrap();
-        let n = |k: &str| summary[k].as_u64().unwrap_or(u64::MAX);
+        let d: SinkDetail = summary.detail_as().unwrap();
         assert_eq!(
-            (n("chunks"), n("bytes"), n("sequence_errors"), n("crc_errors"), n("crc_checked"), n("missing")),
+            (summary.events, summary.bytes, d.sequence_errors, d.crc_errors, d.crc_checked, d.missing),
             (5, 50, 1, 1, 5, 1),
-            "{summary}"
+            "{summary:?}"
         );
-        assert_eq!((summary["end_seen"].as_bool(), summary["chunks_announced"].as_u64()), (Some(true), Some(6)));
-        assert!(summary["error"].is_null() && s.failure().is_none(), "{summary}");
+        assert_eq!((d.end_seen, d.chunks_announced, d.bytes_announced), (true, Some(6), Some(60)));
+        assert!(d.upstream.is_some() && d.listen.is_some(), "{d:?}");
+        assert!(d.error.is_none() && s.failure().is_none(), "{d:?}");
         let stats = s.stats();
-        assert_eq!((stats["chunks"].as_u64(), stats["crc_errors"].as_u64()), (Some(5), Some(1)), "{stats}");
+        assert_eq!((stats.events, stats.detail["crc_errors"].as_u64()), (5, Some(1)), "{stats:?}");
     }
 
     fn wait_state(s: &Sink, what: &str, f: impl Fn(&Sink) -> bool) {
@@ -293,8 +320,9 @@ mod tests {
         assert!(s.failure().is_none());
         send_stream(&mut up, 1);
         let summary = s.stop(None).unwrap();
-        assert!(summary["error"].is_null(), "{summary}");
-        assert_eq!((summary["chunks"].as_u64(), summary["end_seen"].as_bool()), (Some(2), Some(true)), "{summary}");
+        let d: SinkDetail = summary.detail_as().unwrap();
+        assert!(d.error.is_none(), "{d:?}");
+        assert_eq!((summary.events, d.end_seen), (2, true), "{summary:?}");
     }
 
     #[test]
@@ -317,8 +345,8 @@ mod tests {
         let (mut s, mut up) = started(SinkConfig { stop_timeout_ms: 100, ..Default::default() }, 1);
         up.send(begin_frame(1)).unwrap();
         up.flush().unwrap();
-        let summary = s.stop(None).unwrap();
-        assert!(summary["error"].as_str().unwrap().contains("stopped before the end marker"), "{summary}");
-        assert_eq!(summary["end_seen"], false);
+        let d: SinkDetail = s.stop(None).unwrap().detail_as().unwrap();
+        assert!(d.error.as_deref().unwrap_or_default().contains("stopped before the end marker"), "{d:?}");
+        assert!(!d.end_seen && d.chunks_announced.is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! `monitor`: an ET consumer that fills online histograms from the events it sees and
-//! publishes them with its statistics (`<name>/stats`, key `histograms`; the web UI draws
-//! them).
+//! publishes them with its statistics (`<name>/stats`, key `detail.histograms`, a
+//! [`MonitorDetail`]; the web UI draws them). Its `events` are the events it looked at, its
+//! `bytes` theirs.
 //!
 //! Its station is non-blocking: it takes events only while fewer than `cue` wait for it, so
 //! a slow monitor never slows the data flow; the others flow past it. Histograms, reset at each
@@ -29,12 +30,12 @@ use std::time::{Duration, Instant};
 
 use crate::{Attachment, EtClient, StationConfig, Wait};
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::components::recorder::ensure_station;
-use crate::components::{read, set};
-use daqflow_component::Component;
-use daqflow_component::ComponentError;
+use crate::components::{Recent, per_second, read, set};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
 pub use config::MonitorConfig;
@@ -47,8 +48,29 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
     Ok(Box::new(Monitor::new(name, c)))
 }
 
+/// The `monitor` kind: outside the event accounting (it samples, and never slows the data); it
+/// starts with the recorders, before the producers, and stops with them.
+pub fn kind() -> Kind {
+    Kind::new("monitor", "an ET consumer filling online histograms from the events it sees", Role::Other, factory)
+        .stages(2, 5)
+}
+
+/// The monitor's own figures, the `detail` of its [`Stats`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MonitorDetail {
+    /// Events that are not built events (counted in `event_size` only).
+    pub bad_events: u64,
+    /// Seconds since the run started (until it stopped).
+    pub seconds: f64,
+    /// Megabytes (10⁶ bytes) looked at per second over `seconds`.
+    pub mean_mb_per_s: f64,
+    /// The histograms: `event_size`, `fragment_size_src<N>` by source, `rate`.
+    pub histograms: Vec<Histogram>,
+}
+
 /// A one-dimensional histogram with fixed bins.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Histogram {
     name: String,
     title: String,
@@ -58,6 +80,7 @@ pub struct Histogram {
     bins: Vec<u64>,
     underflow: u64,
     overflow: u64,
+    entries: u64,
 }
 
 impl Histogram {
@@ -72,7 +95,23 @@ impl Histogram {
             bins: vec![0; bins.max(1)],
             underflow: 0,
             overflow: 0,
+            entries: 0,
         }
+    }
+
+    /// Its name (`event_size`, `fragment_size_src3`, `rate`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The counts of its bins, from `low` to `high`.
+    pub fn bins(&self) -> &[u64] {
+        &self.bins
+    }
+
+    /// Entries counted, under- and overflow included.
+    pub fn entries(&self) -> u64 {
+        self.entries
     }
 
     /// Counts one entry at `x`.
@@ -82,6 +121,7 @@ impl Histogram {
 
     /// Counts `n` entries at `x`.
     pub fn fill_n(&mut self, x: f64, n: u64) {
+        self.entries += n;
         if x.is_nan() || x < self.low {
             self.underflow += n;
         } else if x >= self.high {
@@ -95,18 +135,7 @@ impl Histogram {
 
     /// The histogram as published.
     pub fn to_json(&self) -> Value {
-        let entries: u64 = self.bins.iter().sum::<u64>() + self.underflow + self.overflow;
-        json!({
-            "name": self.name,
-            "title": self.title,
-            "x_label": self.x_label,
-            "low": self.low,
-            "high": self.high,
-            "bins": self.bins,
-            "underflow": self.underflow,
-            "overflow": self.overflow,
-            "entries": entries,
-        })
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
@@ -140,21 +169,21 @@ impl Plots {
         self.rate_second = self.rate_second.max(now_s);
     }
 
-    fn to_json(&self) -> Vec<Value> {
-        let mut v = vec![self.event_size.to_json()];
-        v.extend(self.fragment_size.values().map(Histogram::to_json));
-        let n = self.rate.len() as f64;
-        v.push(json!({
-            "name": "rate",
-            "title": "Events seen per second",
-            "x_label": "seconds ago",
-            "low": -n,
-            "high": 0.0,
-            "bins": self.rate,
-            "underflow": 0,
-            "overflow": 0,
-            "entries": self.rate.iter().sum::<u64>(),
-        }));
+    /// Every histogram: `event_size`, the fragment sizes by source, `rate`.
+    fn histograms(&self) -> Vec<Histogram> {
+        let mut v = vec![self.event_size.clone()];
+        v.extend(self.fragment_size.values().cloned());
+        v.push(Histogram {
+            name: "rate".into(),
+            title: "Events seen per second".into(),
+            x_label: "seconds ago".into(),
+            low: -(self.rate.len() as f64),
+            high: 0.0,
+            bins: self.rate.clone(),
+            underflow: 0,
+            overflow: 0,
+            entries: self.rate.iter().sum(),
+        });
         v
     }
 }
@@ -177,6 +206,9 @@ pub struct Monitor {
     failure: Arc<Mutex<Option<String>>>,
     worker: Option<JoinHandle<()>>,
     t0: Instant,
+    /// When the run stopped.
+    stopped: Option<Instant>,
+    recent: Recent,
 }
 
 impl Monitor {
@@ -194,7 +226,34 @@ impl Monitor {
             failure: Arc::default(),
             worker: None,
             t0: Instant::now(),
+            stopped: None,
+            recent: Recent::new(),
         }
+    }
+
+    /// The counters and histograms: live (rates over the last interval) or as a summary (the
+    /// means over the run).
+    fn report(&self, summary: bool) -> Stats {
+        let c = &self.counters;
+        let events = c.events.load(Ordering::Relaxed);
+        let bytes = c.bytes.load(Ordering::Relaxed);
+        let seconds = self.stopped.unwrap_or_else(Instant::now).duration_since(self.t0).as_secs_f64();
+        let mean_mb_per_s = per_second(bytes, seconds) / 1e6;
+        let (events_per_s, mb_per_s) =
+            if summary { (per_second(events, seconds), mean_mb_per_s) } else { self.recent.rates(events, bytes) };
+        let histograms = {
+            let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
+            if self.worker.is_some() {
+                p.advance(self.t0.elapsed().as_secs());
+            }
+            p.histograms()
+        };
+        Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s).with_detail(&MonitorDetail {
+            bad_events: c.bad_events.load(Ordering::Relaxed),
+            seconds,
+            mean_mb_per_s,
+            histograms,
+        })
     }
 
     fn end_worker(&mut self) {
@@ -242,11 +301,8 @@ fn fill(plots: &mut Plots, data: &[u8], c: &MonitorConfig) -> bool {
 }
 
 impl Component for Monitor {
-    fn kind(&self) -> &str {
-        "monitor"
-    }
-
-    fn configure(&mut self) -> Result<Value, ComponentError> {
+    /// Creates its station; answers `{"station": NAME}`.
+    fn configure(&mut self) -> Result<Info, ComponentError> {
         let client = EtClient::connect(&self.config.et)?;
         let config = StationConfig {
             blocking: false,
@@ -255,7 +311,9 @@ impl Component for Monitor {
             ..StationConfig::default()
         };
         ensure_station(&client, &self.station, config)?;
-        Ok(json!({ "station": self.station }))
+        let mut info = Info::new();
+        info.insert("station".into(), self.station.clone().into());
+        Ok(info)
     }
 
     fn start(&mut self, _run: u32) -> Result<(), ComponentError> {
@@ -266,6 +324,8 @@ impl Component for Monitor {
         self.stop = Arc::default();
         set(&self.failure, None);
         self.t0 = Instant::now();
+        self.stopped = None;
+        self.recent = Recent::new();
         let (plots, counters, stop, failure, config) =
             (self.plots.clone(), self.counters.clone(), self.stop.clone(), self.failure.clone(), self.config.clone());
         let t0 = self.t0;
@@ -305,13 +365,11 @@ impl Component for Monitor {
         Ok(())
     }
 
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+    /// The run's summary: the events looked at, their mean rates over the run, the histograms.
+    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
         self.end_worker();
-        let mut s = self.stats();
-        if let Value::Object(m) = &mut s {
-            m.remove("mb_per_s");
-        }
-        Ok(s)
+        self.stopped = Some(Instant::now());
+        Ok(self.report(true))
     }
 
     fn reset(&mut self) -> Result<(), ComponentError> {
@@ -319,20 +377,10 @@ impl Component for Monitor {
         Ok(())
     }
 
-    fn stats(&self) -> Value {
-        let c = &self.counters;
-        let t = self.t0.elapsed().as_secs_f64();
-        let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
-        if self.worker.is_some() {
-            p.advance(self.t0.elapsed().as_secs());
-        }
-        json!({
-            "events": c.events.load(Ordering::Relaxed),
-            "bytes": c.bytes.load(Ordering::Relaxed),
-            "bad_events": c.bad_events.load(Ordering::Relaxed),
-            "mb_per_s": if t > 0.0 { c.bytes.load(Ordering::Relaxed) as f64 / t / 1e6 } else { 0.0 },
-            "histograms": p.to_json(),
-        })
+    /// The events looked at in the run, their rates over the last interval; a [`MonitorDetail`]
+    /// with the histograms.
+    fn stats(&self) -> Stats {
+        self.report(false)
     }
 
     fn failure(&self) -> Option<String> {
@@ -387,9 +435,15 @@ mod tests {
         let ev = daqflow_wire::Event::assemble(&info, &[sf]);
         assert!(fill(&mut p, &ev, &c));
         assert!(!fill(&mut p, b"garbage", &c));
-        let h = p.to_json();
-        assert_eq!(h[0]["entries"], 2);
-        assert_eq!(h.iter().filter(|h| h["name"].as_str().unwrap().starts_with("fragment_size_src")).count(), 2);
-        assert_eq!(h[1]["bins"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).sum::<u64>(), 1);
+        let h = p.histograms();
+        assert_eq!(h[0].entries(), 2);
+        assert_eq!(h.iter().filter(|h| h.name().starts_with("fragment_size_src")).count(), 2);
+        assert_eq!(h[1].bins().iter().sum::<u64>(), 1);
+        assert_eq!(h.last().map(Histogram::name), Some("rate"));
+        // Published as before: every key of a histogram, `entries` counted.
+        let json = serde_json::to_value(MonitorDetail { histograms: h, ..Default::default() }).unwrap();
+        let keys = ["name", "title", "x_label", "low", "high", "bins", "underflow", "overflow", "entries"];
+        assert!(keys.iter().all(|k| json["histograms"][0].get(k).is_some()), "{json}");
+        assert_eq!(json["histograms"][0]["entries"], 2);
     }
 }

@@ -9,9 +9,18 @@
 //! `runNNNNNN_NAME.meta.json`: run, start and stop time, events, bytes and every file with
 //! its events, size and first and last event id.
 //!
-//! The summary of a run: `{"events","bytes","bad_events","possibly_corrupt","files":[{"path",
-//! "events","bytes","first_event","last_event"}],"metadata": PATH}`.
+//! Its statistics: `events` recorded and their `bytes`, and a [`RecorderDetail`]; the summary
+//! of a run adds every file (`detail.files`: `path`, `events`, `bytes`, `first_event`,
+//! `last_event`) and the metadata file's path (`detail.metadata`).
+//!
+//! ```
+//! use std::path::PathBuf;
+//! let kind = daqflow_et::components::recorder::kind();
+//! let config: toml::Table = "et = 'daq'\ndirectory = '/data/run'".parse().unwrap();
+//! assert_eq!((kind.data_files.unwrap())(&config), Some(PathBuf::from("/data/run")));
+//! ```
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -21,12 +30,12 @@ use crate::{Attachment, EtClient, StationConfig, Wait};
 use daqflow_wire::EventHeader;
 use daqflow_wire::EventId;
 use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use crate::components::now_ms;
-use crate::components::{read, set};
-use daqflow_component::Component;
-use daqflow_component::ComponentError;
+use crate::components::{Recent, per_second, read, set};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
 pub use config::RecorderConfig;
@@ -37,6 +46,74 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
     let c: RecorderConfig = daqflow_component::parse_config(name, table)?;
     c.check(name)?;
     Ok(Box::new(Recorder::new(name, c)))
+}
+
+/// The `recorder` kind: records the events of the run ([`Role::Recorder`]: it starts before
+/// the producers and stops after them), into its configured `directory`.
+pub fn kind() -> Kind {
+    Kind::new("recorder", "an ET consumer writing every event it gets into data files", Role::Recorder, factory)
+        .data_files(data_directory)
+}
+
+/// Where a recorder configured with `config` writes its files: its `directory` (a required key,
+/// without default).
+fn data_directory(config: &toml::Table) -> Option<PathBuf> {
+    config.get("directory").and_then(|d| d.as_str()).map(PathBuf::from)
+}
+
+/// The recorder's own figures, the `detail` of its [`Stats`]; its `events` are the events
+/// recorded, its `bytes` theirs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RecorderDetail {
+    /// Seconds since the run started (until it stopped).
+    pub seconds: f64,
+    /// Megabytes (10⁶ bytes) recorded per second over `seconds`.
+    pub mean_mb_per_s: f64,
+    /// Events without a builder's header, recorded under event id 0.
+    pub bad_events: u64,
+    /// Events the ET system marked possibly corrupt (held by a consumer that died).
+    pub possibly_corrupt: u64,
+    /// Files closed so far (the file being written not counted).
+    pub files_closed: u64,
+    /// When the run started (Unix ms; none before the first run).
+    pub started_ms: Option<u64>,
+    /// When it stopped (Unix ms; in the summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_ms: Option<u64>,
+    /// Every file of the run (in the summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<RecordedFile>>,
+    /// The run's metadata file, `runNNNNNN_NAME.meta.json` (in the summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<PathBuf>,
+}
+
+/// One data file of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecordedFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Events in it.
+    pub events: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Its first event id, if any.
+    pub first_event: Option<u64>,
+    /// Its last event id, if any.
+    pub last_event: Option<u64>,
+}
+
+impl From<&ClosedFile> for RecordedFile {
+    fn from(f: &ClosedFile) -> Self {
+        RecordedFile {
+            path: f.path.clone(),
+            events: f.events,
+            bytes: f.file_bytes,
+            first_event: f.first_event.map(|e| e.0),
+            last_event: f.last_event.map(|e| e.0),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -58,8 +135,11 @@ pub struct Recorder {
     failure: Arc<Mutex<Option<String>>>,
     worker: Option<JoinHandle<Result<Vec<ClosedFile>, String>>>,
     run: u32,
-    started_ms: u64,
+    started_ms: Option<u64>,
     t0: Instant,
+    /// When the run stopped.
+    stopped: Option<Instant>,
+    recent: Recent,
 }
 
 impl Recorder {
@@ -75,9 +155,41 @@ impl Recorder {
             failure: Arc::default(),
             worker: None,
             run: 0,
-            started_ms: 0,
+            started_ms: None,
             t0: Instant::now(),
+            stopped: None,
+            recent: Recent::new(),
         }
+    }
+
+    /// Seconds since the run started, until it stopped.
+    fn seconds(&self) -> f64 {
+        match self.started_ms {
+            Some(_) => self.stopped.unwrap_or_else(Instant::now).duration_since(self.t0).as_secs_f64(),
+            None => 0.0,
+        }
+    }
+
+    /// The counters, with the rates over the last interval (live) or over the run (`summary`),
+    /// and the detail of the live statistics.
+    fn counted(&self, summary: bool) -> (Stats, RecorderDetail) {
+        let c = &self.counters;
+        let events = c.events.load(Ordering::Relaxed);
+        let bytes = c.bytes.load(Ordering::Relaxed);
+        let seconds = self.seconds();
+        let mean_mb_per_s = per_second(bytes, seconds) / 1e6;
+        let (events_per_s, mb_per_s) =
+            if summary { (per_second(events, seconds), mean_mb_per_s) } else { self.recent.rates(events, bytes) };
+        let detail = RecorderDetail {
+            seconds,
+            mean_mb_per_s,
+            bad_events: c.bad_events.load(Ordering::Relaxed),
+            possibly_corrupt: c.possibly_corrupt.load(Ordering::Relaxed),
+            files_closed: c.files.load(Ordering::Relaxed),
+            started_ms: self.started_ms,
+            ..RecorderDetail::default()
+        };
+        (Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s), detail)
     }
 
     fn station_config(&self) -> Result<StationConfig, ComponentError> {
@@ -105,17 +217,17 @@ pub(crate) fn ensure_station(client: &EtClient, name: &str, config: StationConfi
 }
 
 impl Component for Recorder {
-    fn kind(&self) -> &str {
-        "recorder"
-    }
-
-    fn configure(&mut self) -> Result<Value, ComponentError> {
+    /// Creates the directory and the station; answers `{"station": NAME, "directory": PATH}`.
+    fn configure(&mut self) -> Result<Info, ComponentError> {
         self.config.check(&self.name)?;
         std::fs::create_dir_all(&self.config.directory)
             .map_err(|e| ComponentError::Config(format!("directory {}: {e}", self.config.directory.display())))?;
         let client = EtClient::connect(&self.config.et)?;
         ensure_station(&client, &self.station, self.station_config()?)?;
-        Ok(json!({ "station": self.station, "directory": self.config.directory }))
+        let mut info = Info::new();
+        info.insert("station".into(), self.station.clone().into());
+        info.insert("directory".into(), self.config.directory.to_string_lossy().into_owned().into());
+        Ok(info)
     }
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
@@ -139,8 +251,10 @@ impl Component for Recorder {
         self.stop = Arc::default();
         set(&self.failure, None);
         self.run = run;
-        self.started_ms = now_ms();
+        self.started_ms = Some(now_ms());
         self.t0 = Instant::now();
+        self.stopped = None;
+        self.recent = Recent::new();
         let (counters, stop, failure) = (self.counters.clone(), self.stop.clone(), self.failure.clone());
         let (batch, drain, timeout) = (
             self.config.batch,
@@ -159,32 +273,31 @@ impl Component for Recorder {
         Ok(())
     }
 
-    fn stop(&mut self, _arg: Option<u64>) -> Result<Value, ComponentError> {
+    /// Drains the station, closes the files and writes the run's metadata file; the summary's
+    /// detail lists every file and the metadata file.
+    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
         self.stop.store(true, Ordering::SeqCst);
-        let files = match self.worker.take().map(JoinHandle::join) {
-            Some(Ok(Ok(files))) => files,
-            Some(Ok(Err(e))) => return Err(ComponentError::Failed(e)),
-            Some(Err(_)) => return Err(ComponentError::Failed("the writer thread panicked".into())),
-            None => Vec::new(),
+        let Some(worker) = self.worker.take() else {
+            // No run is being recorded (its start failed): nothing to close, and no metadata
+            // file to write, lest an earlier run's be overwritten.
+            let (stats, detail) = self.counted(true);
+            return Ok(stats.with_detail(&detail));
         };
+        let files = match worker.join() {
+            Ok(Ok(files)) => files,
+            Ok(Err(e)) => return Err(ComponentError::Failed(e)),
+            Err(_) => return Err(ComponentError::Failed("the writer thread panicked".into())),
+        };
+        self.stopped = Some(Instant::now());
+        let stopped_ms = now_ms();
+        let files: Vec<RecordedFile> = files.iter().map(RecordedFile::from).collect();
         let c = &self.counters;
-        let files: Vec<Value> = files
-            .iter()
-            .map(|f| {
-                json!({
-                    "path": f.path,
-                    "events": f.events,
-                    "bytes": f.file_bytes,
-                    "first_event": f.first_event.map(|e| e.0),
-                    "last_event": f.last_event.map(|e| e.0),
-                })
-            })
-            .collect();
-        let mut summary = json!({
+        // The metadata file (`docs/operator-guide.md`, "Files"), beside the data files.
+        let metadata = json!({
             "run": self.run,
             "component": self.name,
             "started_ms": self.started_ms,
-            "stopped_ms": now_ms(),
+            "stopped_ms": stopped_ms,
             "events": c.events.load(Ordering::Relaxed),
             "bytes": c.bytes.load(Ordering::Relaxed),
             "bad_events": c.bad_events.load(Ordering::Relaxed),
@@ -192,10 +305,12 @@ impl Component for Recorder {
             "files": files,
         });
         let meta = self.config.directory.join(format!("run{:06}_{}.meta.json", self.run, self.name));
-        let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+        let text = serde_json::to_string_pretty(&metadata).unwrap_or_default();
         std::fs::write(&meta, text).map_err(|e| ComponentError::Failed(format!("{}: {e}", meta.display())))?;
-        summary["metadata"] = json!(meta);
-        Ok(summary)
+        let (stats, detail) = self.counted(true);
+        let detail =
+            RecorderDetail { stopped_ms: Some(stopped_ms), files: Some(files), metadata: Some(meta), ..detail };
+        Ok(stats.with_detail(&detail))
     }
 
     fn reset(&mut self) -> Result<(), ComponentError> {
@@ -205,20 +320,11 @@ impl Component for Recorder {
         Ok(())
     }
 
-    fn stats(&self) -> Value {
-        let c = &self.counters;
-        let t = self.t0.elapsed().as_secs_f64();
-        let events = c.events.load(Ordering::Relaxed);
-        let bytes = c.bytes.load(Ordering::Relaxed);
-        json!({
-            "events": events,
-            "bytes": bytes,
-            "files": c.files.load(Ordering::Relaxed),
-            "bad_events": c.bad_events.load(Ordering::Relaxed),
-            "possibly_corrupt": c.possibly_corrupt.load(Ordering::Relaxed),
-            "t": t,
-            "mb_per_s": if self.worker.is_some() && t > 0.0 { bytes as f64 / t / 1e6 } else { 0.0 },
-        })
+    /// Events and bytes recorded in the run, their rates over the last interval; a
+    /// [`RecorderDetail`].
+    fn stats(&self) -> Stats {
+        let (stats, detail) = self.counted(false);
+        stats.with_detail(&detail)
     }
 
     fn failure(&self) -> Option<String> {
