@@ -268,12 +268,12 @@ fn a_stranger_cannot_join_an_event_builder_that_has_a_token() {
     let v = loop {
         evm.send("stats");
         let v: serde_json::Value = serde_json::from_str(&evm.next_line()).unwrap();
-        if !v["result"]["rus_connected"].is_null() || std::time::Instant::now() > deadline {
+        if !v["result"]["detail"]["rus_connected"].is_null() || std::time::Instant::now() > deadline {
             break v;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(v["result"]["rus_connected"], 1, "{v}");
-    assert_eq!(v["result"]["bus"].as_array().map(Vec::len), Some(0), "{v}");
-    assert!(v["result"]["error"].is_null() && v["state"] == "Running", "{v}");
+    assert_eq!(v["result"]["detail"]["rus_connected"], 1, "{v}");
+    assert_eq!(v["result"]["detail"]["bus"].as_array().map(Vec::len), Some(0), "{v}");
+    assert!(v["result"]["trigger"]["error"].is_null() && v["state"] == "Running", "{v}");
 }

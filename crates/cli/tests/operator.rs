@@ -219,7 +219,7 @@ fn transitions_go_in_order_and_illegal_ones_are_refused() {
 }
 
 fn kill(op: &Operator, name: &str) {
-    let pid = component(&status(&op), name)["pid"].as_u64().unwrap();
+    let pid = component(&status(op), name)["pid"].as_u64().unwrap();
     // SAFETY: kill(2) on a child of this test's operator.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
 }
@@ -267,7 +267,7 @@ fn a_readout_unit_killed_in_a_run_stops_the_run_with_the_reason() {
 fn a_component_that_never_joins_is_caught_by_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
-        "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\ndata = '{}'\ntimeout_s = 2\n\n[[component]]\nname = 'mute'\nkind = 'mine'\ncommand = ['sleep', '600']\n",
+        "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\ndata = '{}'\ntimeout_s = 2\n\n[[component]]\nname = 'mute'\nkind = 'mine'\ncommand = ['sh', '-c', 'sleep 600']\n",
         dir.path().display()
     );
     let file = SystemFile::parse(&text, &daqflow::registry::standard()).unwrap();
@@ -275,6 +275,11 @@ fn a_component_that_never_joins_is_caught_by_the_timeout() {
     let e = Operator::launch(OperatorOptions::new(file, BIN.into())).err().expect("launch must fail");
     assert!(e.to_string().contains("mute: launch: did not join the control plane within 2 s"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(60));
+    // A program that ends at once is named with how it ended and where its output is.
+    let text = text.replace("['sh', '-c', 'sleep 600']", "['false']");
+    let file = SystemFile::parse(&text, &daqflow::registry::standard()).unwrap();
+    let e = Operator::launch(OperatorOptions::new(file, BIN.into())).err().expect("launch must fail").to_string();
+    assert!(e.contains("mute: launch: the process ended (exit status: 1); see ") && e.contains("logs/mute.log"), "{e}");
 }
 
 #[test]

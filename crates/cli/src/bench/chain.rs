@@ -123,7 +123,7 @@ fn run_chain(
     for (who, summary) in
         std::iter::once(("generator", &g)).chain(passed.iter().map(|p| ("repeater", p))).chain([("sink", &s)])
     {
-        if let Some(e) = summary["error"].as_str() {
+        if let Some(e) = summary["detail"]["error"].as_str() {
             errors.push(format!("{who}: {e}"));
         }
     }
@@ -135,15 +135,16 @@ fn run_chain(
     if !errors.is_empty() {
         bail!("{}", errors.join("; "));
     }
-    let sent = counter(&g, "chunks")?;
-    let got = counter(&s, "chunks")?;
-    let (seq, crc) = (counter(&s, "sequence_errors")?, counter(&s, "crc_errors")?);
-    if got != sent || seq != 0 || crc != 0 || s["end_seen"] != true {
+    // Chunks are the chain's events; the sink's checks are in its detail.
+    let sent = counter(&g, "events")?;
+    let got = counter(&s, "events")?;
+    let (seq, crc) = (counter(&s["detail"], "sequence_errors")?, counter(&s["detail"], "crc_errors")?);
+    if got != sent || seq != 0 || crc != 0 || s["detail"]["end_seen"] != true {
         bail!("chunks lost or damaged: {sent} sent, {got} received, {seq} sequence errors, {crc} CRC errors: {s}");
     }
-    let dt = s1["seconds"].as_f64().unwrap_or(0.0) - s0["seconds"].as_f64().unwrap_or(0.0);
+    let dt = s1["detail"]["seconds"].as_f64().unwrap_or(0.0) - s0["detail"]["seconds"].as_f64().unwrap_or(0.0);
     let db = counter(&s1, "bytes")?.saturating_sub(counter(&s0, "bytes")?);
-    let dc = counter(&s1, "chunks")?.saturating_sub(counter(&s0, "chunks")?);
+    let dc = counter(&s1, "events")?.saturating_sub(counter(&s0, "events")?);
     if dt <= 0.0 || db == 0 {
         bail!("no data reached the sink in the measurement window");
     }

@@ -570,6 +570,8 @@ fn event_loop(
             }
         }
         let mut shut_down = false;
+        // Answers go out once the snapshot shows what they did (a caller reads the state next).
+        let mut answers = Vec::new();
         while let Some(input) = inputs.pop_front() {
             let t = Now::current();
             for output in seq.handle(input, t) {
@@ -608,7 +610,7 @@ fn event_loop(
                     }
                     Output::Done { ticket, result } => {
                         if let Some(reply) = tickets.remove(&ticket) {
-                            let _ = reply.send(result);
+                            answers.push((reply, result));
                         }
                         if Some(ticket) == shutdown_ticket {
                             shut_down = true;
@@ -627,6 +629,9 @@ fn event_loop(
             }
         }
         inner.changed.notify_all();
+        for (reply, result) in answers {
+            let _ = reply.send(result);
+        }
         if crate::log::last_seq() > log_published
             && let Some(service) = &log
         {
