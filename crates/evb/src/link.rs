@@ -80,6 +80,10 @@ pub(crate) struct Peer {
     /// A hello that waits for its id to be free (a successor racing its predecessor's
     /// departure): since when. Nothing is read from the peer meanwhile.
     pub waiting: Option<Instant>,
+    /// A BU's generation (its hello's, at an RU).
+    pub generation: u32,
+    /// Frames received so far.
+    pub frames: u64,
 }
 
 impl Peer {
@@ -96,6 +100,8 @@ impl Peer {
             stash: None,
             closed: None,
             waiting: None,
+            generation: 0,
+            frames: 0,
         }
     }
 
@@ -116,7 +122,10 @@ impl Peer {
             return None;
         }
         match self.conn.try_recv() {
-            Ok(Some(f)) => Some(f),
+            Ok(Some(f)) => {
+                self.frames += 1;
+                Some(f)
+            }
             Ok(None) => None,
             Err(e) => {
                 self.closed = Some(match e {

@@ -10,8 +10,9 @@
 //! rejects are the engine's grouped data control messages
 //! ([`daqflow_engine::messages::KIND_DISCARD`] and [`daqflow_engine::messages::KIND_REJECT`]).
 //!
-//! `docs/evb.md` describes the protocol step by step. [`Message::decode`] checks every length
-//! before reading and never panics:
+//! `docs/evb.md` describes the protocol step by step. Every hello carries the
+//! [`PROTOCOL_VERSION`]; a hello of another version is refused ([`ProtocolError::Version`]).
+//! [`Message::decode`] checks every length before reading and never panics:
 //!
 //! ```
 //! use daqflow_evb::protocol::{Message, Trigger};
@@ -25,6 +26,15 @@ use bytes::Bytes;
 use daqflow_wire::codec::{CodecError, Reader, Writer};
 use daqflow_wire::frame::Frame;
 
+/// The version of the event builder's protocol this build speaks, in every hello. Version 2:
+/// builder units have generations (the hello's `generation`, the RU list's and BU gone's), so
+/// that an RU knows which admission of a BU id a connection and a BU gone belong to. Version 1
+/// (no version in the hello) knew BUs by id only.
+///
+/// The fields of the hello up to and including the version keep their place in every
+/// version, so that any version can tell another's hello and refuse it by name.
+pub const PROTOCOL_VERSION: u32 = 2;
+
 /// The event builder's protocol name in the transport's handshake (`docs/security.md`): every
 /// connection to an EVM or an RU proves the system token, if one is set, before its hello.
 pub const PROTOCOL: &str = "evb";
@@ -35,7 +45,7 @@ pub const KIND_HELLO: u16 = 0x0E01;
 pub const KIND_FRAGMENT: u16 = 0x0E02;
 /// Source → RU: the stream ends cleanly after event `last_event`.
 pub const KIND_END: u16 = 0x0E03;
-/// EVM → BU: the run number and the readout units with their addresses.
+/// EVM → BU: the run number, the BU's generation, and the readout units with their addresses.
 pub const KIND_RU_LIST: u16 = 0x0E04;
 /// BU → EVM: new credits and the events now in the BU's output.
 pub const KIND_REQUEST: u16 = 0x0E05;
@@ -45,7 +55,8 @@ pub const KIND_TRIGGERS: u16 = 0x0E06;
 pub const KIND_ASSIGN: u16 = 0x0E07;
 /// RU → BU: one encoded super-fragment.
 pub const KIND_SUPER_FRAGMENT: u16 = 0x0E08;
-/// EVM → RU: a BU is gone; drop what is queued for it (its events are re-assigned).
+/// EVM → RU: a BU (one generation of a BU id) is gone; drop what is queued for it (its events
+/// are re-assigned).
 pub const KIND_BU_GONE: u16 = 0x0E0A;
 /// EVM → RU, BU: the run is over; every event up to `last_event` is accounted for.
 pub const KIND_RUN_END: u16 = 0x0E0B;
@@ -120,16 +131,23 @@ pub enum Message {
         name: String,
         /// An RU's address for builder units (empty otherwise).
         addr: String,
+        /// A BU's generation, in its hello to an RU: the one the EVM gave it in the RU list (the
+        /// number of BUs with its id the EVM removed before admitting it). 0 in every other
+        /// hello. (The encoded hello also carries [`PROTOCOL_VERSION`] before it.)
+        generation: u32,
     },
     /// The stream (or the run, from the EVM) ends after `last_event`.
     End {
         /// Last event sent.
         last_event: u64,
     },
-    /// The run and its readout units.
+    /// The run, the receiving BU's generation and the run's readout units.
     RuList {
         /// Run number.
         run: u32,
+        /// The BU's generation: how many BUs with its id the EVM removed (and told the RUs so
+        /// with a BU gone) before it admitted this one. The BU says it in its hello to every RU.
+        generation: u32,
         /// `(RU id, address for builder units)`.
         rus: Vec<(u32, String)>,
     },
@@ -154,10 +172,12 @@ pub enum Message {
         /// The events, in assignment order.
         events: Vec<u64>,
     },
-    /// BU `bu` is gone.
+    /// BU `bu` of generation `generation` is gone.
     BuGone {
         /// The builder unit.
         bu: u32,
+        /// Which admission of the id: the generation the EVM gave that BU.
+        generation: u32,
     },
     /// The run is over.
     RunEnd {
@@ -188,6 +208,24 @@ pub enum ProtocolError {
     /// The frame kind is not an event-builder message.
     #[error("frame kind {0:#06x} is not an event-builder message")]
     UnknownKind(u16),
+    /// A hello of another protocol version: the peer runs another daqflow-evb (every component
+    /// of a builder must speak the same version). Nothing after the version is read.
+    #[error(
+        "{} {id} ({name:?}) speaks evb protocol version {version}{}; this component speaks version {PROTOCOL_VERSION}: \
+         run the same daqflow version on every host of the builder",
+        role.map_or("a peer with id", crate::link::role_name),
+        if *version == 1 { " (its hello has no version)" } else { "" }
+    )]
+    Version {
+        /// What the peer says it is (none: a role this version does not know).
+        role: Option<Role>,
+        /// Its id.
+        id: u32,
+        /// Its name.
+        name: String,
+        /// The version it speaks (1: a hello without a version, from before versions).
+        version: u32,
+    },
 }
 
 impl Message {
@@ -210,16 +248,19 @@ impl Message {
     pub fn encode(&self) -> Bytes {
         let mut b = Writer::new();
         match self {
-            Message::Hello { role, id, run, name, addr } => {
+            Message::Hello { role, id, run, name, addr, generation } => {
                 b.u32(role.code());
                 b.u32(*id);
                 b.u32(*run);
                 b.text(name);
                 b.text(addr);
+                b.u32(PROTOCOL_VERSION);
+                b.u32(*generation);
             }
             Message::End { last_event } | Message::RunEnd { last_event } => b.u64(*last_event),
-            Message::RuList { run, rus } => {
+            Message::RuList { run, generation, rus } => {
                 b.u32(*run);
+                b.u32(*generation);
                 b.count(rus.len());
                 for (id, addr) in rus {
                     b.u32(*id);
@@ -253,7 +294,10 @@ impl Message {
                     b.u64(*id);
                 }
             }
-            Message::BuGone { bu } => b.u32(*bu),
+            Message::BuGone { bu, generation } => {
+                b.u32(*bu);
+                b.u32(*generation);
+            }
             Message::Abort { reason } => b.text(reason),
         }
         b.finish()
@@ -272,17 +316,21 @@ impl Message {
             KIND_HELLO => {
                 let mut r = Reader::new("hello", p);
                 let code = r.u32("role")?;
-                let role = Role::from_code(code)
+                let id = r.u32("id")?;
+                let run = r.u32("run")?;
+                let name = r.text("name")?;
+                let addr = r.text("addr")?;
+                // Version 1 ended here; later versions keep everything up to the version in place.
+                let version = if r.remaining() == 0 { 1 } else { r.u32("version")? };
+                let role = Role::from_code(code);
+                if version != PROTOCOL_VERSION {
+                    return Err(ProtocolError::Version { role, id, name, version });
+                }
+                let role = role
                     .ok_or_else(|| ProtocolError::Invalid { what: "hello", detail: format!("unknown role {code}") })?;
-                let m = Message::Hello {
-                    role,
-                    id: r.u32("id")?,
-                    run: r.u32("run")?,
-                    name: r.text("name")?,
-                    addr: r.text("addr")?,
-                };
+                let generation = r.u32("generation")?;
                 r.finish()?;
-                m
+                Message::Hello { role, id, run, name, addr, generation }
             }
             KIND_END | KIND_RUN_END => {
                 let mut r = Reader::new("end", p);
@@ -293,13 +341,14 @@ impl Message {
             KIND_RU_LIST => {
                 let mut r = Reader::new("RU list", p);
                 let run = r.u32("run")?;
+                let generation = r.u32("generation")?;
                 let n = r.count(6, "RUs")?;
                 let mut rus = Vec::with_capacity(n);
                 for _ in 0..n {
                     rus.push((r.u32("RU id")?, r.text("RU address")?));
                 }
                 r.finish()?;
-                Message::RuList { run, rus }
+                Message::RuList { run, generation, rus }
             }
             KIND_REQUEST => {
                 let mut r = Reader::new("request", p);
@@ -337,8 +386,9 @@ impl Message {
             KIND_BU_GONE => {
                 let mut r = Reader::new("BU gone", p);
                 let bu = r.u32("BU")?;
+                let generation = r.u32("generation")?;
                 r.finish()?;
-                Message::BuGone { bu }
+                Message::BuGone { bu, generation }
             }
             KIND_ABORT => {
                 let mut r = Reader::new("abort", p);
@@ -360,16 +410,19 @@ mod tests {
     fn message() -> impl Strategy<Value = Message> {
         let text = "[a-z0-9:._-]{0,20}";
         prop_oneof![
-            (0u32..4, any::<u32>(), any::<u32>(), text, text).prop_map(|(r, id, run, name, addr)| Message::Hello {
-                role: Role::from_code(r + 1).unwrap(),
-                id,
-                run,
-                name,
-                addr
-            }),
+            (0u32..4, any::<u32>(), any::<u32>(), text, text, any::<u32>()).prop_map(
+                |(r, id, run, name, addr, generation)| Message::Hello {
+                    role: Role::from_code(r + 1).unwrap(),
+                    id,
+                    run,
+                    name,
+                    addr,
+                    generation
+                }
+            ),
             any::<u64>().prop_map(|last_event| Message::End { last_event }),
-            (any::<u32>(), proptest::collection::vec((any::<u32>(), text), 0..5))
-                .prop_map(|(run, rus)| Message::RuList { run, rus }),
+            (any::<u32>(), any::<u32>(), proptest::collection::vec((any::<u32>(), text), 0..5))
+                .prop_map(|(run, generation, rus)| Message::RuList { run, generation, rus }),
             (any::<u32>(), proptest::collection::vec(any::<u64>(), 0..50))
                 .prop_map(|(credits, done)| Message::Request { credits, done }),
             (
@@ -390,7 +443,7 @@ mod tests {
                 }),
             (any::<u32>(), proptest::collection::vec(any::<u64>(), 0..50))
                 .prop_map(|(bu, events)| Message::Assign { bu, events }),
-            any::<u32>().prop_map(|bu| Message::BuGone { bu }),
+            (any::<u32>(), any::<u32>()).prop_map(|(bu, generation)| Message::BuGone { bu, generation }),
             any::<u64>().prop_map(|last_event| Message::RunEnd { last_event }),
             text.prop_map(|reason| Message::Abort { reason }),
         ]
@@ -405,6 +458,64 @@ mod tests {
         #[test]
         fn random_payloads_give_errors_not_panics(kind in 0x0E00u16..0x0E10, payload in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = Message::decode(&Frame::new(kind, Bytes::from(payload)));
+        }
+
+        /// Valid messages with bytes overwritten at random: an error or a message, never a
+        /// panic; and what decodes encodes to what decodes to the same message.
+        #[test]
+        fn corrupted_messages_give_errors_or_messages_not_panics(
+            m in message(),
+            hits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        ) {
+            let mut bytes = m.encode().to_vec();
+            if !bytes.is_empty() {
+                for (at, v) in hits {
+                    let i = at.index(bytes.len());
+                    bytes[i] = v;
+                }
+            }
+            if let Ok(d) = Message::decode(&Frame::new(m.kind(), Bytes::from(bytes))) {
+                prop_assert_eq!(Message::decode(&d.to_frame()).unwrap(), d);
+            }
+        }
+
+        /// A hello whose first five fields are well formed and whose rest is anything: accepted
+        /// only as this version's hello (version, generation, nothing more); any other version is
+        /// refused by name, with the peer it says it is; never a panic.
+        #[test]
+        fn a_hello_of_any_other_version_is_refused_by_name(
+            role in 1u32..=4,
+            id in any::<u32>(),
+            name in "[a-z0-9-]{0,12}",
+            tail in proptest::collection::vec(any::<u8>(), 0..16),
+        ) {
+            let mut w = Writer::new();
+            w.u32(role);
+            w.u32(id);
+            w.u32(5);
+            w.text(&name);
+            w.text("");
+            w.bytes(&tail);
+            let got = Message::decode(&Frame::new(KIND_HELLO, w.finish()));
+            let version = match tail.get(..4) {
+                None if tail.is_empty() => Some(1),
+                None => None,
+                Some(v) => Some(u32::from_le_bytes(v.try_into().unwrap())),
+            };
+            match (version, got) {
+                (Some(v), Err(ProtocolError::Version { role: r, id: i, name: n, version }))
+                    if v != PROTOCOL_VERSION =>
+                {
+                    prop_assert_eq!((r, i, n, version), (Role::from_code(role), id, name, v));
+                }
+                (Some(PROTOCOL_VERSION), Ok(Message::Hello { generation, .. })) => {
+                    prop_assert_eq!(tail.len(), 8);
+                    prop_assert_eq!(generation, u32::from_le_bytes(tail[4..8].try_into().unwrap()));
+                }
+                (Some(PROTOCOL_VERSION), Err(ProtocolError::Codec(_))) => prop_assert_ne!(tail.len(), 8),
+                (None, Err(ProtocolError::Codec(_))) => {}
+                (v, got) => prop_assert!(false, "version {v:?}: {got:?}"),
+            }
         }
 
         #[test]
@@ -447,6 +558,38 @@ mod tests {
             Message::Abort { reason } => assert!(reason.len() <= 65535 && reason.chars().all(|c| c == 'é')),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_hello_of_version_1_is_refused_with_a_message_that_says_so() {
+        // Version 1's hello: role, id, run, name, address, nothing more.
+        let mut w = Writer::new();
+        w.u32(3);
+        w.u32(4);
+        w.u32(12);
+        w.text("bu-4");
+        w.text("");
+        let err = Message::decode(&Frame::new(KIND_HELLO, w.finish())).unwrap_err();
+        assert_eq!(err, ProtocolError::Version { role: Some(Role::Bu), id: 4, name: "bu-4".into(), version: 1 });
+        assert_eq!(
+            err.to_string(),
+            "BU 4 (\"bu-4\") speaks evb protocol version 1 (its hello has no version); this component speaks \
+             version 2: run the same daqflow version on every host of the builder"
+        );
+    }
+
+    #[test]
+    fn the_generations_are_where_the_documentation_says() {
+        let hello =
+            Message::Hello { role: Role::Bu, id: 1, run: 2, name: "b".into(), addr: String::new(), generation: 7 };
+        assert_eq!(
+            &hello.encode()[..],
+            [&[3, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1, 0, b'b', 0, 0][..], &[2, 0, 0, 0, 7, 0, 0, 0]].concat()
+        );
+        let list = Message::RuList { run: 2, generation: 7, rus: vec![(0, "a".into())] };
+        assert_eq!(&list.encode()[..], [2, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, b'a']);
+        let gone = Message::BuGone { bu: 1, generation: 7 };
+        assert_eq!(&gone.encode()[..], [1, 0, 0, 0, 7, 0, 0, 0]);
     }
 
     #[test]

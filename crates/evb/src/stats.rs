@@ -119,6 +119,9 @@ pub struct RuDetail {
     pub streams_connected: usize,
     /// BUs connected.
     pub bus_connected: usize,
+    /// BU connections held, not taken yet: the EVM's BU gone for an earlier generation of their
+    /// id has not come yet, or a live connection has their id and generation.
+    pub bus_held: usize,
     /// Events of the run still stored at the end (summary; 0 unless the run was cut short).
     pub leftover_events: Option<usize>,
     /// The first sequence and CRC problems seen.

@@ -283,6 +283,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 run: 1,
                 name: "rogue".into(),
                 addr: String::new(),
+                generation: 0,
             }
             .to_frame()
             .payload[..5]
@@ -301,6 +302,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 run: 1,
                 name: "impostor".into(),
                 addr: String::new(),
+                generation: 0,
             };
             // A component of another run (a stale process): refused, so its leaving is not an
             // RU lost (which would stop the run).
@@ -310,6 +312,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 run: 2,
                 name: "stale".into(),
                 addr: "127.0.0.1:9".into(),
+                generation: 0,
             };
             // An impostor of a connected RU, in this run: refused, the run goes on (it used to
             // abort the run).
@@ -319,6 +322,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 run: 1,
                 name: "twin".into(),
                 addr: "127.0.0.1:9".into(),
+                generation: 0,
             };
             rogue.push(hello_from(addr, hello));
             rogue.push(hello_from(addr, stale));
@@ -332,6 +336,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 run: 1,
                 name: "impostor".into(),
                 addr: String::new(),
+                generation: 0,
             };
             let mut impostor = hello_from(addr, bu);
             impostor.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
@@ -345,6 +350,7 @@ fn garbage_on_every_listening_socket_harms_no_one() {
                 run: 2,
                 name: "stale".into(),
                 addr: String::new(),
+                generation: 0,
             };
             rogue.push(hello_from(addr, stale));
         }
@@ -691,5 +697,260 @@ fn a_bu_that_left_is_replaced_by_a_successor_with_its_id() {
     b.rus[0].stop(None).unwrap();
     successor.stop(None).unwrap();
     b.bus[1].stop(None).unwrap();
+    assert_eq!(trigger(&evm).lost, 0, "{evm:?}");
+}
+
+/// A TCP relay between an RU and the EVM whose EVM → RU direction can be held: while `held`
+/// is set, what the EVM sends the RU waits in the relay, in order (an RU that falls behind on
+/// its EVM link, as a busy host's can).
+struct Relay {
+    addr: String,
+    held: Arc<AtomicBool>,
+}
+
+impl Relay {
+    fn to(evm: &str) -> Relay {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let held = Arc::new(AtomicBool::new(false));
+        let (evm, h) = (evm.to_owned(), held.clone());
+        std::thread::spawn(move || {
+            for ru in listener.incoming() {
+                let Ok(ru) = ru else { return };
+                let Ok(evm) = std::net::TcpStream::connect(&evm) else { return };
+                Relay::pump(ru.try_clone().unwrap(), evm.try_clone().unwrap(), None);
+                Relay::pump(evm, ru, Some(h.clone()));
+            }
+        });
+        Relay { addr, held }
+    }
+
+    /// Copies `from` to `to`; what was read waits while `held` is set (so that nothing read
+    /// after it was set goes through).
+    fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, held: Option<Arc<AtomicBool>>) {
+        use std::io::{Read, Write};
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let n = match from.read(&mut buf) {
+                    Ok(0) | Err(_) => {
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                        return;
+                    }
+                    Ok(n) => n,
+                };
+                while held.as_ref().is_some_and(|h| h.load(std::sync::atomic::Ordering::SeqCst)) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn hold(&self, held: bool) {
+        self.held.store(held, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Waits (at most 20 s) until `done`; whether it happened.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// The race of the simulation's `a_restarted_bu_that_reaches_an_ru_before_its_predecessors_bu_gone_builds_on`,
+/// with real sockets: the EVM's BU gone for a dead BU reaches the RU only after the BU's
+/// successor (same id, generation 1) has connected to the RU. The RU holds the successor until
+/// the BU gone comes, so the successor gets nothing of what was queued for its predecessor and
+/// is not dropped by the late BU gone: it builds on, and nothing is lost. (Before generations,
+/// the RU took the successor at once, sent it the predecessor's events, and then dropped it on
+/// the BU gone: the successor failed, and with it the run.)
+#[test]
+fn a_restarted_bu_that_reaches_an_ru_before_its_predecessors_bu_gone_is_held_then_builds_on() {
+    let mut evm = Evm::new("evm", EvmConfig { rus: 1, ..Default::default() });
+    let evm_addr = listen(evm.configure().unwrap());
+    let relay = Relay::to(&evm_addr);
+    let mut ru = Ru::new("ru-0", RuConfig { id: 0, evm: relay.addr.clone(), streams: 2, ..Default::default() });
+    let ru_addr = listen(ru.configure().unwrap());
+    let mut sources: Vec<Source> = (0..2)
+        .map(|k| {
+            let size = SizeModel::Fixed { bytes: 200 };
+            let mut s = Source::new(
+                &format!("src-{k}"),
+                SourceConfig { source_id: k, ru: ru_addr.clone(), size, ..Default::default() },
+            );
+            s.configure().unwrap();
+            s
+        })
+        .collect();
+    let bu_config = BuConfig { id: 0, evm: evm_addr.clone(), ..Default::default() };
+    let mut first = Bu::new("bu-0", bu_config.clone());
+    first.configure().unwrap();
+    evm.start(1).unwrap();
+    ru.start(1).unwrap();
+    first.start(1).unwrap();
+    for s in &mut sources {
+        s.start(1).unwrap();
+    }
+    assert!(eventually(|| first.stats().events >= 100), "the run builds first: {:?}", evm.stats());
+    // Stream 1 stops delivering: the events assigned to the first BU wait at the RU, queued.
+    sources[1].pause().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The RU falls behind on its EVM link; the first BU dies (its process: no goodbye).
+    relay.hold(true);
+    first.reset().unwrap();
+    let mut successor = Bu::new("bu-0", bu_config);
+    successor.configure().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = successor.start(1) {
+        // Refused while the EVM still holds the first one: tried again, as the operator does.
+        assert!(Instant::now() < deadline, "{e}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The successor is connected to the RU (from its side) and the RU holds it: it has not had
+    // the BU gone for generation 0. Stream 1 delivers again, so the first BU's queued events
+    // are ready to go: they must not go to the successor.
+    let connected = |bu: &Bu| bu.stats().detail_as::<BuDetail>().is_some_and(|d| d.rus_connected == 1);
+    assert!(eventually(|| connected(&successor)), "{:?}", successor.stats());
+    sources[1].resume().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let held = ru_detail(&ru.stats());
+    assert_eq!(held.bus_held, 1, "the RU holds the successor: {held:?}");
+    assert_eq!(successor.stats().events, 0, "{:?}", successor.stats());
+    assert!(successor.failure().is_none() && ru.failure().is_none(), "{:?} {:?}", successor.failure(), ru.failure());
+    // The BU gone comes: the RU drops the first BU's queue, takes the successor, and the EVM's
+    // re-assignments and new events go to it.
+    relay.hold(false);
+    assert!(
+        eventually(|| successor.stats().events >= 200 || successor.failure().is_some()),
+        "the successor builds: {:?} / EVM {:?} / RU {:?}",
+        successor.stats(),
+        evm.stats(),
+        ru.stats()
+    );
+    assert!(successor.failure().is_none(), "{:?}", successor.failure());
+    let evm_summary = evm.stop(None).unwrap();
+    let last = last_event(&evm_summary);
+    for s in &mut sources {
+        s.stop(Some(last)).unwrap();
+    }
+    let ru_summary = ru.stop(None).unwrap();
+    let bu_summary = successor.stop(None).unwrap();
+    let (t, r, b) = (trigger(&evm_summary), ru_detail(&ru_summary), bu_detail(&bu_summary));
+    assert!(
+        t.error.is_none() && r.error.is_none() && b.error.is_none(),
+        "{evm_summary:?}\n{ru_summary:?}\n{bu_summary:?}"
+    );
+    assert_eq!((t.lost, t.built), (0, last), "{evm_summary:?}");
+    assert!(evm_detail(&evm_summary).reassigned > 0, "the first BU held events: {evm_summary:?}");
+    assert_eq!(b.incomplete_at_end, Some(0), "no stray super-fragment in the successor: {bu_summary:?}");
+    assert_eq!(r.leftover_events, Some(0), "{ru_summary:?}");
+}
+
+/// Connects to an EVM or RU at `addr` as a peer would (the transport's handshake) and sends
+/// `payload` as one frame of kind `kind`: the peer's end, to read what comes back.
+fn raw_peer(addr: &str, kind: u16, payload: bytes::Bytes) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut buf = bytes::BytesMut::new();
+    daqflow_wire::frame::FrameCodec::default().encode(&daqflow_wire::frame::Frame::new(kind, payload), &mut buf);
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    daqflow_transport::auth::handshake_std(&mut s, daqflow_evb::protocol::PROTOCOL, None, Duration::from_secs(10))
+        .unwrap();
+    s.write_all(&buf).unwrap();
+    s
+}
+
+/// What a peer's end reads within `wait`: `Some(bytes)` once the other end closed, `None` if it
+/// is still open.
+fn closed_within(s: &mut std::net::TcpStream, wait: Duration) -> Option<Vec<u8>> {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut got = Vec::new();
+    match std::io::Read::read_to_end(s, &mut got) {
+        Ok(_) => Some(got),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => None,
+        Err(_) => Some(got),
+    }
+}
+
+/// The generation rule at an RU, with real sockets, and the protocol version at the EVM and
+/// the RU: a connection of a generation the EVM said is gone is refused; one of a generation
+/// whose predecessors' BU gone never comes is held, then closed after the RU's
+/// `connect_timeout_ms`; a hello of protocol version 1 (no version) is refused by both. The run
+/// goes on undisturbed.
+#[test]
+fn an_ru_refuses_a_gone_generation_and_closes_one_held_too_long_and_both_refuse_another_version() {
+    use daqflow_evb::protocol::{KIND_HELLO, Message, Role};
+    let mut b = setup(1, 2, 2, EvmConfig::default(), BuConfig::default(), SizeModel::Fixed { bytes: 300 });
+    let patience = Duration::from_millis(3000);
+    // The RU again, with a shorter patience, on the address its sources know.
+    let (evm_addr, listen_at) = (b.evm_addr.clone(), b.ru_addr.clone());
+    b.rus[0].reset().unwrap();
+    let config = RuConfig { id: 0, evm: evm_addr, listen: listen_at, streams: 2, ..Default::default() };
+    b.rus[0] = Ru::new("ru-0", RuConfig { connect_timeout_ms: patience.as_millis() as u64, ..config });
+    assert_eq!(listen(b.rus[0].configure().unwrap()), b.ru_addr);
+    b.start(1);
+    let ru_addr = b.ru_addr.clone();
+    assert!(eventually(|| b.bus[1].stats().events >= 50), "the run builds: {:?}", b.evm.stats());
+    // BU 1 dies: the EVM tells the RU BU 1 generation 0 is gone.
+    b.bus[1].reset().unwrap();
+    let gone_at_evm =
+        |b: &Builder| b.evm.stats().detail_as::<EvmDetail>().is_some_and(|d| d.bus.iter().all(|x| x.id != 1));
+    assert!(eventually(|| gone_at_evm(&b)), "{:?}", b.evm.stats());
+    // The BU gone went out with the removal; the RU reads it at once.
+    std::thread::sleep(Duration::from_millis(500));
+    let hello = |id: u32, generation: u32| {
+        Message::Hello {
+            role: Role::Bu,
+            id,
+            run: 1,
+            name: format!("rogue-{id}-{generation}"),
+            addr: String::new(),
+            generation,
+        }
+        .encode()
+    };
+    // Version 1's hello: the five fields, no version.
+    let mut w = daqflow_wire::codec::Writer::new();
+    w.u32(3);
+    w.u32(9);
+    w.u32(1);
+    w.text("old-bu-9");
+    w.text("");
+    let v1 = w.finish();
+    // BU 1 generation 0 is gone: refused (long before the RU's patience would run out).
+    let mut gone = raw_peer(&ru_addr, KIND_HELLO, hello(1, 0));
+    // BU 7 generation 2: generations 0 and 1 of id 7 are never gone; held, then closed.
+    let mut early = raw_peer(&ru_addr, KIND_HELLO, hello(7, 2));
+    let mut old_at_ru = raw_peer(&ru_addr, KIND_HELLO, v1.clone());
+    let mut old_at_evm = raw_peer(&b.evm_addr, KIND_HELLO, v1);
+    let half = patience / 2;
+    for (what, s) in [
+        ("a gone generation", &mut gone),
+        ("version 1 at the RU", &mut old_at_ru),
+        ("version 1 at the EVM", &mut old_at_evm),
+    ] {
+        assert_eq!(closed_within(s, half), Some(Vec::new()), "{what}: closed, nothing sent");
+    }
+    assert_eq!(closed_within(&mut early, Duration::from_millis(300)), None, "held");
+    assert_eq!(closed_within(&mut early, Duration::from_secs(20)), Some(Vec::new()), "closed after the patience");
+    let evm = b.evm.stop(None).unwrap();
+    let last = last_event(&evm);
+    for s in &mut b.sources {
+        s.stop(Some(last)).unwrap();
+    }
+    let ru = b.rus[0].stop(None).unwrap();
+    let bu = b.bus[0].stop(None).unwrap();
+    assert!(
+        trigger(&evm).error.is_none() && ru_detail(&ru).error.is_none() && bu_detail(&bu).error.is_none(),
+        "{evm:?}\n{ru:?}\n{bu:?}"
+    );
     assert_eq!(trigger(&evm).lost, 0, "{evm:?}");
 }

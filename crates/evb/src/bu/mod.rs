@@ -228,8 +228,15 @@ impl Component for Bu {
         if self.running.is_some() {
             return Err(EvbError::refused("start", IN_RUN).into());
         }
-        let hello =
-            Message::Hello { role: Role::Bu, id: self.config.id, run, name: self.name.clone(), addr: String::new() };
+        // The EVM gives the BU its generation, in the RU list.
+        let hello = Message::Hello {
+            role: Role::Bu,
+            id: self.config.id,
+            run,
+            name: self.name.clone(),
+            addr: String::new(),
+            generation: 0,
+        };
         let patience = Duration::from_millis(self.config.connect_timeout_ms);
         let evm = connect(&self.config.evm, &control_options(), patience, &hello)?;
         self.shared = Arc::new(Shared {
@@ -421,6 +428,8 @@ struct BuIo {
     granted: u64,
     /// Stopped while the run went on.
     left_during_run: bool,
+    /// Which admission of its id this BU is (from the EVM's RU list).
+    generation: u32,
     last_publish: Instant,
     /// Rates of (events built, their bytes).
     rates: Rates<2>,
@@ -459,6 +468,7 @@ impl BuIo {
             confirmed: 0,
             granted: 0,
             left_during_run: false,
+            generation: 0,
             last_publish: now,
             rates: Rates::new(now),
         }
@@ -471,7 +481,10 @@ impl BuIo {
     fn read_evm(&mut self) {
         while let Some(frame) = self.evm.next() {
             match Message::decode(&frame) {
-                Ok(Message::RuList { rus, .. }) => self.connect_rus(rus),
+                Ok(Message::RuList { generation, rus, .. }) => {
+                    self.generation = generation;
+                    self.connect_rus(rus);
+                }
                 Ok(Message::Triggers { rus, triggers }) => self.core.on_triggers(&rus, &triggers, &mut self.ready),
                 Ok(Message::RunEnd { last_event }) => self.run_end = Some(last_event),
                 Ok(Message::Abort { reason }) => self.fail(format!("the EVM aborted the run: {reason}")),
@@ -488,12 +501,15 @@ impl BuIo {
     }
 
     fn connect_rus(&mut self, rus: Vec<(u32, String)>) {
+        // The generation tells each RU which admission of this id the connection is: an RU
+        // takes it only once the EVM told it every earlier one is gone.
         let hello = Message::Hello {
             role: Role::Bu,
             id: self.config.id,
             run: self.run,
             name: self.name.clone(),
             addr: String::new(),
+            generation: self.generation,
         };
         let patience = Duration::from_millis(self.config.connect_timeout_ms);
         for (id, addr) in rus {
@@ -542,7 +558,18 @@ impl BuIo {
                 && self.run_end.is_none()
             {
                 let ru = self.rus[i].id;
-                self.fail(format!("lost RU {ru}: {why}"));
+                if self.rus[i].frames == 0 {
+                    // Nothing came: the RU did not take the connection (it holds a BU's
+                    // connection until the EVM's BU gone for every earlier generation of its id,
+                    // at most its `connect_timeout_ms`, and refuses an older generation).
+                    let (id, generation) = (self.config.id, self.generation);
+                    self.fail(format!(
+                        "RU {ru} closed the connection before sending anything ({why}): it did not take BU {id} \
+                         generation {generation} (the RU's log says why)"
+                    ));
+                } else {
+                    self.fail(format!("lost RU {ru}: {why}"));
+                }
             }
         }
         self.dispatch();

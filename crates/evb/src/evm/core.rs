@@ -25,6 +25,8 @@ pub enum Out {
 
 #[derive(Debug, Default)]
 struct Bu {
+    /// Which admission of its id: the BUs with that id removed before it.
+    generation: u32,
     credits: u64,
     /// Assigned, not yet confirmed, in assignment order.
     outstanding: BTreeMap<u64, Trigger>,
@@ -82,6 +84,9 @@ pub struct EvmCore {
     /// the time they became pending.
     pending: VecDeque<(Trigger, Instant)>,
     bus: BTreeMap<u32, Bu>,
+    /// Per BU id, the BUs with that id removed so far (each with a BU gone to the RUs): the
+    /// generation of the next one admitted.
+    removed: BTreeMap<u32, u32>,
     /// Round-robin position among BUs.
     turn: u32,
     stopped_at: Option<u64>,
@@ -98,6 +103,7 @@ impl EvmCore {
             next_id: 1,
             pending: VecDeque::new(),
             bus: BTreeMap::new(),
+            removed: BTreeMap::new(),
             turn: 0,
             stopped_at: None,
             acc: Accounting::default(),
@@ -144,16 +150,26 @@ impl EvmCore {
         self.stopped_at
     }
 
-    /// A BU joined.
-    pub fn add_bu(&mut self, bu: u32) {
-        self.bus.entry(bu).or_default();
+    /// A BU joined: its generation, the number of BUs with its id removed before it (the BU
+    /// tells the RUs in its hello; the RU list carries it). Adding a BU that is there already
+    /// changes nothing.
+    pub fn add_bu(&mut self, bu: u32) -> u32 {
+        let generation = self.removed.get(&bu).copied().unwrap_or(0);
+        self.bus.entry(bu).or_insert_with(|| Bu { generation, ..Bu::default() }).generation
+    }
+
+    /// The generation of BU `bu`, if it is there.
+    pub fn generation(&self, bu: u32) -> Option<u32> {
+        self.bus.get(&bu).map(|b| b.generation)
     }
 
     /// A BU is gone: its unconfirmed events go back to the front of the queue (marked
-    /// re-assigned) and the RUs are told to drop what they queued for it.
+    /// re-assigned) and the RUs are told to drop what they queued for it (BU gone, with its
+    /// generation); the next BU with its id gets the next generation.
     pub fn remove_bu(&mut self, bu: u32, now: Instant, out: &mut Vec<Out>) {
         let Some(b) = self.bus.remove(&bu) else { return };
-        out.push(Out::Rus(Message::BuGone { bu }));
+        self.removed.insert(bu, b.generation.saturating_add(1));
+        out.push(Out::Rus(Message::BuGone { bu, generation: b.generation }));
         self.acc.reassigned += b.outstanding.len() as u64;
         for (_, mut t) in b.outstanding.into_iter().rev() {
             t.flags |= Trigger::REASSIGNED;
@@ -397,7 +413,7 @@ mod tests {
         c.request(1, 0, &[1], &mut out);
         out.clear();
         c.remove_bu(1, now, &mut out);
-        assert_eq!(out, vec![Out::Rus(Message::BuGone { bu: 1 })]);
+        assert_eq!(out, vec![Out::Rus(Message::BuGone { bu: 1, generation: 0 })]);
         c.request(2, 4, &[], &mut out);
         c.assign(now, &mut out);
         assert_eq!(assigned(&out), vec![(2, vec![2, 3, 4, 5])]);
@@ -455,6 +471,30 @@ mod tests {
         c.trigger_on_demand(now, 0, 1 << 20, &mut out);
         assert_eq!(c.accounting().triggered, 10);
         assert!(c.trigger(Trigger { event_id: 11, ..Default::default() }, now, &mut out).is_err());
+    }
+
+    #[test]
+    fn each_admission_of_a_bu_id_has_the_next_generation_and_its_bu_gone_names_it() {
+        let mut c = core(0.0);
+        let now = Instant::now();
+        let mut out = Vec::new();
+        assert_eq!((c.add_bu(3), c.add_bu(4)), (0, 0));
+        assert_eq!(c.add_bu(3), 0, "adding it again changes nothing");
+        c.remove_bu(3, now, &mut out);
+        c.remove_bu(3, now, &mut out);
+        assert_eq!(out, vec![Out::Rus(Message::BuGone { bu: 3, generation: 0 })], "a BU is removed once");
+        assert_eq!((c.generation(3), c.add_bu(3), c.generation(3)), (None, 1, Some(1)));
+        out.clear();
+        c.remove_bu(3, now, &mut out);
+        c.remove_bu(4, now, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Out::Rus(Message::BuGone { bu: 3, generation: 1 }),
+                Out::Rus(Message::BuGone { bu: 4, generation: 0 })
+            ]
+        );
+        assert_eq!((c.add_bu(3), c.add_bu(4), c.add_bu(5)), (2, 1, 0));
     }
 
     #[test]

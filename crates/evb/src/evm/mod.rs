@@ -286,8 +286,13 @@ impl EvmIo {
                     tracing::warn!(evm = %self.name, "closing {}: {why}", self.peers[i].label());
                     self.peers[i].closed = Some(why);
                 }
+                // The EVM gives a BU its generation (in the RU list): the one in its hello is 0.
                 Ok(Message::Hello { role, id, name, addr, .. }) => self.hello(i, role, id, name, addr),
                 Ok(m) => self.peers[i].closed = Some(format!("sent {m:?} before hello")),
+                Err(e @ crate::protocol::ProtocolError::Version { .. }) => {
+                    tracing::warn!(evm = %self.name, "refusing {}: {e}", self.peers[i].conn.peer_addr());
+                    self.peers[i].closed = Some(e.to_string());
+                }
                 Err(e) => self.peers[i].closed = Some(format!("garbage before hello: {e}")),
             }
             return;
@@ -361,13 +366,14 @@ impl EvmIo {
                     let ids: Vec<u32> = self.rus.iter().map(|r| r.0).collect();
                     let fresh = EvmCore::new(self.core_config(), ids);
                     let old = std::mem::replace(&mut self.core, fresh);
-                    // BUs that joined before the RUs keep their place.
+                    // BUs that joined before the RUs keep their place, as generation 0: none of
+                    // them had the RU list, so no RU knows of them or of any that left before.
                     for (bu, ..) in old.bus() {
                         self.core.add_bu(bu);
                     }
-                    let list = Message::RuList { run: self.run, rus: self.rus.clone() }.to_frame();
                     for p in self.peers.iter_mut().filter(|p| p.role == Some(Role::Bu)) {
-                        p.send(list.clone());
+                        let generation = self.core.generation(p.id).unwrap_or(0);
+                        p.send(Message::RuList { run: self.run, generation, rus: self.rus.clone() }.to_frame());
                     }
                 }
             }
@@ -389,9 +395,9 @@ impl EvmIo {
                 self.peers[i].waiting = None;
                 // Requests carry the events a BU confirms: as many as its credits allow.
                 self.peers[i].conn.set_frame_limits(crate::link::limits(&[(crate::protocol::KIND_REQUEST, 64 << 20)]));
-                self.core.add_bu(id);
+                let generation = self.core.add_bu(id);
                 if self.ready {
-                    let list = Message::RuList { run: self.run, rus: self.rus.clone() }.to_frame();
+                    let list = Message::RuList { run: self.run, generation, rus: self.rus.clone() }.to_frame();
                     self.peers[i].send(list);
                 }
             }
@@ -444,6 +450,14 @@ impl EvmIo {
         let p = self.peers.remove(i);
         let why = p.closed.clone().unwrap_or_default();
         match p.role {
+            Some(Role::Bu) if !self.ready => {
+                // Before the RU list no BU has it, and no RU has heard of any BU: nobody is told
+                // (a BU gone now would reach only the RUs connected so far, and put their count
+                // of the id's generations out of step with the others'). The core is replaced
+                // once every RU is there; the generations start then.
+                tracing::warn!(evm = %self.name, "{} lost before the run's RUs were all there ({why})", p.label());
+                self.core.remove_bu(p.id, Instant::now(), &mut Vec::new());
+            }
             Some(Role::Bu) => {
                 tracing::warn!(evm = %self.name, "{} lost ({why}): re-assigning its events", p.label());
                 self.core.remove_bu(p.id, Instant::now(), &mut self.out);

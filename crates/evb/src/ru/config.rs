@@ -34,7 +34,9 @@ pub struct RuConfig {
     pub send_queue_bytes: usize,
     /// How long (ms) `stop` waits for the EVM's end of run.
     pub end_timeout_ms: u64,
-    /// How long (ms) `start` retries connecting to the EVM.
+    /// How long (ms) `start` retries connecting to the EVM; and how long a BU's connection is
+    /// held before it is closed, when it waits for the EVM's BU gone of an earlier generation of
+    /// its id or for a live connection with its id and generation to go.
     pub connect_timeout_ms: u64,
     /// Idle strategy of the RU's scheduler.
     pub idle: Idle,

@@ -49,6 +49,26 @@ struct Stream {
     last: u64,
 }
 
+/// What an RU does with a BU's hello, by its generation ([`RuCore::bu_admission`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuAdmission {
+    /// Every earlier generation of the id is gone: the connection is the BU the RU serves
+    /// under the id now (the RU's queue for the id is its events).
+    Take,
+    /// An earlier generation is not gone yet: its BU gone from the EVM is on its way (the EVM
+    /// sent it before the RU list that let this BU connect). The connection is held, nothing
+    /// read or sent, until it arrives.
+    Wait {
+        /// Generations of the id gone so far (the one the RU serves now).
+        gone: u64,
+    },
+    /// This generation is gone: a connection of a BU that left, never to be taken.
+    Refuse {
+        /// Generations of the id gone so far.
+        gone: u64,
+    },
+}
+
 /// A super-fragment ready to send: its header and its fragments' bytes.
 #[derive(Debug, Clone)]
 pub struct OutgoingSf {
@@ -80,6 +100,9 @@ pub struct RuCore {
     streams: Vec<Stream>,
     em: EventManager,
     queues: BTreeMap<u32, VecDeque<u64>>,
+    /// Per BU id, the generations the EVM said are gone (the highest named, plus one): the
+    /// generation of the BU the RU serves under the id.
+    gone: BTreeMap<u32, u64>,
     rejects: VecDeque<u64>,
     run_end: Option<u64>,
     counters: RuCounters,
@@ -112,6 +135,7 @@ impl RuCore {
             streams: vec![Stream { ended: false, source_id: None, next: 1, last: 0 }; streams],
             em,
             queues: BTreeMap::new(),
+            gone: BTreeMap::new(),
             rejects: VecDeque::new(),
             run_end: None,
             counters: RuCounters::default(),
@@ -311,11 +335,38 @@ impl RuCore {
         self.asked_up_to(top);
     }
 
-    /// BU `bu` is gone: drop what is queued for it.
-    pub fn bu_gone(&mut self, bu: u32) {
+    /// BU `bu` of generation `generation` is gone (the EVM said so): drop what is queued for it,
+    /// and serve the id's next generation from now on. The EVM sends the assignments of a BU
+    /// and its BU gone on one connection, in order: what is queued for the id until then is
+    /// that generation's. False for a generation already gone (nothing changes; a correct EVM
+    /// never sends it).
+    pub fn bu_gone(&mut self, bu: u32, generation: u32) -> bool {
+        let gone = self.gone.entry(bu).or_default();
+        if u64::from(generation) < *gone {
+            return false;
+        }
+        *gone = u64::from(generation) + 1;
         if let Some(q) = self.queues.remove(&bu) {
             self.counters.dropped_for_lost_bu += q.len() as u64;
         }
+        true
+    }
+
+    /// Whether a connection of BU `bu` of generation `generation` is taken now, held until its
+    /// predecessors' BU gone arrive, or refused: the generation rule (`docs/evb.md`).
+    pub fn bu_admission(&self, bu: u32, generation: u32) -> BuAdmission {
+        let gone = self.bu_generations_gone(bu);
+        match u64::from(generation).cmp(&gone) {
+            std::cmp::Ordering::Equal => BuAdmission::Take,
+            std::cmp::Ordering::Greater => BuAdmission::Wait { gone },
+            std::cmp::Ordering::Less => BuAdmission::Refuse { gone },
+        }
+    }
+
+    /// How many generations of BU id `bu` the EVM said are gone: the generation the RU serves
+    /// under the id now.
+    pub fn bu_generations_gone(&self, bu: u32) -> u64 {
+        self.gone.get(&bu).copied().unwrap_or(0)
     }
 
     /// The BUs with assignments waiting.
@@ -731,10 +782,38 @@ mod tests {
     }
 
     #[test]
+    fn a_bu_is_taken_once_every_earlier_generation_of_its_id_is_gone_and_never_after_its_own() {
+        let mut r = ru(1);
+        assert_eq!(r.bu_admission(4, 0), BuAdmission::Take);
+        // The successor of generation 0 arrives before generation 0's BU gone: held.
+        assert_eq!(r.bu_admission(4, 1), BuAdmission::Wait { gone: 0 });
+        assert_eq!(r.bu_admission(4, 2), BuAdmission::Wait { gone: 0 });
+        r.assign(4, [1, 2]);
+        assert!(r.bu_gone(4, 0));
+        assert_eq!(r.counters().dropped_for_lost_bu, 2, "generation 0's queue goes with it");
+        assert_eq!(r.bu_generations_gone(4), 1);
+        assert_eq!(r.bu_admission(4, 1), BuAdmission::Take);
+        assert_eq!(r.bu_admission(4, 2), BuAdmission::Wait { gone: 1 });
+        assert_eq!(r.bu_admission(4, 0), BuAdmission::Refuse { gone: 1 });
+        // Generation 1's events are queued after its predecessor's BU gone: a stale BU gone for
+        // generation 0 again would change nothing.
+        r.assign(4, [3]);
+        assert!(!r.bu_gone(4, 0));
+        assert_eq!((r.bu_generations_gone(4), r.waiting_bus().collect::<Vec<_>>()), (1, vec![4]));
+        // Other ids are untouched.
+        assert_eq!(r.bu_admission(5, 0), BuAdmission::Take);
+        // A generation that never connected here (it died first) is gone all the same.
+        assert!(r.bu_gone(4, 1) && r.bu_gone(4, 2));
+        assert_eq!(r.bu_admission(4, 3), BuAdmission::Take);
+        assert!(r.bu_gone(4, u32::MAX));
+        assert_eq!(r.bu_admission(4, u32::MAX), BuAdmission::Refuse { gone: 1 << 32 });
+    }
+
+    #[test]
     fn a_lost_bu_drops_its_queue_and_the_run_end_discards_later_fragments() {
         let mut r = ru(1);
         r.assign(4, [1, 2, 3]);
-        r.bu_gone(4);
+        assert!(r.bu_gone(4, 0));
         assert_eq!(r.counters().dropped_for_lost_bu, 3);
         assert_eq!(r.waiting_bus().count(), 0);
         for id in 1..=5 {

@@ -36,7 +36,7 @@ use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::{Connection, Listener};
 
 pub use self::config::RuConfig;
-pub use self::core::{OutgoingSf, RuCore, RuCounters};
+pub use self::core::{BuAdmission, OutgoingSf, RuCore, RuCounters};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
 use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
@@ -123,6 +123,7 @@ impl Component for Ru {
             run,
             name: self.name.clone(),
             addr: listener.local_addr().to_string(),
+            generation: 0,
         };
         let evm = connect(
             &self.config.evm,
@@ -181,7 +182,8 @@ struct RuIo {
     evm: Peer,
     /// Accepted connections that have not said hello yet.
     newcomers: Vec<Peer>,
-    /// BUs whose hello waits for their id to be free.
+    /// BUs whose connection is held: an earlier generation of their id is not gone yet, or a
+    /// live connection has their id and generation.
     waiting_bus: Vec<Peer>,
     streams: Vec<StreamSlot>,
     bus: Vec<Peer>,
@@ -293,28 +295,21 @@ impl RuIo {
                         }
                     }
                 }
-                Ok(Message::Hello { role: Role::Bu, id, name, .. })
-                    if self.bus.iter_mut().any(|b| b.id == id && b.alive()) =>
-                {
-                    // A second claimant never takes the live BU's super-fragments. A successor
-                    // racing its predecessor's departure waits until the id is free (the EVM
-                    // says BU gone, or the old connection ends); a BU whose process died is not
-                    // alive, and its successor takes its place at once.
-                    tracing::info!(ru = %self.name, "BU {id} ({}) waits: BU {id} is connected", p.label());
+                Ok(Message::Hello { role: Role::Bu, id, name, generation, .. }) => {
                     p.id = id;
                     p.name = name;
+                    p.generation = generation;
                     p.waiting = Some(Instant::now());
-                    self.waiting_bus.push(p);
-                }
-                Ok(Message::Hello { role: Role::Bu, id, name, .. }) => {
-                    p.role = Some(Role::Bu);
-                    p.id = id;
-                    p.name = name;
-                    p.conn.set_frame_limits(crate::link::limits(&[]));
-                    tracing::info!(ru = %self.name, "BU {id} connected");
-                    // A BU that reconnects after its connection broke takes the dead one's place.
-                    self.bus.retain(|b| b.id != id);
-                    self.bus.push(p);
+                    match self.bu_admission(&p) {
+                        Hold::Take => self.take_bu(p),
+                        Hold::Keep(why) => {
+                            tracing::info!(ru = %self.name, "BU {id} generation {generation} ({}) waits: {why}", bu_label(&p));
+                            self.waiting_bus.push(p);
+                        }
+                        Hold::Close(why) => {
+                            tracing::warn!(ru = %self.name, "refusing BU {id} generation {generation} ({}): {why}", bu_label(&p))
+                        }
+                    }
                 }
                 Ok(m) => tracing::warn!(ru = %self.name, "closing {}: {:?} instead of hello", p.label(), m.kind()),
                 Err(e) => tracing::warn!(ru = %self.name, "closing {}: {e}", p.label()),
@@ -322,31 +317,84 @@ impl RuIo {
         }
     }
 
-    /// BU hellos that waited for their id: admitted once it is free, refused after 10 s.
-    fn admit_waiting_bus(&mut self) {
-        let mut i = 0;
-        while i < self.waiting_bus.len() {
-            let id = self.waiting_bus[i].id;
-            let taken = self.bus.iter_mut().any(|b| b.id == id && b.alive());
-            let since = self.waiting_bus[i].waiting.unwrap_or_else(Instant::now);
-            if !taken {
-                let mut p = self.waiting_bus.remove(i);
-                p.waiting = None;
-                p.role = Some(Role::Bu);
-                p.conn.set_frame_limits(crate::link::limits(&[]));
-                tracing::info!(ru = %self.name, "BU {id} connected");
-                self.bus.retain(|b| b.id != id);
-                self.bus.push(p);
-            } else if since.elapsed() > Duration::from_secs(10) {
-                let p = self.waiting_bus.remove(i);
-                tracing::warn!(ru = %self.name, "refusing a second BU {id} ({}): BU {id} is connected", p.label());
+    /// What to do with BU connection `p` now, by the generation rule (`docs/evb.md`, "Builder
+    /// unit generations"): take it once every earlier generation of its id is gone, refuse a
+    /// generation that is gone; hold it while an earlier one is not gone yet (its BU gone is on
+    /// its way from the EVM) or while a live connection has its id and generation (a second
+    /// claimant never takes the live one's super-fragments; a dead one is replaced) — held at
+    /// most `connect_timeout_ms`, then closed.
+    fn bu_admission(&mut self, p: &Peer) -> Hold {
+        let (id, generation) = (p.id, p.generation);
+        let held = p.waiting.map_or(Duration::ZERO, |t| t.elapsed());
+        let patience = Duration::from_millis(self.config.connect_timeout_ms);
+        let keep = |why: String| {
+            if held > patience {
+                Hold::Close(format!("{why}, still after {} ms (ru.connect_timeout_ms)", patience.as_millis()))
             } else {
-                i += 1;
+                Hold::Keep(why)
+            }
+        };
+        match self.core.bu_admission(id, generation) {
+            BuAdmission::Refuse { gone } => Hold::Close(format!(
+                "the EVM said BU {id} generation {} is gone: a connection of a BU that left is never taken",
+                gone - 1
+            )),
+            BuAdmission::Wait { gone } if u64::from(generation) == gone + 1 => {
+                keep(format!("the EVM's BU gone for its predecessor (BU {id} generation {gone}) has not come yet"))
+            }
+            BuAdmission::Wait { gone } => keep(format!(
+                "the EVM's BU gone for its predecessors (BU {id} generations {gone} to {}) have not come yet",
+                generation - 1
+            )),
+            BuAdmission::Take if self.bus.iter_mut().any(|b| b.id == id && b.alive()) => {
+                keep(format!("BU {id} generation {generation} is connected"))
+            }
+            BuAdmission::Take => Hold::Take,
+        }
+    }
+
+    /// Takes BU connection `p`: the RU sends it the id's queue from now on. A dead connection
+    /// with its id (and generation) is replaced.
+    fn take_bu(&mut self, mut p: Peer) {
+        p.waiting = None;
+        p.role = Some(Role::Bu);
+        p.conn.set_frame_limits(crate::link::limits(&[]));
+        tracing::info!(ru = %self.name, "BU {} generation {} connected", p.id, p.generation);
+        let id = p.id;
+        self.bus.retain(|b| b.id != id);
+        self.bus.push(p);
+    }
+
+    /// Held BU connections: taken, refused, or held on by [`RuIo::bu_admission`]; forgotten
+    /// when the BU closed them.
+    fn admit_waiting_bus(&mut self) {
+        for mut p in std::mem::take(&mut self.waiting_bus) {
+            if !p.alive() {
+                tracing::info!(
+                    ru = %self.name,
+                    "BU {} generation {} ({}) went away while held",
+                    p.id,
+                    p.generation,
+                    bu_label(&p)
+                );
+                continue;
+            }
+            match self.bu_admission(&p) {
+                Hold::Keep(_) => self.waiting_bus.push(p),
+                Hold::Take => self.take_bu(p),
+                Hold::Close(why) => tracing::warn!(
+                    ru = %self.name,
+                    "refusing BU {} generation {} ({}): {why}",
+                    p.id,
+                    p.generation,
+                    bu_label(&p)
+                ),
             }
         }
     }
 
     fn read_evm(&mut self) {
+        let mut gone = false;
         while let Some(frame) = self.evm.next() {
             match frame.kind {
                 messages::KIND_DISCARD | messages::KIND_REJECT => match messages::decode(&frame) {
@@ -356,9 +404,18 @@ impl RuIo {
                 },
                 _ => match Message::decode(&frame) {
                     Ok(Message::Assign { bu, events }) => self.core.assign(bu, events),
-                    Ok(Message::BuGone { bu }) => {
-                        self.core.bu_gone(bu);
-                        self.bus.retain(|b| b.id != bu);
+                    Ok(Message::BuGone { bu, generation }) => {
+                        if self.core.bu_gone(bu, generation) {
+                            // Only that generation's connection (a successor is taken only after
+                            // this); a successor held meanwhile may be taken now.
+                            self.bus.retain(|b| b.id != bu || b.generation > generation);
+                            gone = true;
+                        } else {
+                            tracing::warn!(
+                                ru = %self.name,
+                                "ignoring the EVM's BU gone for BU {bu} generation {generation}: already gone"
+                            );
+                        }
                     }
                     Ok(Message::RunEnd { last_event }) => self.core.run_end(last_event),
                     Ok(Message::Abort { reason }) => self.fail(format!("the EVM aborted the run: {reason}")),
@@ -366,6 +423,9 @@ impl RuIo {
                     Err(e) => self.fail(format!("the EVM sent a malformed message: {e}")),
                 },
             }
+        }
+        if gone {
+            self.admit_waiting_bus();
         }
         if let Some(why) = self.evm.closed.clone()
             && self.core.ended().is_none()
@@ -521,6 +581,7 @@ impl RuIo {
             read_ahead_bytes: self.core.read_ahead_bytes(),
             streams_connected: self.streams.iter().filter(|s| s.peer.is_some()).count(),
             bus_connected: self.bus.len(),
+            bus_held: self.waiting_bus.len(),
             leftover_events: None,
             problems: self.core.problems().to_vec(),
             error: self.failure.clone(),
@@ -540,6 +601,21 @@ impl RuIo {
         let live = Stats::counted(counts[0], counts[1]).with_rates(sf_per_s, sf_bytes_per_s / 1e6).with_detail(&detail);
         set(&self.shared.live, live);
     }
+}
+
+/// What an RU does with a BU connection now ([`RuIo::bu_admission`]).
+enum Hold {
+    /// Take it.
+    Take,
+    /// Keep holding it, for this reason.
+    Keep(String),
+    /// Close it, for this reason.
+    Close(String),
+}
+
+/// A BU connection in the log: its name and address.
+fn bu_label(p: &Peer) -> String {
+    format!("{}, {}", p.name, p.conn.peer_addr())
 }
 
 /// The live counters are published at most this often.

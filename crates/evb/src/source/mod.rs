@@ -177,8 +177,14 @@ impl Component for Source {
             SourceRole::Data => Role::Source,
             SourceRole::Trigger => Role::Trigger,
         };
-        let hello =
-            Message::Hello { role, id: self.config.source_id, run, name: self.name.clone(), addr: String::new() };
+        let hello = Message::Hello {
+            role,
+            id: self.config.source_id,
+            run,
+            name: self.name.clone(),
+            addr: String::new(),
+            generation: 0,
+        };
         let conn =
             connect(&self.config.ru, &data_options(), Duration::from_millis(self.config.connect_timeout_ms), &hello)?;
         self.shared = Arc::default();

@@ -266,40 +266,26 @@ proptest! {
     }
 }
 
-/// The race the generations avoid, with the RUs of today (`SimConfig::bu_generations` false):
-/// the only BU is restarted, its successor reaches RU 1 before the predecessor's BU gone does,
-/// and the BU gone drops the successor's connection: the successor leaves the run and its
-/// events are lost. Fails until the protocol tells the RUs which admission of a BU id a
-/// connection belongs to (`docs/evb.md`, "Testing the builder without sockets").
+/// The race the generations are for: the only BU is restarted, and its successor's hello
+/// reaches RU 1 before the EVM's BU gone for its predecessor does. The RU holds the successor
+/// (generation 1) until that BU gone (generation 0) comes, so the successor never gets what was
+/// queued for its predecessor and is never dropped by the BU gone: it builds on, nothing is
+/// lost. (Before the generations, the RU took the successor at once, sent it its predecessor's
+/// queue, and dropped it on the late BU gone: 8 events lost with this seed.)
 #[test]
-#[ignore = "known issue: a restarted BU that reaches an RU before its predecessor's BU gone is dropped"]
 fn a_restarted_bu_that_reaches_an_ru_before_its_predecessors_bu_gone_builds_on() {
-    let r = restarted_single_bu(false);
+    let cfg = SimConfig { seed: 9, max_link_delay: ms(2), bus: vec![BuSpec::new(0, 8, 2)], ..SimConfig::default() };
+    let r = Sim::new(cfg, vec![(ms(10), Chaos::Restart { n: 0, hang: false }), (ms(30), Chaos::Stop)]).run();
+    assert!(
+        r.held_by_ru.iter().any(|h| h.contains("generation 1")),
+        "the race happened: {:?}\n{}",
+        r.held_by_ru,
+        r.summary()
+    );
     assert!(r.dropped_by_ru.is_empty(), "{:?}\n{}", r.dropped_by_ru, r.summary());
     verdict(&r, r.check_all());
-    assert_eq!(r.accounting.as_ref().unwrap().lost_total(), 0, "{}", r.summary());
-}
-
-#[test]
-fn a_restarted_bu_builds_on_when_the_rus_know_its_generation() {
-    let r = restarted_single_bu(true);
-    verdict(&r, r.check_all());
-    assert!(r.dropped_by_ru.is_empty(), "{:?}", r.dropped_by_ru);
     assert!(r.bus[1].survived && !r.bus[1].confirmations.is_empty(), "{}", r.summary());
     assert_eq!(r.accounting.as_ref().unwrap().lost_total(), 0, "{}", r.summary());
-}
-
-/// One BU, restarted (crash, and its successor at once) 10 ms into the run; with seed 9 the
-/// successor's hello reaches RU 1 before the predecessor's BU gone.
-fn restarted_single_bu(bu_generations: bool) -> Report {
-    let cfg = SimConfig {
-        seed: 9,
-        max_link_delay: ms(2),
-        bus: vec![BuSpec::new(0, 8, 2)],
-        bu_generations,
-        ..SimConfig::default()
-    };
-    Sim::new(cfg, vec![(ms(10), Chaos::Restart { n: 0, hang: false }), (ms(30), Chaos::Stop)]).run()
 }
 
 /// Many more random cases than the properties run, all four checks on each, with a count of
@@ -312,7 +298,7 @@ fn soak() {
     use proptest::test_runner::TestRunner;
     let n: usize = std::env::var("SOAK").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let mut runner = TestRunner::deterministic();
-    let (mut events, mut reassigned, mut lost, mut dropped) = (0, 0, 0, 0);
+    let (mut events, mut reassigned, mut lost, mut held, mut refused) = (0, 0, 0, 0, 0);
     let mut failures = Vec::new();
     let t = std::time::Instant::now();
     for i in 0..n {
@@ -323,14 +309,15 @@ fn soak() {
         events += r.last_event;
         reassigned += usize::from(acc.reassigned > 0);
         lost += usize::from(acc.lost_total() > 0);
-        dropped += usize::from(!r.dropped_by_ru.is_empty());
+        held += usize::from(!r.held_by_ru.is_empty());
+        refused += usize::from(!r.refused_by_ru.is_empty());
         if let Err(e) = r.check_all() {
             failures.push(format!("case {i}: {e}\n{}\n{cfg:?}\n{plan:?}", r.summary()));
         }
     }
     eprintln!(
-        "{n} cases in {:.1?}: {events} events; {reassigned} with re-assignments, {lost} with losses, {dropped} with a \
-         live BU dropped by an RU, {} failing",
+        "{n} cases in {:.1?}: {events} events; {reassigned} with re-assignments, {lost} with losses, {held} with a BU \
+         held by an RU until its predecessor's BU gone, {refused} with a BU refused by an RU, {} failing",
         t.elapsed(),
         failures.len()
     );

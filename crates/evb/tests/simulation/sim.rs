@@ -8,10 +8,12 @@
 //! the way they do it: the EVM admits a BU whose id is still on its books only once the
 //! predecessor is removed, re-assigns on a closed link or a timeout, triggers on demand or
 //! paced, groups rejects and releases and flushes them every millisecond, drains and ends the
-//! run; an RU keeps one connection per BU id and reads a stream only when [`RuCore::may_read`]
-//! says so; a BU asks for credits as `BuIo::confirm` does, builds after a random delay and
-//! confirms at its flush interval. Which BU connection an RU takes for an id is the one place
-//! where the simulation departs from `RuIo` by default: see [`SimConfig::bu_generations`].
+//! run, and gives each BU its generation in the RU list; an RU takes a BU's connection by the
+//! generation in its hello as [`RuCore::bu_admission`] says (held until the EVM's BU gone for
+//! every earlier generation of its id has come, refused when its own is gone), drops a
+//! connection on the BU gone of its generation only, and reads a stream only when
+//! [`RuCore::may_read`] says so; a BU asks for credits as `BuIo::confirm` does, builds after a
+//! random delay and confirms at its flush interval.
 //!
 //! Every connection is a FIFO with random delays (TCP keeps order on one connection, not across
 //! connections); at each step the scheduler picks one of the actions that can happen now
@@ -28,7 +30,7 @@ use daqflow_evb::bu::{BuCore, CheckLevel, ReadyEvent, build};
 use daqflow_evb::evm::{Accounting, CoreConfig, EvmCore, Out};
 use daqflow_evb::model::{Rng, SizeModel, check_pattern, fill_pattern};
 use daqflow_evb::protocol::{KIND_SUPER_FRAGMENT, Message, Role, Trigger};
-use daqflow_evb::ru::{RuConfig, RuCore, RuCounters};
+use daqflow_evb::ru::{BuAdmission, RuConfig, RuCore, RuCounters};
 use daqflow_wire::frame::Frame;
 use daqflow_wire::{EventFlags, EventId, Fragment, FragmentInfo, SuperFragment};
 
@@ -119,16 +121,6 @@ pub struct SimConfig {
     pub drain_timeout: Duration,
     /// The BUs there from the start.
     pub bus: Vec<BuSpec>,
-    /// The RUs know which admission of a BU id a connection belongs to, as they would with a
-    /// generation number in the BU's hello (the EVM's count of earlier BUs with that id): a
-    /// BU's connection is taken once the RU has had the EVM's BU gone for every predecessor,
-    /// and a predecessor's connection never after that. False: the RU of today, which knows
-    /// BUs by id only (`RuIo`: a hello for an id whose connection is dead replaces it, one
-    /// for a live one waits, and BU gone drops whatever connection has the id) — a successor
-    /// that connects before its predecessor's BU gone arrives gets the predecessor's queued
-    /// super-fragments and is then dropped (`docs/evb.md`, "Testing the builder without
-    /// sockets").
-    pub bu_generations: bool,
 }
 
 impl Default for SimConfig {
@@ -154,7 +146,6 @@ impl Default for SimConfig {
             max_build_delay: Duration::from_micros(500),
             drain_timeout: Duration::from_secs(10),
             bus: vec![BuSpec::new(0, 8, 2), BuSpec::new(1, 8, 2)],
-            bu_generations: true,
         }
     }
 }
@@ -212,7 +203,8 @@ pub enum Kind {
     SuperFragment,
     /// A built event is not one super-fragment per RU with the right fragments.
     BuiltEvent,
-    /// A core refused a message the other cores sent, or the run did not end.
+    /// A core refused a message the other cores sent, an RU dropped the connection of a live BU,
+    /// or the run did not end.
     Protocol,
 }
 
@@ -266,7 +258,7 @@ struct BuProc {
     run_end: Option<u64>,
     /// Stopped while the run goes on: leaves once everything built is confirmed.
     leaving: bool,
-    /// The EVM's count of earlier BUs with this id when it admitted this one.
+    /// Its generation, from the EVM's RU list (the EVM's count of earlier BUs with its id).
     generation: u32,
     /// Frozen: the EVM declares it dead once everything it sent has arrived, not before this.
     declare_after: Instant,
@@ -296,12 +288,11 @@ struct Source {
 struct RuNode {
     id: u32,
     core: RuCore,
-    /// BU id → the process connected under it.
-    conns: BTreeMap<u32, usize>,
-    /// Processes whose hello waits for their id to be free.
-    waiting: Vec<usize>,
-    /// BU gone messages received, per id (with `bu_generations`).
-    gone: BTreeMap<u32, u32>,
+    /// BU id → the process connected under it, with the generation of its hello.
+    conns: BTreeMap<u32, (usize, u32)>,
+    /// Processes whose connection is held (as `RuIo` holds them), with their hello's
+    /// generation.
+    waiting: Vec<(usize, u32)>,
     sources: Vec<Source>,
     from_evm: usize,
 }
@@ -309,8 +300,6 @@ struct RuNode {
 struct EvmNode {
     core: EvmCore,
     registered: BTreeMap<u32, usize>,
-    /// BUs removed so far, per id.
-    removed: BTreeMap<u32, u32>,
     waiting: Vec<usize>,
     grouper: Grouper,
     next_flush: Instant,
@@ -371,6 +360,11 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Live BUs that an RU disconnected (each then left the run).
     pub dropped_by_ru: Vec<String>,
+    /// BU connections an RU held because their predecessor's BU gone had not come yet: the
+    /// race the generations are for.
+    pub held_by_ru: Vec<String>,
+    /// BU connections an RU refused (their generation was gone).
+    pub refused_by_ru: Vec<String>,
     /// Virtual time at the end.
     pub elapsed: Duration,
     /// Scheduler steps.
@@ -396,6 +390,8 @@ pub struct Sim {
     assigned: BTreeSet<u64>,
     violations: Vec<Violation>,
     dropped_by_ru: Vec<String>,
+    held_by_ru: Vec<String>,
+    refused_by_ru: Vec<String>,
     survivors: BTreeSet<usize>,
     steps: u64,
     trace: Option<VecDeque<String>>,
@@ -429,7 +425,6 @@ impl Sim {
             evm: EvmNode {
                 core,
                 registered: BTreeMap::new(),
-                removed: BTreeMap::new(),
                 waiting: Vec::new(),
                 grouper,
                 next_flush: origin,
@@ -447,6 +442,8 @@ impl Sim {
             assigned: BTreeSet::new(),
             violations: Vec::new(),
             dropped_by_ru: Vec::new(),
+            held_by_ru: Vec::new(),
+            refused_by_ru: Vec::new(),
             survivors: BTreeSet::new(),
             steps: 0,
             trace: std::env::var_os("SIM_TRACE").map(|_| VecDeque::new()),
@@ -479,15 +476,7 @@ impl Sim {
                 })
                 .collect();
             let from_evm = sim.link(Node::Evm, Node::Ru(r as usize));
-            sim.rus.push(RuNode {
-                id: r,
-                core,
-                conns: BTreeMap::new(),
-                waiting: Vec::new(),
-                gone: BTreeMap::new(),
-                sources,
-                from_evm,
-            });
+            sim.rus.push(RuNode { id: r, core, conns: BTreeMap::new(), waiting: Vec::new(), sources, from_evm });
         }
         for spec in sim.cfg.bus.clone() {
             sim.start_bu(spec);
@@ -580,8 +569,14 @@ impl Sim {
             confirmations: Vec::new(),
             admitted: false,
         });
-        let hello =
-            Message::Hello { role: Role::Bu, id: spec.id, run: RUN, name: format!("bu-{p}"), addr: String::new() };
+        let hello = Message::Hello {
+            role: Role::Bu,
+            id: spec.id,
+            run: RUN,
+            name: format!("bu-{p}"),
+            addr: String::new(),
+            generation: 0,
+        };
         self.send_frame(evm_out, hello.to_frame());
         self.note(|| format!("BU process {p} (id {}) starts", spec.id));
         p
@@ -717,14 +712,16 @@ impl Sim {
             }
         } else {
             match Message::decode(&frame) {
-                Ok(Message::RuList { rus, .. }) => {
-                    self.note(|| format!("BU process {p} gets the RU list, connects"));
+                Ok(Message::RuList { generation, rus, .. }) => {
+                    self.note(|| format!("BU process {p} gets the RU list (generation {generation}), connects"));
+                    self.procs[p].generation = generation;
                     let hello = Message::Hello {
                         role: Role::Bu,
                         id: self.procs[p].spec.id,
                         run: RUN,
                         name: format!("bu-{p}"),
                         addr: String::new(),
+                        generation,
                     };
                     for (ru, _) in rus {
                         let out = self.procs[p].ru_out[ru as usize];
@@ -902,22 +899,16 @@ impl Sim {
     fn ru_receive(&mut self, r: usize, from_bu: Option<usize>, frame: Frame) {
         if let Some(p) = from_bu {
             match Message::decode(&frame) {
-                Ok(Message::Hello { role: Role::Bu, id, .. }) if self.cfg.bu_generations => {
-                    self.note(|| format!("RU {r}: hello from BU process {p} (id {id})"));
-                    self.rus[r].waiting.push(p);
+                Ok(Message::Hello { role: Role::Bu, id, generation, .. }) => {
+                    self.note(|| format!("RU {r}: hello from BU process {p} (id {id}, generation {generation})"));
+                    self.rus[r].waiting.push((p, generation));
                     self.ru_admit(r);
-                }
-                Ok(Message::Hello { role: Role::Bu, id, .. }) => {
-                    let holder = self.rus[r].conns.get(&id).copied();
-                    match holder {
-                        Some(q) if self.procs[q].life != Life::Dead => {
-                            self.note(|| format!("RU {r}: BU process {p} (id {id}) waits: process {q} is connected"));
-                            self.rus[r].waiting.push(p);
-                        }
-                        _ => {
-                            self.note(|| format!("RU {r}: BU process {p} (id {id}) connected"));
-                            self.rus[r].conns.insert(id, p);
-                        }
+                    if self.rus[r].waiting.contains(&(p, generation)) {
+                        self.held_by_ru.push(format!(
+                            "RU {r} held BU process {p} (id {id}, generation {generation}): generation {} of id \
+                             {id} not gone yet",
+                            self.rus[r].core.bu_generations_gone(id)
+                        ));
                     }
                 }
                 other => self.violation(Kind::Protocol, format!("RU {r}: {other:?} from BU process {p}")),
@@ -943,21 +934,29 @@ impl Sim {
                     self.note(|| format!("RU {r}: assign {events:?} to BU {bu}"));
                     self.rus[r].core.assign(bu, events);
                 }
-                Ok(Message::BuGone { bu }) => {
-                    self.rus[r].core.bu_gone(bu);
-                    *self.rus[r].gone.entry(bu).or_default() += 1;
-                    // As `RuIo::read_evm`: the id's connection goes.
-                    if let Some(q) = self.rus[r].conns.remove(&bu) {
-                        self.note(|| format!("RU {r}: BU {bu} gone, drops process {q}"));
+                Ok(Message::BuGone { bu, generation }) => {
+                    if !self.rus[r].core.bu_gone(bu, generation) {
+                        self.violation(
+                            Kind::Protocol,
+                            format!("RU {r}: BU gone for BU {bu} generation {generation} twice"),
+                        );
+                    }
+                    // As `RuIo::read_evm`: the connection of that generation goes, no other.
+                    let of_it = self.rus[r].conns.get(&bu).is_some_and(|&(_, g)| g <= generation);
+                    if let Some((q, _)) = of_it.then(|| self.rus[r].conns.remove(&bu)).flatten() {
+                        self.note(|| format!("RU {r}: BU {bu} generation {generation} gone, drops process {q}"));
                         if self.procs[q].life == Life::Alive {
                             // A live BU loses its link to this RU: it fails and leaves the run.
-                            self.dropped_by_ru.push(format!(
-                                "RU {r} dropped live BU process {q} (id {bu}) on BU gone for its predecessor"
-                            ));
+                            // The generations make sure a BU gone names only a BU that left.
+                            let what = format!(
+                                "RU {r} dropped live BU process {q} (id {bu}) on BU gone for generation {generation}"
+                            );
+                            self.dropped_by_ru.push(what.clone());
+                            self.violation(Kind::Protocol, what);
                             self.crash(q);
                         }
                     } else {
-                        self.note(|| format!("RU {r}: BU {bu} gone"));
+                        self.note(|| format!("RU {r}: BU {bu} generation {generation} gone"));
                     }
                 }
                 Ok(Message::RunEnd { last_event }) => {
@@ -970,34 +969,36 @@ impl Sim {
         self.ru_admit(r);
     }
 
+    /// As `RuIo::admit_waiting_bus`: each held connection is taken, refused, or held on, as
+    /// [`RuCore::bu_admission`] says (a BU gone from the EVM always comes within the link's
+    /// delays here, so the RU's `connect_timeout_ms` never runs out); one whose process died
+    /// is forgotten.
     fn ru_admit(&mut self, r: usize) {
-        let mut k = 0;
-        while k < self.rus[r].waiting.len() {
-            let p = self.rus[r].waiting[k];
+        for (p, g) in std::mem::take(&mut self.rus[r].waiting) {
             let id = self.procs[p].spec.id;
-            if self.cfg.bu_generations {
-                let gone = self.rus[r].gone.get(&id).copied().unwrap_or(0);
-                let g = self.procs[p].generation;
-                if g > gone {
-                    k += 1;
-                    continue;
-                }
-                self.rus[r].waiting.remove(k);
-                if g == gone {
-                    self.rus[r].conns.insert(id, p);
-                    self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) connected"));
-                } else {
-                    self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) refused: gone"));
-                }
+            if self.procs[p].life == Life::Dead {
+                self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) went away while held"));
                 continue;
             }
-            let taken = self.rus[r].conns.get(&id).is_some_and(|&q| self.procs[q].life != Life::Dead);
-            if taken {
-                k += 1;
-            } else {
-                self.rus[r].waiting.remove(k);
-                self.rus[r].conns.insert(id, p);
-                self.note(|| format!("RU {r}: BU process {p} (id {id}) connected after waiting"));
+            match self.rus[r].core.bu_admission(id, g) {
+                BuAdmission::Wait { .. } => self.rus[r].waiting.push((p, g)),
+                BuAdmission::Refuse { gone } => {
+                    self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) refused: gone"));
+                    self.refused_by_ru.push(format!(
+                        "RU {r} refused BU process {p} (id {id}, generation {g}): {gone} generations gone"
+                    ));
+                }
+                BuAdmission::Take => {
+                    // A live connection with the id has the same generation: the second
+                    // claimant waits (never in the simulation: each admission is one process).
+                    let live = self.rus[r].conns.get(&id).is_some_and(|&(q, _)| self.procs[q].life != Life::Dead);
+                    if live {
+                        self.rus[r].waiting.push((p, g));
+                    } else {
+                        self.rus[r].conns.insert(id, (p, g));
+                        self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) connected"));
+                    }
+                }
             }
         }
     }
@@ -1074,7 +1075,7 @@ impl Sim {
         let bus: Vec<u32> = self.rus[r].core.waiting_bus().collect();
         let mut fragments = Vec::new();
         for bu in bus {
-            let Some(&p) = self.rus[r].conns.get(&bu) else { continue };
+            let Some(&(p, _)) = self.rus[r].conns.get(&bu) else { continue };
             let n = 1 + self.below(16);
             for _ in 0..n {
                 let Some(header) = self.rus[r].core.next_into(bu, &mut fragments) else { break };
@@ -1089,7 +1090,7 @@ impl Sim {
         }
         // As `RuIo::send`: connections that broke are dropped.
         let procs = &self.procs;
-        self.rus[r].conns.retain(|_, p| procs[*p].life != Life::Dead);
+        self.rus[r].conns.retain(|_, (p, _)| procs[*p].life != Life::Dead);
         self.ru_admit(r);
     }
 
@@ -1135,12 +1136,12 @@ impl Sim {
     fn evm_admit(&mut self, p: usize) {
         let id = self.procs[p].spec.id;
         self.evm.registered.insert(id, p);
-        self.evm.core.add_bu(id);
-        self.procs[p].generation = self.evm.removed.get(&id).copied().unwrap_or(0);
+        let generation = self.evm.core.add_bu(id);
         self.procs[p].admitted = true;
-        self.note(|| format!("EVM: BU process {p} (id {id}) admitted"));
+        self.note(|| format!("EVM: BU process {p} (id {id}) admitted, generation {generation}"));
         if self.evm.finished.is_none() {
-            let list = Message::RuList { run: RUN, rus: (0..self.cfg.rus).map(|r| (r, format!("ru-{r}"))).collect() };
+            let rus = (0..self.cfg.rus).map(|r| (r, format!("ru-{r}"))).collect();
+            let list = Message::RuList { run: RUN, generation, rus };
             let link = self.procs[p].evm_in;
             self.send_frame(link, list.to_frame());
         }
@@ -1152,7 +1153,6 @@ impl Sim {
         self.evm.waiting.retain(|&q| q != p);
         if self.evm.registered.get(&id) == Some(&p) {
             self.evm.registered.remove(&id);
-            *self.evm.removed.entry(id).or_default() += 1;
             self.evm.core.remove_bu(id, self.now, &mut self.evm.out);
             if let Some(k) = self.evm.waiting.iter().position(|&q| self.procs[q].spec.id == id) {
                 let q = self.evm.waiting.remove(k);
@@ -1529,6 +1529,8 @@ impl Sim {
             bus,
             violations: self.violations,
             dropped_by_ru: self.dropped_by_ru,
+            held_by_ru: self.held_by_ru,
+            refused_by_ru: self.refused_by_ru,
             elapsed: self.now.duration_since(self.origin),
             steps: self.steps,
             trace: self.trace.map(Vec::from).unwrap_or_default(),
@@ -1686,12 +1688,15 @@ impl Report {
     /// A one-line summary.
     pub fn summary(&self) -> String {
         format!(
-            "last event {}, {:?}, {} BU processes ({} survived), {} dropped by RUs, {:.1} ms virtual, {} steps",
+            "last event {}, {:?}, {} BU processes ({} survived), {} dropped by RUs, {} held, {} refused, {:.1} ms \
+             virtual, {} steps",
             self.last_event,
             self.accounting,
             self.bus.len(),
             self.bus.iter().filter(|b| b.survived).count(),
             self.dropped_by_ru.len(),
+            self.held_by_ru.len(),
+            self.refused_by_ru.len(),
             self.elapsed.as_secs_f64() * 1e3,
             self.steps
         )
