@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Info, Role, State, Stats};
+use crate::{Info, Role, State, Stats, Verb};
 
 /// A transition of the whole system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,19 +47,32 @@ pub enum Transition {
 pub struct TransitionError(pub String);
 
 impl Transition {
-    /// Every transition's name, in the order of the state machine.
-    pub const NAMES: [&'static str; 6] = ["configure", "start", "pause", "resume", "stop", "reset"];
+    /// Every transition's name, in the order of the state machine: the components' commands
+    /// ([`Verb::ALL`]), which a system's transition sends to every component.
+    pub const NAMES: [&'static str; 6] = [
+        Verb::ALL[0].name(),
+        Verb::ALL[1].name(),
+        Verb::ALL[2].name(),
+        Verb::ALL[3].name(),
+        Verb::ALL[4].name(),
+        Verb::ALL[5].name(),
+    ];
 
-    /// The transition's name.
-    pub fn name(self) -> &'static str {
+    /// The command each component gets.
+    pub fn verb(self) -> Verb {
         match self {
-            Transition::Configure => "configure",
-            Transition::Start { .. } => "start",
-            Transition::Pause => "pause",
-            Transition::Resume => "resume",
-            Transition::Stop => "stop",
-            Transition::Reset => "reset",
+            Transition::Configure => Verb::Configure,
+            Transition::Start { .. } => Verb::Start,
+            Transition::Pause => Verb::Pause,
+            Transition::Resume => Verb::Resume,
+            Transition::Stop => Verb::Stop,
+            Transition::Reset => Verb::Reset,
         }
+    }
+
+    /// The transition's name (its components' command's).
+    pub fn name(self) -> &'static str {
+        self.verb().name()
     }
 
     /// The transition `name` with its argument `body`: for start, nothing or a JSON object
@@ -87,9 +100,12 @@ impl Transition {
                 Err(TransitionError(format!("{name} takes no argument (send no body, null or {{}})")))
             }
         };
-        match name {
-            "configure" => no_body(Transition::Configure),
-            "start" => {
+        let Some(verb) = Verb::parse(name) else {
+            return Err(TransitionError(format!("unknown transition `{name}` ({})", Transition::NAMES.join(", "))));
+        };
+        match verb {
+            Verb::Configure => no_body(Transition::Configure),
+            Verb::Start => {
                 let arg: StartArg = if body.is_empty() || body == "null" {
                     StartArg { run: None }
                 } else {
@@ -106,11 +122,10 @@ impl Transition {
                 }
                 Ok(Transition::Start { run: arg.run })
             }
-            "pause" => no_body(Transition::Pause),
-            "resume" => no_body(Transition::Resume),
-            "stop" => no_body(Transition::Stop),
-            "reset" => no_body(Transition::Reset),
-            other => Err(TransitionError(format!("unknown transition `{other}` ({})", Transition::NAMES.join(", ")))),
+            Verb::Pause => no_body(Transition::Pause),
+            Verb::Resume => no_body(Transition::Resume),
+            Verb::Stop => no_body(Transition::Stop),
+            Verb::Reset => no_body(Transition::Reset),
         }
     }
 
@@ -854,6 +869,23 @@ mod tests {
         assert!(!m.contains("stat=\"name\""), "only numbers are samples");
         let back: SystemStatus = serde_json::from_str(&serde_json::to_string(&status).unwrap()).unwrap();
         assert_eq!(back, status);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_transition_request_is_a_transition_or_an_error(
+            name in proptest::sample::select(vec!["configure", "start", "pause", "resume", "stop", "reset", "x", ""]),
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+        ) {
+            if let Ok(t) = Transition::parse(name, &body) {
+                proptest::prop_assert_eq!(t.name(), name);
+            }
+        }
+
+        #[test]
+        fn any_log_query_text_is_a_query_or_an_error(text in ".{0,60}") {
+            let _ = serde_json::from_str::<LogQuery>(&text);
+        }
     }
 
     #[test]

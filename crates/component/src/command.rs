@@ -50,7 +50,7 @@ impl Verb {
     pub const ALL: [Verb; 6] = [Verb::Configure, Verb::Start, Verb::Pause, Verb::Resume, Verb::Stop, Verb::Reset];
 
     /// The command's name (`configure`, …).
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Verb::Configure => "configure",
             Verb::Start => "start",
