@@ -559,3 +559,79 @@ fn shutdown_resets_every_live_component_and_answers_what_waits() {
     w.pass(Duration::from_secs(11));
     assert!(matches!(w.done.remove(&s), Some(Ok(_))), "shutdown ends even if nobody answers");
 }
+
+mod any_history {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Ask(usize, Option<u32>),
+        Kill(usize),
+        Silence(usize),
+        Wake,
+        Pass(u64),
+        AnswerLate,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0usize..6, proptest::option::of(1u32..5)).prop_map(|(t, r)| Step::Ask(t, r)),
+            1 => (0usize..5).prop_map(Step::Kill),
+            1 => (0usize..5).prop_map(Step::Silence),
+            1 => Just(Step::Wake),
+            2 => (0u64..30_000).prop_map(Step::Pass),
+            1 => Just(Step::AnswerLate),
+        ]
+    }
+
+    const NAMES: [&str; 5] = ["rec", "evm", "bu-0", "ru-0", "src"];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Whatever is asked, whoever dies or falls silent, and however time passes, every
+        /// transition asked for is answered, and once every component answers again the
+        /// system leaves every phase.
+        #[test]
+        fn every_transition_is_answered_whatever_happens(steps in proptest::collection::vec(step(), 1..40)) {
+            let mut w = World::launched();
+            let mut asked = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Ask(t, run) => {
+                        let t = match t {
+                            0 => Transition::Configure,
+                            1 => Transition::Start { run },
+                            2 => Transition::Pause,
+                            3 => Transition::Resume,
+                            4 => Transition::Stop,
+                            _ => Transition::Reset,
+                        };
+                        asked.push(w.ask(t));
+                    }
+                    Step::Kill(i) => {
+                        if w.states.contains_key(NAMES[i]) {
+                            w.kill(NAMES[i]);
+                        }
+                    }
+                    Step::Silence(i) => w.silent.push(NAMES[i].to_owned()),
+                    Step::Wake => w.silent.clear(),
+                    Step::Pass(ms) => w.pass(Duration::from_millis(ms)),
+                    Step::AnswerLate => w.reply_all(),
+                }
+            }
+            // Time passes beyond every timeout (restarts included), with everyone answering.
+            w.silent.clear();
+            for _ in 0..6 {
+                w.reply_all();
+                w.pass(Duration::from_secs(61));
+            }
+            for t in asked {
+                prop_assert!(w.done.contains_key(&t), "transition {t} never answered");
+            }
+            let state = w.seq.state();
+            prop_assert!(!state.is_phase(), "still in {state}");
+        }
+    }
+}

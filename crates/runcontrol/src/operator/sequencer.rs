@@ -657,9 +657,6 @@ impl Sequencer {
             return false; // older than what we have
         }
         let was = v.joined();
-        if v.state.and_then(ComponentState::state) != Some(s.state) {
-            v.since_ms = s.since_ms;
-        }
         v.state = Some(s.state.into());
         v.run = s.run;
         v.since_ms = s.since_ms;
