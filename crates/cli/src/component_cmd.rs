@@ -1,6 +1,6 @@
 //! `daqflow component KIND`: one component as a process, driven by line commands on its standard
-//! input (what `daqflow evb local` and scripts use; the run-control layer drives the same
-//! components over the control plane).
+//! input (what `daqflow bench chain`, the late builder unit of `daqflow evb local --join-bu` and
+//! scripts use; the operator drives the same components over the control plane).
 //!
 //! Commands, one per line: `configure`, `start RUN`, `pause`, `resume`, `stop [ARG]`, `stats`,
 //! `state`, `reset`, `quit`. Every command gets exactly one JSON line on standard output:
@@ -81,7 +81,7 @@ pub fn config_table(config: Option<&PathBuf>, sets: &[String]) -> anyhow::Result
 }
 
 /// A TOML value (number, boolean, array, inline table, quoted string) or else a bare string.
-fn parse_value(v: &str) -> toml::Value {
+pub(crate) fn parse_value(v: &str) -> toml::Value {
     format!("v = {v}")
         .parse::<toml::Table>()
         .ok()

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod child;
 mod component_cmd;
 mod dialog_cmd;
 mod engine_cmd;

@@ -1,6 +1,8 @@
-//! The event builder as real processes (`daqflow evb local`): every event checked in the output
-//! files, a BU killed with SIGKILL mid-run with no event lost, a corrupted fragment flagged, a BU
-//! joining mid-run, and an RU death stopping the run with a clear error instead of a hang.
+//! The event builder as real processes (`daqflow evb local`: a generated system file run by the
+//! operator): every event checked in the output files, a BU killed with SIGKILL mid-run with no
+//! event lost, a corrupted fragment flagged, a BU joining mid-run, and an RU death stopping the
+//! run with a clear error instead of a hang. The counts read are the operator's `RunSummary`
+//! (`run` in the JSON summary) and its components' stop summaries.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,11 +14,14 @@ use daqflow_wire::file::{FileReader, ScanItem};
 use daqflow_wire::{Event, EventFlags};
 use serde_json::Value;
 
-/// Runs `daqflow evb local ARGS --json`; the summary and the exit status.
+/// Runs `daqflow evb local ARGS --json`; the summary and the exit status. The operator's data
+/// (logs, run database) go to a directory of the test's, removed afterwards.
 fn evb_local(args: &[&str]) -> (Value, bool, Duration) {
+    let data = tempfile::tempdir().unwrap();
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
-        .args(["evb", "local", "--json"])
+        .args(["evb", "local", "--json", "--data"])
+        .arg(data.path())
         .args(args)
         .output()
         .expect("run daqflow evb local");
@@ -25,6 +30,16 @@ fn evb_local(args: &[&str]) -> (Value, bool, Duration) {
     let summary: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("no JSON summary ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     (summary, out.status.success(), took)
+}
+
+/// A component's stop summary in the operator's run summary.
+fn summary<'a>(s: &'a Value, name: &str) -> &'a Value {
+    &s["run"]["components"][name]["summary"]
+}
+
+/// The run's last event, by the EVM's summary.
+fn last_event(s: &Value) -> u64 {
+    summary(s, "evm")["detail"]["last_event"].as_u64().unwrap_or_else(|| panic!("no last event: {s:#}"))
 }
 
 /// Every event in every data file (finished or `.part`) of `dir`: id → (copies, flags), after
@@ -77,14 +92,14 @@ fn two_rus_two_bus_four_streams_every_event_checked_in_the_files() {
     ]);
     assert!(ok, "{s:#}");
     assert_eq!(s["lost"], 0);
-    let last = s["evm"]["last_event"].as_u64().unwrap();
+    let last = last_event(&s);
     assert!(last > 1000, "only {last} events in 3 s");
-    assert_eq!(s["evm"]["built"].as_u64(), Some(last));
+    assert_eq!(s["run"]["events"].as_u64(), Some(last), "the operator's events built");
+    assert_eq!(summary(&s, "evm")["trigger"]["built"].as_u64(), Some(last));
     let seen = events_in(dir.path());
     assert_eq!(seen.keys().copied().collect::<Vec<_>>(), (1..=last).collect::<Vec<_>>(), "every event, in a file");
     assert!(seen.values().all(|(n, f)| *n == 1 && *f == EventFlags::empty()), "once each, clean");
-    let per_bu: Vec<u64> =
-        s["bus_summary"].as_array().unwrap().iter().map(|b| b["events_built"].as_u64().unwrap()).collect();
+    let per_bu: Vec<u64> = ["bu-0", "bu-1"].iter().map(|b| summary(&s, b)["events"].as_u64().unwrap()).collect();
     assert_eq!(per_bu.iter().sum::<u64>(), last);
     assert!(per_bu.iter().all(|&n| n > 0), "both BUs built: {per_bu:?}");
 }
@@ -112,8 +127,12 @@ fn a_bu_killed_mid_run_loses_no_event() {
     assert!(ok, "{s:#}");
     assert_eq!(s["lost"], 0, "{s:#}");
     assert_eq!(s["killed"][0], "bu-1");
-    let last = s["evm"]["last_event"].as_u64().unwrap();
-    assert!(s["evm"]["reassigned"].as_u64().unwrap() > 0, "the dead BU's events were re-assigned: {s:#}");
+    assert_eq!(s["run"]["died"][0]["component"], "bu-1", "{s:#}");
+    let last = last_event(&s);
+    assert!(
+        summary(&s, "evm")["detail"]["reassigned"].as_u64().unwrap() > 0,
+        "the dead BU's events were re-assigned: {s:#}"
+    );
     // Every event is in a file: the survivor's, or the killed BU's (flushed before it died).
     // An event the killed BU had written but not yet confirmed is in both: at least once.
     let seen = events_in(dir.path());
@@ -142,8 +161,8 @@ fn a_corrupted_fragment_is_detected_and_flagged() {
         out,
     ]);
     assert_eq!(s["lost"], 0, "{s:#}");
-    assert_eq!(s["rus_summary"][0]["counters"]["crc_errors"], 1, "the RU saw it: {s:#}");
-    assert_eq!(s["bus_summary"][0]["events_flagged"], 1, "the BU flagged it: {s:#}");
+    assert_eq!(summary(&s, "ru-0")["detail"]["counters"]["crc_errors"], 1, "the RU saw it: {s:#}");
+    assert_eq!(summary(&s, "bu-0")["detail"]["events_flagged"], 1, "the BU flagged it: {s:#}");
     let seen = events_in(dir.path());
     assert!(seen[&100].1.contains(EventFlags::CRC_ERROR), "event 100 is flagged in the file");
     assert!(seen.iter().filter(|(id, _)| **id != 100).all(|(_, (_, f))| *f == EventFlags::empty()));
@@ -167,9 +186,15 @@ fn a_bu_joining_mid_run_receives_events() {
     ]);
     assert!(ok, "{s:#}");
     assert_eq!(s["lost"], 0);
-    let bus = s["bus_summary"].as_array().unwrap();
-    assert_eq!(bus.len(), 2);
-    assert!(bus[1]["events_built"].as_u64().unwrap() > 100, "the late BU built events: {s:#}");
+    // bu-0 is the operator's; bu-1 joined as a process of its own, counted by the EVM.
+    assert!(summary(&s, "bu-0")["events"].as_u64().unwrap() > 0, "{s:#}");
+    let joined = s["joined"].as_array().unwrap();
+    assert_eq!(joined.len(), 1);
+    assert_eq!(joined[0]["name"], "bu-1");
+    let late = joined[0]["summary"]["events"].as_u64().unwrap();
+    assert!(late > 100, "the late BU built events: {s:#}");
+    let built: u64 = summary(&s, "bu-0")["events"].as_u64().unwrap() + late;
+    assert_eq!(s["run"]["events"].as_u64(), Some(built), "the EVM counted both BUs' events: {s:#}");
 }
 
 #[test]
@@ -238,8 +263,8 @@ fn paced_sources_with_small_or_empty_fragments_keep_the_builder_going() {
         ]);
         assert!(ok, "{size} B: {s:#}");
         assert_eq!(s["lost"], 0, "{size} B");
-        let last = s["evm"]["last_event"].as_u64().unwrap();
+        let last = last_event(&s);
         assert!(last >= 1500, "{size} B: only {last} events at 1 kHz in 3 s");
-        assert_eq!(s["evm"]["built"].as_u64(), Some(last), "{size} B");
+        assert_eq!(s["run"]["events"].as_u64(), Some(last), "{size} B");
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::evb_cmd::Child;
+use crate::child::Child;
 
 use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
 

@@ -1,11 +1,13 @@
 //! `daqflow bench evb`: the CMS event-builder paper's figures 4–7 on this machine.
 //!
 //! Every repetition of every point starts a whole event builder with
-//! [`run_local`](crate::evb_cmd::run_local): the EVM, the RUs, the BUs and the sources are child
-//! processes (`daqflow component KIND`), the sources free-running with the cached payload (one
-//! pattern with a fresh header per fragment, its CRC computed once per size: cheap sources, so that the builder is what
-//! is measured). Rates are taken over a window after a warm-up; a point fails if any event was
-//! lost or any component reported an error.
+//! [`run_local`](crate::evb_cmd::run_local): a system file of the EVM, the RUs, the BUs and the
+//! sources that the operator runs, each a component process (`daqflow component KIND`), the
+//! sources free-running with the cached payload (one pattern with a fresh header per fragment,
+//! its CRC computed once per size: cheap sources, so that the builder is what is measured).
+//! Rates are taken over a window after a warm-up, from the components' own counters and clocks;
+//! a point fails if the operator's accounting says an event was lost (or cannot say) or any
+//! component reported an error.
 //!
 //! - (a) `ru`: RU throughput vs fragment size, 256 B … 64 KiB, with 4, 8 and 16 streams into one
 //!   RU; one EVM, two BUs that build and discard (fig. 4). A dedicated `target` point: 1 KiB × 8
@@ -136,8 +138,9 @@ fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<M
     };
     let r = run_local(&args, WARMUP_S, false)?;
     drop(out);
-    // The components' own words, the first few of them (a failing run reports one per source).
-    let errors: Vec<&str> = r.summary["errors"].as_array().into_iter().flatten().filter_map(|e| e.as_str()).collect();
+    // The run's and the components' own words, the first few of them (a failing run reports
+    // one per source).
+    let errors = &r.errors;
     let why = match errors.len() {
         0 => String::new(),
         1..=3 => format!(": {}", errors.join("; ")),
@@ -146,7 +149,7 @@ fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<M
     let lost = match r.lost {
         Some(0) => 0,
         Some(n) => bail!("{n} event(s) lost{why}"),
-        None => bail!("no accounting of lost events (the EVM did not end the run){why}"),
+        None => bail!("no complete accounting of lost events ({}){why}", r.run.unknown.join("; ")),
     };
     if !r.clean {
         bail!("a component failed{why}");
@@ -301,14 +304,16 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
     suite.note(super::machine_note());
     suite.note(format!(
         "Every repetition runs a whole event builder as separate processes (`daqflow component` EVM, RUs, BUs, \
-         sources; `daqflow evb local`'s machinery) on loopback for {WARMUP_S} s of warm-up and a {window} s window. \
+         sources, started and driven by the operator from a generated system file: `daqflow evb local`'s \
+         machinery) on loopback for {WARMUP_S} s of warm-up and a window of about {window} s (rates from the \
+         components' own counters and clocks, published once a second). \
          Sources are free-running and send the cached payload (one pattern with a fresh header per fragment, \
          its CRC computed once per size: cheap sources). RUs check every fragment's CRC on arrival. BUs build and discard without a CRC \
          check (task build) except in (b): crc checks every fragment's CRC, write also writes data files into a \
          fresh directory under /dev/shm (removed after each run). mb_per_s: fragment bytes into all RUs per second \
          (ru, target_1ru_1bu, scaling, realistic) or event bytes out of all BUs (bu); MB = 10^6 bytes. \
-         lost_events: from the EVM's accounting at the end of the run; a point fails if it is not 0 or a component \
-         reported an error."
+         lost_events: from the operator's accounting of the run (the EVM's, by role); a point fails if it is not \
+         0 or a component reported an error."
     ));
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one blocking TCP connection over 127.0.0.1 between \

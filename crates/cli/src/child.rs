@@ -1,0 +1,192 @@
+//! A component process driven over its standard input (`daqflow component KIND`, one command a
+//! line, one JSON answer a line): what `daqflow bench chain` starts, and the late builder unit of
+//! `daqflow evb local --join-bu`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{ChildStdin, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+/// The running binary, for starting components: `/proc/self/exe` stays valid when the file is
+/// replaced by a rebuild during a long run (its path would then name a deleted or newer file).
+pub(crate) fn self_exe() -> anyhow::Result<PathBuf> {
+    let proc = PathBuf::from("/proc/self/exe");
+    if proc.exists() { Ok(proc) } else { std::env::current_exe().context("finding the daqflow binary") }
+}
+
+/// A component process driven over its standard input.
+pub(crate) struct Child {
+    pub(crate) name: String,
+    process: std::process::Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    /// Failures the component reported by itself (`{"event":"error"}` lines).
+    pub(crate) errors: Vec<String>,
+    killed: bool,
+}
+
+impl Child {
+    /// `daqflow component KIND --name NAME --set S…`, on its own.
+    pub(crate) fn spawn(kind: &str, name: &str, sets: &[String]) -> anyhow::Result<Child> {
+        Child::spawn_with_control(kind, name, sets, None)
+    }
+
+    /// The same, also joined to the control plane at `control` (`--control A,B,…`): it then
+    /// publishes `NAME/state` and `NAME/stats` like a component the operator started.
+    pub(crate) fn spawn_with_control(
+        kind: &str,
+        name: &str,
+        sets: &[String],
+        control: Option<&str>,
+    ) -> anyhow::Result<Child> {
+        let mut cmd = std::process::Command::new(self_exe()?);
+        std::os::unix::process::CommandExt::arg0(&mut cmd, "daqflow");
+        cmd.args(["component", kind, "--name", name]);
+        if let Some(c) = control {
+            cmd.args(["--control", c]);
+        }
+        // The system these children form proves one token on every connection.
+        cmd.env(crate::TOKEN_ENV, crate::ensure_process_token()?.reveal());
+        if std::env::var_os("DAQFLOW_LOG").is_none() {
+            cmd.env("DAQFLOW_LOG", "warn");
+        }
+        for s in sets {
+            cmd.arg("--set").arg(s);
+        }
+        let mut process = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let stdout = process.stdout.take().context("the child's standard output")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let label = name.to_owned();
+        std::thread::Builder::new().name(format!("{name}-out")).spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) => {
+                        if tx.send(v).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => eprintln!("{label}: {line}"),
+                }
+            }
+        })?;
+        Ok(Child {
+            name: name.into(),
+            stdin: process.stdin.take(),
+            process,
+            lines: rx,
+            errors: Vec::new(),
+            killed: false,
+        })
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Whether it was killed ([`Child::kill`]).
+    pub(crate) fn killed(&self) -> bool {
+        self.killed
+    }
+
+    /// Sends a command and waits for its answer.
+    pub(crate) fn call(&mut self, command: &str, timeout: Duration) -> anyhow::Result<Value> {
+        self.send(command)?;
+        self.answer(command, timeout)
+    }
+
+    /// Sends a command without waiting for the answer ([`Child::answer`]).
+    fn send(&mut self, command: &str) -> anyhow::Result<()> {
+        let stdin = self.stdin.as_mut().ok_or_else(|| anyhow::anyhow!("{}: input closed", self.name))?;
+        writeln!(stdin, "{command}")
+            .and_then(|()| stdin.flush())
+            .with_context(|| format!("{}: sending `{command}` (has it died?)", self.name))
+    }
+
+    /// Waits for the answer to `command`, sent before.
+    fn answer(&mut self, command: &str, timeout: Duration) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) if v.get("event").is_some() => self.note_event(&v),
+                Ok(v) => {
+                    if v["ok"] == true {
+                        return Ok(v["result"].clone());
+                    }
+                    bail!("{}: {command}: {}", self.name, v["error"].as_str().unwrap_or("failed"));
+                }
+                Err(RecvTimeoutError::Timeout) => bail!("{}: no answer to `{command}` within {timeout:?}", self.name),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.process.wait().map(|s| s.to_string()).unwrap_or_default();
+                    bail!("{}: exited ({status}) before answering `{command}`", self.name)
+                }
+            }
+        }
+    }
+
+    fn note_event(&mut self, v: &Value) {
+        let e = v["error"].as_str().unwrap_or("?").to_owned();
+        if !self.errors.contains(&e) {
+            self.errors.push(e);
+        }
+    }
+
+    /// Collects the errors the component reported by itself since the last call.
+    pub(crate) fn drain_events(&mut self) {
+        while let Ok(v) = self.lines.try_recv() {
+            if v.get("event").is_some() {
+                self.note_event(&v);
+            }
+        }
+    }
+
+    /// Kills the process with SIGKILL (a failure drill) and reaps it.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        self.stdin = None;
+        self.killed = true;
+    }
+
+    /// Ends the process: `quit`, then SIGKILL after 10 s.
+    pub(crate) fn finish(&mut self) {
+        if self.killed {
+            return;
+        }
+        if let Some(mut s) = self.stdin.take() {
+            let _ = writeln!(s, "quit");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.process.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = self.process.kill();
+                    let _ = self.process.wait();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if !self.killed && matches!(self.process.try_wait(), Ok(None)) {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+}
