@@ -54,13 +54,21 @@ impl Tuning {
 }
 
 /// Binds the listening socket of a repeater or a sink: the listener, and the configure answer
-/// `{"listen": ADDR}` that tells the upstream component where to connect.
-pub(crate) fn bind(name: &str, listen: &str, tuning: Tuning) -> Result<(Arc<Listener>, Info), ComponentError> {
+/// `{"listen": ADDR}` that tells the upstream component where to connect (the `advertise`
+/// value, or the bound address as another host reaches it: [`daqflow_transport::advertise`]).
+pub(crate) fn bind(
+    name: &str,
+    listen: &str,
+    advertise: Option<&str>,
+    tuning: Tuning,
+) -> Result<(Arc<Listener>, Info), ComponentError> {
     let addr = resolve(name, "listen", listen)?;
     let listener =
         Listener::bind(addr, tuning.options()).map_err(|e| ComponentError::Failed(format!("{name}: {e}")))?;
+    let told = daqflow_transport::advertise::advertised(listener.local_addr(), advertise)
+        .map_err(|e| ComponentError::Config(format!("{name}: {e}")))?;
     let mut answer = Info::new();
-    answer.insert("listen".into(), listener.local_addr().to_string().into());
+    answer.insert("listen".into(), told.into());
     Ok((Arc::new(listener), answer))
 }
 

@@ -238,7 +238,12 @@ fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option
         None => daqflow_web::random_token().context("making the web UI's access token")?,
     };
     write_token_file(op.data_dir(), &token)?;
-    let options = daqflow_web::WebOptions { access_token: Some(token.clone()), ..daqflow_web::WebOptions::default() };
+    // Off loopback, watching needs the token too: the run's state is nobody else's business.
+    let options = daqflow_web::WebOptions {
+        access_token: Some(token.clone()),
+        token_to_watch: !loopback_only(addr),
+        ..daqflow_web::WebOptions::default()
+    };
     let backend: Arc<dyn Backend> = Arc::new(OperatorBackend(op.clone()));
     let handle = match daqflow_web::spawn(addr, backend.clone(), options.clone()) {
         Ok(h) => h,
@@ -253,6 +258,13 @@ fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option
         Err(e) => return Err(e.into()),
     };
     Ok(Some(Web { handle, token }))
+}
+
+/// Whether `addr` (`HOST:PORT`) binds only this host's loopback interface.
+fn loopback_only(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn parse_system(text: &str, origin: &str) -> anyhow::Result<SystemFile> {

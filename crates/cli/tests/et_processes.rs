@@ -514,3 +514,51 @@ fn a_local_process_of_another_user_is_refused_and_gets_no_descriptor() {
     assert!(hello["Hello"]["pool_len"].as_u64().unwrap() > 0, "{hello}");
     assert!(got_fd, "an allowed user gets the descriptor");
 }
+
+#[test]
+fn a_remote_user_of_a_system_with_a_token_must_prove_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    daqflow_dialog::Token::generate().write_file(&token).unwrap();
+    let token = token.to_str().unwrap();
+    let name = unique("token");
+    let mut system = Proc::spawn(&[
+        "--token-file",
+        token,
+        "et",
+        "start",
+        "--name",
+        &name,
+        "--events",
+        "200",
+        "--event-size",
+        "1024",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let addr = system.expect(&format!("ready {name}")).rsplit(' ').next().unwrap().to_owned();
+    // Without the token: refused in the handshake, saying why.
+    let mut stranger = et(&["consume", "--name", &name, "--remote", &addr, "--station", "mon"]);
+    assert_ne!(stranger.wait_exit(), 0, "a remote consumer without the token attached");
+    assert!(stranger.stderr_contains("requires the system token"), "does not say why");
+    // The library client without a token: refused too.
+    let e = daqflow_et::RemoteClient::connect(addr.parse().unwrap()).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("requires the system token"), "{e}");
+    // With it: attached.
+    let mut crew = Proc::spawn(&[
+        "--token-file",
+        token,
+        "et",
+        "consume",
+        "--name",
+        &name,
+        "--remote",
+        &addr,
+        "--station",
+        "mon",
+        "--create",
+        "nonblocking",
+    ]);
+    crew.expect("attached to mon");
+    system.signal(libc::SIGTERM);
+}

@@ -244,3 +244,41 @@ fn a_web_token_file_is_refused_unless_private_and_then_its_token_logs_in() {
     let status = wait_until("the operator to exit", || op.0.try_wait().unwrap());
     assert!(status.success());
 }
+
+#[test]
+fn bound_off_loopback_the_web_ui_needs_the_token_even_to_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = dir.path().join("system.toml");
+    std::fs::write(
+        &system,
+        "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\n\n[[component]]\nname = 'a'\nkind = 'sink'\n",
+    )
+    .unwrap();
+    let mut op = Operator(
+        Command::new(BIN)
+            .args(["run", "--web", "0.0.0.0:0", "--data"])
+            .arg(dir.path().join("data"))
+            .arg(&system)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a first line").unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim();
+    let (base, token) = url.split_once("/?token=").unwrap_or_else(|| panic!("no token in {url}"));
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stranger = Client::new(addr);
+    for path in ["/api/status", "/api/runs", "/api/logs", "/metrics"] {
+        assert_eq!(stranger.get(path).status, 403, "{path} is open to strangers off loopback");
+    }
+    let crew = Client::login(addr, token);
+    assert_eq!(crew.get("/api/status").json()["components"].as_array().unwrap().len(), 1);
+    op.0.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
+    let status = wait_until("the operator to exit", || op.0.try_wait().unwrap());
+    assert!(status.success());
+}

@@ -54,7 +54,10 @@ pub struct DialogConfig {
     /// Control server addresses: the primary first, then spares, tried in turn.
     pub control: Vec<SocketAddr>,
     /// Where this process listens for its peers (subscribers sending requests, providers
-    /// sending updates). Default `127.0.0.1:0` (a free port on the loopback interface).
+    /// sending updates). Default: a free port on the loopback interface (`127.0.0.1:0`) when
+    /// every control server is on this host's loopback, otherwise a free port on every
+    /// interface (`0.0.0.0:0`), published as the address the control server sees (so that
+    /// processes on other hosts reach it).
     pub listen: SocketAddr,
     /// The host published for the listening socket. Default: its IP, or, when listening on all
     /// interfaces, the local IP of the connection to the control server.
@@ -82,13 +85,23 @@ pub struct DialogConfig {
     pub connection: ConnectionOptions,
 }
 
+/// Loopback when every control server is on loopback, else every interface.
+fn default_listen(control: &[SocketAddr]) -> SocketAddr {
+    if !control.is_empty() && control.iter().all(|a| a.ip().is_loopback()) {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    } else {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    }
+}
+
 impl DialogConfig {
     /// Defaults for process `name` talking to the control server(s) at `control`.
     pub fn new(name: impl Into<String>, control: Vec<SocketAddr>) -> Self {
+        let listen = default_listen(&control);
         DialogConfig {
             name: name.into(),
             control,
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen,
             advertise_host: None,
             token: daqflow_transport::auth::process_token(),
             heartbeat_interval: Duration::from_secs(1),

@@ -124,6 +124,13 @@ impl Checks {
         }
     }
 
+    /// An optional `advertise` value: `HOST` or `HOST:PORT`, not a wildcard.
+    pub(crate) fn advertise(&mut self, value: Option<&str>) {
+        if let Some(Err(e)) = value.map(daqflow_transport::advertise::check) {
+            self.problem("advertise", e.to_string().trim_start_matches("advertise "));
+        }
+    }
+
     pub(crate) fn finish(self) -> Result<(), EvbError> {
         if self.problems.is_empty() {
             Ok(())

@@ -174,6 +174,46 @@ fn two_rus_two_bus_build_every_event_into_files() {
 }
 
 #[test]
+fn bound_to_every_interface_each_unit_tells_an_address_its_peers_reach() {
+    // A component process sets the route target to its control server; here loopback.
+    daqflow_transport::advertise::set_route_target("127.0.0.1".parse().unwrap());
+    let mut evm = Evm::new("evm", EvmConfig { rus: 1, listen: "0.0.0.0:0".into(), ..Default::default() });
+    let evm_addr = listen(evm.configure().unwrap());
+    assert!(evm_addr.starts_with("127.0.0.1:"), "the EVM answers {evm_addr}");
+    let ru_config = |advertise: Option<&str>| RuConfig {
+        id: 0,
+        evm: evm_addr.clone(),
+        listen: "0.0.0.0:0".into(),
+        advertise: advertise.map(str::to_owned),
+        ..Default::default()
+    };
+    // A name given in `advertise` is told as it is, with the bound port.
+    let mut named = Ru::new("ru-0", ru_config(Some("ru-host.example.org")));
+    let told = listen(named.configure().unwrap());
+    let port = named.listen_addr().unwrap().port();
+    assert_eq!(told, format!("ru-host.example.org:{port}"));
+    drop(named);
+    // Bad values are refused at configure, naming the key.
+    let e = Ru::new("ru-0", ru_config(Some("0.0.0.0"))).configure().unwrap_err().to_string();
+    assert!(e.contains("advertise") && e.contains("wildcard"), "{e}");
+
+    // The RU's address goes to the BU through the EVM: the run builds every event.
+    let mut ru = Ru::new("ru-0", ru_config(None));
+    let ru_addr = listen(ru.configure().unwrap());
+    assert!(ru_addr.starts_with("127.0.0.1:"), "the RU answers {ru_addr}");
+    let mut src = Source::new("src-0", SourceConfig { source_id: 0, ru: ru_addr, ..Default::default() });
+    src.configure().unwrap();
+    let mut bu = Bu::new("bu-0", BuConfig { id: 0, evm: evm_addr.clone(), ..Default::default() });
+    bu.configure().unwrap();
+    let mut b = Builder { ru_addr: String::new(), evm_addr, evm, rus: vec![ru], bus: vec![bu], sources: vec![src] };
+    let (evm, _, bus) = b.run(1, 0.5);
+    let last = last_event(&evm);
+    assert!(last > 10, "{evm:?}");
+    assert_eq!(trigger(&evm).lost, 0, "{evm:?}");
+    assert_eq!(bus[0].events, last);
+}
+
+#[test]
 fn level_2_rejects_are_accounted_and_freed() {
     let evm = EvmConfig { reject_fraction: 0.3, ..Default::default() };
     let mut b = setup(1, 1, 2, evm, BuConfig::default(), SizeModel::Fixed { bytes: 512 });

@@ -290,6 +290,10 @@ fn reply(out: &Mutex<std::io::Stdout>, v: &Value) {
 /// signal. Returns whether the component failed during its life.
 pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     set_process_name(&options.name);
+    if let Some(control) = &options.control {
+        // A wildcard listener advertises this host's address towards the control server.
+        daqflow_transport::advertise::set_route_target_from(control);
+    }
     let stop_signal = signal_flag()?;
     let mut driver = Driver::new(registry, &options.kind, &options.name, options.config.clone());
     let out = Arc::new(Mutex::new(std::io::stdout()));

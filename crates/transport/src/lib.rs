@@ -40,9 +40,12 @@
 //! assert_eq!((frame.kind, frame.channel, &frame.payload[..]), (1, 7, &b"fragment"[..]));
 //! ```
 //!
+//! A listener bound to a wildcard tells its peers an address they reach ([`advertise`]).
+//!
 //! `docs/transport.md` describes the design and its measurements.
 #![warn(missing_docs)]
 
+pub mod advertise;
 mod async_io;
 pub mod auth;
 mod blocking;

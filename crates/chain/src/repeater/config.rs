@@ -27,6 +27,10 @@ pub struct RepeaterConfig {
     /// Address the upstream component (a generator or a repeater) connects to; port 0 picks a
     /// free port, which `configure` returns as `{"listen": ADDR}`. Bound at `configure`.
     pub listen: String,
+    /// The address `configure` returns instead (`HOST` or `HOST:PORT`), when the upstream on
+    /// another host does not reach `listen` as it is. Default: the bound address; for a
+    /// wildcard `listen`, this host's address on the network towards the control server.
+    pub advertise: Option<String>,
     /// Address of the next component (a repeater or a sink), `HOST:PORT`. Required.
     /// Connected at `start`.
     pub downstream: String,
@@ -62,6 +66,7 @@ impl Default for RepeaterConfig {
     fn default() -> Self {
         RepeaterConfig {
             listen: "127.0.0.1:0".into(),
+            advertise: None,
             downstream: String::new(),
             connect_timeout_ms: 10_000,
             stop_timeout_ms: 10_000,
@@ -88,6 +93,9 @@ impl RepeaterConfig {
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
         c.address("listen", &self.listen);
+        if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
+            c.problem("advertise", e.to_string().trim_start_matches("advertise "));
+        }
         if self.downstream.is_empty() {
             c.problem("downstream", "is required (HOST:PORT)");
         } else {

@@ -13,6 +13,10 @@ pub struct SinkConfig {
     /// Address the upstream component (a generator or a repeater) connects to; port 0 picks a
     /// free port, which `configure` returns as `{"listen": ADDR}`. Bound at `configure`.
     pub listen: String,
+    /// The address `configure` returns instead (`HOST` or `HOST:PORT`), when the upstream on
+    /// another host does not reach `listen` as it is. Default: the bound address; for a
+    /// wildcard `listen`, this host's address on the network towards the control server.
+    pub advertise: Option<String>,
     /// Check the CRC32C of every chunk that carries one (`crc_errors` counts the bad ones).
     /// Sequence numbers are always checked.
     pub check: bool,
@@ -31,6 +35,7 @@ impl Default for SinkConfig {
     fn default() -> Self {
         SinkConfig {
             listen: "127.0.0.1:0".into(),
+            advertise: None,
             check: true,
             stop_timeout_ms: 10_000,
             recv_chunk_bytes: DEFAULT_RECV_CHUNK_BYTES,
@@ -51,6 +56,9 @@ impl SinkConfig {
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
         c.address("listen", &self.listen);
+        if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
+            c.problem("advertise", e.to_string().trim_start_matches("advertise "));
+        }
         c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
         c.int("recv_chunk_bytes", self.recv_chunk_bytes as u64, 4096, 1 << 30);
         if let Some(b) = self.socket_buffer_bytes {

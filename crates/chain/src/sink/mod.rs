@@ -129,7 +129,8 @@ impl Component for Sink {
     /// Binds `listen`; answers `{"listen": ADDR}`.
     fn configure(&mut self) -> Result<Info, ComponentError> {
         self.config.validate(&self.name)?;
-        let (listener, answer) = bind(&self.name, &self.config.listen, self.config.tuning())?;
+        let (listener, answer) =
+            bind(&self.name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
         self.listener = Some(listener);
         Ok(answer)
     }

@@ -22,6 +22,10 @@ pub enum TriggerMode {
 pub struct EvmConfig {
     /// Address RUs, BUs and a trigger source connect to (port 0: any free port).
     pub listen: String,
+    /// The address answered at configure (what RUs, BUs and a trigger source are configured
+    /// with), `HOST` or `HOST:PORT`. Default: the bound address; for a wildcard `listen`, this
+    /// host's address on the network towards the control server.
+    pub advertise: Option<String>,
     /// Number of RUs in the run; assignments start once all have connected.
     pub rus: usize,
     /// Where triggers come from.
@@ -58,6 +62,7 @@ impl Default for EvmConfig {
     fn default() -> Self {
         EvmConfig {
             listen: "127.0.0.1:0".into(),
+            advertise: None,
             rus: 1,
             trigger: TriggerMode::Emulated,
             rate_hz: 0.0,
@@ -81,6 +86,7 @@ impl EvmConfig {
     pub fn validate(&self) -> Result<(), EvbError> {
         let mut c = crate::common::Checks::new("evm");
         c.address("listen", &self.listen);
+        c.advertise(self.advertise.as_deref());
         c.int("rus", self.rus as u64, 1, 4096);
         c.float("rate_hz", self.rate_hz, 0.0, 1e9);
         c.float("reject_fraction", self.reject_fraction, 0.0, 1.0);

@@ -118,8 +118,10 @@ impl Component for Evm {
         let listener = bind(&self.config.listen, control_options())?;
         let addr = listener.local_addr();
         self.listener = Some(Arc::new(listener));
+        let advertised = daqflow_transport::advertise::advertised(addr, self.config.advertise.as_deref())
+            .map_err(|e| ComponentError::Config(format!("{}: {e}", self.name)))?;
         let mut info = Info::new();
-        info.insert("listen".into(), addr.to_string().into());
+        info.insert("listen".into(), advertised.into());
         Ok(info)
     }
 

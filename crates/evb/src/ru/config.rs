@@ -15,6 +15,10 @@ pub struct RuConfig {
     pub evm: String,
     /// Address sources and BUs connect to (port 0: any free port).
     pub listen: String,
+    /// The address told to sources and BUs (`HOST` or `HOST:PORT`), when `listen` is not one
+    /// they reach. Default: the bound address; for a wildcard `listen` (`0.0.0.0:PORT`), this
+    /// host's address on the network towards the control server.
+    pub advertise: Option<String>,
     /// Number of source streams.
     pub streams: usize,
     /// Check each fragment's payload CRC on arrival.
@@ -48,6 +52,7 @@ impl RuConfig {
         let mut c = crate::common::Checks::new("ru");
         c.address("evm", &self.evm);
         c.address("listen", &self.listen);
+        c.advertise(self.advertise.as_deref());
         c.int("streams", self.streams as u64, 1, 4096);
         c.int("max_fragment_bytes", self.max_fragment_bytes as u64, 64, 1 << 30);
         c.int("buffer_bytes", self.buffer_bytes as u64, self.max_fragment_bytes as u64 + 1, 1 << 40);
@@ -66,6 +71,7 @@ impl Default for RuConfig {
             id: 0,
             evm: "127.0.0.1:7100".into(),
             listen: "127.0.0.1:0".into(),
+            advertise: None,
             streams: 1,
             check_crc: true,
             buffer_bytes: 128 << 20,

@@ -77,12 +77,22 @@ pub struct Ru {
     /// Where it listened: configured again, it listens there again (with port 0 configured,
     /// on the port it got), so that sources and BUs configured with it reach it.
     bound: Option<std::net::SocketAddr>,
+    /// The address told to the EVM (and through it the BUs) and answered at configure.
+    advertised: Option<String>,
 }
 
 impl Ru {
     /// A readout unit named `name`.
     pub fn new(name: &str, config: RuConfig) -> Ru {
-        Ru { name: name.into(), config, listener: None, shared: Arc::default(), running: None, bound: None }
+        Ru {
+            name: name.into(),
+            config,
+            listener: None,
+            shared: Arc::default(),
+            running: None,
+            bound: None,
+            advertised: None,
+        }
     }
 
     /// The listening address, once configured.
@@ -105,8 +115,11 @@ impl Component for Ru {
         let addr = listener.local_addr();
         self.bound = Some(addr);
         self.listener = Some(Arc::new(listener));
+        let advertised = daqflow_transport::advertise::advertised(addr, self.config.advertise.as_deref())
+            .map_err(|e| ComponentError::Config(format!("{}: {e}", self.name)))?;
+        self.advertised = Some(advertised.clone());
         let mut info = Info::new();
-        info.insert("listen".into(), addr.to_string().into());
+        info.insert("listen".into(), advertised.into());
         Ok(info)
     }
 
@@ -122,7 +135,7 @@ impl Component for Ru {
             id: self.config.id,
             run,
             name: self.name.clone(),
-            addr: listener.local_addr().to_string(),
+            addr: self.advertised.clone().unwrap_or_else(|| listener.local_addr().to_string()),
             generation: 0,
         };
         let evm = connect(

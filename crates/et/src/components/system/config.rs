@@ -29,6 +29,10 @@ pub struct EtConfig {
     pub allowed_uids: Vec<u32>,
     /// Serve remote attachments on this TCP address (e.g. `127.0.0.1:11111`); none by default.
     pub listen: Option<String>,
+    /// The remote address answered at configure (`HOST` or `HOST:PORT`), for consumers on other
+    /// hosts. Default: the bound address; for a wildcard `listen`, this host's address on the
+    /// network towards the control server.
+    pub advertise: Option<String>,
     /// An attachment silent for this long is declared dead and its events are recovered.
     pub heartbeat_timeout_ms: u64,
 }
@@ -48,6 +52,7 @@ impl Default for EtConfig {
             max_attachments_per_connection: d.max_attachments_per_connection,
             allowed_uids: d.allowed_uids,
             listen: None,
+            advertise: None,
             heartbeat_timeout_ms: 5000,
         }
     }
@@ -69,6 +74,9 @@ impl EtConfig {
         c.int("max_attachments_per_connection", self.max_attachments_per_connection.into(), 1, 1_000_000);
         if let Some(l) = &self.listen {
             c.address("listen", l);
+        }
+        if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
+            c.problem("advertise", e.to_string().trim_start_matches("advertise "));
         }
         c.int("heartbeat_timeout_ms", self.heartbeat_timeout_ms, 100, 3_600_000);
         c.finish()

@@ -121,7 +121,13 @@ impl Component for EtComponent {
             c.listen = Some(l.parse().map_err(|e| ComponentError::Config(format!("listen = {l:?}: {e}")))?);
         }
         let system = crate::EtSystem::create(c)?;
-        let remote = system.remote_addr().map(|a| a.to_string());
+        let remote = match system.remote_addr() {
+            Some(a) => Some(
+                daqflow_transport::advertise::advertised(a, self.config.advertise.as_deref())
+                    .map_err(|e| ComponentError::Config(format!("{}: {e}", self.name)))?,
+            ),
+            None => None,
+        };
         self.system = Some(system);
         self.count_from_now();
         let mut info = Info::new();
