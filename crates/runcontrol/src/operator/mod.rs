@@ -168,6 +168,31 @@ fn control_for_newcomers(
     ordered.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// The control servers' list as a component on `host` (none: this host) reaches it: a wildcard
+/// address (`control = "0.0.0.0:7000"`) becomes this host's address on the route to that host
+/// (loopback for a local component).
+fn control_as_seen_from(list: &str, host: Option<&str>) -> String {
+    use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+    let toward = |h: &str| -> Option<IpAddr> {
+        let target = (h, 0).to_socket_addrs().ok()?.next()?.ip();
+        daqflow_transport::advertise::local_ip_toward(target).ok()
+    };
+    list.split(',')
+        .map(str::trim)
+        .map(|a| match a.parse::<SocketAddr>() {
+            Ok(sa) if sa.ip().is_unspecified() => {
+                let ip = match host {
+                    None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    Some(h) => toward(h).unwrap_or_else(daqflow_transport::advertise::host_ip),
+                };
+                SocketAddr::new(ip, sa.port()).to_string()
+            }
+            _ => a.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A timeout of the system file as a duration, held within the range the file is checked
 /// against (a file that was not checked cannot make the operator panic).
 fn seconds(s: f64) -> Duration {
@@ -589,7 +614,8 @@ fn event_loop(
                     }
                     Output::Spawn { name } => {
                         let Some(spec) = inner.file.components.iter().find(|c| c.name == name) else { continue };
-                        inputs.push_back(match sup.spawn(spec, &control) {
+                        let reachable = control_as_seen_from(&control, spec.host.as_deref());
+                        inputs.push_back(match sup.spawn(spec, &reachable) {
                             Ok(pid) => Input::Spawned { name, pid },
                             Err(error) => Input::SpawnFailed { name, error },
                         });
@@ -650,5 +676,22 @@ fn event_loop(
             inner.changed.notify_all();
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::control_as_seen_from;
+
+    #[test]
+    fn a_wildcard_control_address_is_told_as_the_host_the_component_reaches() {
+        assert_eq!(control_as_seen_from("10.1.2.3:7000,10.1.2.4:7001", Some("h")), "10.1.2.3:7000,10.1.2.4:7001");
+        assert_eq!(control_as_seen_from("0.0.0.0:7000", None), "127.0.0.1:7000");
+        assert_eq!(
+            control_as_seen_from("0.0.0.0:7000, 127.0.0.1:7001", Some("127.0.0.1")),
+            "127.0.0.1:7000,127.0.0.1:7001"
+        );
+        let far = control_as_seen_from("0.0.0.0:7000", Some("localhost"));
+        assert!(!far.starts_with("0.0.0.0"), "{far}");
     }
 }
