@@ -147,6 +147,21 @@ pub struct LocalArgs {
     /// Print the system file these arguments make and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// Run the RUs, each with its sources, on these hosts (RU r on the (r mod N)-th), started
+    /// through --remote-command; every listener then binds a wildcard and tells the address
+    /// the others reach (docs/deployment.md).
+    #[arg(long, value_name = "HOST,HOST…", value_delimiter = ',')]
+    pub ru_hosts: Vec<String>,
+    /// Run the BUs on these hosts (BU b on the (b mod N)-th), as --ru-hosts.
+    #[arg(long, value_name = "HOST,HOST…", value_delimiter = ',')]
+    pub bu_hosts: Vec<String>,
+    /// How a component on another host is started (the system file's `remote_command`).
+    #[arg(long, value_name = "COMMAND")]
+    pub remote_command: Option<String>,
+    /// The control server's address (the system file's `control`; default `127.0.0.1:0`, or
+    /// `0.0.0.0:0` with --ru-hosts or --bu-hosts).
+    #[arg(long, value_name = "ADDR")]
+    pub control: Option<String>,
 }
 
 impl Default for LocalArgs {
@@ -175,6 +190,10 @@ impl Default for LocalArgs {
             set: Vec::new(),
             data: None,
             print_config: false,
+            ru_hosts: Vec::new(),
+            bu_hosts: Vec::new(),
+            remote_command: None,
+            control: None,
         }
     }
 }

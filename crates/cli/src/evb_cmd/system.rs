@@ -218,13 +218,21 @@ pub(crate) fn component_names(args: &LocalArgs) -> Vec<String> {
     names
 }
 
-fn component(out: &mut String, name: &str, kind: &str, stop_arg: Option<&str>, params: &Params) {
+fn component(out: &mut String, name: &str, kind: &str, stop_arg: Option<&str>, host: Option<&str>, params: &Params) {
     let _ = writeln!(out, "\n[[component]]\nname = \"{name}\"\nkind = \"{kind}\"");
+    if let Some(h) = host {
+        let _ = writeln!(out, "host = {}", toml::Value::String(h.to_owned()));
+    }
     if let Some(a) = stop_arg {
         let _ = writeln!(out, "stop_arg = \"{a}\"");
     }
     out.push_str("[component.params]\n");
     params.write(out);
+}
+
+/// The host of the `i`-th component placed on `hosts` (none: this one).
+fn on(hosts: &[String], i: u32) -> Option<&str> {
+    (!hosts.is_empty()).then(|| hosts[i as usize % hosts.len()].as_str())
 }
 
 /// The system file for `args`.
@@ -236,7 +244,14 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
          # Run it by hand with `daqflow run FILE` (docs/operator-guide.md).",
         args.rus, args.streams, args.bus
     );
-    out.push_str("[system]\nname = \"evb-local\"\ncontrol = \"127.0.0.1:0\"\n");
+    let remote = !args.ru_hosts.is_empty() || !args.bu_hosts.is_empty();
+    let control = args.control.clone().unwrap_or_else(|| if remote { "0.0.0.0:0" } else { "127.0.0.1:0" }.into());
+    let _ = writeln!(out, "[system]\nname = \"evb-local\"\ncontrol = {}", toml::Value::String(control));
+    if let Some(r) = &args.remote_command {
+        let _ = writeln!(out, "remote_command = {}", toml::Value::String(r.clone()));
+    }
+    // Across hosts every listener binds a wildcard and tells the address the others reach.
+    let listen = |p: Params| if remote { p.with("listen", "0.0.0.0:0") } else { p };
     if let Some(d) = &args.data {
         let dir = absolute(d).unwrap_or_else(|_| d.clone());
         let _ = writeln!(out, "data = {}", toml::Value::String(dir.display().to_string()));
@@ -246,14 +261,14 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
          # before the run ends (docs/evb.md, \"evb local\").\npolicy = \"stop\"\n",
     );
     let evm = Params::default().with("rus", int(args.rus)).with("reject_fraction", args.reject).with_sets("evm", plan);
-    component(&mut out, "evm", "evm", None, &evm);
+    component(&mut out, "evm", "evm", None, None, &listen(evm));
     for r in 0..args.rus {
         let ru = Params::default()
             .with("id", int(r))
             .with("evm", "${evm.listen}")
             .with("streams", int(args.streams))
             .with_sets("ru", plan);
-        component(&mut out, &format!("ru-{r}"), "ru", None, &ru);
+        component(&mut out, &format!("ru-{r}"), "ru", None, on(&args.ru_hosts, r), &listen(ru));
         for k in 0..args.streams {
             let id = r * args.streams + k;
             let mut src = Params::default()
@@ -280,12 +295,13 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
                 &format!("src-{id}"),
                 "source",
                 Some("${evm.last_event}"),
+                on(&args.ru_hosts, r),
                 &src.with_sets("source", plan),
             );
         }
     }
     for b in 0..args.bus {
-        component(&mut out, &format!("bu-{b}"), "bu", None, &bu_params(args, plan, b, "${evm.listen}"));
+        component(&mut out, &format!("bu-{b}"), "bu", None, on(&args.bu_hosts, b), &bu_params(args, plan, b, "${evm.listen}"));
     }
     out
 }
