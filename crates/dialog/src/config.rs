@@ -54,7 +54,9 @@ pub struct DialogConfig {
     /// Control server addresses: the primary first, then spares, tried in turn.
     pub control: Vec<SocketAddr>,
     /// Where this process listens for its peers (subscribers sending requests, providers
-    /// sending updates). Default `127.0.0.1:0` (a free port on the loopback interface).
+    /// sending updates). Default ([`default_listen`]): a free port on the loopback interface
+    /// when every control server is on this host (a loopback address), else a free port on
+    /// every interface, so that processes on other hosts reach it.
     pub listen: SocketAddr,
     /// The host published for the listening socket. Default: its IP, or, when listening on all
     /// interfaces, the local IP of the connection to the control server.
@@ -85,10 +87,11 @@ pub struct DialogConfig {
 impl DialogConfig {
     /// Defaults for process `name` talking to the control server(s) at `control`.
     pub fn new(name: impl Into<String>, control: Vec<SocketAddr>) -> Self {
+        let listen = default_listen(&control);
         DialogConfig {
             name: name.into(),
             control,
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen,
             advertise_host: None,
             token: daqflow_transport::auth::process_token(),
             heartbeat_interval: Duration::from_secs(1),
@@ -104,6 +107,27 @@ impl DialogConfig {
                 ..ConnectionOptions::default()
             },
         }
+    }
+}
+
+/// Where a process listens for its peers by default, given its control servers: port 0 (a free
+/// one) on `127.0.0.1` when they are all on this host (loopback or unspecified addresses), else
+/// on every interface (`0.0.0.0`, or `::` when a control server has an IPv6 address); the
+/// address then published is the one the control server sees the process at.
+///
+/// ```
+/// use daqflow_dialog::default_listen;
+/// assert_eq!(default_listen(&["127.0.0.1:7000".parse().unwrap()]).to_string(), "127.0.0.1:0");
+/// assert_eq!(default_listen(&["10.1.2.3:7000".parse().unwrap()]).to_string(), "0.0.0.0:0");
+/// ```
+pub fn default_listen(control: &[SocketAddr]) -> SocketAddr {
+    let local = |a: &SocketAddr| a.ip().is_loopback() || a.ip().is_unspecified();
+    if control.iter().all(local) {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    } else if control.iter().any(SocketAddr::is_ipv6) {
+        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+    } else {
+        SocketAddr::from(([0, 0, 0, 0], 0))
     }
 }
 
