@@ -7,6 +7,11 @@
 //! `{"ok":true,"state":"Running","result":…}` or `{"ok":false,"state":…,"error":"…"}`. When the
 //! component fails during a run, a line `{"event":"error","error":"…"}` appears by itself. End of
 //! input stops a running component and exits; so does SIGTERM or Ctrl-C.
+//!
+//! With `--token-stdin` the first line of standard input is the system token, read before
+//! anything else (how the operator hands it to a component on another host: never on a command
+//! line, never in an environment). With `--control`, `--lease` bounds how long the component
+//! goes on without any control server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,7 +29,10 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     Each gets one JSON line back. With --start RUN the component configures and starts at once and\n\
     runs until its input ends or it gets SIGTERM / Ctrl-C; it then stops and prints its summary.\n\n\
     With --control HOST:PORT the component also joins the control plane: `daqflow dialog send\n\
-    evm/start 7`, `daqflow dialog listen evm/state`.\n\n\
+    evm/start 7`, `daqflow dialog listen evm/state`. It then ends by itself when no control server\n\
+    was reachable for longer than --lease (15 s; 0: never), stopping a run in progress.\n\n\
+    With --token-stdin the first input line is the system token (what the operator does over ssh):\n  \
+    (cat DATA/token; cat) | ssh host daqflow component sink --name s --control ADDR --token-stdin\n\n\
     Configuration keys: docs/evb.md (source, evm, ru, bu) and docs/operator-guide.md (et, recorder,\n\
     monitor, msglogger, generator, repeater, sink).";
 
@@ -51,9 +59,48 @@ pub struct Args {
     /// `NAME/start` (payload: the run number), `NAME/pause`, `NAME/resume`, `NAME/stop`
     /// (payload: optional last event), `NAME/reset`, and the same under `all/`; publish
     /// `NAME/state`, `NAME/stats` (JSON, once a second and on every change) and `NAME/log`.
-    /// The end of standard input then does not end the process; SIGTERM or Ctrl-C does.
+    /// The end of standard input then does not end the process (unless --token-stdin); SIGTERM,
+    /// Ctrl-C or the end of --lease does.
     #[arg(long, value_name = "HOST:PORT")]
     pub control: Option<String>,
+    /// With --control: end (stopping a run in progress; exit status 1) once no control server
+    /// has been reachable for longer than this many seconds; 0: never. The operator gives its
+    /// system file's `lease_s`.
+    #[arg(long, value_name = "SECS", default_value = "15", value_parser = parse_lease)]
+    pub lease: f64,
+    /// Read the system token from the first line of standard input, before anything else (it
+    /// wins over --token-file and the environment): how the operator hands it to a component on
+    /// another host. Standard input is then the launcher's line to the component: its end ends
+    /// the component, also with --control.
+    #[arg(long)]
+    pub token_stdin: bool,
+}
+
+/// The longest `--lease`, in seconds (a day).
+const MAX_LEASE_S: f64 = 86_400.0;
+
+fn parse_lease(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=MAX_LEASE_S).contains(&s) => Ok(s),
+        _ => Err(format!("`{text}` is not a number of seconds from 0 (never) to {MAX_LEASE_S}")),
+    }
+}
+
+/// Reads the system token from the first line of `input` (`--token-stdin`), leaving the rest
+/// of the input unread.
+pub fn read_token_line(input: impl std::io::BufRead) -> anyhow::Result<daqflow_dialog::Token> {
+    use std::io::BufRead;
+    let limit = daqflow_transport::auth::MAX_TOKEN_LEN + 2;
+    let mut line = Vec::new();
+    input.take(limit as u64).read_until(b'\n', &mut line).context("reading standard input")?;
+    if line.is_empty() {
+        bail!("standard input ended before the token's line");
+    }
+    if line.last() != Some(&b'\n') && line.len() >= limit {
+        bail!("the first line of standard input is longer than a token ({} bytes at most)", limit - 2);
+    }
+    let text = std::str::from_utf8(&line).context("the token's line is not UTF-8")?;
+    Ok(daqflow_dialog::Token::new(text)?)
 }
 
 /// Reads `--config` and applies `--set`s into one TOML table.
@@ -100,6 +147,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         config: config_table(args.config.as_ref(), &args.set)?,
         start: args.start,
         control: args.control.clone(),
+        lease: (args.lease > 0.0).then(|| std::time::Duration::from_secs_f64(args.lease)),
+        end_with_stdin: args.token_stdin,
     };
     let failed = daqflow_runcontrol::process::run(registry, options)?;
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
@@ -108,4 +157,39 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 /// A flag set by SIGTERM or SIGINT.
 pub fn install_signal_flag() -> anyhow::Result<&'static std::sync::atomic::AtomicBool> {
     Ok(daqflow_runcontrol::process::signal_flag()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_the_first_line_and_the_rest_of_the_input_stays() {
+        use std::io::BufRead;
+        let mut input = std::io::Cursor::new(b"0123abcd\nconfigure\nstart 1\n".to_vec());
+        let token = read_token_line(&mut input).unwrap();
+        assert_eq!(token.as_bytes(), b"0123abcd");
+        let rest: Vec<String> = (&mut input).lines().map(Result::unwrap).collect();
+        assert_eq!(rest, ["configure", "start 1"]);
+        // Without a newline at the end of the input, the token is still the line.
+        assert_eq!(read_token_line(std::io::Cursor::new(b"abc".to_vec())).unwrap().as_bytes(), b"abc");
+    }
+
+    #[test]
+    fn no_token_an_empty_one_or_an_endless_line_are_refused() {
+        let err = |bytes: &[u8]| read_token_line(std::io::Cursor::new(bytes.to_vec())).unwrap_err().to_string();
+        assert!(err(b"").contains("ended before the token"));
+        assert!(err(b"\nsecret\n").contains("empty"));
+        assert!(err(b"two words\n").contains("white space"));
+        assert!(err(&vec![b'a'; 5000]).contains("longer than a token"));
+    }
+
+    #[test]
+    fn a_lease_is_zero_or_a_positive_number_of_seconds_up_to_a_day() {
+        assert_eq!(parse_lease("0"), Ok(0.0));
+        assert_eq!(parse_lease("7.5"), Ok(7.5));
+        for bad in ["-1", "nan", "inf", "1e6", "soon"] {
+            assert!(parse_lease(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -101,7 +101,11 @@ fn main() -> ExitCode {
         Command::Et(ref args) if args.is_server() => "info",
         _ => "warn",
     });
+    let token_stdin = matches!(&cli.command, Command::Component(args) if args.token_stdin);
     let token = match (&cli.token_file, std::env::var(TOKEN_ENV)) {
+        _ if token_stdin => component_cmd::read_token_line(std::io::stdin().lock())
+            .map(Some)
+            .map_err(|e| format!("--token-stdin: {e:#}")),
         (Some(path), _) => daqflow_dialog::Token::from_file(path).map(Some).map_err(|e| format!("--token-file: {e}")),
         (None, Ok(text)) => daqflow_dialog::Token::new(&text).map(Some).map_err(|e| format!("{TOKEN_ENV}: {e}")),
         (None, Err(_)) => Ok(None),

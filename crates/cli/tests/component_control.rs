@@ -170,3 +170,93 @@ fn a_builder_driven_only_by_dialog_commands_takes_a_run_and_accounts_for_every_e
     assert_eq!(bu.events, last, "{bu:?}");
     assert_eq!(w.until("bu-0", "Configured", state_is("Configured"))["state"], "Configured");
 }
+
+/// A control server of its own (`daqflow [PRE…] control-server --listen 127.0.0.1:0`), and its
+/// address.
+fn control_server(pre: &[&str]) -> (Proc, String) {
+    let mut cs = Proc::spawn(&[pre, &["control-server", "--listen", "127.0.0.1:0"]].concat());
+    let addr = cs.expect("listening on ").trim_start_matches("listening on ").to_owned();
+    (cs, addr)
+}
+
+/// A sink on the control plane at `control`, with `--lease LEASE` and any other arguments.
+fn sink(control: &str, name: &str, extra: &[&str]) -> Proc {
+    let base = ["component", "sink", "--name", name, "--control", control, "--set", "listen=127.0.0.1:0"];
+    Proc::spawn(&[&base[..], &["--set", "stop_timeout_ms=500"], extra].concat())
+}
+
+#[test]
+fn a_component_without_a_control_server_for_longer_than_its_lease_stops_its_run_and_ends() {
+    let (cs, addr) = control_server(&[]);
+    let mut leased = sink(&addr, "sink-leased", &["--lease", "2"]);
+    let mut forever = sink(&addr, "sink-forever", &["--lease", "0"]);
+    for c in [&mut leased, &mut forever] {
+        c.send("configure");
+        c.expect("\"state\":\"Configured\"");
+        c.send("start 1");
+        c.expect("\"state\":\"Running\"");
+    }
+    cs.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    // The run is stopped: its summary is the answer to the stop the lease made.
+    let stopped = leased.expect("\"events\"");
+    assert!(stopped.starts_with("{\"ok\":true"), "{stopped}");
+    assert_eq!(leased.wait_exit(), 1, "an ended lease is a failure");
+    assert!(killed.elapsed() >= Duration::from_secs(2), "ended {:?} after the server died", killed.elapsed());
+    let stderr = leased.stderr_lines().join("\n");
+    let said =
+        stderr.lines().find(|l| l.contains("control server unreachable for ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(said.contains(", longer than the lease of 2 s: ending"), "{said}");
+    // Without a lease, a component waits for its control server as long as it takes.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(forever.child.try_wait().unwrap().is_none(), "the component without a lease ended");
+    forever.send("state");
+    forever.expect("\"state\":\"Running\"");
+}
+
+#[test]
+fn a_component_takes_the_token_from_its_first_input_line_and_ends_with_its_input() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let token = "7f3c9a1e5b2d4c6e8a0b1c2d3e4f5a6b";
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = token_file.to_str().unwrap();
+    let (_cs, addr) = control_server(&["--token-file", file]);
+    let mut c = sink(&addr, "sink-stdin", &["--token-stdin"]);
+    c.send(token);
+    // The rest of the input is the usual protocol.
+    c.send("configure");
+    c.expect("\"state\":\"Configured\"");
+    // It proved the token: it is on the control plane, which takes nobody without it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_daqflow"))
+            .args(["--token-file", file, "dialog", "--control", &addr, "ls"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains("sink-stdin") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sink-stdin never joined: {}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", c.child.id())).unwrap();
+    let environ = std::fs::read(format!("/proc/{}/environ", c.child.id())).unwrap();
+    for shown in [cmdline, environ] {
+        assert!(!String::from_utf8_lossy(&shown).contains(token));
+    }
+    // Its input is its launcher's line to it: its end ends the component, even on the control
+    // plane.
+    c.close_stdin();
+    assert_eq!(c.wait_exit(), 0);
+    assert!(c.stderr_lines().iter().any(|l| l.contains("standard input ended")));
+
+    // No line at all: it says so and does not start.
+    let mut none = sink(&addr, "sink-none", &["--token-stdin"]);
+    none.close_stdin();
+    assert_eq!(none.wait_exit(), 2);
+    let said = none.stderr_lines().join("\n");
+    assert!(said.contains("--token-stdin: standard input ended before the token's line"), "{said}");
+}

@@ -54,10 +54,9 @@ pub struct DialogConfig {
     /// Control server addresses: the primary first, then spares, tried in turn.
     pub control: Vec<SocketAddr>,
     /// Where this process listens for its peers (subscribers sending requests, providers
-    /// sending updates). Default: a free port on the loopback interface (`127.0.0.1:0`) when
-    /// every control server is on this host's loopback, otherwise a free port on every
-    /// interface (`0.0.0.0:0`), published as the address the control server sees (so that
-    /// processes on other hosts reach it).
+    /// sending updates). Default ([`default_listen`]): a free port on the loopback interface
+    /// when every control server is on this host (a loopback address), else a free port on
+    /// every interface, so that processes on other hosts reach it.
     pub listen: SocketAddr,
     /// The host published for the listening socket. Default: its IP, or, when listening on all
     /// interfaces, the local IP of the connection to the control server.
@@ -85,15 +84,6 @@ pub struct DialogConfig {
     pub connection: ConnectionOptions,
 }
 
-/// Loopback when every control server is on loopback, else every interface.
-fn default_listen(control: &[SocketAddr]) -> SocketAddr {
-    if !control.is_empty() && control.iter().all(|a| a.ip().is_loopback()) {
-        SocketAddr::from(([127, 0, 0, 1], 0))
-    } else {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    }
-}
-
 impl DialogConfig {
     /// Defaults for process `name` talking to the control server(s) at `control`.
     pub fn new(name: impl Into<String>, control: Vec<SocketAddr>) -> Self {
@@ -117,6 +107,28 @@ impl DialogConfig {
                 ..ConnectionOptions::default()
             },
         }
+    }
+}
+
+/// Where a process listens for its peers by default, given its control servers: port 0 (a free
+/// one) on `127.0.0.1` when they are all on this host's loopback, else (a wildcard control
+/// server serves other hosts too) on every interface (`0.0.0.0`, or `::` when a control server has an IPv6 address); the
+/// address then published is the one the control server sees the process at.
+///
+/// ```
+/// use daqflow_dialog::default_listen;
+/// assert_eq!(default_listen(&["127.0.0.1:7000".parse().unwrap()]).to_string(), "127.0.0.1:0");
+/// assert_eq!(default_listen(&["10.1.2.3:7000".parse().unwrap()]).to_string(), "0.0.0.0:0");
+/// assert_eq!(default_listen(&["0.0.0.0:7000".parse().unwrap()]).to_string(), "0.0.0.0:0");
+/// ```
+pub fn default_listen(control: &[SocketAddr]) -> SocketAddr {
+    let local = |a: &SocketAddr| a.ip().is_loopback();
+    if control.iter().all(local) {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    } else if control.iter().any(SocketAddr::is_ipv6) {
+        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+    } else {
+        SocketAddr::from(([0, 0, 0, 0], 0))
     }
 }
 

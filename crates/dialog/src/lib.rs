@@ -54,7 +54,8 @@ pub use client::{
     Client, CommandMessage, CommandRegistration, LostCause, Service, ServiceEvent, ServiceOptions, Subscription,
 };
 pub use config::{
-    CONTROL_ENV, DEFAULT_CONTROL, DialogConfig, ServerConfig, control_addrs_from_env, parse_control_addrs,
+    CONTROL_ENV, DEFAULT_CONTROL, DialogConfig, ServerConfig, control_addrs_from_env, default_listen,
+    parse_control_addrs,
 };
 pub use daqflow_transport::WhenFull;
 pub use daqflow_transport::auth::Token;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// How long a dead control server stays down while another is alive: twice the time after
 /// which a process that hears nothing from its server looks for another (3 s).
-const SPARE_SETTLE: Duration = Duration::from_secs(6);
+pub(crate) const SPARE_SETTLE: Duration = Duration::from_secs(6);
 
 /// How to start a control server.
 #[derive(Debug, Clone)]

@@ -5,8 +5,9 @@
 //! `stop [ARG]`, `stats`, `state`, `reset`, `quit`. Each gets exactly one JSON line on
 //! standard output: `{"ok":true,"state":"Running","result":…}` or
 //! `{"ok":false,"state":…,"error":"…"}`. A failure during the run prints
-//! `{"event":"error","error":"…"}` by itself. End of input (without a control address),
-//! `quit`, SIGTERM or SIGINT end a running component with its summary and exit.
+//! `{"event":"error","error":"…"}` by itself. End of input (without a control address, or with
+//! [`Options::end_with_stdin`]), `quit`, SIGTERM or SIGINT end a running component with its
+//! summary and exit.
 //!
 //! **Control plane** (`docs/operator-guide.md`, "Component protocol"): the process joins
 //! dialog under its name and registers the commands `NAME/VERB` and `all/VERB` for every
@@ -19,6 +20,12 @@
 //! - `NAME/stats`: its [`Stats`](daqflow_component::Stats) once a second;
 //! - `NAME/log`: a JSON array of the process's recent log records (`crate::log`).
 //!
+//! **Lease.** A process on the control plane that has not been connected to a control server
+//! for longer than its lease ([`Options::lease`]) ends by itself: the control server and its
+//! spares are gone (the operator died, or its host, or the network between), and nobody could
+//! stop it any more. It stops a run in progress (so its counters and files are closed), logs
+//! why and exits as failed.
+//!
 //! ```no_run
 //! // The kinds the binary knows (`daqflow::registry::standard()` in the `daqflow` command).
 //! let registry = daqflow_component::Registry::new();
@@ -28,6 +35,8 @@
 //!     config: toml::Table::new(),
 //!     start: None,
 //!     control: Some("127.0.0.1:7000".into()),
+//!     lease: Some(std::time::Duration::from_secs(15)),
+//!     end_with_stdin: false,
 //! };
 //! let failed = daqflow_runcontrol::process::run(registry, options)?;
 //! # let _ = failed;
@@ -58,6 +67,49 @@ pub struct Options {
     pub start: Option<u32>,
     /// The control server's address, to join the control plane.
     pub control: Option<String>,
+    /// With a control address: end when no control server has been reachable for this long
+    /// (`None`: never).
+    pub lease: Option<Duration>,
+    /// End when standard input ends, also with a control address: the launcher (the operator,
+    /// over ssh) holds it open for as long as it wants the process, so its end means the
+    /// launcher or the connection to it is gone.
+    pub end_with_stdin: bool,
+}
+
+/// The lease of a process on the control plane: how long it has been without a control
+/// server, and whether that is longer than it may be. Pure: fed with the connection state and
+/// the time.
+#[derive(Debug, Clone)]
+struct Lease {
+    length: Duration,
+    /// Since when no control server has been reachable (`None`: connected now).
+    unreachable_since: Option<Instant>,
+}
+
+impl Lease {
+    /// A lease of `length`, for a process that starts unconnected at `now` (a control server
+    /// that never answers ends it too).
+    fn new(length: Duration, now: Instant) -> Lease {
+        Lease { length, unreachable_since: Some(now) }
+    }
+
+    /// Takes whether a control server is reachable at `now`; once the process has been
+    /// without one for longer than the lease, for how long.
+    fn expired(&mut self, connected: bool, now: Instant) -> Option<Duration> {
+        if connected {
+            self.unreachable_since = None;
+            return None;
+        }
+        let since = *self.unreachable_since.get_or_insert(now);
+        let unreachable = now.saturating_duration_since(since);
+        (unreachable > self.length).then_some(unreachable)
+    }
+}
+
+/// Seconds as people write them: `12 s`, `2.5 s`.
+fn seconds_text(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 10.0 || d.subsec_millis() == 0 { format!("{s:.0} s") } else { format!("{s:.1} s") }
 }
 
 /// Why a component process could not run.
@@ -286,8 +338,9 @@ fn reply(out: &Mutex<std::io::Stdout>, v: &Value) {
     let _ = o.flush();
 }
 
-/// Runs a component process until `quit`, the end of input (without a control address) or a
-/// signal. Returns whether the component failed during its life.
+/// Runs a component process until `quit`, the end of input (without a control address, or with
+/// [`Options::end_with_stdin`]), a signal or the end of its lease. Returns whether the component
+/// failed during its life (an expired lease counts as a failure).
 pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     set_process_name(&options.name);
     if let Some(control) = &options.control {
@@ -313,7 +366,7 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
         None => None,
     };
     tracing::info!(kind = %options.kind, pid = std::process::id(), "component started");
-    let stdin_ends = link.is_none();
+    let stdin_ends = link.is_none() || options.end_with_stdin;
     std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
@@ -335,7 +388,19 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     if let Some(l) = link.as_mut() {
         l.publish(&driver, true);
     }
-    event_loop(&mut driver, &rx, &mut link, &out, stop_signal, &mut failed);
+    let mut lease = match (&link, options.lease) {
+        (Some(_), Some(length)) => Some(Lease::new(length, Instant::now())),
+        _ => None,
+    };
+    let ended = event_loop(&mut driver, &rx, &mut link, &out, stop_signal, &mut lease);
+    failed |= ended.failed;
+    match ended.why {
+        Why::LeaseExpired => failed = true,
+        Why::InputEnded if options.end_with_stdin && options.control.is_some() => {
+            tracing::warn!("standard input ended (the launcher or the connection to it is gone): ending")
+        }
+        _ => {}
+    }
     // End of input, quit or a signal: end a run in progress with its summary.
     failed |= driver.failure().is_some();
     if matches!(driver.state(), State::Running | State::Paused)
@@ -353,16 +418,36 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     Ok(failed)
 }
 
+/// Why the event loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Standard input ended (or its thread).
+    InputEnded,
+    /// `quit`.
+    Quit,
+    /// SIGTERM or SIGINT.
+    Signal,
+    /// No control server for longer than the lease.
+    LeaseExpired,
+}
+
+/// How the event loop ended: why, and whether the component failed meanwhile.
+struct Ended {
+    why: Why,
+    failed: bool,
+}
+
 fn event_loop(
     driver: &mut Driver,
     rx: &Receiver<Input>,
     link: &mut Option<ControlLink>,
     out: &Mutex<std::io::Stdout>,
     stop_signal: &AtomicBool,
-    failed: &mut bool,
-) {
+    lease: &mut Option<Lease>,
+) -> Ended {
     let mut next_publish = Instant::now();
     let mut reported: Option<String> = None;
+    let mut failed = false;
     loop {
         let input = rx.recv_timeout(Duration::from_millis(100));
         // A failure during the run is reported as soon as it is seen.
@@ -371,13 +456,23 @@ fn event_loop(
             tracing::error!(error = f.as_deref().unwrap_or(""), "component failed");
             reply(out, &json!({ "event": "error", "error": f }));
             reported = f;
-            *failed = true;
+            failed = true;
+        }
+        if let (Some(lease), Some(l)) = (lease.as_mut(), link.as_ref())
+            && let Some(unreachable) = lease.expired(l.dialog.is_connected(), Instant::now())
+        {
+            tracing::error!(
+                "control server unreachable for {}, longer than the lease of {}: ending",
+                seconds_text(unreachable),
+                seconds_text(lease.length)
+            );
+            return Ended { why: Why::LeaseExpired, failed };
         }
         match input {
-            Ok(Input::End) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(Input::End) | Err(RecvTimeoutError::Disconnected) => return Ended { why: Why::InputEnded, failed },
             Err(RecvTimeoutError::Timeout) => {
                 if stop_signal.load(Ordering::Relaxed) {
-                    return;
+                    return Ended { why: Why::Signal, failed };
                 }
                 if let Some(l) = link.as_mut() {
                     let force = Instant::now() >= next_publish;
@@ -396,7 +491,7 @@ fn event_loop(
                     reply(out, &v);
                 }
                 if quit {
-                    return;
+                    return Ended { why: Why::Quit, failed };
                 }
             }
             Ok(Input::Control(verb, payload)) => {
@@ -446,6 +541,42 @@ mod tests {
         assert_eq!(line_to_command("start", Some("x")), Some(Err("usage: start RUN".into())));
         assert_eq!(line_to_command("stop", Some("-1")), Some(Err("usage: stop [LAST_EVENT]".into())));
         assert_eq!(line_to_command("stats", None), None);
+    }
+
+    #[test]
+    fn a_lease_expires_only_after_being_unreachable_for_longer_than_it() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut lease = Lease::new(Duration::from_secs(10), t0);
+        // Never connected: counted from the start.
+        assert_eq!(lease.expired(false, at(10_000)), None);
+        assert_eq!(lease.expired(false, at(10_001)), Some(Duration::from_millis(10_001)));
+        // Connected at 10.5 s: the count starts again at the next loss.
+        assert_eq!(lease.expired(true, at(10_500)), None);
+        assert_eq!(lease.expired(false, at(20_000)), None);
+        assert_eq!(lease.expired(true, at(29_000)), None, "reconnected within the lease");
+        assert_eq!(lease.expired(false, at(40_000)), None);
+        assert_eq!(lease.expired(false, at(50_000)), None, "exactly the lease is still within it");
+        assert_eq!(lease.expired(false, at(52_000)), Some(Duration::from_secs(12)));
+    }
+
+    #[test]
+    fn a_lease_holds_while_connected_whatever_the_time() {
+        let t0 = Instant::now();
+        let mut lease = Lease::new(Duration::from_secs(1), t0);
+        assert_eq!(lease.expired(true, t0), None);
+        assert_eq!(lease.expired(true, t0 + Duration::from_secs(3600)), None);
+        // A clock that seems to go back does not expire it either.
+        assert_eq!(lease.expired(false, t0 + Duration::from_secs(3600)), None);
+        assert_eq!(lease.expired(false, t0), None);
+    }
+
+    #[test]
+    fn seconds_are_written_as_people_write_them() {
+        assert_eq!(seconds_text(Duration::from_secs(15)), "15 s");
+        assert_eq!(seconds_text(Duration::from_millis(12_400)), "12 s");
+        assert_eq!(seconds_text(Duration::from_millis(2_140)), "2.1 s");
+        assert_eq!(seconds_text(Duration::from_secs(2)), "2 s");
     }
 
     #[test]

@@ -83,6 +83,12 @@ pub struct SystemSection {
     /// `component KIND …` (`{host}` is replaced by the host).
     #[serde(default = "default_remote")]
     pub remote_command: String,
+    /// Seconds a `daqflow component` the operator started may go on without reaching any
+    /// control server before it ends by itself (stopping a run in progress): what ends the
+    /// components on other hosts when the operator, its host or the network to it is gone.
+    /// Longer than a spare control server may take to take over ([`MIN_LEASE_S`]).
+    #[serde(default = "default_lease")]
+    pub lease_s: f64,
     /// The system token: a file holding the shared secret every connection of the system
     /// proves (readable by its owner only). Default: the token given to `daqflow run` with
     /// `--token-file`, else a new random token for each start of the operator. Either way the
@@ -115,6 +121,9 @@ fn default_stop_timeout() -> f64 {
 }
 fn default_remote() -> String {
     "ssh {host} daqflow".into()
+}
+fn default_lease() -> f64 {
+    15.0
 }
 
 /// One `[[component]]`.
@@ -183,7 +192,22 @@ fn check_system(text: &str, system: &SystemSection, problems: &mut Vec<String>) 
     if system.remote_command.split_whitespace().next().is_none() {
         bad("remote_command", "must not be empty".into());
     }
+    let lease = system.lease_s;
+    if !(lease.is_finite() && lease > MIN_LEASE_S && lease <= MAX_TIMEOUT_S) {
+        bad(
+            "lease_s",
+            format!(
+                "= {lease} is out of range: more than {MIN_LEASE_S} (the time a spare control server may take to take \
+                 over) … {MAX_TIMEOUT_S} (seconds)"
+            ),
+        );
+    }
 }
+
+/// `lease_s` must be longer than this: the time the processes of a system may be without a
+/// control server while a spare takes over from a dead primary (or the operator starts a dead
+/// one again), in seconds.
+pub const MIN_LEASE_S: f64 = crate::control_servers::SPARE_SETTLE.as_secs() as f64;
 
 /// The shortest `timeout_s` and `stop_timeout_s`, in seconds.
 pub const MIN_TIMEOUT_S: f64 = 0.1;
@@ -707,6 +731,19 @@ streamz = 4
         assert!(e.starts_with("line 2:"), "{e}");
         let e = parse("[system]\nname = 'x'\ncolour = 'red'\n").unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn the_lease_defaults_to_15_s_and_must_outlast_a_spare_control_server_taking_over() {
+        let component = "[[component]]\nname = 'a'\nkind = 'sink'\n";
+        let f = parse(&format!("[system]\nname = 't'\n{component}")).unwrap();
+        assert_eq!(f.system.lease_s, 15.0);
+        let f = parse(&format!("[system]\nname = 't'\nlease_s = 6.5\n{component}")).unwrap();
+        assert_eq!(f.system.lease_s, 6.5);
+        for bad in ["6", "0", "-3", "nan", "100000"] {
+            let e = parse(&format!("[system]\nname = 't'\nlease_s = {bad}\n{component}")).unwrap_err().to_string();
+            assert!(e.starts_with("line 3: `lease_s`") && e.contains("more than 6"), "{bad}: {e}");
+        }
     }
 
     #[test]

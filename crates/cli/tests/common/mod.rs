@@ -22,15 +22,19 @@ impl Proc {
 
     /// [`Proc::spawn`] with extra environment variables.
     pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
-            .args(args)
-            .env("DAQFLOW_LOG", "info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn daqflow");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_daqflow"));
+        cmd.args(args).envs(env.iter().copied());
+        Self::spawn_command(cmd)
+    }
+
+    /// Any command (`daqflow` in a test host, say), its standard streams piped like
+    /// [`Proc::spawn`]'s.
+    pub fn spawn_command(mut cmd: Command) -> Proc {
+        if cmd.get_envs().all(|(k, _)| k != "DAQFLOW_LOG") {
+            cmd.env("DAQFLOW_LOG", "info");
+        }
+        let mut child =
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn daqflow");
         let (tx, lines) = channel();
         let out = child.stdout.take().unwrap();
         std::thread::spawn(move || {
@@ -110,6 +114,20 @@ impl Proc {
         let stdin = self.stdin.as_mut().unwrap();
         writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// Closes its standard input (the end of input).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Every standard error line that came so far.
+    pub fn stderr_lines(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(200)) {
+            lines.push(l);
+        }
+        lines
     }
 
     pub fn signal(&self, sig: i32) {

@@ -287,6 +287,8 @@ impl Operator {
             remote: file.system.remote_command.clone(),
             logs: data.join("logs"),
             token_file: token_path,
+            token,
+            lease_s: file.system.lease_s,
         };
         // The operator's own log records reach the message logger like every component's.
         let log = op.inner.dialog.provide("operator/log").ok();

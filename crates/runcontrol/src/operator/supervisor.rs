@@ -1,12 +1,23 @@
 //! The supervisor: the component processes the operator started. It starts them (each with
-//! its output appended to `logs/NAME.log`, the system token's file, and a parent-death signal
-//! so that no component outlives a crashed operator), notices when one ends, and ends them
-//! all at shutdown. What to do when one ends is the sequencer's business (its policy).
+//! its output appended to `logs/NAME.log`, the system token, its lease, and a parent-death
+//! signal so that no local component outlives a crashed operator), notices when one ends, and
+//! ends them all at shutdown. What to do when one ends is the sequencer's business (its policy).
+//!
+//! A `daqflow component` on another host (`host`, started with `remote_command`, ssh by
+//! default) gets the token on its standard input, the first line, with `--token-stdin`: ssh
+//! passes neither the environment nor files, and a command line is readable by everyone. The
+//! supervisor then keeps that pipe open for as long as the component should live: when the
+//! operator ends, however it ends, the pipe closes, ssh passes the end on, and the component
+//! ends (`docs/operator-guide.md`, "Components on other hosts"). Its lease covers what the
+//! pipe cannot tell, a host or a network that is gone.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use daqflow_transport::auth::Token;
 
 use crate::system::ComponentSpec;
 
@@ -21,12 +32,24 @@ pub(crate) struct Launch {
     pub logs: PathBuf,
     /// The system token's file (`DATA/token`).
     pub token_file: PathBuf,
+    /// The system token, for the components on other hosts.
+    pub token: Token,
+    /// `system.lease_s`, given to every `daqflow component` as `--lease`.
+    pub lease_s: f64,
+}
+
+/// A component process the operator started.
+struct Running {
+    child: Child,
+    /// The pipe to its standard input, held open while it should live (a component on
+    /// another host).
+    _stdin: Option<ChildStdin>,
 }
 
 /// The component processes.
 pub(crate) struct Supervisor {
     launch: Launch,
-    children: HashMap<String, Child>,
+    children: HashMap<String, Running>,
 }
 
 impl Supervisor {
@@ -39,20 +62,20 @@ impl Supervisor {
     /// operator calls this from its event loop, which lives as long as the operator.
     pub(crate) fn spawn(&mut self, spec: &ComponentSpec, control: &str) -> Result<u32, String> {
         if let Some(mut old) = self.children.remove(&spec.name) {
-            let _ = old.kill();
-            let _ = old.wait();
+            let _ = old.child.kill();
+            let _ = old.child.wait();
         }
-        let child = spawn_component(&self.launch, spec, control)?;
-        let pid = child.id();
-        self.children.insert(spec.name.clone(), child);
+        let running = spawn_component(&self.launch, spec, control)?;
+        let pid = running.child.id();
+        self.children.insert(spec.name.clone(), running);
         Ok(pid)
     }
 
     /// The processes that ended since the last call: name and how.
     pub(crate) fn exits(&mut self) -> Vec<(String, String)> {
         let mut exited = Vec::new();
-        for (name, child) in self.children.iter_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
+        for (name, running) in self.children.iter_mut() {
+            if let Ok(Some(status)) = running.child.try_wait() {
                 exited.push((name.clone(), status.to_string()));
             }
         }
@@ -65,13 +88,14 @@ impl Supervisor {
     /// Ends every process: SIGTERM, then SIGKILL after `grace`.
     pub(crate) fn terminate_all(&mut self, grace: Duration) {
         let mut children = std::mem::take(&mut self.children);
-        for c in children.values() {
+        for r in children.values() {
             // SAFETY: kill(2) with a pid of our own child that has not been reaped yet (it is
             // still in `children`), so the pid cannot have been reused.
-            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            unsafe { libc::kill(r.child.id() as libc::pid_t, libc::SIGTERM) };
         }
         let deadline = Instant::now() + grace;
-        for (name, c) in children.iter_mut() {
+        for (name, r) in children.iter_mut() {
+            let c = &mut r.child;
             loop {
                 match c.try_wait() {
                     Ok(Some(_)) | Err(_) => break,
@@ -88,42 +112,57 @@ impl Supervisor {
     }
 }
 
+/// The command line of one component's process: a program of the user's own (run through
+/// `remote_command` with a host), else `daqflow component KIND` (the same) with its lease and,
+/// locally, the token's file, on another host `--token-stdin`; then `--name NAME --control
+/// ADDR`. Whether the token goes to its standard input.
+fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<String>, bool) {
+    let remote = |host: &str| -> Vec<String> {
+        launch.remote.replace("{host}", host).split_whitespace().map(str::to_owned).collect()
+    };
+    let lease = ["--lease".to_owned(), launch.lease_s.to_string()];
+    let (mut argv, token_stdin) = match (&spec.command, &spec.host) {
+        (Some(cmd), None) => (cmd.clone(), false),
+        (Some(cmd), Some(host)) => (remote(host).into_iter().chain(cmd.iter().cloned()).collect(), false),
+        (None, None) => {
+            let mut argv = vec![
+                launch.binary.display().to_string(),
+                "--token-file".into(),
+                launch.token_file.display().to_string(),
+                "component".into(),
+                spec.kind.clone(),
+            ];
+            argv.extend(lease);
+            (argv, false)
+        }
+        (None, Some(host)) => {
+            let mut argv = remote(host);
+            argv.extend(["component".to_owned(), spec.kind.clone(), "--token-stdin".to_owned()]);
+            argv.extend(lease);
+            (argv, true)
+        }
+    };
+    argv.extend(["--name".into(), spec.name.clone(), "--control".into(), control.to_owned()]);
+    (argv, token_stdin)
+}
+
 /// Starts one component's process, its output appended to `logs/NAME.log`. It gets the system
-/// token's file in `DAQFLOW_TOKEN_FILE` (a user's own command reads it from there too), and a
-/// local `daqflow component` also as `--token-file`.
-fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Result<Child, String> {
+/// token's file in `DAQFLOW_TOKEN_FILE` (a user's own command reads it from there too), a
+/// local `daqflow component` also as `--token-file`, one on another host the token itself as
+/// the first line of its standard input, which stays open.
+fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Result<Running, String> {
     use std::os::unix::process::CommandExt;
-    let (binary, remote, logs) = (&launch.binary, &launch.remote, &launch.logs);
-    let log_path = logs.join(format!("{}.log", spec.name));
+    let log_path = launch.logs.join(format!("{}.log", spec.name));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
         .map_err(|e| format!("{}: {e}", log_path.display()))?;
     let err_log = log.try_clone().map_err(|e| e.to_string())?;
-    let mut argv: Vec<String> = match (&spec.command, &spec.host) {
-        (Some(cmd), None) => cmd.clone(),
-        (Some(cmd), Some(host)) => {
-            remote.replace("{host}", host).split_whitespace().map(str::to_owned).chain(cmd.iter().cloned()).collect()
-        }
-        (None, None) => vec![
-            binary.display().to_string(),
-            "--token-file".into(),
-            launch.token_file.display().to_string(),
-            "component".into(),
-            spec.kind.clone(),
-        ],
-        (None, Some(host)) => remote
-            .replace("{host}", host)
-            .split_whitespace()
-            .map(str::to_owned)
-            .chain(["component".to_owned(), spec.kind.clone()])
-            .collect(),
-    };
-    argv.extend(["--name".into(), spec.name.clone(), "--control".into(), control.to_owned()]);
+    let (argv, token_stdin) = command_line(launch, spec, control);
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
-        .stdin(Stdio::null())
+        .stdin(if token_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(log)
         .stderr(err_log)
         .env("DAQFLOW_COMPONENT", &spec.name)
@@ -138,7 +177,79 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| format!("starting {} ({}): {e}", spec.name, argv.join(" ")))?;
+    let mut child = cmd.spawn().map_err(|e| format!("starting {} ({}): {e}", spec.name, argv.join(" ")))?;
     tracing::info!(component = %spec.name, pid = child.id(), "started {}", argv.join(" "));
-    Ok(child)
+    let mut stdin = child.stdin.take();
+    if let Some(pipe) = stdin.as_mut() {
+        // A few dozen bytes into an empty pipe: this does not wait for the component. If the
+        // process already ended, its end is reported like any other.
+        let line = [launch.token.as_bytes(), b"\n"].concat();
+        if let Err(e) = pipe.write_all(&line).and_then(|()| pipe.flush()) {
+            tracing::warn!(component = %spec.name, "giving {} the system token on its standard input: {e}", spec.name);
+        }
+    }
+    Ok(Running { child, _stdin: stdin })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(host: Option<&str>, command: Option<&[&str]>) -> ComponentSpec {
+        ComponentSpec {
+            name: "c-1".into(),
+            kind: "sink".into(),
+            host: host.map(str::to_owned),
+            command: command.map(|c| c.iter().map(|s| s.to_string()).collect()),
+            policy: crate::system::Policy::Stop,
+            start_order: 0,
+            stop_order: 0,
+            stop_arg: None,
+            params: toml::Table::new(),
+            line: 1,
+            needs: Vec::new(),
+            role: daqflow_component::Role::Other,
+            data_files: None,
+        }
+    }
+
+    fn launch() -> Launch {
+        Launch {
+            binary: "/opt/daqflow".into(),
+            remote: "ssh -i /k {host} /usr/bin/daqflow".into(),
+            logs: "/data/logs".into(),
+            token_file: "/data/token".into(),
+            token: Token::new("secret-token-0123").unwrap(),
+            lease_s: 7.5,
+        }
+    }
+
+    #[test]
+    fn a_remote_component_takes_the_token_on_standard_input_and_never_on_its_command_line() {
+        let control = "10.0.0.1:7000,10.0.0.1:7001";
+        let (argv, token_stdin) = command_line(&launch(), &spec(Some("10.0.0.2"), None), control);
+        assert!(token_stdin);
+        assert_eq!(
+            argv.join(" "),
+            "ssh -i /k 10.0.0.2 /usr/bin/daqflow component sink --token-stdin --lease 7.5 \
+             --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+        );
+        let (argv, token_stdin) = command_line(&launch(), &spec(None, None), control);
+        assert!(!token_stdin);
+        assert_eq!(
+            argv.join(" "),
+            "/opt/daqflow --token-file /data/token component sink --lease 7.5 --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+        );
+        // A program of the user's own gets neither: only its name and the control address.
+        let (argv, token_stdin) = command_line(&launch(), &spec(Some("h2"), Some(&["mine", "-v"])), control);
+        assert!(!token_stdin);
+        assert_eq!(
+            argv.join(" "),
+            "ssh -i /k h2 /usr/bin/daqflow mine -v --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+        );
+        for (host, command) in [(Some("h2"), None), (None, None), (None, Some(&["mine"][..]))] {
+            let (argv, _) = command_line(&launch(), &spec(host, command), control);
+            assert!(!argv.iter().any(|a| a.contains("secret-token")), "{argv:?}");
+        }
+    }
 }

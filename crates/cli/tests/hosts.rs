@@ -1,0 +1,405 @@
+//! Several hosts on one machine (`daqflow::hosts`: network namespaces joined by a switch), and
+//! the operator starting components on them over ssh: the hosts reach each other and vanish
+//! without a trace, also when a test panics; a system whose components run on other hosts
+//! takes a run, its components proving the system token they got over ssh; and whether the
+//! operator ends normally, is killed, or its host drops off the network, every remote
+//! component ends within its lease and no daqflow process is left anywhere.
+//!
+//! Needs root and iproute2 (and OpenSSH for the ssh tests): without root, or without a tool
+//! outside CI, each test says why and passes without running; in CI (`CI` set) as root, a
+//! missing tool fails the test (`.ci/run` installs them).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::Proc;
+use daqflow::hosts::{Host, Hosts, HostsError};
+use daqflow_runcontrol::db::RunDb;
+
+const BIN: &str = env!("CARGO_BIN_EXE_daqflow");
+
+/// The system file's lease in these tests: the shortest allowed (more than 6 s).
+const LEASE_S: f64 = 7.0;
+
+/// One set of hosts at a time: each test runs a dozen processes on a small machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Whether test hosts (with sshd, if `ssh`) can run here; if not, says why. In CI as root, a
+/// missing tool is a failure, not a reason to skip.
+fn available(ssh: bool) -> bool {
+    let check = if ssh { daqflow::hosts::check_ssh() } else { daqflow::hosts::check() };
+    match check {
+        Ok(()) => true,
+        Err(e @ HostsError::MissingTool { .. }) if std::env::var_os("CI").is_some() => {
+            panic!("{e}: CI runs as root and must have it (.ci/run installs it)")
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The `ip` program (in `/usr/sbin` or `/sbin` also when `PATH` lacks them).
+fn ip() -> std::process::Command {
+    let path = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].into_iter().find(|p| Path::new(p).is_file());
+    std::process::Command::new(path.unwrap_or("ip"))
+}
+
+/// `daqflow control-server --listen ADDR` in `host`, once it listens.
+fn control_server(host: &Host, addr: &str) -> Proc {
+    let mut cmd = host.command(BIN);
+    cmd.args(["control-server", "--listen", addr]);
+    let mut cs = Proc::spawn_command(cmd);
+    cs.expect(&format!("listening on {addr}"));
+    cs
+}
+
+/// The names of the processes `daqflow dialog ls` run in `host` finds at the control server
+/// `addr`.
+fn dialog_ls(host: &Host, addr: &str) -> String {
+    host.run(BIN, ["dialog", "--control", addr, "ls"]).unwrap()
+}
+
+#[test]
+fn hosts_reach_each_other_and_a_second_set_with_the_same_addresses_is_apart() {
+    if !available(false) {
+        return;
+    }
+    let _one = lock();
+    let a = Hosts::create(2).unwrap();
+    let b = Hosts::create(2).unwrap();
+    assert_eq!(
+        (a.len(), a.host(0).addr().to_string(), a.host(1).addr().to_string()),
+        (2, "10.77.0.1".into(), "10.77.0.2".into())
+    );
+    assert_ne!(a.host(1).namespace(), b.host(1).namespace());
+    // A control server on host 2 of each set, on the same address and port.
+    let _cs_a = control_server(a.host(1), "10.77.0.2:7000");
+    let _cs_b = control_server(b.host(1), "10.77.0.2:7000");
+    // TCP from host 1 to host 2, through the switch: a process joins set A's server and shows.
+    let mut cmd = a.host(0).command(BIN);
+    cmd.args(["dialog", "--control", "10.77.0.2:7000", "--name", "from-host-1", "publish", "greeting"]);
+    let mut publisher = Proc::spawn_command(cmd);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dialog_ls(a.host(1), "10.77.0.2:7000").contains("from-host-1") {
+        assert!(Instant::now() < deadline, "the process on host 1 never reached host 2");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Set B's server, at the same address in its own namespaces, never heard of it.
+    assert!(!dialog_ls(b.host(0), "10.77.0.2:7000").contains("from-host-1"));
+    publisher.close_stdin();
+    // Nothing of either set is in this process's namespace.
+    let here = ip().args(["-o", "addr"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&here.stdout).contains("10.77.0."),
+        "an address of a set is in the root namespace"
+    );
+}
+
+/// The namespaces of this process's sets that exist now.
+fn namespaces_of_this_process() -> Vec<String> {
+    let out = ip().args(["netns", "list"]).output().unwrap();
+    let prefix = format!("dqf-{}-", std::process::id());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether process `pid` is gone (or a zombie: dead, not yet reaped).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn dropping_hosts_removes_their_namespaces_and_processes_also_when_a_test_panics() {
+    if !available(true) {
+        return;
+    }
+    let _one = lock();
+    let namespaces_before = namespaces_of_this_process();
+    // Inside a test body that panics, with a process started in a host and one sshd per host.
+    let seen: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+    let sleeper: Mutex<Option<std::process::Child>> = Mutex::new(None);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut hosts = Hosts::create(2).unwrap();
+        hosts.start_sshd().unwrap();
+        *sleeper.lock().unwrap() = Some(hosts.host(1).command("sleep").arg("600").spawn().unwrap());
+        let mut seen = seen.lock().unwrap();
+        for h in hosts.hosts() {
+            for pid in h.pids().unwrap() {
+                seen.push((h.namespace().to_owned(), pid));
+            }
+        }
+        assert_eq!(seen.len(), 3, "an sshd on each host and the sleeper: {seen:?}");
+        panic!("a test body fails");
+    }));
+    let leftovers = seen.into_inner().unwrap_or_else(|p| p.into_inner());
+    // The process started in a host was killed.
+    let mut sleeper = sleeper.into_inner().unwrap().expect("the sleeper started");
+    let status = daqflow::hosts::wait_timeout(&mut sleeper, Duration::from_secs(5)).unwrap();
+    assert_eq!(status.map(|s| std::os::unix::process::ExitStatusExt::signal(&s)), Some(Some(libc::SIGKILL)));
+    assert!(result.is_err());
+    for (ns, pid) in &leftovers {
+        assert!(gone(*pid), "process {pid} of {ns} is still there");
+    }
+    assert_eq!(namespaces_of_this_process(), namespaces_before, "namespaces left behind");
+}
+
+/// A system of three hosts: the operator on the first (the control server on its address),
+/// a chain generator on the second sending to a sink on the third (its address given in full),
+/// and the message logger on the second, every remote component started over ssh.
+fn remote_system(dir: &Path, remote_command: &str) -> PathBuf {
+    let text = format!(
+        r#"[system]
+name = "hosts"
+control = "10.77.0.1:0"
+web = "none"
+lease_s = {LEASE_S}
+remote_command = "{remote_command}"
+
+[[component]]
+name = "msglogger"
+kind = "msglogger"
+host = "10.77.0.2"
+[component.params]
+control = "${{system.control}}"
+database = "${{system.database}}"
+
+[[component]]
+name = "sink"
+kind = "sink"
+host = "10.77.0.3"
+[component.params]
+listen = "10.77.0.3:0"
+stop_timeout_ms = 3000
+
+[[component]]
+name = "generator"
+kind = "generator"
+host = "10.77.0.2"
+[component.params]
+downstream = "${{sink.listen}}"
+chunk_bytes = 4096
+rate_hz = 2000
+"#
+    );
+    let path = dir.join("system.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A system of [`remote_system`] in run 1 (fields in the order they are dropped).
+struct InRun {
+    /// `daqflow run SYSTEM --data DATA ARGS` in host 1.
+    op: Proc,
+    /// Three hosts with an sshd each.
+    hosts: Hosts,
+    /// The operator's data directory.
+    data: PathBuf,
+    /// The processes of the three remote components: pid and command line.
+    components: Vec<(u32, String)>,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts [`remote_system`] with `daqflow run … ARGS` (`--start`, maybe `--seconds`) and waits
+/// until its run started.
+fn in_run(args: &[&str]) -> InRun {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hosts = Hosts::create(3).unwrap();
+    hosts.start_sshd().unwrap();
+    let system = remote_system(dir.path(), &hosts.remote_command(Path::new(BIN)).unwrap());
+    let mut op = operator(&hosts, &system, &data, args);
+    op.expect("run 1 started");
+    let components = remote_components(&hosts);
+    assert_eq!(components.len(), 3, "{components:?}");
+    InRun { op, hosts, data, components, _dir: dir }
+}
+
+/// `daqflow run SYSTEM --data DATA ARGS` in host 1.
+fn operator(hosts: &Hosts, system: &Path, data: &Path, args: &[&str]) -> Proc {
+    let mut cmd = hosts.host(0).command(BIN);
+    cmd.arg("run").arg(system).arg("--data").arg(data).args(args);
+    Proc::spawn_command(cmd)
+}
+
+/// The daqflow processes in `host` now: pid and command line.
+fn daqflow_processes(host: &Host) -> Vec<(u32, String)> {
+    let bin = std::fs::canonicalize(BIN).unwrap();
+    host.pids()
+        .unwrap()
+        .into_iter()
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == bin))
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            (pid, String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        })
+        .collect()
+}
+
+/// The components running on the remote hosts (2 and 3), by pid.
+fn remote_components(hosts: &Hosts) -> Vec<(u32, String)> {
+    hosts.hosts()[1..].iter().flat_map(daqflow_processes).filter(|(_, cmd)| cmd.contains(" component ")).collect()
+}
+
+/// Waits until every process of `pids` is gone; how long that took, or `None` after `limit`.
+fn wait_gone(pids: &[(u32, String)], limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if pids.iter().all(|(p, _)| gone(*p)) {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Asserts that no daqflow process is left in any host.
+fn assert_no_daqflow_left(hosts: &Hosts) {
+    for h in hosts.hosts() {
+        let left = daqflow_processes(h);
+        assert!(left.is_empty(), "daqflow processes left in {}: {left:?}", h.namespace());
+    }
+}
+
+#[test]
+fn an_operator_starts_components_on_other_hosts_over_ssh_and_they_end_with_it() {
+    if !available(true) {
+        return;
+    }
+    let _one = lock();
+    let InRun { op, hosts, data, components, _dir } = in_run(&["--start", "--seconds", "3"]);
+    // Each remote component runs on its host, and got the token on its input: not on its
+    // command line, not in its environment.
+    let token = std::fs::read_to_string(data.join("token")).unwrap().trim().to_owned();
+    let names: Vec<&str> = components.iter().map(|(_, c)| c.split(" --name ").nth(1).unwrap_or("")).collect();
+    for want in ["msglogger", "generator", "sink"] {
+        assert!(names.iter().any(|n| n.starts_with(want)), "{want} runs on no remote host: {components:?}");
+    }
+    let on_host_3: Vec<String> = daqflow_processes(hosts.host(2)).into_iter().map(|(_, c)| c).collect();
+    assert!(on_host_3.iter().any(|c| c.contains("--name sink")), "{on_host_3:?}");
+    for (pid, cmd) in &components {
+        assert!(cmd.contains("--token-stdin") && cmd.contains(&format!("--lease {LEASE_S}")), "{cmd}");
+        assert!(!cmd.contains(&token), "the token is on a command line");
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(!environ.contains(&token) && !environ.contains("DAQFLOW_TOKEN"), "{cmd}: {environ}");
+    }
+    let (code, out) = finish(op);
+    assert_eq!(code, 0, "{out}");
+    // The operator ended: every remote component ends at once (its input, held by the
+    // operator through ssh, ended), and nothing of the system is left on any host.
+    let took = wait_gone(&components, Duration::from_secs(15));
+    assert!(took.is_some(), "remote components still run after the operator ended: {:?}", remote_components(&hosts));
+    eprintln!("the remote components ended {took:?} after the operator");
+    assert_no_daqflow_left(&hosts);
+
+    // The chain ran across the hosts: the sink counted the generator's chunks, none missing.
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let summary = db.run(1).unwrap().unwrap().summary.expect("run 1 has a summary");
+    let sink = summary.components["sink"].summary.clone().expect("the sink's stop summary");
+    assert!(sink.events > 1000, "{sink:?}");
+    for key in ["sequence_errors", "crc_errors", "missing"] {
+        assert_eq!(sink.detail[key].as_u64(), Some(0), "{key}: {sink:?}");
+    }
+    assert_eq!(summary.components["generator"].summary.as_ref().map(|s| s.events), Some(sink.events));
+    // Their output landed in the operator's logs directory, their records in the database
+    // (the message logger on host 2 subscribed to the logs of host 3).
+    let sink_log = std::fs::read_to_string(data.join("logs/sink.log")).unwrap();
+    assert!(sink_log.contains("component started"), "{sink_log}");
+    let logs = db.logs(&daqflow_runcontrol::db::LogQuery { limit: Some(10_000), ..Default::default() }).unwrap();
+    for p in ["operator", "sink", "generator"] {
+        assert!(logs.iter().any(|r| r.process == p), "no log record of {p}");
+    }
+}
+
+/// Collects the operator's output until it exits; (exit code, stdout).
+fn finish(mut op: Proc) -> (i32, String) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(s) = op.child.try_wait().unwrap() {
+            let out = op.drain();
+            return (s.code().unwrap_or(-1), out);
+        }
+        assert!(Instant::now() < deadline, "the operator did not end: {}", op.drain());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn remote_components_end_when_the_operator_is_killed_in_a_run() {
+    if !available(true) {
+        return;
+    }
+    let _one = lock();
+    let InRun { op, hosts, components, _dir, .. } = in_run(&["--start"]);
+    op.signal(libc::SIGKILL);
+    let limit = Duration::from_secs_f64(LEASE_S + 10.0);
+    let took = wait_gone(&components, limit);
+    assert!(
+        took.is_some(),
+        "remote components still run {limit:?} after the operator was killed: {:?}",
+        remote_components(&hosts)
+    );
+    eprintln!("the remote components ended {took:?} after the operator was killed");
+    assert_no_daqflow_left(&hosts);
+}
+
+#[test]
+fn remote_components_end_by_their_lease_when_the_operators_host_drops_off_the_network() {
+    if !available(true) {
+        return;
+    }
+    let _one = lock();
+    let InRun { mut op, hosts, data, components, _dir } = in_run(&["--start"]);
+    // The operator's host is cut off: no connection closes, nothing ends on either side, the
+    // remote components only stop hearing from their control server.
+    let link = |state: &str| {
+        let done = ip().args(["-n", hosts.host(0).namespace(), "link", "set", "eth0", state]).status().unwrap();
+        assert!(done.success(), "ip link set eth0 {state}: {done}");
+    };
+    link("down");
+    let cut = Instant::now();
+    // A control server is declared lost after 3 s of silence; then the lease runs; then the
+    // run in progress is stopped (the sink waits at most 3 s for the generator's end).
+    let limit = Duration::from_secs_f64(3.0 + LEASE_S + 15.0);
+    let took = wait_gone(&components, limit);
+    assert!(took.is_some(), "remote components still run {limit:?} after their operator was cut off");
+    assert!(cut.elapsed() >= Duration::from_secs_f64(LEASE_S), "they ended before their lease: {:?}", cut.elapsed());
+    eprintln!("the remote components ended {took:?} after their operator's host was cut off");
+    // Back on the network, what they wrote while cut off reaches the operator's logs: why each
+    // ended.
+    link("up");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let wanted = format!("longer than the lease of {LEASE_S} s: ending");
+    for name in ["sink", "generator", "msglogger"] {
+        let log = data.join(format!("logs/{name}.log"));
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains(&wanted) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}.log never said why it ended:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    op.signal(libc::SIGKILL);
+    let _ = op.wait_exit();
+    let operator_side: Vec<(u32, String)> = daqflow_processes(hosts.host(0));
+    assert!(wait_gone(&operator_side, Duration::from_secs(10)).is_some(), "{operator_side:?}");
+    assert_no_daqflow_left(&hosts);
+}
