@@ -408,7 +408,7 @@ fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (boo
     for e in &s.errors {
         println!("  error:      {e}");
     }
-    println!("  database:   {}", op.db().path().display());
+    println!("  database:   {}", op.db().location());
     println!("  logs:       {}", op.data_dir().join("logs").display());
     if let Some(w) = web {
         println!("  web UI:     {} (while it ran)", w.handle.url());

@@ -500,6 +500,8 @@ fn run_check_names_the_key_and_line_of_every_value_out_of_range() {
         ("lease_s = 6", "sink", "", "lease_s"),
         ("lease_s = 1e9", "sink", "", "lease_s"),
         ("lease_s = inf", "sink", "", "lease_s"),
+        ("database = \"postgres://daq:hunter2@db\"", "sink", "", "database"),
+        ("database = \" \"", "sink", "", "database"),
         ("", "recorder", &format!("{et}\nmax_file_bytes = 0"), "max_file_bytes"),
         ("", "recorder", &format!("{et}\nbatch = 0"), "batch"),
         ("", "recorder", &format!("{et}\nprescale = 0"), "prescale"),
@@ -514,6 +516,7 @@ fn run_check_names_the_key_and_line_of_every_value_out_of_range() {
         ("", "et", "listen = \"nowhere\"", "listen"),
         ("", "msglogger", "control = \"x\"\ndatabase = \"d.sqlite\"", "control"),
         ("", "msglogger", "control = \"127.0.0.1:1\"\ndatabase = \"d.sqlite\"\npoll_ms = 0", "poll_ms"),
+        ("", "msglogger", "control = \"127.0.0.1:1\"\ndatabase = \"postgresql://db/runs\"", "database"),
         ("", "generator", "downstream = \"127.0.0.1:1\"\nrate_hz = -1.0", "rate_hz"),
         ("", "generator", "downstream = \"127.0.0.1:1\"\nchunk_bytes = 0", "chunk_bytes"),
         ("", "generator", "", "downstream"),
@@ -547,6 +550,7 @@ fn run_check_names_the_key_and_line_of_every_value_out_of_range() {
         };
         let problem = out.lines().find(|l| l.contains(&format!("`{key}`"))).unwrap_or_else(|| panic!("{key}: {out}"));
         assert!(problem.contains(&expected), "{key}: want {expected:?} in {problem:?}");
+        assert!(!out.contains("hunter2"), "a URL's password is shown: {out}");
     }
     // Several problems at once, each on its own line.
     let (code, out, _) =

@@ -19,7 +19,8 @@
 
 pub mod accounting;
 mod control_servers;
-pub mod db;
+/// The run database (the crate `daqflow-rundb`): SQLite or PostgreSQL.
+pub use daqflow_rundb as db;
 pub mod log;
 pub mod msglogger;
 pub mod operator;

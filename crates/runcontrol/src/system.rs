@@ -6,6 +6,7 @@
 //! name = "teststand"
 //! control = "127.0.0.1:7000"   # the control server the operator starts
 //! data = "daqflow-data"        # files, logs and the run database go here
+//! # database = "postgres://daq@db.example/daqruns"  # default: "runs.sqlite" in `data`
 //! policy = "stop"              # when a component dies or fails in a run: "stop" or "restart"
 //! # token_file = "/etc/daqflow/token"          # the system token (default: a new one per start)
 //! # web_token_file = "/etc/daqflow/web-token"   # the web UI's access token (default: a new one per start)
@@ -60,9 +61,11 @@ pub struct SystemSection {
     /// operator runs).
     #[serde(default = "default_data")]
     pub data: PathBuf,
-    /// The run database file (relative to `data`).
+    /// The run database: an SQLite file (relative to `data`), or a PostgreSQL database,
+    /// `postgres://USER@HOST:PORT/DBNAME` (its password better in `PGPASSWORD` or `~/.pgpass`
+    /// than in the URL; see [`crate::db::Location`]).
     #[serde(default = "default_database")]
-    pub database: PathBuf,
+    pub database: String,
     /// The web UI's address (`daqflow run --web` overrides it).
     #[serde(default = "default_web")]
     pub web: String,
@@ -104,7 +107,7 @@ fn default_control() -> String {
 fn default_data() -> PathBuf {
     "daqflow-data".into()
 }
-fn default_database() -> PathBuf {
+fn default_database() -> String {
     "runs.sqlite".into()
 }
 fn default_web() -> String {
@@ -179,10 +182,11 @@ fn check_system(text: &str, system: &SystemSection, problems: &mut Vec<String>) 
     {
         bad("web", format!("= {:?} is not an address (or \"none\"): {e}", system.web));
     }
-    for (key, path) in [("data", &system.data), ("database", &system.database)] {
-        if path.as_os_str().to_string_lossy().trim().is_empty() {
-            bad(key, "must not be empty".into());
-        }
+    if system.data.as_os_str().to_string_lossy().trim().is_empty() {
+        bad("data", "must not be empty".into());
+    }
+    if let Err(e) = crate::db::Location::parse(&system.database) {
+        bad("database", format!("is not a database: {e}"));
     }
     for (key, v) in [("timeout_s", system.timeout_s), ("stop_timeout_s", system.stop_timeout_s)] {
         if !(v.is_finite() && (MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&v)) {

@@ -1,8 +1,6 @@
 //! The configuration of the `msglogger` kind: every key, documented, checked by
 //! [`MsgLoggerConfig::check`].
 
-use std::path::PathBuf;
-
 use daqflow_component::ComponentError;
 use serde::Deserialize;
 
@@ -12,8 +10,9 @@ use serde::Deserialize;
 pub struct MsgLoggerConfig {
     /// The control server (HOST:PORT, or `PRIMARY,SPARE…`) whose processes it follows.
     pub control: String,
-    /// The run database (SQLite file) the records go into.
-    pub database: PathBuf,
+    /// The run database the records go into: an SQLite file, or a PostgreSQL URL
+    /// (`postgres://USER@HOST:PORT/DBNAME`).
+    pub database: String,
     /// How often the list of processes is read.
     #[serde(default = "default_poll_ms")]
     pub poll_ms: u64,
@@ -24,7 +23,9 @@ impl MsgLoggerConfig {
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
         c.addresses("control", &self.control);
-        c.text("database", &self.database.to_string_lossy());
+        if let Err(e) = crate::db::Location::parse(&self.database) {
+            c.problem("database", format!("is not a database: {e}"));
+        }
         c.int("poll_ms", self.poll_ms, 10, 60_000);
         c.finish()
     }

@@ -7,6 +7,11 @@
 //! number stored per process, so that the overlapping windows the processes publish are stored
 //! once, and a restarted message logger goes on where it stopped.
 //!
+//! The database is SQLite or PostgreSQL (`crate::db`). When it refuses a write (a PostgreSQL
+//! server restarting, a connection that broke), the records are kept and written again every
+//! second; the message logger fails only when the database has refused for
+//! [`DATABASE_GRACE`].
+//!
 //! Its statistics count the records stored since configure as its `events` (`bytes` stay 0:
 //! records are not sized), with the processes followed in its [`MsgLoggerDetail`].
 //!
@@ -24,7 +29,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::db::RunDb;
+use crate::db::{Location, RunDb};
 use crate::log::LogRecord;
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
@@ -153,9 +158,11 @@ pub fn decode_records(data: &[u8]) -> Result<Vec<LogRecord>, String> {
 
 impl Component for MsgLogger {
     /// Opens the database, joins the control plane and starts following; answers
-    /// `{"database": PATH}`.
+    /// `{"database": LOCATION}` (a URL's password redacted).
     fn configure(&mut self) -> Result<Info, ComponentError> {
-        let db = RunDb::open(&self.config.database).map_err(|e| ComponentError::Failed(e.to_string()))?;
+        let location = Location::parse(&self.config.database)
+            .map_err(|e| ComponentError::Config(format!("{}: `database` {e}", self.name)))?;
+        let db = RunDb::connect(&location).map_err(|e| ComponentError::Failed(e.to_string()))?;
         let dialog =
             daqflow_dialog::Dialog::connect(&self.config.control, &format!("{}-reader", self.name)).map_err(|e| {
                 ComponentError::Failed(format!("joining the control plane at {}: {e}", self.config.control))
@@ -174,7 +181,7 @@ impl Component for MsgLogger {
             dialog.shutdown();
         })?);
         let mut info = Info::new();
-        info.insert("database".into(), self.config.database.to_string_lossy().into_owned().into());
+        info.insert("database".into(), location.to_string().into());
         Ok(info)
     }
 
@@ -210,6 +217,52 @@ impl Drop for MsgLogger {
     }
 }
 
+/// How long the database may refuse to store records before the message logger fails (the
+/// records are kept meanwhile, and written again every second).
+pub const DATABASE_GRACE: Duration = Duration::from_secs(30);
+
+/// Records not yet stored, and since when the database refuses them.
+struct Pending {
+    records: Vec<LogRecord>,
+    failing_since: Option<Instant>,
+    next_try: Instant,
+}
+
+impl Pending {
+    /// Stores what waits (unless the last refusal was less than a second ago); an error when
+    /// the database has refused for longer than the grace.
+    fn store(&mut self, db: &RunDb, counters: &Counters, grace: Duration) -> Result<(), String> {
+        if self.records.is_empty() || Instant::now() < self.next_try {
+            return Ok(());
+        }
+        match db.add_logs(&self.records) {
+            Ok(()) => {
+                if self.failing_since.take().is_some() {
+                    tracing::info!("the run database stores log records again");
+                }
+                counters.records.fetch_add(self.records.len() as u64, Ordering::Relaxed);
+                self.records.clear();
+                Ok(())
+            }
+            Err(e) => {
+                let since = *self.failing_since.get_or_insert_with(|| {
+                    tracing::warn!("storing log records failed, trying again every second: {e}");
+                    Instant::now()
+                });
+                if since.elapsed() >= grace {
+                    return Err(format!(
+                        "the run database refused log records for {} s ({} waiting): {e}",
+                        since.elapsed().as_secs(),
+                        self.records.len()
+                    ));
+                }
+                self.next_try = Instant::now() + Duration::from_secs(1);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Subscribes to every process's log and stores the new records until `stop`.
 fn follow(
     dialog: &daqflow_dialog::Dialog,
@@ -223,6 +276,7 @@ fn follow(
     let mut subscriptions = Vec::new();
     let mut followed: HashSet<String> = HashSet::new();
     let mut next_poll = std::time::Instant::now();
+    let mut pending = Pending { records: Vec::new(), failing_since: None, next_try: Instant::now() };
     while !stop.load(Ordering::SeqCst) {
         if std::time::Instant::now() >= next_poll {
             next_poll = std::time::Instant::now() + poll;
@@ -245,7 +299,7 @@ fn follow(
                 }
             }
         }
-        let mut batch = Vec::new();
+        let batch = &mut pending.records;
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(data) => {
                 let mut values = vec![data];
@@ -266,14 +320,12 @@ fn follow(
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
-        if !batch.is_empty() {
-            db.add_logs(&batch).map_err(|e| e.to_string())?;
-            counters.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        }
+        pending.store(db, counters, DATABASE_GRACE)?;
     }
-    Ok(())
+    pending.next_try = Instant::now();
+    pending.store(db, counters, Duration::ZERO)
 }
 
 #[cfg(test)]
@@ -288,6 +340,92 @@ mod tests {
         assert!(decode_records(b"\x00garbage").is_err());
         assert!(decode_records(b"42").is_err());
         assert!(decode_records(br#"[{"seq":"x"}]"#).is_err());
+    }
+
+    use crate::db::LogQuery;
+    use daqflow_rundb::testing::{Backend, TestDb};
+
+    fn records(process: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
+        let r: Vec<LogRecord> = seqs
+            .map(|seq| LogRecord {
+                seq,
+                t_ms: seq * 10,
+                severity: crate::log::Severity::Info,
+                process: process.into(),
+                target: "t".into(),
+                message: format!("record {seq}"),
+            })
+            .collect();
+        serde_json::to_vec(&r).unwrap()
+    }
+
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A message logger on a real control plane, into either backend: every record stored once
+    /// from overlapping windows, and a second message logger goes on where the first stopped.
+    fn every_record_is_stored_once_and_a_new_logger_resumes(backend: Backend) {
+        let Some(t) = TestDb::new(backend, "msglogger") else { return };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let config =
+            daqflow_dialog::ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None, ..Default::default() };
+        let server = rt.block_on(daqflow_dialog::ControlServer::start(config)).unwrap();
+        let control = server.local_addr().to_string();
+        let producer = daqflow_dialog::Dialog::connect(&control, "producer").unwrap();
+        let log = producer.provide("producer/log").unwrap();
+        log.update(&records("producer", 1..=3)).unwrap();
+        let text = format!("control = '{control}'\ndatabase = '{}'\npoll_ms = 50", t.location().to_config_value());
+        let mut m = MsgLogger::new("msglogger", toml::from_str(&text).unwrap());
+        let info = m.configure().unwrap();
+        assert_eq!(info["database"], t.location().to_string(), "a URL's password is not in the answer");
+        let db = t.open();
+        let stored = |n: usize| db.logs(&LogQuery { limit: Some(100), ..Default::default() }).unwrap().len() == n;
+        wait_for("3 records", || stored(3));
+        log.update(&records("producer", 2..=5)).unwrap();
+        wait_for("5 records", || stored(5));
+        assert_eq!(m.stats().events, 5);
+        m.reset().unwrap();
+        assert_eq!(m.failure(), None);
+        let mut again = MsgLogger::new("msglogger", toml::from_str(&text).unwrap());
+        again.configure().unwrap();
+        log.update(&records("producer", 4..=6)).unwrap();
+        wait_for("6 records", || stored(6));
+        std::thread::sleep(Duration::from_millis(300));
+        let seqs: Vec<u64> = db.logs(&LogQuery::default()).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![6, 5, 4, 3, 2, 1]);
+        assert_eq!(again.stats().events, 1);
+        again.reset().unwrap();
+        producer.shutdown();
+    }
+
+    daqflow_rundb::for_each_backend!(every_record_is_stored_once_and_a_new_logger_resumes);
+
+    #[test]
+    fn records_wait_while_the_database_is_down_and_are_stored_when_it_is_back() {
+        let Some(server) = daqflow_rundb::testing::private() else { return };
+        let db = server.open_new_database("msglogger_down");
+        let counters = Counters::default();
+        let decoded = |seqs| decode_records(&records("p", seqs)).unwrap();
+        let mut pending = Pending { records: decoded(1..=2), failing_since: None, next_try: Instant::now() };
+        server.stop().unwrap();
+        pending.store(&db, &counters, DATABASE_GRACE).unwrap();
+        assert_eq!((pending.records.len(), counters.records.load(Ordering::Relaxed)), (2, 0), "kept");
+        assert!(pending.failing_since.is_some());
+        pending.records.extend(decoded(3..=3));
+        pending.next_try = Instant::now();
+        let e = pending.store(&db, &counters, Duration::ZERO).unwrap_err();
+        assert!(e.contains("3 waiting") && e.contains("***") && !e.contains(server.password()), "{e}");
+        server.start_again().unwrap();
+        pending.next_try = Instant::now();
+        pending.store(&db, &counters, DATABASE_GRACE).unwrap();
+        assert_eq!((pending.records.len(), counters.records.load(Ordering::Relaxed)), (0, 3));
+        assert_eq!(pending.failing_since, None);
+        assert_eq!(db.log_positions().unwrap(), vec![("p".to_owned(), 3)]);
     }
 
     #[test]

@@ -214,13 +214,11 @@ impl Operator {
         };
         std::fs::create_dir_all(data.join("logs"))
             .map_err(|e| OperatorError::Setup(format!("data directory {}: {e}", data.display())))?;
-        let db_path = if file.system.database.is_absolute() {
-            file.system.database.clone()
-        } else {
-            data.join(&file.system.database)
-        };
-        let db = RunDb::open(&db_path).map_err(|e| OperatorError::Setup(e.to_string()))?;
-        if let Ok(n) = db.abandon_open_runs()
+        let location = crate::db::Location::parse(&file.system.database)
+            .map_err(|e| OperatorError::Setup(format!("system.database: {e}")))?
+            .under(&data);
+        let db = RunDb::connect(&location).map_err(|e| OperatorError::Setup(e.to_string()))?;
+        if let Ok(n) = db.abandon_open_runs(&file.system.name)
             && n > 0
         {
             tracing::warn!("{n} run(s) left open by an operator that ended without stopping them are marked abandoned");
@@ -263,7 +261,8 @@ impl Operator {
         let mut seq = Sequencer::new(file.clone(), config);
         seq.set_system_value("id", json!(format!("{}-{}-{}", file.system.name, std::process::id(), control.port())));
         seq.set_system_value("data", json!(data));
-        seq.set_system_value("database", json!(db.path()));
+        // As written (a URL with its password, if it has one): for the message logger.
+        seq.set_system_value("database", json!(location.to_config_value()));
         let shown = Shown { snapshot: seq.snapshot(), rates: Rates::default(), closed: false };
         let inner = Arc::new(Inner {
             file: file.clone(),
