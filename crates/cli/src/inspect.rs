@@ -26,7 +26,8 @@ pub struct Args {
 pub const AFTER_HELP: &str = "\
 Exit status:
   0  every file was read (with --verify: and is intact)
-  1  --verify found a damaged record, bytes that are not records, or a trailer that disagrees
+  1  --verify found a damaged record, bytes that are not records, or a trailer that is damaged
+     or disagrees with the records
   2  a file could not be read as a daqflow data file
   3  --verify: the records are intact but a file was cut short or never closed (a writer died)
 
@@ -38,8 +39,13 @@ Examples:
 /// What one file holds.
 struct Summary {
     sizes: Vec<u32>,
+    /// The event ids of the first and the last record in file order.
     first: Option<u64>,
     last: Option<u64>,
+    /// The smallest and the largest event id (a file need not be in id order: a builder unit
+    /// writes events as they are built).
+    min: Option<u64>,
+    max: Option<u64>,
     report: VerifyReport,
 }
 
@@ -131,17 +137,20 @@ fn not_a_regular_file(path: &std::path::Path) -> Option<String> {
 fn summarize(reader: &FileReader, deep: bool) -> anyhow::Result<Summary> {
     let mut verifier = Verifier::new(deep);
     let mut sizes = Vec::new();
-    let (mut first, mut last) = (None, None);
+    let (mut first, mut last, mut min, mut max) = (None, None, None::<u64>, None::<u64>);
     for item in reader.scan() {
         let item = item?;
         if let ScanItem::Record(r) | ScanItem::CrcMismatch { record: r, .. } = &item {
+            let id = r.event_id.0;
             sizes.push(r.payload.len() as u32);
-            first.get_or_insert(r.event_id.0);
-            last = Some(r.event_id.0);
+            first.get_or_insert(id);
+            last = Some(id);
+            min = Some(min.map_or(id, |m| m.min(id)));
+            max = Some(max.map_or(id, |m| m.max(id)));
         }
         verifier.observe(&item);
     }
-    Ok(Summary { sizes, first, last, report: verifier.finish(reader) })
+    Ok(Summary { sizes, first, last, min, max, report: verifier.finish(reader) })
 }
 
 struct Stats {
@@ -190,9 +199,9 @@ fn print_text(path: &std::path::Path, reader: &FileReader, s: &Summary, verify: 
     );
     println!("  config digest: {}", digest_hex(&h.config_digest));
     let r = &s.report;
-    match (s.first, s.last) {
-        (Some(a), Some(b)) => println!(
-            "  events: {} (event ids {a} … {b}), {} of event data, file {}",
+    match (s.first, s.last, s.min, s.max) {
+        (Some(a), Some(b), Some(lo), Some(hi)) => println!(
+            "  events: {} (event ids {lo} … {hi}; first {a}, last {b} in file order), {} of event data, file {}",
             r.records,
             format::bytes(r.payload_bytes as f64),
             format::bytes(reader.size() as f64)
@@ -213,10 +222,14 @@ fn print_text(path: &std::path::Path, reader: &FileReader, s: &Summary, verify: 
             println!("    ≤ {:>9}  {:>10}  {bar}", format::bytes(*upper as f64), count);
         }
     }
-    if reader.is_complete() {
-        println!("  closed properly: trailer with an index of {} events", reader.footer().map_or(0, |f| f.event_count));
-    } else {
-        println!("  NOT closed properly: {}", reader.trailer_problem().unwrap_or("no trailer"));
+    match reader.trailer_problem() {
+        None => println!(
+            "  closed properly: trailer with an index of {} events",
+            reader.footer().map_or(0, |f| f.event_count)
+        ),
+        // Damage is listed with the other problems below.
+        Some(p) if p.is_damage() => println!("  closed, but its trailer is DAMAGED (the records were scanned instead)"),
+        Some(p) => println!("  NOT closed properly: {p}"),
     }
     if let Some((offset, len, needed)) = r.cut_short {
         println!(
@@ -264,12 +277,14 @@ fn to_json(path: &std::path::Path, reader: &FileReader, s: &Summary, verify: boo
         "writer_version": format!("{ma}.{mi}.{pa}"),
         "config_digest": digest_hex(&h.config_digest),
         "complete": reader.is_complete(),
-        "trailer_problem": reader.trailer_problem(),
+        "trailer_problem": reader.trailer_problem().map(ToString::to_string),
         "events": r.records,
         "payload_bytes": r.payload_bytes,
         "file_bytes": reader.size(),
         "first_event": s.first,
         "last_event": s.last,
+        "min_event": s.min,
+        "max_event": s.max,
         "size_bytes": st.as_ref().map(|st| json!({"min": st.min, "median": st.median, "mean": st.mean, "max": st.max})),
         "histogram": st.as_ref().map(|st| st.histogram.iter().map(|(u, c)| json!({"upper_bytes": u, "count": c})).collect::<Vec<_>>()),
         "cut_short": r.cut_short.map(|(offset, len, needed)| json!({"offset": offset, "bytes": len, "needed": needed})),

@@ -30,13 +30,16 @@ pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     The system file is described in docs/operator-guide.md.";
 
 pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
-    daqflow demo                        a run until Ctrl-C; open the web UI URL it prints\n  \
-    daqflow demo --seconds 10           a 10-second run, then the summary\n  \
+    daqflow demo                        runs until Ctrl-C; open the web UI URL it prints\n  \
+    daqflow demo --seconds 10           10 seconds, then the summary\n  \
     daqflow demo --data /dev/shm/demo   keep the data on a RAM disk\n  \
     daqflow demo --print-config         the system file the demo runs\n\n\
     The demo runs, on this machine: the control server, an emulated trigger (EVM), 4 sources,\n\
     2 readout units, 2 builder units, an ET system, a recorder and a monitor, the message logger\n\
-    and the run database (SQLite), and serves the web UI. The summary's `lost:` line must read 0.";
+    and the run database (SQLite), and serves the web UI. It starts a run at once; a run stopped\n\
+    from the web UI (or by a policy) prints its summary and the demo goes on: runs started from\n\
+    the web UI are followed the same way, until Ctrl-C or --seconds, which stop the run that is\n\
+    open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.";
 
 /// Arguments of `daqflow run`.
 #[derive(clap::Args, Debug)]
@@ -66,7 +69,7 @@ pub struct RunArgs {
 /// Arguments of `daqflow demo`.
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
-    /// Stop the run after this many seconds (default: at Ctrl-C).
+    /// End the demo after this many seconds, stopping the run that is open (default: at Ctrl-C).
     #[arg(long, value_name = "N")]
     pub seconds: Option<f64>,
     /// Where files, logs and the run database go.
@@ -78,7 +81,7 @@ pub struct DemoArgs {
     /// Print the demo's system file and exit.
     #[arg(long)]
     pub print_config: bool,
-    /// Print the summary as JSON (after the human-readable one).
+    /// Print each run's summary as JSON too (after the human-readable one).
     #[arg(long)]
     pub json: bool,
 }
@@ -287,6 +290,17 @@ fn progress_line(st: &SystemStatus, t: f64) -> String {
     )
 }
 
+/// Prints the progress line at `t` s: over the last one on a terminal, else as a new line.
+fn show_progress(op: &Operator, t: f64, tty: bool) {
+    let line = progress_line(&op.status(), t);
+    if tty {
+        print!("\r{line}");
+    } else {
+        println!("{line}");
+    }
+    let _ = std::io::stdout().flush();
+}
+
 /// Checks every file of a run summary (`daqflow inspect --verify`): (files, clean, those left
 /// open by a writer that died but intact up to their last whole event, problems).
 fn verify_files(summary: &RunSummary) -> (usize, usize, Vec<String>, Vec<String>) {
@@ -329,34 +343,110 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<R
         }
         if Instant::now() >= next {
             next += Duration::from_secs(1);
-            let line = progress_line(&op.status(), t);
-            if tty {
-                print!("\r{line}");
-            } else {
-                println!("{line}");
-            }
-            let _ = std::io::stdout().flush();
+            show_progress(op, t, tty);
         }
     }
     if tty {
         println!();
     }
-    if op.run_open() {
+    stop_run(op, run)
+}
+
+/// Stops `run` if it is still the open run, else waits for the stop under way (by the web UI or
+/// a policy) to record it; its summary. A run opened meanwhile by someone else is not touched.
+fn stop_run(op: &Operator, run: u32) -> anyhow::Result<RunSummary> {
+    if op.run_open() && op.run_number() == Some(run) {
         println!("stopping run {run}: producers first, then the builder, then the consumers drain ET …");
         match op.stop() {
-            Ok(summary) => return Ok(summary),
-            // A policy is stopping it meanwhile: its summary is the run's.
+            Ok(summary) if summary.run == run => return Ok(summary),
+            Ok(other) => bail!("stopping run {run} closed run {} instead", other.run),
+            // A policy or the web UI is stopping it meanwhile: its summary is the run's.
             Err(OperatorError::Busy(_) | OperatorError::IllegalTransition { .. }) => {}
             Err(e) => return Err(e.into()),
         }
     }
-    // Stopped by a policy (or being stopped): wait for that stop to record the run.
+    summary_of(op, run)
+}
+
+/// Waits for the summary of `run`, which is closed or being closed by someone else: the
+/// operator's last one, or the run database's record once the next run has started.
+fn summary_of(op: &Operator, run: u32) -> anyhow::Result<RunSummary> {
     let limit =
         Duration::try_from_secs_f64(op.file().system.stop_timeout_s * 8.0 + 60.0).unwrap_or(Duration::from_secs(600));
-    if !op.wait_run_closed(limit) {
-        bail!("run {run} was being stopped by a policy and is still not closed after {:.0} s", limit.as_secs_f64());
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(summary) = op.last_summary().filter(|s| s.run == run) {
+            return Ok(summary);
+        }
+        // A new run clears the operator's last summary; the database keeps every run's.
+        if let Some(summary) = op.db().run(run).ok().flatten().and_then(|d| d.summary) {
+            return Ok(summary);
+        }
+        if Instant::now() >= deadline {
+            bail!("run {run} was being stopped and is still not closed after {:.0} s", limit.as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    op.last_summary().with_context(|| format!("run {run} was closed without a summary"))
+}
+
+/// The demo's session: a run started at once, then every run the web UI starts, each followed
+/// with progress lines and summarised when it closes (stopped from the web UI or by a policy),
+/// until Ctrl-C or `seconds`, which stop the run that is open. Whether every run was perfect
+/// (`print_summary`).
+fn demo_session(op: &Operator, seconds: Option<f64>, web: Option<&Web>, json: bool) -> anyhow::Result<bool> {
+    let stop_flag = crate::component_cmd::install_signal_flag()?;
+    let mut all_ok = true;
+    let mut show = |summary: &RunSummary| -> anyhow::Result<()> {
+        let (ok, full) = print_summary(summary, op, web);
+        all_ok &= ok;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&full)?);
+        }
+        Ok(())
+    };
+    let first = op.start(None)?;
+    println!("run {first} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
+    let mut following = Some(first);
+    let t0 = Instant::now();
+    let tty = std::io::stdout().is_terminal();
+    let mut next = Instant::now() + Duration::from_secs(1);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let t = t0.elapsed().as_secs_f64();
+        if stop_flag.load(Ordering::Relaxed) || seconds.is_some_and(|s| t >= s) {
+            break;
+        }
+        if let Some(run) = following
+            && (!op.run_open() || op.run_number() != Some(run))
+        {
+            if tty {
+                println!();
+            }
+            let why = op.status().last_error.map(|e| format!(": {e}")).unwrap_or_default();
+            println!("run {run} was stopped from outside the demo (the web UI or a policy){why}");
+            show(&summary_of(op, run)?)?;
+            println!("the demo goes on: start a run from the web UI; Ctrl-C ends the demo");
+            following = None;
+        }
+        if following.is_none()
+            && op.run_open()
+            && let Some(run) = op.run_number()
+        {
+            println!("run {run} started from outside the demo");
+            following = Some(run);
+        }
+        if following.is_some() && Instant::now() >= next {
+            next = Instant::now() + Duration::from_secs(1);
+            show_progress(op, t, tty);
+        }
+    }
+    if tty {
+        println!();
+    }
+    if let Some(run) = following {
+        show(&stop_run(op, run)?)?;
+    }
+    Ok(all_ok)
 }
 
 /// A count of the summary, or `unknown` with the reason when it could not be known.
@@ -453,11 +543,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         println!("control server: {}", op.control_addr());
         op.configure()?;
         println!("configured: {}", op.file().components.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "));
-        let summary = take_run(&op, args.seconds, true)?;
-        let (ok, full) = print_summary(&summary, &op, web.as_ref());
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&full)?);
-        }
+        let ok = demo_session(&op, args.seconds, web.as_ref(), args.json)?;
         if let Some(w) = web {
             let _ = w.handle.shutdown();
         }

@@ -73,7 +73,7 @@ fn inspect_summarizes_and_verifies_a_good_file() {
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
     assert!(t.contains("run 42, file 1"), "{t}");
-    assert!(t.contains("events: 50 (event ids 1000 … 1049)"), "{t}");
+    assert!(t.contains("events: 50 (event ids 1000 … 1049; first 1000, last 1049 in file order)"), "{t}");
     assert!(t.contains("event size: min"), "{t}");
     assert!(t.contains("closed properly"), "{t}");
     assert!(t.contains("50 events checked fragment by fragment"), "{t}");
@@ -84,6 +84,53 @@ fn inspect_summarizes_and_verifies_a_good_file() {
     assert_eq!(
         (v["events"].as_u64(), v["first_event"].as_u64(), v["complete"].as_bool()),
         (Some(50), Some(1000), Some(true))
+    );
+}
+
+#[test]
+fn inspect_reports_first_and_last_in_file_order_and_the_id_range_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = FileWriterConfig::new(dir.path(), 42);
+    cfg.sync_on_close = false;
+    let mut w = FileWriter::new(cfg).unwrap();
+    // As a builder unit writes them: in the order they were built.
+    for id in [1005u64, 1001, 1009, 1003] {
+        w.write_event(EventId(id), &event(id, 4, 100)).unwrap();
+    }
+    let path = w.finish().unwrap().remove(0).path;
+    let o = daqflow(&["inspect", "--json", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids = ["first_event", "last_event", "min_event", "max_event"].map(|k| v[k].as_u64());
+    assert_eq!(ids, [Some(1005), Some(1003), Some(1001), Some(1009)], "{v}");
+    let t = text(&daqflow(&["inspect", path.to_str().unwrap()]));
+    assert!(t.contains("events: 4 (event ids 1001 … 1009; first 1005, last 1003 in file order)"), "{t}");
+}
+
+#[test]
+fn inspect_says_a_footer_with_a_bad_crc_is_damaged_and_shows_the_magic_it_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_run(dir.path(), 5);
+    let good = std::fs::read(&path).unwrap();
+    let mut data = good.clone();
+    let at = data.len() - 48 + 8; // the footer's event count; its magic numbers stay
+    data[at] ^= 0x01;
+    std::fs::write(&path, &data).unwrap();
+    let o = daqflow(&["inspect", "--verify", path.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "a damaged trailer is damage: {t}");
+    assert!(t.contains("trailer is DAMAGED") && t.contains("footer is damaged: its CRC32C is"), "{t}");
+    assert!(!t.contains("not closed"), "{t}");
+
+    let mut data = good;
+    data[4..8].copy_from_slice(b"XXXX");
+    std::fs::write(&path, &data).unwrap();
+    let o = daqflow(&["inspect", path.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains(r#"bad magic 44 51 46 4c 58 58 58 58 ("DQFLXXXX"), expected 44 51 46 4c 46 49 4c 45 ("DQFLFILE")"#),
+        "{t}"
     );
 }
 
@@ -117,7 +164,7 @@ fn inspect_reads_a_file_cut_short_up_to_its_last_whole_event() {
     let o = daqflow(&["inspect", cut.to_str().unwrap()]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
-    assert!(t.contains("events: 21 (event ids 1000 … 1020)"), "{t}");
+    assert!(t.contains("events: 21 (event ids 1000 … 1020; first 1000, last 1020 in file order)"), "{t}");
     assert!(t.contains("CUT SHORT"), "{t}");
     assert!(t.contains("NOT closed properly"), "{t}");
     let o = daqflow(&["inspect", "--verify", cut.to_str().unwrap()]);

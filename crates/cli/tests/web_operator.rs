@@ -282,3 +282,95 @@ fn bound_off_loopback_the_web_ui_needs_the_token_even_to_watch() {
     let status = wait_until("the operator to exit", || op.0.try_wait().unwrap());
     assert!(status.success());
 }
+
+/// A component's entry in a status.
+fn component<'a>(st: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    st["components"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no {name}"))
+}
+
+#[test]
+fn the_demo_stays_up_after_a_web_stop_and_follows_the_runs_the_web_starts_until_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut demo = Operator(
+        Command::new(BIN)
+            .args(["demo", "--web", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = demo.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let url = loop {
+        let line = rx.recv_timeout(Duration::from_secs(60)).expect("the demo prints its web UI's URL");
+        if let Some(u) = line.strip_prefix("web UI: ") {
+            break u.to_owned();
+        }
+    };
+    let (base, token) = url.split_once("?token=").unwrap_or_else(|| panic!("no token in {url}"));
+    let addr: SocketAddr = base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
+    let tester = Client::login(addr, token);
+    assert_eq!(tester.post("/api/control/take", "{}").status, 200);
+    let status = || get(addr, "/api/status").json();
+
+    // Run 1, started by the demo, builds: every builder unit and the event manager report a
+    // live rate (the components' table shows `stats.events_per_s`); nothing is known lost yet.
+    let st = wait_until("run 1 building on both builder units with live rates", || {
+        let st = status();
+        let rate = |n: &str| component(&st, n)["stats"]["events_per_s"].as_f64().unwrap_or(0.0);
+        (st["run"] == 1 && st["running"] == true && ["evm", "bu-0", "bu-1"].iter().all(|n| rate(n) > 0.0)).then_some(st)
+    });
+    assert!(st["lost"].is_null(), "lost is not known while the run is open: {st}");
+
+    // Stopped from the web, and a new run started at once: the demo follows it and does not stop it.
+    let r = tester.post("/api/transition/stop", "{}");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["result"]["stopped"]["lost"], 0, "{}", r.text());
+    let r = tester.post("/api/transition/start", "{}");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["result"]["started"], 2, "{}", r.text());
+    wait_until("run 2 building", || {
+        let st = status();
+        (st["run"] == 2 && st["running"] == true && st["events"].as_u64().unwrap_or(0) > 2000).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(demo.0.try_wait().unwrap().is_none(), "the demo ended after a run stopped from the web UI");
+    let st = status();
+    assert_eq!((&st["run"], &st["running"]), (&serde_json::json!(2), &serde_json::json!(true)), "{st}");
+    // Its `lost` is run 2's, unknown while it is open (not run 1's 0).
+    assert!(st["lost"].is_null(), "{st}");
+
+    // Stopped from the web again: the demo still waits (for a run, or Ctrl-C).
+    let r = tester.post("/api/transition/stop", "{}");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let st = status();
+    assert_eq!((&st["running"], &st["lost"]), (&serde_json::json!(false), &serde_json::json!(0)), "{st}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(demo.0.try_wait().unwrap().is_none(), "the demo ended after its second run was stopped from the web UI");
+
+    // Ctrl-C ends it, cleanly: each run summarised once, nothing lost.
+    // SAFETY: kill(2) on the child this test started; no memory is involved.
+    assert_eq!(unsafe { libc::kill(demo.0.id() as i32, libc::SIGINT) }, 0);
+    let code = wait_until("the demo to end after Ctrl-C", || demo.0.try_wait().unwrap());
+    let out = reader.join().unwrap();
+    assert!(code.success(), "{out}");
+    for run in [1, 2] {
+        assert!(out.contains(&format!("run {run} was stopped from outside the demo")), "{out}");
+        assert_eq!(out.matches(&format!("\nrun {run} of system demo:")).count(), 1, "{out}");
+    }
+    assert!(out.contains("run 2 started from outside the demo"), "{out}");
+    assert!(!out.contains("stopping run"), "the demo stopped a run itself: {out}");
+    assert_eq!(out.lines().filter(|l| *l == "lost: 0").count(), 2, "{out}");
+    assert!(!out.contains("null") && !out.contains(&u64::MAX.to_string()), "{out}");
+}

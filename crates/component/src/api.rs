@@ -387,11 +387,13 @@ pub struct SystemStatus {
     pub events_per_s: f64,
     /// MB built per second (last second).
     pub mb_per_s: f64,
-    /// Events lost in the last run stopped.
+    /// Events lost in the last run stopped, while no run is open (its `RunSummary::lost`); `None`
+    /// while a run is open (its losses are known only from its accounting, at its stop) and
+    /// before the first run was stopped.
     pub lost: Option<u64>,
     /// The last transition's error.
     pub last_error: Option<String>,
-    /// The summary of the last run stopped.
+    /// The summary of the last run stopped, while no run is open (`None` while one is).
     pub last_summary: Option<Box<RunSummary>>,
     /// The control servers (`A,B,…`).
     pub control: String,
@@ -753,7 +755,7 @@ pub struct LogQuery {
     pub process: Option<String>,
     /// At least this severe.
     pub min_severity: Option<Severity>,
-    /// Message contains (case-insensitive).
+    /// Message contains this text, literally, case-insensitively for ASCII letters.
     pub text: Option<String>,
     /// At most this many (default 200, at most [`LogQuery::MAX_LIMIT`]).
     pub limit: Option<usize>,

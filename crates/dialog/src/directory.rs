@@ -10,7 +10,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::protocol::{LostReason, Message, PROTOCOL_VERSION, RefuseReason, ServiceLocation, valid_name};
+use crate::protocol::{
+    LostReason, Message, PROTOCOL_VERSION, RefuseReason, ServiceLocation, reserved_name, valid_name,
+};
 
 /// A connection, numbered by the I/O layer.
 pub type ConnId = u64;
@@ -342,7 +344,7 @@ impl Directory {
         match msg {
             Message::Heartbeat { seq } => send(out, Message::HeartbeatAck { seq }),
             Message::RegisterService { request, name: service } => {
-                if !valid_name(&service) || DIRECTORY_SERVICES.contains(&service.as_str()) {
+                if !valid_name(&service) || reserved_name(&service) {
                     let owner = if valid_name(&service) { "control server" } else { "(invalid name)" };
                     return send(
                         out,
@@ -428,7 +430,9 @@ impl Directory {
                 self.dirty = true;
             }
             Message::RegisterCommand { name: command } => {
-                if valid_name(&command)
+                if reserved_name(&command) {
+                    tracing::warn!(process = %name, %command, "command registration ignored: `dialog/` names are the control server's");
+                } else if valid_name(&command)
                     && let Some(p) = self.processes.get_mut(name)
                 {
                     p.commands.insert(command);
@@ -799,5 +803,15 @@ mod tests {
         connect(&mut d, 1, "p", now);
         let out = d.on_message(1, Message::RegisterService { request: 1, name: "dialog/processes".into() }, now);
         assert!(matches!(&sent_to(&out, 1)[..], [Message::ServiceRefused { owner, .. }] if owner == "control server"));
+        // Not only the directory's own services: the whole `dialog/` prefix.
+        let out = d.on_message(1, Message::RegisterService { request: 2, name: "dialog/mine".into() }, now);
+        assert!(
+            matches!(&sent_to(&out, 1)[..], [Message::ServiceRefused { request: 2, owner, .. }] if owner == "control server")
+        );
+        d.on_message(1, Message::RegisterCommand { name: "dialog/mine".into() }, now);
+        d.on_message(1, Message::RegisterCommand { name: "p/mine".into() }, now);
+        let p = d.processes().into_iter().find(|p| p.name == "p").unwrap();
+        assert!(p.provides.is_empty(), "{:?}", p.provides);
+        assert_eq!(p.commands, ["p/mine"]);
     }
 }

@@ -33,6 +33,10 @@ pub enum DialogError {
     /// `- _ . : / @ +`.
     #[error("{0:?} is not a valid name (1 to 200 ASCII letters, digits or - _ . : / @ +)")]
     InvalidName(String),
+    /// The name starts with `dialog/`: such services and commands are the control server's own
+    /// (its directory services); nothing was registered.
+    #[error("`{0}` is reserved: names starting with `dialog/` are the control server's; choose another name")]
+    Reserved(String),
     /// No control server answered in time.
     #[error("no control server reachable at {addrs} within {waited:?}")]
     ControlServerUnavailable {

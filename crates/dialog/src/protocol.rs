@@ -484,6 +484,15 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/' | b'@' | b'+'))
 }
 
+/// Names starting with this are the control server's own (its directory services); no
+/// process may provide such a service or register such a command.
+pub const RESERVED_PREFIX: &str = "dialog/";
+
+/// Whether `name` is reserved for the control server ([`RESERVED_PREFIX`]).
+pub fn reserved_name(name: &str) -> bool {
+    name.starts_with(RESERVED_PREFIX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

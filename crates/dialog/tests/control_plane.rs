@@ -234,6 +234,20 @@ fn a_command_is_delivered_to_every_process_that_registered_it() {
 }
 
 #[test]
+fn names_under_dialog_are_refused_to_clients_with_a_clear_error() {
+    let server = TestServer::start(TestServer::fast());
+    let p = join("p", &[server.addr]);
+    for err in [p.provide("dialog/mine").unwrap_err(), p.register_command("dialog/mine", |_| {}).unwrap_err()] {
+        assert_eq!(err, DialogError::Reserved("dialog/mine".into()));
+        assert!(err.to_string().contains("names starting with `dialog/` are the control server's"), "{err}");
+    }
+    let _cmd = p.register_command("p/mine", |_| {}).unwrap();
+    wait_until("the command registered", || {
+        server.processes().iter().any(|q| q.name == "p" && q.commands == ["p/mine"] && q.provides.is_empty())
+    });
+}
+
+#[test]
 fn a_duplicate_service_is_refused_naming_its_owner_and_nothing_is_half_registered() {
     let server = TestServer::start(TestServer::fast());
     let owner = join("owner", &[server.addr]);

@@ -28,6 +28,17 @@ pub enum DecodeError {
         /// The magic number of this structure.
         expected: u32,
     },
+    /// The magic bytes at the start of a data file are wrong: the bytes are not a daqflow data
+    /// file. Both are shown in full, as hex and as text.
+    #[error("{what}: bad magic {}, expected {} (not a daqflow data file)", show_bytes(.found), show_bytes(.expected))]
+    BadMagicBytes {
+        /// The structure being decoded.
+        what: &'static str,
+        /// The bytes found.
+        found: [u8; 8],
+        /// The magic bytes of this structure.
+        expected: [u8; 8],
+    },
     /// The structure was written by a format version this build does not read.
     #[error("{what}: format version {found} is not supported (this build reads version {supported})")]
     UnsupportedVersion {
@@ -72,4 +83,11 @@ pub struct CrcMismatch {
     pub stored: u32,
     /// CRC computed over the payload.
     pub computed: u32,
+}
+
+/// Bytes as hex and, where printable, as text: `44 51 46 4c 46 49 4c 45 ("DQFLFILE")`.
+fn show_bytes(b: &[u8]) -> String {
+    let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+    let text: String = b.iter().map(|&x| if x.is_ascii_graphic() || x == b' ' { x as char } else { '.' }).collect();
+    format!("{} ({text:?})", hex.join(" "))
 }

@@ -228,7 +228,8 @@ fn an_unclosed_part_file_is_readable() {
     std::mem::forget(w); // as if the process died: no trailer, no rename
     let mut r = FileReader::open(&part).unwrap();
     assert!(!r.is_complete());
-    assert!(r.trailer_problem().unwrap().contains("not closed"));
+    assert_eq!(r.trailer_problem(), Some(&TrailerProblem::NotClosed));
+    assert!(r.trailer_problem().unwrap().to_string().contains("not closed"));
     assert_eq!(r.len().unwrap(), 50);
     assert_eq!(&r.read_record(49).unwrap().payload[..], &event_payload(49, 333)[..]);
     let report = r.verify(false).unwrap();
@@ -244,4 +245,39 @@ fn bad_stream_names_are_refused() {
         cfg.stream = Some(bad.into());
         assert!(matches!(FileWriter::new(cfg), Err(FileWriteError::BadStreamName(_))), "{bad:?}");
     }
+}
+
+#[test]
+fn a_closed_file_whose_footer_crc_is_bad_is_reported_as_damaged_not_as_unclosed() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = write_file(dir.path(), &[100, 200, 300]);
+    let mut data = fs::read(&closed.path).unwrap();
+    // A bit of the footer's payload-byte count (footer offset 24): its magic numbers stay.
+    let at = data.len() - FOOTER_LEN + 24;
+    data[at] ^= 0x01;
+    let r = FileReader::from_source(data, "<footer>").unwrap();
+    assert!(!r.is_complete());
+    let problem = *r.trailer_problem().unwrap();
+    assert!(matches!(problem, TrailerProblem::FooterCrc { stored, computed } if stored != computed), "{problem:?}");
+    assert!(problem.is_damage());
+    let text = problem.to_string();
+    assert!(text.contains("footer is damaged") && text.contains("CRC32C"), "{text}");
+    assert!(!text.contains("not closed"), "{text}");
+    // Every record is still read (by a scan that stops at the index); the damage is a problem.
+    let report = r.verify(true).unwrap();
+    assert_eq!(report.records, 3);
+    assert_eq!(report.problems, [Problem::Trailer(problem)]);
+    assert!(!report.is_clean());
+}
+
+#[test]
+fn a_file_magic_that_differs_after_byte_four_is_shown_as_the_eight_bytes_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = write_file(dir.path(), &[10]);
+    let mut data = fs::read(&closed.path).unwrap();
+    data[7] = b'X'; // DQFLFILE → DQFLFILX: the first four bytes still match
+    let Err(err) = FileReader::from_source(data, "<magic>") else { panic!("a bad magic was accepted") };
+    let err = err.to_string();
+    assert!(err.contains(r#"44 51 46 4c 46 49 4c 58 ("DQFLFILX")"#), "{err}");
+    assert!(err.contains(r#"expected 44 51 46 4c 46 49 4c 45 ("DQFLFILE")"#), "{err}");
 }

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::config::DialogConfig;
 use crate::directory::ProcessInfo;
 use crate::error::DialogError;
-use crate::protocol::{LostReason, Message, valid_name};
+use crate::protocol::{LostReason, Message, reserved_name, valid_name};
 use peers::{Enqueued, Outgoing, PeerKey, PeerLink};
 
 /// What a subscription handler receives.
@@ -485,6 +485,9 @@ impl Client {
         if !valid_name(name) {
             return Err(DialogError::InvalidName(name.into()));
         }
+        if reserved_name(name) {
+            return Err(DialogError::Reserved(name.into()));
+        }
         let (tx, rx) = oneshot::channel();
         let slot = {
             let mut st = self.inner.state();
@@ -565,6 +568,9 @@ impl Client {
     ) -> Result<CommandRegistration, DialogError> {
         if !valid_name(name) {
             return Err(DialogError::InvalidName(name.into()));
+        }
+        if reserved_name(name) {
+            return Err(DialogError::Reserved(name.into()));
         }
         let mut st = self.inner.state();
         if st.commands.contains_key(name) {

@@ -242,7 +242,8 @@ fn handle(
         }
         NEW | GET => {
             let mut r = Reader::new(if frame.kind == NEW { "NEW" } else { "GET" }, &p);
-            let n = (r.u32("count").map_err(codec)? as usize).min(s.pool.layout.events as usize);
+            // Up to `count` events, at most the pool's size; 0 is served as 1 (`docs/et.md`).
+            let n = (r.u32("count").map_err(codec)? as usize).clamp(1, (s.pool.layout.events as usize).max(1));
             let size = if frame.kind == NEW { r.u64("size").map_err(codec)? as usize } else { 0 };
             if size > super::protocol::MAX_REMOTE_EVENT {
                 return Err(EtError::Refused(format!(
@@ -361,6 +362,62 @@ fn handle(
 mod tests {
     use super::*;
     use crate::{EtSystem, SystemConfig};
+
+    #[test]
+    fn a_new_or_get_for_zero_events_is_served_one() {
+        use crate::{Attachment, Position, StationConfig, Wait};
+        let mut c = SystemConfig::new(format!("count0-{}", std::process::id()), 10, 1024);
+        c.listen = Some("127.0.0.1:0".parse().unwrap());
+        let system = EtSystem::create(c).unwrap();
+        system.create_station("mon", StationConfig::default(), Position::End).unwrap();
+        let addr = system.remote_addr().unwrap();
+        // A connection after HELLO, as a function that sends a request and returns its answer.
+        let connect = || {
+            let mut conn = Connection::connect(addr, &client_options()).unwrap();
+            let mut ask = move |f: Frame| {
+                conn.send(f).unwrap();
+                let _ = conn.flush();
+                conn.recv_timeout(Duration::from_secs(10)).unwrap().expect("an answer")
+            };
+            assert_eq!(ask(Frame::new(HELLO, Bytes::from_static(b"{}"))).kind, WELCOME);
+            ask
+        };
+        let mut ask = connect();
+        let attach = |ask: &mut dyn FnMut(Frame) -> Frame, station: &str| -> u32 {
+            let a = ask(Frame::new(ATTACH, Bytes::from(format!(r#"{{"station": "{station}"}}"#))));
+            assert_eq!(a.kind, ATTACHED, "{:?}", a.payload);
+            serde_json::from_slice::<serde_json::Value>(&a.payload).unwrap()["attachment"].as_u64().unwrap() as u32
+        };
+        let count_of = |f: &Frame| {
+            assert_eq!(f.kind, EVENTS, "{:?}", f.payload);
+            u32::from_le_bytes(f.payload[..4].try_into().unwrap())
+        };
+        // NEW: u32 count, u64 size, u64 wait (20 bytes).
+        let producer = attach(&mut ask, "GRAND_CENTRAL");
+        let mut new = Vec::new();
+        new.extend_from_slice(&0u32.to_le_bytes());
+        new.extend_from_slice(&100u64.to_le_bytes());
+        new.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(new.len(), 20);
+        assert_eq!(count_of(&ask(Frame::new(NEW, Bytes::from(new)).with_channel(producer))), 1, "NEW 0 is served as 1");
+        // A 12-byte NEW (no wait) does not decode.
+        let short = [0u8; 12];
+        assert_eq!(ask(Frame::new(NEW, Bytes::copy_from_slice(&short)).with_channel(producer)).kind, ERROR);
+
+        // GET: u32 count, u64 wait (12 bytes), with events waiting in the station (which has
+        // an attachment, so that events stop there).
+        let mut ask = connect();
+        let consumer = attach(&mut ask, "mon");
+        let local = system.attach("GRAND_CENTRAL").unwrap();
+        let mut events = local.new_events(3, 10, Wait::NoWait).unwrap();
+        assert_eq!(events.len(), 3);
+        local.put_events(&mut events).unwrap();
+        let mut get = Vec::new();
+        get.extend_from_slice(&0u32.to_le_bytes());
+        get.extend_from_slice(&5000u64.to_le_bytes());
+        assert_eq!(get.len(), 12);
+        assert_eq!(count_of(&ask(Frame::new(GET, Bytes::from(get)).with_channel(consumer))), 1, "GET 0 is served as 1");
+    }
 
     #[test]
     fn the_largest_frame_a_client_may_send_follows_the_limits() {

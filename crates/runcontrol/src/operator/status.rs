@@ -138,7 +138,8 @@ pub(crate) fn system_status(place: &Place<'_>, s: &Snapshot, rates: &Rates, now_
         recorded: if running { recorded } else { summary.map_or(recorded, |x| x.recorded) },
         events_per_s: last.map_or(0.0, |r| r.events_per_s),
         mb_per_s: last.map_or(0.0, |r| r.mb_per_s),
-        lost: summary.map(|x| x.lost),
+        // Known only once the run's accounting is done, at its stop.
+        lost: if running { None } else { summary.map(|x| x.lost) },
         last_error: s.last_error.clone(),
         last_summary: s.last_summary.clone(),
         control: place.control.clone(),

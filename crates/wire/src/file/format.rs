@@ -74,7 +74,9 @@ impl FileHeader {
             have: data.len() as u64,
         })?;
         if h[0..8] != FILE_MAGIC {
-            return Err(DecodeError::BadMagic { what: WHAT, found: u32_at(h, 0), expected: u32_at(&FILE_MAGIC, 0) });
+            let mut found = [0u8; 8];
+            found.copy_from_slice(&h[0..8]);
+            return Err(DecodeError::BadMagicBytes { what: WHAT, found, expected: FILE_MAGIC });
         }
         let version = u16_at(h, 8);
         if version != FILE_VERSION {
@@ -219,20 +221,73 @@ impl Footer {
         h
     }
 
-    /// Decodes a footer; `None` if the bytes are not an intact footer (the file was not closed).
-    pub fn decode(h: &[u8; FOOTER_LEN]) -> Option<Self> {
-        if u32_at(h, 0) != TRAILER_MAGIC || u32_at(h, 44) != END_MAGIC || u32_at(h, 4) != FILE_VERSION as u32 {
-            return None;
+    /// Decodes a footer: [`TrailerProblem::NotClosed`] if the bytes do not end in a footer's
+    /// magic numbers (the file was not closed), another problem if they do but the footer is
+    /// damaged.
+    pub fn decode(h: &[u8; FOOTER_LEN]) -> Result<Self, TrailerProblem> {
+        if u32_at(h, 0) != TRAILER_MAGIC || u32_at(h, 44) != END_MAGIC {
+            return Err(TrailerProblem::NotClosed);
         }
-        if u32_at(h, 40) != crc32c(&h[..40]) {
-            return None;
+        let version = u32_at(h, 4);
+        if version != FILE_VERSION as u32 {
+            return Err(TrailerProblem::FooterVersion(version));
         }
-        Some(Footer {
+        let (stored, computed) = (u32_at(h, 40), crc32c(&h[..40]));
+        if stored != computed {
+            return Err(TrailerProblem::FooterCrc { stored, computed });
+        }
+        Ok(Footer {
             event_count: u64_at(h, 8),
             index_offset: u64_at(h, 16),
             payload_bytes: u64_at(h, 24),
             index_crc: u32_at(h, 32),
         })
+    }
+}
+
+/// Why the trailer of a data file cannot be used: the file was not closed, or it was but its
+/// trailer is damaged (then the records are still read, by a scan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrailerProblem {
+    /// The file does not end in a footer: its writer did not close it (it died, or still writes).
+    NotClosed,
+    /// The footer's magic numbers are there but its format version is not this build's.
+    FooterVersion(u32),
+    /// The footer's magic numbers are there but its CRC32C does not match: the footer is damaged.
+    FooterCrc {
+        /// The CRC32C stored in the footer.
+        stored: u32,
+        /// The CRC32C of the footer's bytes.
+        computed: u32,
+    },
+    /// The footer is intact but its event count and index offset do not fit the file's size.
+    Inconsistent,
+    /// The index marker is missing or the index entries do not match the footer's CRC32C.
+    IndexCrc,
+}
+
+impl TrailerProblem {
+    /// Whether the file was closed but its trailer is damaged (not merely absent).
+    pub fn is_damage(&self) -> bool {
+        *self != TrailerProblem::NotClosed
+    }
+}
+
+impl std::fmt::Display for TrailerProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TrailerProblem::NotClosed => write!(f, "no trailer: the file was not closed"),
+            TrailerProblem::FooterVersion(v) => write!(
+                f,
+                "the trailer's footer says format version {v} (this build reads version {FILE_VERSION}); ignoring the trailer"
+            ),
+            TrailerProblem::FooterCrc { stored, computed } => write!(
+                f,
+                "the trailer's footer is damaged: its CRC32C is {computed:#010x} but {stored:#010x} was stored; ignoring the trailer"
+            ),
+            TrailerProblem::Inconsistent => write!(f, "the trailer is inconsistent with the file size; ignoring it"),
+            TrailerProblem::IndexCrc => write!(f, "the trailer's index CRC32C does not match; ignoring the index"),
+        }
     }
 }
 

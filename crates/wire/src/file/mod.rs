@@ -21,6 +21,7 @@ mod writer;
 pub use format::{
     END_MAGIC, FILE_HEADER_LEN, FILE_MAGIC, FILE_VERSION, FOOTER_LEN, FileHeader, Footer, INDEX_ENTRY_LEN, INDEX_MAGIC,
     INDEX_MARKER_LEN, IndexEntry, MAX_RECORD_LEN, RECORD_HEADER_LEN, RECORD_MAGIC, RecordHeader, TRAILER_MAGIC,
+    TrailerProblem,
 };
 pub use reader::{
     FileReadError, FileReader, Problem, ReadAt, Record, Scan, ScanItem, Verifier, VerifyReport, record_len,

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::format::{
     FILE_HEADER_LEN, FOOTER_LEN, FileHeader, Footer, INDEX_ENTRY_LEN, INDEX_MAGIC, INDEX_MARKER_LEN, IndexEntry,
-    RECORD_HEADER_LEN, RecordHeader, RecordHeaderProblem, index_marker,
+    RECORD_HEADER_LEN, RecordHeader, RecordHeaderProblem, TrailerProblem, index_marker,
 };
 use crate::EventId;
 use crate::crc::crc32c;
@@ -163,7 +163,7 @@ pub struct FileReader<S: ReadAt = File> {
     header: FileHeader,
     footer: Option<Footer>,
     index: Option<Vec<IndexEntry>>,
-    trailer_problem: Option<String>,
+    trailer_problem: Option<TrailerProblem>,
 }
 
 impl std::fmt::Debug for FileReader<File> {
@@ -205,14 +205,17 @@ impl<S: ReadAt> FileReader<S> {
 
     fn load_trailer(&mut self) -> Result<(), FileReadError> {
         if self.size < (FILE_HEADER_LEN + FOOTER_LEN) as u64 {
-            self.trailer_problem = Some("no trailer: the file was not closed".into());
+            self.trailer_problem = Some(TrailerProblem::NotClosed);
             return Ok(());
         }
         let mut f = [0u8; FOOTER_LEN];
         self.source.read_exact_at(&mut f, self.size - FOOTER_LEN as u64).map_err(|e| self.io_err(e))?;
-        let Some(footer) = Footer::decode(&f) else {
-            self.trailer_problem = Some("no trailer: the file was not closed".into());
-            return Ok(());
+        let footer = match Footer::decode(&f) {
+            Ok(footer) => footer,
+            Err(problem) => {
+                self.trailer_problem = Some(problem);
+                return Ok(());
+            }
         };
         let index_len = footer.event_count.checked_mul(INDEX_ENTRY_LEN as u64);
         let consistent = index_len
@@ -221,7 +224,7 @@ impl<S: ReadAt> FileReader<S> {
             == Some(self.size)
             && footer.index_offset >= FILE_HEADER_LEN as u64;
         if !consistent {
-            self.trailer_problem = Some("trailer is inconsistent with the file size; ignoring it".into());
+            self.trailer_problem = Some(TrailerProblem::Inconsistent);
             return Ok(());
         }
         let index_len = (footer.event_count * INDEX_ENTRY_LEN as u64) as usize;
@@ -229,7 +232,7 @@ impl<S: ReadAt> FileReader<S> {
         self.source.read_exact_at(&mut raw, footer.index_offset).map_err(|e| self.io_err(e))?;
         let (marker, raw) = raw.split_at(INDEX_MARKER_LEN);
         if marker != index_marker() || crc32c(raw) != footer.index_crc {
-            self.trailer_problem = Some("trailer index CRC does not match; ignoring the index".into());
+            self.trailer_problem = Some(TrailerProblem::IndexCrc);
             return Ok(());
         }
         let index = raw
@@ -262,9 +265,10 @@ impl<S: ReadAt> FileReader<S> {
         self.footer.is_some()
     }
 
-    /// Why the trailer could not be used, for a file that is not complete.
-    pub fn trailer_problem(&self) -> Option<&str> {
-        self.trailer_problem.as_deref()
+    /// Why the trailer could not be used, for a file that is not complete: not closed, or
+    /// closed with a damaged trailer ([`TrailerProblem::is_damage`]).
+    pub fn trailer_problem(&self) -> Option<&TrailerProblem> {
+        self.trailer_problem.as_ref()
     }
 
     /// The trailer footer of a complete file.
@@ -424,6 +428,11 @@ impl Verifier {
     /// The report, checked against the file's trailer.
     pub fn finish<S: ReadAt>(mut self, reader: &FileReader<S>) -> VerifyReport {
         self.report.complete = reader.is_complete();
+        if let Some(p) = reader.trailer_problem()
+            && p.is_damage()
+        {
+            self.report.problems.push(Problem::Trailer(*p));
+        }
         if let Some(footer) = reader.footer()
             && footer.event_count != self.report.records
         {
@@ -494,6 +503,8 @@ pub enum Problem {
         /// How many.
         len: u64,
     },
+    /// The file was closed but its trailer is damaged (the records were read by a scan).
+    Trailer(TrailerProblem),
     /// The trailer counts a different number of records than the file holds.
     CountMismatch {
         /// Count in the trailer.
@@ -514,6 +525,7 @@ impl std::fmt::Display for Problem {
                 write!(f, "record {index} (event {event_id}) at offset {offset}: {problem}")
             }
             Problem::Garbage { offset, len } => write!(f, "{len} bytes at offset {offset} are not records"),
+            Problem::Trailer(p) => write!(f, "{p}"),
             Problem::CountMismatch { trailer, found } => {
                 write!(f, "the trailer counts {trailer} records but the file holds {found}")
             }
