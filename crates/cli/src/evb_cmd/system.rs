@@ -301,7 +301,14 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
         }
     }
     for b in 0..args.bus {
-        component(&mut out, &format!("bu-{b}"), "bu", None, on(&args.bu_hosts, b), &bu_params(args, plan, b, "${evm.listen}"));
+        component(
+            &mut out,
+            &format!("bu-{b}"),
+            "bu",
+            None,
+            on(&args.bu_hosts, b),
+            &bu_params(args, plan, b, "${evm.listen}"),
+        );
     }
     out
 }
