@@ -403,3 +403,184 @@ fn remote_components_end_by_their_lease_when_the_operators_host_drops_off_the_ne
     assert!(wait_gone(&operator_side, Duration::from_secs(10)).is_some(), "{operator_side:?}");
     assert_no_daqflow_left(&hosts);
 }
+
+/// An event builder on five hosts: the operator, its control server (bound to a wildcard) and
+/// the EVM on host 1; an RU with two sources on each of hosts 2 and 3; on each of hosts 4 and 5
+/// a BU putting events into an ET system there, and a recorder writing them to files. Every
+/// listener binds a wildcard: what each component tells the others is its host's address.
+fn builder_system(dir: &Path, remote_command: &str) -> PathBuf {
+    let tag = std::process::id();
+    let mut text = format!(
+        r#"[system]
+name = "hosts-evb"
+control = "0.0.0.0:0"
+web = "none"
+lease_s = {LEASE_S}
+remote_command = "{remote_command}"
+
+[[component]]
+name = "evm"
+kind = "evm"
+[component.params]
+listen = "0.0.0.0:0"
+rus = 2
+"#
+    );
+    for r in 0..2 {
+        let host = format!("10.77.0.{}", 2 + r);
+        text.push_str(&format!(
+            r#"
+[[component]]
+name = "ru-{r}"
+kind = "ru"
+host = "{host}"
+[component.params]
+id = {r}
+evm = "${{evm.listen}}"
+listen = "0.0.0.0:0"
+streams = 2
+"#
+        ));
+        for k in 0..2 {
+            let id = r * 2 + k;
+            text.push_str(&format!(
+                r#"
+[[component]]
+name = "src-{id}"
+kind = "source"
+host = "{host}"
+stop_arg = "${{evm.last_event}}"
+[component.params]
+source_id = {id}
+ru = "${{ru-{r}.listen}}"
+rate_hz = 1000.0
+size = {{ kind = "lognormal", mean = 1024.0, rms = 256.0 }}
+"#
+            ));
+        }
+    }
+    for b in 0..2 {
+        let host = format!("10.77.0.{}", 4 + b);
+        let files = dir.join(format!("files-{b}"));
+        text.push_str(&format!(
+            r#"
+[[component]]
+name = "et-{b}"
+kind = "et"
+host = "{host}"
+[component.params]
+name = "hosts-{tag}-et-{b}"
+events = 512
+event_size = 16384
+
+[[component]]
+name = "recorder-{b}"
+kind = "recorder"
+host = "{host}"
+policy = "restart"
+[component.params]
+et = "${{et-{b}.et}}"
+directory = "{files}"
+
+[[component]]
+name = "bu-{b}"
+kind = "bu"
+host = "{host}"
+policy = "restart"
+[component.params]
+id = {b}
+evm = "${{evm.listen}}"
+output = "et"
+et = "${{et-{b}.et}}"
+"#,
+            files = files.display()
+        ));
+    }
+    let path = dir.join("builder.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn an_event_builder_across_five_hosts_builds_and_records_every_event_also_when_a_bu_is_killed() {
+    if !available(true) {
+        return;
+    }
+    let _one = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hosts = Hosts::create(5).unwrap();
+    hosts.start_sshd().unwrap();
+    let system = builder_system(dir.path(), &hosts.remote_command(Path::new(BIN)).unwrap());
+    let mut op = operator(&hosts, &system, &data, &["--start", "--seconds", "8"]);
+    op.expect("run 1 started");
+    // Each component runs where the system file puts it.
+    let names = |i: usize| -> Vec<String> {
+        daqflow_processes(hosts.host(i))
+            .into_iter()
+            .filter_map(|(_, c)| c.split(" --name ").nth(1).map(|n| n.split(' ').next().unwrap_or("").to_owned()))
+            .collect()
+    };
+    for (i, want) in
+        [(1, ["ru-0", "src-0", "src-1"]), (2, ["ru-1", "src-2", "src-3"]), (3, ["et-0", "recorder-0", "bu-0"])]
+    {
+        let on = names(i);
+        for w in want {
+            assert!(on.iter().any(|n| n == w), "{w} does not run on host {}: {on:?}", i + 1);
+        }
+    }
+    // Mid-run, the BU of host 5 is killed: the EVM re-assigns its events, the operator starts
+    // it again on its host over ssh, and it joins the run.
+    std::thread::sleep(Duration::from_secs(3));
+    let bu = daqflow_processes(hosts.host(4))
+        .into_iter()
+        .find(|(_, c)| c.contains("--name bu-1"))
+        .unwrap_or_else(|| panic!("no bu-1 on host 5: {:?}", daqflow_processes(hosts.host(4))));
+    // SAFETY: kill(2) of a process of this test's own namespace, found alive just now.
+    unsafe { libc::kill(bu.0 as libc::pid_t, libc::SIGKILL) };
+    let (code, out) = finish(op);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.lines().any(|l| l == "lost: 0"), "{out}");
+    assert_no_daqflow_left(&hosts);
+
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let summary = db.run(1).unwrap().unwrap().summary.expect("run 1 has a summary");
+    assert!(summary.events > 2000, "{summary:?}");
+    assert_eq!(summary.lost, 0, "{:?}", summary.lost_reasons);
+    assert_eq!(summary.triggered, Some(summary.events), "{summary:?}");
+    // Every event built is in a file; one the killed BU had put into its ET system before the
+    // EVM re-assigned it may be there twice (counted as a duplicate, not as an event).
+    assert_eq!(summary.not_recorded, 0, "{summary:?}");
+    assert_eq!(summary.recorded - summary.duplicates, summary.events, "{summary:?}");
+    // bu-1 was started again on its host and ended the run alive, its earlier life counted.
+    assert_eq!(summary.components["bu-1"].earlier_lives, 1, "{:?}", summary.components["bu-1"]);
+    assert!(summary.died.is_empty(), "{:?}", summary.died);
+    assert!(
+        summary.components["bu-1"].summary.as_ref().is_some_and(|s| s.events > 0),
+        "the restarted bu-1 built nothing"
+    );
+    // Both BU hosts recorded events, every file checks clean, and the files hold every event id
+    // of the run.
+    let mut ids = std::collections::BTreeSet::new();
+    for b in 0..2 {
+        let files = dir.path().join(format!("files-{b}"));
+        let daq: Vec<PathBuf> = std::fs::read_dir(&files)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "daq"))
+            .collect();
+        assert!(!daq.is_empty(), "recorder-{b} wrote nothing in {}", files.display());
+        for f in daq {
+            let reader = daqflow_wire::file::FileReader::open(&f).unwrap();
+            let report = reader.verify(true).unwrap();
+            assert!(report.is_clean(), "{}: {report:?}", f.display());
+            for item in reader.scan() {
+                if let Ok(daqflow_wire::file::ScanItem::Record(r)) = item {
+                    ids.insert(daqflow_wire::Event::parse(r.payload.clone()).unwrap().header().event_id.0);
+                }
+            }
+        }
+    }
+    assert_eq!(ids.len() as u64, summary.events);
+    assert_eq!((ids.first().copied(), ids.last().copied()), (Some(1), Some(summary.events)));
+}

@@ -168,9 +168,11 @@ fn control_for_newcomers(
     ordered.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// The control servers' list as a component on `host` (none: this host) reaches it: a wildcard
-/// address (`control = "0.0.0.0:7000"`) becomes this host's address on the route to that host
-/// (loopback for a local component).
+/// The control servers' list as a component on `host` reaches it: a wildcard address
+/// (`control = "0.0.0.0:7000"`) becomes this host's address on the route to `host` (loopback
+/// when `host` is none: a system on this host alone). A local component of a system on several
+/// hosts is given the host of another component, so that it too is told an address the
+/// others reach.
 fn control_as_seen_from(list: &str, host: Option<&str>) -> String {
     use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
     let toward = |h: &str| -> Option<IpAddr> {
@@ -251,6 +253,14 @@ impl Operator {
         let control = servers.addrs()[0];
         let mut dialog_config = daqflow_dialog::DialogConfig::new(DIALOG_NAME, servers.addrs().to_vec());
         dialog_config.token = Some(token.clone());
+        // With a wildcard control server and components on other hosts, the operator publishes
+        // the address they reach it at (its peer port listens on every interface).
+        if let Some(far) = file.components.iter().find_map(|c| c.host.as_deref())
+            && servers.addrs().iter().any(|a| a.ip().is_unspecified())
+            && let Ok(seen) = control_as_seen_from(&control.to_string(), Some(far)).parse::<SocketAddr>()
+        {
+            dialog_config.advertise_host = Some(seen.ip().to_string());
+        }
         let dialog = daqflow_dialog::Dialog::start(dialog_config)
             .map_err(|e| OperatorError::Setup(format!("joining the control plane: {e}")))?;
         let (tx, rx) = channel::<Event>();
@@ -592,7 +602,9 @@ fn event_loop(
             let list = control_for_newcomers(&inner.servers, &inner.dialog);
             if list != control {
                 control = list.clone();
-                inputs.push_back(Input::Control(list));
+                // `${system.control}`: as the other hosts reach it.
+                let far = inner.file.components.iter().find_map(|c| c.host.as_deref());
+                inputs.push_back(Input::Control(control_as_seen_from(&list, far)));
             }
         }
         let mut shut_down = false;
@@ -615,7 +627,11 @@ fn event_loop(
                     }
                     Output::Spawn { name } => {
                         let Some(spec) = inner.file.components.iter().find(|c| c.name == name) else { continue };
-                        let reachable = control_as_seen_from(&control, spec.host.as_deref());
+                        // A local component of a system on several hosts is told the address
+                        // the others reach too: it may listen for them (its wildcard listener
+                        // advertises its address towards the control server).
+                        let far = inner.file.components.iter().find_map(|c| c.host.as_deref());
+                        let reachable = control_as_seen_from(&control, spec.host.as_deref().or(far));
                         inputs.push_back(match sup.spawn(spec, &reachable) {
                             Ok(pid) => Input::Spawned { name, pid },
                             Err(error) => Input::SpawnFailed { name, error },
