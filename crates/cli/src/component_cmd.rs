@@ -74,6 +74,11 @@ pub struct Args {
     /// the component, also with --control.
     #[arg(long)]
     pub token_stdin: bool,
+    /// With --control: take commands only from the process of this name (the operator that
+    /// started the component gives its own, `operator`): a command from anyone else is refused
+    /// with a reply saying so, so the operator's control lock covers every way to drive the run.
+    #[arg(long, value_name = "NAME")]
+    pub operator: Option<String>,
 }
 
 /// The longest `--lease`, in seconds (a day).
@@ -149,6 +154,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         control: args.control.clone(),
         lease: (args.lease > 0.0).then(|| std::time::Duration::from_secs_f64(args.lease)),
         end_with_stdin: args.token_stdin,
+        operator: args.operator.clone(),
     };
     let failed = daqflow_runcontrol::process::run(registry, options)?;
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })

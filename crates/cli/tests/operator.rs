@@ -218,6 +218,35 @@ fn transitions_go_in_order_and_illegal_ones_are_refused() {
     op.shutdown();
 }
 
+#[test]
+fn components_take_commands_from_their_operator_only_not_from_other_token_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = launch(dir.path(), "");
+    op.configure().unwrap();
+    op.start(None).unwrap();
+    wait_until("events", Duration::from_secs(30), || events_built(&op) > 100);
+    // Someone with the system token, but not the operator, tries to stop the run behind the
+    // control lock's back: the components refuse, and the run goes on.
+    let token = op.data_dir().join("token");
+    let out = std::process::Command::new(BIN)
+        .arg("--token-file")
+        .arg(&token)
+        .args(["dialog", "--control", &op.control_addr().to_string(), "send", "all/stop"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let before = events_built(&op);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(op.state(), SystemState::Running);
+    assert!(component(&status(&op), "evm")["state"] == "Running", "{}", status(&op));
+    assert!(events_built(&op) > before, "the run stopped");
+    let log = std::fs::read_to_string(op.data_dir().join("logs").join("evm.log")).unwrap();
+    assert!(log.contains("takes commands from its operator `operator` only"), "{log}");
+    let summary = op.stop().unwrap();
+    assert_eq!(summary.lost, 0, "{summary:?}");
+    op.shutdown();
+}
+
 fn kill(op: &Operator, name: &str) {
     let pid = component(&status(op), name)["pid"].as_u64().unwrap();
     // SAFETY: kill(2) on a child of this test's operator.

@@ -26,6 +26,11 @@
 //! stop it any more. It stops a run in progress (so its counters and files are closed), logs
 //! why and exits as failed.
 //!
+//! With an `operator`, the component takes commands only from the process of that name: the
+//! operator that started it, whose control lock then covers every way to drive the run. A
+//! command from anyone else (even with the system token, e.g. `daqflow dialog send all/stop`)
+//! is refused with a reply saying so.
+//!
 //! ```no_run
 //! // The kinds the binary knows (`daqflow::registry::standard()` in the `daqflow` command).
 //! let registry = daqflow_component::Registry::new();
@@ -37,6 +42,7 @@
 //!     control: Some("127.0.0.1:7000".into()),
 //!     lease: Some(std::time::Duration::from_secs(15)),
 //!     end_with_stdin: false,
+//!     operator: Some("operator".into()), // commands from the operator only
 //! };
 //! let failed = daqflow_runcontrol::process::run(registry, options)?;
 //! # let _ = failed;
@@ -74,6 +80,10 @@ pub struct Options {
     /// over ssh) holds it open for as long as it wants the process, so its end means the
     /// launcher or the connection to it is gone.
     pub end_with_stdin: bool,
+    /// With a control address: the only process whose commands are taken (the operator that
+    /// started this one). Commands from any other process are refused, with a reply that says
+    /// so; `None`: anyone's (with the system token).
+    pub operator: Option<String>,
 }
 
 /// The lease of a process on the control plane: how long it has been without a control
@@ -142,7 +152,7 @@ enum Input {
     /// A line from standard input.
     Line(String),
     /// A control-plane command: the verb and its payload.
-    Control(Verb, bytes::Bytes),
+    Control(Verb, String, bytes::Bytes),
     /// Standard input ended.
     End,
 }
@@ -217,6 +227,8 @@ struct ControlLink {
     /// Statuses published so far.
     seq: u64,
     log_published: u64,
+    /// The only process whose commands are taken, if set.
+    operator: Option<String>,
 }
 
 impl ControlLink {
@@ -233,7 +245,7 @@ impl ControlLink {
                 let tx = tx.clone();
                 let reg = dialog
                     .register_command(&format!("{target}/{verb}"), move |m| {
-                        let _ = tx.send(Input::Control(verb, m.data));
+                        let _ = tx.send(Input::Control(verb, m.from, m.data));
                     })
                     .map_err(err)?;
                 commands.push(reg);
@@ -249,6 +261,7 @@ impl ControlLink {
             last_state: None,
             seq: 0,
             log_published: 0,
+            operator: None,
         })
     }
 
@@ -294,12 +307,22 @@ impl ControlLink {
     }
 
     /// Runs a control-plane command and sends the reply to whoever asked for one.
-    fn command(&mut self, driver: &mut Driver, verb: Verb, payload: &[u8]) {
+    fn command(&mut self, driver: &mut Driver, verb: Verb, from: &str, payload: &[u8]) {
         let (request, result) = match Request::decode(verb, payload) {
-            Ok(request) => {
-                let r = driver.execute(request.command.clone()).map_err(|e| e.to_string());
-                (request, r)
-            }
+            Ok(request) => match self.operator.as_deref() {
+                Some(op) if op != from => {
+                    let why = format!(
+                        "{} takes commands from its operator `{op}` only (its web UI, under the control lock, or \
+                         its console); `{from}` sent `{verb}`",
+                        driver.name()
+                    );
+                    (request, Err(why))
+                }
+                _ => {
+                    let r = driver.execute(request.command.clone()).map_err(|e| e.to_string());
+                    (request, r)
+                }
+            },
             Err(e) => {
                 // Unreadable: still answer, if the payload says where to.
                 #[derive(serde::Deserialize)]
@@ -362,7 +385,11 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     }
     let (tx, rx) = std::sync::mpsc::channel::<Input>();
     let mut link = match &options.control {
-        Some(addr) => Some(ControlLink::join(addr, &options.name, tx.clone())?),
+        Some(addr) => {
+            let mut link = ControlLink::join(addr, &options.name, tx.clone())?;
+            link.operator = options.operator.clone();
+            Some(link)
+        }
         None => None,
     };
     tracing::info!(kind = %options.kind, pid = std::process::id(), "component started");
@@ -494,9 +521,9 @@ fn event_loop(
                     return Ended { why: Why::Quit, failed };
                 }
             }
-            Ok(Input::Control(verb, payload)) => {
+            Ok(Input::Control(verb, from, payload)) => {
                 if let Some(l) = link.as_mut() {
-                    l.command(driver, verb, &payload);
+                    l.command(driver, verb, &from, &payload);
                 }
             }
         }

@@ -113,14 +113,17 @@ impl Supervisor {
 }
 
 /// The command line of one component's process: a program of the user's own (run through
-/// `remote_command` with a host), else `daqflow component KIND` (the same) with its lease and,
+/// `remote_command` with a host), else `daqflow component KIND` (the same) with its lease, its
+/// operator and,
 /// locally, the token's file, on another host `--token-stdin`; then `--name NAME --control
 /// ADDR`. Whether the token goes to its standard input.
 fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<String>, bool) {
     let remote = |host: &str| -> Vec<String> {
         launch.remote.replace("{host}", host).split_whitespace().map(str::to_owned).collect()
     };
-    let lease = ["--lease".to_owned(), launch.lease_s.to_string()];
+    // Its lease, and its operator: the only process whose commands it takes.
+    let lease =
+        ["--lease".to_owned(), launch.lease_s.to_string(), "--operator".to_owned(), super::DIALOG_NAME.to_owned()];
     let (mut argv, token_stdin) = match (&spec.command, &spec.host) {
         (Some(cmd), None) => (cmd.clone(), false),
         (Some(cmd), Some(host)) => (remote(host).into_iter().chain(cmd.iter().cloned()).collect(), false),
