@@ -42,7 +42,9 @@
 //! let listen = sink.configure(None)?["listen"].as_str().unwrap().to_owned();
 //! let mut repeater = Driver::new(standard(), "repeater", "rep", table(&format!("downstream = '{listen}'")));
 //! let listen = repeater.configure(None)?["listen"].as_str().unwrap().to_owned();
-//! let mut generator = Driver::new(standard(), "generator", "gen", table(&format!("downstream = '{listen}'\nchunk_bytes = 4096")));
+//! // Paced at 5 kHz: chunk 1000 is still to come when `stop` asks for it.
+//! let config = format!("downstream = '{listen}'\nchunk_bytes = 4096\nrate_hz = 5000.0");
+//! let mut generator = Driver::new(standard(), "generator", "gen", table(&config));
 //! generator.configure(None)?;
 //! for d in [&mut sink, &mut repeater, &mut generator] {
 //!     d.start(1)?;

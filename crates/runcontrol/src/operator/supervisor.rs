@@ -235,13 +235,13 @@ mod tests {
         assert_eq!(
             argv.join(" "),
             "ssh -i /k 10.0.0.2 /usr/bin/daqflow component sink --token-stdin --lease 7.5 \
-             --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+             --operator operator --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
         );
         let (argv, token_stdin) = command_line(&launch(), &spec(None, None), control);
         assert!(!token_stdin);
         assert_eq!(
             argv.join(" "),
-            "/opt/daqflow --token-file /data/token component sink --lease 7.5 --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+            "/opt/daqflow --token-file /data/token component sink --lease 7.5 --operator operator --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
         );
         // A program of the user's own gets neither: only its name and the control address.
         let (argv, token_stdin) = command_line(&launch(), &spec(Some("h2"), Some(&["mine", "-v"])), control);
