@@ -404,6 +404,37 @@ fn remote_components_end_by_their_lease_when_the_operators_host_drops_off_the_ne
     assert_no_daqflow_left(&hosts);
 }
 
+/// The event ids in the files the recorders of [`builder_system`] wrote under `dir`, each file
+/// checked: clean, or (`all_closed` false) cut short by a writer that died but whole up to its
+/// last event.
+fn recorded_ids(dir: &Path, all_closed: bool) -> std::collections::BTreeSet<u64> {
+    let mut ids = std::collections::BTreeSet::new();
+    for b in 0..2 {
+        let files = dir.join(format!("files-{b}"));
+        let daq: Vec<PathBuf> = std::fs::read_dir(&files)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "daq" || x == "part"))
+            .collect();
+        assert!(!daq.is_empty(), "recorder-{b} wrote nothing in {}", files.display());
+        for f in daq {
+            let reader = daqflow_wire::file::FileReader::open(&f).unwrap();
+            let report = reader.verify(true).unwrap();
+            if all_closed {
+                assert!(report.is_clean(), "{}: {report:?}", f.display());
+            } else {
+                assert!(report.problems.is_empty(), "{}: {report:?}", f.display());
+            }
+            for item in reader.scan() {
+                if let Ok(daqflow_wire::file::ScanItem::Record(r)) = item {
+                    ids.insert(daqflow_wire::Event::parse(r.payload.clone()).unwrap().header().event_id.0);
+                }
+            }
+        }
+    }
+    ids
+}
+
 /// An event builder on five hosts: the operator, its control server (bound to a wildcard) and
 /// the EVM on host 1; an RU with two sources on each of hosts 2 and 3; on each of hosts 4 and 5
 /// a BU putting events into an ET system there, and a recorder writing them to files. Every
@@ -561,26 +592,56 @@ fn an_event_builder_across_five_hosts_builds_and_records_every_event_also_when_a
     );
     // Both BU hosts recorded events, every file checks clean, and the files hold every event id
     // of the run.
-    let mut ids = std::collections::BTreeSet::new();
-    for b in 0..2 {
-        let files = dir.path().join(format!("files-{b}"));
-        let daq: Vec<PathBuf> = std::fs::read_dir(&files)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "daq"))
-            .collect();
-        assert!(!daq.is_empty(), "recorder-{b} wrote nothing in {}", files.display());
-        for f in daq {
-            let reader = daqflow_wire::file::FileReader::open(&f).unwrap();
-            let report = reader.verify(true).unwrap();
-            assert!(report.is_clean(), "{}: {report:?}", f.display());
-            for item in reader.scan() {
-                if let Ok(daqflow_wire::file::ScanItem::Record(r)) = item {
-                    ids.insert(daqflow_wire::Event::parse(r.payload.clone()).unwrap().header().event_id.0);
-                }
-            }
-        }
-    }
+    let ids = recorded_ids(dir.path(), true);
     assert_eq!(ids.len() as u64, summary.events);
     assert_eq!((ids.first().copied(), ids.last().copied()), (Some(1), Some(summary.events)));
+}
+
+#[test]
+fn when_a_bu_host_dies_with_its_et_system_and_recorder_every_event_is_accounted_for() {
+    if !available(true) {
+        return;
+    }
+    let _one = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hosts = Hosts::create(5).unwrap();
+    hosts.start_sshd().unwrap();
+    let system = builder_system(dir.path(), &hosts.remote_command(Path::new(BIN)).unwrap());
+    let mut op = operator(&hosts, &system, &data, &["--start", "--seconds", "20"]);
+    op.expect("run 1 started");
+    std::thread::sleep(Duration::from_secs(3));
+    // Host 5 dies: every daqflow process on it at once. Its ET system (policy stop) ends the run.
+    let victims = daqflow_processes(hosts.host(4));
+    assert!(victims.len() >= 3, "{victims:?}");
+    for (pid, _) in &victims {
+        // SAFETY: kill(2) of processes of this test's own namespace, found alive just now.
+        unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let (_code, out) = finish(op);
+    assert_no_daqflow_left(&hosts);
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let summary = db.run(1).unwrap().unwrap().summary.expect("run 1 has a summary");
+    assert!(summary.died.iter().any(|d| d.component == "et-1"), "{:?}", summary.died);
+    // Nothing is lost in the builder: every event triggered was built (the EVM re-assigned the
+    // dead BU's). What the dead host's ET system held unrecorded is lost, counted, with where.
+    assert_eq!(summary.lost_in_builder, 0, "{summary:?}");
+    assert_eq!(summary.triggered, Some(summary.events), "{summary:?}");
+    assert_eq!(summary.lost, summary.not_recorded, "{summary:?}");
+    assert_eq!(summary.recorded - summary.duplicates + summary.not_recorded, summary.events, "{summary:?}");
+    if summary.lost > 0 {
+        let why: Vec<&str> = summary.lost_reasons.iter().map(|r| r.reason.as_str()).collect();
+        assert!(why.iter().all(|w| w.contains("built but not recorded")), "{why:?}");
+    }
+    assert!(out.contains(&format!("lost: {}", summary.lost)), "{out}");
+    // The files on disk hold every event but the lost ones (a file of the dead host's recorder
+    // is whole up to its last event, just not closed).
+    let ids = recorded_ids(dir.path(), false);
+    assert_eq!(ids.len() as u64 + summary.lost, summary.events, "{summary:?}");
+    // The run stopped soon after the host died: nothing was restarted into it meanwhile.
+    assert!(summary.seconds < 15.0, "the run went on for {} s after its ET system died", summary.seconds);
+    eprintln!(
+        "host 5 died: {} events built, {} recorded ({} twice), {} lost with the host: {:?}",
+        summary.events, summary.recorded, summary.duplicates, summary.lost, summary.lost_reasons
+    );
 }

@@ -90,6 +90,9 @@ struct World {
     silent: Vec<String>,
     /// Components that refuse this verb.
     refuse: Vec<(String, Verb)>,
+    /// Components whose hook fails at this verb: the answer is an error and the component is in
+    /// Error (as the driver leaves it).
+    fail: Vec<(String, Verb)>,
 }
 
 impl World {
@@ -112,6 +115,7 @@ impl World {
             auto: true,
             silent: Vec::new(),
             refuse: Vec::new(),
+            fail: Vec::new(),
         }
     }
 
@@ -204,6 +208,9 @@ impl World {
         let (state, run) = (self.states[&name].2, self.states[&name].3);
         let result = if self.refuse.contains(&(name.clone(), verb)) {
             Err(format!("{verb} refused"))
+        } else if self.fail.contains(&(name.clone(), verb)) {
+            self.states.get_mut(&name).unwrap().2 = State::Error;
+            Err(format!("{verb} failed"))
         } else {
             let (next, answer) = match &request.command {
                 Command::Configure { .. } => {
@@ -508,6 +515,37 @@ fn a_restart_that_fails_in_a_run_stops_the_run() {
         "{:?}",
         c.errors
     );
+}
+
+#[test]
+fn once_the_run_must_stop_nothing_is_restarted_into_it_again() {
+    // Two components under the restart policy whose restarts fail (their ET system is gone with
+    // their host) and one under the stop policy, dead together.
+    let text = SYSTEM
+        .replace("name = \"rec\"\nkind = \"recorder\"", "name = \"rec\"\nkind = \"recorder\"\npolicy = \"restart\"");
+    let mut w = World::new(&text);
+    let t = w.ask_launch();
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))));
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: None }).unwrap();
+    w.fail.push(("bu-0".into(), Verb::Configure));
+    w.fail.push(("rec".into(), Verb::Start));
+    let mark = w.log.len();
+    w.auto = false;
+    w.kill("rec");
+    w.kill("bu-0");
+    w.kill("ru-0");
+    for _ in 0..20 {
+        w.reply_all();
+        w.pass(Duration::from_millis(100));
+    }
+    // Each was restarted once; when those restarts failed, the run stopped.
+    let configures = w.sent(mark, Verb::Configure);
+    assert_eq!(configures.iter().filter(|n| *n == "bu-0").count(), 1, "{configures:?}");
+    assert_eq!(configures.iter().filter(|n| *n == "rec").count(), 1, "{configures:?}");
+    let c = w.closed.last().expect("the run was stopped");
+    assert!(c.errors.iter().any(|e| e.starts_with("bu-0 failed")), "{:?}", c.errors);
+    assert!(!w.seq.run_open());
 }
 
 #[test]

@@ -1307,12 +1307,16 @@ impl Sequencer {
             if self.handled.get(&c.name) == Some(&key) {
                 continue;
             }
-            // Stop-policy failures wait until no restart is under way.
-            if c.policy == Policy::Stop && !self.restarts.is_empty() {
-                continue;
-            }
             let why = v.exit.clone().or(v.error.clone()).unwrap_or_else(|| "failed".into());
             fresh.push((c.name.clone(), c.policy, why));
+        }
+        // The run is going to stop — a component under the stop policy failed, or a restart
+        // failed — once the restarts under way end: nothing more is restarted into it (a
+        // restart that fails again and again would otherwise keep the stop waiting for ever).
+        let stopping =
+            fresh.iter().any(|(_, p, _)| *p == Policy::Stop) || (!self.restart_failures.is_empty() && self.run_open());
+        if stopping && !self.restarts.is_empty() {
+            return;
         }
         for (name, ..) in &fresh {
             let v = &self.views[name];
