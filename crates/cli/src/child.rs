@@ -18,6 +18,45 @@ pub(crate) fn self_exe() -> anyhow::Result<PathBuf> {
     if proc.exists() { Ok(proc) } else { std::env::current_exe().context("finding the daqflow binary") }
 }
 
+/// Where a component process runs.
+#[derive(Debug, Clone)]
+pub(crate) enum Launch {
+    /// A child of this process, the system token in its environment.
+    Here,
+    /// In a test host (`ip netns exec`), the system token in its environment.
+    InHost(daqflow::hosts::Host),
+    /// On another host: `argv` runs the binary there (`ssh … HOST PROGRAM`, a system file's
+    /// `remote_command` with its host filled in), itself run in test host `from` if given; the
+    /// system token is the first line of the component's input (`--token-stdin`), as the
+    /// operator hands it over.
+    Remote {
+        /// The test host `argv` runs in (none: this process's).
+        from: Option<daqflow::hosts::Host>,
+        /// The remote command.
+        argv: Vec<String>,
+    },
+}
+
+impl Launch {
+    /// [`Launch::Remote`] from a `remote_command` (`{host}` stands for the host), split at
+    /// white space as the operator does, run in test host `from` if given. `env`
+    /// (`NAME=VALUE`) comes before the program: ssh hands the remote shell one command line,
+    /// where they set the program's environment.
+    pub(crate) fn remote(
+        from: Option<&daqflow::hosts::Host>,
+        remote_command: &str,
+        host: &str,
+        env: &[&str],
+    ) -> anyhow::Result<Launch> {
+        let mut argv: Vec<String> =
+            remote_command.replace("{host}", host).split_whitespace().map(str::to_owned).collect();
+        let program = argv.pop().with_context(|| format!("remote command `{remote_command}` is empty"))?;
+        argv.extend(env.iter().map(|e| e.to_string()));
+        argv.push(program);
+        Ok(Launch::Remote { from: from.cloned(), argv })
+    }
+}
+
 /// A component process driven over its standard input.
 pub(crate) struct Child {
     pub(crate) name: String,
@@ -30,27 +69,54 @@ pub(crate) struct Child {
 }
 
 impl Child {
-    /// `daqflow component KIND --name NAME --set S…`, on its own.
-    pub(crate) fn spawn(kind: &str, name: &str, sets: &[String]) -> anyhow::Result<Child> {
-        Child::spawn_with_control(kind, name, sets, None)
-    }
-
-    /// The same, also joined to the control plane at `control` (`--control A,B,…`): it then
-    /// publishes `NAME/state` and `NAME/stats` like a component the operator started.
+    /// `daqflow component KIND --name NAME --set S…`, a child of this process, also joined to
+    /// the control plane at `control` (`--control A,B,…`): it then publishes `NAME/state` and `NAME/stats` like a component the operator started.
     pub(crate) fn spawn_with_control(
         kind: &str,
         name: &str,
         sets: &[String],
         control: Option<&str>,
     ) -> anyhow::Result<Child> {
-        let mut cmd = std::process::Command::new(self_exe()?);
-        std::os::unix::process::CommandExt::arg0(&mut cmd, "daqflow");
+        Child::launch(&Launch::Here, kind, name, sets, control)
+    }
+
+    /// `daqflow component KIND --name NAME --set S…` started as `launch` says.
+    pub(crate) fn launch(
+        launch: &Launch,
+        kind: &str,
+        name: &str,
+        sets: &[String],
+        control: Option<&str>,
+    ) -> anyhow::Result<Child> {
+        // The system these children form proves one token on every connection.
+        let token = crate::ensure_process_token()?;
+        let mut cmd = match launch {
+            Launch::Here => {
+                let mut cmd = std::process::Command::new(self_exe()?);
+                std::os::unix::process::CommandExt::arg0(&mut cmd, "daqflow");
+                cmd
+            }
+            // `ip netns exec` runs a path, not `/proc/self/exe` (that would name `ip` itself).
+            Launch::InHost(host) => host.command(std::env::current_exe().context("finding the daqflow binary")?),
+            Launch::Remote { from, argv } => {
+                let (program, args) = argv.split_first().context("an empty remote command")?;
+                let mut cmd = match from {
+                    Some(host) => host.command(program),
+                    None => std::process::Command::new(program),
+                };
+                cmd.args(args);
+                cmd
+            }
+        };
         cmd.args(["component", kind, "--name", name]);
         if let Some(c) = control {
             cmd.args(["--control", c]);
         }
-        // The system these children form proves one token on every connection.
-        cmd.env(crate::TOKEN_ENV, crate::ensure_process_token()?.reveal());
+        if matches!(launch, Launch::Remote { .. }) {
+            cmd.arg("--token-stdin");
+        } else {
+            cmd.env(crate::TOKEN_ENV, token.reveal());
+        }
         if std::env::var_os("DAQFLOW_LOG").is_none() {
             cmd.env("DAQFLOW_LOG", "warn");
         }
@@ -79,14 +145,18 @@ impl Child {
                 }
             }
         })?;
-        Ok(Child {
+        let mut child = Child {
             name: name.into(),
             stdin: process.stdin.take(),
             process,
             lines: rx,
             errors: Vec::new(),
             killed: false,
-        })
+        };
+        if matches!(launch, Launch::Remote { .. }) {
+            child.send(token.reveal())?;
+        }
+        Ok(child)
     }
 
     /// Its process id.

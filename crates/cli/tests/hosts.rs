@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::Proc;
-use daqflow::hosts::{Host, Hosts, HostsError};
+use daqflow::hosts::{Host, Hosts};
 use daqflow_runcontrol::db::RunDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_daqflow");
@@ -27,20 +27,9 @@ const LEASE_S: f64 = 7.0;
 /// One set of hosts at a time: each test runs a dozen processes on a small machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Whether test hosts (with sshd, if `ssh`) can run here; if not, says why. In CI as root, a
-/// missing tool is a failure, not a reason to skip.
+/// Whether test hosts (with sshd, if `ssh`) can run here: [`common::hosts_available`].
 fn available(ssh: bool) -> bool {
-    let check = if ssh { daqflow::hosts::check_ssh() } else { daqflow::hosts::check() };
-    match check {
-        Ok(()) => true,
-        Err(e @ HostsError::MissingTool { .. }) if std::env::var_os("CI").is_some() => {
-            panic!("{e}: CI runs as root and must have it (.ci/run installs it)")
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
+    common::hosts_available(ssh)
 }
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {

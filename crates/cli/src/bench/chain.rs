@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::child::Child;
+use crate::child::{Child, Launch};
 
 use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
 
@@ -77,9 +77,27 @@ struct ChainRun {
     chunks_per_s: f64,
 }
 
-/// One chain run: sink, `repeaters` repeaters and a generator as processes; `warmup` seconds,
-/// then the window; then the generator stops and every chunk is accounted for.
+/// Where the processes of a chain run.
+struct Places {
+    generator: Launch,
+    repeaters: Launch,
+    sink: Launch,
+    /// The sink's `listen` (none: its default, loopback).
+    sink_listen: Option<String>,
+}
+
+impl Places {
+    /// Every process a child of this one, on loopback.
+    fn here() -> Places {
+        Places { generator: Launch::Here, repeaters: Launch::Here, sink: Launch::Here, sink_listen: None }
+    }
+}
+
+/// One chain run: sink, `repeaters` repeaters and a generator as processes, where `places`
+/// says; `warmup` seconds, then the window; then the generator stops and every chunk is
+/// accounted for.
 fn run_chain(
+    places: &Places,
     chunk: usize,
     repeaters: usize,
     forward: &str,
@@ -87,18 +105,20 @@ fn run_chain(
     warmup: f64,
     window: f64,
 ) -> anyhow::Result<ChainRun> {
-    let mut sink = Child::spawn("sink", "chain-sink", &[format!("check={check}")])?;
+    let mut sets = vec![format!("check={check}")];
+    sets.extend(places.sink_listen.iter().map(|l| format!("listen={l}")));
+    let mut sink = Child::launch(&places.sink, "sink", "chain-sink", &sets, None)?;
     let mut next = sink.call("configure", CALL)?["listen"].as_str().context("sink: no listen address")?.to_owned();
     let mut reps = Vec::with_capacity(repeaters);
     // From the sink upwards: repeater k-1 feeds the sink, repeater 0 is fed by the generator.
     for i in (0..repeaters).rev() {
         let sets = [format!("downstream={next}"), format!("forward={forward}")];
-        let mut r = Child::spawn("repeater", &format!("chain-rep-{i}"), &sets)?;
+        let mut r = Child::launch(&places.repeaters, "repeater", &format!("chain-rep-{i}"), &sets, None)?;
         next = r.call("configure", CALL)?["listen"].as_str().context("repeater: no listen address")?.to_owned();
         reps.push(r);
     }
     let sets = [format!("downstream={next}"), format!("chunk_bytes={chunk}"), format!("check={check}")];
-    let mut generator = Child::spawn("generator", "chain-gen", &sets)?;
+    let mut generator = Child::launch(&places.generator, "generator", "chain-gen", &sets, None)?;
     generator.call("configure", CALL)?;
     sink.call("start 1", CALL)?;
     for r in &mut reps {
@@ -165,11 +185,12 @@ pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Ve
         config.clone(),
     );
     let mut failures = Vec::new();
+    let places = Places::here();
     let mut measure = |suite: &mut Suite, case: &str, chunk: usize, k: usize, forward: &str| {
         let params = vec![("chunk_bytes", Param::from(chunk)), ("repeaters", Param::from(k))];
         let r = suite.measure(case, params, || {
             let raw = super::raw::one_hop_mb_per_s(chunk, raw_time)?;
-            let c = run_chain(chunk, k, forward, opts.check, warmup, window)?;
+            let c = run_chain(&places, chunk, k, forward, opts.check, warmup, window)?;
             Ok(Metrics::new()
                 .with("mb_per_s", c.mb_per_s)
                 .with("chunks_per_s", c.chunks_per_s)
@@ -193,6 +214,93 @@ pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Ve
     }
     suite.plots = plots(&opts.repeaters, &opts.sizes);
     notes(&mut suite, &opts, warmup, window, raw_time);
+    suite.note_failures(&failures);
+    Ok((suite, failures))
+}
+
+/// Runs the chain across two test hosts (`bench chain --hosts 2`, DAQ-Middleware figs. 4–5):
+/// the generator in host 1 (the bench process's end of the chain), the sink in host 2 started
+/// over ssh from host 1 and driven over that connection, at every chunk size; each repetition
+/// next to raw TCP from host 1 to host 2. The results and the failed points.
+pub fn run_hosts(config: BenchConfig, opts: ChainOptions, hosts: usize) -> anyhow::Result<(Suite, Vec<String>)> {
+    if hosts != 2 {
+        bail!("bench chain --hosts {hosts}: the chain runs on 2 hosts (the generator on host 1, the sink on host 2)");
+    }
+    let config = BenchConfig { warmup: false, ..config };
+    let quick = config.quick;
+    let window = config.measure_time.as_secs_f64();
+    let warmup = if quick { 0.2 } else { 0.4 };
+    let raw_seconds = if quick { 0.2 } else { 0.4 };
+    let set = super::hosts::create("chain", hosts)?;
+    let (from, to) = (set.host(0), set.host(1));
+    let remote = set.remote_command(&super::hosts::exe()?)?;
+    let log = format!("DAQFLOW_LOG={}", std::env::var("DAQFLOW_LOG").unwrap_or_else(|_| "warn".into()));
+    let places = Places {
+        generator: Launch::InHost(from.clone()),
+        repeaters: Launch::InHost(from.clone()),
+        sink: Launch::remote(Some(from), &remote, &to.addr().to_string(), &[&log])?,
+        sink_listen: Some(format!("{}:0", to.addr())),
+    };
+    let mut suite = Suite::new(
+        "chain-hosts",
+        "the DAQ-Middleware chain across 2 hosts (figs. 4–5, network namespaces): generator on host 1 → sink on host 2, \
+         next to raw TCP between them",
+        config.clone(),
+    );
+    let mut failures = Vec::new();
+    for &chunk in &opts.sizes {
+        let params = vec![("chunk_bytes", Param::from(chunk)), ("hosts", Param::from(hosts))];
+        suite.measure_or_record("hosts", params, &mut failures, || {
+            let raw = super::hosts::raw_mb_per_s(from, to, chunk, raw_seconds)?;
+            let c = run_chain(&places, chunk, 0, "transport", opts.check, warmup, window)?;
+            Ok(Metrics::new()
+                .with("mb_per_s", c.mb_per_s)
+                .with("chunks_per_s", c.chunks_per_s)
+                .with("raw_mb_per_s", raw)
+                .with("ratio_to_raw", c.mb_per_s / raw)
+                .with("lost_chunks", 0.0))
+        });
+    }
+    drop(set);
+    let series =
+        |label: &str, metric: &'static str| Series { label: label.into(), case: "hosts", metric, filter: vec![] };
+    let plot = |title: &str, y_label: &str, series: Vec<Series>| {
+        Plot::over_bytes(title, "chunk_bytes", "chunk size (bytes)", y_label, false, series)
+    };
+    suite.plots = vec![
+        plot(
+            "throughput at the sink vs chunk size, generator and sink on two hosts (figs. 4–5)",
+            "MB/s at the sink",
+            vec![
+                series("generator (host 1) → sink (host 2)", "mb_per_s"),
+                series("raw TCP, host 1 → host 2", "raw_mb_per_s"),
+            ],
+        ),
+        plot(
+            "ratio to raw TCP between the same hosts",
+            "chain MB/s ÷ raw MB/s",
+            vec![series("generator → sink", "ratio_to_raw")],
+        ),
+    ];
+    suite.note(super::machine_note());
+    suite.note(
+        "The hosts are 2 network namespaces of this machine (10.77.0.1, 10.77.0.2) joined by a software bridge, each \
+         with an sshd: they share its cores and memory bandwidth, and their traffic crosses veth pairs and the bridge, \
+         not a NIC. This measures the software path across hosts, not a network.",
+    );
+    suite.note(format!(
+        "Every repetition starts the sink in host 2 over ssh from host 1 (`daqflow component sink --token-stdin`, the \
+         system token on its first input line, as the operator hands it over; listening on 10.77.0.2) and the \
+         generator in host 1, both driven over their standard input as in the local chain suite: {warmup} s of \
+         warm-up, a {window} s window, then the generator stops and the sink must have received every chunk it \
+         sent, in order (a point fails otherwise; lost_chunks is then 0). mb_per_s: data bytes per second at the sink, \
+         from its counters and clock; MB = 10^6 bytes."
+    ));
+    suite.note(format!(
+        "raw reference (raw_mb_per_s), measured before each run: one TCP connection from host 1 to host 2, a `daqflow \
+         bench-helper` process in each namespace, messages of the point's chunk size, 64 per writev (at most 4 MiB), \
+         read 1 MiB at a time, for {raw_seconds} s."
+    ));
     suite.note_failures(&failures);
     Ok((suite, failures))
 }

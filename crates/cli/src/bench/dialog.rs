@@ -36,11 +36,12 @@ struct SubscriberReport {
     peak_rss_mb: f64,
 }
 
+/// What the `raw-receiver` helper read.
 #[derive(Debug, Serialize, Deserialize, Default)]
-struct RawReport {
-    bytes: u64,
-    seconds: f64,
-    peak_rss_mb: f64,
+pub(super) struct RawReport {
+    pub(super) bytes: u64,
+    pub(super) seconds: f64,
+    pub(super) peak_rss_mb: f64,
 }
 
 fn helper_config(name: String, control: &str, threads: usize) -> anyhow::Result<DialogConfig> {
@@ -173,8 +174,8 @@ pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
             super::raw::send_until(TcpStream::connect(connect)?, *size, || Instant::now() >= stop)?;
             println!("{}", serde_json::to_string(&SenderReport { sent: 0, peak_rss_mb: peak_rss_mb() })?);
         }
-        HelperRole::RawReceiver { connections } => {
-            let listener = TcpListener::bind("127.0.0.1:0")?;
+        HelperRole::RawReceiver { connections, listen } => {
+            let listener = TcpListener::bind(listen)?;
             println!("listening on {}", listener.local_addr()?);
             std::io::stdout().flush()?;
             let mut socks = Vec::new();

@@ -185,6 +185,29 @@ pub struct Plot {
     pub series: Vec<Series>,
 }
 
+impl Plot {
+    /// A panel against a size in bytes (`x`), on a logarithmic x axis.
+    pub fn over_bytes(
+        title: &str,
+        x: &'static str,
+        x_label: &str,
+        y_label: &str,
+        y_log: bool,
+        series: Vec<Series>,
+    ) -> Plot {
+        Plot {
+            title: title.into(),
+            x,
+            x_label: x_label.into(),
+            x_log: true,
+            x_bytes: true,
+            y_label: y_label.into(),
+            y_log,
+            series,
+        }
+    }
+}
+
 /// A benchmark suite's results.
 #[derive(Debug)]
 pub struct Suite {
@@ -238,6 +261,21 @@ impl Suite {
             .collect();
         self.points.push(Point { case: case.to_owned(), params, metrics, repetitions: reps });
         Ok(self.points.last().expect("just pushed"))
+    }
+
+    /// [`Suite::measure`]; a point that fails is printed and added to `failures` (for
+    /// [`Suite::note_failures`]), and the suite goes on.
+    pub fn measure_or_record(
+        &mut self,
+        case: &str,
+        params: Vec<(&'static str, Param)>,
+        failures: &mut Vec<String>,
+        run: impl FnMut() -> anyhow::Result<Metrics>,
+    ) {
+        if let Err(e) = self.measure(case, params, run) {
+            eprintln!("\n  FAILED: {e:#}");
+            failures.push(format!("{e:#}"));
+        }
     }
 
     /// Adds a line to print under the table.

@@ -39,10 +39,13 @@ pub enum HelperRole {
         #[arg(long)]
         seconds: f64,
     },
-    /// Accept CONNECTIONS raw TCP connections and count bytes until all close.
+    /// Accept CONNECTIONS raw TCP connections on ADDR and count bytes until all close.
     RawReceiver {
         #[arg(long)]
         connections: usize,
+        /// Where to listen (an address of a test host, in `bench --hosts`).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
     },
     /// Produce into an ET system for SECONDS; report the count.
     EtProducer(super::et::ProducerArgs),
@@ -76,10 +79,17 @@ pub struct Helper {
 }
 
 impl Helper {
+    /// `daqflow ARGS`, a child of this process.
     pub fn spawn(args: &[String]) -> anyhow::Result<Helper> {
-        let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .args(args)
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(args);
+        Helper::spawn_command(cmd)
+    }
+
+    /// `cmd` (a `daqflow` command, maybe run in a test host: `Host::command`), its standard
+    /// output read line by line.
+    pub fn spawn_command(mut cmd: Command) -> anyhow::Result<Helper> {
+        let mut child = cmd
             .env("DAQFLOW_LOG", std::env::var("DAQFLOW_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -10,8 +10,10 @@ pub mod dialog;
 mod engine;
 mod et;
 mod evb;
+mod evb_hosts;
 pub mod harness;
 pub mod helper;
+mod hosts;
 mod plot;
 mod raw;
 pub mod testbed;
@@ -75,6 +77,16 @@ pub struct Args {
     /// chunk sizes [default: 1024,4096,16384,65536,262144,1048576; with --quick 4096,65536,1048576].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
+    /// evb, chain: run the components in N test hosts, network namespaces of this machine
+    /// (10.77.0.1 … N, joined by a software bridge, with an sshd each; needs root, iproute2 and
+    /// OpenSSH), next to raw TCP between the same namespaces. evb (N ≥ 3): `evb local` in host
+    /// 1 with the EVM, RUs and their sources on hosts 2 … k+1 and BUs on the rest, k = (N−1)/2,
+    /// started over ssh; fragment sizes 1024,4096,16384 with 1 and 2 RUs (--quick: 1024,16384,
+    /// 1 RU); suite `evb-hosts`. chain (N = 2): the generator on host 1, the sink on host 2
+    /// started over ssh, at the chain's chunk sizes; suite `chain-hosts`. The hosts share this
+    /// machine's cores: this measures the software path across hosts, not a network.
+    #[arg(long, value_name = "N")]
+    pub hosts: Option<usize>,
 }
 
 pub const AFTER_HELP: &str = "\
@@ -90,6 +102,8 @@ Examples:
   daqflow bench engine --quick --out bench-out
   daqflow bench evb --quick --out bench-out
   daqflow bench chain --quick --out bench-out
+  sudo daqflow bench evb --hosts 5 --out bench-out      the builder across 5 namespaces (evb-hosts.*)
+  sudo daqflow bench chain --hosts 2 --out bench-out    generator and sink on 2 namespaces (chain-hosts.*)
   daqflow bench dialog --senders 25 --sizes 16,1024 --seconds 3
   daqflow bench transport --repetitions 9 --seconds 2 --out bench-out";
 
@@ -109,6 +123,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         warmup: !args.quick,
         out: args.out.clone(),
     };
+    if let Some(n) = args.hosts {
+        let (suite, failures) = match args.suite {
+            SuiteName::Evb => {
+                evb_hosts::run(config, evb_hosts::EvbHostsOptions::new(n, args.quick, args.sizes.clone()))?
+            }
+            SuiteName::Chain => chain::run_hosts(config, chain::ChainOptions::new(args.quick, args.sizes.clone()), n)?,
+            other => anyhow::bail!(
+                "--hosts applies to the evb and chain suites, not {}",
+                other.to_possible_value().map_or_else(|| format!("{other:?}"), |v| v.get_name().to_owned())
+            ),
+        };
+        return suite.finish_unless_failed(&failures);
+    }
     let suite = match args.suite {
         SuiteName::Transport => transport::run(config)?,
         SuiteName::Dialog => {

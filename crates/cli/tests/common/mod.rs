@@ -154,3 +154,19 @@ impl Drop for Proc {
         let _ = self.child.wait();
     }
 }
+
+/// Whether test hosts (`daqflow::hosts`, with an sshd each if `ssh`) can run here; if not, says
+/// why. In CI as root, a missing tool is a failure, not a reason to skip.
+pub fn hosts_available(ssh: bool) -> bool {
+    let check = if ssh { daqflow::hosts::check_ssh() } else { daqflow::hosts::check() };
+    match check {
+        Ok(()) => true,
+        Err(e @ daqflow::hosts::HostsError::MissingTool { .. }) if std::env::var_os("CI").is_some() => {
+            panic!("{e}: CI runs as root and must have it (.ci/run installs it)")
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
