@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, default_value_t = 25)]
     pub senders: usize,
     /// dialog: message sizes in bytes, comma-separated [default: 16,128,1024,2048,10240,102400,1048576;
-    /// with --quick 16,1024,102400]. et: event sizes of the size sweep [default:
+    /// with --quick 16,128,1024,102400]. et: event sizes of the size sweep [default:
     /// 8,64,512,1024,5120,16384,65536,262144,1048576; with --quick 64,4096,65536]. evb: fragment
     /// sizes of the RU sweep [default: 256,1024,4096,16384,65536; with --quick 1024,16384]. chain:
     /// chunk sizes [default: 1024,4096,16384,65536,262144,1048576; with --quick 4096,65536,1048576].
@@ -140,7 +140,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         SuiteName::Transport => transport::run(config)?,
         SuiteName::Dialog => {
             let sizes = args.sizes.clone().unwrap_or_else(|| {
-                if args.quick { vec![16, 1024, 102400] } else { vec![16, 128, 1024, 2048, 10240, 102400, 1 << 20] }
+                if args.quick { vec![16, 128, 1024, 102400] } else { vec![16, 128, 1024, 2048, 10240, 102400, 1 << 20] }
             });
             dialog::run(config, dialog::DialogOptions { senders: args.senders.max(1), sizes })?
         }
