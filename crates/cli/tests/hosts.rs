@@ -521,19 +521,35 @@ et = "${{et-{b}.et}}"
     path
 }
 
+/// [`builder_system`] on five hosts, in run 1 (fields in the order they are dropped).
+struct BuilderRun {
+    /// `daqflow run SYSTEM --start --seconds SECS` in host 1.
+    op: Proc,
+    hosts: Hosts,
+    /// The operator's data directory.
+    data: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// Starts [`builder_system`] for a run of `seconds` and waits until the run started.
+fn builder_run(seconds: &str) -> BuilderRun {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hosts = Hosts::create(5).unwrap();
+    hosts.start_sshd().unwrap();
+    let system = builder_system(dir.path(), &hosts.remote_command(Path::new(BIN)).unwrap());
+    let mut op = operator(&hosts, &system, &data, &["--start", "--seconds", seconds]);
+    op.expect("run 1 started");
+    BuilderRun { op, hosts, data, dir }
+}
+
 #[test]
 fn an_event_builder_across_five_hosts_builds_and_records_every_event_also_when_a_bu_is_killed() {
     if !available(true) {
         return;
     }
     let _one = lock();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut hosts = Hosts::create(5).unwrap();
-    hosts.start_sshd().unwrap();
-    let system = builder_system(dir.path(), &hosts.remote_command(Path::new(BIN)).unwrap());
-    let mut op = operator(&hosts, &system, &data, &["--start", "--seconds", "8"]);
-    op.expect("run 1 started");
+    let BuilderRun { op, hosts, data, dir } = builder_run("8");
     // Each component runs where the system file puts it.
     let names = |i: usize| -> Vec<String> {
         daqflow_processes(hosts.host(i))
@@ -592,13 +608,7 @@ fn when_a_bu_host_dies_with_its_et_system_and_recorder_every_event_is_accounted_
         return;
     }
     let _one = lock();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut hosts = Hosts::create(5).unwrap();
-    hosts.start_sshd().unwrap();
-    let system = builder_system(dir.path(), &hosts.remote_command(Path::new(BIN)).unwrap());
-    let mut op = operator(&hosts, &system, &data, &["--start", "--seconds", "20"]);
-    op.expect("run 1 started");
+    let BuilderRun { op, hosts, data, dir } = builder_run("20");
     std::thread::sleep(Duration::from_secs(3));
     // Host 5 dies: every daqflow process on it at once. Its ET system (policy stop) ends the run.
     let victims = daqflow_processes(hosts.host(4));

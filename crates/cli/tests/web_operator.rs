@@ -37,27 +37,12 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     let config = Command::new(BIN).args(["demo", "--print-config"]).output().unwrap();
     let system = dir.path().join("system.toml");
     std::fs::write(&system, &config.stdout).unwrap();
-    let mut op = Operator(
-        Command::new(BIN)
-            .args(["run", "--web", "127.0.0.1:0", "--data"])
-            .arg(dir.path().join("data"))
-            .arg(&system)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a first line").unwrap();
     // The login URL: http://127.0.0.1:PORT/?token=TOKEN.
-    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+    let (mut op, url) = run_with_web(&system, &dir.path().join("data"), "127.0.0.1:0");
     let (base, token) = url.split_once("?token=").unwrap_or_else(|| panic!("no token in {url}"));
     let token = token.to_owned();
     assert!(token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
     let addr: SocketAddr = base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
-    // Keep reading the console so that it never blocks.
-    std::thread::spawn(move || for _ in lines {});
 
     // The token is also in <data>/web-token, for scripts, readable by the owner only.
     let token_file = dir.path().join("data").join("web-token");
@@ -194,6 +179,27 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     assert!(status.success());
 }
 
+/// `daqflow run SYSTEM --web WEB --data DATA`, and the login URL it prints first (its console
+/// is read to the end, so that it never blocks).
+fn run_with_web(system: &std::path::Path, data: &std::path::Path, web: &str) -> (Operator, String) {
+    let mut op = Operator(
+        Command::new(BIN)
+            .args(["run", "--web", web, "--data"])
+            .arg(data)
+            .arg(system)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a first line").unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+    (op, url)
+}
+
 #[test]
 fn a_web_token_file_is_refused_unless_private_and_then_its_token_logs_in() {
     use std::os::unix::fs::PermissionsExt;
@@ -218,21 +224,8 @@ fn a_web_token_file_is_refused_unless_private_and_then_its_token_logs_in() {
     assert!(said.contains("web_token_file") && said.contains("chmod 600"), "{said}");
 
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut op = Operator(
-        Command::new(BIN)
-            .args(["run", "--web", "127.0.0.1:0", "--data"])
-            .arg(dir.path().join("data"))
-            .arg(&system)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a first line").unwrap();
-    std::thread::spawn(move || for _ in lines {});
-    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim();
+    let (mut op, url) = run_with_web(&system, &dir.path().join("data"), "127.0.0.1:0");
+    let url = url.as_str();
     assert!(url.ends_with(&format!("/?token={token}")), "{url}");
     let addr: SocketAddr = url.trim_start_matches("http://").split('/').next().unwrap().parse().unwrap();
     assert_eq!(std::fs::read_to_string(dir.path().join("data").join("web-token")).unwrap().trim(), token);
@@ -254,21 +247,8 @@ fn bound_off_loopback_the_web_ui_needs_the_token_even_to_watch() {
         "[system]\nname = 't'\ncontrol = '127.0.0.1:0'\n\n[[component]]\nname = 'a'\nkind = 'sink'\n",
     )
     .unwrap();
-    let mut op = Operator(
-        Command::new(BIN)
-            .args(["run", "--web", "0.0.0.0:0", "--data"])
-            .arg(dir.path().join("data"))
-            .arg(&system)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a first line").unwrap();
-    std::thread::spawn(move || for _ in lines {});
-    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim();
+    let (mut op, url) = run_with_web(&system, &dir.path().join("data"), "0.0.0.0:0");
+    let url = url.as_str();
     let (base, token) = url.split_once("/?token=").unwrap_or_else(|| panic!("no token in {url}"));
     let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
