@@ -62,6 +62,15 @@ pub trait EventSink: Send {
         true
     }
 
+    /// From now on, confirm an event only once every consumer behind this output is done with
+    /// it (an ET system: once it came back to GRAND_CENTRAL through every station, the
+    /// recorder's included): [`EventSink::flush`] then waits for that, and
+    /// [`EventSink::durable_at_once`] is false. What a builder confirms then survives the death
+    /// of the whole host the output is on. An output that cannot tell refuses.
+    fn confirm_when_consumed(&mut self) -> Result<(), SinkError> {
+        Err(SinkError::Failed("this output cannot tell when its consumers are done with an event".into()))
+    }
+
     /// Ends the output: the files it closed, if it writes files.
     fn finish(self: Box<Self>) -> Result<Vec<ClosedFile>, SinkError> {
         Ok(Vec::new())

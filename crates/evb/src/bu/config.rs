@@ -20,6 +20,19 @@ pub enum Output {
     Et,
 }
 
+/// When a BU confirms an event put into its ET system to the EVM (after which the EVM no longer
+/// re-assigns it if the BU dies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EtConfirm {
+    /// Once it is in the ET system: survives the BU's death, not the ET system's.
+    #[default]
+    Put,
+    /// Once every station's consumers are done with it (the recorder wrote it): survives the
+    /// death of the whole host. Needs `threads = 1` and the BU as the ET system's only producer.
+    Consumed,
+}
+
 /// Configuration of a builder unit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -49,6 +62,10 @@ pub struct BuConfig {
     pub max_file_bytes: u64,
     /// Name of the ET system (`output = "et"`).
     pub et: String,
+    /// With `output = "et"`: confirm an event to the EVM once it is in the ET system (`put`), or
+    /// once every consumer is done with it (`consumed`: the recorder wrote it), so that an event
+    /// lost with the BU's whole host is built again elsewhere.
+    pub et_confirm: EtConfirm,
     /// Written events are flushed to the operating system (and then confirmed) at least this
     /// often (ms).
     pub flush_interval_ms: u64,
@@ -78,6 +95,15 @@ impl BuConfig {
         if self.output == Output::Et && self.et.trim().is_empty() {
             c.problem("et", "is required with output = \"et\" (the ET system's name)");
         }
+        if self.et_confirm == EtConfirm::Consumed && self.output != Output::Et {
+            c.problem("et_confirm", "= \"consumed\" needs output = \"et\"");
+        }
+        if self.et_confirm == EtConfirm::Consumed && self.threads != 1 {
+            c.problem(
+                "et_confirm",
+                "= \"consumed\" needs threads = 1 (each flush waits until the ET system is drained)",
+            );
+        }
         c.int("flush_interval_ms", self.flush_interval_ms, 1, 60_000);
         c.int("heartbeat_ms", self.heartbeat_ms, 1, 60_000);
         c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
@@ -100,6 +126,7 @@ impl Default for BuConfig {
             directory: PathBuf::from("data"),
             max_file_bytes: 1 << 30,
             et: String::new(),
+            et_confirm: EtConfirm::Put,
             flush_interval_ms: 20,
             heartbeat_ms: 200,
             end_timeout_ms: 30_000,
@@ -124,5 +151,9 @@ mod tests {
         assert!(e.contains("`et` is required with output = \"et\""), "{e}");
         let files = BuConfig { output: Output::Files, directory: PathBuf::new(), ..Default::default() };
         assert!(files.validate().unwrap_err().to_string().contains("`directory` must not be empty"));
+        let consumed = BuConfig { et_confirm: EtConfirm::Consumed, threads: 2, ..Default::default() };
+        let e = consumed.validate().unwrap_err().to_string();
+        assert!(e.contains("`et_confirm` = \"consumed\" needs output = \"et\""), "{e}");
+        assert!(e.contains("needs threads = 1"), "{e}");
     }
 }

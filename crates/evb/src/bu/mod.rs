@@ -47,7 +47,7 @@ use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
 use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
 
-pub use self::config::{BuConfig, Output};
+pub use self::config::{BuConfig, EtConfirm, Output};
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
@@ -302,7 +302,11 @@ fn open_sink(
         }
         Output::Et => {
             let open = et.ok_or_else(|| EvbError::Output("this program cannot open an ET system".into()))?;
-            open(&config.et).map_err(|e| EvbError::Output(format!("ET system {}: {e}", config.et)))?
+            let mut sink = open(&config.et).map_err(|e| EvbError::Output(format!("ET system {}: {e}", config.et)))?;
+            if config.et_confirm == EtConfirm::Consumed {
+                sink.confirm_when_consumed().map_err(|e| EvbError::Output(format!("ET system {}: {e}", config.et)))?;
+            }
+            sink
         }
     })
 }
