@@ -930,10 +930,15 @@ impl Acceptor {
                             if h.conn.send(accept).is_ok() && matches!(h.conn.try_flush(), Ok(true)) {
                                 h.conn.set_frame_limits(FrameLimits::uniform(self.opts.hello_limit()));
                                 h.conn.reset_stats();
+                                // Counted before it is handed out: whoever takes it sees the count.
+                                self.count(|s| s.accepted += 1);
                                 match self.out.try_send(h.conn) {
-                                    Ok(()) => self.count(|s| s.accepted += 1),
+                                    Ok(()) => {}
                                     Err(std::sync::mpsc::TrySendError::Full(_)) => {
-                                        self.count(|s| s.evicted += 1);
+                                        self.count(|s| {
+                                            s.accepted -= 1;
+                                            s.evicted += 1;
+                                        });
                                         tracing::warn!(addr = %self.local, %peer,
                                             "{ACCEPTED_QUEUE} connections wait to be taken: dropping the newest");
                                     }
