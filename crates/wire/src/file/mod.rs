@@ -24,6 +24,6 @@ pub use format::{
     TrailerProblem,
 };
 pub use reader::{
-    FileReadError, FileReader, Problem, ReadAt, Record, Scan, ScanItem, Verifier, VerifyReport, record_len,
+    FileReadError, FileReader, Problem, ReadAt, Record, Scan, ScanCursor, ScanItem, Verifier, VerifyReport, record_len,
 };
 pub use writer::{ClosedFile, FileWriteError, FileWriter, FileWriterConfig, part_path_of, writer_version};

@@ -283,8 +283,14 @@ impl<S: ReadAt> FileReader<S> {
 
     /// A sequential scan of every record, in file order, with CRCs verified.
     pub fn scan(&self) -> Scan<'_, S> {
-        Scan {
-            reader: self,
+        Scan { reader: self, cursor: self.cursor() }
+    }
+
+    /// The state of a sequential scan at the first record, kept apart from the reader: for a
+    /// caller that cannot hold the borrow a [`Scan`] needs (a reader shared through an `Arc`, as
+    /// the Python bindings do). [`ScanCursor::next_item`] advances it.
+    pub fn cursor(&self) -> ScanCursor {
+        ScanCursor {
             pos: FILE_HEADER_LEN as u64,
             end: self.data_end(),
             block: Bytes::new(),
@@ -536,6 +542,21 @@ impl std::fmt::Display for Problem {
 /// A sequential scan; see [`FileReader::scan`].
 pub struct Scan<'a, S: ReadAt> {
     reader: &'a FileReader<S>,
+    cursor: ScanCursor,
+}
+
+impl<S: ReadAt> Iterator for Scan<'_, S> {
+    type Item = Result<ScanItem, FileReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.cursor.next_item(self.reader)
+    }
+}
+
+/// Where a sequential scan stands, without a borrow of its reader; see [`FileReader::cursor`].
+/// It holds the block last read, so that records are handed out as slices of it.
+#[derive(Debug, Clone)]
+pub struct ScanCursor {
     pos: u64,
     end: u64,
     block: Bytes,
@@ -544,14 +565,33 @@ pub struct Scan<'a, S: ReadAt> {
     done: bool,
 }
 
-impl<S: ReadAt> Scan<'_, S> {
+impl ScanCursor {
+    /// The next item of the scan of `reader`, which must be the reader the cursor came from;
+    /// `None` at the end. After an error the scan is over.
+    pub fn next_item<S: ReadAt>(&mut self, reader: &FileReader<S>) -> Option<Result<ScanItem, FileReadError>> {
+        if self.done {
+            return None;
+        }
+        match self.step(reader) {
+            Ok(Some(item)) => Some(Ok(item)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(source) => {
+                self.done = true;
+                Some(Err(FileReadError::Io { path: reader.path.clone(), source }))
+            }
+        }
+    }
+
     /// The bytes `[at, at + len)`, which must lie before `self.end`, sharing a read block.
-    fn bytes(&mut self, at: u64, len: usize) -> io::Result<Bytes> {
+    fn bytes<S: ReadAt>(&mut self, reader: &FileReader<S>, at: u64, len: usize) -> io::Result<Bytes> {
         let block_end = self.block_start + self.block.len() as u64;
         if at < self.block_start || at + len as u64 > block_end {
             let want = (self.end - at).min(len.max(SCAN_BLOCK) as u64) as usize;
             let mut buf = vec![0u8; want];
-            self.reader.source.read_exact_at(&mut buf, at)?;
+            reader.source.read_exact_at(&mut buf, at)?;
             self.block = Bytes::from(buf);
             self.block_start = at;
         }
@@ -559,8 +599,12 @@ impl<S: ReadAt> Scan<'_, S> {
         Ok(self.block.slice(from..from + len))
     }
 
-    fn header_at(&mut self, at: u64) -> io::Result<Result<RecordHeader, RecordHeaderProblem>> {
-        let b = self.bytes(at, RECORD_HEADER_LEN)?;
+    fn header_at<S: ReadAt>(
+        &mut self,
+        reader: &FileReader<S>,
+        at: u64,
+    ) -> io::Result<Result<RecordHeader, RecordHeaderProblem>> {
+        let b = self.bytes(reader, at, RECORD_HEADER_LEN)?;
         Ok(match b.first_chunk::<RECORD_HEADER_LEN>() {
             Some(h) => RecordHeader::decode(h),
             None => Err(RecordHeaderProblem::Damaged),
@@ -568,10 +612,10 @@ impl<S: ReadAt> Scan<'_, S> {
     }
 
     /// The next 8-aligned position after `from` holding an intact record header that fits.
-    fn resync(&mut self, from: u64) -> io::Result<Option<u64>> {
+    fn resync<S: ReadAt>(&mut self, reader: &FileReader<S>, from: u64) -> io::Result<Option<u64>> {
         let mut at = from + 8;
         while at + RECORD_HEADER_LEN as u64 <= self.end {
-            if let Ok(h) = self.header_at(at)?
+            if let Ok(h) = self.header_at(reader, at)?
                 && at + h.record_len() <= self.end
             {
                 return Ok(Some(at));
@@ -581,13 +625,13 @@ impl<S: ReadAt> Scan<'_, S> {
         Ok(None)
     }
 
-    fn step(&mut self) -> io::Result<Option<ScanItem>> {
+    fn step<S: ReadAt>(&mut self, reader: &FileReader<S>) -> io::Result<Option<ScanItem>> {
         let at = self.pos;
         let remaining = self.end - at;
         if remaining == 0 {
             return Ok(None);
         }
-        if remaining >= INDEX_MARKER_LEN as u64 && self.bytes(at, 4)?[..] == INDEX_MAGIC.to_le_bytes() {
+        if remaining >= INDEX_MARKER_LEN as u64 && self.bytes(reader, at, 4)?[..] == INDEX_MAGIC.to_le_bytes() {
             // The writer got as far as the trailer: every record is here, only the index is
             // incomplete or damaged.
             self.pos = self.end;
@@ -597,14 +641,14 @@ impl<S: ReadAt> Scan<'_, S> {
             self.pos = self.end;
             return Ok(Some(ScanItem::CutShort { offset: at, len: remaining, needed: 0 }));
         }
-        match self.header_at(at)? {
+        match self.header_at(reader, at)? {
             Ok(h) => {
                 let record_len = h.record_len();
                 if remaining < RECORD_HEADER_LEN as u64 + h.payload_len as u64 {
                     self.pos = self.end;
                     return Ok(Some(ScanItem::CutShort { offset: at, len: remaining, needed: record_len }));
                 }
-                let payload = self.bytes(at + RECORD_HEADER_LEN as u64, h.payload_len as usize)?;
+                let payload = self.bytes(reader, at + RECORD_HEADER_LEN as u64, h.payload_len as usize)?;
                 self.pos = (at + record_len).min(self.end);
                 let record = Record { index: self.next_index, offset: at, event_id: h.event_id, payload };
                 self.next_index += 1;
@@ -616,31 +660,10 @@ impl<S: ReadAt> Scan<'_, S> {
                 }
             }
             Err(_) => {
-                let next = self.resync(at)?;
+                let next = self.resync(reader, at)?;
                 let to = next.unwrap_or(self.end);
                 self.pos = to;
                 Ok(Some(ScanItem::Garbage { offset: at, len: to - at }))
-            }
-        }
-    }
-}
-
-impl<S: ReadAt> Iterator for Scan<'_, S> {
-    type Item = Result<ScanItem, FileReadError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.step() {
-            Ok(Some(item)) => Some(Ok(item)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(source) => {
-                self.done = true;
-                Some(Err(FileReadError::Io { path: self.reader.path.clone(), source }))
             }
         }
     }

@@ -1,0 +1,41 @@
+"""daqflow from Python: read daqflow data files.
+
+``daqflow.open(path)`` opens a data file (``.daq``, or ``.daq.part`` left by a writer that
+stopped); iterating over it yields its events, whose fragments' payloads are read-only
+``memoryview`` objects over the bytes read from the file (no copy). ``File.verify()`` checks
+every CRC; ``File.arrays()`` returns the fragments of the whole file as numpy arrays.
+
+The module is built from daqflow's Rust crates (``crates/python``, PyO3); see docs/python.md.
+"""
+
+from ._native import (
+    Arrays,
+    Buffer,
+    CorruptDataError,
+    Error,
+    Event,
+    Events,
+    File,
+    FormatError,
+    Fragment,
+    SuperFragment,
+    VerifyReport,
+    __version__,
+    open,
+)
+
+__all__ = [
+    "Arrays",
+    "Buffer",
+    "CorruptDataError",
+    "Error",
+    "Event",
+    "Events",
+    "File",
+    "FormatError",
+    "Fragment",
+    "SuperFragment",
+    "VerifyReport",
+    "__version__",
+    "open",
+]

@@ -1,0 +1,31 @@
+"""Every ```python block of docs/python.md runs, in order, in a directory holding the files it
+names (the blocks share one namespace, as a reader typing them would)."""
+
+import re
+
+from conftest import REPO
+
+DOC = REPO / "docs" / "python.md"
+
+
+def python_blocks(doc=DOC):
+    return re.findall(r"^```python\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
+
+
+def test_every_example_of_the_python_guide_runs(in_data_dir, capsys):
+    blocks = python_blocks()
+    assert len(blocks) >= 5
+    namespace = {}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"{DOC}:block{i}", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "1 1 True" in out  # run, sequence, complete
+    assert "False no trailer: the file was not closed" in out
+    assert "no-such-file.daq" in out
+    assert "Buffer" in out
+
+
+def test_the_readme_example_runs(in_data_dir, capsys):
+    (block,) = python_blocks(REPO / "README.md")
+    exec(compile(block, "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines()[0] == "True"
