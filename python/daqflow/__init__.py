@@ -18,22 +18,29 @@ from ._native import (
     File,
     FormatError,
     Fragment,
+    SourceStream,
     SuperFragment,
     VerifyReport,
     __version__,
     open,
 )
+from .component import Component
+from .operator import Operator, OperatorError
 
 __all__ = [
     "Arrays",
     "Buffer",
+    "Component",
     "CorruptDataError",
     "Error",
     "Event",
     "Events",
     "File",
     "FormatError",
+    "Operator",
+    "OperatorError",
     "Fragment",
+    "SourceStream",
     "SuperFragment",
     "VerifyReport",
     "__version__",

@@ -214,3 +214,63 @@ class Buffer:
 
     def __len__(self) -> int:
         """Its size in bytes."""
+
+# ---- Components and the source protocol (crates/python/src/component.rs) ----
+
+class SourceStream:
+    """One source's stream of fragments to a readout unit (the source protocol of
+    docs/evb.md, "Writing a source"): event ids 1, 2, 3, … in the order of :meth:`send`. The
+    connection proves the process's system token (``DAQFLOW_TOKEN_FILE``, or what
+    :class:`daqflow.Component` was given)."""
+
+    def __init__(self, ru: str, source_id: int, run: int, name: str = "python-source", timeout: float = 10.0) -> None:
+        """Connects to the RU at ``ru`` (``host:port``), retrying for ``timeout`` seconds, and
+        says hello as source ``source_id`` of run ``run``. Raises :class:`Error` when it
+        cannot."""
+    def send(self, payload: Any, trigger_type: int = 1, timestamp: Optional[int] = None) -> int:
+        """Sends the next event's fragment (``payload``: any bytes-like object; ``bytes`` are
+        sent from their own memory) with ``trigger_type`` and ``timestamp`` (ns since the Unix
+        epoch; now by default). Returns its event id. Fragments are queued and written as the
+        connection's chunks fill: call :meth:`flush` before waiting. Blocks (without the GIL)
+        while the RU holds the stream back. An error ends the stream."""
+    def flush(self) -> None:
+        """Writes what is queued."""
+    def end(self) -> int:
+        """Sends the end frame with the last event id, writes everything and closes. Returns the
+        last event id."""
+    @property
+    def next_event(self) -> int:
+        """The id the next fragment gets."""
+    @property
+    def last_event(self) -> int:
+        """The last event id sent (0 before the first); kept after the end."""
+    @property
+    def bytes(self) -> int:
+        """Bytes sent in fragments: 48-byte headers, payloads, padding to 8 bytes."""
+    @property
+    def is_open(self) -> bool:
+        """Whether the stream is open (not ended, no error)."""
+
+def _run_component(
+    factory: Any,
+    *,
+    kind: str,
+    role: str,
+    name: str,
+    config_file: Optional[Union[str, os.PathLike[str]]] = None,
+    sets: list[str] = ...,
+    start: Optional[int] = None,
+    control: Optional[str] = None,
+    lease_s: Optional[float] = None,
+    end_with_stdin: bool = False,
+    operator: Optional[str] = None,
+) -> bool:
+    """Runs a component as a daqflow component process (what :meth:`daqflow.Component.run`
+    calls); returns whether it failed."""
+
+def _use_token(token_file: Optional[Union[str, os.PathLike[str]]] = None, token_stdin: bool = False) -> bool:
+    """Sets the process's system token: from standard input's first line, ``token_file``,
+    ``$DAQFLOW_TOKEN_FILE`` or ``$DAQFLOW_TOKEN``. Returns whether it has one."""
+
+def _log(level: str, message: str) -> None:
+    """Logs a line in the process's daqflow log."""

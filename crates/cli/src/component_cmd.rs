@@ -23,7 +23,9 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     daqflow component ru --name ru-0 --set id=0 --set evm=127.0.0.1:7100 --set streams=4\n  \
     daqflow component bu --name bu-0 --config bu.toml --set output=files --set directory=/dev/shm/run\n  \
     daqflow component source --name src-3 --set source_id=3 --set ru=127.0.0.1:7201 --set size.kind=lognormal \\\n      \
-    --set size.mean=2048 --set size.rms=512\n\n\
+    --set size.mean=2048 --set size.rms=512\n  \
+    daqflow component --command \"python3 python/examples/readout.py\" --name src-3 --set source_id=3 \\\n      \
+    --set ru=127.0.0.1:7201   (a component written in Python: docs/python.md)\n\n\
     Then type commands (one per line): configure, start RUN, pause, resume, stats, stop [LAST_EVENT],\n\
     reset, quit.\n\
     Each gets one JSON line back. With --start RUN the component configures and starts at once and\n\
@@ -40,8 +42,17 @@ pub const AFTER_HELP: &str = "Examples:\n  \
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// What to run: source, evm, ru, bu (the event builder), et, recorder, monitor, msglogger,
-    /// generator, repeater, sink.
-    pub kind: String,
+    /// generator, repeater, sink. With --command: the kind's name the program is told
+    /// (`--kind`), if given.
+    #[arg(required_unless_present = "command")]
+    pub kind: Option<String>,
+    /// Run a component program of your own instead of a built-in kind, e.g.
+    /// `"python3 my_readout.py"` (a `daqflow.Component` from the Python package): the command
+    /// line (read by /bin/sh) gets this command's arguments (`--name`, `--config`, `--set`,
+    /// `--start`, `--control`, `--lease`, `--operator`, `--token-stdin`, `--kind`) and the system
+    /// token's file in `DAQFLOW_TOKEN_FILE`; it replaces this process.
+    #[arg(long, value_name = "COMMAND")]
+    pub command: Option<String>,
     /// The component's name, unique in the system.
     #[arg(long)]
     pub name: String,
@@ -108,46 +119,76 @@ pub fn read_token_line(input: impl std::io::BufRead) -> anyhow::Result<daqflow_d
     Ok(daqflow_dialog::Token::new(text)?)
 }
 
-/// Reads `--config` and applies `--set`s into one TOML table.
+/// Reads `--config` and applies `--set`s into one TOML table
+/// ([`daqflow_runcontrol::process::config_table`]).
 pub fn config_table(config: Option<&PathBuf>, sets: &[String]) -> anyhow::Result<toml::Table> {
-    let mut table = match config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            text.parse::<toml::Table>().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => toml::Table::new(),
-    };
-    for s in sets {
-        let Some((key, value)) = s.split_once('=') else { bail!("--set {s}: expected KEY=VALUE") };
-        let value = parse_value(value.trim());
-        let mut path: Vec<&str> = key.trim().split('.').collect();
-        let last = path.pop().filter(|k| !k.is_empty()).ok_or_else(|| anyhow::anyhow!("--set {s}: empty key"))?;
-        let mut t = &mut table;
-        for p in path {
-            let entry = t.entry(p.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            t = entry.as_table_mut().ok_or_else(|| anyhow::anyhow!("--set {s}: `{p}` is not a table"))?;
-        }
-        t.insert(last.to_owned(), value);
-    }
-    Ok(table)
+    Ok(daqflow_runcontrol::process::config_table(config.map(PathBuf::as_path), sets)?)
 }
 
 /// A TOML value (number, boolean, array, inline table, quoted string) or else a bare string.
 pub(crate) fn parse_value(v: &str) -> toml::Value {
-    format!("v = {v}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(v.to_owned()))
+    daqflow_runcontrol::process::parse_value(v)
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+/// The arguments a component program of the user's own gets (`--command`): the ones this
+/// command was given, in the same spelling.
+pub fn forwarded_args(args: &Args) -> Vec<String> {
+    let mut out = vec!["--name".to_owned(), args.name.clone()];
+    if let Some(kind) = &args.kind {
+        out.extend(["--kind".to_owned(), kind.clone()]);
+    }
+    if let Some(config) = &args.config {
+        out.extend(["--config".to_owned(), config.display().to_string()]);
+    }
+    for set in &args.set {
+        out.extend(["--set".to_owned(), set.clone()]);
+    }
+    if let Some(run) = args.start {
+        out.extend(["--start".to_owned(), run.to_string()]);
+    }
+    if let Some(control) = &args.control {
+        out.extend(["--control".to_owned(), control.clone()]);
+    }
+    out.extend(["--lease".to_owned(), args.lease.to_string()]);
+    if let Some(operator) = &args.operator {
+        out.extend(["--operator".to_owned(), operator.clone()]);
+    }
+    if args.token_stdin {
+        out.push("--token-stdin".to_owned());
+    }
+    out
+}
+
+/// `--command`: becomes the user's program (exec through /bin/sh, so that the command may hold
+/// quoted words), with [`forwarded_args`] after it.
+fn exec_command(command: &str, args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    if command.trim().is_empty() {
+        return anyhow::anyhow!("--command must name a program");
+    }
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.arg("-c").arg(format!("exec {command} \"$@\"")).arg("daqflow-component").args(forwarded_args(args));
+    if let Some(path) = token_file {
+        cmd.env("DAQFLOW_TOKEN_FILE", path);
+    }
+    let e = cmd.exec();
+    anyhow::anyhow!("running {command}: {e}")
+}
+
+pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    if let Some(command) = &args.command {
+        return Err(exec_command(command, args, token_file));
+    }
     let registry = daqflow::registry::standard();
-    if !registry.kinds().contains(&args.kind.as_str()) {
-        bail!("unknown component kind `{}` (known: {})", args.kind, registry.kinds().join(", "));
+    let kind = args.kind.clone().unwrap_or_default();
+    if !registry.kinds().contains(&kind.as_str()) {
+        bail!(
+            "unknown component kind `{kind}` (known: {}; or --command for a program of your own)",
+            registry.kinds().join(", ")
+        );
     }
     let options = daqflow_runcontrol::process::Options {
-        kind: args.kind.clone(),
+        kind,
         name: args.name.clone(),
         config: config_table(args.config.as_ref(), &args.set)?,
         start: args.start,

@@ -101,7 +101,8 @@ fn main() -> ExitCode {
         Command::Et(ref args) if args.is_server() => "info",
         _ => "warn",
     });
-    let token_stdin = matches!(&cli.command, Command::Component(args) if args.token_stdin);
+    // A program of the user's own (`component --command`) reads the token line itself.
+    let token_stdin = matches!(&cli.command, Command::Component(args) if args.token_stdin && args.command.is_none());
     let token = match (&cli.token_file, std::env::var(TOKEN_ENV)) {
         _ if token_stdin => component_cmd::read_token_line(std::io::stdin().lock())
             .map(Some)
@@ -131,7 +132,7 @@ fn main() -> ExitCode {
         Command::Et(args) => et_cmd::run(&args),
         Command::Engine(args) => engine_cmd::run(&args),
         Command::Evb(args) => evb_cmd::run(&args),
-        Command::Component(args) => component_cmd::run(&args),
+        Command::Component(args) => component_cmd::run(&args, cli.token_file.as_deref()),
         Command::Profile(args) => profile_cmd::run(&args),
         Command::BenchHelper { role } => bench::helper::run_helper(&role).map(|()| ExitCode::SUCCESS),
     };

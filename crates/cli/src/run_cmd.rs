@@ -26,7 +26,9 @@ pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     daqflow run teststand.toml                       start it; it prints the web UI's URL (with its token)\n  \
     daqflow run teststand.toml --start --seconds 60  configure, take a 60 s run, stop, exit\n\n\
     Then type transitions (one per line): configure, start [RUN], pause, resume, stop, reset,\n\
-    status, quit. Ctrl-C stops a run in progress and ends every component.\n\
+    status, quit; `set NAME.KEY=VALUE` (while Initial) changes a component's parameter for the\n\
+    next configure (`unset NAME.KEY` takes it back). Ctrl-C stops a run in progress and ends\n\
+    every component.\n\
     The system file is described in docs/operator-guide.md.";
 
 pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
@@ -94,6 +96,7 @@ pub struct OperatorBackend(pub Operator);
 fn backend_error(e: OperatorError) -> BackendError {
     match e {
         OperatorError::IllegalTransition { .. } | OperatorError::Busy(_) => BackendError::Conflict(e.to_string()),
+        OperatorError::Invalid(_) => BackendError::Invalid(e.to_string()),
         other => BackendError::Failed(other.to_string()),
     }
 }
@@ -134,6 +137,19 @@ impl Backend for OperatorBackend {
             Err(e @ daqflow_dialog::DialogError::InvalidName(_)) => Err(BackendError::Invalid(e.to_string())),
             Err(e) => Err(BackendError::Failed(e.to_string())),
         }
+    }
+
+    fn set(
+        &self,
+        component: &str,
+        key: &str,
+        value: Option<Value>,
+    ) -> Result<std::collections::BTreeMap<String, Value>, BackendError> {
+        let value = match value.map(json_to_toml).transpose() {
+            Ok(v) => v,
+            Err(e) => return Err(BackendError::Invalid(format!("{component}.{key}: {e}"))),
+        };
+        self.0.set(component, key, value).map_err(backend_error)
     }
 
     fn listen(
@@ -190,6 +206,25 @@ impl Backend for OperatorBackend {
     fn et(&self) -> Value {
         self.0.et()
     }
+}
+
+/// A JSON value as a TOML parameter: TOML has no null, and a table's values must all be
+/// values.
+pub(crate) fn json_to_toml(v: Value) -> Result<toml::Value, String> {
+    Ok(match v {
+        Value::Null => return Err("null is not a parameter value (TOML has none)".into()),
+        Value::Bool(b) => toml::Value::Boolean(b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => toml::Value::Integer(i),
+            (None, Some(f)) if n.is_f64() => toml::Value::Float(f),
+            _ => return Err(format!("{n} is out of a parameter's range")),
+        },
+        Value::String(s) => toml::Value::String(s),
+        Value::Array(a) => toml::Value::Array(a.into_iter().map(json_to_toml).collect::<Result<_, _>>()?),
+        Value::Object(o) => {
+            toml::Value::Table(o.into_iter().map(|(k, v)| json_to_toml(v).map(|v| (k, v))).collect::<Result<_, _>>()?)
+        }
+    })
 }
 
 /// The binary components run as: `/proc/self/exe` stays valid when the file is replaced.
@@ -647,6 +682,31 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 continue;
             }
+            "set" | "unset" => {
+                let rest: Vec<&str> = words.collect();
+                let (target, value) = match (verb, rest.join(" ").split_once('=')) {
+                    ("set", Some((t, v))) => {
+                        (t.trim().to_owned(), Some(daqflow_runcontrol::process::parse_value(v.trim())))
+                    }
+                    ("unset", None) if rest.len() == 1 => (rest[0].to_owned(), None),
+                    _ => {
+                        println!("usage: set NAME.KEY=VALUE (for the next configure), unset NAME.KEY");
+                        continue;
+                    }
+                };
+                let Some((component, key)) = target.split_once('.') else {
+                    println!("{verb} {target}: expected NAME.KEY (a component's parameter)");
+                    continue;
+                };
+                match op.set(component, key, value) {
+                    Ok(all) => println!(
+                        "parameters for the next configure: {}",
+                        serde_json::to_string(&all).unwrap_or_default()
+                    ),
+                    Err(e) => println!("{verb}: {e}"),
+                }
+                continue;
+            }
             "start" => match words.next().map(str::parse::<u32>).transpose() {
                 Ok(run) => Transition::Start { run },
                 Err(_) => {
@@ -657,7 +717,7 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
             other => match Transition::parse(other, b"") {
                 Ok(t) => t,
                 Err(e) => {
-                    println!("{e}; or status, quit");
+                    println!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, quit");
                     continue;
                 }
             },
@@ -670,5 +730,23 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
             Ok(_) => println!("{verb}: done; state {}", op.state()),
             Err(e) => println!("{verb}: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parameter_from_json_is_the_toml_value_it_says() {
+        assert_eq!(json_to_toml(json!(500)), Ok(toml::Value::Integer(500)));
+        assert_eq!(json_to_toml(json!(2.5)), Ok(toml::Value::Float(2.5)));
+        assert_eq!(json_to_toml(json!("fixed")), Ok(toml::Value::String("fixed".into())));
+        let t = json_to_toml(json!({"kind": "lognormal", "mean": 1024.0, "list": [1, 2]})).unwrap();
+        assert_eq!(t["kind"].as_str(), Some("lognormal"));
+        assert_eq!(t["list"].as_array().map(Vec::len), Some(2));
+        assert!(json_to_toml(json!(null)).unwrap_err().contains("TOML has none"));
+        assert!(json_to_toml(json!([1, null])).is_err());
+        assert!(json_to_toml(json!(u64::MAX)).unwrap_err().contains("out of a parameter's range"));
     }
 }

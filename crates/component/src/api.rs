@@ -403,6 +403,10 @@ pub struct SystemStatus {
     pub components: Vec<ComponentView>,
     /// Rates of the last minutes, once a second.
     pub rates: Vec<RatePoint>,
+    /// The parameters set over the system file's for the next configure and the runs after it
+    /// (`COMPONENT.KEY` → value).
+    #[serde(default)]
+    pub overrides: BTreeMap<String, serde_json::Value>,
 }
 
 /// A process on the control plane (`GET /api/processes`): the control server's directory.
@@ -659,6 +663,10 @@ pub struct RunSummary {
     pub components: BTreeMap<String, ComponentRecord>,
     /// The errors of the run (the same as `error`, one by one).
     pub errors: Vec<String>,
+    /// The parameters set over the system file's for this run (`COMPONENT.KEY` → value; the
+    /// operator's `set`, `POST /api/set`); empty when the run took the system file as it is.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, serde_json::Value>,
 }
 
 /// A run in the run database's history (`GET /api/runs`).
@@ -856,6 +864,7 @@ mod tests {
             data: "/d".into(),
             components: vec![view],
             rates: vec![],
+            overrides: Default::default(),
         };
         let m = status.to_prometheus();
         for line in [

@@ -31,6 +31,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMemoryView};
 use pyo3::{create_exception, ffi};
 
+mod component;
+
 create_exception!(daqflow, Error, PyException, "Base class of the errors daqflow raises about data.");
 create_exception!(
     daqflow,
@@ -702,5 +704,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<component::SourceStream>()?;
+    m.add_function(wrap_pyfunction!(component::_run_component, m)?)?;
+    m.add_function(wrap_pyfunction!(component::_use_token, m)?)?;
+    m.add_function(wrap_pyfunction!(component::_log, m)?)?;
     Ok(())
 }

@@ -86,6 +86,49 @@ pub struct Options {
     pub operator: Option<String>,
 }
 
+/// A component's configuration as `daqflow component` takes it: the TOML file `config`, if
+/// any, then each `KEY=VALUE` of `sets` over it (dotted keys for nested tables:
+/// `size.kind=lognormal`; the value as TOML, else as a bare string). Used by the `daqflow`
+/// binary and by components written in other languages (the Python package).
+///
+/// ```
+/// let t = daqflow_runcontrol::process::config_table(None, &["rate_hz=2000".into(), "size.kind=fixed".into()]).unwrap();
+/// assert_eq!(t["rate_hz"].as_integer(), Some(2000));
+/// assert_eq!(t["size"]["kind"].as_str(), Some("fixed"));
+/// ```
+pub fn config_table(config: Option<&std::path::Path>, sets: &[String]) -> Result<toml::Table, ProcessError> {
+    let bad = |text: String| ProcessError::Config(text);
+    let mut table = match config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| bad(format!("reading {}: {e}", path.display())))?;
+            text.parse::<toml::Table>().map_err(|e| bad(format!("{}: {e}", path.display())))?
+        }
+        None => toml::Table::new(),
+    };
+    for s in sets {
+        let Some((key, value)) = s.split_once('=') else { return Err(bad(format!("--set {s}: expected KEY=VALUE"))) };
+        let value = parse_value(value.trim());
+        let mut path: Vec<&str> = key.trim().split('.').collect();
+        let last = path.pop().filter(|k| !k.is_empty()).ok_or_else(|| bad(format!("--set {s}: empty key")))?;
+        let mut t = &mut table;
+        for p in path {
+            let entry = t.entry(p.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            t = entry.as_table_mut().ok_or_else(|| bad(format!("--set {s}: `{p}` is not a table")))?;
+        }
+        t.insert(last.to_owned(), value);
+    }
+    Ok(table)
+}
+
+/// A TOML value (number, boolean, array, inline table, quoted string) or else a bare string.
+pub fn parse_value(v: &str) -> toml::Value {
+    format!("v = {v}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(v.to_owned()))
+}
+
 /// The lease of a process on the control plane: how long it has been without a control
 /// server, and whether that is longer than it may be. Pure: fed with the connection state and
 /// the time.
@@ -141,6 +184,9 @@ pub enum ProcessError {
         /// Why.
         reason: String,
     },
+    /// The configuration could not be read (`--config`, `--set`).
+    #[error("the configuration: {0}")]
+    Config(String),
     /// A thread or signal handler could not be set up.
     #[error("setting up the process: {0}")]
     Setup(String),

@@ -325,6 +325,55 @@ fn configure_goes_in_dependency_order_with_references_resolved() {
 }
 
 #[test]
+fn parameters_set_while_initial_reach_the_next_configure_and_the_run_record() {
+    let mut w = World::launched();
+    let set = |w: &mut World, component: &str, key: &str, value: Option<toml::Value>| {
+        w.ticket += 1;
+        let ticket = w.ticket;
+        w.feed(Input::Set { ticket, component: component.into(), key: key.into(), value });
+        w.done.remove(&ticket).expect("answered at once")
+    };
+    set(&mut w, "ru-0", "streams", Some(toml::Value::Integer(4))).unwrap();
+    set(&mut w, "ru-0", "size.mean", Some(toml::Value::Float(2048.0))).unwrap();
+    set(&mut w, "bu-0", "directory", Some(toml::Value::String("/tmp/x".into()))).unwrap();
+    set(&mut w, "bu-0", "directory", None).unwrap();
+    assert_eq!(
+        w.seq.snapshot().overrides,
+        BTreeMap::from([("ru-0.size.mean".to_owned(), json!(2048.0)), ("ru-0.streams".to_owned(), json!(4))])
+    );
+    // Unknown components, empty keys and keys through a value that is not a table: refused.
+    let e = set(&mut w, "ru-9", "streams", Some(toml::Value::Integer(1))).unwrap_err().to_string();
+    assert!(e.contains("no component `ru-9`") && e.contains("ru-0"), "{e}");
+    let e = set(&mut w, "ru-0", "size..mean", Some(toml::Value::Integer(1))).unwrap_err().to_string();
+    assert!(e.contains("not a parameter name"), "{e}");
+    let e = set(&mut w, "ru-0", "evm.port", Some(toml::Value::Integer(1))).unwrap_err().to_string();
+    assert!(e.contains("`ru-0.evm` is not a table"), "{e}");
+
+    w.run(Transition::Configure).unwrap();
+    let ru_config = w.log.iter().find_map(|(n, c)| match c {
+        Command::Configure { config: Some(t) } if n == "ru-0" => Some(t.clone()),
+        _ => None,
+    });
+    let ru_config = ru_config.unwrap();
+    assert_eq!(ru_config["streams"].as_integer(), Some(4));
+    assert_eq!(ru_config["size"]["mean"].as_float(), Some(2048.0));
+    assert!(ru_config["evm"].as_str().is_some_and(|a| !a.contains("${")), "references still resolved");
+    let bu_config = w.log.iter().find_map(|(n, c)| match c {
+        Command::Configure { config: Some(t) } if n == "bu-0" => Some(t.clone()),
+        _ => None,
+    });
+    assert!(!bu_config.unwrap().contains_key("directory"), "taken back");
+    // Configured: refused, saying why.
+    let e = set(&mut w, "ru-0", "streams", Some(toml::Value::Integer(2))).unwrap_err().to_string();
+    assert!(e.contains("while the system is Initial") && e.contains("Configured"), "{e}");
+    // The run's record holds what was set.
+    w.run(Transition::Start { run: None }).unwrap();
+    w.run(Transition::Stop).unwrap();
+    assert_eq!(w.closed.last().unwrap().overrides, w.seq.snapshot().overrides);
+    assert_eq!(w.closed.last().unwrap().overrides.len(), 2);
+}
+
+#[test]
 fn start_goes_stage_by_stage_consumers_first() {
     let mut w = World::launched();
     w.run(Transition::Configure).unwrap();

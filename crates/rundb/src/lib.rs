@@ -582,6 +582,7 @@ pub fn example_summary(run: u32, events: u64) -> RunSummary {
         file_problems: Vec::new(),
         components: Default::default(),
         errors: Vec::new(),
+        overrides: Default::default(),
     }
 }
 

@@ -73,6 +73,7 @@
 //!             data: "/tmp/demo".into(),
 //!             components: Vec::new(),
 //!             rates: Vec::new(),
+//!             overrides: Default::default(),
 //!         }
 //!     }
 //!     fn transition(&self, t: Transition) -> Result<TransitionResult, BackendError> {
@@ -487,6 +488,20 @@ pub trait Backend: Send + Sync + 'static {
     /// [`BackendError::Invalid`] for a name that cannot be a command (400),
     /// [`BackendError::NotFound`] when no process registered it (404).
     fn send_command(&self, name: &str, data: &str) -> Result<u32, BackendError>;
+    /// Sets parameter `key` (dotted for a nested key) of component `component` to `value` for
+    /// the next configure (`None`: back to the system file's); returns every override in force
+    /// (`COMPONENT.KEY` → value). [`BackendError::Invalid`] for an unknown component or key,
+    /// a value that cannot be a parameter, or a system not Initial (400). A backend without
+    /// parameters refuses it (the default).
+    fn set(
+        &self,
+        component: &str,
+        key: &str,
+        value: Option<Value>,
+    ) -> Result<std::collections::BTreeMap<String, Value>, BackendError> {
+        let _ = (component, key, value);
+        Err(BackendError::Invalid("this system takes no parameter changes".into()))
+    }
     /// Subscribes to a control-plane service: every value (as text) goes to `tx` until the
     /// returned guard is dropped. [`BackendError::NotFound`] when no process provides it (404),
     /// [`BackendError::Invalid`] for a name that cannot be a service (400).

@@ -433,6 +433,37 @@ fn commands_need_control_and_reach_the_backend() {
 }
 
 #[test]
+fn parameters_are_set_by_the_controller_and_reach_the_backend() {
+    let (web, backend) = start(options());
+    let addr = web.local_addr();
+    let alice = Client::visit(addr);
+    let body = r#"{"component": "source-1", "key": "rate_hz", "value": 500}"#;
+    assert_eq!(alice.post("/api/set", body).status, 403, "the controller only");
+    assert_eq!(alice.post("/api/control/take", "").status, 200);
+    let r = alice.post("/api/set", body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"overrides": {"source-1.rate_hz": 500}}));
+    let r = alice.post("/api/set", r#"{"component": "bu-1", "key": "size.kind", "value": "fixed"}"#);
+    assert_eq!(r.json()["overrides"]["bu-1.size.kind"], json!("fixed"));
+    // null takes a setting back.
+    let r = alice.post("/api/set", r#"{"component": "source-1", "key": "rate_hz", "value": null}"#);
+    assert_eq!(r.json(), json!({"overrides": {"bu-1.size.kind": "fixed"}}));
+    assert_eq!(backend.sets.lock().unwrap().len(), 1);
+    for (bad, says) in [
+        (r#"{"component": "source-1", "key": "rate_hz"}"#, "`value` is missing"),
+        (r#"{"key": "rate_hz", "value": 1}"#, "`component` is missing"),
+        (r#"{"component": "source-1", "key": 7, "value": 1}"#, "`key` must be a non-empty string"),
+        (r#"{"component": "source-1", "key": "a", "value": 1, "why": 2}"#, "why"),
+        (r#"{"component": "ru-9", "key": "a", "value": 1}"#, "no component `ru-9`"),
+    ] {
+        let r = alice.post("/api/set", bad);
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(r.error().contains(says), "{bad}: {}", r.error());
+    }
+    web.shutdown().unwrap();
+}
+
+#[test]
 fn metrics_are_prometheus_text_with_the_web_servers_own() {
     let (web, _) = start(options());
     let addr = web.local_addr();

@@ -32,6 +32,7 @@
 //! In the `daqflow` binary it is the kind [`kind()`] makes: `daqflow component source`.
 
 mod config;
+mod stream;
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +46,7 @@ use daqflow_transport::Connection;
 use daqflow_wire::{EventId, FRAGMENT_HEADER_LEN, FragmentFlags, FragmentHeader, pad8};
 
 pub use self::config::{Payload, SourceConfig, SourceRole};
+pub use self::stream::{MAX_FRAGMENT_PAYLOAD, SourceStream};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
 use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};

@@ -78,6 +78,9 @@ pub enum OperatorError {
         /// What it said, or why there was no answer.
         reason: String,
     },
+    /// An argument the operator cannot take (a parameter of a component it does not have).
+    #[error("{0}")]
+    Invalid(String),
     /// Starting the control server, a process or the database failed.
     #[error("{0}")]
     Setup(String),
@@ -110,6 +113,7 @@ pub const DIALOG_NAME: &str = "operator";
 enum Call {
     Launch,
     Transition(Transition),
+    Set { component: String, key: String, value: Option<toml::Value> },
     Shutdown,
 }
 
@@ -425,6 +429,20 @@ impl Operator {
         self.transition(Transition::Reset).map(|_| ())
     }
 
+    /// Sets parameter `key` (dotted for a nested key) of `component` to `value` for the next
+    /// configure, over the system file's (`None`: back to the system file's). Allowed while
+    /// the system is Initial; the overrides in force are in [`status`](Self::status) and in
+    /// each run's summary. Returns every override in force (`COMPONENT.KEY` → value).
+    pub fn set(
+        &self,
+        component: &str,
+        key: &str,
+        value: Option<toml::Value>,
+    ) -> Result<BTreeMap<String, Value>, OperatorError> {
+        self.call(Call::Set { component: component.to_owned(), key: key.to_owned(), value })?;
+        Ok(self.shown().snapshot.overrides.clone())
+    }
+
     fn shown(&self) -> MutexGuard<'_, Shown> {
         lock(&self.inner.shown)
     }
@@ -583,6 +601,7 @@ fn event_loop(
                 inputs.push_back(match call {
                     Call::Launch => Input::Launch { ticket },
                     Call::Transition(transition) => Input::Request { ticket, transition },
+                    Call::Set { component, key, value } => Input::Set { ticket, component, key, value },
                     Call::Shutdown => {
                         shutdown_ticket = Some(ticket);
                         Input::Shutdown { ticket }

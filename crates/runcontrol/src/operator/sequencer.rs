@@ -125,6 +125,18 @@ pub enum Input {
         /// The transition.
         transition: Transition,
     },
+    /// Set (or, with `value` None, take back) parameter `key` of `component` for the next
+    /// configure: allowed while the system is Initial and nothing is under way.
+    Set {
+        /// Answered with [`Output::Done`].
+        ticket: u64,
+        /// The component.
+        component: String,
+        /// The parameter, dotted for a nested key (`size.mean`).
+        key: String,
+        /// Its value; `None` takes an earlier `Set` back.
+        value: Option<toml::Value>,
+    },
     /// Reset every component at once, briefly, before the processes are ended.
     Shutdown {
         /// Answered with [`Output::Done`].
@@ -223,6 +235,8 @@ pub struct CloseRun {
     pub data: Vec<(String, PathBuf)>,
     /// The run's errors (none: it stopped well).
     pub errors: Vec<String>,
+    /// The parameters set over the system file's for this run (`COMPONENT.KEY` → value).
+    pub overrides: BTreeMap<String, Value>,
 }
 
 /// What the sequencer knows of one component.
@@ -284,6 +298,8 @@ pub struct Snapshot {
     pub last_error: Option<String>,
     /// The last run's summary.
     pub last_summary: Option<Box<RunSummary>>,
+    /// The parameters set over the system file's (`COMPONENT.KEY` → value).
+    pub overrides: BTreeMap<String, Value>,
 }
 
 /// Who waits for a request's reply.
@@ -409,6 +425,8 @@ pub struct Sequencer {
     handled: HashMap<String, u64>,
     last_error: Option<String>,
     last_summary: Option<Box<RunSummary>>,
+    /// Parameters set over the system file's: component → dotted key → value.
+    overrides: BTreeMap<String, BTreeMap<String, toml::Value>>,
 }
 
 impl Sequencer {
@@ -435,6 +453,7 @@ impl Sequencer {
             handled: HashMap::new(),
             last_error: None,
             last_summary: None,
+            overrides: BTreeMap::new(),
         }
     }
 
@@ -491,6 +510,7 @@ impl Sequencer {
             views: self.file.components.iter().map(|c| (c.name.clone(), self.views[&c.name].clone())).collect(),
             last_error: self.last_error.clone(),
             last_summary: self.last_summary.clone(),
+            overrides: self.overrides_flat(),
         }
     }
 
@@ -513,6 +533,10 @@ impl Sequencer {
             Input::Launch { ticket } => self.launch(ticket, now, &mut out),
             Input::Request { ticket, transition } => self.request(ticket, transition, now, &mut out),
             Input::Shutdown { ticket } => self.shutdown(ticket, now, &mut out),
+            Input::Set { ticket, component, key, value } => {
+                let result = self.set(&component, &key, value).map(|()| TransitionResult::Done);
+                out.push(Output::Done { ticket, result });
+            }
             Input::Status(s) => self.on_status(s, now, &mut out),
             Input::Stats { name, stats } => {
                 if let Some(v) = self.views.get_mut(&name) {
@@ -570,10 +594,92 @@ impl Sequencer {
         r
     }
 
-    /// A component's parameters with their references resolved.
+    /// Sets (or takes back) a parameter for the next configure.
+    fn set(&mut self, component: &str, key: &str, value: Option<toml::Value>) -> Result<(), OperatorError> {
+        let state = self.state();
+        if self.job.is_some() || state != SystemState::Initial {
+            return Err(OperatorError::Invalid(format!(
+                "parameters are set while the system is Initial (they apply at the next configure); it is {}: reset it first",
+                state.name()
+            )));
+        }
+        let Some(i) = self.spec_index(component) else {
+            let names: Vec<&str> = self.file.components.iter().map(|c| c.name.as_str()).collect();
+            return Err(OperatorError::Invalid(format!(
+                "no component `{component}` (the system's: {})",
+                names.join(", ")
+            )));
+        };
+        if key.is_empty() || key.split('.').any(str::is_empty) || key.len() > 200 {
+            return Err(OperatorError::Invalid(format!(
+                "`{key}` is not a parameter name (dotted for nested keys: size.mean)"
+            )));
+        }
+        // The key must not cross a value that is not a table in the system file's parameters.
+        let mut table = &self.file.components[i].params;
+        let parts: Vec<&str> = key.split('.').collect();
+        for (n, p) in parts[..parts.len() - 1].iter().enumerate() {
+            match table.get(*p) {
+                Some(toml::Value::Table(t)) => table = t,
+                Some(_) => {
+                    return Err(OperatorError::Invalid(format!(
+                        "`{component}.{}` is not a table: `{key}` cannot be set",
+                        parts[..=n].join(".")
+                    )));
+                }
+                None => break,
+            }
+        }
+        let entry = self.overrides.entry(component.to_owned()).or_default();
+        match value {
+            Some(v) => {
+                tracing::info!(component, key, value = %v, "parameter set for the next configure");
+                entry.insert(key.to_owned(), v);
+            }
+            None => {
+                entry.remove(key);
+                tracing::info!(component, key, "parameter set back to the system file's");
+            }
+        }
+        self.overrides.retain(|_, m| !m.is_empty());
+        Ok(())
+    }
+
+    /// Every override as `COMPONENT.KEY` → its value in JSON.
+    fn overrides_flat(&self) -> BTreeMap<String, Value> {
+        let mut flat = BTreeMap::new();
+        for (component, keys) in &self.overrides {
+            for (key, value) in keys {
+                flat.insert(format!("{component}.{key}"), serde_json::to_value(value).unwrap_or(Value::Null));
+            }
+        }
+        flat
+    }
+
+    /// A component's parameters with the overrides set over them and their references
+    /// resolved.
     fn resolved_params(&self, spec: &ComponentSpec) -> Result<toml::Table, OperatorError> {
         let refs = self.references(&BTreeMap::new());
-        match resolve(&toml::Value::Table(spec.params.clone()), &refs) {
+        let mut params = spec.params.clone();
+        for (key, value) in self.overrides.get(&spec.name).into_iter().flatten() {
+            let mut parts: Vec<&str> = key.split('.').collect();
+            let last = parts.pop().unwrap_or_default();
+            let mut t = &mut params;
+            for p in parts {
+                let entry = t.entry(p.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                match entry {
+                    toml::Value::Table(inner) => t = inner,
+                    _ => {
+                        return Err(OperatorError::Invalid(format!(
+                            "{}: `{key}` crosses a value that is not a table",
+                            spec.name
+                        )));
+                    }
+                }
+            }
+            t.insert(last.to_owned(), value.clone());
+        }
+        match resolve(&toml::Value::Table(params), &refs) {
             Ok(toml::Value::Table(t)) => Ok(t),
             Ok(_) => Ok(toml::Table::new()),
             Err(reason) => {
@@ -1234,7 +1340,8 @@ impl Sequencer {
             }
         }
         let started_ms = self.run_started_ms.unwrap_or(0);
-        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors }))
+        let overrides = self.overrides_flat();
+        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors, overrides }))
     }
 
     fn on_run_closed(&mut self, summary: Box<RunSummary>, now: Now, out: &mut Vec<Output>) {

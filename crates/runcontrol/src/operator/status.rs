@@ -146,6 +146,7 @@ pub(crate) fn system_status(place: &Place<'_>, s: &Snapshot, rates: &Rates, now_
         data: place.data.to_owned(),
         components,
         rates: rates.points(),
+        overrides: s.overrides.clone(),
     }
 }
 
@@ -229,6 +230,7 @@ pub(crate) fn run_summary(system: &str, close: &CloseRun, now_ms: u64) -> RunSum
         file_problems,
         components,
         errors,
+        overrides: close.overrides.clone(),
     }
 }
 

@@ -150,7 +150,8 @@ fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<St
 }
 
 /// Starts one component's process, its output appended to `logs/NAME.log`. It gets the system
-/// token's file in `DAQFLOW_TOKEN_FILE` (a user's own command reads it from there too), a
+/// token's file in `DAQFLOW_TOKEN_FILE` (a user's own command reads it from there too, and its
+/// lease and operator from `DAQFLOW_LEASE_S` and `DAQFLOW_OPERATOR`), a
 /// local `daqflow component` also as `--token-file`, one on another host the token itself as
 /// the first line of its standard input, which stays open.
 fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Result<Running, String> {
@@ -169,7 +170,11 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
         .stdout(log)
         .stderr(err_log)
         .env("DAQFLOW_COMPONENT", &spec.name)
-        .env("DAQFLOW_TOKEN_FILE", &launch.token_file);
+        .env("DAQFLOW_TOKEN_FILE", &launch.token_file)
+        // For a program of the user's own, which gets only `--name` and `--control`: its lease
+        // and its operator (the Python package's `daqflow.Component` reads them).
+        .env("DAQFLOW_LEASE_S", launch.lease_s.to_string())
+        .env("DAQFLOW_OPERATOR", super::DIALOG_NAME);
     // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
     // which is async-signal-safe; it asks the kernel to send SIGTERM to the child when the
     // thread that started it (the operator's event loop, which lives as long as the operator)

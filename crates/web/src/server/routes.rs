@@ -148,6 +148,7 @@ static ROUTES: &[Route] = &[
     route!("POST", "/api/control/release", Session, release_control),
     route!("POST", "/api/transition/{name}", Controller, transition),
     route!("POST", "/api/command", Controller, command),
+    route!("POST", "/api/set", Controller, set),
     route!("GET", "/api/processes", Watch, processes),
     route!("GET", "/api/listen", Watch, listen),
     route!("GET", "/api/logs", Watch, logs),
@@ -689,6 +690,47 @@ async fn command(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
     let command = name.clone();
     match backend_call(shared, move |b| b.send_command(&command, &data)).await {
         Ok(Ok(received)) => Response::json(200, &json!({"name": name, "received": received})).into(),
+        Ok(Err(e)) => backend_error(e).into(),
+        Err(r) => r.into(),
+    }
+}
+
+/// `POST /api/set` `{"component": NAME, "key": KEY, "value": VALUE}`: a parameter for the next
+/// configure (`value` null: back to the system file's).
+async fn set(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
+    const SHAPE: &str = "{\"component\": NAME, \"key\": KEY, \"value\": VALUE}";
+    let body = match object_body(call.request, &["component", "key", "value"], SHAPE) {
+        Ok(b) => b,
+        Err(r) => return r.into(),
+    };
+    let text = |field: &str| match body.get(field) {
+        Some(Value::String(n)) if !n.is_empty() => Ok(n.clone()),
+        None | Some(Value::Null) => Err(Response::error(400, format!("`{field}` is missing: {SHAPE}"))),
+        Some(_) => Err(Response::error(400, format!("`{field}` must be a non-empty string: {SHAPE}"))),
+    };
+    let (component, key) = match (text("component"), text("key")) {
+        (Ok(c), Ok(k)) => (c, k),
+        (Err(r), _) | (_, Err(r)) => return r.into(),
+    };
+    let value = match body.get("value") {
+        None => {
+            return Response::error(400, format!("`value` is missing (null takes the setting back): {SHAPE}")).into();
+        }
+        Some(Value::Null) => None,
+        Some(v) => Some(v.clone()),
+    };
+    tracing::info!(
+        client = call.session.as_deref().and_then(|s| shared.label_of(s)).map(label),
+        component,
+        key,
+        value = ?value,
+        "web: set"
+    );
+    shared.poke.notify_one();
+    let result = backend_call(shared, move |b| b.set(&component, &key, value)).await;
+    shared.poke.notify_one();
+    match result {
+        Ok(Ok(overrides)) => Response::json(200, &json!({ "overrides": overrides })).into(),
         Ok(Err(e)) => backend_error(e).into(),
         Err(r) => r.into(),
     }

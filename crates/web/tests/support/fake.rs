@@ -38,6 +38,8 @@ pub struct FakeBackend {
     pub listeners: Arc<AtomicUsize>,
     /// Commands sent: (name, data).
     pub commands: Mutex<Vec<(String, String)>>,
+    /// Parameters set: `COMPONENT.KEY` → value.
+    pub sets: Mutex<std::collections::BTreeMap<String, Value>>,
     /// The last log query asked for.
     pub last_query: Mutex<Option<LogQuery>>,
 }
@@ -94,6 +96,7 @@ fn summary(run: u32, started_ms: u64, stopped_ms: u64, events: u64) -> RunSummar
         file_problems: Vec::new(),
         components: Default::default(),
         errors: Vec::new(),
+        overrides: Default::default(),
     }
 }
 
@@ -133,6 +136,7 @@ impl FakeBackend {
             transition_delay,
             listeners: Arc::new(AtomicUsize::new(0)),
             commands: Mutex::new(Vec::new()),
+            sets: Mutex::default(),
             last_query: Mutex::new(None),
         })
     }
@@ -212,6 +216,7 @@ impl Backend for FakeBackend {
                 component("bu-1", "bu", Role::Builder, 102),
             ],
             rates: s.rates.clone(),
+            overrides: Default::default(),
         }
     }
 
@@ -287,6 +292,23 @@ impl Backend for FakeBackend {
                 &["bu-1/configure", "all/stop"],
             ),
         ])
+    }
+
+    fn set(
+        &self,
+        component: &str,
+        key: &str,
+        value: Option<Value>,
+    ) -> Result<std::collections::BTreeMap<String, Value>, BackendError> {
+        if !["source-1", "bu-1"].contains(&component) {
+            return Err(BackendError::Invalid(format!("no component `{component}`")));
+        }
+        let mut sets = self.sets.lock().unwrap();
+        match value {
+            Some(v) => sets.insert(format!("{component}.{key}"), v),
+            None => sets.remove(&format!("{component}.{key}")),
+        };
+        Ok(sets.clone())
     }
 
     fn send_command(&self, name: &str, data: &str) -> Result<u32, BackendError> {

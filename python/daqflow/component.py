@@ -1,0 +1,297 @@
+"""Components written in Python: subclass :class:`Component`, run it with :meth:`Component.main`.
+
+A component is one process of a daqflow system (a readout, a monitor, a slow-control reader).
+The operator drives it through the run-control state machine::
+
+    Initial --configure--> Configured --start--> Running --pause--> Paused
+       ^                       ^                    |  <--resume--    |
+       +--------reset----------+-------stop---------+-----------------+
+
+Write only the hooks you need; :meth:`Component.main` runs the class as a whole daqflow
+component process, exactly as ``daqflow component KIND`` runs a built-in kind: the same line
+commands on standard input, the same control-plane protocol (``NAME/configure`` …, ``NAME/state``,
+``NAME/stats``, ``NAME/log``), the system token, the lease and the operator's lock. The
+process loop is daqflow's own (Rust), so a Python component behaves like any other.
+
+Example (``python/examples/counter.py``)::
+
+    import daqflow
+
+    class Counter(daqflow.Component):
+        kind = "counter"
+
+        def configure(self):
+            self.step = int(self.config.get("step", 1))
+            return {"step": self.step}        # what the others may read: ${NAME.step}
+
+        def start(self, run):
+            self.count = 0
+
+        def stop(self, last_event):
+            return {"events": self.count}     # the run's summary
+
+        def stats(self):
+            return {"events": getattr(self, "count", 0)}
+
+    if __name__ == "__main__":
+        Counter.main()
+
+Run it by hand (``python3 counter.py --name c1``, then type ``configure``, ``start 1``,
+``stop``), with ``daqflow component --command "python3 counter.py" --name c1``, or from a
+system file with ``command = ["python3", "counter.py"]`` (docs/python.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from . import _native
+
+__all__ = ["Component", "ROLES"]
+
+#: How a component's counters enter the run's accounting (docs/operator-guide.md).
+ROLES = ("trigger", "readout", "builder", "buffer", "recorder", "other")
+
+_STATS_KEYS = ("events", "bytes", "events_per_s", "mb_per_s", "detail")
+
+
+class _DaqflowLogHandler(logging.Handler):
+    """Sends Python log records to the process's daqflow log (standard error and ``NAME/log``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = record.levelname.lower()
+            _native._log(level, self.format(record))
+        except Exception:  # a log record must never fail the component
+            self.handleError(record)
+
+
+def _stats_json(value: Any, what: str) -> Optional[str]:
+    """A hook's statistics (a mapping with ``events``, ``bytes``, … or None) as JSON."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must return a dict such as {{'events': 10, 'bytes': 4096}}, not {type(value).__name__}")
+    unknown = sorted(set(value) - set(_STATS_KEYS))
+    if unknown:
+        raise ValueError(
+            f"{what}: unknown statistics {', '.join(unknown)} (events, bytes, events_per_s, mb_per_s, "
+            "and detail: a dict of your own figures)"
+        )
+    out: Dict[str, Any] = {}
+    for key in ("events", "bytes"):
+        if key in value:
+            n = int(value[key])
+            if n < 0:
+                raise ValueError(f"{what}: {key} must not be negative")
+            out[key] = n
+    for key in ("events_per_s", "mb_per_s"):
+        if key in value:
+            out[key] = float(value[key])
+    if value.get("detail") is not None:
+        out["detail"] = value["detail"]
+    return json.dumps(out)
+
+
+class Component:
+    """A daqflow component written in Python. Subclass it and override the hooks you need.
+
+    Every hook runs with the configuration in :attr:`config` (a dict: the system file's
+    ``params`` for this component, with references resolved, or ``--config`` and ``--set``).
+    A hook that raises fails its transition: the component goes to Error with the exception's
+    text, as a built-in component would; ``reset`` brings it back to Initial.
+
+    The object is made anew at every configure (from the configuration merged with the
+    operator's), so a component starts each configuration from a clean state.
+
+    Class attributes:
+
+    - ``kind``: the kind's name (``"python"`` by default; a system file's ``kind``).
+    - ``role``: how its counters enter the run's accounting: ``"readout"`` for a source of
+      fragments, ``"other"`` (the default) for anything outside the event accounting; see
+      :data:`ROLES`.
+    """
+
+    kind: str = "python"
+    role: str = "other"
+
+    def __init__(self, name: str, config: Dict[str, Any]):
+        #: The component's name, unique in the system.
+        self.name = name
+        #: Its configuration.
+        self.config = config
+        #: A :class:`logging.Logger` whose records go to the process's daqflow log (standard
+        #: error, and at info and above the ``NAME/log`` service the message logger stores).
+        self.log = logging.getLogger(f"daqflow.component.{name}")
+        self._failure: Optional[str] = None
+        self._failure_lock = threading.Lock()
+
+    # The hooks. ---------------------------------------------------------------------------
+
+    def configure(self) -> Optional[Dict[str, Any]]:
+        """Initial → Configured: check :attr:`config`, open what the runs need. Return what
+        the other components may need to know (a JSON-able dict, e.g. ``{"listen": "…"}``;
+        the operator substitutes ``${NAME.KEY}`` with it), or None."""
+        return None
+
+    def start(self, run: int) -> None:
+        """Configured → Running: take run ``run``. Start your readout thread here."""
+
+    def stop(self, last_event: Optional[int]) -> Optional[Dict[str, Any]]:
+        """Running or Paused → Configured: end the run and return its summary (the same keys
+        as :meth:`stats`; by default :meth:`stats` itself). A source sends up to event
+        ``last_event`` first (the operator passes the trigger's last event)."""
+        return self.stats()
+
+    def pause(self) -> None:
+        """Running → Paused."""
+
+    def resume(self) -> None:
+        """Paused → Running."""
+
+    def reset(self) -> None:
+        """Any state → Initial: stop whatever runs, release everything."""
+
+    def stats(self) -> Dict[str, Any]:
+        """The live counters, published in ``NAME/stats`` once a second: ``events`` and
+        ``bytes`` handled in the run (in the sense of :attr:`role`), optionally
+        ``events_per_s`` and ``mb_per_s`` (computed from the counters when absent) and
+        ``detail``, a dict of the component's own figures."""
+        return {}
+
+    # Failing during a run. ----------------------------------------------------------------
+
+    def fail(self, why: str) -> None:
+        """Reports that the component failed during the run (e.g. from its readout thread):
+        its state becomes Error, with ``why``, and the operator applies its policy."""
+        with self._failure_lock:
+            if self._failure is None:
+                self._failure = str(why) or "failed"
+        self.log.error("%s", why)
+
+    def failure(self) -> Optional[str]:
+        """Why the component failed during the run, if it did (see :meth:`fail`)."""
+        with self._failure_lock:
+            return self._failure
+
+    # What the process loop calls (JSON in and out). ----------------------------------------
+
+    def _df_configure(self) -> Optional[str]:
+        info = self.configure()
+        if info is None:
+            return None
+        if not isinstance(info, Mapping):
+            raise TypeError(f"configure() must return a dict or None, not {type(info).__name__}")
+        return json.dumps(dict(info))
+
+    def _df_start(self, run: int) -> None:
+        with self._failure_lock:
+            self._failure = None
+        self.start(run)
+
+    def _df_stop(self, last_event: Optional[int]) -> Optional[str]:
+        return _stats_json(self.stop(last_event), "stop()")
+
+    def _df_pause(self) -> None:
+        self.pause()
+
+    def _df_resume(self) -> None:
+        self.resume()
+
+    def _df_reset(self) -> None:
+        self.reset()
+
+    def _df_stats(self) -> Optional[str]:
+        return _stats_json(self.stats(), "stats()")
+
+    def _df_failure(self) -> Optional[str]:
+        return self.failure()
+
+    # Running as a process. ----------------------------------------------------------------
+
+    @classmethod
+    def argument_parser(cls) -> argparse.ArgumentParser:
+        """The command line :meth:`main` reads: the arguments of ``daqflow component``."""
+        p = argparse.ArgumentParser(
+            description=f"The daqflow component {cls.__name__} (kind {cls.kind!r}): "
+            "driven by line commands on standard input (configure, start RUN, pause, resume, "
+            "stop [LAST_EVENT], stats, state, reset, quit) and, with --control, by the control plane.",
+        )
+        p.add_argument("--name", required=True, help="the component's name, unique in the system")
+        p.add_argument("--config", metavar="FILE", help="a TOML file with the configuration keys")
+        p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
+                       help="set one configuration key (dotted for nested keys); after --config")
+        p.add_argument("--start", metavar="RUN", type=int,
+                       help="configure and start run RUN at once; run until the input ends or a signal")
+        p.add_argument("--control", metavar="HOST:PORT", help="join the control plane at this control server")
+        p.add_argument("--lease", metavar="SECS", type=float,
+                       default=float(os.environ.get("DAQFLOW_LEASE_S", "15")),
+                       help="with --control: end when no control server was reachable for this long "
+                       "(0: never; default $DAQFLOW_LEASE_S or 15)")
+        p.add_argument("--operator", metavar="NAME", default=os.environ.get("DAQFLOW_OPERATOR") or None,
+                       help="with --control: take commands only from this process (default $DAQFLOW_OPERATOR)")
+        p.add_argument("--token-file", metavar="FILE",
+                       help="the system token's file (default $DAQFLOW_TOKEN_FILE, else $DAQFLOW_TOKEN)")
+        p.add_argument("--token-stdin", action="store_true",
+                       help="read the system token from the first line of standard input")
+        p.add_argument("--kind", default=None, help=f"the kind's name (default {cls.kind!r})")
+        return p
+
+    @classmethod
+    def main(cls, argv: Optional[Sequence[str]] = None) -> None:
+        """Runs this class as a daqflow component process with the command line ``argv``
+        (default: ``sys.argv[1:]``) and exits: status 0, or 1 when the component failed."""
+        args = cls.argument_parser().parse_args(argv)
+        sys.exit(1 if cls.run(**vars(args)) else 0)
+
+    @classmethod
+    def run(
+        cls,
+        name: str,
+        *,
+        config: Optional[str] = None,
+        sets: Sequence[str] = (),
+        start: Optional[int] = None,
+        control: Optional[str] = None,
+        lease: float = 15.0,
+        operator: Optional[str] = None,
+        token_file: Optional[str] = None,
+        token_stdin: bool = False,
+        kind: Optional[str] = None,
+    ) -> bool:
+        """Runs this class as a daqflow component process until it ends (the input ends, a
+        signal, ``quit``, or the lease runs out); returns whether it failed. The arguments are
+        :meth:`main`'s command line."""
+        if cls.role not in ROLES:
+            raise ValueError(f"{cls.__name__}.role {cls.role!r}: one of {', '.join(ROLES)}")
+        handler = _DaqflowLogHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        root = logging.getLogger("daqflow.component")
+        if not any(isinstance(h, _DaqflowLogHandler) for h in root.handlers):
+            root.addHandler(handler)
+        root.setLevel(logging.DEBUG)
+        root.propagate = False
+        _native._use_token(token_file=token_file, token_stdin=token_stdin)
+
+        def factory(component_name: str, config_json: str) -> Component:
+            return cls(component_name, json.loads(config_json))
+
+        return _native._run_component(
+            factory,
+            kind=kind or cls.kind,
+            role=cls.role,
+            name=name,
+            config_file=config,
+            sets=list(sets),
+            start=start,
+            control=control,
+            lease_s=lease,
+            end_with_stdin=token_stdin,
+            operator=operator,
+        )

@@ -1,0 +1,246 @@
+"""Components written in Python (daqflow.Component), the source protocol from Python
+(daqflow.SourceStream), and scripted runs through the operator's HTTP API (daqflow.Operator):
+each with real processes, against the `daqflow` binary."""
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import daqflow
+
+from conftest import REPO, daqflow_binary
+
+EXAMPLES = REPO / "python" / "examples"
+
+
+def drive(argv, lines, timeout=60, env=None):
+    """Runs a component process, types `lines`, returns its answers (one JSON object per
+    command) and its standard error."""
+    p = subprocess.run(argv, input="".join(l + "\n" for l in lines), capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    lines = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    # A failure during a run is a line of its own ({"event": "error", …}), not an answer.
+    answers = [l for l in lines if "ok" in l]
+    return p.returncode, answers, p.stderr
+
+
+COMMANDS = ["configure", "start 3", "stats", "pause", "resume", "stop", "reset", "configure", "quit"]
+
+
+def check_counter_answers(answers):
+    assert [a["state"] for a in answers] == [
+        "Configured", "Running", "Running", "Paused", "Running", "Configured", "Initial", "Configured", "Configured",
+    ], answers
+    assert all(a["ok"] for a in answers), answers
+    assert answers[0]["result"] == {"step": 5}
+    assert answers[1]["result"] == {"run": 3}
+    assert answers[5]["result"]["events"] >= 5 and answers[5]["result"]["events"] % 5 == 0
+
+
+def test_a_python_component_speaks_the_line_protocol():
+    code, answers, err = drive([sys.executable, str(EXAMPLES / "counter.py"), "--name", "c1", "--set", "step=5"],
+                               COMMANDS)
+    assert code == 0, err
+    check_counter_answers(answers)
+    # Its log line went to standard error with the process's other records.
+    assert "run 3: counting in steps of 5" in err
+
+
+def test_daqflow_component_command_runs_a_python_component():
+    cmd = f"{sys.executable} {EXAMPLES / 'counter.py'}"
+    code, answers, err = drive([daqflow_binary(), "component", "--command", cmd, "--name", "c2", "--set", "step=5"],
+                               COMMANDS)
+    assert code == 0, err
+    check_counter_answers(answers)
+
+
+def test_a_hook_that_raises_fails_its_transition_and_reset_recovers(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text(
+        "import daqflow\n"
+        "class Broken(daqflow.Component):\n"
+        "    def configure(self):\n"
+        "        if self.config.get('bad'):\n"
+        "            raise ValueError('no hardware on this crate')\n"
+        "    def start(self, run):\n"
+        "        self.fail('the crate lost power')\n"
+        "    def stats(self):\n"
+        "        return {'events': 1, 'colour': 'blue'}\n"
+        "if __name__ == '__main__':\n"
+        "    Broken.main()\n"
+    )
+    code, answers, err = drive(
+        [sys.executable, str(script), "--name", "b", "--set", "bad=true"],
+        ["configure", "reset", "state"],
+    )
+    assert answers[0]["ok"] is False and "no hardware on this crate" in answers[0]["error"], answers
+    assert answers[0]["state"] == "Error"
+    assert answers[1]["state"] == "Initial"
+    assert "ValueError" in err  # the traceback is in the log
+    # A failure reported during the run puts the component in Error; an unknown statistic is
+    # refused with its name.
+    code, answers, err = drive([sys.executable, str(script), "--name", "b"], ["configure", "start 1", "state", "stats"])
+    assert answers[1]["ok"] is True
+    assert answers[2]["state"] == "Error" and "the crate lost power" in json.dumps(answers[2]), answers
+    assert "unknown statistics colour" in err
+
+
+def test_bad_arguments_are_refused_with_a_clear_error():
+    with pytest.raises(ValueError, match="role"):
+        class Wrong(daqflow.Component):
+            role = "conductor"
+        Wrong.run("w")
+    with pytest.raises(daqflow.Error, match="cannot connect"):
+        daqflow.SourceStream("127.0.0.1:1", 0, 1, timeout=0.2)
+
+
+def demo_with_python_source(tmp_path, web="none"):
+    """The demo's system file with its source src-3 replaced by python/examples/readout.py."""
+    text = subprocess.run([daqflow_binary(), "demo", "--print-config"], capture_output=True, text=True,
+                          check=True).stdout
+    start = text.rindex("[[component]]", 0, text.index('name = "src-3"'))
+    readout = f'''[[component]]
+name = "src-3"
+kind = "source"
+command = {json.dumps([sys.executable, str(EXAMPLES / "readout.py")])}
+stop_arg = "${{evm.last_event}}"
+[component.params]
+source_id = 3
+ru = "${{ru-1.listen}}"
+rate_hz = 2000.0
+size = 1024
+'''
+    after = text.find("[[component]]", start + 1)
+    text = text[:start] + readout + ("\n" + text[after:] if after >= 0 else "")
+    text = re.sub(r'(?m)^web = .*$', f'web = "{web}"', text)
+    path = tmp_path / "system.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_python_readout_takes_the_place_of_an_emulated_source_in_the_demo(tmp_path):
+    system = demo_with_python_source(tmp_path)
+    data = tmp_path / "data"
+    run = subprocess.run([daqflow_binary(), "run", str(system), "--start", "--seconds", "3", "--data", str(data)],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"(?m)^lost: 0$", run.stdout), run.stdout
+    # The run database's summary: src-3 (Python) sent every event the trigger decided on (a
+    # source runs ahead of the trigger; the readout units drop what was never triggered).
+    import sqlite3
+    with sqlite3.connect(data / "runs.sqlite") as db:
+        (summary,) = db.execute("select summary from runs where run = 1").fetchone()
+    summary = json.loads(summary)
+    assert summary["lost"] == 0 and summary["state"] == "stopped", summary
+    src3 = summary["components"]["src-3"]
+    assert src3["kind"] == "source"
+    assert src3["summary"]["events"] >= summary["triggered"] > 1000, (src3, summary["triggered"])
+    # Every recorded event holds src-3's fragment, whose payload is what readout.py made.
+    files = sorted((data / "files").glob("run000001_*.daq"))
+    assert files
+    seen = 0
+    for f in files:
+        for event in daqflow.open(f):
+            (fragment,) = [fr for sf in event.super_fragments for fr in sf.fragments if fr.source_id == 3]
+            event_id, source = struct.unpack_from("<QQ", fragment.payload)
+            assert (event_id, source) == (event.id, 3)
+            assert len(fragment.payload) == 1024
+            seen += 1
+    assert seen == summary["recorded"]
+    # Its log is where every component's is.
+    log = (data / "logs" / "src-3.log").read_text()
+    assert "command done command=stop" in log
+
+
+@pytest.fixture
+def operator(tmp_path):
+    """A `daqflow run` of the demo with the Python source, serving its HTTP API."""
+    system = demo_with_python_source(tmp_path, web="127.0.0.1:0")
+    data = tmp_path / "data"
+    proc = subprocess.Popen([daqflow_binary(), "run", str(system), "--data", str(data)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = None
+    lines = []
+    deadline = time.monotonic() + 120
+    while url is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"web UI (http://[0-9.:]+)/\?token=", line)
+        if m:
+            url = m.group(1)
+    assert url, "".join(lines)
+    threading.Thread(target=lambda: [lines.append(l) for l in proc.stdout], daemon=True).start()
+    yield url, data
+    try:
+        proc.stdin.write("quit\n")
+        proc.stdin.flush()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_script_drives_runs_through_the_operator(operator):
+    url, data = operator
+    # A wrong token is refused at the login.
+    with pytest.raises(daqflow.OperatorError) as refused:
+        daqflow.Operator(url, token="wrong-token-0123456789")
+    assert refused.value.status == 403
+    op = daqflow.Operator(url, data=str(data))
+    assert op.state() == "Initial"
+    with pytest.raises(daqflow.OperatorError) as e:
+        op.configure()
+    assert e.value.status == 403 and "take control" in e.value.message
+    with op:
+        assert op.control()["you"] is True
+        configured = op.configure()
+        assert "listen" in configured["evm"]
+        with pytest.raises(daqflow.OperatorError) as e:
+            op.set("src-0", "rate_hz", 100)
+        assert e.value.status == 400 and "Initial" in e.value.message
+        run = op.start()
+        status = op.wait(events=500, timeout=60)
+        assert status["events"] >= 500 and status["running"]
+        summary = op.stop()
+        assert summary["run"] == run and summary["lost"] == 0 and summary["events"] >= 500
+        assert op.runs(limit=1)[0]["run"] == run
+        assert op.run(run)["summary"]["events"] == summary["events"]
+        op.reset()
+        with pytest.raises(daqflow.OperatorError) as e:
+            op.set("nobody", "rate_hz", 1)
+        assert e.value.status == 400 and "no component `nobody`" in e.value.message
+    assert op.control()["controlled"] is False
+
+
+def test_the_scan_example_takes_five_runs_each_with_its_value(operator, capsys):
+    url, data = operator
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import scan
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    values = [500, 1000, 1500, 2000, 2500]
+    summaries = scan.scan(url, str(data), "src-3.rate_hz", values, seconds=1.0)
+    assert [s["overrides"] for s in summaries] == [{"src-3.rate_hz": v} for v in values]
+    assert all(s["lost"] == 0 and s["state"] == "stopped" for s in summaries), summaries
+    # The slowest source sets the pace: the Python source's rate shows in the event rates.
+    rates = [s["events"] / s["seconds"] for s in summaries]
+    assert rates[-1] > rates[0] * 1.5, rates
+    # The run database holds each run's overrides; the scan took its own back at the end.
+    op = daqflow.Operator(url, data=str(data))
+    for s, v in zip(summaries, values):
+        assert op.run(s["run"])["summary"]["overrides"] == {"src-3.rate_hz": v}
+    assert op.status()["overrides"] == {}
+    out = capsys.readouterr().out
+    assert out.count("lost in") == 5
