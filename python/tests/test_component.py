@@ -244,3 +244,16 @@ def test_the_scan_example_takes_five_runs_each_with_its_value(operator, capsys):
     assert op.status()["overrides"] == {}
     out = capsys.readouterr().out
     assert out.count("lost in") == 5
+
+
+def test_the_operator_example_of_the_python_guide_runs(operator, capsys):
+    url, data = operator
+    doc = REPO / "docs" / "python.md"
+    blocks = re.findall(r"^```python operator\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
+    assert blocks
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"{doc}:operator-block{i}", "exec"), {"URL": url, "DATA": str(data)})
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    run, events, recorded, lost = map(int, first.split())
+    assert events >= 1000 and recorded == events and lost == 0
+    assert second == f"{run} 0"
