@@ -223,27 +223,28 @@ def test_a_script_drives_runs_through_the_operator(operator):
     assert op.control()["controlled"] is False
 
 
-def test_the_scan_example_takes_five_runs_each_with_its_value(operator, capsys):
+def test_the_scan_example_takes_five_runs_each_with_its_value(operator):
     url, data = operator
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import scan
-    finally:
-        sys.path.remove(str(EXAMPLES))
     values = [500, 1000, 1500, 2000, 2500]
-    summaries = scan.scan(url, str(data), "src-3.rate_hz", values, seconds=1.0)
-    assert [s["overrides"] for s in summaries] == [{"src-3.rate_hz": v} for v in values]
-    assert all(s["lost"] == 0 and s["state"] == "stopped" for s in summaries), summaries
+    # The command line of docs/python.md.
+    scan = subprocess.run(
+        [sys.executable, str(EXAMPLES / "scan.py"), url, "--data", str(data), "--set", "src-3.rate_hz",
+         "--values", *map(str, values), "--seconds", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert scan.returncode == 0, scan.stdout + scan.stderr
+    lines = scan.stdout.splitlines()
+    assert sum("0 lost in" in l for l in lines) == 5, scan.stdout
+    records = [json.loads(l) for l in lines if l.startswith("{")]
+    assert [r["overrides"] for r in records] == [{"src-3.rate_hz": v} for v in values]
+    assert all(r["state"] == "stopped" and r["lost"] == 0 for r in records), records
     # The slowest source sets the pace: the Python source's rate shows in the event rates.
+    op = daqflow.Operator(url, data=str(data))
+    summaries = [op.run(r["run"])["summary"] for r in records]
     rates = [s["events"] / s["seconds"] for s in summaries]
     assert rates[-1] > rates[0] * 1.5, rates
-    # The run database holds each run's overrides; the scan took its own back at the end.
-    op = daqflow.Operator(url, data=str(data))
-    for s, v in zip(summaries, values):
-        assert op.run(s["run"])["summary"]["overrides"] == {"src-3.rate_hz": v}
+    # The scan took its setting back at the end.
     assert op.status()["overrides"] == {}
-    out = capsys.readouterr().out
-    assert out.count("lost in") == 5
 
 
 def test_the_operator_example_of_the_python_guide_runs(operator, capsys):
