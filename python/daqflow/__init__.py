@@ -23,6 +23,7 @@ from ._native import (
     __version__,
     open,
 )
+from . import dialog
 
 __all__ = [
     "Arrays",
@@ -37,5 +38,6 @@ __all__ = [
     "SuperFragment",
     "VerifyReport",
     "__version__",
+    "dialog",
     "open",
 ]

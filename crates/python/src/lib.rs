@@ -17,6 +17,8 @@
 //! panics on a file's content: every problem becomes a Python exception ([`Error`] and its
 //! subclasses, or `OSError`).
 
+mod dialog;
+
 use std::ffi::{CStr, c_int};
 use std::fs;
 use std::sync::Arc;
@@ -702,5 +704,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    dialog::register(m)?;
     Ok(())
 }
