@@ -26,6 +26,7 @@ from ._native import (
 )
 from .component import Component
 from .operator import Operator, OperatorError
+from . import dialog
 
 __all__ = [
     "Arrays",
@@ -44,5 +45,6 @@ __all__ = [
     "SuperFragment",
     "VerifyReport",
     "__version__",
+    "dialog",
     "open",
 ]

@@ -274,3 +274,260 @@ def _use_token(token_file: Optional[Union[str, os.PathLike[str]]] = None, token_
 
 def _log(level: str, message: str) -> None:
     """Logs a line in the process's daqflow log."""
+# ---------------------------------------------------------------------------------------------
+# Control plane (DIALOG): crates/python/src/dialog.rs, re-exported by daqflow.dialog
+# ---------------------------------------------------------------------------------------------
+
+from typing import Callable, List
+
+class DialogError(Error):
+    """An operation on the control plane failed; the message says what and why."""
+
+class ControlServerUnavailableError(DialogError):
+    """No control server answered in time, or it refused this process (a wrong or missing
+    token, a name taken): the message gives the reason."""
+
+class ServiceTakenError(DialogError):
+    """Another live process provides the service (the message names it and its address);
+    nothing was registered."""
+
+class ServiceRevokedError(DialogError):
+    """This process no longer provides the service: another process registered it while the
+    control server was away."""
+
+class InvalidNameError(DialogError):
+    """A process, service or command name is invalid (1 to 200 ASCII letters, digits or
+    ``- _ . : / @ +``), or reserved (``dialog/...``)."""
+
+class TokenError(DialogError):
+    """The system token could not be read: a missing file, a file other users may read, or a
+    malformed token."""
+
+class DialogClosedError(DialogError):
+    """The dialog (or the service, subscription or registration) was closed."""
+
+def dialog_connect(
+    name: str,
+    control: str,
+    *,
+    token: Optional[str] = None,
+    token_file: Optional[str] = None,
+    listen: Optional[str] = None,
+    timeout: Optional[float] = 10.0,
+) -> Dialog:
+    """Joins the control plane as process ``name`` with the control server(s) ``control``
+    (``host:port[,host:port...]``); ``daqflow.dialog.connect`` gives the defaults and documents
+    the arguments."""
+
+class Dialog:
+    """A process on the control plane (``daqflow.dialog.connect``). A context manager; ``close()``
+    leaves the control plane."""
+
+    @property
+    def name(self) -> str:
+        """The process name, unique in the system."""
+    @property
+    def control(self) -> List[str]:
+        """The control server addresses: the primary, then the spares."""
+    @property
+    def control_server(self) -> Optional[str]:
+        """The control server this process is connected to now, or ``None``."""
+    @property
+    def is_connected(self) -> bool:
+        """Whether the process is connected to a control server now."""
+    @property
+    def connection_problem(self) -> Optional[str]:
+        """Why no control server answers while not connected (a wrong token, a refusal, the last
+        connection error); ``None`` when connected."""
+    @property
+    def listen_addr(self) -> str:
+        """Where this process listens for its peers (``host:port``)."""
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+    def wait_connected(self, timeout: Optional[float] = None) -> bool:
+        """Waits until connected to a control server, at most ``timeout`` seconds (``None``: for
+        ever); returns whether it is."""
+    def provide(
+        self,
+        name: str,
+        initial: Union[bytes, str, Any, None] = None,
+        *,
+        when_full: str = "block",
+        timeout: Optional[float] = 10.0,
+    ) -> Service:
+        """Provides service ``name`` (unique in the system) and publishes ``initial`` unless it is
+        ``None``. Waits up to ``timeout`` seconds for a control server, then for its answer.
+
+        ``when_full``: what an update does for a subscriber whose queue is full: ``"block"``
+        waits for it (every subscriber gets every update), ``"skip"`` skips it for that
+        subscriber (counted in ``Service.dropped``; for monitoring, so that a stuck subscriber
+        never slows this process).
+
+        Raises ``ServiceTakenError`` if another process provides it,
+        ``ControlServerUnavailableError`` if no control server answered."""
+    def subscribe(
+        self,
+        name: str,
+        callback: Optional[Callable[[Message], Any]] = None,
+        *,
+        maxsize: Optional[int] = None,
+        lost: bool = True,
+    ) -> Subscription:
+        """Subscribes to service ``name`` (one nobody provides yet is waited for): the current
+        value first, then every update, and a ``lost`` message when the provider goes away.
+
+        With ``callback``, it is called with each ``Message`` on the thread reading the
+        provider's connection (with the GIL); an exception it raises is logged. Without, the
+        messages wait in the returned ``Subscription``: iterate over it or ``get()``; with
+        ``maxsize``, only the newest ``maxsize`` are kept. ``lost=False`` leaves out the
+        messages about the provider going away. The subscription lasts until closed, or until
+        the dialog is."""
+    def register_command(self, name: str, callback: Callable[[Command], Any]) -> CommandRegistration:
+        """Accepts command ``name`` (several processes may): ``callback`` is called with each
+        ``Command``, one at a time in the order they came, on the dialog's command thread (with
+        the GIL); an exception it raises is logged. Lasts until closed, or until the dialog is.
+        The registration reaches the control server shortly after this returns (see
+        ``wait_for_command``)."""
+    def send_command(self, name: str, data: Union[bytes, str, Any, None] = None) -> int:
+        """Sends command ``name`` with ``data`` (bytes, str as UTF-8, or a byte buffer) to every
+        process that registered it; returns how many that was (0: nobody). Waits up to 5 s for
+        a control server (then ``ControlServerUnavailableError``)."""
+    def send_json(self, name: str, obj: Any) -> int:
+        """``send_command`` with ``obj`` as JSON."""
+    def wait_for_command(
+        self, name: str, registrants: int = 1, timeout: Optional[float] = 10.0
+    ) -> List[str]:
+        """Waits until at least ``registrants`` processes registered command ``name``, as the
+        control server's ``dialog/commands`` says, at most ``timeout`` seconds (then
+        ``TimeoutError``); returns their names."""
+    def processes(self, timeout: Optional[float] = 10.0) -> List[dict[str, Any]]:
+        """The processes on the control plane (``dialog/processes``): ``name``, ``host``,
+        ``port``, ``pid``, ``start_time_ns``, ``connected_ns``, ``last_heartbeat_ns``,
+        ``provides``, ``subscribes``, ``commands``."""
+    def close(self) -> None:
+        """Leaves the control plane: ends every service, subscription and command registration
+        of this process, and returns once no callback of it runs (but the caller's, when a
+        callback closes its own dialog). Calling it again does nothing."""
+    def __enter__(self) -> Dialog: ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Service:
+    """A service this process provides (``Dialog.provide``)."""
+
+    @property
+    def name(self) -> str:
+        """The service name."""
+    @property
+    def seq(self) -> int:
+        """Updates published so far (the ``seq`` of the last one)."""
+    @property
+    def subscriber_count(self) -> int:
+        """Subscribers now."""
+    @property
+    def dropped(self) -> int:
+        """Updates skipped for subscribers that did not keep up (``when_full="skip"``)."""
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (or the dialog closed)."""
+    def update(self, data: Union[bytes, str, Any]) -> None:
+        """Publishes ``data`` (bytes, str as UTF-8, or a byte buffer) to every subscriber, straight
+        from this process. Waits for a subscriber whose queue is full unless the service was
+        provided with ``when_full="skip"``. Raises ``ServiceRevokedError`` when another process
+        took the service over while the control server was away."""
+    def update_json(self, obj: Any) -> None:
+        """Publishes ``obj`` as JSON."""
+    def close(self) -> None:
+        """Stops providing the service (its subscribers are told it was withdrawn)."""
+    def __enter__(self) -> Service: ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Subscription:
+    """A subscription (``Dialog.subscribe``); without a callback, an iterator over its
+    messages, each waited for."""
+
+    @property
+    def name(self) -> str:
+        """The service subscribed to."""
+    @property
+    def provider(self) -> Optional[str]:
+        """The process providing the service now (``"control server"`` for ``dialog/...``), or
+        ``None`` while nobody does."""
+    @property
+    def pending(self) -> int:
+        """Messages waiting in the queue."""
+    @property
+    def dropped(self) -> int:
+        """Messages dropped from a full queue (``maxsize``), the oldest first."""
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (or the dialog closed)."""
+    def get(self, timeout: Optional[float] = None) -> Message:
+        """The next message, waiting at most ``timeout`` seconds (``None``: for ever). Raises
+        ``TimeoutError`` when none came in time, ``DialogClosedError`` once the subscription is
+        closed and its queue empty, ``DialogError`` for a subscription with a callback."""
+    def __iter__(self) -> Iterator[Message]: ...
+    def __next__(self) -> Message:
+        """The next message, waited for; the iteration ends once the subscription is closed
+        and its queue empty."""
+    def close(self) -> None:
+        """Ends the subscription."""
+    def __enter__(self) -> Subscription: ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Message:
+    """A value of a service, or the loss of its provider (``lost``)."""
+
+    service: str
+    """The service."""
+    data: bytes
+    """The value (empty for a loss)."""
+    seq: int
+    """The provider's update counter: consecutive updates have consecutive numbers (0 for a
+    loss)."""
+    initial: bool
+    """The value the service had when the subscription started (or moved to a new provider)."""
+    provider: Optional[str]
+    """The provider (for a loss: the one lost)."""
+    lost: bool
+    """This message says the provider went away; the subscription stays and resumes with the
+    next provider."""
+    cause: Optional[str]
+    """Why it went away: ``"connection closed"``, ``"no heartbeat"``, ``"disconnected"``,
+    ``"service withdrawn"`` or ``"unreachable"``."""
+    def json(self) -> Any:
+        """The value parsed as JSON."""
+    def text(self) -> str:
+        """The value as text (UTF-8)."""
+    def __bytes__(self) -> bytes: ...
+    def __len__(self) -> int:
+        """The value's size in bytes."""
+
+class Command:
+    """A command delivered to this process (``Dialog.register_command``)."""
+
+    name: str
+    """The command name."""
+    sender: str
+    """The process that sent it."""
+    data: bytes
+    """Its payload."""
+    def json(self) -> Any:
+        """The payload parsed as JSON."""
+    def text(self) -> str:
+        """The payload as text (UTF-8)."""
+    def __bytes__(self) -> bytes: ...
+
+class CommandRegistration:
+    """A command this process accepts (``Dialog.register_command``)."""
+
+    @property
+    def name(self) -> str:
+        """The command name."""
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (or the dialog closed)."""
+    def close(self) -> None:
+        """Stops accepting the command."""
+    def __enter__(self) -> CommandRegistration: ...
+    def __exit__(self, *args: Any) -> bool: ...

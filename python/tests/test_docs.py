@@ -8,8 +8,20 @@ from conftest import REPO
 DOC = REPO / "docs" / "python.md"
 
 
-def python_blocks(doc=DOC):
-    return re.findall(r"^```python\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
+# Sections whose examples need running processes, each run by a test of its own:
+# "Control plane" by test_dialog.py.
+RUN_ELSEWHERE = {"Control plane"}
+
+
+def python_blocks(doc=DOC, section=None):
+    """The ```python blocks of `doc`: those of its `## section`, or with no section given,
+    those of every section but the ones in RUN_ELSEWHERE."""
+    blocks = []
+    for part in re.split(r"^## ", doc.read_text(), flags=re.M):
+        title = part.split("\n", 1)[0].strip()
+        if (title == section) if section else (title not in RUN_ELSEWHERE):
+            blocks += re.findall(r"^```python\n(.*?)^```", part, flags=re.S | re.M)
+    return blocks
 
 
 def test_every_example_of_the_python_guide_runs(in_data_dir, capsys):

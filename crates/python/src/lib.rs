@@ -17,6 +17,8 @@
 //! panics on a file's content: every problem becomes a Python exception ([`Error`] and its
 //! subclasses, or `OSError`).
 
+mod dialog;
+
 use std::ffi::{CStr, c_int};
 use std::fs;
 use std::sync::Arc;
@@ -708,5 +710,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(component::_run_component, m)?)?;
     m.add_function(wrap_pyfunction!(component::_use_token, m)?)?;
     m.add_function(wrap_pyfunction!(component::_log, m)?)?;
+    dialog::register(m)?;
     Ok(())
 }
