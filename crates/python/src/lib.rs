@@ -31,6 +31,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMemoryView};
 use pyo3::{create_exception, ffi};
 
+mod et;
+
 create_exception!(daqflow, Error, PyException, "Base class of the errors daqflow raises about data.");
 create_exception!(
     daqflow,
@@ -702,5 +704,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    et::register(m)?;
     Ok(())
 }
