@@ -1,6 +1,7 @@
 """daqflow.et: ET systems, stations, attachments and events from Python, locally (shared memory)
 and remotely (TCP), against systems made in this process and by `daqflow et start`."""
 
+import gc
 import os
 import re
 import signal
@@ -191,6 +192,34 @@ def test_a_buffer_cannot_be_used_after_its_event_was_put(client):
         with pytest.raises(et.EventReleasedError):
             consumer.put_events(e)
         assert "put or dumped" in repr(e)
+
+
+def test_a_detached_attachment_still_takes_back_the_events_of_its_batches(client):
+    client.create_station("c")
+    consumer = client.attach("c")
+    produce(client, [(1, 0, 0, 0)] * 4)
+    batch = consumer.get_events(4, wait=5.0)
+    consumer.detach()
+    assert "detached" in repr(consumer)
+    with pytest.raises(et.EtError, match="detached"):
+        consumer.get_events(1, wait="async")
+    assert [a["station"] for a in client.snapshot()["attachments"]] == ["c"]   # kept by the batch
+    consumer.put_events(batch)
+    assert client.snapshot()["attachments"] == []                            # now it is gone
+    assert free_events(client)["free_events"] == 200
+
+
+def test_a_forgotten_batch_is_collected_and_its_events_restored(client):
+    client.create_station("c")
+    consumer = client.attach("c")
+    produce(client, [(1, 0, 0, 0)] * 4)
+    batch = consumer.get_events(4, wait=5.0)
+    views = [e.data for e in batch]            # views -> events -> batch -> views: a cycle
+    del batch, views
+    consumer.detach()
+    gc.collect()
+    assert client.snapshot()["attachments"] == []
+    assert free_events(client)["free_events"] == 200   # restore "output": on, then back
 
 
 # --- stations ----------------------------------------------------------------------------------

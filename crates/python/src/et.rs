@@ -28,6 +28,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -874,13 +875,22 @@ impl Core {
 #[pyclass(frozen, name = "Attachment", module = "daqflow.et")]
 pub struct Attachment {
     core: Mutex<Option<Arc<Core>>>,
+    /// The same attachment after `detach()`, alive while batches still hold its events: they
+    /// can still be put or dumped.
+    detached: std::sync::Weak<Core>,
     station: String,
     remote: bool,
 }
 
 impl Attachment {
     fn new(core: Core, station: &str, remote: bool) -> Self {
-        Attachment { core: Mutex::new(Some(Arc::new(core))), station: station.to_owned(), remote }
+        let core = Arc::new(core);
+        Attachment {
+            detached: Arc::downgrade(&core),
+            core: Mutex::new(Some(core)),
+            station: station.to_owned(),
+            remote,
+        }
     }
 
     fn core(&self) -> PyResult<Arc<Core>> {
@@ -1013,7 +1023,7 @@ type Taken = (Py<Batch>, Slot);
 
 impl Attachment {
     fn hand_back(&self, py: Python<'_>, events: &Bound<'_, PyAny>, dump: bool) -> PyResult<()> {
-        let core = self.core()?;
+        let core = self.core().or_else(|e| self.detached.upgrade().ok_or(e))?;
         let groups = groups_of(events)?;
         for (b, _) in &groups {
             let state = lock(&b.get().state);
@@ -1121,8 +1131,9 @@ struct Slot {
     /// Its position in the batch as got (stable: handles find their slot by it).
     id: u32,
     event: Option<RustEvent<'static>>,
-    /// Buffers exported from it now (`__getbuffer__` minus `__releasebuffer__`).
-    exports: u32,
+    /// Buffers exported from it now (`__getbuffer__` minus `__releasebuffer__`), shared with
+    /// each export so that releasing one needs no lock.
+    exports: Arc<AtomicU32>,
     /// The memoryviews `Event.data` gave, released when the event is put or dumped.
     views: Vec<Py<PyAny>>,
 }
@@ -1159,11 +1170,12 @@ impl State {
         {
             return Err(EventReleasedError::new_err(format!("event {id} of its batch was put or dumped already")));
         }
-        if let Some(s) = self.slots.iter().find(|s| wanted(s.id) && s.exports > 0) {
+        if let Some(s) = self.slots.iter().find(|s| wanted(s.id) && s.exports.load(Ordering::Relaxed) > 0) {
             return Err(BufferInUseError::new_err(format!(
                 "event {} of the batch still has {} buffer(s) of its data in use (a numpy array, a memoryview slice or a \
                  memoryview(event)): delete them (or call .release() on memoryviews) before putting or dumping it",
-                s.id, s.exports
+                s.id,
+                s.exports.load(Ordering::Relaxed)
             )));
         }
         let (out, keep): (Vec<Slot>, Vec<Slot>) =
@@ -1192,7 +1204,7 @@ impl Batch {
         let slots = events
             .into_iter()
             .enumerate()
-            .map(|(i, e)| Slot { id: i as u32, event: Some(e), exports: 0, views: Vec::new() })
+            .map(|(i, e)| Slot { id: i as u32, event: Some(e), exports: Arc::default(), views: Vec::new() })
             .collect::<Vec<_>>();
         let core = if slots.is_empty() { None } else { Some(core) };
         Py::new(py, Batch { state: Mutex::new(State { slots, core, remote }) })
@@ -1460,11 +1472,11 @@ impl Event {
         if view.is_null() {
             return Err(PyBufferError::new_err("no Py_buffer to fill"));
         }
-        let (ptr, len) = slf.get().with(|e, s, _| {
+        let (ptr, len, exports) = slf.get().with(|e, s, _| {
             let len = e.len();
             let ptr = e.buffer_mut()[..len].as_mut_ptr();
-            s.exports += 1;
-            Ok((ptr, len))
+            s.exports.fetch_add(1, Ordering::Relaxed);
+            Ok((ptr, len, s.exports.clone()))
         })?;
         // SAFETY: `view` is a valid, writable `Py_buffer` (checked non-null; Python passes
         // one); `ptr` points to `len` bytes that stay valid while the view is exported (above);
@@ -1481,15 +1493,15 @@ impl Event {
             };
             (*view).ndim = 1;
             // Shape and strides live in a box of their own (consumers may copy the
-            // `Py_buffer` and keep its pointers), freed by `__releasebuffer__` through
-            // `internal`.
-            let dims: *mut [isize; 2] = Box::into_raw(Box::new([len as isize, 1]));
-            let dims_ptr = dims.cast::<isize>();
+            // `Py_buffer` and keep its pointers), with the export count to decrement; freed
+            // by `__releasebuffer__` through `internal`.
+            let export: *mut Export = Box::into_raw(Box::new(Export { dims: [len as isize, 1], exports }));
+            let dims_ptr = (&raw mut (*export).dims).cast::<isize>();
             (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { dims_ptr } else { std::ptr::null_mut() };
             (*view).strides =
                 if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { dims_ptr.add(1) } else { std::ptr::null_mut() };
             (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = dims.cast();
+            (*view).internal = export.cast();
             (*view).obj = slf.into_any().into_ptr();
         }
         Ok(())
@@ -1498,19 +1510,17 @@ impl Event {
     /// # Safety
     ///
     /// Called by Python once per view `__getbuffer__` filled, with that view (or a copy of
-    /// it): its `internal` is the box of its shape and strides.
+    /// it): its `internal` is the [`Export`] made there. It takes no lock: Python may release
+    /// a view while this thread holds the batch's lock (a collection run by an allocation).
     unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
         // SAFETY: `view` is a view `__getbuffer__` filled (above), whose `internal` is a
-        // `Box<[isize; 2]>` made there and freed only here, once.
+        // `Box<Export>` made there and freed only here, once.
         unsafe {
             if !view.is_null() && !(*view).internal.is_null() {
-                drop(Box::from_raw((*view).internal.cast::<[isize; 2]>()));
+                let export = Box::from_raw((*view).internal.cast::<Export>());
                 (*view).internal = std::ptr::null_mut();
+                export.exports.fetch_sub(1, Ordering::Relaxed);
             }
-        }
-        let mut state = lock(&self.batch.get().state);
-        if let Some(s) = state.slot_mut(self.id) {
-            s.exports = s.exports.saturating_sub(1);
         }
     }
 
@@ -1528,10 +1538,18 @@ impl Event {
     }
 }
 
+/// What a buffer lent by `Event.__getbuffer__` points to besides the data (`Py_buffer.internal`).
+struct Export {
+    /// The view's shape and strides: `[length, 1]`.
+    dims: [isize; 2],
+    /// The event's export count.
+    exports: Arc<AtomicU32>,
+}
+
 /// Copies `data` into an event. A remote event whose buffer is exported is written in place
 /// (its buffer, already as large as its capacity, never moves while exported).
 fn write_bytes(e: &mut RustEvent<'static>, s: &Slot, remote: bool, data: &[u8]) -> PyResult<()> {
-    if remote && s.exports > 0 {
+    if remote && s.exports.load(Ordering::Relaxed) > 0 {
         if data.len() > e.capacity() {
             return Err(RefusedError::new_err(format!(
                 "{} bytes exceed the event's capacity {}",
