@@ -9,9 +9,11 @@ a helper process). A producer process (Python, batch calls only: `new_events(100
 `put_events`, no per-event work) fills a blocking station at the end of the chain as fast as it
 can; the consumer under test is this process, attached to that station, and the time is
 that of its loop `get_events(batch)` -> touch every event -> `put_events(batch)` over
-`--events` events. Each way of touching is measured `--runs` times; the median is printed
-(events/s), with the Rust consumer (`daqflow et consume --json`) measured the same way between
-them.
+`--events` events. Each way of touching is measured `--runs` times; the medians are printed:
+events per second of wall-clock time, and events per second of the consumer's CPU time (less
+sensitive to other load on the machine; the consumer spins a little before it sleeps), with the
+Rust consumer (`daqflow et consume --json`, its CPU time from `getrusage`) measured the same way
+between them.
 
 The ways of touching the events:
   len       `for e in batch: n += len(e)`          (an Event object per event)
@@ -23,6 +25,7 @@ The ways of touching the events:
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -63,9 +66,10 @@ def daqflow_binary(given):
 
 
 def consume(attachment, events, batch, how):
-    """Takes `events` events; returns the seconds the loop took."""
+    """Takes `events` events; returns the seconds the loop took, wall clock and CPU."""
     n = 0
     got = 0
+    cpu = time.process_time()
     start = time.perf_counter()
     while got < events:
         b = attachment.get_events(batch)
@@ -81,7 +85,7 @@ def consume(attachment, events, batch, how):
             n += b.total_length()
         got += len(b)
         attachment.put_events(b)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def main():
@@ -114,26 +118,35 @@ def main():
         assert producer.stdout.readline().startswith("producing")
         consume(consumer, args.events // 10, args.batch, "len")  # warm up
         rates = {way: [] for way in args.ways.split(",")}
+        cpu_rates = {way: [] for way in args.ways.split(",")}
         if binary:
             rates["rust"] = []
+            cpu_rates["rust"] = []
         for _ in range(args.runs):
             for way in rates:
                 if way == "rust":
                     consumer.detach()
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     out = subprocess.run(
                         [binary, "et", "consume", "--name", name, "--station", "bench", "--count",
                          str(args.events), "--batch", str(args.batch), "--json"],
                         capture_output=True, text=True, check=True).stdout
                     line = [x for x in out.splitlines() if x.startswith("{")][-1]
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
                     rates[way].append(json.loads(line)["events_per_s"])
+                    cpu_rates[way].append(args.events / cpu)
                     consumer = client.attach("bench")
                 else:
-                    rates[way].append(args.events / consume(consumer, args.events, args.batch, way))
+                    wall, cpu = consume(consumer, args.events, args.batch, way)
+                    rates[way].append(args.events / wall)
+                    cpu_rates[way].append(args.events / cpu)
         print(f"ET consumer, local, {args.size} B events, batch {args.batch}, {args.events} events per run, "
               f"median of {args.runs} (system: {binary or 'daqflow.et.System'})")
         for way, r in rates.items():
             label = "Rust `daqflow et consume`" if way == "rust" else f"Python, {way}"
-            print(f"  {label:32} {statistics.median(r) / 1e6:6.2f} M events/s   "
+            print(f"  {label:28} {statistics.median(r) / 1e6:6.2f} M events/s "
+                  f"{statistics.median(cpu_rates[way]) / 1e6:6.2f} M events/CPU s   "
                   f"(runs: {', '.join(f'{x / 1e6:.2f}' for x in r)})")
         consumer.detach()
     finally:

@@ -410,6 +410,19 @@ def test_a_closed_system_is_dead_for_its_clients():
     assert client.is_dead
 
 
+def test_a_system_dropped_without_close_stops_even_with_a_python_selection():
+    system = et.System(unique(), 50, 256)
+    system.create_station("f", select=lambda control, priority, data: True)
+    client = et.connect(system.name)
+    f = client.attach("f")
+    produce(client, [(1, 0, 0, 0)] * 20)
+    del system
+    gc.collect()
+    with pytest.raises(et.SystemDeadError):
+        f.get_events(100, wait=10.0)
+        f.get_events(100, wait=10.0)
+
+
 # --- waiting -----------------------------------------------------------------------------------
 
 

@@ -683,6 +683,16 @@ impl System {
     }
 }
 
+impl Drop for System {
+    fn drop(&mut self) {
+        // Stopping joins the conductor thread, which may be waiting for the GIL to run a
+        // Python selection function: stop without the GIL.
+        if let Some(system) = self.system.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = Python::try_attach(move |py| py.detach(move || drop(system)));
+        }
+    }
+}
+
 fn socket_address(text: &str) -> PyResult<SocketAddr> {
     text.to_socket_addrs()
         .map_err(|e| PyValueError::new_err(format!("{text:?}: not a host:port address ({e})")))?
@@ -1138,6 +1148,12 @@ struct Slot {
     views: Vec<Py<PyAny>>,
 }
 
+/// A slot's buffers, beside its event (`Event::with`).
+struct SlotRef<'a> {
+    exports: &'a Arc<AtomicU32>,
+    views: &'a mut Vec<Py<PyAny>>,
+}
+
 /// What a batch holds. Field order matters: `slots` (the events) drop before `core` (the
 /// attachment they borrow).
 struct State {
@@ -1323,17 +1339,14 @@ pub struct Event {
 }
 
 impl Event {
-    fn with<R>(&self, f: impl FnOnce(&mut RustEvent<'static>, &mut Slot, bool) -> PyResult<R>) -> PyResult<R> {
+    /// Runs `f` on the event, its slot's buffers and whether it is remote, under the batch's
+    /// lock; `EventReleasedError` if it was put or dumped.
+    fn with<R>(&self, f: impl FnOnce(&mut RustEvent<'static>, SlotRef<'_>, bool) -> PyResult<R>) -> PyResult<R> {
         let mut state = lock(&self.batch.get().state);
         let remote = state.remote;
         match state.slot_mut(self.id) {
-            Some(slot) => {
-                let mut event = slot.event.take().ok_or_else(|| self.gone())?;
-                let r = f(&mut event, slot, remote);
-                slot.event = Some(event);
-                r
-            }
-            None => Err(self.gone()),
+            Some(Slot { event: Some(event), exports, views, .. }) => f(event, SlotRef { exports, views }, remote),
+            _ => Err(self.gone()),
         }
     }
 
@@ -1424,8 +1437,7 @@ impl Event {
     #[getter]
     fn data<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.get();
-        let len = this.with(|e, _, _| Ok(e.len()))?;
-        let cached = this.with(|_, s, _| Ok(s.views.last().map(|v| v.clone_ref(slf.py()))))?;
+        let (len, cached) = this.with(|e, s, _| Ok((e.len(), s.views.last().map(|v| v.clone_ref(slf.py())))))?;
         if let Some(v) = cached {
             let v = v.into_bound(slf.py());
             if v.len().is_ok_and(|n| n == len) {
@@ -1548,7 +1560,7 @@ struct Export {
 
 /// Copies `data` into an event. A remote event whose buffer is exported is written in place
 /// (its buffer, already as large as its capacity, never moves while exported).
-fn write_bytes(e: &mut RustEvent<'static>, s: &Slot, remote: bool, data: &[u8]) -> PyResult<()> {
+fn write_bytes(e: &mut RustEvent<'static>, s: SlotRef<'_>, remote: bool, data: &[u8]) -> PyResult<()> {
     if remote && s.exports.load(Ordering::Relaxed) > 0 {
         if data.len() > e.capacity() {
             return Err(RefusedError::new_err(format!(
