@@ -5,9 +5,10 @@
 
 An ET system runs in its own process (`daqflow et start`, the release binary if there is one:
 `--daqflow PATH` or `$DAQFLOW_BIN` pick another; without any binary, a `daqflow.et.System` in
-a helper process). A producer process (Python, batch calls only: `new_events(100, 64)` then
-`put_events`, no per-event work) fills a blocking station at the end of the chain as fast as it
-can; the consumer under test is this process, attached to that station, and the time is
+a helper process). A producer process (`daqflow et produce --size 64 --batch 100`; without a
+binary, Python with batch calls only) fills a blocking station at the end of the chain as fast
+as it can, at nice 10 (`--producer-nice`) so that on a machine with few cores the consumer
+under test gets the CPU first; the consumer is this process, attached to that station, and the time is
 that of its loop `get_events(batch)` -> touch every event -> `put_events(batch)` over
 `--events` events. Each way of touching is measured `--runs` times; the medians are printed:
 events per second of wall-clock time, and events per second of the consumer's CPU time (less
@@ -96,6 +97,9 @@ def main():
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--daqflow", help="the daqflow binary (default: $DAQFLOW_BIN, target/release, target/debug)")
     p.add_argument("--ways", default="len,data,lengths,total")
+    p.add_argument("--producer-nice", type=int, default=10,
+                   help="the producer's niceness: on a machine with few cores, the consumer under test "
+                        "gets the CPU first (the producer is faster and waits for free events)")
     args = p.parse_args()
 
     name = f"etbench-{os.getpid()}"
@@ -113,9 +117,15 @@ def main():
         client = et.connect(name)
         client.create_station("bench")
         consumer = client.attach("bench")
-        producer = subprocess.Popen([sys.executable, "-c", PRODUCER, name, str(args.size), str(args.batch)],
-                                    stdout=subprocess.PIPE, text=True)
-        assert producer.stdout.readline().startswith("producing")
+        if binary:
+            producer = subprocess.Popen(
+                [binary, "et", "produce", "--name", name, "--size", str(args.size), "--batch", str(args.batch)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=lambda: os.nice(args.producer_nice))
+        else:
+            producer = subprocess.Popen([sys.executable, "-c", PRODUCER, name, str(args.size), str(args.batch)],
+                                        stdout=subprocess.PIPE, text=True,
+                                        preexec_fn=lambda: os.nice(args.producer_nice))
+            assert producer.stdout.readline().startswith("producing")
         consume(consumer, args.events // 10, args.batch, "len")  # warm up
         rates = {way: [] for way in args.ways.split(",")}
         cpu_rates = {way: [] for way in args.ways.split(",")}

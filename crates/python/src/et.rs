@@ -42,7 +42,7 @@ use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMemoryView, PySequence, PyString, PyTuple};
-use pyo3::{PyTraverseError, create_exception, gc::PyVisit};
+use pyo3::{PyTraverseError, create_exception, gc::PyVisit, intern};
 
 create_exception!(daqflow.et, EtError, super::Error, "Base class of the errors of the ET system.");
 create_exception!(
@@ -1057,11 +1057,11 @@ impl Attachment {
                     .slots
                     .iter_mut()
                     .filter(|s| ids.as_ref().is_none_or(|ids| ids.contains(&s.id)))
-                    .flat_map(|s| std::mem::take(&mut s.views).into_iter().map(|v| (s.id, v)))
+                    .flat_map(|s| s.views.take().map(|v| (s.id, v)))
                     .collect()
             };
             let kept: Vec<(u32, Py<PyAny>)> =
-                views.into_iter().filter(|(_, v)| v.call_method0(py, "release").is_err()).collect();
+                views.into_iter().filter(|(_, v)| v.call_method0(py, intern!(py, "release")).is_err()).collect();
             if !kept.is_empty() {
                 let mut state = lock(&b.get().state);
                 for (id, v) in kept {
@@ -1145,13 +1145,42 @@ struct Slot {
     /// each export so that releasing one needs no lock.
     exports: Arc<AtomicU32>,
     /// The memoryviews `Event.data` gave, released when the event is put or dumped.
-    views: Vec<Py<PyAny>>,
+    views: Views,
+}
+
+/// The memoryviews `Event.data` gave for one event: nearly always one, kept without an
+/// allocation of its own.
+#[derive(Default)]
+struct Views {
+    last: Option<Py<PyAny>>,
+    older: Vec<Py<PyAny>>,
+}
+
+impl Views {
+    fn push(&mut self, view: Py<PyAny>) {
+        if let Some(v) = self.last.replace(view) {
+            self.older.push(v);
+        }
+    }
+
+    fn last(&self) -> Option<&Py<PyAny>> {
+        self.last.as_ref()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Py<PyAny>> {
+        self.older.iter().chain(self.last.as_ref())
+    }
+
+    /// Every view, leaving none.
+    fn take(&mut self) -> impl Iterator<Item = Py<PyAny>> + use<> {
+        std::mem::take(&mut self.older).into_iter().chain(self.last.take())
+    }
 }
 
 /// A slot's buffers, beside its event (`Event::with`).
 struct SlotRef<'a> {
     exports: &'a Arc<AtomicU32>,
-    views: &'a mut Vec<Py<PyAny>>,
+    views: &'a mut Views,
 }
 
 /// What a batch holds. Field order matters: `slots` (the events) drop before `core` (the
@@ -1220,7 +1249,7 @@ impl Batch {
         let slots = events
             .into_iter()
             .enumerate()
-            .map(|(i, e)| Slot { id: i as u32, event: Some(e), exports: Arc::default(), views: Vec::new() })
+            .map(|(i, e)| Slot { id: i as u32, event: Some(e), exports: Arc::default(), views: Views::default() })
             .collect::<Vec<_>>();
         let core = if slots.is_empty() { None } else { Some(core) };
         Py::new(py, Batch { state: Mutex::new(State { slots, core, remote }) })
@@ -1307,7 +1336,7 @@ impl Batch {
         // Never block in the collector: a batch in use right now is simply not traversed.
         if let Ok(state) = self.state.try_lock() {
             for s in &state.slots {
-                for v in &s.views {
+                for v in s.views.iter() {
                     visit.call(v)?;
                 }
             }
@@ -1317,7 +1346,7 @@ impl Batch {
 
     fn __clear__(&self) {
         let views: Vec<Py<PyAny>> = match self.state.try_lock() {
-            Ok(mut state) => state.slots.iter_mut().flat_map(|s| std::mem::take(&mut s.views)).collect(),
+            Ok(mut state) => state.slots.iter_mut().flat_map(|s| s.views.take()).collect(),
             Err(_) => Vec::new(),
         };
         drop(views);
