@@ -1097,7 +1097,9 @@ impl Attachment {
                 owners.push((b, s));
             }
         }
-        // SAFETY: `core` (an `Arc`) lives until the end of this function, after the events.
+        // SAFETY: the events come from batches holding this same `Core` (checked above); `core`
+        // (an `Arc`) lives until the end of this function, after every event not given back
+        // to its batch.
         let att = unsafe { core.forever() };
         let result = py.detach(|| if dump { att.dump_events(&mut batch) } else { att.put_events(&mut batch) });
         match result {
