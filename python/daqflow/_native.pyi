@@ -531,3 +531,305 @@ class CommandRegistration:
         """Stops accepting the command."""
     def __enter__(self) -> CommandRegistration: ...
     def __exit__(self, *args: Any) -> bool: ...
+# =============================================================================================
+# ET: the Event Transfer system (crates/python/src/et.rs). `daqflow.et` re-exports these under
+# their Python names (EtSystem -> daqflow.et.System, …); see docs/python.md, "ET".
+# =============================================================================================
+
+from typing import Callable, Iterable, Literal, Sequence
+
+_Wait = Union[Literal["sleep", "async"], float, None]
+_Select = Union["EtSelection", str, Sequence[Optional[int]], None]
+_Control = Tuple[int, int, int, int]
+
+class EtError(Error):
+    """Base class of the errors of the ET system (``daqflow.et.EtError``)."""
+
+class EtNotFoundError(EtError):
+    """No ET system of that name runs on this machine (or answers at that address)."""
+
+class EtNameTakenError(EtError):
+    """An ET system of that name runs already."""
+
+class EtSystemDeadError(EtError):
+    """The ET system stopped or died: connect again when it is back."""
+
+class EtAttachmentDeadError(EtError):
+    """The ET system declared the attachment dead and took its events back: attach again."""
+
+class EtNoSuchStationError(EtError):
+    """No station of that name."""
+
+class EtStationExistsError(EtError):
+    """A station of that name exists already."""
+
+class EtRefusedError(EtError):
+    """The ET system refused the request (the message says why)."""
+
+class EtTimedOutError(EtError):
+    """No event came within the wait."""
+
+class EtNotOwnedError(EtError):
+    """Events were handed to an attachment that did not hand them out."""
+
+class EtOverLimitError(EtError):
+    """The request goes over one of the ET system's limits; nothing was taken."""
+
+class EtAccessDeniedError(EtError):
+    """The ET system does not accept local connections from this user."""
+
+class EtEventReleasedError(EtError):
+    """The event was put or dumped already: it is no longer this process's."""
+
+class EtBufferInUseError(EtError):
+    """Events cannot be put or dumped while buffers of their data are still exported (numpy
+    arrays, memoryview slices, ``memoryview(event)``); nothing was handed back."""
+
+class EtPriority:
+    """An event's priority (``daqflow.et.Priority``): high-priority events go ahead of
+    low-priority ones in every station's input list."""
+
+    LOW: "EtPriority"
+    """The default."""
+    HIGH: "EtPriority"
+    """Ahead of every low-priority event."""
+    def __int__(self) -> int: ...
+
+class EtSelection:
+    """Which events a station selects (``daqflow.et.Selection``). ``str()`` gives the
+    command-line form (``daqflow et consume --select``), which ``parse`` reads."""
+
+    @staticmethod
+    def all() -> EtSelection:
+        """Every event (the default)."""
+    @staticmethod
+    def match(*control: Optional[int]) -> EtSelection:
+        """Events whose control integers equal these (at most 4); ``None`` or a position left
+        out is any value."""
+    @staticmethod
+    def range(index: int, lo: int, hi: int) -> EtSelection:
+        """Events with ``lo <= control[index] <= hi`` (index 0 to 3)."""
+    @staticmethod
+    def mask_any(index: int, mask: int) -> EtSelection:
+        """Events with any bit of ``mask`` set in ``control[index]``."""
+    @staticmethod
+    def mask_all(index: int, mask: int) -> EtSelection:
+        """Events with every bit of ``mask`` set in ``control[index]``."""
+    @staticmethod
+    def high_priority() -> EtSelection:
+        """High-priority events."""
+    @staticmethod
+    def parse(text: str) -> EtSelection:
+        """Reads ``all``, ``match:A,B,C,D`` (``*`` for any), ``range:I:LO:HI``,
+        ``mask-any:I:MASK``, ``mask-all:I:MASK`` or ``high``; ``ValueError`` otherwise."""
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class EtSystem:
+    """An ET system created and owned by this process (``daqflow.et.System``); other
+    processes attach to it by its name. ``close()`` or the end of a ``with`` block stops it."""
+
+    def __init__(
+        self,
+        name: str,
+        events: int,
+        event_size: int,
+        *,
+        listen: Optional[str] = None,
+        discovery_port: Optional[int] = None,
+        max_stations: Optional[int] = None,
+        max_attachments: Optional[int] = None,
+        max_temp_events: Optional[int] = None,
+        max_event_bytes: Optional[int] = None,
+        max_temp_per_attachment: Optional[int] = None,
+        max_temp_bytes: Optional[int] = None,
+        max_attachments_per_connection: Optional[int] = None,
+        allowed_uids: Optional[Sequence[int]] = None,
+        heartbeat_timeout: Optional[float] = None,
+    ) -> None:
+        """Creates the ET system ``name``: a pool of ``events`` events of ``event_size`` bytes;
+        ``listen="host:port"`` serves remote clients (port 0: any free port),
+        ``discovery_port`` answers discovery by name; the other keywords are the limits of
+        ``SystemConfig`` (docs/et.md, "Defaults"). ``NameTakenError`` if the name is in use."""
+    name: str
+    """The system's name."""
+    remote_address: Optional[str]
+    """The remote server's ``"host:port"`` (with ``listen``), else ``None``."""
+    closed: bool
+    """Whether ``close()`` was called."""
+    def create_station(
+        self,
+        name: str,
+        *,
+        blocking: bool = True,
+        cue: int = 100,
+        select: Union[_Select, Callable[[_Control, EtPriority, bytes], bool]] = None,
+        prescale: int = 1,
+        restore: str = "output",
+        single_user: bool = False,
+        keep_when_idle: bool = False,
+        group_policy: str = "round-robin",
+        first: bool = False,
+        after: Optional[str] = None,
+        parallel_with: Optional[str] = None,
+    ) -> None:
+        """Creates a station, as ``EtClient.create_station``; ``select`` may also be a function
+        ``f(control, priority, data) -> bool`` that the system's conductor thread calls."""
+    def remove_station(self, name: str) -> None:
+        """Removes a station that has no attachment."""
+    def configure_station(
+        self,
+        name: str,
+        *,
+        blocking: Optional[bool] = None,
+        cue: Optional[int] = None,
+        select: Union[_Select, Callable[[_Control, EtPriority, bytes], bool]] = None,
+        prescale: Optional[int] = None,
+        restore: Optional[str] = None,
+        single_user: Optional[bool] = None,
+        keep_when_idle: Optional[bool] = None,
+        group_policy: Optional[str] = None,
+    ) -> None:
+        """Changes a running station's settings; those not given keep their values."""
+    def attach(self, station: str) -> EtAttachment:
+        """Attaches to a station from this process (no socket)."""
+    def snapshot(self) -> dict[str, Any]:
+        """The system's state now (the JSON of ``daqflow et monitor --json``)."""
+    def close(self) -> None:
+        """Stops the system: its users see ``SystemDeadError``. Again: nothing."""
+    def __enter__(self) -> EtSystem: ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
+class EtClient:
+    """A connection to an ET system (``daqflow.et.Client``), local (shared memory) or remote
+    (TCP): the same calls for both."""
+
+    name: str
+    """The system's name."""
+    is_remote: bool
+    """Whether this is a remote (TCP) client."""
+    is_dead: bool
+    """Whether the ET system is gone (stopped, died, or the connection broke)."""
+    def attach(self, station: str) -> EtAttachment:
+        """Attaches to a station: ``GRAND_CENTRAL`` for a producer."""
+    def create_station(
+        self,
+        name: str,
+        *,
+        blocking: bool = True,
+        cue: int = 100,
+        select: _Select = None,
+        prescale: int = 1,
+        restore: str = "output",
+        single_user: bool = False,
+        keep_when_idle: bool = False,
+        group_policy: str = "round-robin",
+        first: bool = False,
+        after: Optional[str] = None,
+        parallel_with: Optional[str] = None,
+    ) -> None:
+        """Creates a station: blocking or not (with ``cue``), its selection (an
+        ``EtSelection``, its text form, or up to four control integers or ``None``), its
+        prescale, restore mode (``"output"``, ``"input"``, ``"grand-central"``,
+        ``"redistribute"``), single user, keep when idle, group policy (``"round-robin"``,
+        ``"shortest-queue"``), and where: at the end, ``first``, ``after=NAME`` or
+        ``parallel_with=NAME``."""
+    def remove_station(self, name: str) -> None:
+        """Removes a station that has no attachment."""
+    def configure_station(
+        self,
+        name: str,
+        *,
+        blocking: Optional[bool] = None,
+        cue: Optional[int] = None,
+        select: _Select = None,
+        prescale: Optional[int] = None,
+        restore: Optional[str] = None,
+        single_user: Optional[bool] = None,
+        keep_when_idle: Optional[bool] = None,
+        group_policy: Optional[str] = None,
+    ) -> None:
+        """Changes a running station's settings; those not given keep their values."""
+    def snapshot(self) -> dict[str, Any]:
+        """The system's state now (the JSON of ``daqflow et monitor --json``)."""
+
+def et_connect(name: str) -> EtClient:
+    """Connects to the ET system ``name`` on this machine (``daqflow.et.connect``)."""
+
+def et_connect_remote(address: str) -> EtClient:
+    """Connects to an ET system's remote server at ``"host:port"`` (``daqflow.et.connect_remote``)."""
+
+def et_discover(name: str, port: int, timeout: float = 3.0) -> EtClient:
+    """Finds the ET system ``name`` by UDP discovery on ``port`` and connects to its remote
+    server (``daqflow.et.discover``)."""
+
+class EtAttachment:
+    """An attachment to a station (``daqflow.et.Attachment``). ``detach()`` or the end of a
+    ``with`` block ends it; events still in batches keep it attached until put, dumped or
+    deleted."""
+
+    station: str
+    """The station attached to."""
+    is_remote: bool
+    """Whether it is a remote (TCP) attachment."""
+    def new_events(self, count: int, size: int, wait: _Wait = None) -> EtBatch:
+        """Up to ``count`` new events of ``size`` bytes (large events above the pool's event
+        size). ``wait``: ``"sleep"`` (default), ``"async"`` or seconds (``TimedOutError``)."""
+    def get_events(self, count: int, wait: _Wait = None) -> EtBatch:
+        """Up to ``count`` events from the station's input list; ``wait`` as above."""
+    def put_events(self, events: Union[EtBatch, EtEvent, Iterable[EtEvent]]) -> None:
+        """Hands events on to the next stations. Releases the memoryviews ``EtEvent.data``
+        gave; ``BufferInUseError`` (nothing put) while other buffers of them exist."""
+    def dump_events(self, events: Union[EtBatch, EtEvent, Iterable[EtEvent]]) -> None:
+        """Returns events straight to GrandCentral; the rules of ``put_events``."""
+    def detach(self) -> None:
+        """Ends the attachment."""
+    def __enter__(self) -> EtAttachment: ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
+class EtBatch:
+    """The events one call got or made, not yet put or dumped (``daqflow.et.Batch``)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> EtEvent: ...
+    def __iter__(self) -> Iterator[EtEvent]: ...
+    def lengths(self) -> Any:
+        """Each event's length, a numpy ``uint32`` array (a copy)."""
+    def controls(self) -> Any:
+        """Each event's control integers, a numpy ``int32`` array of shape ``(len, 4)``."""
+    def total_length(self) -> int:
+        """The sum of the events' lengths."""
+    def set_control(self, control: Sequence[int]) -> None:
+        """Sets the four control integers of every event."""
+    def set_priority(self, priority: EtPriority) -> None:
+        """Sets the priority of every event."""
+
+class EtEvent:
+    """One event of a batch (``daqflow.et.Event``); also a writable buffer
+    (``memoryview(event)``). Every use after it was put or dumped raises
+    ``EtEventReleasedError``."""
+
+    index: int
+    """Its index in the ET system's pool."""
+    length: int
+    """The length of its data (settable up to ``capacity``)."""
+    capacity: int
+    """The most data it can hold."""
+    control: _Control
+    """The four control integers (set with any sequence of four ints)."""
+    priority: EtPriority
+    """``LOW`` (default) or ``HIGH``."""
+    possibly_corrupt: bool
+    """Taken back from an attachment that died holding it: its data may be half written."""
+    is_large: bool
+    """Whether it has a temporary buffer larger than the pool's event size."""
+    released: bool
+    """Whether it was put or dumped."""
+    data: memoryview
+    """Its ``length`` bytes, writable, without a copy; released at put or dump."""
+    def write(self, data: Any) -> None:
+        """Copies ``data`` (bytes or any byte buffer) into the event and sets its length."""
+    def tobytes(self) -> bytes:
+        """A copy of its data."""
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int) -> memoryview: ...

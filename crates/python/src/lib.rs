@@ -1,9 +1,11 @@
-//! The Python package `daqflow`: daqflow's data files read from Python.
+//! The Python package `daqflow`: daqflow from Python.
 //!
 //! This crate is the extension module `daqflow._native`, built with PyO3 by maturin from
 //! `python/pyproject.toml`; `python/daqflow/__init__.py` re-exports it and
-//! `python/daqflow/_native.pyi` documents it for Python users (`docs/python.md`). It wraps
-//! [`daqflow_wire::file::FileReader`] and [`daqflow_wire::Event`]:
+//! `python/daqflow/_native.pyi` documents it for Python users (`docs/python.md`). This file
+//! wraps [`daqflow_wire::file::FileReader`] and [`daqflow_wire::Event`]; `et.rs` the ET
+//! clients, `dialog.rs` the control plane, `component.rs` the component process and the
+//! source protocol:
 //!
 //! ```python
 //! import daqflow
@@ -34,6 +36,7 @@ use pyo3::types::{PyDict, PyList, PyMemoryView};
 use pyo3::{create_exception, ffi};
 
 mod component;
+mod et;
 
 create_exception!(daqflow, Error, PyException, "Base class of the errors daqflow raises about data.");
 create_exception!(
@@ -711,5 +714,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(component::_use_token, m)?)?;
     m.add_function(wrap_pyfunction!(component::_log, m)?)?;
     dialog::register(m)?;
+    et::register(m)?;
     Ok(())
 }
