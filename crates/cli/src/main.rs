@@ -18,6 +18,7 @@ mod format;
 mod inspect;
 mod profile_cmd;
 mod run_cmd;
+mod soak_cmd;
 
 /// daqflow: a data-acquisition dataflow framework for physics experiments.
 ///
@@ -84,6 +85,11 @@ enum Command {
     /// histograms and a sequence diagram as PNG.
     #[command(after_help = profile_cmd::AFTER_HELP)]
     Profile(profile_cmd::Args),
+    /// The demo's system at full speed for N minutes with random kill -9 of its restartable
+    /// components: every event accounted for, files verified, no growth of memory, files or
+    /// /dev/shm.
+    #[command(after_help = soak_cmd::AFTER_HELP)]
+    Soak(soak_cmd::Args),
     /// Processes the benchmark suites start (not for direct use).
     #[command(name = "bench-helper", hide = true)]
     BenchHelper {
@@ -133,6 +139,7 @@ fn main() -> ExitCode {
         Command::Engine(args) => engine_cmd::run(&args),
         Command::Evb(args) => evb_cmd::run(&args),
         Command::Component(args) => component_cmd::run(&args, cli.token_file.as_deref()),
+        Command::Soak(args) => soak_cmd::run(&args),
         Command::Profile(args) => profile_cmd::run(&args),
         Command::BenchHelper { role } => bench::helper::run_helper(&role).map(|()| ExitCode::SUCCESS),
     };

@@ -228,7 +228,7 @@ pub(crate) fn json_to_toml(v: Value) -> Result<toml::Value, String> {
 }
 
 /// The binary components run as: `/proc/self/exe` stays valid when the file is replaced.
-fn binary() -> anyhow::Result<PathBuf> {
+pub(crate) fn binary() -> anyhow::Result<PathBuf> {
     let p = PathBuf::from("/proc/self/exe");
     if p.exists() { Ok(p) } else { std::env::current_exe().context("finding the daqflow binary") }
 }
@@ -305,7 +305,7 @@ fn loopback_only(addr: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-fn parse_system(text: &str, origin: &str) -> anyhow::Result<SystemFile> {
+pub(crate) fn parse_system(text: &str, origin: &str) -> anyhow::Result<SystemFile> {
     SystemFile::parse(text, &daqflow::registry::standard()).map_err(|e| {
         let lines: Vec<String> = e.problems.iter().map(|p| format!("  {origin}: {p}")).collect();
         anyhow::anyhow!("the system file has {} problem(s):\n{}", e.problems.len(), lines.join("\n"))
