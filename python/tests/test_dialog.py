@@ -2,6 +2,7 @@
 (`daqflow control-server` with a token) and real components (`daqflow component sink`)."""
 
 import contextlib
+import json
 import logging
 import os
 import queue
@@ -422,3 +423,42 @@ def test_every_example_of_the_control_plane_guide_runs(control, token_file, tmp_
     assert "{'channel': 3, 'volts': 1500.0} hv-1" in out
     assert "delivered to 1 ('hv-monitor', {'volts': 1200})" in out
     assert "sink-1 is Initial" in out and "'listen': '127.0.0.1:" in out and "sink-1 is Configured" in out
+
+
+def test_a_python_component_joins_the_control_plane_and_obeys_its_operator_only(join, control, token_file):
+    """`daqflow --token-file F component --command "python3 counter.py" --control ADDR
+    --operator NAME`: the Python component gets the token (DAQFLOW_TOKEN_FILE), publishes its
+    state and statistics, and refuses commands from anyone but its operator."""
+    counter = REPO / "python" / "examples" / "counter.py"
+    process = subprocess.Popen(
+        [daqflow_binary(), "--token-file", str(token_file), "component", "--command",
+         f"{sys.executable} {counter}", "--name", "py-counter", "--control", control, "--operator", "py-op",
+         "--set", "step=3"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        op, intruder = join("py-op"), join("intruder")
+        replies = {"py-op": queue.Queue(), "intruder": queue.Queue()}
+        for d in (op, intruder):
+            d.register_command(f"{d.name}/reply", lambda cmd, q=replies[d.name]: q.put(cmd.json()))
+        states = op.subscribe("py-counter/state")
+        assert states.get(timeout=WAIT).json()["kind"] == "counter"
+        for d in (op, intruder):
+            wait_registrants(d, f"{d.name}/reply", 1)
+        wait_registrants(op, "py-counter/configure", 1)
+        intruder.send_json("py-counter/configure", {"id": 1, "reply_to": "intruder"})
+        refused = replies["intruder"].get(timeout=WAIT)
+        assert "py-op" in json.dumps(refused["outcome"]) and refused["status"]["state"] == "Initial", refused
+        op.send_json("py-counter/configure", {"id": 2, "reply_to": "py-op", "config": {"step": 7}})
+        done = replies["py-op"].get(timeout=WAIT)
+        assert done["outcome"]["ok"]["info"] == {"step": 7}, done
+        op.send_json("py-counter/start", {"id": 3, "reply_to": "py-op", "run": 5})
+        assert replies["py-op"].get(timeout=WAIT)["status"]["state"] == "Running"
+        with op.subscribe("py-counter/stats") as stats:
+            wait_for(lambda: stats.get(timeout=WAIT).json()["events"] > 0, "counted events in py-counter/stats")
+        op.send_json("py-counter/stop", {"id": 4, "reply_to": "py-op"})
+        stopped = replies["py-op"].get(timeout=WAIT)
+        assert stopped["status"]["state"] == "Configured" and stopped["outcome"]["ok"]["summary"]["events"] % 7 == 0
+    finally:
+        process.terminate()
+        process.wait(timeout=WAIT)
