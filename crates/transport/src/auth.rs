@@ -612,6 +612,57 @@ impl ClientSide {
     }
 }
 
+/// Entry points for the fuzz targets in `fuzz/`: the handshake's decoders on frames from a
+/// peer, without a socket. Not part of the API (hidden from the documentation).
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    fn peer() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9))
+    }
+
+    /// The server's side: a fresh challenge for `protocol`, then its check of the client's
+    /// `response`: the `ACCEPT` to send, or the `REFUSE` to send and why.
+    pub fn server_response(
+        protocol: &'static str,
+        token: Option<&Token>,
+        response: &Frame,
+    ) -> Result<Frame, (Frame, AuthError)> {
+        let (server, _challenge) = ServerSide::start(Credentials { protocol, token: token.cloned() });
+        server.on_response(peer(), response)
+    }
+
+    /// The client's side: its `RESPONSE` to `challenge`, then its check of the server's
+    /// `answer` (`ACCEPT` or `REFUSE`).
+    pub fn client(
+        protocol: &'static str,
+        token: Option<&Token>,
+        challenge: &Frame,
+        answer: &Frame,
+    ) -> Result<Frame, AuthError> {
+        let (client, response) =
+            ClientSide::on_challenge(Credentials { protocol, token: token.cloned() }, peer(), challenge)?;
+        client.on_answer(peer(), answer)?;
+        Ok(response)
+    }
+
+    /// A whole handshake in memory: the `CHALLENGE`, the `RESPONSE` and the server's answer
+    /// (`ACCEPT`, or `REFUSE` when the tokens differ), for seed corpora.
+    pub fn exchange(protocol: &'static str, server: Option<&Token>, client: Option<&Token>) -> [Frame; 3] {
+        let (s, challenge) = ServerSide::start(Credentials { protocol, token: server.cloned() });
+        let response =
+            match ClientSide::on_challenge(Credentials { protocol, token: client.cloned() }, peer(), &challenge) {
+                Ok((_, response)) => response,
+                Err(_) => Frame::new(KIND_RESPONSE, Bytes::new()),
+            };
+        let answer = match s.on_response(peer(), &response) {
+            Ok(f) | Err((f, _)) => f,
+        };
+        [challenge, response, answer]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

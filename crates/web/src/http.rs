@@ -335,7 +335,6 @@ pub(crate) fn percent_decode(input: &[u8], plus_is_space: bool) -> Result<String
 }
 
 /// Encodes everything but unreserved characters (RFC 3986) as `%XX`.
-#[cfg(test)]
 pub(crate) fn percent_encode(input: &str) -> String {
     let mut out = String::with_capacity(input.len());
     for b in input.bytes() {
@@ -433,6 +432,67 @@ impl Response {
         let mut bytes = head.into_bytes();
         bytes.extend_from_slice(&self.body);
         bytes
+    }
+}
+
+/// Entry point for the fuzz target in `fuzz/`: the request parser on the bytes a client sent.
+/// Not part of the API (hidden from the documentation).
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// What the parser makes of `buf` with a head of at most `max_head` bytes and a body of at
+    /// most `max_body`: `Ok(None)` if it needs more bytes, `Ok(Some(used))` for a whole
+    /// request of `used` bytes, or the status code of the refusal.
+    ///
+    /// # Panics
+    /// If a whole request is not parsed back the same once written again (round trip), or the
+    /// parser claims more bytes than it was given.
+    pub fn parse(buf: &[u8], max_head: usize, max_body: usize) -> Result<Option<usize>, u16> {
+        let limits = Limits { max_head, max_body };
+        match parse_request(buf, &limits) {
+            Ok(Progress::NeedMore { .. }) => Ok(None),
+            Ok(Progress::Done(request, used)) => {
+                assert!(used <= buf.len(), "the parser used {used} of {} bytes", buf.len());
+                assert!(request.body.len() <= max_body);
+                let again = write(&request);
+                match parse_request(&again, &Limits { max_head: again.len() + 1, max_body }) {
+                    Ok(Progress::Done(back, n)) => {
+                        assert_eq!(n, again.len(), "a written request is parsed whole");
+                        assert_eq!(back, request, "a request round-trips");
+                    }
+                    other => panic!("a written request does not parse back: {other:?}"),
+                }
+                let _ = request.wants_close();
+                Ok(Some(used))
+            }
+            Err(e) => Err(e.status()),
+        }
+    }
+
+    /// `request` as a client would send it (path and query percent-encoded).
+    fn write(request: &Request) -> Vec<u8> {
+        let mut target: String = request.path.split('/').map(percent_encode).collect::<Vec<_>>().join("/");
+        for (i, (k, v)) in request.query.iter().enumerate() {
+            target.push(if i == 0 { '?' } else { '&' });
+            target.push_str(&percent_encode(k));
+            target.push('=');
+            target.push_str(&percent_encode(v));
+        }
+        let version = match request.version {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+        };
+        let mut out = format!("{} {target} {version}\r\n", request.method).into_bytes();
+        for (name, value) in &request.headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&request.body);
+        out
     }
 }
 

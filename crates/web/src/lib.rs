@@ -123,6 +123,9 @@ mod access;
 mod conns;
 mod control;
 mod http;
+/// The HTTP request parser's entry point for the fuzz target in `fuzz/`: not part of the API.
+#[doc(hidden)]
+pub use http::fuzzing as http_fuzzing;
 mod metrics;
 mod server;
 mod session;

@@ -61,10 +61,6 @@ pub(crate) struct RemoteInner {
 /// The server answers every request within its wait cap; allow generously for load.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn decode_error(payload: &[u8]) -> EtError {
-    serde_json::from_slice(payload).unwrap_or_else(|e| EtError::Protocol(e.to_string()))
-}
-
 impl RemoteInner {
     fn dead(&self) -> EtError {
         self.dead.store(true, Ordering::Release);
@@ -99,19 +95,7 @@ impl RemoteInner {
 
     /// An `EVENTS` answer: the batch and the DATA frames of its large events.
     fn read_batch(&self, link: &mut Link, reply: Frame) -> Result<Vec<WireEvent>, EtError> {
-        if reply.kind == ERROR {
-            return Err(decode_error(&reply.payload));
-        }
-        if reply.kind != EVENTS {
-            return Err(EtError::Protocol(format!("unexpected answer {}", reply.kind)));
-        }
-        decode_batch(reply.payload, self.events as usize, || {
-            let f = self.recv(link)?;
-            if f.kind != DATA {
-                return Err(EtError::Protocol(format!("expected event data, got message {}", f.kind)));
-            }
-            Ok(f.payload)
-        })
+        answer::events(reply, self.events as usize, || self.recv(link))
     }
 
     /// Reads every answer still due: pipelined acknowledgements (the first error is kept) and
@@ -123,7 +107,7 @@ impl RemoteInner {
             match due {
                 Due::Ack => {
                     if answer.kind == ERROR && link.deferred.is_none() {
-                        link.deferred = Some(decode_error(&answer.payload));
+                        link.deferred = Some(answer::error(&answer.payload));
                     }
                 }
                 Due::Batch(att) => {
@@ -153,7 +137,7 @@ impl RemoteInner {
             Err(e) => return Err(link.deferred.take().unwrap_or(e)),
         };
         if reply.kind == ERROR {
-            return Err(decode_error(&reply.payload));
+            return Err(answer::error(&reply.payload));
         }
         Ok(reply)
     }
@@ -212,10 +196,7 @@ impl RemoteClient {
             .recv_timeout(Duration::from_secs(10))
             .map_err(|e| EtError::io("hello", e))?
             .ok_or_else(|| EtError::Protocol("no answer to hello".into()))?;
-        if reply.kind != WELCOME {
-            return Err(EtError::Protocol(format!("unexpected answer {} to hello", reply.kind)));
-        }
-        let w: Welcome = serde_json::from_slice(&reply.payload).map_err(|e| EtError::Protocol(e.to_string()))?;
+        let w = answer::welcome(&reply)?;
         let inner = Arc::new(RemoteInner {
             link: Mutex::new(Link { conn, due: VecDeque::new(), deferred: None, prefetch: HashMap::new() }),
             addr,
@@ -252,10 +233,7 @@ impl RemoteClient {
     pub fn attach(&self, station: &str) -> Result<RemoteAttachment, EtError> {
         let body = serde_json::json!({ "station": station });
         let reply = self.inner.request(Frame::new(ATTACH, Bytes::from(body.to_string())))?;
-        let v: serde_json::Value =
-            serde_json::from_slice(&reply.payload).map_err(|e| EtError::Protocol(e.to_string()))?;
-        let att =
-            v["attachment"].as_u64().ok_or_else(|| EtError::Protocol("attach answer without an id".into()))? as u32;
+        let att = answer::attached(&reply)?;
         Ok(RemoteAttachment {
             inner: self.inner.clone(),
             att,

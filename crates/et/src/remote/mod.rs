@@ -3,5 +3,7 @@
 
 pub(crate) mod client;
 pub mod discovery;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod protocol;
 pub(crate) mod server;

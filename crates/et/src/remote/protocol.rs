@@ -198,6 +198,146 @@ pub(crate) fn decode_batch(
     Ok(out)
 }
 
+/// A client's request, decoded by the server before it is served.
+#[derive(Debug)]
+pub(crate) enum Request {
+    /// The first request of a connection (its payload is not read).
+    Hello,
+    /// Attach to a station.
+    Attach { station: String },
+    /// Detach the attachment of the frame's channel.
+    Detach,
+    /// Up to `count` new events of at least `size` bytes (0 is served as 1, `docs/et.md`).
+    New { count: u32, size: u64, wait: Wait },
+    /// Up to `count` events from the station (0 is served as 1).
+    Get { count: u32, wait: Wait },
+    /// Events put back, with their data.
+    Put { events: Vec<WireEvent> },
+    /// Events dumped.
+    Dump { events: Vec<u32> },
+    /// Events given back to the front of the station's input list.
+    Unget { events: Vec<u32> },
+    /// A station created, removed or configured.
+    Station(StationOp),
+    /// The system's state.
+    Status,
+    /// Keeps the connection's attachments alive.
+    Ping,
+}
+
+impl Request {
+    /// Decodes the request in `frame`. A `PUT` takes the data of its events from the `DATA`
+    /// frames after it, which `next_frame` reads; `max_events` is the pool's size (no batch is
+    /// larger). Every malformed request is [`EtError::Protocol`]: the connection is closed.
+    pub(crate) fn decode(
+        frame: &daqflow_wire::frame::Frame,
+        max_events: usize,
+        mut next_frame: impl FnMut() -> Result<daqflow_wire::frame::Frame, EtError>,
+    ) -> Result<Request, EtError> {
+        let p = &frame.payload;
+        let ids = |what: &'static str| -> Result<Vec<u32>, EtError> {
+            let mut r = Reader::new(what, p);
+            let n = r.count(4, "events").map_err(codec)?;
+            let idx = (0..n).map(|_| r.u32("event")).collect::<Result<Vec<u32>, _>>().map_err(codec)?;
+            r.finish().map_err(codec)?;
+            Ok(idx)
+        };
+        Ok(match frame.kind {
+            HELLO => Request::Hello,
+            ATTACH => {
+                let v: serde_json::Value = serde_json::from_slice(p).map_err(|e| EtError::Protocol(e.to_string()))?;
+                let station =
+                    v["station"].as_str().ok_or_else(|| EtError::Protocol("attach without a station".into()))?;
+                Request::Attach { station: station.to_owned() }
+            }
+            DETACH => Request::Detach,
+            NEW => {
+                let mut r = Reader::new("NEW", p);
+                let count = r.u32("count").map_err(codec)?;
+                let size = r.u64("size").map_err(codec)?;
+                let wait = decode_wait(&mut r)?;
+                r.finish().map_err(codec)?;
+                Request::New { count, size, wait }
+            }
+            GET => {
+                let mut r = Reader::new("GET", p);
+                let count = r.u32("count").map_err(codec)?;
+                let wait = decode_wait(&mut r)?;
+                r.finish().map_err(codec)?;
+                Request::Get { count, wait }
+            }
+            PUT => Request::Put {
+                events: decode_batch(p.clone(), max_events, || {
+                    let f = next_frame()?;
+                    if f.kind != DATA {
+                        return Err(EtError::Protocol(format!("expected event data, got message {}", f.kind)));
+                    }
+                    Ok(f.payload)
+                })?,
+            },
+            DUMP => Request::Dump { events: ids("dump")? },
+            UNGET => Request::Unget { events: ids("unget")? },
+            STATION => Request::Station(serde_json::from_slice(p).map_err(|e| EtError::Protocol(e.to_string()))?),
+            STATUS => Request::Status,
+            PING => Request::Ping,
+            other => return Err(EtError::Protocol(format!("unknown request kind {other}"))),
+        })
+    }
+}
+
+/// The server's answers, as the client decodes them.
+pub(crate) mod answer {
+    use super::*;
+    use daqflow_wire::frame::Frame;
+
+    /// The error an `ERROR` answer carries.
+    pub(crate) fn error(payload: &[u8]) -> EtError {
+        serde_json::from_slice(payload).unwrap_or_else(|e| EtError::Protocol(e.to_string()))
+    }
+
+    /// The answer to `HELLO`.
+    pub(crate) fn welcome(reply: &Frame) -> Result<Welcome, EtError> {
+        if reply.kind != WELCOME {
+            return Err(EtError::Protocol(format!("unexpected answer {} to hello", reply.kind)));
+        }
+        serde_json::from_slice(&reply.payload).map_err(|e| EtError::Protocol(e.to_string()))
+    }
+
+    /// The attachment id in the answer to `ATTACH`.
+    pub(crate) fn attached(reply: &Frame) -> Result<u32, EtError> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&reply.payload).map_err(|e| EtError::Protocol(e.to_string()))?;
+        let id = v["attachment"].as_u64().ok_or_else(|| EtError::Protocol("attach answer without an id".into()))?;
+        u32::try_from(id).map_err(|_| EtError::Protocol(format!("attachment id {id} out of range")))
+    }
+
+    /// An `EVENTS` answer (or `ERROR`): the batch, with the data of its large events from the
+    /// `DATA` frames after it, which `next_frame` reads. `max_events` is the pool's size.
+    pub(crate) fn events(
+        reply: Frame,
+        max_events: usize,
+        mut next_frame: impl FnMut() -> Result<Frame, EtError>,
+    ) -> Result<Vec<WireEvent>, EtError> {
+        if reply.kind == ERROR {
+            return Err(error(&reply.payload));
+        }
+        if reply.kind != EVENTS {
+            return Err(EtError::Protocol(format!("unexpected answer {}", reply.kind)));
+        }
+        let events = decode_batch(reply.payload, max_events, || {
+            let f = next_frame()?;
+            if f.kind != DATA {
+                return Err(EtError::Protocol(format!("expected event data, got message {}", f.kind)));
+            }
+            Ok(f.payload)
+        })?;
+        if let Some(e) = events.iter().find(|e| e.len > e.cap) {
+            return Err(EtError::Protocol(format!("event {}: length {} exceeds its capacity {}", e.idx, e.len, e.cap)));
+        }
+        Ok(events)
+    }
+}
+
 /// The largest event that travels over a remote connection: one frame's payload (the
 /// connections accept frames up to 2 GiB − 1).
 pub(crate) const MAX_REMOTE_EVENT: usize = (u32::MAX / 2) as usize;
@@ -206,6 +346,29 @@ pub(crate) const MAX_REMOTE_EVENT: usize = (u32::MAX / 2) as usize;
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Found while writing the client-side fuzz target (`fuzz/fuzz_targets/et_client.rs`): a
+    /// server's answer with an event longer than its capacity made the client pad the event
+    /// to that length (up to 4 GiB) when it was put back.
+    #[test]
+    fn a_client_refuses_an_event_longer_than_its_capacity() {
+        use daqflow_wire::frame::Frame;
+        let answer_of = |len: u32, cap: u32| {
+            let mut out = BytesMut::new();
+            begin_batch(&mut out, 1);
+            put_event(&mut out, 0, len, cap, 0, [0; 4], DataMode::None);
+            Frame::new(EVENTS, out.freeze())
+        };
+        let no_data = || -> Result<Frame, EtError> { Err(EtError::Protocol("no data".into())) };
+        let ok = answer::events(answer_of(100, 100), 10, no_data).unwrap();
+        assert_eq!((ok[0].len, ok[0].cap), (100, 100));
+        let e = answer::events(answer_of(u32::MAX, 100), 10, no_data).unwrap_err();
+        assert!(matches!(&e, EtError::Protocol(m) if m.contains("exceeds its capacity")), "{e}");
+        // An attachment id is a u32 on the wire: a larger one is refused, not truncated.
+        let attached = |id: u64| Frame::new(ATTACHED, Bytes::from(format!(r#"{{"attachment": {id}}}"#)));
+        assert_eq!(answer::attached(&attached(7)).unwrap(), 7);
+        assert!(matches!(answer::attached(&attached(1 << 32)), Err(EtError::Protocol(_))));
+    }
 
     proptest! {
         #[test]

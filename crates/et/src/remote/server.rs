@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use daqflow_transport::{Connection, ConnectionOptions, Listener};
-use daqflow_wire::codec::Reader;
 use daqflow_wire::frame::{Frame, FrameLimits};
 
 use super::protocol::*;
@@ -213,12 +212,13 @@ fn handle(
     conn: &mut Connection,
     extra: &mut Vec<Frame>,
 ) -> Result<Frame, EtError> {
-    let json = |b: &Bytes| -> Result<serde_json::Value, EtError> {
-        serde_json::from_slice(b).map_err(|e| EtError::Protocol(e.to_string()))
-    };
-    let p = frame.payload.clone();
-    match frame.kind {
-        HELLO => Ok(json_frame(
+    let request =
+        Request::decode(&frame, s.pool.layout.events as usize, || match conn.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(f)) => Ok(f),
+            _ => Err(EtError::Protocol("the event data did not come".into())),
+        })?;
+    match request {
+        Request::Hello => Ok(json_frame(
             WELCOME,
             &Welcome {
                 name: s.config.name.clone(),
@@ -226,80 +226,19 @@ fn handle(
                 event_size: s.pool.layout.event_size,
             },
         )),
-        ATTACH => {
-            let v = json(&p)?;
-            let station = v["station"].as_str().ok_or_else(|| EtError::Protocol("attach without a station".into()))?;
-            let (id, slot) = s.attach(station, Holder::Remote { conn: conn_id })?;
-            atts.insert(
-                id,
-                LocalAttachment::new(Arc::new(InProcess { system: s.clone() }), id, slot, station.to_owned()),
-            );
+        Request::Attach { station } => {
+            let (id, slot) = s.attach(&station, Holder::Remote { conn: conn_id })?;
+            atts.insert(id, LocalAttachment::new(Arc::new(InProcess { system: s.clone() }), id, slot, station));
             Ok(json_frame(ATTACHED, &serde_json::json!({ "attachment": id })))
         }
-        DETACH => {
+        Request::Detach => {
             atts.remove(&frame.channel);
             Ok(Frame::new(OK, Bytes::new()))
         }
-        NEW | GET => {
-            let mut r = Reader::new(if frame.kind == NEW { "NEW" } else { "GET" }, &p);
-            // Up to `count` events, at most the pool's size; 0 is served as 1 (`docs/et.md`).
-            let n = (r.u32("count").map_err(codec)? as usize).clamp(1, (s.pool.layout.events as usize).max(1));
-            let size = if frame.kind == NEW { r.u64("size").map_err(codec)? as usize } else { 0 };
-            if size > super::protocol::MAX_REMOTE_EVENT {
-                return Err(EtError::Refused(format!(
-                    "events larger than {} bytes cannot travel remotely",
-                    super::protocol::MAX_REMOTE_EVENT
-                )));
-            }
-            let wait = server_wait(decode_wait(&mut r)?);
-            r.finish().map_err(codec)?;
+        Request::New { count, size, wait } => fetch(s, atts, frame.channel, count, Some(size), wait, extra),
+        Request::Get { count, wait } => fetch(s, atts, frame.channel, count, None, wait, extra),
+        Request::Put { events } => {
             let a = att(atts, frame.channel)?;
-            let mut idx = Vec::with_capacity(n);
-            let got = if frame.kind == NEW { a.raw_new(n, size, wait, &mut idx) } else { a.raw_get(n, wait, &mut idx) };
-            match got {
-                Ok(_) | Err(EtError::Timeout) => {}
-                Err(e) => return Err(e),
-            }
-            let pool = &s.pool;
-            let mut out = BytesMut::with_capacity(4 + idx.len() * WIRE_HEADER);
-            begin_batch(&mut out, idx.len());
-            for &i in &idx {
-                // SAFETY: the attachment holds the event (just taken).
-                let d = unsafe { *pool.desc(i) };
-                let (ptr, cap) = a.raw_data(i);
-                let mut flags = 0u8;
-                if d.flags & FLAG_CORRUPT != 0 {
-                    flags |= EV_CORRUPT;
-                }
-                if d.flags & FLAG_TEMP != 0 {
-                    flags |= EV_LARGE;
-                }
-                if d.priority == 1 {
-                    flags |= EV_HIGH;
-                }
-                let len = (d.len as usize).min(cap);
-                let data = if frame.kind == NEW {
-                    DataMode::None
-                } else if len < INLINE_MAX {
-                    // SAFETY: the attachment holds the event; its buffer has `cap >= len` bytes.
-                    DataMode::Inline(unsafe { std::slice::from_raw_parts(ptr, len) })
-                } else {
-                    let bytes = Bytes::from_owner(PoolBytes { _system: s.clone(), ptr, len });
-                    extra.push(Frame::new(DATA, bytes).with_channel(frame.channel));
-                    DataMode::Frame
-                };
-                put_event(&mut out, i, len as u32, cap.min(u32::MAX as usize) as u32, flags, d.control, data);
-            }
-            Ok(Frame::new(EVENTS, out.freeze()).with_channel(frame.channel))
-        }
-        PUT => {
-            let a = att(atts, frame.channel)?;
-            let events =
-                decode_batch(p, s.pool.layout.events as usize, || match conn.recv_timeout(Duration::from_secs(30)) {
-                    Ok(Some(f)) if f.kind == DATA => Ok(f.payload),
-                    Ok(Some(f)) => Err(EtError::Protocol(format!("expected event data, got message {}", f.kind))),
-                    _ => Err(EtError::Protocol("the event data did not come".into())),
-                })?;
             let idx: Vec<u32> = events.iter().map(|e| e.idx).collect();
             a.check_held(&idx)?;
             for e in &events {
@@ -327,22 +266,15 @@ fn handle(
             a.raw_put(&idx)?;
             Ok(Frame::new(OK, Bytes::new()))
         }
-        DUMP | UNGET => {
-            let a = att(atts, frame.channel)?;
-            let what = if frame.kind == DUMP { "dump" } else { "unget" };
-            let mut r = Reader::new(what, &p);
-            let n = r.count(4, "events").map_err(codec)?;
-            let idx = (0..n).map(|_| r.u32("event")).collect::<Result<Vec<u32>, _>>().map_err(codec)?;
-            r.finish().map_err(codec)?;
-            if frame.kind == DUMP {
-                a.raw_dump(&idx)?;
-            } else {
-                a.raw_unget(&idx)?;
-            }
+        Request::Dump { events } => {
+            att(atts, frame.channel)?.raw_dump(&events)?;
             Ok(Frame::new(OK, Bytes::new()))
         }
-        STATION => {
-            let op: StationOp = serde_json::from_slice(&p).map_err(|e| EtError::Protocol(e.to_string()))?;
+        Request::Unget { events } => {
+            att(atts, frame.channel)?.raw_unget(&events)?;
+            Ok(Frame::new(OK, Bytes::new()))
+        }
+        Request::Station(op) => {
             match op {
                 StationOp::Create { name, config, position } => {
                     s.create_station(&name, config, position).map(|_| ())?
@@ -352,10 +284,69 @@ fn handle(
             }
             Ok(Frame::new(OK, Bytes::new()))
         }
-        STATUS => Ok(json_frame(SNAPSHOT, &s.snapshot())),
-        PING => Ok(Frame::new(OK, Bytes::new())),
-        other => Err(EtError::Protocol(format!("unknown request kind {other}"))),
+        Request::Status => Ok(json_frame(SNAPSHOT, &s.snapshot())),
+        Request::Ping => Ok(Frame::new(OK, Bytes::new())),
     }
+}
+
+/// Serves a NEW (`size` given) or a GET on attachment `channel`: the `EVENTS` answer, and the
+/// DATA frames of its large events in `extra`.
+fn fetch(
+    s: &Arc<SystemInner>,
+    atts: &HashMap<u32, LocalAttachment>,
+    channel: u32,
+    count: u32,
+    size: Option<u64>,
+    wait: Wait,
+    extra: &mut Vec<Frame>,
+) -> Result<Frame, EtError> {
+    // Up to `count` events, at most the pool's size; 0 is served as 1 (`docs/et.md`).
+    let n = (count as usize).clamp(1, (s.pool.layout.events as usize).max(1));
+    if size.is_some_and(|size| size > MAX_REMOTE_EVENT as u64) {
+        return Err(EtError::Refused(format!("events larger than {MAX_REMOTE_EVENT} bytes cannot travel remotely")));
+    }
+    let wait = server_wait(wait);
+    let a = att(atts, channel)?;
+    let mut idx = Vec::with_capacity(n);
+    let got = match size {
+        Some(size) => a.raw_new(n, size as usize, wait, &mut idx),
+        None => a.raw_get(n, wait, &mut idx),
+    };
+    match got {
+        Ok(_) | Err(EtError::Timeout) => {}
+        Err(e) => return Err(e),
+    }
+    let pool = &s.pool;
+    let mut out = BytesMut::with_capacity(4 + idx.len() * WIRE_HEADER);
+    begin_batch(&mut out, idx.len());
+    for &i in &idx {
+        // SAFETY: the attachment holds the event (just taken).
+        let d = unsafe { *pool.desc(i) };
+        let (ptr, cap) = a.raw_data(i);
+        let mut flags = 0u8;
+        if d.flags & FLAG_CORRUPT != 0 {
+            flags |= EV_CORRUPT;
+        }
+        if d.flags & FLAG_TEMP != 0 {
+            flags |= EV_LARGE;
+        }
+        if d.priority == 1 {
+            flags |= EV_HIGH;
+        }
+        let len = (d.len as usize).min(cap);
+        let data = if size.is_some() {
+            DataMode::None
+        } else if len < INLINE_MAX {
+            // SAFETY: the attachment holds the event; its buffer has `cap >= len` bytes.
+            DataMode::Inline(unsafe { std::slice::from_raw_parts(ptr, len) })
+        } else {
+            let bytes = Bytes::from_owner(PoolBytes { _system: s.clone(), ptr, len });
+            extra.push(Frame::new(DATA, bytes).with_channel(channel));
+            DataMode::Frame
+        };
+        put_event(&mut out, i, len as u32, cap.min(u32::MAX as usize) as u32, flags, d.control, data);
+    }
+    Ok(Frame::new(EVENTS, out.freeze()).with_channel(channel))
 }
 
 #[cfg(test)]
