@@ -175,6 +175,73 @@ struct Setup {
 struct Measured {
     events_per_s: f64,
     mb_per_s: f64,
+    /// Share of the samples (every 10 ms while the producer ran) in which the producer and the
+    /// first consumer were on the same core, in %.
+    same_core_pct: f64,
+    /// CPU time taken meanwhile by processes outside the measurement, in % of the machine's.
+    others_cpu_pct: f64,
+}
+
+/// Where the measured processes run and who else takes the CPU, sampled from `/proc` while the
+/// producer runs: the two explanations of a low measurement (`docs/performance.md`, "Why a
+/// measurement is low").
+struct Placement {
+    ours: Vec<u32>,
+    samples: u64,
+    same_core: u64,
+    first: Option<(u64, u64, u64)>,
+    last: Option<(u64, u64, u64)>,
+}
+
+impl Placement {
+    fn new(ours: Vec<u32>) -> Placement {
+        Placement { ours, samples: 0, same_core: 0, first: None, last: None }
+    }
+
+    /// The core process `pid` last ran on, and its CPU time (ticks).
+    fn stat(pid: u32) -> Option<(u32, u64)> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some((fields.get(36)?.parse().ok()?, ticks))
+    }
+
+    /// The machine's busy and total CPU time (ticks, every core) from `/proc/stat`.
+    fn machine() -> Option<(u64, u64)> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        let v: Vec<u64> = text.lines().next()?.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+        let total: u64 = v.iter().take(8).sum();
+        let idle = v.get(3)? + v.get(4)?;
+        Some((total - idle, total))
+    }
+
+    /// One sample; `producer` and `consumer` are the pids compared for the core.
+    fn sample(&mut self, producer: u32, consumer: u32) {
+        if let (Some((a, _)), Some((b, _))) = (Placement::stat(producer), Placement::stat(consumer)) {
+            self.samples += 1;
+            self.same_core += u64::from(a == b);
+        }
+        let ours: u64 = self.ours.iter().filter_map(|p| Placement::stat(*p)).map(|(_, t)| t).sum();
+        if let Some((busy, total)) = Placement::machine() {
+            let now = (busy, total, ours);
+            self.first.get_or_insert(now);
+            self.last = Some(now);
+        }
+    }
+
+    fn same_core_pct(&self) -> f64 {
+        if self.samples == 0 { 0.0 } else { 100.0 * self.same_core as f64 / self.samples as f64 }
+    }
+
+    fn others_cpu_pct(&self) -> f64 {
+        match (self.first, self.last) {
+            (Some((b0, t0, o0)), Some((b1, t1, o1))) if t1 > t0 => {
+                let others = (b1 - b0).saturating_sub(o1.saturating_sub(o0));
+                100.0 * others as f64 / (t1 - t0) as f64
+            }
+            _ => 0.0,
+        }
+    }
 }
 
 /// Pool size: the paper's 3000 events, fewer for large events (at most 256 MiB).
@@ -220,6 +287,15 @@ fn point(n: u64, s: Setup, seconds: f64) -> anyhow::Result<Measured> {
         p.push("--write");
     }
     let mut producer = Helper::spawn(&helper_args(&p))?;
+    let mut ours: Vec<u32> = consumers.iter().map(Helper::pid).collect();
+    ours.extend([system.pid(), producer.pid(), std::process::id()]);
+    let mut placement = Placement::new(ours);
+    let (producer_pid, consumer_pid) = (producer.pid(), consumers[0].pid());
+    let sampling = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < sampling {
+        placement.sample(producer_pid, consumer_pid);
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let produced: ProducerReport = producer.json(Duration::from_secs_f64(seconds + 60.0))?;
     let mut reports = Vec::new();
     for c in &mut consumers {
@@ -245,7 +321,12 @@ fn point(n: u64, s: Setup, seconds: f64) -> anyhow::Result<Measured> {
     let last = reports.iter().map(|r| r.last_ns).max().unwrap_or(0);
     let window = (last.saturating_sub(first) as f64 / 1e9).max(1e-6);
     let events = produced.events as f64;
-    Ok(Measured { events_per_s: events / window, mb_per_s: events * s.size as f64 / window / 1e6 })
+    Ok(Measured {
+        events_per_s: events / window,
+        mb_per_s: events * s.size as f64 / window / 1e6,
+        same_core_pct: placement.same_core_pct(),
+        others_cpu_pct: placement.others_cpu_pct(),
+    })
 }
 
 /// Copies of `size` bytes from one buffer into successive slots of a working set of
@@ -298,7 +379,11 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
                 .measure(case, params, || {
                     n += 1;
                     let m = point(n, s, seconds).with_context(|| format!("{s:?}"))?;
-                    let mut metrics = Metrics::new().with("events_per_s", m.events_per_s).with("mb_per_s", m.mb_per_s);
+                    let mut metrics = Metrics::new()
+                        .with("events_per_s", m.events_per_s)
+                        .with("mb_per_s", m.mb_per_s)
+                        .with("same_core_pct", m.same_core_pct)
+                        .with("others_cpu_pct", m.others_cpu_pct);
                     if references {
                         let ws = pool_events(s.size) * s.size;
                         let t = seconds.min(0.5);

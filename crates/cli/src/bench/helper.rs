@@ -108,6 +108,11 @@ impl Helper {
         Ok(Helper { child, lines })
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn line(&self, timeout: Duration) -> anyhow::Result<String> {
         self.lines.recv_timeout(timeout).context("a benchmark process did not answer in time (see its errors above)")
     }
