@@ -359,6 +359,11 @@ fn bench_et_quick_runs_every_case_across_processes_and_loses_nothing() {
         if p["case"] == "size" {
             assert!(p["metrics"]["memcpy_mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
         }
+        // Where producer and consumer ran, and what else took the CPU: the conditions of the point.
+        for m in ["same_core_pct", "others_cpu_pct"] {
+            let v = p["metrics"][m].as_f64().unwrap_or(-1.0);
+            assert!((0.0..=100.0).contains(&v), "{m} in {p}");
+        }
     }
     let png = std::fs::read(out.join("et.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
