@@ -74,9 +74,71 @@ impl Stats {
         self
     }
 
+    /// Every number in these counters as `(key, value)`, the names the history of slow values
+    /// and the alarms use after `COMPONENT.`: `events`, `bytes`, `events_per_s`, `mb_per_s`,
+    /// `trigger.triggered` … `trigger.lost`, `trigger.lost_reasons.CAUSE`, and every number of
+    /// `detail` by its path (`detail.files`, `detail.stations.0.events`); booleans are 0 and 1,
+    /// strings, nulls and arrays of more than [`MAX_ARRAY`] items (a histogram's bins) are left out.
+    ///
+    /// ```
+    /// use daqflow_component::Stats;
+    /// let s = Stats::counted(10, 4096).with_detail(&serde_json::json!({"throttled": true, "disk": {"free_gb": 1.5}}));
+    /// let v: std::collections::BTreeMap<String, f64> = s.values().into_iter().collect();
+    /// assert_eq!(v["events"], 10.0);
+    /// assert_eq!(v["detail.throttled"], 1.0);
+    /// assert_eq!(v["detail.disk.free_gb"], 1.5);
+    /// ```
+    pub fn values(&self) -> Vec<(String, f64)> {
+        let mut out = vec![
+            ("events".to_owned(), self.events as f64),
+            ("bytes".to_owned(), self.bytes as f64),
+            ("events_per_s".to_owned(), self.events_per_s),
+            ("mb_per_s".to_owned(), self.mb_per_s),
+        ];
+        if let Some(t) = &self.trigger {
+            out.push(("trigger.triggered".into(), t.triggered as f64));
+            out.push(("trigger.rejected".into(), t.rejected as f64));
+            out.push(("trigger.built".into(), t.built as f64));
+            out.push(("trigger.lost".into(), t.lost as f64));
+            for (cause, n) in &t.lost_reasons {
+                out.push((format!("trigger.lost_reasons.{cause}"), *n as f64));
+            }
+        }
+        flatten("detail", &self.detail, &mut out);
+        out
+    }
+
     /// The kind's own figures as a typed value, if they are one.
     pub fn detail_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
         serde_json::from_value(self.detail.clone()).ok()
+    }
+}
+
+/// Arrays longer than this are left out of [`Stats::values`].
+pub const MAX_ARRAY: usize = 32;
+
+/// Every number under `value`, keyed by its dotted path below `prefix`.
+fn flatten(prefix: &str, value: &Value, out: &mut Vec<(String, f64)>) {
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64() {
+                out.push((prefix.to_owned(), f));
+            }
+        }
+        Value::Bool(b) => out.push((prefix.to_owned(), if *b { 1.0 } else { 0.0 })),
+        Value::Object(map) => {
+            for (k, v) in map {
+                flatten(&format!("{prefix}.{k}"), v, out);
+            }
+        }
+        // Long arrays are data (a histogram's bins), not slow values.
+        Value::Array(items) if items.len() > MAX_ARRAY => {}
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                flatten(&format!("{prefix}.{i}"), v, out);
+            }
+        }
+        Value::Null | Value::String(_) => {}
     }
 }
 
