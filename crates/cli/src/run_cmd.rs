@@ -530,6 +530,9 @@ fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (boo
     for d in &s.died {
         println!("  died:       {} ({})", d.component, d.why);
     }
+    for d in &s.degraded {
+        println!("  went on without {d}");
+    }
     for e in &s.errors {
         println!("  error:      {e}");
     }

@@ -316,8 +316,12 @@ pub enum Policy {
     /// Stop the run (the default).
     #[default]
     Stop,
-    /// Start the process again and bring it back into the run.
+    /// Start the process again and bring it back into the run (at most the system's
+    /// `restart_max` times in a run, each further restart after a longer back-off); past the
+    /// cap it counts as lost to the run.
     Restart,
+    /// Its death or failure is logged and the run goes on without it.
+    Expendable,
 }
 
 /// One component in the [`SystemStatus`].
@@ -407,6 +411,10 @@ pub struct SystemStatus {
     /// (`COMPONENT.KEY` → value).
     #[serde(default)]
     pub overrides: BTreeMap<String, serde_json::Value>,
+    /// The components the open run goes on without, with why (a component under the
+    /// `expendable` policy, or a group member while its group keeps its minimum).
+    #[serde(default)]
+    pub degraded: BTreeMap<String, String>,
 }
 
 /// A process on the control plane (`GET /api/processes`): the control server's directory.
@@ -667,6 +675,9 @@ pub struct RunSummary {
     /// operator's `set`, `POST /api/set`); empty when the run took the system file as it is.
     #[serde(default)]
     pub overrides: BTreeMap<String, serde_json::Value>,
+    /// The components the run went on without, each `NAME: why` (degraded running).
+    #[serde(default)]
+    pub degraded: Vec<String>,
 }
 
 /// A run in the run database's history (`GET /api/runs`).
@@ -865,6 +876,7 @@ mod tests {
             components: vec![view],
             rates: vec![],
             overrides: Default::default(),
+            degraded: Default::default(),
         };
         let m = status.to_prometheus();
         for line in [

@@ -583,6 +583,7 @@ pub fn example_summary(run: u32, events: u64) -> RunSummary {
         components: Default::default(),
         errors: Vec::new(),
         overrides: Default::default(),
+        degraded: Default::default(),
     }
 }
 

@@ -237,6 +237,8 @@ pub struct CloseRun {
     pub errors: Vec<String>,
     /// The parameters set over the system file's for this run (`COMPONENT.KEY` → value).
     pub overrides: BTreeMap<String, Value>,
+    /// The components the run went on without, each with why.
+    pub degraded: Vec<String>,
 }
 
 /// What the sequencer knows of one component.
@@ -258,6 +260,9 @@ pub struct View {
     pub exit: Option<String>,
     /// How often it was started again.
     pub restarts: u32,
+    /// How often it was started again in the open run (or since the last run, reset or
+    /// configure): what `restart_max` caps.
+    pub recent_restarts: u32,
     /// Its last counters.
     pub stats: Stats,
     /// The last counters of its earlier lives in the open run.
@@ -300,6 +305,9 @@ pub struct Snapshot {
     pub last_summary: Option<Box<RunSummary>>,
     /// The parameters set over the system file's (`COMPONENT.KEY` → value).
     pub overrides: BTreeMap<String, Value>,
+    /// The components the open run goes on without, with why (policy `expendable`, a group
+    /// above its minimum).
+    pub degraded: BTreeMap<String, String>,
 }
 
 /// Who waits for a request's reply.
@@ -380,8 +388,14 @@ struct Job {
 
 #[derive(Debug)]
 enum RestartStep {
+    /// Backing off: spawn at `until`.
+    Waiting {
+        until: Instant,
+    },
     Spawning,
-    Joining { deadline: Instant },
+    Joining {
+        deadline: Instant,
+    },
     Commanding(Verb),
 }
 
@@ -427,6 +441,8 @@ pub struct Sequencer {
     last_summary: Option<Box<RunSummary>>,
     /// Parameters set over the system file's: component → dotted key → value.
     overrides: BTreeMap<String, BTreeMap<String, toml::Value>>,
+    /// Components the open run goes on without → why.
+    dropped: BTreeMap<String, String>,
 }
 
 impl Sequencer {
@@ -454,6 +470,7 @@ impl Sequencer {
             last_error: None,
             last_summary: None,
             overrides: BTreeMap::new(),
+            dropped: BTreeMap::new(),
         }
     }
 
@@ -478,7 +495,7 @@ impl Sequencer {
             .file
             .components
             .iter()
-            .filter(|c| !self.restarts.contains_key(&c.name))
+            .filter(|c| !self.restarts.contains_key(&c.name) && !self.dropped.contains_key(&c.name))
             .map(|c| self.views[&c.name].shown());
         let Some(first) = states.next() else { return SystemState::Initial };
         let all: Vec<ComponentState> = std::iter::once(first).chain(states).collect();
@@ -511,6 +528,7 @@ impl Sequencer {
             last_error: self.last_error.clone(),
             last_summary: self.last_summary.clone(),
             overrides: self.overrides_flat(),
+            degraded: self.dropped.clone(),
         }
     }
 
@@ -521,6 +539,7 @@ impl Sequencer {
         let joining = self.job.iter().flat_map(|j| j.joining.values().copied());
         let restarts = self.restarts.values().filter_map(|r| match r.step {
             RestartStep::Joining { deadline } => Some(deadline),
+            RestartStep::Waiting { until } => Some(until),
             _ => None,
         });
         pending.chain(joining).chain(restarts).min()
@@ -915,6 +934,12 @@ impl Sequencer {
             let reason = format!("did not join the control plane within {:.0} s", self.config.timeout.as_secs_f64());
             self.restart_failed(&name, reason, now, out);
         }
+        for (name, r) in self.restarts.iter_mut() {
+            if matches!(r.step, RestartStep::Waiting { until } if until <= now.mono) {
+                r.step = RestartStep::Spawning;
+                out.push(Output::Spawn { name: name.clone() });
+            }
+        }
     }
 
     fn launch(&mut self, ticket: u64, now: Now, out: &mut Vec<Output>) {
@@ -991,6 +1016,12 @@ impl Sequencer {
                 out.push(Output::Done { ticket, result: Err(e) });
             }
             return;
+        }
+        if matches!(t, Transition::Reset) {
+            // A reset gives every component its restarts back.
+            for v in self.views.values_mut() {
+                v.recent_restarts = 0;
+            }
         }
         let step = match t {
             Transition::Configure => {
@@ -1187,7 +1218,7 @@ impl Sequencer {
                     }
                 }
                 let verb = *verb;
-                let Some(names) = stages.get(*stage).map(|s| self.names(s)) else {
+                let Some(mut names) = stages.get(*stage).map(|s| self.names(s)) else {
                     let failed = first_error.take();
                     self.target = match (verb, failed.is_some()) {
                         (Verb::Pause, false) | (Verb::Resume, true) => SystemState::Paused,
@@ -1197,6 +1228,7 @@ impl Sequencer {
                     return Flow::Finished(failed.map_or(Ok(TransitionResult::Done), Err));
                 };
                 *stage += 1;
+                names.retain(|n| !self.dropped.contains_key(n));
                 let command = match verb {
                     Verb::Pause => Command::Pause,
                     Verb::Resume => Command::Resume,
@@ -1233,6 +1265,9 @@ impl Sequencer {
                         v.state,
                         Some(ComponentState::Running | ComponentState::Paused | ComponentState::Error)
                     );
+                    if self.dropped.contains_key(&spec.name) {
+                        continue; // the run went on without it: its death is not the stop's
+                    }
                     if !v.alive || !in_run {
                         if !v.alive && v.state.is_some() {
                             errors.push(format!("{}: not running ({})", spec.name, v.exit.clone().unwrap_or_default()));
@@ -1304,6 +1339,7 @@ impl Sequencer {
                 self.last_summary = None;
                 for v in self.views.values_mut() {
                     v.earlier.clear();
+                    v.recent_restarts = 0;
                 }
                 job.step = Step::Starting { run, stage: 0, started: Vec::new() };
                 self.advance(now, out);
@@ -1341,12 +1377,14 @@ impl Sequencer {
         }
         let started_ms = self.run_started_ms.unwrap_or(0);
         let overrides = self.overrides_flat();
-        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors, overrides }))
+        let degraded = self.dropped.iter().map(|(name, why)| format!("{name}: {why}")).collect();
+        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors, overrides, degraded }))
     }
 
     fn on_run_closed(&mut self, summary: Box<RunSummary>, now: Now, out: &mut Vec<Output>) {
         self.run_started_ms = None;
         self.last_summary = Some(summary.clone());
+        let dropped = std::mem::take(&mut self.dropped);
         let Some(mut job) = self.job.take() else { return };
         let Step::Closing { then } = std::mem::replace(&mut job.step, Step::Respawning) else {
             self.job = Some(job);
@@ -1367,6 +1405,20 @@ impl Sequencer {
                     summary.state.name()
                 );
                 self.end_job(job, Ok(TransitionResult::Stopped(summary)), out);
+                // The components the run went without come back for the next run.
+                for name in dropped.into_keys() {
+                    if !self.views[&name].joined() || self.views[&name].state == Some(ComponentState::Error) {
+                        tracing::info!(component = %name, "starting {name} again after the run it was lost to");
+                        if let Some(v) = self.views.get_mut(&name) {
+                            v.restarts += 1;
+                            v.stats = Stats::default();
+                        }
+                        let why = "lost to the run before".to_owned();
+                        self.restarts
+                            .insert(name.clone(), Restart { step: RestartStep::Spawning, target: self.target, why });
+                        out.push(Output::Spawn { name });
+                    }
+                }
             }
             AfterClose::Reset => {
                 self.respawn_dead(&mut job, now, out);
@@ -1402,7 +1454,7 @@ impl Sequencer {
     fn check_failures(&mut self, now: Now, out: &mut Vec<Output>) {
         let mut fresh: Vec<(String, Policy, String)> = Vec::new();
         for c in &self.file.components {
-            if self.restarts.contains_key(&c.name) {
+            if self.restarts.contains_key(&c.name) || self.dropped.contains_key(&c.name) {
                 continue;
             }
             let v = &self.views[&c.name];
@@ -1417,11 +1469,29 @@ impl Sequencer {
             let why = v.exit.clone().or(v.error.clone()).unwrap_or_else(|| "failed".into());
             fresh.push((c.name.clone(), c.policy, why));
         }
-        // The run is going to stop — a component under the stop policy failed, or a restart
+        if fresh.is_empty() {
+            return;
+        }
+        let in_run = matches!(self.target, SystemState::Running | SystemState::Paused);
+        let cap = self.file.system.restart_max;
+        // What each failure leads to: a restart, or the component is lost to the run (then the
+        // run goes on without it, or stops).
+        let mut restart = Vec::new();
+        let mut lost = Vec::new();
+        for (name, policy, why) in &fresh {
+            match policy {
+                Policy::Restart if self.views[name].recent_restarts < cap => restart.push((name.clone(), why.clone())),
+                Policy::Restart => {
+                    lost.push((name.clone(), format!("{why}; not restarted again: {cap} restarts, the cap")))
+                }
+                Policy::Expendable | Policy::Stop => lost.push((name.clone(), why.clone())),
+            }
+        }
+        let (dropped, stop_reasons) = if in_run { self.lose(&lost) } else { (Vec::new(), Vec::new()) };
+        // The run is going to stop — a component it cannot go on without failed, or a restart
         // failed — once the restarts under way end: nothing more is restarted into it (a
         // restart that fails again and again would otherwise keep the stop waiting for ever).
-        let stopping =
-            fresh.iter().any(|(_, p, _)| *p == Policy::Stop) || (!self.restart_failures.is_empty() && self.run_open());
+        let stopping = !stop_reasons.is_empty() || (!self.restart_failures.is_empty() && self.run_open());
         if stopping && !self.restarts.is_empty() {
             return;
         }
@@ -1430,31 +1500,87 @@ impl Sequencer {
             let key = v.since_ms ^ (u64::from(v.restarts) << 48) ^ u64::from(v.alive);
             self.handled.insert(name.clone(), key);
         }
-        let in_run = matches!(self.target, SystemState::Running | SystemState::Paused);
-        // Components whose policy is `stop` come first: when one of them failed in a run, the
-        // run stops and nothing is restarted into it.
-        if let Some((name, _, why)) = fresh.iter().find(|(_, p, _)| *p == Policy::Stop) {
-            if in_run {
-                tracing::error!(component = %name, "{name} failed ({why}); stopping the run (policy stop)");
-                self.begin(None, Transition::Stop, vec![format!("{name} failed: {why}")], now, out);
+        if !stop_reasons.is_empty() {
+            for why in &stop_reasons {
+                tracing::error!("{why}; stopping the run");
             }
+            self.begin(None, Transition::Stop, stop_reasons, now, out);
             return;
         }
-        for (name, _, why) in fresh {
-            tracing::warn!(component = %name, "{name} failed ({why}); restarting it (policy restart)");
-            let in_run_now = self.run_open();
-            if let Some(v) = self.views.get_mut(&name) {
-                v.restarts += 1;
-                // The counters of the life that ended still count for the run; the new life
-                // publishes its own from 0.
-                let last = std::mem::take(&mut v.stats);
-                if in_run_now {
-                    v.earlier.push(last);
-                }
-            }
-            self.restarts.insert(name.clone(), Restart { step: RestartStep::Spawning, target: self.target, why });
-            out.push(Output::Spawn { name });
+        for (name, why) in dropped {
+            tracing::warn!(component = %name, "{name} failed ({why}); the run goes on without it");
+            self.dropped.insert(name, why);
         }
+        for (name, why) in restart {
+            self.restart_later(name, why, now, out);
+        }
+    }
+
+    /// Components lost to the run (`name`, why): those the run goes on without (policy
+    /// `expendable`, or a group that keeps its minimum), and the reasons to stop the run.
+    fn lose(&self, lost: &[(String, String)]) -> (Vec<(String, String)>, Vec<String>) {
+        let mut dropped = Vec::new();
+        let mut stop = Vec::new();
+        let gone: Vec<&str> = lost.iter().map(|(n, _)| n.as_str()).collect();
+        for (name, why) in lost {
+            let spec = &self.file.components[self.spec_index(name).unwrap_or(0)];
+            if let Some(g) = self.file.group_of(name) {
+                let left =
+                    g.members.iter().filter(|m| !self.dropped.contains_key(*m) && !gone.contains(&m.as_str())).count();
+                if left >= g.min {
+                    dropped.push((
+                        name.clone(),
+                        format!(
+                            "{why} (group `{}` keeps {left} of {} members, its minimum is {})",
+                            g.name,
+                            g.members.len(),
+                            g.min
+                        ),
+                    ));
+                } else {
+                    stop.push(format!(
+                        "{name} failed: {why}; group `{}` has {left} of its {} members left, fewer than its minimum {}",
+                        g.name,
+                        g.members.len(),
+                        g.min
+                    ));
+                }
+            } else if spec.policy == Policy::Expendable {
+                dropped.push((name.clone(), format!("{why} (expendable)")));
+            } else {
+                stop.push(format!("{name} failed: {why}"));
+            }
+        }
+        (dropped, stop)
+    }
+
+    /// Restarts `name`: at once the first time since the last run began, then after a back-off
+    /// that doubles each time.
+    fn restart_later(&mut self, name: String, why: String, now: Now, out: &mut Vec<Output>) {
+        let in_run_now = self.run_open();
+        let system = &self.file.system;
+        let Some(v) = self.views.get_mut(&name) else { return };
+        let delay = match v.recent_restarts {
+            0 => 0.0,
+            n => (system.restart_backoff_s * 2f64.powi(n.min(30) as i32 - 1)).min(system.restart_backoff_max_s),
+        };
+        v.restarts += 1;
+        v.recent_restarts += 1;
+        // The counters of the life that ended still count for the run; the new life publishes
+        // its own from 0.
+        let last = std::mem::take(&mut v.stats);
+        if in_run_now {
+            v.earlier.push(last);
+        }
+        let step = if delay > 0.0 {
+            tracing::warn!(component = %name, "{name} failed ({why}); restarting it in {delay:.1} s (policy restart, restart {} of at most {})", v.recent_restarts, system.restart_max);
+            RestartStep::Waiting { until: now.mono + Duration::from_secs_f64(delay) }
+        } else {
+            tracing::warn!(component = %name, "{name} failed ({why}); restarting it (policy restart, restart {} of at most {})", v.recent_restarts, system.restart_max);
+            out.push(Output::Spawn { name: name.clone() });
+            RestartStep::Spawning
+        };
+        self.restarts.insert(name, Restart { step, target: self.target, why });
     }
 
     /// The next step of a restart after `result`.
@@ -1479,7 +1605,7 @@ impl Sequencer {
                 }
                 Some(*v)
             }
-            (RestartStep::Spawning, Ok(_)) => return,
+            (RestartStep::Spawning | RestartStep::Waiting { .. }, Ok(_)) => return,
         };
         let configured = matches!(target, SystemState::Configured | SystemState::Running | SystemState::Paused);
         let in_run = matches!(target, SystemState::Running | SystemState::Paused);
@@ -1519,7 +1645,17 @@ impl Sequencer {
         self.pending.retain(|_, p| p.owner != Owner::Restart(name.to_owned()));
         tracing::error!(component = %name, "restarting {name} failed: {error}");
         if matches!(r.target, SystemState::Running | SystemState::Paused) {
-            self.restart_failures.push(format!("{name} failed ({}) and could not be restarted: {error}", r.why));
+            let why = format!("{} and could not be restarted: {error}", r.why);
+            if self.file.group_of(name).is_none() {
+                self.restart_failures.push(format!("{name} failed ({}) and could not be restarted: {error}", r.why));
+            } else {
+                let (dropped, stop) = self.lose(&[(name.to_owned(), why)]);
+                for (_, why) in dropped {
+                    tracing::warn!(component = %name, "the run goes on without {name}: {why}");
+                    self.dropped.insert(name.to_owned(), why);
+                }
+                self.restart_failures.extend(stop);
+            }
         }
     }
 }

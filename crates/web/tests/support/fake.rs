@@ -97,6 +97,7 @@ fn summary(run: u32, started_ms: u64, stopped_ms: u64, events: u64) -> RunSummar
         components: Default::default(),
         errors: Vec::new(),
         overrides: Default::default(),
+        degraded: Default::default(),
     }
 }
 
@@ -217,6 +218,7 @@ impl Backend for FakeBackend {
             ],
             rates: s.rates.clone(),
             overrides: Default::default(),
+            degraded: Default::default(),
         }
     }
 
