@@ -126,6 +126,10 @@ impl Transition {
             Verb::Resume => no_body(Transition::Resume),
             Verb::Stop => no_body(Transition::Stop),
             Verb::Reset => no_body(Transition::Reset),
+            Verb::Set => Err(TransitionError(format!(
+                "unknown transition `set` ({}); parameters are set with POST /api/set",
+                Transition::NAMES.join(", ")
+            ))),
         }
     }
 
@@ -678,6 +682,23 @@ pub struct RunSummary {
     /// The components the run went on without, each `NAME: why` (degraded running).
     #[serde(default)]
     pub degraded: Vec<String>,
+    /// The live parameters changed during the run, in order.
+    #[serde(default)]
+    pub changes: Vec<ParameterChange>,
+}
+
+/// A live parameter changed during a run (`set NAME.KEY=VALUE` while Configured, Running or
+/// Paused).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParameterChange {
+    /// When the component took it (Unix ms).
+    pub t_ms: u64,
+    /// The component.
+    pub component: String,
+    /// The parameter.
+    pub key: String,
+    /// Its new value.
+    pub value: serde_json::Value,
 }
 
 /// A run in the run database's history (`GET /api/runs`).

@@ -208,6 +208,11 @@ impl World {
         let (state, run) = (self.states[&name].2, self.states[&name].3);
         let result = if self.refuse.contains(&(name.clone(), verb)) {
             Err(format!("{verb} refused"))
+        } else if let Command::Set { key, .. } = &request.command
+            && key != "rate_hz"
+        {
+            // The stub's one live parameter is `rate_hz`.
+            Err(format!("`{key}` cannot change after configure; the live parameters of {name} are: rate_hz"))
         } else if self.fail.contains(&(name.clone(), verb)) {
             self.states.get_mut(&name).unwrap().2 = State::Error;
             Err(format!("{verb} failed"))
@@ -229,6 +234,7 @@ impl World {
                     (State::Configured, Answer::Summary(s))
                 }
                 Command::Reset => (State::Initial, Answer::Nothing),
+                Command::Set { .. } => (state, Answer::Nothing),
             };
             let run = if let Answer::Run(r) = answer { Some(r) } else { run };
             let _ = state;
@@ -363,9 +369,9 @@ fn parameters_set_while_initial_reach_the_next_configure_and_the_run_record() {
         _ => None,
     });
     assert!(!bu_config.unwrap().contains_key("directory"), "taken back");
-    // Configured: refused, saying why.
+    // Configured: a parameter that is not live is refused by the component, saying why.
     let e = set(&mut w, "ru-0", "streams", Some(toml::Value::Integer(2))).unwrap_err().to_string();
-    assert!(e.contains("while the system is Initial") && e.contains("Configured"), "{e}");
+    assert!(e.contains("ru-0: `streams` cannot change after configure"), "{e}");
     // The run's record holds what was set.
     w.run(Transition::Start { run: None }).unwrap();
     w.run(Transition::Stop).unwrap();
@@ -837,4 +843,51 @@ fn groups_are_checked_with_their_lines() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("restart_backoff_s") && e.starts_with("line 4"), "{e}");
+}
+
+#[test]
+fn live_parameters_reach_the_component_at_once_and_the_run_record() {
+    let mut w = World::launched();
+    let set = |w: &mut World, component: &str, key: &str, value: Option<toml::Value>| {
+        w.ticket += 1;
+        let ticket = w.ticket;
+        w.feed(Input::Set { ticket, component: component.into(), key: key.into(), value });
+        w.done.remove(&ticket)
+    };
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: Some(3) }).unwrap();
+    let mark = w.log.len();
+    w.now = w.now.after(Duration::from_secs(2));
+    set(&mut w, "src", "rate_hz", Some(toml::Value::Integer(500))).expect("answered").unwrap();
+    assert_eq!(w.log[mark], ("src".to_owned(), Command::Set { key: "rate_hz".into(), value: json!(500) }));
+    // Kept for the next configure, and in the run's record with when it changed.
+    assert_eq!(w.seq.snapshot().overrides["src.rate_hz"], json!(500));
+    // Refusals: the component's reason; a take-back; a component that is not there.
+    let e = set(&mut w, "src", "size", Some(toml::Value::Integer(1))).unwrap().unwrap_err();
+    assert!(matches!(e, OperatorError::Invalid(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("src: `size` cannot change after configure; the live parameters of src are: rate_hz"),
+        "{e}"
+    );
+    let e = set(&mut w, "src", "rate_hz", None).unwrap().unwrap_err().to_string();
+    assert!(e.contains("taken back only while Initial"), "{e}");
+    w.kill("rec"); // stops the run (policy stop)
+    let c = w.closed.last().unwrap();
+    assert_eq!(c.changes.len(), 1, "{:?}", c.changes);
+    assert_eq!((c.changes[0].component.as_str(), c.changes[0].key.as_str()), ("src", "rate_hz"));
+    assert_eq!((c.changes[0].value.clone(), c.changes[0].t_ms), (json!(500), 1_002_000));
+    // A dead component takes nothing; nor does a system in Error.
+    let e = set(&mut w, "rec", "rate_hz", Some(toml::Value::Integer(1))).unwrap().unwrap_err().to_string();
+    assert!(e.contains("it is Error"), "{e}");
+    // A component that never answers: the ticket is answered after the timeout.
+    w.run(Transition::Reset).unwrap();
+    w.run(Transition::Configure).unwrap();
+    w.silent.push("src".into());
+    w.ticket += 1;
+    let ticket = w.ticket;
+    w.feed(Input::Set { ticket, component: "src".into(), key: "rate_hz".into(), value: Some(toml::Value::Integer(7)) });
+    assert!(!w.done.contains_key(&ticket));
+    w.pass(Duration::from_secs(21));
+    let e = w.done.remove(&ticket).expect("answered after the timeout").unwrap_err().to_string();
+    assert!(e.contains("no answer"), "{e}");
 }

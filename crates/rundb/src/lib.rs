@@ -584,6 +584,7 @@ pub fn example_summary(run: u32, events: u64) -> RunSummary {
         errors: Vec::new(),
         overrides: Default::default(),
         degraded: Default::default(),
+        changes: Default::default(),
     }
 }
 

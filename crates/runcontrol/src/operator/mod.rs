@@ -429,9 +429,12 @@ impl Operator {
         self.transition(Transition::Reset).map(|_| ())
     }
 
-    /// Sets parameter `key` (dotted for a nested key) of `component` to `value` for the next
-    /// configure, over the system file's (`None`: back to the system file's). Allowed while
-    /// the system is Initial; the overrides in force are in [`status`](Self::status) and in
+    /// Sets parameter `key` (dotted for a nested key) of `component` to `value`, over the
+    /// system file's. While the system is Initial, for the next configure (`None`: back to the
+    /// system file's); while Configured, Running or Paused, a live parameter: the component
+    /// takes it at once (refused, with its reason, for a key it does not declare live in its
+    /// state), the change is logged, kept for the next configure, and recorded in the open
+    /// run's summary (`changes`). The overrides in force are in [`status`](Self::status) and in
     /// each run's summary. Returns every override in force (`COMPONENT.KEY` → value).
     pub fn set(
         &self,

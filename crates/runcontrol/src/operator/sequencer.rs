@@ -44,7 +44,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use daqflow_component::api::{ComponentState, Policy, RunSummary, SystemState, Transition, TransitionResult};
+use daqflow_component::api::{
+    ComponentState, ParameterChange, Policy, RunSummary, SystemState, Transition, TransitionResult,
+};
 use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Info, Request, Stats, Verb};
 use serde_json::{Value, json};
 
@@ -125,8 +127,10 @@ pub enum Input {
         /// The transition.
         transition: Transition,
     },
-    /// Set (or, with `value` None, take back) parameter `key` of `component` for the next
-    /// configure: allowed while the system is Initial and nothing is under way.
+    /// Set (or, with `value` None, take back) parameter `key` of `component`: while the
+    /// system is Initial, for the next configure; while Configured, Running or Paused (nothing
+    /// under way), a live parameter the component changes at once (and keeps for the next
+    /// configure).
     Set {
         /// Answered with [`Output::Done`].
         ticket: u64,
@@ -239,6 +243,8 @@ pub struct CloseRun {
     pub overrides: BTreeMap<String, Value>,
     /// The components the run went on without, each with why.
     pub degraded: Vec<String>,
+    /// The live parameters changed during the run.
+    pub changes: Vec<ParameterChange>,
 }
 
 /// What the sequencer knows of one component.
@@ -315,6 +321,16 @@ pub struct Snapshot {
 enum Owner {
     Job,
     Restart(String),
+    /// A live parameter.
+    Live(LiveSet),
+}
+
+/// A live parameter sent: answer `ticket`, then keep `key` = `value` of the component.
+#[derive(Debug, Clone, PartialEq)]
+struct LiveSet {
+    ticket: u64,
+    key: String,
+    value: toml::Value,
 }
 
 #[derive(Debug, Clone)]
@@ -443,6 +459,8 @@ pub struct Sequencer {
     overrides: BTreeMap<String, BTreeMap<String, toml::Value>>,
     /// Components the open run goes on without → why.
     dropped: BTreeMap<String, String>,
+    /// The live parameters changed in the open run.
+    changes: Vec<ParameterChange>,
 }
 
 impl Sequencer {
@@ -471,6 +489,7 @@ impl Sequencer {
             last_summary: None,
             overrides: BTreeMap::new(),
             dropped: BTreeMap::new(),
+            changes: Vec::new(),
         }
     }
 
@@ -553,8 +572,12 @@ impl Sequencer {
             Input::Request { ticket, transition } => self.request(ticket, transition, now, &mut out),
             Input::Shutdown { ticket } => self.shutdown(ticket, now, &mut out),
             Input::Set { ticket, component, key, value } => {
-                let result = self.set(&component, &key, value).map(|()| TransitionResult::Done);
-                out.push(Output::Done { ticket, result });
+                if self.job.is_none() && self.state() == SystemState::Initial {
+                    let result = self.set(&component, &key, value).map(|()| TransitionResult::Done);
+                    out.push(Output::Done { ticket, result });
+                } else if let Err(e) = self.set_live(ticket, &component, &key, value, now, &mut out) {
+                    out.push(Output::Done { ticket, result: Err(e) });
+                }
             }
             Input::Status(s) => self.on_status(s, now, &mut out),
             Input::Stats { name, stats } => {
@@ -622,6 +645,111 @@ impl Sequencer {
                 state.name()
             )));
         }
+        self.check_key(component, key)?;
+        let entry = self.overrides.entry(component.to_owned()).or_default();
+        match value {
+            Some(v) => {
+                tracing::info!(component, key, value = %v, "parameter set for the next configure");
+                entry.insert(key.to_owned(), v);
+            }
+            None => {
+                entry.remove(key);
+                tracing::info!(component, key, "parameter set back to the system file's");
+            }
+        }
+        self.overrides.retain(|_, m| !m.is_empty());
+        Ok(())
+    }
+
+    /// Sends a live parameter to its component (answered when it replies).
+    fn set_live(
+        &mut self,
+        ticket: u64,
+        component: &str,
+        key: &str,
+        value: Option<toml::Value>,
+        now: Now,
+        out: &mut Vec<Output>,
+    ) -> Result<(), OperatorError> {
+        let state = self.state();
+        if self.job.is_some() || !matches!(state, SystemState::Configured | SystemState::Running | SystemState::Paused)
+        {
+            return Err(OperatorError::Invalid(format!(
+                "parameters change while the system is Initial (for the next configure) or, the live ones, while \
+                 Configured, Running or Paused; it is {}",
+                state.name()
+            )));
+        }
+        self.check_key(component, key)?;
+        let Some(value) = value else {
+            return Err(OperatorError::Invalid(format!(
+                "`{component}.{key}` can be taken back only while Initial; set it to a value instead"
+            )));
+        };
+        let v = &self.views[component];
+        if self.restarts.contains_key(component) || self.dropped.contains_key(component) || !v.joined() {
+            return Err(OperatorError::Invalid(format!(
+                "{component} is {}: it takes no parameter now",
+                if self.dropped.contains_key(component) {
+                    "out of the run".into()
+                } else {
+                    v.shown().name().to_owned()
+                }
+            )));
+        }
+        let json = serde_json::to_value(&value).unwrap_or(Value::Null);
+        let owner = Owner::Live(LiveSet { ticket, key: key.to_owned(), value });
+        self.send(component, Command::Set { key: key.to_owned(), value: json }, owner, self.config.timeout, now, out);
+        Ok(())
+    }
+
+    /// A live parameter's reply: the ticket's answer; the value kept and the change recorded.
+    fn live_done(
+        &mut self,
+        component: &str,
+        LiveSet { ticket, key, value }: LiveSet,
+        result: Result<Answer, OperatorError>,
+        now: Now,
+        out: &mut Vec<Output>,
+    ) {
+        let result = match result {
+            Ok(_) => {
+                let run = self.run.filter(|_| self.run_open());
+                tracing::info!(
+                    component,
+                    key = %key,
+                    value = %value,
+                    run = run.unwrap_or(0),
+                    "live parameter {component}.{key} = {value}{}",
+                    run.map(|r| format!(" in run {r}")).unwrap_or_default()
+                );
+                let json = serde_json::to_value(&value).unwrap_or(Value::Null);
+                if run.is_some() {
+                    self.changes.push(ParameterChange {
+                        t_ms: now.wall_ms,
+                        component: component.to_owned(),
+                        key: key.clone(),
+                        value: json,
+                    });
+                }
+                self.overrides.entry(component.to_owned()).or_default().insert(key, value);
+                Ok(TransitionResult::Done)
+            }
+            // The component's refusal is the caller's mistake (400), with the component's reason.
+            Err(OperatorError::Component { component, reason, .. })
+                if !reason.starts_with("no answer")
+                    && !reason.starts_with("the process")
+                    && reason != "not on the control plane" =>
+            {
+                Err(OperatorError::Invalid(format!("{component}: {reason}")))
+            }
+            Err(e) => Err(e),
+        };
+        out.push(Output::Done { ticket, result });
+    }
+
+    /// Checks that `component` is one and `key` a parameter name it could have.
+    fn check_key(&self, component: &str, key: &str) -> Result<(), OperatorError> {
         let Some(i) = self.spec_index(component) else {
             let names: Vec<&str> = self.file.components.iter().map(|c| c.name.as_str()).collect();
             return Err(OperatorError::Invalid(format!(
@@ -649,18 +777,6 @@ impl Sequencer {
                 None => break,
             }
         }
-        let entry = self.overrides.entry(component.to_owned()).or_default();
-        match value {
-            Some(v) => {
-                tracing::info!(component, key, value = %v, "parameter set for the next configure");
-                entry.insert(key.to_owned(), v);
-            }
-            None => {
-                entry.remove(key);
-                tracing::info!(component, key, "parameter set back to the system file's");
-            }
-        }
-        self.overrides.retain(|_, m| !m.is_empty());
         Ok(())
     }
 
@@ -763,6 +879,7 @@ impl Sequencer {
                 }
             }
             Owner::Restart(name) => self.restart_step_done(&name, result, now, out),
+            Owner::Live(set) => self.live_done(&p.name, set, result, now, out),
         }
     }
 
@@ -971,7 +1088,11 @@ impl Sequencer {
             out.push(Output::Done { ticket: t, result: Err(closing()) });
         }
         self.restarts.clear();
-        self.pending.clear();
+        for p in std::mem::take(&mut self.pending).into_values() {
+            if let Owner::Live(LiveSet { ticket, .. }) = p.owner {
+                out.push(Output::Done { ticket, result: Err(closing()) });
+            }
+        }
         let mut job = Job {
             ticket: Some(ticket),
             transition: None,
@@ -1337,6 +1458,7 @@ impl Sequencer {
                 self.run = Some(run);
                 self.run_started_ms = Some(now.wall_ms);
                 self.last_summary = None;
+                self.changes.clear();
                 for v in self.views.values_mut() {
                     v.earlier.clear();
                     v.recent_restarts = 0;
@@ -1378,7 +1500,8 @@ impl Sequencer {
         let started_ms = self.run_started_ms.unwrap_or(0);
         let overrides = self.overrides_flat();
         let degraded = self.dropped.iter().map(|(name, why)| format!("{name}: {why}")).collect();
-        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors, overrides, degraded }))
+        let changes = self.changes.clone();
+        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors, overrides, degraded, changes }))
     }
 
     fn on_run_closed(&mut self, summary: Box<RunSummary>, now: Now, out: &mut Vec<Output>) {

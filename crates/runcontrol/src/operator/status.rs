@@ -233,6 +233,7 @@ pub(crate) fn run_summary(system: &str, close: &CloseRun, now_ms: u64) -> RunSum
         errors,
         overrides: close.overrides.clone(),
         degraded: close.degraded.clone(),
+        changes: close.changes.clone(),
     }
 }
 

@@ -98,6 +98,7 @@ fn summary(run: u32, started_ms: u64, stopped_ms: u64, events: u64) -> RunSummar
         errors: Vec::new(),
         overrides: Default::default(),
         degraded: Default::default(),
+        changes: Default::default(),
     }
 }
 
