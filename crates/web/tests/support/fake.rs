@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daqflow_component::api::{
-    ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, Policy, ProcessEntry, RatePoint, RunDetail,
-    RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition, TransitionResult,
+    ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, ParameterChange, Policy, ProcessEntry, RatePoint,
+    RunDetail, RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition, TransitionResult,
 };
 use daqflow_component::{Role, Stats};
 use daqflow_web::{Backend, BackendError};
@@ -28,6 +28,8 @@ struct State {
     /// The run database, newest first.
     runs: Vec<RunDetail>,
     last_summary: Option<Box<RunSummary>>,
+    /// Parameters changed during the open run.
+    changes: Vec<ParameterChange>,
 }
 
 /// The fake. `transition_delay` makes every transition take that long (as a real `start` does).
@@ -40,6 +42,8 @@ pub struct FakeBackend {
     pub commands: Mutex<Vec<(String, String)>>,
     /// Parameters set: `COMPONENT.KEY` → value.
     pub sets: Mutex<std::collections::BTreeMap<String, Value>>,
+    /// The components the open run goes on without (set by a test): name → why.
+    pub degraded: Mutex<std::collections::BTreeMap<String, String>>,
     /// The last log query asked for.
     pub last_query: Mutex<Option<LogQuery>>,
 }
@@ -134,11 +138,13 @@ impl FakeBackend {
                 rates: Vec::new(),
                 runs: vec![detail(summary(1, 1_700_000_000_000, 1_700_000_060_000, 60_000))],
                 last_summary: None,
+                changes: Vec::new(),
             }),
             transition_delay,
             listeners: Arc::new(AtomicUsize::new(0)),
             commands: Mutex::new(Vec::new()),
             sets: Mutex::default(),
+            degraded: Mutex::default(),
             last_query: Mutex::new(None),
         })
     }
@@ -218,8 +224,8 @@ impl Backend for FakeBackend {
                 component("bu-1", "bu", Role::Builder, 102),
             ],
             rates: s.rates.clone(),
-            overrides: Default::default(),
-            degraded: Default::default(),
+            overrides: self.sets.lock().unwrap().clone(),
+            degraded: self.degraded.lock().unwrap().clone(),
         }
     }
 
@@ -247,7 +253,9 @@ impl Backend for FakeBackend {
             Transition::Resume => (SystemState::Running, TransitionResult::Done),
             Transition::Stop => {
                 let run = s.run.unwrap_or(0);
-                let done = summary(run, s.run_started_ms.unwrap_or(0), now_ms(), s.events as u64);
+                let mut done = summary(run, s.run_started_ms.unwrap_or(0), now_ms(), s.events as u64);
+                done.changes = std::mem::take(&mut s.changes);
+                done.degraded = self.degraded.lock().unwrap().iter().map(|(n, why)| format!("{n}: {why}")).collect();
                 s.runs.insert(0, detail(done.clone()));
                 s.run_started_ms = None;
                 s.last_summary = Some(Box::new(done.clone()));
@@ -306,6 +314,21 @@ impl Backend for FakeBackend {
         if !["source-1", "bu-1"].contains(&component) {
             return Err(BackendError::Invalid(format!("no component `{component}`")));
         }
+        let mut state = self.state.lock().unwrap();
+        if matches!(state.state, SystemState::Configured | SystemState::Running | SystemState::Paused) {
+            // Live: only the source's rate, as a real source has it.
+            if (component, key) != ("source-1", "rate_hz") {
+                return Err(BackendError::Invalid(format!(
+                    "{component}: `{key}` cannot change after configure; the live parameters of source-1 are: rate_hz"
+                )));
+            }
+            if let (SystemState::Running | SystemState::Paused, Some(v)) = (state.state, &value) {
+                let change =
+                    ParameterChange { t_ms: now_ms(), component: component.into(), key: key.into(), value: v.clone() };
+                state.changes.push(change);
+            }
+        }
+        drop(state);
         let mut sets = self.sets.lock().unwrap();
         match value {
             Some(v) => sets.insert(format!("{component}.{key}"), v),
