@@ -410,9 +410,8 @@ fn live_parameters_change_a_run_in_progress_and_are_recorded_with_it() {
     assert!(e.contains("`max_file_bytes` can change only while Configured, not while Running"), "{e}");
     let e = op.set("src-0", "rate_hz", Some(toml::Value::Float(-1.0))).unwrap_err().to_string();
     assert!(e.contains("`rate_hz` = -1.0 must be a number, 0 or more"), "{e}");
-    // Back to the first pace before the stop (a builder at a few hundred events per second
-    // loses the last credits' events at the stop: a known problem of the event builder,
-    // docs/evb.md).
+    // And back to the first pace (the stop then drains the events the trigger ran ahead in
+    // a couple of seconds rather than ten).
     for src in ["src-0", "src-1"] {
         op.set(src, "rate_hz", Some(toml::Value::Float(1000.0))).unwrap();
     }
