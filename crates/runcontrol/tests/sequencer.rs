@@ -891,3 +891,22 @@ fn live_parameters_reach_the_component_at_once_and_the_run_record() {
     let e = w.done.remove(&ticket).expect("answered after the timeout").unwrap_err().to_string();
     assert!(e.contains("no answer"), "{e}");
 }
+
+#[test]
+fn transitions_asked_during_a_restart_back_off_wait_for_it_and_are_answered() {
+    // Found by `any_history`: a component killed twice (its second restart backs off) while
+    // transitions are asked for.
+    let mut w = World::launched();
+    w.kill("bu-0");
+    w.kill("bu-0");
+    let asked: Vec<u64> = (0..10).map(|_| w.ask(Transition::Configure)).collect();
+    assert!(asked.iter().all(|t| !w.done.contains_key(t)), "they wait for the restart");
+    for _ in 0..6 {
+        w.reply_all();
+        w.pass(Duration::from_secs(61));
+    }
+    for t in asked {
+        assert!(w.done.contains_key(&t), "transition {t} never answered");
+    }
+    assert_eq!(w.seq.state(), SystemState::Configured);
+}

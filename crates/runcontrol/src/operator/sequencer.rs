@@ -1561,7 +1561,9 @@ impl Sequencer {
                 return;
             }
             self.restart_failures.clear();
-            if let Some((ticket, t)) = self.queue.pop_front() {
+            // The transitions that waited, in order, until one is under way (one refused at
+            // once lets the next go).
+            while let Some((ticket, t)) = self.queue.pop_front() {
                 self.begin(Some(ticket), t, Vec::new(), now, out);
                 if self.job.is_some() {
                     return;
