@@ -45,6 +45,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use daqflow_component::api::{ComponentState, Policy, RunSummary, SystemState, Transition, TransitionResult};
+use daqflow_component::provenance::SYSTEM_DIGEST_KEY;
 use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Info, Request, Stats, Verb};
 use serde_json::{Value, json};
 
@@ -427,6 +428,8 @@ pub struct Sequencer {
     last_summary: Option<Box<RunSummary>>,
     /// Parameters set over the system file's: component → dotted key → value.
     overrides: BTreeMap<String, BTreeMap<String, toml::Value>>,
+    /// The parameters each component was last configured with (what a run record keeps).
+    configured: BTreeMap<String, toml::Table>,
 }
 
 impl Sequencer {
@@ -454,12 +457,20 @@ impl Sequencer {
             last_error: None,
             last_summary: None,
             overrides: BTreeMap::new(),
+            configured: BTreeMap::new(),
         }
     }
 
-    /// Sets a value of `${system.KEY}` (`id`, `control`, `data`, `database`).
+    /// Sets a value of `${system.KEY}` (`id`, `control`, `data`, `database`, `digest`; the
+    /// last is also given to every component whose kind takes it, as `system_digest`).
     pub fn set_system_value(&mut self, key: &str, value: Value) {
         self.system.insert(key.to_owned(), value);
+    }
+
+    /// Every component's parameters as it was last configured (references resolved,
+    /// overrides applied, the operator's reserved keys in): component → table, in JSON.
+    pub fn configured_params(&self) -> BTreeMap<String, Value> {
+        self.configured.iter().map(|(name, t)| (name.clone(), serde_json::to_value(t).unwrap_or(Value::Null))).collect()
     }
 
     /// The system file.
@@ -615,6 +626,11 @@ impl Sequencer {
                 "`{key}` is not a parameter name (dotted for nested keys: size.mean)"
             )));
         }
+        if key.split('.').next() == Some(SYSTEM_DIGEST_KEY) {
+            return Err(OperatorError::Invalid(format!(
+                "`{SYSTEM_DIGEST_KEY}` is set by the operator (the system file's digest), not by `set`"
+            )));
+        }
         // The key must not cross a value that is not a table in the system file's parameters.
         let mut table = &self.file.components[i].params;
         let parts: Vec<&str> = key.split('.').collect();
@@ -680,7 +696,15 @@ impl Sequencer {
             t.insert(last.to_owned(), value.clone());
         }
         match resolve(&toml::Value::Table(params), &refs) {
-            Ok(toml::Value::Table(t)) => Ok(t),
+            Ok(toml::Value::Table(mut t)) => {
+                // The system file's digest, for the headers of the component's data files.
+                if spec.system_digest
+                    && let Some(Value::String(digest)) = self.system.get("digest")
+                {
+                    t.insert(SYSTEM_DIGEST_KEY.to_owned(), toml::Value::String(digest.clone()));
+                }
+                Ok(t)
+            }
             Ok(_) => Ok(toml::Table::new()),
             Err(reason) => {
                 Err(OperatorError::Component { component: spec.name.clone(), command: "configure".into(), reason })
@@ -1113,6 +1137,7 @@ impl Sequencer {
                 let spec = self.file.components[i].clone();
                 match self.resolved_params(&spec) {
                     Ok(config) => {
+                        self.configured.insert(spec.name.clone(), config.clone());
                         self.send_for(
                             &mut job.batch,
                             &spec.name,
@@ -1498,7 +1523,10 @@ impl Sequencer {
             Some(Verb::Configure) => {
                 let Some(i) = self.spec_index(name) else { return };
                 match self.resolved_params(&self.file.components[i].clone()) {
-                    Ok(config) => Command::Configure { config: Some(config) },
+                    Ok(config) => {
+                        self.configured.insert(name.to_owned(), config.clone());
+                        Command::Configure { config: Some(config) }
+                    }
                     Err(e) => {
                         self.restart_failed(name, e.to_string(), now, out);
                         return;
