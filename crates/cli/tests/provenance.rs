@@ -237,4 +237,16 @@ fn a_repeated_run_takes_the_stored_system_file_and_overrides_of_the_run_it_repea
     let (ok, out) = daqflow_run(&other, &["--repeat", "1", "--start", "--seconds", "1"]);
     assert!(!ok && out.contains("run 1 is of system `prov-repeat`, not of `another-system`"), "{out}");
     assert_eq!(db.runs(10).unwrap().len(), 2, "no run was taken by a refused repeat");
+
+    // The console's `repeat N` (Operator::repeat) takes run N's parameters only for the system
+    // file run N ran with: the file on disk changed since.
+    let changed = std::fs::read_to_string(&file).unwrap();
+    let system = daqflow_runcontrol::system::SystemFile::parse(&changed, &daqflow::registry::standard()).unwrap();
+    let op = Operator::launch(OperatorOptions::new(system, BIN.into())).unwrap_or_else(|e| panic!("launch: {e}"));
+    let e = op.repeat(1).unwrap_err().to_string();
+    assert!(e.contains("run 1 ran with another system file") && e.contains("--repeat 1"), "{e}");
+    let e = op.repeat(77).unwrap_err().to_string();
+    assert!(e.starts_with("no run 77 in the run database"), "{e}");
+    assert!(op.status().overrides.is_empty(), "nothing was set by a refused repeat");
+    op.shutdown();
 }
