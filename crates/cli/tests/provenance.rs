@@ -3,8 +3,12 @@
 //! record holds; `daqflow run SYSTEM.toml --repeat N` runs again with run N's stored system
 //! file and overrides, and refuses a run that is not there or of another system.
 
+#[path = "../../web/tests/support/cdp.rs"]
+mod cdp;
+
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use daqflow_component::api::RunState;
@@ -17,6 +21,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_daqflow");
 
 /// A builder writing files itself (no ET, no recorder): 1 source, 1 RU, 1 BU.
 fn builder_files_system(data: &Path) -> String {
+    builder_files_system_at(data, 1000.0)
+}
+
+/// The same, its source at `rate_hz`.
+fn builder_files_system_at(data: &Path, rate_hz: f64) -> String {
     format!(
         r#"[system]
 name = "prov-bu"
@@ -54,7 +63,7 @@ stop_arg = "${{evm.last_event}}"
 [component.params]
 source_id = 0
 ru = "${{ru-0.listen}}"
-rate_hz = 1000.0
+rate_hz = {rate_hz:.1}
 "#,
         data = data.display()
     )
@@ -249,4 +258,97 @@ fn a_repeated_run_takes_the_stored_system_file_and_overrides_of_the_run_it_repea
     assert!(e.starts_with("no run 77 in the run database"), "{e}");
     assert!(op.status().overrides.is_empty(), "nothing was set by a refused repeat");
     op.shutdown();
+}
+
+/// The operator's process, killed if the test ends early.
+struct OperatorProcess(std::process::Child);
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn the_web_ui_of_a_real_operator_shows_a_runs_configuration_and_its_diff_against_another_run() {
+    let Some(chromium) = cdp::chromium_or_skip(
+        "the_web_ui_of_a_real_operator_shows_a_runs_configuration_and_its_diff_against_another_run",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("system.toml");
+    // Run 1 at 1000 Hz, run 2 after the file changed to 500 Hz.
+    for rate_hz in [1000.0, 500.0] {
+        std::fs::write(&file, builder_files_system_at(&data, rate_hz)).unwrap();
+        let (ok, out) = daqflow_run(&file, &["--start", "--seconds", "1"]);
+        assert!(ok, "daqflow run failed:\n{out}");
+    }
+    let digest = sha256_hex(builder_files_system_at(&data, 500.0).as_bytes());
+    let mut op = OperatorProcess(
+        Command::new(BIN)
+            .args(["run", "--web", "127.0.0.1:0"])
+            .arg(&file)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a first line").unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+
+    let mut browser = cdp::Browser::launch(&chromium).unwrap_or_else(|e| panic!("launching Chromium: {e}"));
+    let step = |what: &str, browser: &cdp::Browser, r: Result<serde_json::Value, String>| {
+        r.unwrap_or_else(|e| panic!("{what}: {e}\npage errors: {:?}", browser.page_errors))
+    };
+    let r = browser.navigate(&url).map(|_| serde_json::Value::Null);
+    step("load the UI", &browser, r);
+    let r = browser.click("#tab-runs").map(|_| serde_json::Value::Null);
+    step("runs tab", &browser, r);
+    let r = browser.wait_for("run 2 listed", "document.querySelector(\"#runs tr[data-run='2']\") !== null");
+    step("runs", &browser, r);
+    let r = browser.click("#runs tr[data-run='2']").map(|_| serde_json::Value::Null);
+    step("open run 2", &browser, r);
+    let r = browser.wait_for(
+        "run 2's digest",
+        &format!("document.querySelector('#prov-facts').textContent.includes('system file SHA-256 {digest}')"),
+    );
+    step("provenance", &browser, r);
+    let r = browser.eval("document.querySelector('#prov-params').textContent");
+    let params = step("params", &browser, r);
+    assert!(params.as_str().is_some_and(|t| t.contains("src-0.rate_hz = 500")), "{params}");
+    assert!(params.as_str().is_some_and(|t| t.contains(&format!("bu-0.system_digest = \"{digest}\""))), "{params}");
+    let r = browser.fill("#prov-diff-run", "1").map(|_| serde_json::Value::Null);
+    step("type run 1", &browser, r);
+    let r = browser.click("#prov-diff-go").map(|_| serde_json::Value::Null);
+    step("diff", &browser, r);
+    let r = browser.wait_for(
+        "the diff against run 1",
+        "document.querySelector('#prov-diff-summary').textContent.startsWith('run 1 → run 2')",
+    );
+    step("diff summary", &browser, r);
+    let r = browser.eval(
+        "Array.from(document.querySelectorAll('#prov-diff .diff-del, #prov-diff .diff-add')).map((e) => e.textContent).join('\\n')",
+    );
+    let changed = step("the changed lines", &browser, r);
+    let changed = changed.as_str().unwrap_or_default();
+    for line in ["- rate_hz = 1000.0", "+ rate_hz = 500.0", "- src-0.rate_hz = 1000", "+ src-0.rate_hz = 500"] {
+        assert!(changed.lines().any(|l| l == line), "{line:?} not in the diff:\n{changed}");
+    }
+    assert!(!changed.contains("kind = "), "lines both runs share are not changes:\n{changed}");
+    assert!(browser.page_errors.is_empty(), "the page reported errors: {:?}", browser.page_errors);
+    drop(browser);
+    op.0.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while op.0.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the operator did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
