@@ -12,7 +12,7 @@ Example (a scan of five short runs, ``python/examples/scan.py``)::
     with daqflow.Operator("http://127.0.0.1:8080", data="daqflow-demo") as op:
         op.reset()
         for rate in (500, 1000, 1500, 2000, 2500):
-            op.set("src-0", "rate_hz", rate)      # for the next configure
+            op.set("src-0", "rate_hz", rate)      # for the next configure (or live, once configured)
             op.configure()
             summary = op.take_run(seconds=2)      # start, wait, stop: the run's summary
             print(rate, summary["run"], summary["events"], summary["lost"])
@@ -193,8 +193,11 @@ class Operator:
 
     def set(self, component: str, key: str, value: Any) -> Dict[str, Any]:
         """Sets parameter ``key`` (dotted for a nested key: ``size.mean``) of ``component`` to
-        ``value`` for the next configure (the system must be Initial). Returns every override
-        in force. The overrides are stored with each run (its summary's ``overrides``)."""
+        ``value``: while the system is Initial for the next configure; while Configured,
+        Running or Paused a live parameter the component takes at once (refused with its reason
+        for a key it does not declare live in that state). Returns every override in force.
+        The overrides are stored with each run (its summary's ``overrides``), the live changes
+        of a run in its summary's ``changes``."""
         return self._request("POST", "/api/set", {"component": component, "key": key, "value": value})
 
     def unset(self, component: str, key: str) -> Dict[str, Any]:

@@ -206,17 +206,22 @@ def test_a_script_drives_runs_through_the_operator(operator):
         assert op.control()["you"] is True
         configured = op.configure()
         assert "listen" in configured["evm"]
+        # Configured: a parameter that is not live is refused with the component's reason.
         with pytest.raises(daqflow.OperatorError) as e:
-            op.set("src-0", "rate_hz", 100)
-        assert e.value.status == 400 and "Initial" in e.value.message
+            op.set("src-0", "source_id", 9)
+        assert e.value.status == 400 and "cannot change after configure" in e.value.message
         run = op.start()
         status = op.wait(events=500, timeout=60)
         assert status["events"] >= 500 and status["running"]
+        # Running: a live parameter is taken at once and recorded with the run.
+        assert op.set("src-0", "rate_hz", 2500)["overrides"]["src-0.rate_hz"] == 2500
         summary = op.stop()
         assert summary["run"] == run and summary["lost"] == 0 and summary["events"] >= 500
+        assert [(c["component"], c["key"], c["value"]) for c in summary["changes"]] == [("src-0", "rate_hz", 2500)]
         assert op.runs(limit=1)[0]["run"] == run
         assert op.run(run)["summary"]["events"] == summary["events"]
         op.reset()
+        op.unset("src-0", "rate_hz")
         with pytest.raises(daqflow.OperatorError) as e:
             op.set("nobody", "rate_hz", 1)
         assert e.value.status == 400 and "no component `nobody`" in e.value.message

@@ -27,10 +27,11 @@ pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     daqflow run teststand.toml --start --seconds 60  configure, take a 60 s run, stop, exit\n  \
     daqflow run teststand.toml --repeat 12 --start   run 12's configuration again, as stored\n\n\
     Then type transitions (one per line): configure, start [RUN], pause, resume, stop, reset,\n\
-    status, quit; `set NAME.KEY=VALUE` (while Initial) changes a component's parameter for the\n\
-    next configure (`unset NAME.KEY` takes it back); `repeat RUN` (while Initial) takes the\n\
-    parameters run RUN was configured with. Ctrl-C stops a run in progress and ends\n\
-    every component.\n\
+    status, quit; `set NAME.KEY=VALUE` changes a component's parameter: while Initial for the\n\
+    next configure (`unset NAME.KEY` takes it back), while Configured, Running or Paused a live\n\
+    parameter at once (docs/operator-guide.md, \"Live parameters\"); `repeat RUN` (while\n\
+    Initial) takes the parameters run RUN was configured with. Ctrl-C stops a run in\n\
+    progress and ends every component.\n\
     The system file is described in docs/operator-guide.md.";
 
 pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
@@ -538,6 +539,9 @@ fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (boo
     for d in &s.died {
         println!("  died:       {} ({})", d.component, d.why);
     }
+    for d in &s.degraded {
+        println!("  went on without {d}");
+    }
     for e in &s.errors {
         println!("  error:      {e}");
     }
@@ -740,7 +744,7 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                     }
                     ("unset", None) if rest.len() == 1 => (rest[0].to_owned(), None),
                     _ => {
-                        println!("usage: set NAME.KEY=VALUE (for the next configure), unset NAME.KEY");
+                        println!("usage: set NAME.KEY=VALUE (live, or for the next configure), unset NAME.KEY");
                         continue;
                     }
                 };
@@ -750,7 +754,7 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                 };
                 match op.set(component, key, value) {
                     Ok(all) => println!(
-                        "parameters for the next configure: {}",
+                        "{target} set; parameters over the system file's: {}",
                         serde_json::to_string(&all).unwrap_or_default()
                     ),
                     Err(e) => println!("{verb}: {e}"),

@@ -20,8 +20,8 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     daqflow soak --minutes 30 --run-seconds 60       a longer soak (docs/performance.md)\n  \
     daqflow soak --minutes 5 --kill-every 2 --seed 7 more kills, reproducible choices\n\n\
     Each run: the demo's system (its sources free-running: rate_hz = 0), a kill -9 of a random\n\
-    component with policy `restart` (msglogger, recorder, monitor, bu-0, bu-1) every\n\
-    --kill-every seconds on average, then a stop. Checked after every run: the run's accounting\n\
+    component with policy `restart` (msglogger, recorder, monitor, bu-0, bu-1; restarted at\n\
+    once, without the restart cap) every --kill-every seconds on average, then a stop. Checked after every run: the run's accounting\n\
     (built + duplicates = recorded + not recorded; triggered = built + rejected + lost in the\n\
     builder), its files (every CRC), each process's RSS and open files against the first run,\n\
     and /dev/shm. A table per run, and soak.json in the data directory.";
@@ -169,7 +169,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     std::fs::create_dir_all(&data.path).with_context(|| format!("creating {}", data.path.display()))?;
     let shm_before = dev_shm_entries();
-    let file = crate::run_cmd::parse_system(crate::run_cmd::DEMO_SYSTEM, "demo.toml")?;
+    let mut file = crate::run_cmd::parse_system(crate::run_cmd::DEMO_SYSTEM, "demo.toml")?;
+    // The soak kills on purpose: every kill gets its restart at once, however many in a run.
+    file.system.restart_max = 1000;
+    file.system.restart_backoff_s = 0.0;
     let restartable: Vec<String> =
         file.components.iter().filter(|c| c.policy == Policy::Restart).map(|c| c.name.clone()).collect();
     let sources: Vec<String> = file.components.iter().filter(|c| c.kind == "source").map(|c| c.name.clone()).collect();

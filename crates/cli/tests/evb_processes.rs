@@ -268,3 +268,32 @@ fn paced_sources_with_small_or_empty_fragments_keep_the_builder_going() {
         assert_eq!(s["run"]["events"].as_u64(), Some(last), "{size} B");
     }
 }
+
+#[test]
+fn paced_sources_far_behind_the_trigger_drain_every_event_at_the_stop() {
+    // The emulated trigger runs up to the BUs' credits (2 × 256) ahead of sources paced at
+    // 200 Hz: at the stop the sources still have 2.5 s of events to produce, five times the
+    // drain timeout. The drain waits while events are still being built.
+    let (s, ok, took) = evb_local(&[
+        "--rus",
+        "1",
+        "--bus",
+        "2",
+        "--streams",
+        "2",
+        "--rate",
+        "200",
+        "--seconds",
+        "2",
+        "--credits",
+        "256",
+        "--set",
+        "evm.drain_timeout_ms=500",
+    ]);
+    assert!(ok, "{s:#}");
+    let run = &s["run"];
+    assert_eq!(run["lost"], 0, "{run:#}");
+    assert_eq!(run["triggered"], run["events"], "{run:#}");
+    assert!(run["triggered"].as_u64().unwrap() > 600, "the trigger ran ahead of the sources: {run:#}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}

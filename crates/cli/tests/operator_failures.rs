@@ -283,3 +283,98 @@ fn a_builder_unit_frozen_for_ten_seconds_never_ends_the_run() {
     let on_disk: u64 = files_on_disk(&data).iter().map(|(_, n)| n).sum();
     assert_eq!(record["recorded"].as_u64(), Some(on_disk));
 }
+
+/// The demo's system for degraded running: the monitor expendable, the builder units a group
+/// of which the run needs one (each under the stop policy), the recorder restarted once.
+fn degraded_system(dir: &Path) -> PathBuf {
+    let text = include_str!("../src/demo.toml")
+        .replace("policy = \"stop\" ", "policy = \"stop\"\nrestart_max = 1\nrestart_backoff_s = 0.5\n")
+        .replace(
+            "name = \"monitor\"\nkind = \"monitor\"\npolicy = \"restart\"",
+            "name = \"monitor\"\nkind = \"monitor\"\npolicy = \"expendable\"",
+        )
+        .replace(
+            "name = \"bu-0\"\nkind = \"bu\"\npolicy = \"restart\"",
+            "name = \"bu-0\"\nkind = \"bu\"\npolicy = \"stop\"",
+        )
+        .replace(
+            "name = \"bu-1\"\nkind = \"bu\"\npolicy = \"restart\"",
+            "name = \"bu-1\"\nkind = \"bu\"\npolicy = \"stop\"",
+        )
+        + "\n[[group]]\nname = \"builders\"\nmembers = [\"bu-0\", \"bu-1\"]\nmin = 1\n";
+    assert!(text.contains("restart_max = 1") && text.contains("policy = \"expendable\""), "the demo's file changed");
+    assert_eq!(text.matches("kind = \"bu\"\npolicy = \"stop\"").count(), 2, "the demo's file changed");
+    let path = dir.join("system.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_degraded_run_goes_on_without_expendable_components_and_group_members_above_the_minimum() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let system = degraded_system(dir.path());
+    let mut op = operator_run(&system, &data, 20);
+    let mut seen = Vec::new();
+    wait_events(&mut op, 2000, &mut seen);
+    kill_component(&op, "monitor"); // expendable
+    wait_events(&mut op, seen.last().unwrap() + 3000, &mut seen);
+    kill_component(&op, "bu-0"); // its group keeps bu-1
+    wait_events(&mut op, seen.last().unwrap() + 3000, &mut seen);
+    kill_component(&op, "recorder"); // its one restart
+    wait_events(&mut op, seen.last().unwrap() + 3000, &mut seen);
+    let (code, out) = finish(op);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.lines().any(|l| l == "lost: 0"), "{out}");
+    assert!(out.contains("went on without bu-0: signal: 9 (SIGKILL) (group `builders` keeps 1 of 2 members"), "{out}");
+    assert!(out.contains("went on without monitor: signal: 9 (SIGKILL) (expendable)"), "{out}");
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let record = record_json(&db, 1);
+    assert_eq!(record["state"], "stopped", "{record}");
+    assert_eq!(record["lost"], 0, "{record}");
+    let summary = &record["summary"];
+    assert_eq!(summary["degraded"].as_array().map(Vec::len), Some(2), "{summary}");
+    assert_eq!(summary["components"]["recorder"]["earlier_lives"], 1, "{summary}");
+    let on_disk: u64 = files_on_disk(&data).iter().map(|(_, n)| n).sum();
+    assert_eq!(record["recorded"].as_u64(), Some(on_disk));
+}
+
+#[test]
+fn a_group_below_its_minimum_or_a_restart_past_its_cap_stops_the_run_and_says_why() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let system = degraded_system(dir.path());
+    // Both builder units: the group is left with none.
+    let mut op = operator_run(&system, &data, 60);
+    let mut seen = Vec::new();
+    wait_events(&mut op, 2000, &mut seen);
+    kill_component(&op, "bu-0");
+    wait_events(&mut op, seen.last().unwrap() + 2000, &mut seen);
+    kill_component(&op, "bu-1");
+    let (code, out) = finish(op);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("group `builders` has 0 of its 2 members left, fewer than its minimum 1"), "{out}");
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let record = record_json(&db, 1);
+    assert_eq!(record["state"], "failed", "{record}");
+    let on_disk: u64 = files_on_disk(&data).iter().map(|(_, n)| n).sum();
+    assert_eq!(record["recorded"].as_u64(), Some(on_disk), "{record}");
+    // Every event the trigger gave is built or counted lost, with a reason.
+    let summary = &record["summary"];
+    let reasons: u64 = summary["lost_reasons"].as_array().unwrap().iter().map(|r| r["events"].as_u64().unwrap()).sum();
+    assert_eq!(record["lost"].as_u64(), Some(reasons), "{summary}");
+
+    // The recorder killed twice in another run: its one restart, then the cap.
+    let data = dir.path().join("data2");
+    let mut op = operator_run(&system, &data, 60);
+    let mut seen = Vec::new();
+    wait_events(&mut op, 2000, &mut seen);
+    kill_component(&op, "recorder");
+    wait_events(&mut op, seen.last().unwrap() + 3000, &mut seen);
+    kill_component(&op, "recorder");
+    let (code, out) = finish(op);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("recorder failed: signal: 9 (SIGKILL); not restarted again: 1 restarts, the cap"), "{out}");
+}

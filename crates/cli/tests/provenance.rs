@@ -207,6 +207,8 @@ fn a_repeated_run_takes_the_stored_system_file_and_overrides_of_the_run_it_repea
     assert!(refused.to_string().contains("set by the operator"), "{refused}");
     op.configure().unwrap();
     let first = op.start(None).unwrap();
+    // A live change during the run: recorded in the run's changes, not in what it started with.
+    op.set("src-0", "rate_hz", Some(toml::Value::Float(800.0))).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let summary = op.stop().unwrap();
     assert_eq!((first, summary.lost), (1, 0), "{summary:?}");
@@ -234,6 +236,12 @@ fn a_repeated_run_takes_the_stored_system_file_and_overrides_of_the_run_it_repea
     assert_eq!(p2.params["bu-0"]["credits"], 64);
     assert_eq!(p2.params["src-0"]["rate_hz"], 1000.0);
     assert_eq!((p1.repeat_of, p2.repeat_of), (None, Some(1)));
+    let changes = db.changes(1).unwrap();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!((changes[0].component.as_str(), changes[0].key.as_str()), ("src-0", "rate_hz"));
+    assert_eq!(changes[0].value, 800.0);
+    assert_eq!(one.changes, changes, "the run's record has them");
+    assert!(two.changes.is_empty(), "a repeat starts as run 1 started: {:?}", two.changes);
     for f in files_of_run(&data.join("files"), 2) {
         assert_eq!(header_digest(&f), p1.system_digest, "{}", f.display());
     }

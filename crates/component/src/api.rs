@@ -126,6 +126,10 @@ impl Transition {
             Verb::Resume => no_body(Transition::Resume),
             Verb::Stop => no_body(Transition::Stop),
             Verb::Reset => no_body(Transition::Reset),
+            Verb::Set => Err(TransitionError(format!(
+                "unknown transition `set` ({}); parameters are set with POST /api/set",
+                Transition::NAMES.join(", ")
+            ))),
         }
     }
 
@@ -316,8 +320,12 @@ pub enum Policy {
     /// Stop the run (the default).
     #[default]
     Stop,
-    /// Start the process again and bring it back into the run.
+    /// Start the process again and bring it back into the run (at most the system's
+    /// `restart_max` times in a run, each further restart after a longer back-off); past the
+    /// cap it counts as lost to the run.
     Restart,
+    /// Its death or failure is logged and the run goes on without it.
+    Expendable,
 }
 
 /// One component in the [`SystemStatus`].
@@ -407,6 +415,10 @@ pub struct SystemStatus {
     /// (`COMPONENT.KEY` → value).
     #[serde(default)]
     pub overrides: BTreeMap<String, serde_json::Value>,
+    /// The components the open run goes on without, with why (a component under the
+    /// `expendable` policy, or a group member while its group keeps its minimum).
+    #[serde(default)]
+    pub degraded: BTreeMap<String, String>,
 }
 
 /// A process on the control plane (`GET /api/processes`): the control server's directory.
@@ -667,6 +679,26 @@ pub struct RunSummary {
     /// operator's `set`, `POST /api/set`); empty when the run took the system file as it is.
     #[serde(default)]
     pub overrides: BTreeMap<String, serde_json::Value>,
+    /// The components the run went on without, each `NAME: why` (degraded running).
+    #[serde(default)]
+    pub degraded: Vec<String>,
+    /// The live parameters changed during the run, in order.
+    #[serde(default)]
+    pub changes: Vec<ParameterChange>,
+}
+
+/// A live parameter changed during a run (`set NAME.KEY=VALUE` while Configured, Running or
+/// Paused).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParameterChange {
+    /// When the component took it (Unix ms).
+    pub t_ms: u64,
+    /// The component.
+    pub component: String,
+    /// The parameter.
+    pub key: String,
+    /// Its new value.
+    pub value: serde_json::Value,
 }
 
 /// A run in the run database's history (`GET /api/runs`).
@@ -711,7 +743,7 @@ pub struct RunDetail {
     pub provenance: Option<RunProvenance>,
     /// The parameters changed while it ran, in order.
     #[serde(default)]
-    pub changes: Vec<RunChange>,
+    pub changes: Vec<ParameterChange>,
 }
 
 /// Where a run's configuration came from and what it was (`docs/operator-guide.md`,
@@ -734,19 +766,6 @@ pub struct RunProvenance {
     /// The run whose configuration this one repeats (`daqflow run --repeat N`).
     #[serde(default)]
     pub repeat_of: Option<u32>,
-}
-
-/// A parameter changed during a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunChange {
-    /// When (Unix ms).
-    pub t_ms: u64,
-    /// The component.
-    pub component: String,
-    /// The parameter (dotted for a nested key).
-    pub key: String,
-    /// Its new value.
-    pub value: serde_json::Value,
 }
 
 /// How severe a log record is.
@@ -907,6 +926,7 @@ mod tests {
             components: vec![view],
             rates: vec![],
             overrides: Default::default(),
+            degraded: Default::default(),
         };
         let m = status.to_prometheus();
         for line in [

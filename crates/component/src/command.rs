@@ -43,11 +43,18 @@ pub enum Verb {
     Stop,
     /// Any → Initial.
     Reset,
+    /// Change a live parameter (no transition).
+    Set,
 }
 
 impl Verb {
     /// Every command.
-    pub const ALL: [Verb; 6] = [Verb::Configure, Verb::Start, Verb::Pause, Verb::Resume, Verb::Stop, Verb::Reset];
+    pub const ALL: [Verb; 7] =
+        [Verb::Configure, Verb::Start, Verb::Pause, Verb::Resume, Verb::Stop, Verb::Reset, Verb::Set];
+
+    /// The commands of the state machine (every one but `set`).
+    pub const TRANSITIONS: [Verb; 6] =
+        [Verb::Configure, Verb::Start, Verb::Pause, Verb::Resume, Verb::Stop, Verb::Reset];
 
     /// The command's name (`configure`, …).
     pub const fn name(self) -> &'static str {
@@ -58,6 +65,7 @@ impl Verb {
             Verb::Resume => "resume",
             Verb::Stop => "stop",
             Verb::Reset => "reset",
+            Verb::Set => "set",
         }
     }
 
@@ -100,6 +108,13 @@ pub enum Command {
     },
     /// Back to Initial, whatever the state.
     Reset,
+    /// Change live parameter `key` to `value` (the component's [`Live`](crate::Live) keys).
+    Set {
+        /// The parameter (dotted for a nested one).
+        key: String,
+        /// Its new value.
+        value: serde_json::Value,
+    },
 }
 
 impl Command {
@@ -112,6 +127,7 @@ impl Command {
             Command::Resume => Verb::Resume,
             Command::Stop { .. } => Verb::Stop,
             Command::Reset => Verb::Reset,
+            Command::Set { .. } => Verb::Set,
         }
     }
 }
@@ -140,17 +156,30 @@ struct Envelope {
     last_event: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     config: Option<toml::Table>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value: Option<serde_json::Value>,
+}
+
+impl Envelope {
+    fn empty() -> Envelope {
+        Envelope { id: 0, reply_to: None, run: None, last_event: None, config: None, key: None, value: None }
+    }
 }
 
 impl Request {
     /// The verb (the dialog command `NAME/VERB`) and the payload (JSON) of the request.
     pub fn encode(&self) -> (Verb, Vec<u8>) {
-        let mut e =
-            Envelope { id: self.id, reply_to: self.reply_to.clone(), run: None, last_event: None, config: None };
+        let mut e = Envelope { id: self.id, reply_to: self.reply_to.clone(), ..Envelope::empty() };
         match &self.command {
             Command::Configure { config } => e.config = config.clone(),
             Command::Start { run } => e.run = Some(*run),
             Command::Stop { last_event } => e.last_event = *last_event,
+            Command::Set { key, value } => {
+                e.key = Some(key.clone());
+                e.value = Some(value.clone());
+            }
             Command::Pause | Command::Resume | Command::Reset => {}
         }
         (self.command.verb(), serde_json::to_vec(&e).unwrap_or_default())
@@ -163,9 +192,9 @@ impl Request {
         let bad = |why: String| ComponentError::BadCommand(format!("{verb}: {why}"));
         let text = std::str::from_utf8(payload).map_err(|_| bad("the payload is not UTF-8".into()))?.trim();
         let e: Envelope = if text.is_empty() {
-            Envelope { id: 0, reply_to: None, run: None, last_event: None, config: None }
+            Envelope::empty()
         } else if let Ok(n) = text.parse::<u64>() {
-            let mut e = Envelope { id: 0, reply_to: None, run: None, last_event: None, config: None };
+            let mut e = Envelope::empty();
             match verb {
                 Verb::Start => e.run = Some(u32::try_from(n).map_err(|_| bad(format!("run {n} is out of range")))?),
                 Verb::Stop => e.last_event = Some(n),
@@ -181,6 +210,8 @@ impl Request {
         refuse_arg(e.run.is_some() && verb != Verb::Start, "run")?;
         refuse_arg(e.last_event.is_some() && verb != Verb::Stop, "last_event")?;
         refuse_arg(e.config.is_some() && verb != Verb::Configure, "config")?;
+        refuse_arg(e.key.is_some() && verb != Verb::Set, "key")?;
+        refuse_arg(e.value.is_some() && verb != Verb::Set, "value")?;
         let command = match verb {
             Verb::Configure => Command::Configure { config: e.config },
             Verb::Start => Command::Start {
@@ -190,6 +221,10 @@ impl Request {
             Verb::Resume => Command::Resume,
             Verb::Stop => Command::Stop { last_event: e.last_event },
             Verb::Reset => Command::Reset,
+            Verb::Set => Command::Set {
+                key: e.key.filter(|k| !k.is_empty()).ok_or_else(|| bad("the payload must name the `key`".into()))?,
+                value: e.value.ok_or_else(|| bad("the payload must give the `value`".into()))?,
+            },
         };
         Ok(Request { id: e.id, reply_to: e.reply_to, command })
     }

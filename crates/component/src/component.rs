@@ -37,6 +37,35 @@ pub trait Component: Send {
     fn failure(&self) -> Option<String> {
         None
     }
+    /// The parameters that may change after configure, and in which states (live
+    /// parameters): the [`Driver`] refuses any other key, or one in another state, before
+    /// [`Component::set`] is called.
+    fn live(&self) -> &'static [Live] {
+        &[]
+    }
+    /// Changes live parameter `key` (one of [`Component::live`], in one of its states) to
+    /// `value`. A value out of range is refused with an error that names the key; the component
+    /// stays in its state and keeps the old value.
+    fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
+        let _ = value;
+        Err(ComponentError::Config(format!("`{key}` cannot change after configure")))
+    }
+}
+
+/// A parameter a component lets change after configure ([`Component::live`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live {
+    /// The parameter's key, as in the configuration (dotted for a nested one).
+    pub key: &'static str,
+    /// The states it may change in (some of Configured, Running, Paused).
+    pub states: &'static [State],
+    /// What changing it does, in one line.
+    pub about: &'static str,
+}
+
+impl Live {
+    /// While Configured, Running or Paused.
+    pub const ANY_STATE: &'static [State] = &[State::Configured, State::Running, State::Paused];
 }
 
 /// Deserializes a component's configuration table into its config struct, with an error that
@@ -216,8 +245,50 @@ impl Driver {
             Command::Resume => self.resume().map(|()| Answer::Nothing),
             Command::Stop { last_event } => self.stop(last_event).map(Answer::Summary),
             Command::Reset => self.reset().map(|()| Answer::Nothing),
+            Command::Set { key, value } => self.set(&key, &value).map(|()| Answer::Nothing),
         }
     }
+
+    /// The live parameters of the component (none before configure).
+    pub fn live(&self) -> &'static [Live] {
+        self.component.as_ref().map_or(&[], |c| c.live())
+    }
+
+    /// Changes live parameter `key`: refused (the state unchanged) when the component is not
+    /// configured, does not declare the key live, or not in this state, or the value is bad.
+    pub fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
+        let state = self.state();
+        let Some(c) = self.component.as_mut().filter(|_| state != State::Error) else {
+            return Err(ComponentError::Refused(format!(
+                "`{key}` cannot change while {}: parameters set while Initial apply at configure",
+                state.name()
+            )));
+        };
+        let live = c.live();
+        let Some(l) = live.iter().find(|l| l.key == key) else {
+            let keys: Vec<String> = live.iter().map(|l| format!("{} ({})", l.key, names(l.states))).collect();
+            return Err(ComponentError::Refused(format!(
+                "`{key}` cannot change after configure; {}",
+                if keys.is_empty() {
+                    format!("{} ({}) has no live parameters", self.name, self.kind)
+                } else {
+                    format!("the live parameters of {} are: {}", self.name, keys.join(", "))
+                }
+            )));
+        };
+        if !l.states.contains(&state) {
+            return Err(ComponentError::Refused(format!(
+                "`{key}` can change only while {}, not while {}",
+                names(l.states),
+                state.name()
+            )));
+        }
+        c.set(key, value)
+    }
+}
+
+fn names(states: &[State]) -> String {
+    states.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
 }
 
 impl Drop for Driver {

@@ -20,6 +20,10 @@ pub enum ComponentError {
     /// A command's payload could not be read; the text says why.
     #[error("bad command: {0}")]
     BadCommand(String),
+    /// A request the component does not take in its state (a live parameter it does not
+    /// declare, or not now); nothing changed.
+    #[error("{0}")]
+    Refused(String),
     /// The hook failed; the text says why.
     #[error("{0}")]
     Failed(String),

@@ -63,7 +63,7 @@ mod state;
 mod stats;
 
 pub use command::{Answer, Command, CommandReply, ComponentStatus, Outcome, Request, Verb};
-pub use component::{Component, Driver, merge, parse_config};
+pub use component::{Component, Driver, Live, merge, parse_config};
 pub use error::ComponentError;
 pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role};
 pub use state::State;

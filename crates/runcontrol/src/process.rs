@@ -238,6 +238,13 @@ fn line_to_command(verb: &str, arg: Option<&str>) -> Option<Result<Command, Stri
         "pause" => Ok(Command::Pause),
         "resume" => Ok(Command::Resume),
         "reset" => Ok(Command::Reset),
+        "set" => match arg.and_then(|a| a.split_once('=')) {
+            Some((key, value)) if !key.is_empty() => Ok(Command::Set {
+                key: key.to_owned(),
+                value: serde_json::to_value(parse_value(value)).unwrap_or(Value::Null),
+            }),
+            _ => Err("usage: set KEY=VALUE".into()),
+        },
         _ => return None,
     })
 }
@@ -287,7 +294,9 @@ impl ControlLink {
         let log = dialog.provide(&format!("{name}/log")).map_err(err)?;
         let mut commands = Vec::new();
         for verb in Verb::ALL {
-            for target in [name, "all"] {
+            // A live parameter is one component's: there is no `all/set`.
+            let targets: &[&str] = if verb == Verb::Set { &[name] } else { &[name, "all"] };
+            for &target in targets {
                 let tx = tx.clone();
                 let reg = dialog
                     .register_command(&format!("{target}/{verb}"), move |m| {

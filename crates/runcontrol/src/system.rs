@@ -7,7 +7,9 @@
 //! control = "127.0.0.1:7000"   # the control server the operator starts
 //! data = "daqflow-data"        # files, logs and the run database go here
 //! # database = "postgres://daq@db.example/daqruns"  # default: "runs.sqlite" in `data`
-//! policy = "stop"              # when a component dies or fails in a run: "stop" or "restart"
+//! policy = "stop"              # when a component dies or fails in a run: "stop", "restart" or "expendable"
+//! restart_max = 3              # restarts of one component in one run (then it is lost to the run)
+//! restart_backoff_s = 1.0      # the second restart in a run waits this long, each further one twice as long
 //! # token_file = "/etc/daqflow/token"          # the system token (default: a new one per start)
 //! # web_token_file = "/etc/daqflow/web-token"   # the web UI's access token (default: a new one per start)
 //!
@@ -42,8 +44,9 @@ use toml::Spanned;
 
 use daqflow_component::{DataFiles, Registry, Role};
 
-/// What to do when a component dies or fails: `stop` the run (the run record says why), or
-/// `restart` it (start it again, configure it and, during a run, start it in the same run).
+/// What to do when a component dies or fails: `stop` the run (the run record says why),
+/// `restart` it (start it again, configure it and, during a run, start it in the same run), or
+/// go on without it (`expendable`).
 pub use daqflow_component::api::Policy;
 
 /// The `[system]` table.
@@ -76,6 +79,19 @@ pub struct SystemSection {
     /// What to do when a component dies or fails during a run (default `stop`).
     #[serde(default = "default_policy")]
     pub policy: Policy,
+    /// How often one component may be restarted in one run (policy `restart`); past it the
+    /// component is lost to the run: the run stops, unless the component belongs to a group
+    /// that still has its minimum.
+    #[serde(default = "default_restart_max")]
+    pub restart_max: u32,
+    /// The first restart of a component in a run is at once; the second waits this many
+    /// seconds, each further one twice as long as the one before, at most
+    /// `restart_backoff_max_s`.
+    #[serde(default = "default_restart_backoff")]
+    pub restart_backoff_s: f64,
+    /// The longest back-off before a restart, in seconds.
+    #[serde(default = "default_restart_backoff_max")]
+    pub restart_backoff_max_s: f64,
     /// Seconds a component may take for configure, start, pause, resume and reset.
     #[serde(default = "default_timeout")]
     pub timeout_s: f64,
@@ -115,6 +131,15 @@ fn default_web() -> String {
 }
 fn default_policy() -> Policy {
     Policy::Stop
+}
+fn default_restart_max() -> u32 {
+    3
+}
+fn default_restart_backoff() -> f64 {
+    1.0
+}
+fn default_restart_backoff_max() -> f64 {
+    60.0
 }
 fn default_timeout() -> f64 {
     20.0
@@ -188,6 +213,16 @@ fn check_system(text: &str, system: &SystemSection, problems: &mut Vec<String>) 
     if let Err(e) = crate::db::Location::parse(&system.database) {
         bad("database", format!("is not a database: {e}"));
     }
+    for (key, v) in
+        [("restart_backoff_s", system.restart_backoff_s), ("restart_backoff_max_s", system.restart_backoff_max_s)]
+    {
+        if !(v.is_finite() && (0.0..=MAX_TIMEOUT_S).contains(&v)) {
+            bad(key, format!("= {v} is out of range: 0 … {MAX_TIMEOUT_S} (seconds)"));
+        }
+    }
+    if system.restart_max > 1000 {
+        bad("restart_max", format!("= {} is out of range: 0 … 1000", system.restart_max));
+    }
     for (key, v) in [("timeout_s", system.timeout_s), ("stop_timeout_s", system.stop_timeout_s)] {
         if !(v.is_finite() && (MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&v)) {
             bad(key, format!("= {v} is out of range: {MIN_TIMEOUT_S} … {MAX_TIMEOUT_S} (seconds)"));
@@ -226,6 +261,30 @@ struct RawFile {
     system: SystemSection,
     #[serde(default)]
     component: Vec<RawComponent>,
+    #[serde(default)]
+    group: Vec<RawGroup>,
+}
+
+/// One `[[group]]`: components of which the run needs at least `min`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    name: Spanned<String>,
+    members: Spanned<Vec<String>>,
+    min: Spanned<i64>,
+}
+
+/// A group of components the run needs at least `min` of (`[[group]]`, e.g. the builder
+/// units): the death or failure of a member, whatever its policy, stops the run only when fewer
+/// than `min` members are left in it. A member under the `restart` policy is restarted first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// Its name (in messages).
+    pub name: String,
+    /// Its members, components of the system.
+    pub members: Vec<String>,
+    /// How many members the run needs.
+    pub min: usize,
 }
 
 /// A component of the system.
@@ -271,6 +330,8 @@ pub struct SystemFile {
     pub system: SystemSection,
     /// Components in file order.
     pub components: Vec<ComponentSpec>,
+    /// Groups of components with their minimums (`[[group]]`).
+    pub groups: Vec<Group>,
     /// The text, as stored in each run record.
     pub text: String,
 }
@@ -330,6 +391,47 @@ pub enum WebTokenError {
         /// Whether it has a character outside the set.
         bad_character: bool,
     },
+}
+
+/// Checks the `[[group]]`s: known members, each in one group at most, `min` within 0 … members.
+fn check_groups(
+    text: &str,
+    raw: &[RawGroup],
+    components: &HashMap<String, usize>,
+    problems: &mut Vec<String>,
+) -> Vec<Group> {
+    let mut groups = Vec::new();
+    let mut member_of: HashMap<&str, &str> = HashMap::new();
+    for g in raw {
+        let name = g.name.get_ref();
+        let line = line_of(text, g.name.span().start);
+        if name.trim().is_empty() || groups.iter().any(|x: &Group| &x.name == name) {
+            problems.push(format!("line {line}: group name {name:?} is empty or used twice"));
+        }
+        let members_line = line_of(text, g.members.span().start);
+        if g.members.get_ref().is_empty() {
+            problems.push(format!("line {members_line}: group `{name}` has no members"));
+        }
+        for m in g.members.get_ref() {
+            if !components.contains_key(m) {
+                problems.push(format!("line {members_line}: group `{name}`: `{m}` is not a component"));
+            } else if let Some(other) = member_of.insert(m, name) {
+                problems.push(format!(
+                    "line {members_line}: `{m}` is in group `{other}` and in group `{name}`: one group at most"
+                ));
+            }
+        }
+        let n = g.members.get_ref().len();
+        let min = *g.min.get_ref();
+        if min < 0 || min as usize > n {
+            problems.push(format!(
+                "line {}: group `{name}`: min = {min} is out of range: 0 … {n} (its members)",
+                line_of(text, g.min.span().start)
+            ));
+        }
+        groups.push(Group { name: name.clone(), members: g.members.get_ref().clone(), min: min.max(0) as usize });
+    }
+    groups
 }
 
 /// Reads the web UI's access token from `path` (the system file's `web_token_file`): the file's
@@ -594,8 +696,9 @@ impl SystemFile {
         {
             problems.push(format!("token_file: {e}"));
         }
+        let groups = check_groups(text, &raw.group, &lines, &mut problems);
         if problems.is_empty() {
-            let file = SystemFile { system: raw.system, components, text: text.to_owned() };
+            let file = SystemFile { system: raw.system, components, groups, text: text.to_owned() };
             if let Err(cycle) = file.configure_order() {
                 problems.push(cycle);
             } else {
@@ -629,6 +732,11 @@ impl SystemFile {
             }
         }
         Ok(done)
+    }
+
+    /// The group `component` belongs to.
+    pub fn group_of(&self, component: &str) -> Option<&Group> {
+        self.groups.iter().find(|g| g.members.iter().any(|m| m == component))
     }
 
     /// Components grouped by stage, in stage order (`start` or stop).

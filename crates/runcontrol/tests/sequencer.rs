@@ -208,6 +208,11 @@ impl World {
         let (state, run) = (self.states[&name].2, self.states[&name].3);
         let result = if self.refuse.contains(&(name.clone(), verb)) {
             Err(format!("{verb} refused"))
+        } else if let Command::Set { key, .. } = &request.command
+            && key != "rate_hz"
+        {
+            // The stub's one live parameter is `rate_hz`.
+            Err(format!("`{key}` cannot change after configure; the live parameters of {name} are: rate_hz"))
         } else if self.fail.contains(&(name.clone(), verb)) {
             self.states.get_mut(&name).unwrap().2 = State::Error;
             Err(format!("{verb} failed"))
@@ -229,6 +234,7 @@ impl World {
                     (State::Configured, Answer::Summary(s))
                 }
                 Command::Reset => (State::Initial, Answer::Nothing),
+                Command::Set { .. } => (state, Answer::Nothing),
             };
             let run = if let Answer::Run(r) = answer { Some(r) } else { run };
             let _ = state;
@@ -363,9 +369,9 @@ fn parameters_set_while_initial_reach_the_next_configure_and_the_run_record() {
         _ => None,
     });
     assert!(!bu_config.unwrap().contains_key("directory"), "taken back");
-    // Configured: refused, saying why.
+    // Configured: a parameter that is not live is refused by the component, saying why.
     let e = set(&mut w, "ru-0", "streams", Some(toml::Value::Integer(2))).unwrap_err().to_string();
-    assert!(e.contains("while the system is Initial") && e.contains("Configured"), "{e}");
+    assert!(e.contains("ru-0: `streams` cannot change after configure"), "{e}");
     // The run's record holds what was set.
     w.run(Transition::Start { run: None }).unwrap();
     w.run(Transition::Stop).unwrap();
@@ -721,4 +727,167 @@ mod any_history {
             prop_assert!(!state.is_phase(), "still in {state}");
         }
     }
+}
+
+/// The system with `extra` in `[system]` and the policy lines changed by `edit`.
+fn degraded_system(system_extra: &str, edit: impl Fn(String) -> String) -> World {
+    let text = edit(SYSTEM.replace("name = \"sim\"\n", &format!("name = \"sim\"\n{system_extra}\n")));
+    let mut w = World::new(&text);
+    let t = w.ask_launch();
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))), "launched");
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: None }).unwrap();
+    w
+}
+
+#[test]
+fn restarts_back_off_and_past_the_cap_the_component_stops_the_run() {
+    let mut w = degraded_system("restart_max = 2\nrestart_backoff_s = 2.0", |t| t);
+    // The first restart is at once.
+    let mark = w.log.len();
+    w.kill("bu-0");
+    assert_eq!(w.sent(mark, Verb::Start), vec!["bu-0"], "back in the run at once");
+    // The second waits the back-off: nothing after 1.5 s, back after 2 s.
+    let mark = w.log.len();
+    w.kill("bu-0");
+    w.pass(Duration::from_millis(1500));
+    assert!(w.sent(mark, Verb::Configure).is_empty(), "restarted before its back-off");
+    assert!(w.seq.next_deadline().is_some_and(|d| d <= w.now.mono + Duration::from_millis(500)));
+    w.pass(Duration::from_millis(500));
+    assert_eq!(w.sent(mark, Verb::Start), vec!["bu-0"]);
+    assert!(w.seq.run_open());
+    assert_eq!(w.seq.view("bu-0").unwrap().recent_restarts, 2);
+    // The third failure is past the cap: the run stops and says why.
+    w.kill("bu-0");
+    let c = w.closed.last().expect("the run was stopped");
+    assert_eq!(
+        c.errors[0], "bu-0 failed: signal: 9 (SIGKILL); not restarted again: 2 restarts, the cap",
+        "{:?}",
+        c.errors
+    );
+    assert!(!w.seq.run_open());
+    // A reset gives the restarts back.
+    w.run(Transition::Reset).unwrap();
+    assert_eq!(w.seq.view("bu-0").unwrap().recent_restarts, 0);
+}
+
+#[test]
+fn an_expendable_component_is_left_out_and_the_run_goes_on() {
+    let mut w = degraded_system("", |t| {
+        t.replace("name = \"rec\"\nkind = \"recorder\"", "name = \"rec\"\nkind = \"recorder\"\npolicy = \"expendable\"")
+    });
+    let mark = w.log.len();
+    w.kill("rec");
+    assert!(w.seq.run_open(), "the run goes on");
+    assert!(w.log[mark..].is_empty(), "nothing was sent: {:?}", &w.log[mark..]);
+    assert_eq!(w.seq.state(), SystemState::Running, "the system runs, degraded");
+    let degraded = w.seq.snapshot().degraded;
+    assert_eq!(degraded["rec"], "signal: 9 (SIGKILL) (expendable)");
+    // Pause and resume pass it by.
+    w.run(Transition::Pause).unwrap();
+    w.run(Transition::Resume).unwrap();
+    assert!(!w.sent(mark, Verb::Pause).contains(&"rec".to_owned()));
+    // The stop is not a failure; the record says whom the run went without.
+    let mark = w.log.len();
+    let r = w.run(Transition::Stop).unwrap();
+    assert!(matches!(r, TransitionResult::Stopped(ref s) if s.error.is_none()), "{r:?}");
+    let c = w.closed.last().unwrap();
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    assert_eq!(c.degraded, vec!["rec: signal: 9 (SIGKILL) (expendable)".to_owned()]);
+    assert_eq!(c.components.iter().find(|r| r.name == "rec").unwrap().died.as_deref(), Some("signal: 9 (SIGKILL)"));
+    // Then it is started again and configured, ready for the next run.
+    assert_eq!(w.sent(mark, Verb::Configure), vec!["rec"]);
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    assert!(w.seq.snapshot().degraded.is_empty());
+    w.run(Transition::Start { run: None }).unwrap();
+}
+
+#[test]
+fn a_group_stops_the_run_only_when_fewer_than_its_minimum_are_left() {
+    let two_bus = |t: String| {
+        t.replace(
+            "[[component]]\nname = \"ru-0\"",
+            "[[component]]\nname = \"bu-1\"\nkind = \"bu\"\n[component.params]\nevm = \"${evm.listen}\"\n\n[[component]]\nname = \"ru-0\"",
+        )
+        .replace("policy = \"restart\"\n", "")
+            + "\n[[group]]\nname = \"builders\"\nmembers = [\"bu-0\", \"bu-1\"]\nmin = 1\n"
+    };
+    let mut w = degraded_system("", two_bus);
+    w.kill("bu-0"); // policy stop, but its group keeps 1 of 2
+    assert!(w.seq.run_open(), "the run goes on with one builder");
+    assert_eq!(
+        w.seq.snapshot().degraded["bu-0"],
+        "signal: 9 (SIGKILL) (group `builders` keeps 1 of 2 members, its minimum is 1)"
+    );
+    w.kill("bu-1");
+    let c = w.closed.last().expect("the run was stopped");
+    assert_eq!(
+        c.errors[0],
+        "bu-1 failed: signal: 9 (SIGKILL); group `builders` has 0 of its 2 members left, fewer than its minimum 1"
+    );
+    assert_eq!(c.degraded.len(), 1, "{:?}", c.degraded);
+    assert!(!c.errors.iter().any(|e| e.starts_with("bu-0")), "bu-0's death is not the stop's error: {:?}", c.errors);
+}
+
+#[test]
+fn groups_are_checked_with_their_lines() {
+    let text = format!(
+        "{SYSTEM}\n[[group]]\nname = \"g\"\nmembers = [\"bu-0\", \"nobody\"]\nmin = 3\n\n[[group]]\nname = \"h\"\nmembers = [\"bu-0\"]\nmin = 1\n"
+    );
+    let e = SystemFile::parse(&text, &registry()).unwrap_err().to_string();
+    assert!(e.contains("`nobody` is not a component"), "{e}");
+    assert!(e.contains("min = 3 is out of range: 0 … 2"), "{e}");
+    assert!(e.contains("`bu-0` is in group `g` and in group `h`"), "{e}");
+    assert!(e.lines().all(|l| l.starts_with("line ")), "{e}");
+    let e = SystemFile::parse(&SYSTEM.replace("name = \"sim\"", "name = \"sim\"\nrestart_backoff_s = -1"), &registry())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("restart_backoff_s") && e.starts_with("line 4"), "{e}");
+}
+
+#[test]
+fn live_parameters_reach_the_component_at_once_and_the_run_record() {
+    let mut w = World::launched();
+    let set = |w: &mut World, component: &str, key: &str, value: Option<toml::Value>| {
+        w.ticket += 1;
+        let ticket = w.ticket;
+        w.feed(Input::Set { ticket, component: component.into(), key: key.into(), value });
+        w.done.remove(&ticket)
+    };
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: Some(3) }).unwrap();
+    let mark = w.log.len();
+    w.now = w.now.after(Duration::from_secs(2));
+    set(&mut w, "src", "rate_hz", Some(toml::Value::Integer(500))).expect("answered").unwrap();
+    assert_eq!(w.log[mark], ("src".to_owned(), Command::Set { key: "rate_hz".into(), value: json!(500) }));
+    // Kept for the next configure, and in the run's record with when it changed.
+    assert_eq!(w.seq.snapshot().overrides["src.rate_hz"], json!(500));
+    // Refusals: the component's reason; a take-back; a component that is not there.
+    let e = set(&mut w, "src", "size", Some(toml::Value::Integer(1))).unwrap().unwrap_err();
+    assert!(matches!(e, OperatorError::Invalid(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("src: `size` cannot change after configure; the live parameters of src are: rate_hz"),
+        "{e}"
+    );
+    let e = set(&mut w, "src", "rate_hz", None).unwrap().unwrap_err().to_string();
+    assert!(e.contains("taken back only while Initial"), "{e}");
+    w.kill("rec"); // stops the run (policy stop)
+    let c = w.closed.last().unwrap();
+    assert_eq!(c.changes.len(), 1, "{:?}", c.changes);
+    assert_eq!((c.changes[0].component.as_str(), c.changes[0].key.as_str()), ("src", "rate_hz"));
+    assert_eq!((c.changes[0].value.clone(), c.changes[0].t_ms), (json!(500), 1_002_000));
+    // A dead component takes nothing; nor does a system in Error.
+    let e = set(&mut w, "rec", "rate_hz", Some(toml::Value::Integer(1))).unwrap().unwrap_err().to_string();
+    assert!(e.contains("it is Error"), "{e}");
+    // A component that never answers: the ticket is answered after the timeout.
+    w.run(Transition::Reset).unwrap();
+    w.run(Transition::Configure).unwrap();
+    w.silent.push("src".into());
+    w.ticket += 1;
+    let ticket = w.ticket;
+    w.feed(Input::Set { ticket, component: "src".into(), key: "rate_hz".into(), value: Some(toml::Value::Integer(7)) });
+    assert!(!w.done.contains_key(&ticket));
+    w.pass(Duration::from_secs(21));
+    let e = w.done.remove(&ticket).expect("answered after the timeout").unwrap_err().to_string();
+    assert!(e.contains("no answer"), "{e}");
 }

@@ -592,6 +592,8 @@ pub fn example_summary(run: u32, events: u64) -> RunSummary {
         components: Default::default(),
         errors: Vec::new(),
         overrides: Default::default(),
+        degraded: Default::default(),
+        changes: Default::default(),
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use daqflow_component::api::{RunChange, RunProvenance};
+use daqflow_component::api::{ParameterChange, RunProvenance};
 use serde_json::Value;
 
 use crate::sql::{Arg, Fail, Row, Sql};
@@ -119,7 +119,7 @@ impl RunDb {
 
     /// Records that parameter `key` of `component` was changed to `value` at `t_ms` (Unix ms)
     /// during run `run`. The run must exist ([`DbError::NoRun`]).
-    pub fn add_change(&self, run: u32, change: &RunChange) -> Result<(), DbError> {
+    pub fn add_change(&self, run: u32, change: &ParameterChange) -> Result<(), DbError> {
         let value = change.value.to_string();
         let found = self.transact(Mode::Write, |tx| {
             if !require_run(tx, run)? {
@@ -141,7 +141,7 @@ impl RunDb {
     }
 
     /// The parameters changed during run `run`, in time order (then in the order recorded).
-    pub fn changes(&self, run: u32) -> Result<Vec<RunChange>, DbError> {
+    pub fn changes(&self, run: u32) -> Result<Vec<ParameterChange>, DbError> {
         self.transact(Mode::Read, |tx| read_changes(tx, run))
     }
 }
@@ -170,12 +170,14 @@ fn provenance_row(r: &Row) -> Result<RunProvenance, Fail> {
 }
 
 /// The changes of `run`, in a transaction.
-pub(crate) fn read_changes(tx: &mut dyn Sql, run: u32) -> Result<Vec<RunChange>, Fail> {
+pub(crate) fn read_changes(tx: &mut dyn Sql, run: u32) -> Result<Vec<ParameterChange>, Fail> {
     let rows = tx.query(
         "SELECT t_ms, component, key, value FROM run_changes WHERE run = ?1 ORDER BY t_ms, id",
         &[Arg::Int(run.into())],
     )?;
     rows.iter()
-        .map(|r| Ok(RunChange { t_ms: r.count(0)?, component: r.text(1)?, key: r.text(2)?, value: json(&r.text(3)?) }))
+        .map(|r| {
+            Ok(ParameterChange { t_ms: r.count(0)?, component: r.text(1)?, key: r.text(2)?, value: json(&r.text(3)?) })
+        })
         .collect()
 }

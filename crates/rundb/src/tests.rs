@@ -267,7 +267,7 @@ fn an_sqlite_file_is_made_with_its_directory() {
 }
 
 fn provenance_and_changes_are_kept_per_run(backend: Backend) {
-    use daqflow_component::api::{RunChange, RunProvenance};
+    use daqflow_component::api::{ParameterChange, RunProvenance};
     let Some(t) = TestDb::new(backend, "provenance") else { return };
     let db = t.open();
     let run = db.begin_run("s", "cfg", None).unwrap();
@@ -288,7 +288,7 @@ fn provenance_and_changes_are_kept_per_run(backend: Backend) {
     db.set_provenance(run, &p).unwrap();
     assert_eq!(db.provenance(run).unwrap().as_ref(), Some(&p), "stored again: replaced");
     assert!(matches!(db.set_provenance(99, &p), Err(DbError::NoRun(99))));
-    let change = |t_ms, key: &str, value| RunChange { t_ms, component: "bu-0".into(), key: key.into(), value };
+    let change = |t_ms, key: &str, value| ParameterChange { t_ms, component: "bu-0".into(), key: key.into(), value };
     let changes = [
         change(300, "credits", serde_json::json!(32)),
         change(100, "size.mean", serde_json::json!(2048.0)),

@@ -74,6 +74,7 @@
 //!             components: Vec::new(),
 //!             rates: Vec::new(),
 //!             overrides: Default::default(),
+//!             degraded: Default::default(),
 //!         }
 //!     }
 //!     fn transition(&self, t: Transition) -> Result<TransitionResult, BackendError> {

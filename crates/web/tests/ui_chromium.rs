@@ -209,7 +209,7 @@ fn the_ui_drives_a_run_in_headless_chromium() {
 
 #[test]
 fn the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run() {
-    use daqflow_component::api::{RunChange, RunProvenance};
+    use daqflow_component::api::{ParameterChange, RunProvenance};
     let Some(binary) =
         cdp::chromium_or_skip("the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run")
     else {
@@ -238,7 +238,7 @@ fn the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run() {
         params: params(128, 8),
         repeat_of: Some(41),
     };
-    let change = RunChange {
+    let change = ParameterChange {
         t_ms: 1_700_004_300_000,
         component: "bu-1".into(),
         key: "flush_interval_ms".into(),
@@ -266,7 +266,7 @@ fn the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run() {
     let r = browser.eval("document.querySelector('#prov-overrides').textContent");
     let overrides = step("overrides", &browser, r);
     assert!(overrides.as_str().is_some_and(|t| t.contains("bu-1.request_batch") && t.contains('8')), "{overrides}");
-    let r = browser.eval("document.querySelector('#prov-changes').textContent");
+    let r = browser.eval("document.querySelector('#run-changes').textContent");
     let changes = step("changes", &browser, r);
     assert!(changes.as_str().is_some_and(|t| t.contains("flush_interval_ms") && t.contains("50")), "{changes}");
     let r = browser.eval("document.querySelector('#prov-params').textContent");
@@ -293,7 +293,9 @@ fn the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run() {
     for line in ["- credits = 64", "- bu-1.credits = 64", "- bu-1.request_batch = 32"] {
         assert!(removed.lines().any(|l| l == line), "{line:?} not among the removed lines:\n{removed}");
     }
-    for line in ["+ credits = 128", "+ # set bu-1.request_batch = 8", "+ bu-1.credits = 128"] {
+    for line in
+        ["+ credits = 128", "+ # set bu-1.request_batch = 8", "+ bu-1.credits = 128", "+ # changed during the run:"]
+    {
         assert!(added.lines().any(|l| l == line), "{line:?} not among the added lines:\n{added}");
     }
     assert!(!removed.contains("name = \"bu-1\""), "a line both have is not a difference:\n{removed}");
@@ -312,6 +314,97 @@ fn the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run() {
          && document.querySelector('#prov-diff').hidden",
     );
     step("missing run", &browser, r);
+    assert!(browser.page_errors.is_empty(), "the page reported errors: {:?}", browser.page_errors);
+    drop(browser);
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn live_parameters_and_degraded_running_in_headless_chromium() {
+    let Some(binary) = cdp::chromium_or_skip("live_parameters_and_degraded_running_in_headless_chromium") else {
+        return;
+    };
+    let backend = FakeBackend::new(Duration::from_millis(50));
+    let options = WebOptions {
+        status_interval: Duration::from_millis(300),
+        access_token: Some(TOKEN.into()),
+        ..WebOptions::default()
+    };
+    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn the web server");
+    let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
+    let r = browser.navigate(&format!("{}?token={TOKEN}", web.url()));
+    step("load the UI with the token", &browser, r);
+    let r = browser.wait_for("the login", "window.daqflow.control().may_control === true");
+    step("logged in", &browser, r);
+    let r = browser.click("#btn-take");
+    step("take control", &browser, r);
+    let r = browser.wait_for("control", "window.daqflow.control().you === true");
+    step("control is ours", &browser, r);
+    for (button, state) in [("#btn-configure", "Configured"), ("#btn-start", "Running")] {
+        let r = browser.wait_for("the button", &format!("!document.querySelector('{button}').disabled"));
+        step("enabled", &browser, r);
+        let r = browser.click(button);
+        step(button, &browser, r);
+        let r = browser.wait_text("#system-state", state);
+        step(state, &browser, r);
+    }
+
+    // A live parameter from the form reaches the backend; one that is not live is refused with
+    // the component's reason, shown beside the form.
+    let set = |browser: &mut Browser, key: &str, value: &str| {
+        let r = browser.eval("document.querySelector('#param-component').value = 'source-1'");
+        step("choose the component", browser, r);
+        let r = browser.fill("#param-key", key);
+        step("type the key", browser, r);
+        let r = browser.fill("#param-value", value);
+        step("type the value", browser, r);
+        let r = browser.click("#param-set");
+        step("set", browser, r);
+    };
+    set(&mut browser, "rate_hz", "500");
+    let r = browser.wait_text("#param-result", "source-1.rate_hz = 500");
+    step("the live parameter is set", &browser, r);
+    assert_eq!(backend.sets.lock().unwrap().get("source-1.rate_hz"), Some(&serde_json::json!(500)));
+    let r = browser.wait_for(
+        "the override listed",
+        "document.querySelector('#param-overrides').textContent.includes('source-1.rate_hz = 500')",
+    );
+    step("override listed", &browser, r);
+    set(&mut browser, "source_id", "3");
+    let r = browser.wait_for(
+        "the refusal",
+        "document.querySelector('#param-result').textContent.includes('`source_id` cannot change after configure')",
+    );
+    step("refused", &browser, r);
+
+    // Degraded running: a banner and a badge on the component the run goes on without.
+    backend.degraded.lock().unwrap().insert("bu-1".into(), "signal: 9 (SIGKILL) (expendable)".into());
+    let r = browser.wait_for(
+        "the degraded banner",
+        "!document.querySelector('#degraded').hidden && document.querySelector('#degraded').textContent.includes('bu-1 (signal: 9 (SIGKILL) (expendable))')",
+    );
+    step("degraded banner", &browser, r);
+    let r = browser.wait_for("the badge", &format!("{} === 1", count("#components .out-of-run")));
+    step("badge", &browser, r);
+
+    // The run's record lists the live change and whom it went without.
+    let r = browser.click("#btn-stop");
+    step("stop", &browser, r);
+    let r = browser.wait_text("#system-state", "Configured");
+    step("stopped", &browser, r);
+    let r = browser.click("#tab-runs");
+    step("runs tab", &browser, r);
+    let r = browser.wait_for("run 2", &format!("{} === 1", count("#runs tr[data-run='2']")));
+    step("run 2 listed", &browser, r);
+    let r = browser.click("#runs tr[data-run='2']");
+    step("open run 2", &browser, r);
+    let r = browser.wait_for(
+        "the live change and the degraded component",
+        "document.querySelector('#run-changes').textContent.includes('rate_hz') \
+         && document.querySelector('#run-changes').textContent.includes('500') \
+         && document.querySelector('#run-degraded').textContent.includes('went on without bu-1: signal: 9')",
+    );
+    step("run record", &browser, r);
     assert!(browser.page_errors.is_empty(), "the page reported errors: {:?}", browser.page_errors);
     drop(browser);
     web.shutdown().unwrap();

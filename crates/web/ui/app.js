@@ -157,7 +157,9 @@
     $('stat-lost').textContent = fmtInt(s.lost);
     $('last-error').hidden = !s.last_error;
     $('last-error').textContent = s.last_error ? 'Last error: ' + s.last_error : '';
-    renderComponents(Array.isArray(s.components) ? s.components : []);
+    renderComponents(Array.isArray(s.components) ? s.components : [], s.degraded || {});
+    renderDegraded(s.degraded || {});
+    renderParams(s);
     if (s.web && 'holder' in s.web) {
       const holder = s.web.holder ?? null;
       onControl({
@@ -174,10 +176,11 @@
 
   /** A component's row. Every kind reports the same counters in `stats` (events and bytes in
    * the sense of its role, and their rates); its own figures are in `stats.detail`. */
-  function renderComponents(components) {
+  function renderComponents(components, degraded) {
     const rows = components.map((c) => {
       const stats = c.stats || {};
       const restarts = c.restarts > 0 ? ` (restarted ${c.restarts}×)` : '';
+      const out = c.name in degraded ? el('span', { className: 'out-of-run', title: degraded[c.name] }, 'out of the run') : null;
       const title = [`role: ${c.role}`, `policy: ${c.policy}`, `process ${c.alive ? 'runs' : 'ended'}`,
         `in ${c.state} since ${fmtTime(c.since_ms)}`, JSON.stringify(stats, null, 1)].join('\n');
       return el('tr', { className: c.error ? 'error' : '', title },
@@ -185,7 +188,7 @@
         el('td', null, c.kind),
         el('td', null, c.host),
         el('td', { className: 'num' }, c.pid ?? ''),
-        el('td', null, stateBadge(c.state), restarts),
+        el('td', null, stateBadge(c.state), restarts, out),
         el('td', { className: 'num' }, c.run ?? ''),
         el('td', { className: 'num' }, fmtInt(stats.events)),
         el('td', { className: 'num' }, fmtRate(stats.events_per_s)),
@@ -195,6 +198,49 @@
     if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 10, className: 'hint' }, 'No components.')));
     replaceRows($('components'), rows);
   }
+
+  /** The components the run goes on without (degraded running), in a banner. */
+  function renderDegraded(degraded) {
+    const names = Object.keys(degraded);
+    $('degraded').hidden = names.length === 0;
+    $('degraded').textContent = names.length === 0 ? ''
+      : 'Degraded: the run goes on without ' + names.map((n) => `${n} (${degraded[n]})`).join(', ');
+  }
+
+  /** The parameters form: the system's components, and the overrides in force. */
+  function renderParams(s) {
+    const select = $('param-component');
+    const names = (s.components || []).map((c) => c.name);
+    const have = Array.from(select.options).map((o) => o.value);
+    if (names.join('\n') !== have.join('\n')) {
+      const chosen = select.value;
+      select.replaceChildren(...names.map((n) => el('option', { value: n }, n)));
+      if (names.includes(chosen)) select.value = chosen;
+    }
+    const overrides = s.overrides || {};
+    $('param-overrides').replaceChildren(...Object.keys(overrides).sort()
+      .map((k) => el('li', null, `${k} = ${JSON.stringify(overrides[k])}`)));
+  }
+
+  /** A value typed in the form: JSON when it reads as JSON (500, true, "x", [1,2]), else text. */
+  function paramValue(text) {
+    try { return JSON.parse(text); } catch (_) { return text; }
+  }
+
+  $('param-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const component = $('param-component').value;
+    const key = $('param-key').value.trim();
+    const text = $('param-value').value.trim();
+    if (!component || !key || !text) return;
+    setResult('param-result', 'setting…', 'pending');
+    try {
+      await api('POST', '/api/set', { component, key, value: paramValue(text) });
+      setResult('param-result', `${component}.${key} = ${text}`, 'ok');
+    } catch (err) {
+      setResult('param-result', err.message, 'error');
+    }
+  });
 
   // ---- control ownership --------------------------------------------------------------------
   function iControl() { return !!ui.control.you; }
@@ -228,6 +274,7 @@
     $('btn-take').disabled = mine || !ui.control.may_control;
     $('btn-release').disabled = !mine;
     $('command-send').disabled = !mine;
+    $('param-set').disabled = !mine || ui.busy;
   }
 
   async function takeControl(force) {
@@ -768,6 +815,12 @@
       ...s.errors,
     ] : [];
     $('run-problems').replaceChildren(...problems.map((p) => el('li', null, p)));
+    $('run-degraded').replaceChildren(...((s && s.degraded) || []).map((d) => el('li', null, 'went on without ' + d)));
+    const changes = (s && s.changes) || [];
+    const changeRows = changes.map((c) => el('tr', null, el('td', null, fmtTime(c.t_ms)), el('td', null, c.component),
+      el('td', { className: 'mono' }, c.key), el('td', { className: 'mono' }, JSON.stringify(c.value))));
+    if (changeRows.length === 0) changeRows.push(el('tr', null, el('td', { colSpan: 4, className: 'hint' }, 'No live changes in this run.')));
+    replaceRows($('run-changes'), changeRows);
     const files = s ? s.files : [];
     const fileRows = files.map((f) => el('tr', null,
       el('td', null, f.component), el('td', { className: 'mono' }, f.path),
@@ -789,7 +842,9 @@
     for (const id of ['run-detail-state', 'run-facts', 'run-config', 'run-record']) $(id).textContent = '';
     $('run-facts').textContent = 'loading…';
     $('run-problems').replaceChildren();
+    $('run-degraded').replaceChildren();
     replaceRows($('run-files'), []);
+    replaceRows($('run-changes'), []);
     try {
       renderRun(await api('GET', '/api/runs/' + encodeURIComponent(run)));
     } catch (e) {
@@ -820,7 +875,7 @@
   /**
    * The configuration of a run as lines: the effective configuration (the system file, then one
    * `# set COMPONENT.KEY = VALUE` line per override, as the operator digests it), then every
-   * component's parameters as configured, then the changes during the run.
+   * component's parameters as configured, then the live changes during the run.
    */
   function configurationLines(d) {
     const p = d.provenance || {};
@@ -834,7 +889,9 @@
     }
     const params = paramLines(p.params);
     if (params.length > 0) lines.push('', '# every component\'s parameters, as configured:', ...params);
-    const changes = d.changes || [];
+    // The live changes (the table `run_changes`; the summary's for a run recorded without it),
+    // shown in the run's record above (#run-changes).
+    const changes = (d.changes && d.changes.length > 0) ? d.changes : ((d.summary && d.summary.changes) || []);
     if (changes.length > 0) {
       lines.push('', '# changed during the run:');
       for (const c of changes) lines.push(`# ${fmtTime(c.t_ms)} ${c.component}.${c.key} = ${JSON.stringify(c.value)}`);
@@ -883,11 +940,6 @@
       el('td', { className: 'mono' }, k), el('td', { className: 'mono' }, JSON.stringify(overrides[k]))));
     if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 2, className: 'hint' }, 'None: the system file as it is.')));
     replaceRows($('prov-overrides'), rows);
-    const changes = (d.changes || []).map((c) => el('tr', null,
-      el('td', null, fmtTime(c.t_ms)), el('td', null, c.component),
-      el('td', { className: 'mono' }, c.key), el('td', { className: 'mono' }, JSON.stringify(c.value))));
-    if (changes.length === 0) changes.push(el('tr', null, el('td', { colSpan: 4, className: 'hint' }, 'No changes during the run.')));
-    replaceRows($('prov-changes'), changes);
     $('prov-params').textContent = p ? paramLines(p.params).join('\n') : '';
     $('prov-diff').hidden = true;
     $('prov-diff').replaceChildren();

@@ -44,7 +44,8 @@ pub struct EvmConfig {
     pub assign_timeout_ms: u64,
     /// A BU silent this long (ms) is taken for dead and its events re-assigned.
     pub bu_timeout_ms: u64,
-    /// After stop, how long (ms) to wait for every event to be built.
+    /// After stop, how long (ms) the drain may go without an event built before it gives up
+    /// waiting for every event (the rest is accounted lost, with the BU that held them).
     pub drain_timeout_ms: u64,
     /// The builder is stalled when events are in flight and none has been built (or rejected)
     /// for this long (ms) while the run is not paused: the run then fails with the reason

@@ -545,11 +545,14 @@ impl EvmIo {
             self.stop_at = Some(now);
             tracing::info!(evm = %self.name, "stopping: last event {last}, draining");
         }
+        // The drain ends when every event is built, or when none has been built for the drain
+        // timeout: paced sources may still be producing the events triggered ahead of them (up
+        // to the BUs' credits), which takes as long as it takes at their rate.
         if let Some(t) = self.stop_at
             && !self.done
             && (self.core.is_drained()
                 || self.failure.is_some()
-                || now.duration_since(t) > Duration::from_millis(self.config.drain_timeout_ms))
+                || now.duration_since(t.max(self.progress.1)) > Duration::from_millis(self.config.drain_timeout_ms))
         {
             self.finish(now);
         }
@@ -572,7 +575,15 @@ impl EvmIo {
     fn watch_progress(&mut self, now: Instant, paused: bool) {
         let acc = self.core.accounting();
         let moved = acc.built + acc.rejected;
-        if moved != self.progress.0 || paused || self.core.in_flight() == 0 || self.stop_at.is_some() {
+        if self.stop_at.is_some() {
+            // Draining: the time of the last event built (or rejected) is what the drain
+            // timeout counts from.
+            if moved != self.progress.0 {
+                self.progress = (moved, now);
+            }
+            return;
+        }
+        if moved != self.progress.0 || paused || self.core.in_flight() == 0 {
             self.progress = (moved, now);
             return;
         }

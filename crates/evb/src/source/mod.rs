@@ -41,7 +41,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
+use daqflow_component::{Component, ComponentError, Info, Kind, Live, Role as KindRole, Stats, parse_config};
 use daqflow_transport::Connection;
 use daqflow_wire::{EventId, FRAGMENT_HEADER_LEN, FragmentFlags, FragmentHeader, pad8};
 
@@ -81,6 +81,8 @@ struct Shared {
     bytes: AtomicU64,
     abandon: AtomicBool,
     failure: Mutex<Option<String>>,
+    /// The pace (`rate_hz`, an f64's bits): a live parameter the sending thread follows.
+    rate_bits: AtomicU64,
 }
 
 impl Default for Shared {
@@ -93,6 +95,7 @@ impl Default for Shared {
             bytes: AtomicU64::new(0),
             abandon: AtomicBool::new(false),
             failure: Mutex::new(None),
+            rate_bits: AtomicU64::new(0f64.to_bits()),
         }
     }
 }
@@ -141,7 +144,31 @@ impl Source {
     }
 }
 
+/// The source's live parameters.
+const LIVE: &[Live] = &[Live {
+    key: "rate_hz",
+    states: Live::ANY_STATE,
+    about: "fragments per second the source sends (0: as fast as it can); a run in progress takes it at once",
+}];
+
 impl Component for Source {
+    fn live(&self) -> &'static [Live] {
+        LIVE
+    }
+
+    fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
+        match (key, value.as_f64()) {
+            ("rate_hz", Some(r)) if r >= 0.0 && r.is_finite() => {
+                self.config.rate_hz = r;
+                self.shared.rate_bits.store(r.to_bits(), Ordering::Relaxed);
+                tracing::info!(rate_hz = r, "rate_hz is now {r}");
+                Ok(())
+            }
+            ("rate_hz", _) => Err(ComponentError::Config(format!("`rate_hz` = {value} must be a number, 0 or more"))),
+            _ => Err(ComponentError::Config(format!("`{key}` cannot change after configure"))),
+        }
+    }
+
     fn configure(&mut self) -> Result<Info, ComponentError> {
         if self.thread.is_some() {
             return Err(EvbError::refused("configure", IN_RUN).into());
@@ -190,6 +217,7 @@ impl Component for Source {
         let conn =
             connect(&self.config.ru, &data_options(), Duration::from_millis(self.config.connect_timeout_ms), &hello)?;
         self.shared = Arc::default();
+        self.shared.rate_bits.store(self.config.rate_hz.to_bits(), Ordering::Relaxed);
         self.run = run;
         let (config, shared) = (self.config.clone(), self.shared.clone());
         let name = self.name.clone();
@@ -317,7 +345,14 @@ fn produce(
     let mut paced_from: Option<(Instant, u64)> = None;
     let mut error = None;
     let mut buf = BytesMut::new();
+    let mut rate = f64::from_bits(shared.rate_bits.load(Ordering::Relaxed));
     loop {
+        let now_rate = f64::from_bits(shared.rate_bits.load(Ordering::Relaxed));
+        if now_rate != rate {
+            // A new pace (a live `rate_hz`) counts from now.
+            rate = now_rate;
+            paced_from = None;
+        }
         if id > shared.stop_at.load(Ordering::Relaxed) {
             break;
         }
@@ -334,9 +369,9 @@ fn produce(
             paced_from = None;
             continue;
         }
-        if config.rate_hz > 0.0 {
+        if rate > 0.0 {
             let (t0, id0) = *paced_from.get_or_insert((Instant::now(), id));
-            let due = t0 + Duration::from_secs_f64((id - id0) as f64 / config.rate_hz);
+            let due = t0 + Duration::from_secs_f64((id - id0) as f64 / rate);
             let now = Instant::now();
             if due > now {
                 // A paced source writes what it has before it waits: the transport writes by
@@ -352,7 +387,7 @@ fn produce(
             }
         }
         let mut size = model.sample(&mut rng, max);
-        if id % 64 == 1 || config.rate_hz > 0.0 {
+        if id % 64 == 1 || rate > 0.0 {
             stamp = unix_ns();
         }
         let mut info = FragmentHeader {

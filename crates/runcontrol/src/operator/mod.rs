@@ -436,9 +436,12 @@ impl Operator {
         self.transition(Transition::Reset).map(|_| ())
     }
 
-    /// Sets parameter `key` (dotted for a nested key) of `component` to `value` for the next
-    /// configure, over the system file's (`None`: back to the system file's). Allowed while
-    /// the system is Initial; the overrides in force are in [`status`](Self::status) and in
+    /// Sets parameter `key` (dotted for a nested key) of `component` to `value`, over the
+    /// system file's. While the system is Initial, for the next configure (`None`: back to the
+    /// system file's); while Configured, Running or Paused, a live parameter: the component
+    /// takes it at once (refused, with its reason, for a key it does not declare live in its
+    /// state), the change is logged, kept for the next configure, and recorded in the open
+    /// run's summary (`changes`). The overrides in force are in [`status`](Self::status) and in
     /// each run's summary. Returns every override in force (`COMPONENT.KEY` → value).
     pub fn set(
         &self,
@@ -636,6 +639,21 @@ pub fn repeated_overrides(detail: &daqflow_component::api::RunDetail) -> BTreeMa
     }
 }
 
+/// Stores the live changes of the open run not stored yet (`run_changes`), as they happen, so
+/// that the record has them even if the operator ends before the run is closed.
+fn record_changes(inner: &Inner, seq: &Sequencer, recorded: &mut (u32, usize)) {
+    let Some((run, changes)) = seq.run_changes() else { return };
+    if recorded.0 != run {
+        *recorded = (run, 0);
+    }
+    for change in changes.iter().skip(recorded.1) {
+        if let Err(e) = inner.db.add_change(run, change) {
+            tracing::error!("run {run}: the change of {}.{} could not be stored: {e}", change.component, change.key);
+        }
+        recorded.1 += 1;
+    }
+}
+
 /// Stores the provenance of the run just opened: the digests, the overrides, what every
 /// component was configured with, and the run it repeats.
 fn record_provenance(inner: &Inner, seq: &Sequencer, run: u32) {
@@ -662,6 +680,8 @@ fn event_loop(
     let mut next_exit_check = Instant::now();
     let mut log_published = 0;
     let mut control = String::new();
+    // The open run's live changes already in the run database (`run_changes`).
+    let mut changes_recorded: (u32, usize) = (0, 0);
     loop {
         let wait =
             seq.next_deadline().map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
@@ -758,6 +778,7 @@ fn event_loop(
                 }
             }
         }
+        record_changes(&inner, &seq, &mut changes_recorded);
         {
             let mut shown = lock(&inner.shown);
             shown.snapshot = seq.snapshot();

@@ -44,7 +44,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use daqflow_component::api::{ComponentState, Policy, RunSummary, SystemState, Transition, TransitionResult};
+use daqflow_component::api::{
+    ComponentState, ParameterChange, Policy, RunSummary, SystemState, Transition, TransitionResult,
+};
 use daqflow_component::provenance::SYSTEM_DIGEST_KEY;
 use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Info, Request, Stats, Verb};
 use serde_json::{Value, json};
@@ -126,8 +128,10 @@ pub enum Input {
         /// The transition.
         transition: Transition,
     },
-    /// Set (or, with `value` None, take back) parameter `key` of `component` for the next
-    /// configure: allowed while the system is Initial and nothing is under way.
+    /// Set (or, with `value` None, take back) parameter `key` of `component`: while the
+    /// system is Initial, for the next configure; while Configured, Running or Paused (nothing
+    /// under way), a live parameter the component changes at once (and keeps for the next
+    /// configure).
     Set {
         /// Answered with [`Output::Done`].
         ticket: u64,
@@ -238,6 +242,10 @@ pub struct CloseRun {
     pub errors: Vec<String>,
     /// The parameters set over the system file's for this run (`COMPONENT.KEY` → value).
     pub overrides: BTreeMap<String, Value>,
+    /// The components the run went on without, each with why.
+    pub degraded: Vec<String>,
+    /// The live parameters changed during the run.
+    pub changes: Vec<ParameterChange>,
 }
 
 /// What the sequencer knows of one component.
@@ -259,6 +267,9 @@ pub struct View {
     pub exit: Option<String>,
     /// How often it was started again.
     pub restarts: u32,
+    /// How often it was started again in the open run (or since the last run, reset or
+    /// configure): what `restart_max` caps.
+    pub recent_restarts: u32,
     /// Its last counters.
     pub stats: Stats,
     /// The last counters of its earlier lives in the open run.
@@ -301,6 +312,9 @@ pub struct Snapshot {
     pub last_summary: Option<Box<RunSummary>>,
     /// The parameters set over the system file's (`COMPONENT.KEY` → value).
     pub overrides: BTreeMap<String, Value>,
+    /// The components the open run goes on without, with why (policy `expendable`, a group
+    /// above its minimum).
+    pub degraded: BTreeMap<String, String>,
 }
 
 /// Who waits for a request's reply.
@@ -308,6 +322,16 @@ pub struct Snapshot {
 enum Owner {
     Job,
     Restart(String),
+    /// A live parameter.
+    Live(LiveSet),
+}
+
+/// A live parameter sent: answer `ticket`, then keep `key` = `value` of the component.
+#[derive(Debug, Clone, PartialEq)]
+struct LiveSet {
+    ticket: u64,
+    key: String,
+    value: toml::Value,
 }
 
 #[derive(Debug, Clone)]
@@ -381,8 +405,14 @@ struct Job {
 
 #[derive(Debug)]
 enum RestartStep {
+    /// Backing off: spawn at `until`.
+    Waiting {
+        until: Instant,
+    },
     Spawning,
-    Joining { deadline: Instant },
+    Joining {
+        deadline: Instant,
+    },
     Commanding(Verb),
 }
 
@@ -430,6 +460,10 @@ pub struct Sequencer {
     overrides: BTreeMap<String, BTreeMap<String, toml::Value>>,
     /// The parameters each component was last configured with (what a run record keeps).
     configured: BTreeMap<String, toml::Table>,
+    /// Components the open run goes on without → why.
+    dropped: BTreeMap<String, String>,
+    /// The live parameters changed in the open run.
+    changes: Vec<ParameterChange>,
 }
 
 impl Sequencer {
@@ -458,6 +492,8 @@ impl Sequencer {
             last_summary: None,
             overrides: BTreeMap::new(),
             configured: BTreeMap::new(),
+            dropped: BTreeMap::new(),
+            changes: Vec::new(),
         }
     }
 
@@ -465,6 +501,12 @@ impl Sequencer {
     /// last is also given to every component whose kind takes it, as `system_digest`).
     pub fn set_system_value(&mut self, key: &str, value: Value) {
         self.system.insert(key.to_owned(), value);
+    }
+
+    /// The open run and the live parameters changed in it so far, in order (none while no
+    /// run is open).
+    pub fn run_changes(&self) -> Option<(u32, &[ParameterChange])> {
+        self.run.filter(|_| self.run_open()).map(|run| (run, self.changes.as_slice()))
     }
 
     /// Every component's parameters as it was last configured (references resolved,
@@ -489,7 +531,7 @@ impl Sequencer {
             .file
             .components
             .iter()
-            .filter(|c| !self.restarts.contains_key(&c.name))
+            .filter(|c| !self.restarts.contains_key(&c.name) && !self.dropped.contains_key(&c.name))
             .map(|c| self.views[&c.name].shown());
         let Some(first) = states.next() else { return SystemState::Initial };
         let all: Vec<ComponentState> = std::iter::once(first).chain(states).collect();
@@ -522,6 +564,7 @@ impl Sequencer {
             last_error: self.last_error.clone(),
             last_summary: self.last_summary.clone(),
             overrides: self.overrides_flat(),
+            degraded: self.dropped.clone(),
         }
     }
 
@@ -532,6 +575,7 @@ impl Sequencer {
         let joining = self.job.iter().flat_map(|j| j.joining.values().copied());
         let restarts = self.restarts.values().filter_map(|r| match r.step {
             RestartStep::Joining { deadline } => Some(deadline),
+            RestartStep::Waiting { until } => Some(until),
             _ => None,
         });
         pending.chain(joining).chain(restarts).min()
@@ -545,8 +589,12 @@ impl Sequencer {
             Input::Request { ticket, transition } => self.request(ticket, transition, now, &mut out),
             Input::Shutdown { ticket } => self.shutdown(ticket, now, &mut out),
             Input::Set { ticket, component, key, value } => {
-                let result = self.set(&component, &key, value).map(|()| TransitionResult::Done);
-                out.push(Output::Done { ticket, result });
+                if self.job.is_none() && self.state() == SystemState::Initial {
+                    let result = self.set(&component, &key, value).map(|()| TransitionResult::Done);
+                    out.push(Output::Done { ticket, result });
+                } else if let Err(e) = self.set_live(ticket, &component, &key, value, now, &mut out) {
+                    out.push(Output::Done { ticket, result: Err(e) });
+                }
             }
             Input::Status(s) => self.on_status(s, now, &mut out),
             Input::Stats { name, stats } => {
@@ -614,6 +662,111 @@ impl Sequencer {
                 state.name()
             )));
         }
+        self.check_key(component, key)?;
+        let entry = self.overrides.entry(component.to_owned()).or_default();
+        match value {
+            Some(v) => {
+                tracing::info!(component, key, value = %v, "parameter set for the next configure");
+                entry.insert(key.to_owned(), v);
+            }
+            None => {
+                entry.remove(key);
+                tracing::info!(component, key, "parameter set back to the system file's");
+            }
+        }
+        self.overrides.retain(|_, m| !m.is_empty());
+        Ok(())
+    }
+
+    /// Sends a live parameter to its component (answered when it replies).
+    fn set_live(
+        &mut self,
+        ticket: u64,
+        component: &str,
+        key: &str,
+        value: Option<toml::Value>,
+        now: Now,
+        out: &mut Vec<Output>,
+    ) -> Result<(), OperatorError> {
+        let state = self.state();
+        if self.job.is_some() || !matches!(state, SystemState::Configured | SystemState::Running | SystemState::Paused)
+        {
+            return Err(OperatorError::Invalid(format!(
+                "parameters change while the system is Initial (for the next configure) or, the live ones, while \
+                 Configured, Running or Paused; it is {}",
+                state.name()
+            )));
+        }
+        self.check_key(component, key)?;
+        let Some(value) = value else {
+            return Err(OperatorError::Invalid(format!(
+                "`{component}.{key}` can be taken back only while Initial; set it to a value instead"
+            )));
+        };
+        let v = &self.views[component];
+        if self.restarts.contains_key(component) || self.dropped.contains_key(component) || !v.joined() {
+            return Err(OperatorError::Invalid(format!(
+                "{component} is {}: it takes no parameter now",
+                if self.dropped.contains_key(component) {
+                    "out of the run".into()
+                } else {
+                    v.shown().name().to_owned()
+                }
+            )));
+        }
+        let json = serde_json::to_value(&value).unwrap_or(Value::Null);
+        let owner = Owner::Live(LiveSet { ticket, key: key.to_owned(), value });
+        self.send(component, Command::Set { key: key.to_owned(), value: json }, owner, self.config.timeout, now, out);
+        Ok(())
+    }
+
+    /// A live parameter's reply: the ticket's answer; the value kept and the change recorded.
+    fn live_done(
+        &mut self,
+        component: &str,
+        LiveSet { ticket, key, value }: LiveSet,
+        result: Result<Answer, OperatorError>,
+        now: Now,
+        out: &mut Vec<Output>,
+    ) {
+        let result = match result {
+            Ok(_) => {
+                let run = self.run.filter(|_| self.run_open());
+                tracing::info!(
+                    component,
+                    key = %key,
+                    value = %value,
+                    run = run.unwrap_or(0),
+                    "live parameter {component}.{key} = {value}{}",
+                    run.map(|r| format!(" in run {r}")).unwrap_or_default()
+                );
+                let json = serde_json::to_value(&value).unwrap_or(Value::Null);
+                if run.is_some() {
+                    self.changes.push(ParameterChange {
+                        t_ms: now.wall_ms,
+                        component: component.to_owned(),
+                        key: key.clone(),
+                        value: json,
+                    });
+                }
+                self.overrides.entry(component.to_owned()).or_default().insert(key, value);
+                Ok(TransitionResult::Done)
+            }
+            // The component's refusal is the caller's mistake (400), with the component's reason.
+            Err(OperatorError::Component { component, reason, .. })
+                if !reason.starts_with("no answer")
+                    && !reason.starts_with("the process")
+                    && reason != "not on the control plane" =>
+            {
+                Err(OperatorError::Invalid(format!("{component}: {reason}")))
+            }
+            Err(e) => Err(e),
+        };
+        out.push(Output::Done { ticket, result });
+    }
+
+    /// Checks that `component` is one and `key` a parameter name it could have.
+    fn check_key(&self, component: &str, key: &str) -> Result<(), OperatorError> {
         let Some(i) = self.spec_index(component) else {
             let names: Vec<&str> = self.file.components.iter().map(|c| c.name.as_str()).collect();
             return Err(OperatorError::Invalid(format!(
@@ -646,18 +799,6 @@ impl Sequencer {
                 None => break,
             }
         }
-        let entry = self.overrides.entry(component.to_owned()).or_default();
-        match value {
-            Some(v) => {
-                tracing::info!(component, key, value = %v, "parameter set for the next configure");
-                entry.insert(key.to_owned(), v);
-            }
-            None => {
-                entry.remove(key);
-                tracing::info!(component, key, "parameter set back to the system file's");
-            }
-        }
-        self.overrides.retain(|_, m| !m.is_empty());
         Ok(())
     }
 
@@ -768,6 +909,7 @@ impl Sequencer {
                 }
             }
             Owner::Restart(name) => self.restart_step_done(&name, result, now, out),
+            Owner::Live(set) => self.live_done(&p.name, set, result, now, out),
         }
     }
 
@@ -939,6 +1081,12 @@ impl Sequencer {
             let reason = format!("did not join the control plane within {:.0} s", self.config.timeout.as_secs_f64());
             self.restart_failed(&name, reason, now, out);
         }
+        for (name, r) in self.restarts.iter_mut() {
+            if matches!(r.step, RestartStep::Waiting { until } if until <= now.mono) {
+                r.step = RestartStep::Spawning;
+                out.push(Output::Spawn { name: name.clone() });
+            }
+        }
     }
 
     fn launch(&mut self, ticket: u64, now: Now, out: &mut Vec<Output>) {
@@ -970,7 +1118,11 @@ impl Sequencer {
             out.push(Output::Done { ticket: t, result: Err(closing()) });
         }
         self.restarts.clear();
-        self.pending.clear();
+        for p in std::mem::take(&mut self.pending).into_values() {
+            if let Owner::Live(LiveSet { ticket, .. }) = p.owner {
+                out.push(Output::Done { ticket, result: Err(closing()) });
+            }
+        }
         let mut job = Job {
             ticket: Some(ticket),
             transition: None,
@@ -1015,6 +1167,12 @@ impl Sequencer {
                 out.push(Output::Done { ticket, result: Err(e) });
             }
             return;
+        }
+        if matches!(t, Transition::Reset) {
+            // A reset gives every component its restarts back.
+            for v in self.views.values_mut() {
+                v.recent_restarts = 0;
+            }
         }
         let step = match t {
             Transition::Configure => {
@@ -1212,7 +1370,7 @@ impl Sequencer {
                     }
                 }
                 let verb = *verb;
-                let Some(names) = stages.get(*stage).map(|s| self.names(s)) else {
+                let Some(mut names) = stages.get(*stage).map(|s| self.names(s)) else {
                     let failed = first_error.take();
                     self.target = match (verb, failed.is_some()) {
                         (Verb::Pause, false) | (Verb::Resume, true) => SystemState::Paused,
@@ -1222,6 +1380,7 @@ impl Sequencer {
                     return Flow::Finished(failed.map_or(Ok(TransitionResult::Done), Err));
                 };
                 *stage += 1;
+                names.retain(|n| !self.dropped.contains_key(n));
                 let command = match verb {
                     Verb::Pause => Command::Pause,
                     Verb::Resume => Command::Resume,
@@ -1258,6 +1417,9 @@ impl Sequencer {
                         v.state,
                         Some(ComponentState::Running | ComponentState::Paused | ComponentState::Error)
                     );
+                    if self.dropped.contains_key(&spec.name) {
+                        continue; // the run went on without it: its death is not the stop's
+                    }
                     if !v.alive || !in_run {
                         if !v.alive && v.state.is_some() {
                             errors.push(format!("{}: not running ({})", spec.name, v.exit.clone().unwrap_or_default()));
@@ -1327,8 +1489,10 @@ impl Sequencer {
                 self.run = Some(run);
                 self.run_started_ms = Some(now.wall_ms);
                 self.last_summary = None;
+                self.changes.clear();
                 for v in self.views.values_mut() {
                     v.earlier.clear();
+                    v.recent_restarts = 0;
                 }
                 job.step = Step::Starting { run, stage: 0, started: Vec::new() };
                 self.advance(now, out);
@@ -1366,12 +1530,15 @@ impl Sequencer {
         }
         let started_ms = self.run_started_ms.unwrap_or(0);
         let overrides = self.overrides_flat();
-        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors, overrides }))
+        let degraded = self.dropped.iter().map(|(name, why)| format!("{name}: {why}")).collect();
+        let changes = self.changes.clone();
+        Output::CloseRun(Box::new(CloseRun { run, started_ms, components, data, errors, overrides, degraded, changes }))
     }
 
     fn on_run_closed(&mut self, summary: Box<RunSummary>, now: Now, out: &mut Vec<Output>) {
         self.run_started_ms = None;
         self.last_summary = Some(summary.clone());
+        let dropped = std::mem::take(&mut self.dropped);
         let Some(mut job) = self.job.take() else { return };
         let Step::Closing { then } = std::mem::replace(&mut job.step, Step::Respawning) else {
             self.job = Some(job);
@@ -1392,6 +1559,20 @@ impl Sequencer {
                     summary.state.name()
                 );
                 self.end_job(job, Ok(TransitionResult::Stopped(summary)), out);
+                // The components the run went without come back for the next run.
+                for name in dropped.into_keys() {
+                    if !self.views[&name].joined() || self.views[&name].state == Some(ComponentState::Error) {
+                        tracing::info!(component = %name, "starting {name} again after the run it was lost to");
+                        if let Some(v) = self.views.get_mut(&name) {
+                            v.restarts += 1;
+                            v.stats = Stats::default();
+                        }
+                        let why = "lost to the run before".to_owned();
+                        self.restarts
+                            .insert(name.clone(), Restart { step: RestartStep::Spawning, target: self.target, why });
+                        out.push(Output::Spawn { name });
+                    }
+                }
             }
             AfterClose::Reset => {
                 self.respawn_dead(&mut job, now, out);
@@ -1427,7 +1608,7 @@ impl Sequencer {
     fn check_failures(&mut self, now: Now, out: &mut Vec<Output>) {
         let mut fresh: Vec<(String, Policy, String)> = Vec::new();
         for c in &self.file.components {
-            if self.restarts.contains_key(&c.name) {
+            if self.restarts.contains_key(&c.name) || self.dropped.contains_key(&c.name) {
                 continue;
             }
             let v = &self.views[&c.name];
@@ -1442,11 +1623,29 @@ impl Sequencer {
             let why = v.exit.clone().or(v.error.clone()).unwrap_or_else(|| "failed".into());
             fresh.push((c.name.clone(), c.policy, why));
         }
-        // The run is going to stop — a component under the stop policy failed, or a restart
+        if fresh.is_empty() {
+            return;
+        }
+        let in_run = matches!(self.target, SystemState::Running | SystemState::Paused);
+        let cap = self.file.system.restart_max;
+        // What each failure leads to: a restart, or the component is lost to the run (then the
+        // run goes on without it, or stops).
+        let mut restart = Vec::new();
+        let mut lost = Vec::new();
+        for (name, policy, why) in &fresh {
+            match policy {
+                Policy::Restart if self.views[name].recent_restarts < cap => restart.push((name.clone(), why.clone())),
+                Policy::Restart => {
+                    lost.push((name.clone(), format!("{why}; not restarted again: {cap} restarts, the cap")))
+                }
+                Policy::Expendable | Policy::Stop => lost.push((name.clone(), why.clone())),
+            }
+        }
+        let (dropped, stop_reasons) = if in_run { self.lose(&lost) } else { (Vec::new(), Vec::new()) };
+        // The run is going to stop — a component it cannot go on without failed, or a restart
         // failed — once the restarts under way end: nothing more is restarted into it (a
         // restart that fails again and again would otherwise keep the stop waiting for ever).
-        let stopping =
-            fresh.iter().any(|(_, p, _)| *p == Policy::Stop) || (!self.restart_failures.is_empty() && self.run_open());
+        let stopping = !stop_reasons.is_empty() || (!self.restart_failures.is_empty() && self.run_open());
         if stopping && !self.restarts.is_empty() {
             return;
         }
@@ -1455,31 +1654,87 @@ impl Sequencer {
             let key = v.since_ms ^ (u64::from(v.restarts) << 48) ^ u64::from(v.alive);
             self.handled.insert(name.clone(), key);
         }
-        let in_run = matches!(self.target, SystemState::Running | SystemState::Paused);
-        // Components whose policy is `stop` come first: when one of them failed in a run, the
-        // run stops and nothing is restarted into it.
-        if let Some((name, _, why)) = fresh.iter().find(|(_, p, _)| *p == Policy::Stop) {
-            if in_run {
-                tracing::error!(component = %name, "{name} failed ({why}); stopping the run (policy stop)");
-                self.begin(None, Transition::Stop, vec![format!("{name} failed: {why}")], now, out);
+        if !stop_reasons.is_empty() {
+            for why in &stop_reasons {
+                tracing::error!("{why}; stopping the run");
             }
+            self.begin(None, Transition::Stop, stop_reasons, now, out);
             return;
         }
-        for (name, _, why) in fresh {
-            tracing::warn!(component = %name, "{name} failed ({why}); restarting it (policy restart)");
-            let in_run_now = self.run_open();
-            if let Some(v) = self.views.get_mut(&name) {
-                v.restarts += 1;
-                // The counters of the life that ended still count for the run; the new life
-                // publishes its own from 0.
-                let last = std::mem::take(&mut v.stats);
-                if in_run_now {
-                    v.earlier.push(last);
-                }
-            }
-            self.restarts.insert(name.clone(), Restart { step: RestartStep::Spawning, target: self.target, why });
-            out.push(Output::Spawn { name });
+        for (name, why) in dropped {
+            tracing::warn!(component = %name, "{name} failed ({why}); the run goes on without it");
+            self.dropped.insert(name, why);
         }
+        for (name, why) in restart {
+            self.restart_later(name, why, now, out);
+        }
+    }
+
+    /// Components lost to the run (`name`, why): those the run goes on without (policy
+    /// `expendable`, or a group that keeps its minimum), and the reasons to stop the run.
+    fn lose(&self, lost: &[(String, String)]) -> (Vec<(String, String)>, Vec<String>) {
+        let mut dropped = Vec::new();
+        let mut stop = Vec::new();
+        let gone: Vec<&str> = lost.iter().map(|(n, _)| n.as_str()).collect();
+        for (name, why) in lost {
+            let spec = &self.file.components[self.spec_index(name).unwrap_or(0)];
+            if let Some(g) = self.file.group_of(name) {
+                let left =
+                    g.members.iter().filter(|m| !self.dropped.contains_key(*m) && !gone.contains(&m.as_str())).count();
+                if left >= g.min {
+                    dropped.push((
+                        name.clone(),
+                        format!(
+                            "{why} (group `{}` keeps {left} of {} members, its minimum is {})",
+                            g.name,
+                            g.members.len(),
+                            g.min
+                        ),
+                    ));
+                } else {
+                    stop.push(format!(
+                        "{name} failed: {why}; group `{}` has {left} of its {} members left, fewer than its minimum {}",
+                        g.name,
+                        g.members.len(),
+                        g.min
+                    ));
+                }
+            } else if spec.policy == Policy::Expendable {
+                dropped.push((name.clone(), format!("{why} (expendable)")));
+            } else {
+                stop.push(format!("{name} failed: {why}"));
+            }
+        }
+        (dropped, stop)
+    }
+
+    /// Restarts `name`: at once the first time since the last run began, then after a back-off
+    /// that doubles each time.
+    fn restart_later(&mut self, name: String, why: String, now: Now, out: &mut Vec<Output>) {
+        let in_run_now = self.run_open();
+        let system = &self.file.system;
+        let Some(v) = self.views.get_mut(&name) else { return };
+        let delay = match v.recent_restarts {
+            0 => 0.0,
+            n => (system.restart_backoff_s * 2f64.powi(n.min(30) as i32 - 1)).min(system.restart_backoff_max_s),
+        };
+        v.restarts += 1;
+        v.recent_restarts += 1;
+        // The counters of the life that ended still count for the run; the new life publishes
+        // its own from 0.
+        let last = std::mem::take(&mut v.stats);
+        if in_run_now {
+            v.earlier.push(last);
+        }
+        let step = if delay > 0.0 {
+            tracing::warn!(component = %name, "{name} failed ({why}); restarting it in {delay:.1} s (policy restart, restart {} of at most {})", v.recent_restarts, system.restart_max);
+            RestartStep::Waiting { until: now.mono + Duration::from_secs_f64(delay) }
+        } else {
+            tracing::warn!(component = %name, "{name} failed ({why}); restarting it (policy restart, restart {} of at most {})", v.recent_restarts, system.restart_max);
+            out.push(Output::Spawn { name: name.clone() });
+            RestartStep::Spawning
+        };
+        self.restarts.insert(name, Restart { step, target: self.target, why });
     }
 
     /// The next step of a restart after `result`.
@@ -1504,7 +1759,7 @@ impl Sequencer {
                 }
                 Some(*v)
             }
-            (RestartStep::Spawning, Ok(_)) => return,
+            (RestartStep::Spawning | RestartStep::Waiting { .. }, Ok(_)) => return,
         };
         let configured = matches!(target, SystemState::Configured | SystemState::Running | SystemState::Paused);
         let in_run = matches!(target, SystemState::Running | SystemState::Paused);
@@ -1547,7 +1802,17 @@ impl Sequencer {
         self.pending.retain(|_, p| p.owner != Owner::Restart(name.to_owned()));
         tracing::error!(component = %name, "restarting {name} failed: {error}");
         if matches!(r.target, SystemState::Running | SystemState::Paused) {
-            self.restart_failures.push(format!("{name} failed ({}) and could not be restarted: {error}", r.why));
+            let why = format!("{} and could not be restarted: {error}", r.why);
+            if self.file.group_of(name).is_none() {
+                self.restart_failures.push(format!("{name} failed ({}) and could not be restarted: {error}", r.why));
+            } else {
+                let (dropped, stop) = self.lose(&[(name.to_owned(), why)]);
+                for (_, why) in dropped {
+                    tracing::warn!(component = %name, "the run goes on without {name}: {why}");
+                    self.dropped.insert(name.to_owned(), why);
+                }
+                self.restart_failures.extend(stop);
+            }
         }
     }
 }

@@ -147,6 +147,7 @@ pub(crate) fn system_status(place: &Place<'_>, s: &Snapshot, rates: &Rates, now_
         components,
         rates: rates.points(),
         overrides: s.overrides.clone(),
+        degraded: s.degraded.clone(),
     }
 }
 
@@ -231,6 +232,8 @@ pub(crate) fn run_summary(system: &str, close: &CloseRun, now_ms: u64) -> RunSum
         components,
         errors,
         overrides: close.overrides.clone(),
+        degraded: close.degraded.clone(),
+        changes: close.changes.clone(),
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daqflow_component::api::{
-    ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, Policy, ProcessEntry, RatePoint, RunChange,
+    ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, ParameterChange, Policy, ProcessEntry, RatePoint,
     RunDetail, RunProvenance, RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition,
     TransitionResult,
 };
@@ -29,6 +29,8 @@ struct State {
     /// The run database, newest first.
     runs: Vec<RunDetail>,
     last_summary: Option<Box<RunSummary>>,
+    /// Parameters changed during the open run.
+    changes: Vec<ParameterChange>,
 }
 
 /// The fake. `transition_delay` makes every transition take that long (as a real `start` does).
@@ -41,6 +43,8 @@ pub struct FakeBackend {
     pub commands: Mutex<Vec<(String, String)>>,
     /// Parameters set: `COMPONENT.KEY` → value.
     pub sets: Mutex<std::collections::BTreeMap<String, Value>>,
+    /// The components the open run goes on without (set by a test): name → why.
+    pub degraded: Mutex<std::collections::BTreeMap<String, String>>,
     /// The last log query asked for.
     pub last_query: Mutex<Option<LogQuery>>,
 }
@@ -98,6 +102,8 @@ fn summary(run: u32, started_ms: u64, stopped_ms: u64, events: u64) -> RunSummar
         components: Default::default(),
         errors: Vec::new(),
         overrides: Default::default(),
+        degraded: Default::default(),
+        changes: Default::default(),
     }
 }
 
@@ -135,11 +141,13 @@ impl FakeBackend {
                 rates: Vec::new(),
                 runs: vec![detail(summary(1, 1_700_000_000_000, 1_700_000_060_000, 60_000))],
                 last_summary: None,
+                changes: Vec::new(),
             }),
             transition_delay,
             listeners: Arc::new(AtomicUsize::new(0)),
             commands: Mutex::new(Vec::new()),
             sets: Mutex::default(),
+            degraded: Mutex::default(),
             last_query: Mutex::new(None),
         })
     }
@@ -147,11 +155,14 @@ impl FakeBackend {
     /// Adds run `run` to the run history (newest first), recorded from `config` with
     /// `provenance` and the `changes` made during it.
     #[allow(dead_code)]
-    pub fn add_run(&self, run: u32, config: &str, provenance: RunProvenance, changes: Vec<RunChange>) {
+    pub fn add_run(&self, run: u32, config: &str, provenance: RunProvenance, changes: Vec<ParameterChange>) {
         let started = 1_700_000_100_000 + u64::from(run) * 100_000;
         let mut d = detail(summary(run, started, started + 30_000, 1_000));
         d.config = config.into();
         d.provenance = Some(provenance);
+        if let Some(summary) = d.summary.as_mut() {
+            summary.changes = changes.clone();
+        }
         d.changes = changes;
         self.state.lock().unwrap().runs.insert(0, d);
     }
@@ -231,7 +242,8 @@ impl Backend for FakeBackend {
                 component("bu-1", "bu", Role::Builder, 102),
             ],
             rates: s.rates.clone(),
-            overrides: Default::default(),
+            overrides: self.sets.lock().unwrap().clone(),
+            degraded: self.degraded.lock().unwrap().clone(),
         }
     }
 
@@ -259,7 +271,9 @@ impl Backend for FakeBackend {
             Transition::Resume => (SystemState::Running, TransitionResult::Done),
             Transition::Stop => {
                 let run = s.run.unwrap_or(0);
-                let done = summary(run, s.run_started_ms.unwrap_or(0), now_ms(), s.events as u64);
+                let mut done = summary(run, s.run_started_ms.unwrap_or(0), now_ms(), s.events as u64);
+                done.changes = std::mem::take(&mut s.changes);
+                done.degraded = self.degraded.lock().unwrap().iter().map(|(n, why)| format!("{n}: {why}")).collect();
                 s.runs.insert(0, detail(done.clone()));
                 s.run_started_ms = None;
                 s.last_summary = Some(Box::new(done.clone()));
@@ -318,6 +332,21 @@ impl Backend for FakeBackend {
         if !["source-1", "bu-1"].contains(&component) {
             return Err(BackendError::Invalid(format!("no component `{component}`")));
         }
+        let mut state = self.state.lock().unwrap();
+        if matches!(state.state, SystemState::Configured | SystemState::Running | SystemState::Paused) {
+            // Live: only the source's rate, as a real source has it.
+            if (component, key) != ("source-1", "rate_hz") {
+                return Err(BackendError::Invalid(format!(
+                    "{component}: `{key}` cannot change after configure; the live parameters of source-1 are: rate_hz"
+                )));
+            }
+            if let (SystemState::Running | SystemState::Paused, Some(v)) = (state.state, &value) {
+                let change =
+                    ParameterChange { t_ms: now_ms(), component: component.into(), key: key.into(), value: v.clone() };
+                state.changes.push(change);
+            }
+        }
+        drop(state);
         let mut sets = self.sets.lock().unwrap();
         match value {
             Some(v) => sets.insert(format!("{component}.{key}"), v),

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::{Attachment, EtClient, StationConfig, Wait};
 use bytes::Bytes;
+use daqflow_component::Live;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -146,11 +147,16 @@ struct Plots {
     /// Events per second, newest last, with the second each slot counts.
     rate: Vec<u64>,
     rate_second: u64,
+    /// The binning of the fragment-size histograms made as sources appear.
+    bins: usize,
+    fragment_size_max: f64,
 }
 
 impl Plots {
     fn new(c: &MonitorConfig) -> Plots {
         Plots {
+            bins: c.bins,
+            fragment_size_max: c.fragment_size_max,
             event_size: Histogram::new("event_size", "Event size", "bytes", 0.0, c.event_size_max, c.bins),
             fragment_size: BTreeMap::new(),
             rate: vec![0; c.rate_window_s.max(1)],
@@ -266,7 +272,8 @@ impl Monitor {
 
 /// Fills the plots from one built event (`daqflow-wire` event format). Returns false when
 /// the event does not parse.
-fn fill(plots: &mut Plots, data: &[u8], c: &MonitorConfig) -> bool {
+fn fill(plots: &mut Plots, data: &[u8]) -> bool {
+    let (bins, fragment_size_max) = (plots.bins, plots.fragment_size_max);
     plots.event_size.fill(data.len() as f64);
     let Ok(event) = daqflow_wire::Event::parse(Bytes::copy_from_slice(data)) else { return false };
     let mut ok = true;
@@ -290,8 +297,8 @@ fn fill(plots: &mut Plots, data: &[u8], c: &MonitorConfig) -> bool {
                         &format!("Fragment size, source {src}"),
                         "bytes",
                         0.0,
-                        c.fragment_size_max,
-                        c.bins,
+                        fragment_size_max,
+                        bins,
                     )
                 })
                 .fill(f.header().payload_len as f64);
@@ -300,7 +307,54 @@ fn fill(plots: &mut Plots, data: &[u8], c: &MonitorConfig) -> bool {
     ok
 }
 
+/// The monitor's live parameters.
+const LIVE: &[Live] = &[
+    Live { key: "prescale", states: Live::ANY_STATE, about: "its ET station takes one event in this many" },
+    Live { key: "bins", states: Live::ANY_STATE, about: "bins per size histogram; the histograms start again empty" },
+    Live {
+        key: "event_size_max",
+        states: Live::ANY_STATE,
+        about: "upper edge of the event-size histogram; the histograms start again empty",
+    },
+    Live {
+        key: "fragment_size_max",
+        states: Live::ANY_STATE,
+        about: "upper edge of the fragment-size histograms; the histograms start again empty",
+    },
+];
+
 impl Component for Monitor {
+    fn live(&self) -> &'static [Live] {
+        LIVE
+    }
+
+    fn set(&mut self, key: &str, value: &Value) -> Result<(), ComponentError> {
+        let mut c = self.config.clone();
+        let bad = || ComponentError::Config(format!("`{key}` = {value} is not a number"));
+        match key {
+            "prescale" => c.prescale = value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?,
+            "bins" => c.bins = value.as_u64().and_then(|v| usize::try_from(v).ok()).ok_or_else(bad)?,
+            "event_size_max" => c.event_size_max = value.as_f64().ok_or_else(bad)?,
+            "fragment_size_max" => c.fragment_size_max = value.as_f64().ok_or_else(bad)?,
+            _ => return Err(ComponentError::Config(format!("`{key}` cannot change after configure"))),
+        }
+        c.check(&self.name)?;
+        if key == "prescale" {
+            let client = EtClient::connect(&c.et)?;
+            let station =
+                StationConfig { blocking: false, cue: c.cue.max(1), prescale: c.prescale, ..StationConfig::default() };
+            client.configure_station(&self.station, station)?;
+        } else {
+            let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
+            let (rate, second) = (std::mem::take(&mut p.rate), p.rate_second);
+            *p = Plots::new(&c);
+            (p.rate, p.rate_second) = (rate, second); // the rate plot is not binned by size
+        }
+        tracing::info!("{key} is now {value}");
+        self.config = c;
+        Ok(())
+    }
+
     /// Creates its station; answers `{"station": NAME}`.
     fn configure(&mut self) -> Result<Info, ComponentError> {
         let client = EtClient::connect(&self.config.et)?;
@@ -326,8 +380,8 @@ impl Component for Monitor {
         self.t0 = Instant::now();
         self.stopped = None;
         self.recent = Recent::new();
-        let (plots, counters, stop, failure, config) =
-            (self.plots.clone(), self.counters.clone(), self.stop.clone(), self.failure.clone(), self.config.clone());
+        let (plots, counters, stop, failure) =
+            (self.plots.clone(), self.counters.clone(), self.stop.clone(), self.failure.clone());
         let t0 = self.t0;
         self.worker = Some(std::thread::Builder::new().name(format!("{}-fill", self.name)).spawn(move || {
             let _client = client;
@@ -349,7 +403,7 @@ impl Component for Monitor {
                 for e in &events {
                     counters.events.fetch_add(1, Ordering::Relaxed);
                     counters.bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
-                    if !fill(&mut p, e.data(), &config) {
+                    if !fill(&mut p, e.data()) {
                         counters.bad_events.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -433,8 +487,8 @@ mod tests {
             ..Default::default()
         };
         let ev = daqflow_wire::Event::assemble(&info, &[sf]);
-        assert!(fill(&mut p, &ev, &c));
-        assert!(!fill(&mut p, b"garbage", &c));
+        assert!(fill(&mut p, &ev));
+        assert!(!fill(&mut p, b"garbage"));
         let h = p.histograms();
         assert_eq!(h[0].entries(), 2);
         assert_eq!(h.iter().filter(|h| h.name().starts_with("fragment_size_src")).count(), 2);

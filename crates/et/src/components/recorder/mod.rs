@@ -35,7 +35,7 @@ use serde_json::json;
 
 use crate::components::now_ms;
 use crate::components::{Recent, per_second, read, set};
-use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
+use daqflow_component::{Component, ComponentError, Info, Kind, Live, Role, State, Stats};
 
 mod config;
 pub use config::RecorderConfig;
@@ -217,7 +217,43 @@ pub(crate) fn ensure_station(client: &EtClient, name: &str, config: StationConfi
     }
 }
 
+/// The recorder's live parameters.
+const LIVE: &[Live] = &[
+    Live {
+        key: "max_file_bytes",
+        states: &[State::Configured],
+        about: "the size at which a data file is closed and the next one begun, from the next run",
+    },
+    Live { key: "prescale", states: Live::ANY_STATE, about: "its ET station takes one event in this many" },
+];
+
 impl Component for Recorder {
+    fn live(&self) -> &'static [Live] {
+        LIVE
+    }
+
+    fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
+        let mut c = self.config.clone();
+        let bad = || ComponentError::Config(format!("`{key}` = {value} is not a whole number"));
+        match key {
+            "max_file_bytes" => c.max_file_bytes = value.as_u64().ok_or_else(bad)?,
+            "prescale" => c.prescale = value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?,
+            _ => return Err(ComponentError::Config(format!("`{key}` cannot change after configure"))),
+        }
+        c.check(&self.name)?;
+        let old = std::mem::replace(&mut self.config, c);
+        if key == "prescale" {
+            let station = self.station_config();
+            let r = station.and_then(|s| Ok(EtClient::connect(&self.config.et)?.configure_station(&self.station, s)?));
+            if let Err(e) = r {
+                self.config = old;
+                return Err(e);
+            }
+        }
+        tracing::info!("{key} is now {value}");
+        Ok(())
+    }
+
     /// Creates the directory and the station; answers `{"station": NAME, "directory": PATH}`.
     fn configure(&mut self) -> Result<Info, ComponentError> {
         self.config.check(&self.name)?;
