@@ -212,17 +212,21 @@ fn a_repeated_run_takes_the_stored_system_file_and_overrides_of_the_run_it_repea
     std::thread::sleep(Duration::from_secs(1));
     let summary = op.stop().unwrap();
     assert_eq!((first, summary.lost), (1, 0), "{summary:?}");
+    // The next run of this operator starts with the live change: it is in its parameters and
+    // its overrides, so it is not run 1's configuration.
+    op.start(Some(100)).unwrap();
+    op.stop().unwrap();
     op.shutdown();
 
     // The file on disk changes afterwards; the repeat runs what run 1 stored.
     std::fs::write(&file, recorder_system(&data, "prov-repeat", 500.0)).unwrap();
     let (ok, out) = daqflow_run(&file, &["--repeat", "1", "--start", "--seconds", "2"]);
     assert!(ok, "daqflow run --repeat 1 failed:\n{out}");
-    assert!(out.contains("repeating run 1"), "{out}");
+    assert!(out.contains("repeating run 1") && out.contains("run 101 started"), "{out}");
 
     let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
     let one = db.run(1).unwrap().unwrap();
-    let two = db.run(2).unwrap().unwrap();
+    let two = db.run(101).unwrap().unwrap();
     assert_eq!(two.record.state, RunState::Stopped, "{out}");
     assert_eq!(two.config, one.config, "the stored system file ran again");
     assert!(two.config.contains("rate_hz = 1000.0"), "{}", two.config);
@@ -242,7 +246,11 @@ fn a_repeated_run_takes_the_stored_system_file_and_overrides_of_the_run_it_repea
     assert_eq!(changes[0].value, 800.0);
     assert_eq!(one.changes, changes, "the run's record has them");
     assert!(two.changes.is_empty(), "a repeat starts as run 1 started: {:?}", two.changes);
-    for f in files_of_run(&data.join("files"), 2) {
+    let p100 = db.run(100).unwrap().unwrap().provenance.unwrap();
+    assert_eq!(p100.params["src-0"]["rate_hz"], 800.0, "what src-0 ran with from the live change on");
+    assert_eq!(p100.overrides["src-0.rate_hz"], 800.0);
+    assert_ne!(p100.effective_digest, p1.effective_digest);
+    for f in files_of_run(&data.join("files"), 101) {
         assert_eq!(header_digest(&f), p1.system_digest, "{}", f.display());
     }
 
@@ -253,7 +261,7 @@ fn a_repeated_run_takes_the_stored_system_file_and_overrides_of_the_run_it_repea
     std::fs::write(&other, recorder_system(&data, "another-system", 1000.0)).unwrap();
     let (ok, out) = daqflow_run(&other, &["--repeat", "1", "--start", "--seconds", "1"]);
     assert!(!ok && out.contains("run 1 is of system `prov-repeat`, not of `another-system`"), "{out}");
-    assert_eq!(db.runs(10).unwrap().len(), 2, "no run was taken by a refused repeat");
+    assert_eq!(db.runs(10).unwrap().len(), 3, "no run was taken by a refused repeat");
 
     // The console's `repeat N` (Operator::repeat) takes run N's parameters only for the system
     // file run N ran with: the file on disk changed since.

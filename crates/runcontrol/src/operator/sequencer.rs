@@ -749,6 +749,10 @@ impl Sequencer {
                         value: json,
                     });
                 }
+                // What the component now runs with, for the record of the runs to come.
+                if let Some(params) = self.configured.get_mut(component) {
+                    set_dotted(params, &key, value.clone());
+                }
                 self.overrides.entry(component.to_owned()).or_default().insert(key, value);
                 Ok(TransitionResult::Done)
             }
@@ -1815,4 +1819,21 @@ impl Sequencer {
             }
         }
     }
+}
+
+/// Sets the dotted `key` (`size.mean`) of `table` to `value`, making the tables on the way (a
+/// value that is not a table on the way is replaced by one).
+fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts.pop().unwrap_or_default();
+    let mut t = table;
+    for p in parts {
+        let entry = t.entry(p.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let Some(inner) = entry.as_table_mut() else { return };
+        t = inner;
+    }
+    t.insert(last.to_owned(), value);
 }
