@@ -759,8 +759,9 @@ pub struct RunProvenance {
     /// The parameters set over the system file's (`COMPONENT.KEY` → value).
     #[serde(default)]
     pub overrides: BTreeMap<String, serde_json::Value>,
-    /// Every component's parameters as it was configured for the run (references resolved,
-    /// overrides applied): component → table.
+    /// Every component's parameters as it runs with them when the run opens (as configured:
+    /// references resolved, overrides applied; with the live changes made since): component →
+    /// table.
     #[serde(default)]
     pub params: BTreeMap<String, serde_json::Value>,
     /// The run whose configuration this one repeats (`daqflow run --repeat N`).

@@ -510,7 +510,8 @@ impl Sequencer {
     }
 
     /// Every component's parameters as it was last configured (references resolved,
-    /// overrides applied, the operator's reserved keys in): component → table, in JSON.
+    /// overrides applied, the operator's reserved keys in), with the live changes it took
+    /// since: component → table, in JSON.
     pub fn configured_params(&self) -> BTreeMap<String, Value> {
         self.configured.iter().map(|(name, t)| (name.clone(), serde_json::to_value(t).unwrap_or(Value::Null))).collect()
     }
