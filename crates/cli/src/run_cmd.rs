@@ -161,6 +161,10 @@ impl Backend for OperatorBackend {
         self.0.set(component, key, value).map_err(backend_error)
     }
 
+    fn repeat(&self, run: u32) -> Result<std::collections::BTreeMap<String, Value>, BackendError> {
+        self.0.repeat(run).map_err(backend_error)
+    }
+
     fn listen(
         &self,
         service: &str,

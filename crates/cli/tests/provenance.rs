@@ -359,6 +359,28 @@ fn the_web_ui_of_a_real_operator_shows_a_runs_configuration_and_its_diff_against
         assert!(changed.lines().any(|l| l == line), "{line:?} not in the diff:\n{changed}");
     }
     assert!(!changed.contains("kind = "), "lines both runs share are not changes:\n{changed}");
+
+    // The controller takes a run's configuration over the API (`POST /api/repeat`): run 2's
+    // (this very system file), not run 1's (another file).
+    let r = browser.eval(
+        "(async () => { \
+           const post = async (path, body) => { \
+             const r = await fetch(path, {method: 'POST', headers: {'X-Daqflow-Client': 'ui', \
+               'Content-Type': 'application/json'}, body: JSON.stringify(body)}); \
+             return [r.status, await r.json()]; }; \
+           return { take: await post('/api/control/take', {}), one: await post('/api/repeat', {run: 1}), \
+                    two: await post('/api/repeat', {run: 2}), bad: await post('/api/repeat', {run: 0}) }; })()",
+    );
+    let answers = step("POST /api/repeat", &browser, r);
+    assert_eq!(answers["take"][0], 200, "{answers}");
+    assert_eq!(answers["one"][0], 400, "{answers}");
+    assert!(
+        answers["one"][1]["error"].as_str().is_some_and(|e| e.contains("run 1 ran with another system file")),
+        "{answers}"
+    );
+    assert_eq!(answers["two"][0], 200, "{answers}");
+    assert_eq!(answers["two"][1], serde_json::json!({"run": 2, "overrides": {}}), "{answers}");
+    assert_eq!(answers["bad"][0], 400, "{answers}");
     assert!(browser.page_errors.is_empty(), "the page reported errors: {:?}", browser.page_errors);
     drop(browser);
     op.0.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
