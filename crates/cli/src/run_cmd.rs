@@ -24,11 +24,13 @@ pub const DEMO_SYSTEM: &str = include_str!("demo.toml");
 pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     daqflow demo --print-config > teststand.toml     a system file to start from\n  \
     daqflow run teststand.toml                       start it; it prints the web UI's URL (with its token)\n  \
-    daqflow run teststand.toml --start --seconds 60  configure, take a 60 s run, stop, exit\n\n\
+    daqflow run teststand.toml --start --seconds 60  configure, take a 60 s run, stop, exit\n  \
+    daqflow run teststand.toml --repeat 12 --start   run 12's configuration again, as stored\n\n\
     Then type transitions (one per line): configure, start [RUN], pause, resume, stop, reset,\n\
     status, quit; `set NAME.KEY=VALUE` changes a component's parameter: while Initial for the\n\
     next configure (`unset NAME.KEY` takes it back), while Configured, Running or Paused a live\n\
-    parameter at once (docs/operator-guide.md, \"Live parameters\"). Ctrl-C stops a run in\n\
+    parameter at once (docs/operator-guide.md, \"Live parameters\"); `repeat RUN` (while\n\
+    Initial) takes the parameters run RUN was configured with. Ctrl-C stops a run in\n\
     progress and ends every component.\n\
     The system file is described in docs/operator-guide.md.";
 
@@ -67,6 +69,12 @@ pub struct RunArgs {
     /// Only check the system file and exit.
     #[arg(long)]
     pub check: bool,
+    /// Run with run N's configuration: the system file it stored in the run database of
+    /// SYSTEM.toml (which must be of the same system) and the parameters set over it; the
+    /// place (data directory, database) stays SYSTEM.toml's. The new runs record that they
+    /// repeat run N.
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<u32>,
 }
 
 /// Arguments of `daqflow demo`.
@@ -151,6 +159,10 @@ impl Backend for OperatorBackend {
             Err(e) => return Err(BackendError::Invalid(format!("{component}.{key}: {e}"))),
         };
         self.0.set(component, key, value).map_err(backend_error)
+    }
+
+    fn repeat(&self, run: u32) -> Result<std::collections::BTreeMap<String, Value>, BackendError> {
+        self.0.repeat(run).map_err(backend_error)
     }
 
     fn listen(
@@ -608,11 +620,26 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         bail!("--seconds needs --start");
     }
     let web_addr = args.web.clone().unwrap_or_else(|| file.system.web.clone());
+    let (file, data) = match args.repeat {
+        Some(n) => {
+            let (stored, data) = repeated_system(&file, args.data.as_deref(), n)?;
+            (stored, Some(data))
+        }
+        None => (file, args.data.clone()),
+    };
     let mut options = OperatorOptions::new(file, binary()?);
-    options.data = args.data.clone();
+    options.data = data;
     options.control = args.control.clone();
     let op = Operator::launch(options)?;
     let result = (|| -> anyhow::Result<ExitCode> {
+        if let Some(n) = args.repeat {
+            let overrides = op.repeat(n)?;
+            println!(
+                "repeating run {n}: its system file (SHA-256 {}), parameters set over it: {}",
+                daqflow_runcontrol::provenance::sha256_hex(op.file().text.as_bytes()),
+                serde_json::to_string(&overrides).unwrap_or_default()
+            );
+        }
         let web = start_web(&web_addr, &op, false)?;
         println!(
             "system `{}` up: control server {}, web UI {}",
@@ -630,12 +657,39 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             let run = op.start(None)?;
             println!("run {run} started");
         }
-        println!("commands: configure, start [RUN], pause, resume, stop, reset, status, quit");
+        println!("commands: configure, start [RUN], pause, resume, stop, reset, status, set, unset, repeat RUN, quit");
         operator_console(&op, web.as_ref())?;
         Ok(ExitCode::SUCCESS)
     })();
     op.shutdown();
     result
+}
+
+/// Run `n`'s system file from the run database of `file` (`daqflow run SYSTEM.toml --repeat N`),
+/// to run in `file`'s place: its database, and its data directory unless `--data` gives one.
+/// Refuses a run that does not exist or is of another system.
+fn repeated_system(file: &SystemFile, data: Option<&std::path::Path>, n: u32) -> anyhow::Result<(SystemFile, PathBuf)> {
+    let data = data.map_or_else(|| file.system.data.clone(), std::path::Path::to_path_buf);
+    let data = if data.is_absolute() { data } else { std::env::current_dir()?.join(data) };
+    let location = daqflow_runcontrol::db::Location::parse(&file.system.database)
+        .map_err(|e| anyhow::anyhow!("system.database: {e}"))?
+        .under(&data);
+    let db = daqflow_runcontrol::db::RunDb::connect(&location)?;
+    let Some(detail) = db.run(n)? else {
+        bail!("--repeat {n}: there is no run {n} in the run database {location}");
+    };
+    if detail.record.system != file.system.name {
+        bail!(
+            "--repeat {n}: run {n} is of system `{}`, not of `{}` (the system file given)",
+            detail.record.system,
+            file.system.name
+        );
+    }
+    let mut stored = parse_system(&detail.config, &format!("the system file of run {n}"))?;
+    // The place is the given file's: the database run N was found in (its stored text has any
+    // password redacted), the data directory.
+    stored.system.database = file.system.database.clone();
+    Ok((stored, data))
 }
 
 /// Transitions typed on standard input, until `quit`, end of input or Ctrl-C.
@@ -708,6 +762,19 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                         serde_json::to_string(&all).unwrap_or_default()
                     ),
                     Err(e) => println!("{verb}: {e}"),
+                }
+                continue;
+            }
+            "repeat" => {
+                match words.next().map(str::parse::<u32>) {
+                    Some(Ok(n)) => match op.repeat(n) {
+                        Ok(all) => println!(
+                            "the configuration of run {n} for the next configure: parameters set {}",
+                            serde_json::to_string(&all).unwrap_or_default()
+                        ),
+                        Err(e) => println!("repeat: {e}"),
+                    },
+                    _ => println!("usage: repeat RUN (while Initial: run RUN's parameters for the next configure)"),
                 }
                 continue;
             }

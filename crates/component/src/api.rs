@@ -737,6 +737,36 @@ pub struct RunDetail {
     pub config: String,
     /// Its summary, once it was stopped (none for a run abandoned).
     pub summary: Option<RunSummary>,
+    /// What it ran with beyond the system file: digests, overrides, every component's
+    /// parameters, the run it repeats (none for a run recorded before provenance was kept).
+    #[serde(default)]
+    pub provenance: Option<RunProvenance>,
+    /// The parameters changed while it ran, in order.
+    #[serde(default)]
+    pub changes: Vec<ParameterChange>,
+}
+
+/// Where a run's configuration came from and what it was (`docs/operator-guide.md`,
+/// "Provenance"), kept in the run database beside the system file's text.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunProvenance {
+    /// SHA-256 of the system file's bytes as read (64 hex digits): what every data file of the
+    /// run holds in its header's `config_digest`.
+    pub system_digest: String,
+    /// SHA-256 of the effective configuration (64 hex digits): the system file followed by one
+    /// line per override (`# set COMPONENT.KEY = VALUE`); the system digest when there is none.
+    pub effective_digest: String,
+    /// The parameters set over the system file's (`COMPONENT.KEY` → value).
+    #[serde(default)]
+    pub overrides: BTreeMap<String, serde_json::Value>,
+    /// Every component's parameters as it runs with them when the run opens (as configured:
+    /// references resolved, overrides applied; with the live changes made since): component →
+    /// table.
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// The run whose configuration this one repeats (`daqflow run --repeat N`).
+    #[serde(default)]
+    pub repeat_of: Option<u32>,
 }
 
 /// How severe a log record is.

@@ -68,6 +68,10 @@ pub struct Kind {
     pub stop_stage: i64,
     /// Where it writes data files, if it does: the operator reads them after the run.
     pub data_files: Option<DataFiles>,
+    /// Whether the operator gives it the system file's digest in its configuration (the
+    /// reserved key `system_digest`, [`crate::provenance`]), for the headers of the data
+    /// files it writes.
+    pub system_digest: bool,
     /// Builds a component of the kind.
     pub factory: Factory,
 }
@@ -89,7 +93,16 @@ impl Kind {
             Role::Readout => (6, 2),
             Role::Other => (DEFAULT_STAGE, DEFAULT_STAGE),
         };
-        Kind { name, about, role, start_stage, stop_stage, data_files: None, factory: Arc::new(factory) }
+        Kind {
+            name,
+            about,
+            role,
+            start_stage,
+            stop_stage,
+            data_files: None,
+            system_digest: false,
+            factory: Arc::new(factory),
+        }
     }
 
     /// With other stages.
@@ -102,6 +115,14 @@ impl Kind {
     /// Writes data files where `f` says.
     pub fn data_files(mut self, f: DataFiles) -> Kind {
         self.data_files = Some(f);
+        self
+    }
+
+    /// Takes the system file's digest in the reserved configuration key `system_digest`
+    /// ([`crate::provenance::SYSTEM_DIGEST_KEY`]): its configuration must accept that key and
+    /// put the digest in its data files' headers.
+    pub fn takes_system_digest(mut self) -> Kind {
+        self.system_digest = true;
         self
     }
 }

@@ -58,6 +58,7 @@ mod command;
 mod component;
 mod error;
 mod kind;
+pub mod provenance;
 mod state;
 mod stats;
 

@@ -25,4 +25,5 @@ pub mod log;
 pub mod msglogger;
 pub mod operator;
 pub mod process;
+pub mod provenance;
 pub mod system;

@@ -318,6 +318,9 @@ pub struct ComponentSpec {
     pub role: Role,
     /// Where it writes data files, from its resolved parameters (its kind's).
     pub data_files: Option<DataFiles>,
+    /// Whether the operator gives it the system file's digest (`system_digest`; its kind's
+    /// [`Kind::takes_system_digest`](daqflow_component::Kind::takes_system_digest)).
+    pub system_digest: bool,
 }
 
 /// A validated system file.
@@ -660,6 +663,7 @@ impl SystemFile {
                 stop_order: c.stop_order.as_ref().map_or(stop_stage, |o| *o.get_ref()),
                 role: known.map_or(Role::Other, |k| k.role),
                 data_files: known.and_then(|k| k.data_files),
+                system_digest: known.is_some_and(|k| k.system_digest),
                 kind,
                 host: c.host.as_ref().map(|h| h.get_ref().clone()).filter(|h| h != "localhost" && h != "127.0.0.1"),
                 command: c.command.as_ref().map(|c| c.get_ref().clone()),

@@ -24,6 +24,9 @@
 //!   error if any and the whole summary;
 //! - `run_components`: each component's counters at the end of a run;
 //! - `run_files`: the files written in a run;
+//! - `run_provenance`: each run's digests, overrides, components' parameters and the run it
+//!   repeats; `run_changes`: the parameters changed during a run ([`RunDb::set_provenance`],
+//!   [`RunDb::add_change`]);
 //! - `logs`: every log record the message logger received.
 //!
 //! Counters are signed 64-bit integers in both backends: a count above `i64::MAX`
@@ -45,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod location;
+mod provenance;
 mod sql;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -109,6 +113,9 @@ pub enum DbError {
     /// The run is not open (never begun, or closed already): its record is left as it is.
     #[error("run {0} is not open in the run database; its record is left as it is")]
     Closed(u32),
+    /// There is no run of this number in the database.
+    #[error("no run {0} in the run database")]
+    NoRun(u32),
     /// The database directory could not be created.
     #[error("run database directory {path}: {source}")]
     Io {
@@ -174,6 +181,7 @@ impl RunDb {
                 let conn = rusqlite::Connection::open(path).map_err(err)?;
                 conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
                 conn.execute_batch(sql::SQLITE_SCHEMA).map_err(err)?;
+                conn.execute_batch(provenance::SQLITE_SCHEMA).map_err(err)?;
                 Backend::Sqlite(conn)
             }
             Location::Postgres(url) => {
@@ -385,8 +393,9 @@ impl RunDb {
         })
     }
 
-    /// One run's whole record: the row, its configuration snapshot and its summary (none for a
-    /// run abandoned, or one recorded by a version whose summary this one cannot read).
+    /// One run's whole record: the row, its configuration snapshot, its summary (none for a
+    /// run abandoned, or one recorded by a version whose summary this one cannot read), its
+    /// provenance and the parameters changed during it.
     pub fn run(&self, run: u32) -> Result<Option<RunDetail>, DbError> {
         self.transact(Mode::Read, |tx| {
             let rows = tx.query(
@@ -394,15 +403,14 @@ impl RunDb {
                  FROM runs WHERE run = ?1",
                 &[Arg::Int(run.into())],
             )?;
-            rows.first()
-                .map(|r| {
-                    Ok(RunDetail {
-                        record: run_row(r)?,
-                        config: r.text(10)?,
-                        summary: r.opt_text(11)?.and_then(|s| serde_json::from_str(&s).ok()),
-                    })
-                })
-                .transpose()
+            let Some(r) = rows.first() else { return Ok(None) };
+            Ok(Some(RunDetail {
+                record: run_row(r)?,
+                config: r.text(10)?,
+                summary: r.opt_text(11)?.and_then(|s| serde_json::from_str(&s).ok()),
+                provenance: provenance::read_provenance(tx, run)?,
+                changes: provenance::read_changes(tx, run)?,
+            }))
         })
     }
 
@@ -535,6 +543,7 @@ fn postgres_connect(config: &postgres::Config, location: &Location) -> Result<po
     let err = |source| DbError::Connect { location: location.to_string(), source };
     let mut client = config.connect(postgres::NoTls).map_err(err)?;
     client.batch_execute(sql::POSTGRES_SCHEMA).map_err(err)?;
+    client.batch_execute(provenance::POSTGRES_SCHEMA).map_err(err)?;
     Ok(client)
 }
 

@@ -265,3 +265,58 @@ fn an_sqlite_file_is_made_with_its_directory() {
     let e = RunDb::open(&dir.path().join("a/b/runs.sqlite/x.sqlite")).err().unwrap();
     assert!(matches!(e, DbError::Io { .. }), "{e:?}");
 }
+
+fn provenance_and_changes_are_kept_per_run(backend: Backend) {
+    use daqflow_component::api::{ParameterChange, RunProvenance};
+    let Some(t) = TestDb::new(backend, "provenance") else { return };
+    let db = t.open();
+    let run = db.begin_run("s", "cfg", None).unwrap();
+    let other = db.begin_run("s", "cfg", None).unwrap();
+    assert_eq!(db.provenance(run).unwrap(), None, "none until stored");
+    let mut p = RunProvenance {
+        system_digest: "ab".repeat(32),
+        effective_digest: "cd".repeat(32),
+        overrides: [("bu-0.credits".to_owned(), serde_json::json!(64))].into_iter().collect(),
+        params: [("bu-0".to_owned(), serde_json::json!({"credits": 64, "size": {"mean": 1024.5}}))]
+            .into_iter()
+            .collect(),
+        repeat_of: None,
+    };
+    db.set_provenance(run, &p).unwrap();
+    assert_eq!(db.provenance(run).unwrap().as_ref(), Some(&p));
+    p.repeat_of = Some(u32::MAX);
+    db.set_provenance(run, &p).unwrap();
+    assert_eq!(db.provenance(run).unwrap().as_ref(), Some(&p), "stored again: replaced");
+    assert!(matches!(db.set_provenance(99, &p), Err(DbError::NoRun(99))));
+    let change = |t_ms, key: &str, value| ParameterChange { t_ms, component: "bu-0".into(), key: key.into(), value };
+    let changes = [
+        change(300, "credits", serde_json::json!(32)),
+        change(100, "size.mean", serde_json::json!(2048.0)),
+        change(100, "name\0with nul", serde_json::json!("x")),
+    ];
+    for c in &changes {
+        db.add_change(run, c).unwrap();
+    }
+    assert!(matches!(db.add_change(99, &changes[0]), Err(DbError::NoRun(99))));
+    let mut expected = vec![changes[1].clone(), changes[2].clone(), changes[0].clone()];
+    expected[1].key = "name\u{FFFD}with nul".into();
+    assert_eq!(db.changes(run).unwrap(), expected, "in time order, then in the order recorded");
+    assert_eq!(db.changes(other).unwrap(), vec![]);
+    let detail = db.run(run).unwrap().unwrap();
+    assert_eq!((detail.provenance.as_ref(), &detail.changes), (Some(&p), &expected));
+    let plain = db.run(other).unwrap().unwrap();
+    assert_eq!((plain.provenance, plain.changes), (None, vec![]));
+    // A database made before these tables existed gets them when it is opened.
+    db.transact(Mode::Write, |tx| {
+        tx.execute("DROP TABLE run_provenance", &[])?;
+        tx.execute("DROP TABLE run_changes", &[])
+    })
+    .unwrap();
+    drop(db);
+    let db = t.open();
+    assert_eq!(db.run(run).unwrap().unwrap().provenance, None);
+    db.set_provenance(run, &p).unwrap();
+    assert_eq!(db.provenance(run).unwrap(), Some(p));
+}
+
+crate::for_each_backend!(provenance_and_changes_are_kept_per_run);

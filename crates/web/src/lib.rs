@@ -506,6 +506,15 @@ pub trait Backend: Send + Sync + 'static {
         let _ = (component, key, value);
         Err(BackendError::Invalid("this system takes no parameter changes".into()))
     }
+    /// Takes run `run`'s configuration for the next configure: its parameters set over the
+    /// system file replace those in force, and the runs taken with them record that they
+    /// repeat it; returns every override in force. [`BackendError::Invalid`] for a run that is
+    /// not there, of another system, recorded with another system file, or a system not
+    /// Initial (400). A backend without a run database refuses it (the default).
+    fn repeat(&self, run: u32) -> Result<std::collections::BTreeMap<String, Value>, BackendError> {
+        let _ = run;
+        Err(BackendError::Invalid("this system cannot take a run's configuration".into()))
+    }
     /// Subscribes to a control-plane service: every value (as text) goes to `tx` until the
     /// returned guard is dropped. [`BackendError::NotFound`] when no process provides it (404),
     /// [`BackendError::Invalid`] for a name that cannot be a service (400).

@@ -208,6 +208,118 @@ fn the_ui_drives_a_run_in_headless_chromium() {
 }
 
 #[test]
+fn the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run() {
+    use daqflow_component::api::{ParameterChange, RunProvenance};
+    let Some(binary) =
+        cdp::chromium_or_skip("the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run")
+    else {
+        return;
+    };
+    let backend = FakeBackend::new(Duration::from_millis(50));
+    let file = |credits: u32| {
+        format!("[system]\nname = \"fake\"\n\n[[component]]\nname = \"bu-1\"\nkind = \"bu\"\ncredits = {credits}\n")
+    };
+    let params = |credits: u32, batch: u32| {
+        [("bu-1".to_owned(), serde_json::json!({"credits": credits, "request_batch": batch, "output": "files"}))]
+            .into_iter()
+            .collect()
+    };
+    let first = RunProvenance {
+        system_digest: "11".repeat(32),
+        effective_digest: "11".repeat(32),
+        overrides: Default::default(),
+        params: params(64, 32),
+        repeat_of: None,
+    };
+    let second = RunProvenance {
+        system_digest: "22".repeat(32),
+        effective_digest: "33".repeat(32),
+        overrides: [("bu-1.request_batch".to_owned(), serde_json::json!(8))].into_iter().collect(),
+        params: params(128, 8),
+        repeat_of: Some(41),
+    };
+    let change = ParameterChange {
+        t_ms: 1_700_004_300_000,
+        component: "bu-1".into(),
+        key: "flush_interval_ms".into(),
+        value: serde_json::json!(50),
+    };
+    backend.add_run(41, &file(64), first, Vec::new());
+    backend.add_run(42, &file(128), second, vec![change]);
+    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), WebOptions::default()).expect("spawn the web server");
+    let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
+    let r = browser.navigate(&format!("{}#runs", web.url()));
+    step("load the runs view", &browser, r);
+    let r = browser.wait_for("runs 41 and 42", "document.querySelector(\"#runs tr[data-run='42']\") !== null");
+    step("runs", &browser, r);
+    let r = browser.click("#runs tr[data-run='42']");
+    step("open run 42", &browser, r);
+    let digest = "22".repeat(32);
+    let r = browser.wait_for(
+        "run 42's configuration",
+        &format!(
+            "document.querySelector('#prov-facts').textContent.includes('{digest}') \
+             && document.querySelector('#prov-facts').textContent.includes('repeats run 41')"
+        ),
+    );
+    step("provenance facts", &browser, r);
+    let r = browser.eval("document.querySelector('#prov-overrides').textContent");
+    let overrides = step("overrides", &browser, r);
+    assert!(overrides.as_str().is_some_and(|t| t.contains("bu-1.request_batch") && t.contains('8')), "{overrides}");
+    let r = browser.eval("document.querySelector('#run-changes').textContent");
+    let changes = step("changes", &browser, r);
+    assert!(changes.as_str().is_some_and(|t| t.contains("flush_interval_ms") && t.contains("50")), "{changes}");
+    let r = browser.eval("document.querySelector('#prov-params').textContent");
+    let shown = step("params", &browser, r);
+    assert!(shown.as_str().is_some_and(|t| t.contains("bu-1.credits = 128")), "{shown}");
+
+    let r = browser.fill("#prov-diff-run", "41");
+    step("type the other run", &browser, r);
+    let r = browser.click("#prov-diff-go");
+    step("diff", &browser, r);
+    let r = browser.wait_for(
+        "the diff against run 41",
+        "document.querySelector('#prov-diff-summary').textContent.startsWith('run 41 → run 42')",
+    );
+    step("diff summary", &browser, r);
+    let lines = |class: &str| {
+        format!("Array.from(document.querySelectorAll('#prov-diff .{class}')).map((e) => e.textContent).join('\\n')")
+    };
+    let r = browser.eval(&lines("diff-del"));
+    let removed = step("removed lines", &browser, r);
+    let r = browser.eval(&lines("diff-add"));
+    let added = step("added lines", &browser, r);
+    let (removed, added) = (removed.as_str().unwrap_or_default(), added.as_str().unwrap_or_default());
+    for line in ["- credits = 64", "- bu-1.credits = 64", "- bu-1.request_batch = 32"] {
+        assert!(removed.lines().any(|l| l == line), "{line:?} not among the removed lines:\n{removed}");
+    }
+    for line in
+        ["+ credits = 128", "+ # set bu-1.request_batch = 8", "+ bu-1.credits = 128", "+ # changed during the run:"]
+    {
+        assert!(added.lines().any(|l| l == line), "{line:?} not among the added lines:\n{added}");
+    }
+    assert!(!removed.contains("name = \"bu-1\""), "a line both have is not a difference:\n{removed}");
+    let r = browser.eval(&count("#prov-diff .diff-same"));
+    let same = step("common lines", &browser, r);
+    assert!(same.as_u64().is_some_and(|n| n >= 5), "{same}");
+
+    // A run that is not there: the diff says so, and shows nothing.
+    let r = browser.fill("#prov-diff-run", "77");
+    step("type a missing run", &browser, r);
+    let r = browser.click("#prov-diff-go");
+    step("diff again", &browser, r);
+    let r = browser.wait_for(
+        "no run 77",
+        "document.querySelector('#prov-diff-summary').textContent.startsWith('run 77:') \
+         && document.querySelector('#prov-diff').hidden",
+    );
+    step("missing run", &browser, r);
+    assert!(browser.page_errors.is_empty(), "the page reported errors: {:?}", browser.page_errors);
+    drop(browser);
+    web.shutdown().unwrap();
+}
+
+#[test]
 fn live_parameters_and_degraded_running_in_headless_chromium() {
     let Some(binary) = cdp::chromium_or_skip("live_parameters_and_degraded_running_in_headless_chromium") else {
         return;

@@ -831,6 +831,7 @@
     replaceRows($('run-files'), fileRows);
     $('run-config').textContent = d.config;
     $('run-record').textContent = JSON.stringify(d, null, 2);
+    renderProvenance(d);
   }
 
   async function showRun(run) {
@@ -851,6 +852,133 @@
     }
   }
   loaders.runs = loadRuns;
+
+  // ---- run provenance -----------------------------------------------------------------------
+  // A run's configuration (RunDetail's `config`, `provenance` and `changes`) and a line diff of
+  // it against another run's, computed here from the two records (docs/web.md, "Runs").
+  ui.shownRun = null;
+
+  /** `COMPONENT.KEY = VALUE` lines of every component's parameters (nested tables dotted). */
+  function paramLines(params) {
+    const lines = [];
+    const walk = (prefix, v) => {
+      if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
+        for (const k of Object.keys(v).sort()) walk(`${prefix}.${k}`, v[k]);
+      } else {
+        lines.push(`${prefix} = ${JSON.stringify(v)}`);
+      }
+    };
+    for (const name of Object.keys(params || {}).sort()) walk(name, params[name]);
+    return lines;
+  }
+
+  /**
+   * The configuration of a run as lines: the effective configuration (the system file, then one
+   * `# set COMPONENT.KEY = VALUE` line per override, as the operator digests it), then every
+   * component's parameters as configured, then the live changes during the run.
+   */
+  function configurationLines(d) {
+    const p = d.provenance || {};
+    const overrides = p.overrides || (d.summary && d.summary.overrides) || {};
+    const lines = String(d.config || '').split('\n');
+    if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+    const keys = Object.keys(overrides).sort();
+    if (keys.length > 0) {
+      lines.push('', '# parameters set over the system file (daqflow `set`), applied at configure:');
+      for (const k of keys) lines.push(`# set ${k} = ${JSON.stringify(overrides[k])}`);
+    }
+    const params = paramLines(p.params);
+    if (params.length > 0) lines.push('', '# every component\'s parameters, as configured:', ...params);
+    // The live changes (the table `run_changes`; the summary's for a run recorded without it),
+    // shown in the run's record above (#run-changes).
+    const changes = (d.changes && d.changes.length > 0) ? d.changes : ((d.summary && d.summary.changes) || []);
+    if (changes.length > 0) {
+      lines.push('', '# changed during the run:');
+      for (const c of changes) lines.push(`# ${fmtTime(c.t_ms)} ${c.component}.${c.key} = ${JSON.stringify(c.value)}`);
+    }
+    return lines;
+  }
+
+  /** A line diff (longest common subsequence): [{op: ' ' | '-' | '+', line}]; null if too large. */
+  function lineDiff(a, b) {
+    const n = a.length, m = b.length;
+    if ((n + 1) * (m + 1) > 16e6) return null;
+    const w = m + 1;
+    const lcs = new Uint32Array((n + 1) * w);
+    for (let i = n - 1; i >= 0; i--) {
+      for (let j = m - 1; j >= 0; j--) {
+        lcs[i * w + j] = a[i] === b[j] ? lcs[(i + 1) * w + j + 1] + 1
+          : Math.max(lcs[(i + 1) * w + j], lcs[i * w + j + 1]);
+      }
+    }
+    const out = [];
+    let i = 0, j = 0;
+    while (i < n && j < m) {
+      if (a[i] === b[j]) { out.push({ op: ' ', line: a[i] }); i++; j++; }
+      else if (lcs[(i + 1) * w + j] >= lcs[i * w + j + 1]) out.push({ op: '-', line: a[i++] });
+      else out.push({ op: '+', line: b[j++] });
+    }
+    while (i < n) out.push({ op: '-', line: a[i++] });
+    while (j < m) out.push({ op: '+', line: b[j++] });
+    return out;
+  }
+
+  function renderProvenance(d) {
+    ui.shownRun = d;
+    const p = d.provenance;
+    const facts = [];
+    if (p) {
+      facts.push(`system file SHA-256 ${p.system_digest} (in every data file's header)`);
+      if (p.effective_digest !== p.system_digest) facts.push(`with the parameters set: ${p.effective_digest}`);
+      if (isNum(p.repeat_of)) facts.push(`repeats run ${p.repeat_of}`);
+    } else {
+      facts.push('No provenance recorded for this run (recorded by an older version).');
+    }
+    $('prov-facts').textContent = facts.join(' · ');
+    const overrides = (p && p.overrides) || (d.summary && d.summary.overrides) || {};
+    const rows = Object.keys(overrides).sort().map((k) => el('tr', null,
+      el('td', { className: 'mono' }, k), el('td', { className: 'mono' }, JSON.stringify(overrides[k]))));
+    if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 2, className: 'hint' }, 'None: the system file as it is.')));
+    replaceRows($('prov-overrides'), rows);
+    $('prov-params').textContent = p ? paramLines(p.params).join('\n') : '';
+    $('prov-diff').hidden = true;
+    $('prov-diff').replaceChildren();
+    $('prov-diff-summary').textContent = '';
+  }
+
+  async function diffAgainst(event) {
+    event.preventDefault();
+    const d = ui.shownRun;
+    const other = Number($('prov-diff-run').value);
+    if (!d) return;
+    if (!Number.isInteger(other) || other < 1) {
+      $('prov-diff-summary').textContent = 'The run number must be a positive integer.';
+      return;
+    }
+    $('prov-diff-summary').textContent = 'loading…';
+    let base;
+    try {
+      base = await api('GET', '/api/runs/' + encodeURIComponent(other));
+    } catch (e) {
+      $('prov-diff-summary').textContent = `run ${other}: ${e.message}`;
+      $('prov-diff').hidden = true;
+      return;
+    }
+    const diff = lineDiff(configurationLines(base), configurationLines(d));
+    if (diff === null) {
+      $('prov-diff-summary').textContent = 'The configurations are too long to compare here.';
+      return;
+    }
+    const removed = diff.filter((x) => x.op === '-').length;
+    const added = diff.filter((x) => x.op === '+').length;
+    $('prov-diff-summary').textContent = removed + added === 0
+      ? `the same configuration as run ${other}`
+      : `run ${other} → run ${d.run}: ${removed} line(s) removed, ${added} added`;
+    const cls = { ' ': 'diff-same', '-': 'diff-del', '+': 'diff-add' };
+    $('prov-diff').replaceChildren(...diff.map((x) => el('span', { className: cls[x.op] }, `${x.op} ${x.line}`)));
+    $('prov-diff').hidden = false;
+  }
+  $('prov-diff-form').addEventListener('submit', diffAgainst);
 
   // ---- periodic refresh of the visible view --------------------------------------------------
   setInterval(() => {

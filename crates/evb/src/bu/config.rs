@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use daqflow_component::provenance::Digest;
 use serde::{Deserialize, Serialize};
 
 use crate::{EvbError, Idle};
@@ -77,6 +78,10 @@ pub struct BuConfig {
     pub connect_timeout_ms: u64,
     /// Idle strategy of the BU's schedulers.
     pub idle: Idle,
+    /// The digest of the system file the run was configured from (64 hex digits), written in
+    /// every data file's header. Reserved: the operator sets it (`docs/operator-guide.md`,
+    /// "Provenance"); without it the headers hold zeros.
+    pub system_digest: Option<Digest>,
 }
 
 impl BuConfig {
@@ -132,6 +137,7 @@ impl Default for BuConfig {
             end_timeout_ms: 30_000,
             connect_timeout_ms: 10_000,
             idle: Idle::Lazy,
+            system_digest: None,
         }
     }
 }

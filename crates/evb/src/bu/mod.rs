@@ -79,6 +79,7 @@ pub fn kind(et: Option<EtOpener>) -> Kind {
         (t.get("output").and_then(|o| o.as_str()) == Some("files"))
             .then(|| directory.unwrap_or_else(|| BuConfig::default().directory))
     })
+    .takes_system_digest()
 }
 
 #[derive(Default)]
@@ -298,6 +299,7 @@ fn open_sink(
             let mut fc = FileWriterConfig::new(&config.directory, run);
             fc.stream = Some(stream);
             fc.max_file_bytes = config.max_file_bytes;
+            fc.config_digest = config.system_digest.unwrap_or_default().0;
             Box::new(FileWriter::new(fc).map_err(|e| EvbError::Output(e.to_string()))?)
         }
         Output::Et => {

@@ -146,6 +146,9 @@ struct Inner {
     subscriptions: Mutex<Vec<daqflow_dialog::Subscription>>,
     replies: Mutex<Option<daqflow_dialog::CommandRegistration>>,
     event_loop: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The run whose configuration is being repeated ([`Operator::repeat`]), with its
+    /// overrides: the runs opened while the overrides are these say they repeat it.
+    repeat: Mutex<Option<(u32, BTreeMap<String, Value>)>>,
 }
 
 /// A running system.
@@ -277,6 +280,9 @@ impl Operator {
         seq.set_system_value("data", json!(data));
         // As written (a URL with its password, if it has one): for the message logger.
         seq.set_system_value("database", json!(location.to_config_value()));
+        // The system file's digest, for every data file's header (docs/operator-guide.md,
+        // "Provenance").
+        seq.set_system_value("digest", json!(crate::provenance::sha256_hex(file.text.as_bytes())));
         let shown = Shown { snapshot: seq.snapshot(), rates: Rates::default(), closed: false };
         let inner = Arc::new(Inner {
             file: file.clone(),
@@ -292,6 +298,7 @@ impl Operator {
             subscriptions: Mutex::new(Vec::new()),
             replies: Mutex::new(None),
             event_loop: Mutex::new(None),
+            repeat: Mutex::new(None),
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -446,6 +453,54 @@ impl Operator {
         Ok(self.shown().snapshot.overrides.clone())
     }
 
+    /// Takes run `run`'s configuration for the next configure and the runs after it: its
+    /// overrides replace those in force, and the runs opened with them record that they repeat
+    /// it. Allowed while the system is Initial, for a run of this system recorded with this
+    /// very system file (the text it stored); `daqflow run SYSTEM.toml --repeat N` runs the
+    /// stored text of any run. Returns every override in force.
+    pub fn repeat(&self, run: u32) -> Result<BTreeMap<String, Value>, OperatorError> {
+        let db = &self.inner.db;
+        let detail = db
+            .run(run)
+            .map_err(|e| OperatorError::Setup(e.to_string()))?
+            .ok_or_else(|| OperatorError::Invalid(format!("no run {run} in the run database {}", db.location())))?;
+        let file = &self.inner.file;
+        if detail.record.system != file.system.name {
+            return Err(OperatorError::Invalid(format!(
+                "run {run} is of system `{}`, not of this one (`{}`)",
+                detail.record.system, file.system.name
+            )));
+        }
+        if detail.config != crate::db::redact_text(&file.text) {
+            return Err(OperatorError::Invalid(format!(
+                "run {run} ran with another system file than this one; `daqflow run SYSTEM.toml --repeat {run}` runs with the file it stored"
+            )));
+        }
+        let overrides = repeated_overrides(&detail);
+        let state = self.state();
+        if state != SystemState::Initial {
+            return Err(OperatorError::Invalid(format!(
+                "a run's configuration is taken while the system is Initial (it applies at the next configure); it is {}: reset it first",
+                state.name()
+            )));
+        }
+        for key in self.shown().snapshot.overrides.clone().into_keys() {
+            let (component, key) = key.split_once('.').unwrap_or((key.as_str(), ""));
+            self.set(component, key, None)?;
+        }
+        for (target, value) in &overrides {
+            let Some((component, key)) = target.split_once('.') else {
+                return Err(OperatorError::Invalid(format!("run {run}: the override `{target}` names no parameter")));
+            };
+            let value: toml::Value = serde_json::from_value(value.clone())
+                .map_err(|e| OperatorError::Invalid(format!("run {run}: the override `{target}`: {e}")))?;
+            self.set(component, key, Some(value))?;
+        }
+        *lock(&self.inner.repeat) = Some((run, overrides));
+        tracing::info!("the configuration of run {run} is taken for the next configure");
+        Ok(self.shown().snapshot.overrides.clone())
+    }
+
     fn shown(&self) -> MutexGuard<'_, Shown> {
         lock(&self.inner.shown)
     }
@@ -574,6 +629,42 @@ impl Operator {
     }
 }
 
+/// The overrides a run was configured with: from its provenance, else (a run recorded
+/// before provenance was kept) from its summary.
+pub fn repeated_overrides(detail: &daqflow_component::api::RunDetail) -> BTreeMap<String, Value> {
+    match (&detail.provenance, &detail.summary) {
+        (Some(p), _) => p.overrides.clone(),
+        (None, Some(s)) => s.overrides.clone(),
+        (None, None) => BTreeMap::new(),
+    }
+}
+
+/// Stores the live changes of the open run not stored yet (`run_changes`), as they happen, so
+/// that the record has them even if the operator ends before the run is closed.
+fn record_changes(inner: &Inner, seq: &Sequencer, recorded: &mut (u32, usize)) {
+    let Some((run, changes)) = seq.run_changes() else { return };
+    if recorded.0 != run {
+        *recorded = (run, 0);
+    }
+    for change in changes.iter().skip(recorded.1) {
+        if let Err(e) = inner.db.add_change(run, change) {
+            tracing::error!("run {run}: the change of {}.{} could not be stored: {e}", change.component, change.key);
+        }
+        recorded.1 += 1;
+    }
+}
+
+/// Stores the provenance of the run just opened: the digests, the overrides, what every
+/// component was configured with, and the run it repeats.
+fn record_provenance(inner: &Inner, seq: &Sequencer, run: u32) {
+    let overrides = seq.snapshot().overrides;
+    let repeat_of = lock(&inner.repeat).as_ref().filter(|(_, o)| *o == overrides).map(|(n, _)| *n);
+    let provenance = crate::provenance::run_provenance(&inner.file.text, overrides, seq.configured_params(), repeat_of);
+    if let Err(e) = inner.db.set_provenance(run, &provenance) {
+        tracing::error!("run {run}: its provenance could not be stored: {e}");
+    }
+}
+
 /// The operator's event loop: feeds the sequencer and does what it says, until shutdown.
 fn event_loop(
     inner: std::sync::Weak<Inner>,
@@ -589,6 +680,8 @@ fn event_loop(
     let mut next_exit_check = Instant::now();
     let mut log_published = 0;
     let mut control = String::new();
+    // The open run's live changes already in the run database (`run_changes`).
+    let mut changes_recorded: (u32, usize) = (0, 0);
     loop {
         let wait =
             seq.next_deadline().map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
@@ -661,8 +754,9 @@ fn event_loop(
                     }
                     Output::OpenRun { requested } => {
                         let r = inner.db.begin_run(&inner.file.system.name, &inner.file.text, requested);
-                        if r.is_ok() {
+                        if let Ok(run) = r {
                             lock(&inner.shown).rates.clear();
+                            record_provenance(&inner, &seq, run);
                         }
                         inputs.push_back(Input::RunOpened(r.map_err(|e| e.to_string())));
                     }
@@ -684,6 +778,7 @@ fn event_loop(
                 }
             }
         }
+        record_changes(&inner, &seq, &mut changes_recorded);
         {
             let mut shown = lock(&inner.shown);
             shown.snapshot = seq.snapshot();

@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use daqflow_component::api::{
     ComponentState, ParameterChange, Policy, RunSummary, SystemState, Transition, TransitionResult,
 };
+use daqflow_component::provenance::SYSTEM_DIGEST_KEY;
 use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Info, Request, Stats, Verb};
 use serde_json::{Value, json};
 
@@ -457,6 +458,8 @@ pub struct Sequencer {
     last_summary: Option<Box<RunSummary>>,
     /// Parameters set over the system file's: component → dotted key → value.
     overrides: BTreeMap<String, BTreeMap<String, toml::Value>>,
+    /// The parameters each component was last configured with (what a run record keeps).
+    configured: BTreeMap<String, toml::Table>,
     /// Components the open run goes on without → why.
     dropped: BTreeMap<String, String>,
     /// The live parameters changed in the open run.
@@ -488,14 +491,29 @@ impl Sequencer {
             last_error: None,
             last_summary: None,
             overrides: BTreeMap::new(),
+            configured: BTreeMap::new(),
             dropped: BTreeMap::new(),
             changes: Vec::new(),
         }
     }
 
-    /// Sets a value of `${system.KEY}` (`id`, `control`, `data`, `database`).
+    /// Sets a value of `${system.KEY}` (`id`, `control`, `data`, `database`, `digest`; the
+    /// last is also given to every component whose kind takes it, as `system_digest`).
     pub fn set_system_value(&mut self, key: &str, value: Value) {
         self.system.insert(key.to_owned(), value);
+    }
+
+    /// The open run and the live parameters changed in it so far, in order (none while no
+    /// run is open).
+    pub fn run_changes(&self) -> Option<(u32, &[ParameterChange])> {
+        self.run.filter(|_| self.run_open()).map(|run| (run, self.changes.as_slice()))
+    }
+
+    /// Every component's parameters as it was last configured (references resolved,
+    /// overrides applied, the operator's reserved keys in), with the live changes it took
+    /// since: component → table, in JSON.
+    pub fn configured_params(&self) -> BTreeMap<String, Value> {
+        self.configured.iter().map(|(name, t)| (name.clone(), serde_json::to_value(t).unwrap_or(Value::Null))).collect()
     }
 
     /// The system file.
@@ -732,6 +750,10 @@ impl Sequencer {
                         value: json,
                     });
                 }
+                // What the component now runs with, for the record of the runs to come.
+                if let Some(params) = self.configured.get_mut(component) {
+                    set_dotted(params, &key, value.clone());
+                }
                 self.overrides.entry(component.to_owned()).or_default().insert(key, value);
                 Ok(TransitionResult::Done)
             }
@@ -760,6 +782,11 @@ impl Sequencer {
         if key.is_empty() || key.split('.').any(str::is_empty) || key.len() > 200 {
             return Err(OperatorError::Invalid(format!(
                 "`{key}` is not a parameter name (dotted for nested keys: size.mean)"
+            )));
+        }
+        if key.split('.').next() == Some(SYSTEM_DIGEST_KEY) {
+            return Err(OperatorError::Invalid(format!(
+                "`{SYSTEM_DIGEST_KEY}` is set by the operator (the system file's digest), not by `set`"
             )));
         }
         // The key must not cross a value that is not a table in the system file's parameters.
@@ -815,7 +842,15 @@ impl Sequencer {
             t.insert(last.to_owned(), value.clone());
         }
         match resolve(&toml::Value::Table(params), &refs) {
-            Ok(toml::Value::Table(t)) => Ok(t),
+            Ok(toml::Value::Table(mut t)) => {
+                // The system file's digest, for the headers of the component's data files.
+                if spec.system_digest
+                    && let Some(Value::String(digest)) = self.system.get("digest")
+                {
+                    t.insert(SYSTEM_DIGEST_KEY.to_owned(), toml::Value::String(digest.clone()));
+                }
+                Ok(t)
+            }
             Ok(_) => Ok(toml::Table::new()),
             Err(reason) => {
                 Err(OperatorError::Component { component: spec.name.clone(), command: "configure".into(), reason })
@@ -1265,6 +1300,7 @@ impl Sequencer {
                 let spec = self.file.components[i].clone();
                 match self.resolved_params(&spec) {
                     Ok(config) => {
+                        self.configured.insert(spec.name.clone(), config.clone());
                         self.send_for(
                             &mut job.batch,
                             &spec.name,
@@ -1749,7 +1785,10 @@ impl Sequencer {
             Some(Verb::Configure) => {
                 let Some(i) = self.spec_index(name) else { return };
                 match self.resolved_params(&self.file.components[i].clone()) {
-                    Ok(config) => Command::Configure { config: Some(config) },
+                    Ok(config) => {
+                        self.configured.insert(name.to_owned(), config.clone());
+                        Command::Configure { config: Some(config) }
+                    }
                     Err(e) => {
                         self.restart_failed(name, e.to_string(), now, out);
                         return;
@@ -1783,4 +1822,21 @@ impl Sequencer {
             }
         }
     }
+}
+
+/// Sets the dotted `key` (`size.mean`) of `table` to `value`, making the tables on the way (a
+/// value that is not a table on the way is replaced by one).
+fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts.pop().unwrap_or_default();
+    let mut t = table;
+    for p in parts {
+        let entry = t.entry(p.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let Some(inner) = entry.as_table_mut() else { return };
+        t = inner;
+    }
+    t.insert(last.to_owned(), value);
 }

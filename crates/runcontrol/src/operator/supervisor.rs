@@ -218,6 +218,7 @@ mod tests {
             needs: Vec::new(),
             role: daqflow_component::Role::Other,
             data_files: None,
+            system_digest: false,
         }
     }
 

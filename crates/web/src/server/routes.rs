@@ -149,6 +149,7 @@ static ROUTES: &[Route] = &[
     route!("POST", "/api/transition/{name}", Controller, transition),
     route!("POST", "/api/command", Controller, command),
     route!("POST", "/api/set", Controller, set),
+    route!("POST", "/api/repeat", Controller, repeat),
     route!("GET", "/api/processes", Watch, processes),
     route!("GET", "/api/listen", Watch, listen),
     route!("GET", "/api/logs", Watch, logs),
@@ -731,6 +732,30 @@ async fn set(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
     shared.poke.notify_one();
     match result {
         Ok(Ok(overrides)) => Response::json(200, &json!({ "overrides": overrides })).into(),
+        Ok(Err(e)) => backend_error(e).into(),
+        Err(r) => r.into(),
+    }
+}
+
+/// `POST /api/repeat` `{"run": N}`: run N's configuration for the next configure
+/// (`docs/operator-guide.md`, "Provenance").
+async fn repeat(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
+    const SHAPE: &str = "{\"run\": N} with N from 1 to 4294967295";
+    let body = match object_body(call.request, &["run"], SHAPE) {
+        Ok(b) => b,
+        Err(r) => return r.into(),
+    };
+    let run = match body.get("run").map(|v| v.as_u64().map(u32::try_from)) {
+        Some(Some(Ok(n))) if n > 0 => n,
+        None => return Response::error(400, format!("`run` is missing: {SHAPE}")).into(),
+        Some(_) => return Response::error(400, format!("`run` must be a run number: {SHAPE}")).into(),
+    };
+    tracing::info!(client = call.session.as_deref().and_then(|s| shared.label_of(s)).map(label), run, "web: repeat");
+    shared.poke.notify_one();
+    let result = backend_call(shared, move |b| b.repeat(run)).await;
+    shared.poke.notify_one();
+    match result {
+        Ok(Ok(overrides)) => Response::json(200, &json!({ "run": run, "overrides": overrides })).into(),
         Ok(Err(e)) => backend_error(e).into(),
         Err(r) => r.into(),
     }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daqflow_component::api::{
     ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, ParameterChange, Policy, ProcessEntry, RatePoint,
-    RunDetail, RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition, TransitionResult,
+    RunDetail, RunProvenance, RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition,
+    TransitionResult,
 };
 use daqflow_component::{Role, Stats};
 use daqflow_web::{Backend, BackendError};
@@ -123,6 +124,8 @@ fn detail(summary: RunSummary) -> RunDetail {
         },
         config: CONFIG.into(),
         summary: Some(summary),
+        provenance: None,
+        changes: Vec::new(),
     }
 }
 
@@ -147,6 +150,21 @@ impl FakeBackend {
             degraded: Mutex::default(),
             last_query: Mutex::new(None),
         })
+    }
+
+    /// Adds run `run` to the run history (newest first), recorded from `config` with
+    /// `provenance` and the `changes` made during it.
+    #[allow(dead_code)]
+    pub fn add_run(&self, run: u32, config: &str, provenance: RunProvenance, changes: Vec<ParameterChange>) {
+        let started = 1_700_000_100_000 + u64::from(run) * 100_000;
+        let mut d = detail(summary(run, started, started + 30_000, 1_000));
+        d.config = config.into();
+        d.provenance = Some(provenance);
+        if let Some(summary) = d.summary.as_mut() {
+            summary.changes = changes.clone();
+        }
+        d.changes = changes;
+        self.state.lock().unwrap().runs.insert(0, d);
     }
 
     pub fn state(&self) -> SystemState {

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use daqflow_component::ComponentError;
+use daqflow_component::provenance::Digest;
 use serde::Deserialize;
 
 /// Configuration of a `recorder`.
@@ -38,6 +39,11 @@ pub struct RecorderConfig {
     /// `fsync` each file when it is closed.
     #[serde(default = "default_true")]
     pub sync_on_close: bool,
+    /// The digest of the system file the run was configured from (64 hex digits), written in
+    /// every data file's header. Reserved: the operator sets it (`docs/operator-guide.md`,
+    /// "Provenance"); without it the headers hold zeros.
+    #[serde(default)]
+    pub system_digest: Option<Digest>,
 }
 
 fn default_max_file_bytes() -> u64 {

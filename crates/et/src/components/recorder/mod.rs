@@ -53,6 +53,7 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
 pub fn kind() -> Kind {
     Kind::new("recorder", "an ET consumer writing every event it gets into data files", Role::Recorder, factory)
         .data_files(data_directory)
+        .takes_system_digest()
 }
 
 /// Where a recorder configured with `config` writes its files: its `directory` (a required key,
@@ -275,6 +276,7 @@ impl Component for Recorder {
             wc.stream = Some(if restart == 0 { self.name.clone() } else { format!("{}.r{restart}", self.name) });
             wc.max_file_bytes = self.config.max_file_bytes;
             wc.sync_on_close = self.config.sync_on_close;
+            wc.config_digest = self.config.system_digest.unwrap_or_default().0;
             match FileWriter::new(wc) {
                 Ok(w) => break w,
                 Err(daqflow_wire::file::FileWriteError::FileExists { .. }) if restart < 1000 => restart += 1,
