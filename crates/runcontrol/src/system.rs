@@ -42,6 +42,9 @@ use toml::Spanned;
 
 use daqflow_component::{DataFiles, Registry, Role};
 
+mod history;
+pub use history::{HistorySection, MAX_INTERVAL_S, MAX_RETENTION_DAYS, MIN_INTERVAL_S};
+
 /// What to do when a component dies or fails: `stop` the run (the run record says why), or
 /// `restart` it (start it again, configure it and, during a run, start it in the same run).
 pub use daqflow_component::api::Policy;
@@ -226,6 +229,8 @@ struct RawFile {
     system: SystemSection,
     #[serde(default)]
     component: Vec<RawComponent>,
+    #[serde(default)]
+    history: HistorySection,
 }
 
 /// A component of the system.
@@ -270,6 +275,8 @@ pub struct SystemFile {
     pub components: Vec<ComponentSpec>,
     /// The text, as stored in each run record.
     pub text: String,
+    /// `[history]`: the history of slow values.
+    pub history: HistorySection,
 }
 
 /// What is wrong with a system file: every problem, each with its line.
@@ -452,6 +459,7 @@ impl SystemFile {
         })?;
         let mut problems = Vec::new();
         check_system(text, &raw.system, &mut problems);
+        history::check(text, &raw.history, &mut problems);
         let mut components = Vec::new();
         let mut lines: HashMap<String, usize> = HashMap::new();
         for c in &raw.component {
@@ -591,7 +599,7 @@ impl SystemFile {
             problems.push(format!("token_file: {e}"));
         }
         if problems.is_empty() {
-            let file = SystemFile { system: raw.system, components, text: text.to_owned() };
+            let file = SystemFile { system: raw.system, components, text: text.to_owned(), history: raw.history };
             if let Err(cycle) = file.configure_order() {
                 problems.push(cycle);
             } else {

@@ -24,7 +24,10 @@
 //!   error if any and the whole summary;
 //! - `run_components`: each component's counters at the end of a run;
 //! - `run_files`: the files written in a run;
-//! - `logs`: every log record the message logger received.
+//! - `logs`: every log record the message logger received;
+//! - `history_names`, `history`: the history of slow values, samples `(time, name, value)`
+//!   written by the operator ([`RunDb::add_samples`]) and read down-sampled
+//!   ([`RunDb::history`]).
 //!
 //! Counters are signed 64-bit integers in both backends: a count above `i64::MAX`
 //! (9.2 × 10¹⁸) is stored as `i64::MAX` (the summary's JSON keeps it exactly). Text cannot hold
@@ -44,6 +47,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod history;
 mod location;
 mod sql;
 #[cfg(any(test, feature = "testing"))]
@@ -57,6 +61,7 @@ use daqflow_component::Stats;
 use daqflow_component::api::{LogRecord, RunDetail, RunRecord, RunState, RunSummary, Severity};
 
 pub use daqflow_component::api::LogQuery;
+pub use history::Sample;
 pub use location::{Location, LocationError, PostgresUrl, redact_text, redact_url};
 
 use sql::{Arg, Fail, PostgresTx, Row, Sql, SqliteTx};
@@ -174,6 +179,7 @@ impl RunDb {
                 let conn = rusqlite::Connection::open(path).map_err(err)?;
                 conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
                 conn.execute_batch(sql::SQLITE_SCHEMA).map_err(err)?;
+                conn.execute_batch(history::SQLITE_SCHEMA).map_err(err)?;
                 Backend::Sqlite(conn)
             }
             Location::Postgres(url) => {
@@ -535,6 +541,7 @@ fn postgres_connect(config: &postgres::Config, location: &Location) -> Result<po
     let err = |source| DbError::Connect { location: location.to_string(), source };
     let mut client = config.connect(postgres::NoTls).map_err(err)?;
     client.batch_execute(sql::POSTGRES_SCHEMA).map_err(err)?;
+    client.batch_execute(history::POSTGRES_SCHEMA).map_err(err)?;
     Ok(client)
 }
 

@@ -141,7 +141,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use daqflow_component::api::{
-    LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemStatus, Transition, TransitionResult,
+    HistoryQuery, HistorySeries, LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemStatus, Transition,
+    TransitionResult,
 };
 use serde_json::Value;
 
@@ -526,4 +527,21 @@ pub trait Backend: Send + Sync + 'static {
     /// The ET systems' stations: `[{"component", "snapshot": {…}}]` (the `et monitor --json`
     /// snapshot, the ET kind's detail).
     fn et(&self) -> Value;
+    /// The names of the slow values the history holds, sorted (`GET /api/history/names`).
+    /// A backend without a history answers [`BackendError::NotFound`] (the default).
+    fn history_names(&self) -> Result<Vec<String>, BackendError> {
+        Err(BackendError::NotFound(NO_HISTORY.into()))
+    }
+    /// One slow value over a time range, at most `query.points` points (down-sampled when
+    /// there are more samples), `GET /api/history`; `None` when the history has no value of
+    /// that name (404). The server checks the query first (`from_ms <= to_ms`, 1 ≤ `points` ≤
+    /// [`HistoryQuery::MAX_POINTS`]). A backend without a history answers
+    /// [`BackendError::NotFound`] (the default).
+    fn history(&self, query: &HistoryQuery) -> Result<Option<HistorySeries>, BackendError> {
+        let _ = query;
+        Err(BackendError::NotFound(NO_HISTORY.into()))
+    }
 }
+
+/// What a backend without a history of slow values answers to its routes.
+pub const NO_HISTORY: &str = "this system keeps no history of slow values";

@@ -30,6 +30,7 @@
 //! op.shutdown();
 //! ```
 
+mod history;
 pub mod sequencer;
 mod status;
 mod supervisor;
@@ -52,6 +53,7 @@ use crate::db::RunDb;
 use crate::log::now_ms;
 use crate::system::SystemFile;
 
+pub use self::history::state_number;
 pub use self::status::{BULKY_DETAIL, in_run, light};
 
 /// Why the operator could not do something.
@@ -146,6 +148,11 @@ struct Inner {
     subscriptions: Mutex<Vec<daqflow_dialog::Subscription>>,
     replies: Mutex<Option<daqflow_dialog::CommandRegistration>>,
     event_loop: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The history of slow values' sampler and writer (`[history]`), while they run.
+    history: Mutex<Option<history::History>>,
+    /// A connection of its own for reading the history, so that a long query never holds the
+    /// one the event loop records runs with.
+    history_reader: RunDb,
 }
 
 /// A running system.
@@ -224,6 +231,7 @@ impl Operator {
             .map_err(|e| OperatorError::Setup(format!("system.database: {e}")))?
             .under(&data);
         let db = RunDb::connect(&location).map_err(|e| OperatorError::Setup(e.to_string()))?;
+        let history_reader = RunDb::connect(&location).map_err(|e| OperatorError::Setup(e.to_string()))?;
         if let Ok(n) = db.abandon_open_runs(&file.system.name)
             && n > 0
         {
@@ -292,6 +300,8 @@ impl Operator {
             subscriptions: Mutex::new(Vec::new()),
             replies: Mutex::new(None),
             event_loop: Mutex::new(None),
+            history: Mutex::new(None),
+            history_reader,
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -314,6 +324,17 @@ impl Operator {
         if let Err(e) = op.call(Call::Launch) {
             op.shutdown();
             return Err(e);
+        }
+        if file.history.enabled {
+            let history =
+                history::History::start(Arc::downgrade(&op.inner), &location, &file.history, &op.inner.dialog);
+            match history {
+                Ok(h) => *lock(&op.inner.history) = Some(h),
+                Err(e) => {
+                    op.shutdown();
+                    return Err(e);
+                }
+            }
         }
         tracing::info!(system = %file.system.name, control = %control, "system launched");
         Ok(op)
@@ -536,6 +557,12 @@ impl Operator {
         &self.inner.db
     }
 
+    /// The run database's history of slow values, on a connection of its own (a long query
+    /// never holds the one that records runs): `history_names`, `history`.
+    pub fn history_db(&self) -> &RunDb {
+        &self.inner.history_reader
+    }
+
     /// The operator's own control-plane client.
     pub fn dialog(&self) -> &daqflow_dialog::Dialog {
         &self.inner.dialog
@@ -561,6 +588,10 @@ impl Operator {
             tracing::error!("stopping the run at shutdown: {e}");
         }
         let _ = self.call(Call::Shutdown);
+        let history = lock(&self.inner.history).take();
+        if let Some(h) = history {
+            h.stop();
+        }
         if let Some(h) = lock(&self.inner.event_loop).take() {
             let _ = h.join();
         }
