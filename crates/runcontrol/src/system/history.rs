@@ -5,7 +5,7 @@
 //! ```toml
 //! [history]
 //! interval_s = 5          # a sample of every value every 5 s
-//! retention_days = 30     # samples older than this are deleted
+//! retention_days = 7      # samples older than this are deleted
 //! services = ["hv/state"] # dialog services whose numbers are sampled too
 //! ```
 
@@ -31,7 +31,7 @@ pub struct HistorySection {
     /// Seconds between two samples of every value (default 5).
     #[serde(default = "default_interval")]
     pub interval_s: f64,
-    /// Samples older than this many days are deleted (default 30; fractions allowed).
+    /// Samples older than this many days are deleted (default 7; fractions allowed).
     #[serde(default = "default_retention")]
     pub retention_days: f64,
     /// Dialog services whose values are sampled too: every number of a JSON value, by its
@@ -47,7 +47,7 @@ fn default_interval() -> f64 {
     5.0
 }
 fn default_retention() -> f64 {
-    30.0
+    7.0
 }
 
 impl Default for HistorySection {
@@ -128,7 +128,7 @@ mod tests {
     fn the_history_table_has_defaults_and_takes_every_key() {
         let file = parse(&format!("[system]\nname = \"s\"\n{COMPONENT}")).unwrap();
         assert_eq!(file.history, HistorySection::default());
-        assert_eq!((file.history.interval_s, file.history.retention_days, file.history.enabled), (5.0, 30.0, true));
+        assert_eq!((file.history.interval_s, file.history.retention_days, file.history.enabled), (5.0, 7.0, true));
         let text = format!(
             "[system]\nname = \"s\"\n\n[history]\nenabled = false\ninterval_s = 0.5\nretention_days = 0.25\n\
              services = [\"hv/state\", \"cryo/temperature\"]\n\n{COMPONENT}"
