@@ -31,6 +31,8 @@ use crate::system::HistorySection;
 pub(crate) const QUEUE_BATCHES: usize = 64;
 /// How often the writer deletes the samples older than the retention.
 const RETENTION_EVERY: Duration = Duration::from_secs(600);
+/// While batches are dropped, at most one log line this often.
+const DROP_LOG_EVERY: Duration = Duration::from_secs(60);
 /// How long shutting down waits for the writer to write what is queued.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
@@ -83,26 +85,35 @@ pub(crate) fn service_values(service: &str, data: &[u8]) -> Option<Vec<(String, 
 pub(crate) struct SampleQueue {
     tx: SyncSender<Vec<Sample>>,
     dropped: Arc<AtomicU64>,
+    /// When the last drop was logged (none since the last batch queued).
+    logged: Option<Instant>,
 }
 
 impl SampleQueue {
     /// A queue of at most `batches` batches, and its receiving end.
     pub(crate) fn new(batches: usize, dropped: Arc<AtomicU64>) -> (SampleQueue, Receiver<Vec<Sample>>) {
         let (tx, rx) = sync_channel(batches);
-        (SampleQueue { tx, dropped }, rx)
+        (SampleQueue { tx, dropped, logged: None }, rx)
     }
 
     /// Queues a batch; when the queue is full (or the writer is gone) the batch is dropped,
-    /// counted and logged. Whether it was queued.
-    pub(crate) fn push(&self, batch: Vec<Sample>) -> bool {
+    /// counted and logged (the first drop at once, then at most once a minute). Whether it was
+    /// queued.
+    pub(crate) fn push(&mut self, batch: Vec<Sample>) -> bool {
         let n = batch.len() as u64;
         match self.tx.try_send(batch) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.logged = None;
+                true
+            }
             Err(TrySendError::Full(_)) => {
                 let total = self.dropped.fetch_add(n, Ordering::Relaxed) + n;
-                tracing::warn!(
-                    "history: the run database is slower than the samples come: {n} samples dropped ({total} so far)"
-                );
+                if self.logged.is_none_or(|t| t.elapsed() >= DROP_LOG_EVERY) {
+                    self.logged = Some(Instant::now());
+                    tracing::warn!(
+                        "history: the run database is slower than the samples come: {n} samples dropped ({total} so far)"
+                    );
+                }
                 false
             }
             Err(TrySendError::Disconnected(_)) => {
@@ -200,7 +211,7 @@ fn sample(
     inner: Weak<Inner>,
     interval: Duration,
     services: ServiceValues,
-    queue: SampleQueue,
+    mut queue: SampleQueue,
     dropped: Arc<AtomicU64>,
     stopped: Receiver<()>,
 ) {
@@ -332,7 +343,7 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts_instead_of_waiting() {
         let dropped = Arc::new(AtomicU64::new(0));
-        let (queue, rx) = SampleQueue::new(2, dropped.clone());
+        let (mut queue, rx) = SampleQueue::new(2, dropped.clone());
         let batch = || vec![Sample::new(1, "a.events", 1.0), Sample::new(1, "a.bytes", 2.0)];
         assert!(queue.push(batch()) && queue.push(batch()));
         // Nobody takes from the queue (a database that hangs): the push returns at once.
