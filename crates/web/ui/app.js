@@ -861,6 +861,7 @@
     const points = s ? s.points.filter((p) => isNum(p.t_ms) && isNum(p.value)) : [];
     $('history-empty').hidden = !!s;
     $('history-legend').hidden = !s;
+    $('history-band-legend').hidden = !(s && s.bucket_ms > 0);
     canvas.dataset.points = String(points.length);
     canvas.dataset.name = s ? s.name : '';
     const c = prepareCanvas(canvas);
@@ -890,7 +891,7 @@
       ctx.fillText(tickLabel(v), pad.left - 6, y(v));
     }
     ctx.textAlign = 'center'; ctx.textBaseline = 'top';
-    const ticks = 6;
+    const ticks = Math.max(1, Math.min(6, Math.floor(w / 110)));
     for (let i = 0; i <= ticks; i++) {
       const t = t0 + ((t1 - t0) * i) / ticks;
       ctx.fillText(historyTimeLabel(t, t1 - t0), x(t), pad.top + h + 8);
