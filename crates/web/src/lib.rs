@@ -5,7 +5,8 @@
 //! thread of its own) serves from it
 //!
 //! - the UI: one page of HTML, vanilla JavaScript and CSS embedded in the binary (run control,
-//!   rates, histograms, ET stations, the DIALOG process view, the message browser, run history);
+//!   rates, histograms, ET stations, the DIALOG process view, the message browser, run history,
+//!   the history of slow values);
 //! - a JSON API (`/api/…`), with live updates as server-sent events (`/api/events`,
 //!   `/api/listen`);
 //! - Prometheus metrics (`/metrics`): the system's status ([`SystemStatus::to_prometheus`])
@@ -28,7 +29,8 @@
 //! What the backend returns is typed, in [`daqflow_component::api`]: the [`SystemStatus`], the
 //! [`Transition`]s with their [`TransitionResult`], the [`ProcessEntry`]s of the control plane,
 //! the [`LogQuery`] of the message browser and its [`LogRecord`]s, the run database's
-//! [`RunRecord`]s and [`RunDetail`]; the server serves their serde form as JSON. Only the
+//! [`RunRecord`]s and [`RunDetail`], the [`HistoryQuery`] of a slow value and its
+//! [`HistorySeries`]; the server serves their serde form as JSON. Only the
 //! monitors' histograms and the ET snapshots, details of those kinds, stay JSON values. Every
 //! failure is a [`BackendError`], whose variant gives the HTTP status
 //! ([`BackendError::status`]).
