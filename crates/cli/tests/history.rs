@@ -165,3 +165,74 @@ fn a_run_leaves_growing_samples_in_the_database_and_the_api(backend: Backend) {
 }
 
 daqflow_rundb::for_each_backend!(a_run_leaves_growing_samples_in_the_database_and_the_api);
+
+/// `daqflow run FILE --web 127.0.0.1:0 --data DATA` with `PGPASSWORD`: the process and its web
+/// address.
+fn run_with_web(file: &Path, data: &Path, pgpassword: &str) -> (Proc, SocketAddr) {
+    let mut op = Proc(
+        Command::new(BIN)
+            .args(["run", "--web", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .arg(file)
+            .env("PGPASSWORD", pgpassword)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a first line").unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+    let base = url.split("?token=").next().unwrap();
+    (op, base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap())
+}
+
+#[test]
+fn while_its_database_is_gone_the_history_drops_and_counts_and_run_control_goes_on() {
+    let Some(server) = daqflow_rundb::testing::private() else { return };
+    let (db, _) = server.create_database("history_outage");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("system.toml");
+    std::fs::write(&file, system_file(&data, &server.url(&db, false)).replace("interval_s = 0.3", "interval_s = 0.2"))
+        .unwrap();
+    let (mut op, addr) = run_with_web(&file, &data, server.password());
+    wait_until("the first samples", || {
+        let names: Vec<String> = serde_json::from_value(get(addr, "/api/history/names").json()).ok()?;
+        names.iter().any(|n| n == "gen.events").then_some(())
+    });
+
+    // The database goes away: the history's writes fail, run control does not wait for them.
+    server.stop().unwrap();
+    let gone = get(addr, "/api/history/names");
+    assert_eq!(gone.status, 500, "{}", gone.text());
+    assert!(gone.error().contains("run database"), "{}", gone.error());
+    let console = op.0.stdin.as_mut().unwrap();
+    console.write_all(b"configure\n").unwrap();
+    console.flush().unwrap();
+    wait_until("configured without the database", || {
+        (get(addr, "/api/status").json()["state"] == "Configured").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let back_ms = daqflow_runcontrol::log::now_ms();
+    server.start_again().unwrap();
+
+    // Back: the samples flow again, and those dropped meanwhile are counted.
+    let dropped = wait_until("the dropped samples counted", || {
+        let s = get(addr, &format!("/api/history?name=system.history_dropped&from={back_ms}"));
+        (s.status == 200).then(|| values(&s.json())).filter(|v| v.last().is_some_and(|x| *x > 0.0))
+    });
+    assert!(dropped.windows(2).all(|w| w[1] >= w[0]), "{dropped:?}");
+    let states = wait_until("samples after the outage", || {
+        let s = get(addr, &format!("/api/history?name=system.state&from={back_ms}")).json();
+        Some(values(&s)).filter(|v| v.len() >= 3)
+    });
+    assert!(states.iter().all(|s| *s == 1.0), "Configured (1): {states:?}");
+    let console = op.0.stdin.as_mut().unwrap();
+    console.write_all(b"quit\n").unwrap();
+    console.flush().unwrap();
+    let status = wait_until("the operator to exit", || op.0.try_wait().unwrap());
+    assert!(status.success());
+}
