@@ -2,7 +2,8 @@
 //! SQLite and in a real PostgreSQL server: with `[history] interval_s = 0.3`, a run of a
 //! generator into a sink leaves samples of every component's counters (`gen.events` growing),
 //! of the operator's own (`system.state`) and of a service a `daqflow dialog publish` process
-//! provides, in the run database and through `GET /api/history`.
+//! provides, in the run database and through `GET /api/history`; and while the PostgreSQL
+//! server is stopped, the history drops and counts its samples while run control goes on.
 
 #[path = "../../web/tests/support/client.rs"]
 mod client;
