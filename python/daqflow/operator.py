@@ -289,5 +289,34 @@ class Operator:
         """The control plane's directory: every process, its services and commands."""
         return self._request("GET", "/api/processes")
 
+    def history_names(self) -> List[str]:
+        """The names of the slow values the history holds, sorted (``COMPONENT.KEY``,
+        ``system.KEY``, ``SERVICE.PATH``; docs/operator-guide.md, "The history of slow
+        values")."""
+        return self._request("GET", "/api/history/names")
+
+    def history(
+        self,
+        name: str,
+        *,
+        seconds: Optional[float] = None,
+        from_ms: Optional[int] = None,
+        to_ms: Optional[int] = None,
+        points: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """One slow value's history (``GET /api/history``): its points, oldest first, between
+        ``from_ms`` and ``to_ms`` (Unix ms; ``to_ms`` defaults to now, ``from_ms`` to
+        ``seconds`` before it, else an hour), at most ``points`` of them (the operator's
+        default 1000): ``{"name", "from_ms", "to_ms", "bucket_ms", "points": [{"t_ms",
+        "value", "min", "max", "count"}]}``, down-sampled into buckets (``bucket_ms`` > 0) when
+        the range holds more samples than ``points``. 404 (:class:`OperatorError`) for a name
+        never sampled."""
+        if seconds is not None and from_ms is None:
+            end = to_ms if to_ms is not None else int(time.time() * 1000)
+            from_ms, to_ms = max(0, end - int(seconds * 1000)), end
+        query = {"name": name, "from": from_ms, "to": to_ms, "points": points}
+        q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        return self._request("GET", f"/api/history?{q}")
+
     def __repr__(self) -> str:
         return f"<daqflow.Operator {self.url} as {self.me}>"

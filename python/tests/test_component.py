@@ -263,3 +263,27 @@ def test_the_operator_example_of_the_python_guide_runs(operator, capsys):
     run, events, recorded, lost = map(int, first.split())
     assert events >= 1000 and recorded == events and lost == 0
     assert second == f"{run} 0"
+
+
+def test_a_script_reads_the_history_of_slow_values(operator):
+    url, data = operator
+    op = daqflow.Operator(url, data=str(data))
+    # The operator samples every 5 s (the default interval): the names come with the first sample.
+    deadline = time.monotonic() + 60
+    names = []
+    while not {"system.state", "evm.events", "src-3.events"} <= set(names):
+        assert time.monotonic() < deadline, names
+        time.sleep(0.5)
+        try:
+            names = op.history_names()
+        except daqflow.OperatorError:
+            names = []
+    assert names == sorted(names)
+    series = op.history("system.state", seconds=600)
+    assert series["name"] == "system.state" and series["to_ms"] - series["from_ms"] == 600_000
+    assert series["points"] and all(p["value"] == 0.0 and p["count"] == 1 for p in series["points"]), series
+    one = op.history("evm.events", from_ms=0, points=1)
+    assert len(one["points"]) == 1 and one["points"][0]["count"] >= 1
+    with pytest.raises(daqflow.OperatorError) as e:
+        op.history("nobody.events")
+    assert e.value.status == 404 and "nobody.events" in e.value.message

@@ -219,6 +219,17 @@ impl Backend for OperatorBackend {
     fn et(&self) -> Value {
         self.0.et()
     }
+
+    fn history_names(&self) -> Result<Vec<String>, BackendError> {
+        self.0.history_db().history_names().map_err(|e| BackendError::Failed(e.to_string()))
+    }
+
+    fn history(
+        &self,
+        query: &daqflow_component::api::HistoryQuery,
+    ) -> Result<Option<daqflow_component::api::HistorySeries>, BackendError> {
+        self.0.history_db().history(query).map_err(|e| BackendError::Failed(e.to_string()))
+    }
 }
 
 /// A JSON value as a TOML parameter: TOML has no null, and a table's values must all be

@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Info, Role, State, Stats, Verb};
 
+mod history;
+pub use history::{HistoryPoint, HistoryQuery, HistorySeries};
+
 /// A transition of the whole system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "transition", rename_all = "lowercase")]

@@ -44,6 +44,9 @@ use toml::Spanned;
 
 use daqflow_component::{DataFiles, Registry, Role};
 
+mod history;
+pub use history::{HistorySection, MAX_INTERVAL_S, MAX_RETENTION_DAYS, MIN_INTERVAL_S};
+
 /// What to do when a component dies or fails: `stop` the run (the run record says why),
 /// `restart` it (start it again, configure it and, during a run, start it in the same run), or
 /// go on without it (`expendable`).
@@ -263,6 +266,8 @@ struct RawFile {
     component: Vec<RawComponent>,
     #[serde(default)]
     group: Vec<RawGroup>,
+    #[serde(default)]
+    history: HistorySection,
 }
 
 /// One `[[group]]`: components of which the run needs at least `min`.
@@ -334,6 +339,8 @@ pub struct SystemFile {
     pub groups: Vec<Group>,
     /// The text, as stored in each run record.
     pub text: String,
+    /// `[history]`: the history of slow values.
+    pub history: HistorySection,
 }
 
 /// What is wrong with a system file: every problem, each with its line.
@@ -557,6 +564,7 @@ impl SystemFile {
         })?;
         let mut problems = Vec::new();
         check_system(text, &raw.system, &mut problems);
+        history::check(text, &raw.history, &mut problems);
         let mut components = Vec::new();
         let mut lines: HashMap<String, usize> = HashMap::new();
         for c in &raw.component {
@@ -698,7 +706,7 @@ impl SystemFile {
         }
         let groups = check_groups(text, &raw.group, &lines, &mut problems);
         if problems.is_empty() {
-            let file = SystemFile { system: raw.system, components, groups, text: text.to_owned() };
+            let file = SystemFile { system: raw.system, components, groups, text: text.to_owned(), history: raw.history };
             if let Err(cycle) = file.configure_order() {
                 problems.push(cycle);
             } else {

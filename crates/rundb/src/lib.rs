@@ -27,7 +27,10 @@
 //! - `run_provenance`: each run's digests, overrides, components' parameters and the run it
 //!   repeats; `run_changes`: the parameters changed during a run ([`RunDb::set_provenance`],
 //!   [`RunDb::add_change`]);
-//! - `logs`: every log record the message logger received.
+//! - `logs`: every log record the message logger received;
+//! - `history_names`, `history`: the history of slow values, samples `(time, name, value)`
+//!   written by the operator ([`RunDb::add_samples`]) and read down-sampled
+//!   ([`RunDb::history`]).
 //!
 //! Counters are signed 64-bit integers in both backends: a count above `i64::MAX`
 //! (9.2 × 10¹⁸) is stored as `i64::MAX` (the summary's JSON keeps it exactly). Text cannot hold
@@ -47,6 +50,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod history;
 mod location;
 mod provenance;
 mod sql;
@@ -61,6 +65,7 @@ use daqflow_component::Stats;
 use daqflow_component::api::{LogRecord, RunDetail, RunRecord, RunState, RunSummary, Severity};
 
 pub use daqflow_component::api::LogQuery;
+pub use history::Sample;
 pub use location::{Location, LocationError, PostgresUrl, redact_text, redact_url};
 
 use sql::{Arg, Fail, PostgresTx, Row, Sql, SqliteTx};
@@ -182,6 +187,7 @@ impl RunDb {
                 conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
                 conn.execute_batch(sql::SQLITE_SCHEMA).map_err(err)?;
                 conn.execute_batch(provenance::SQLITE_SCHEMA).map_err(err)?;
+                conn.execute_batch(history::SQLITE_SCHEMA).map_err(err)?;
                 Backend::Sqlite(conn)
             }
             Location::Postgres(url) => {
@@ -544,6 +550,7 @@ fn postgres_connect(config: &postgres::Config, location: &Location) -> Result<po
     let mut client = config.connect(postgres::NoTls).map_err(err)?;
     client.batch_execute(sql::POSTGRES_SCHEMA).map_err(err)?;
     client.batch_execute(provenance::POSTGRES_SCHEMA).map_err(err)?;
+    client.batch_execute(history::POSTGRES_SCHEMA).map_err(err)?;
     Ok(client)
 }
 

@@ -151,6 +151,8 @@ pub(crate) enum Arg<'a> {
     Int(i64),
     /// Text, or NULL.
     Text(Option<Cow<'a, str>>),
+    /// A 64-bit floating-point number (the history's values).
+    Real(f64),
 }
 
 impl<'a> Arg<'a> {
@@ -173,6 +175,7 @@ impl<'a> Arg<'a> {
         match self {
             Arg::Int(n) => Arg::Int(n),
             Arg::Text(s) => Arg::Text(s.map(|s| Cow::Owned(s.into_owned()))),
+            Arg::Real(x) => Arg::Real(x),
         }
     }
 
@@ -188,11 +191,12 @@ impl ToSql for Arg<'_> {
         match self {
             Arg::Int(n) => n.to_sql(ty, out),
             Arg::Text(s) => s.as_deref().to_sql(ty, out),
+            Arg::Real(x) => x.to_sql(ty, out),
         }
     }
 
     fn accepts(ty: &Type) -> bool {
-        <i64 as ToSql>::accepts(ty) || <&str as ToSql>::accepts(ty)
+        <i64 as ToSql>::accepts(ty) || <&str as ToSql>::accepts(ty) || <f64 as ToSql>::accepts(ty)
     }
 
     to_sql_checked!();
@@ -204,6 +208,7 @@ impl rusqlite::ToSql for Arg<'_> {
             Arg::Int(n) => (*n).into(),
             Arg::Text(Some(s)) => s.as_ref().into(),
             Arg::Text(None) => rusqlite::types::Null.into(),
+            Arg::Real(x) => (*x).into(),
         })
     }
 }
@@ -214,6 +219,7 @@ pub(crate) enum Cell {
     Null,
     Int(i64),
     Text(String),
+    Real(f64),
 }
 
 /// A row read back.
@@ -231,6 +237,7 @@ impl Row {
             Cell::Null => Ok(None),
             Cell::Int(n) => Ok(Some(*n)),
             Cell::Text(t) => Err(Fail::Unreadable(format!("column {i} holds text ({t:?}) where a number belongs"))),
+            Cell::Real(x) => Err(Fail::Unreadable(format!("column {i} holds a real ({x}) where an integer belongs"))),
         }
     }
 
@@ -255,6 +262,17 @@ impl Row {
             Cell::Null => Ok(None),
             Cell::Text(t) => Ok(Some(t.clone())),
             Cell::Int(n) => Err(Fail::Unreadable(format!("column {i} holds a number ({n}) where text belongs"))),
+            Cell::Real(x) => Err(Fail::Unreadable(format!("column {i} holds a number ({x}) where text belongs"))),
+        }
+    }
+
+    /// Column `i` as a floating-point number (an integer is converted).
+    pub(crate) fn real(&self, i: usize) -> Result<f64, Fail> {
+        match self.cell(i)? {
+            Cell::Real(x) => Ok(*x),
+            Cell::Int(n) => Ok(*n as f64),
+            Cell::Null => Err(Fail::Unreadable(format!("column {i} is NULL where a number belongs"))),
+            Cell::Text(t) => Err(Fail::Unreadable(format!("column {i} holds text ({t:?}) where a number belongs"))),
         }
     }
 
@@ -329,7 +347,7 @@ impl Sql for SqliteTx<'_> {
                     ValueRef::Null => Cell::Null,
                     ValueRef::Integer(n) => Cell::Int(n),
                     ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Real(x) => return Err(Fail::Unreadable(format!("column {i} holds a real ({x})"))),
+                    ValueRef::Real(x) => Cell::Real(x),
                     ValueRef::Blob(_) => return Err(Fail::Unreadable(format!("column {i} holds a blob"))),
                 });
             }
@@ -376,6 +394,10 @@ impl Sql for PostgresTx<'_> {
                             r.try_get::<_, Option<i32>>(i)?.map_or(Cell::Null, |n| Cell::Int(n.into()))
                         } else if *ty == Type::INT2 {
                             r.try_get::<_, Option<i16>>(i)?.map_or(Cell::Null, |n| Cell::Int(n.into()))
+                        } else if *ty == Type::FLOAT8 {
+                            r.try_get::<_, Option<f64>>(i)?.map_or(Cell::Null, Cell::Real)
+                        } else if *ty == Type::FLOAT4 {
+                            r.try_get::<_, Option<f32>>(i)?.map_or(Cell::Null, |x| Cell::Real(x.into()))
                         } else if <String as postgres::types::FromSql>::accepts(ty) {
                             r.try_get::<_, Option<String>>(i)?.map_or(Cell::Null, Cell::Text)
                         } else {

@@ -5,7 +5,8 @@
 //! thread of its own) serves from it
 //!
 //! - the UI: one page of HTML, vanilla JavaScript and CSS embedded in the binary (run control,
-//!   rates, histograms, ET stations, the DIALOG process view, the message browser, run history);
+//!   rates, histograms, ET stations, the DIALOG process view, the message browser, run history,
+//!   the history of slow values);
 //! - a JSON API (`/api/…`), with live updates as server-sent events (`/api/events`,
 //!   `/api/listen`);
 //! - Prometheus metrics (`/metrics`): the system's status ([`SystemStatus::to_prometheus`])
@@ -28,7 +29,8 @@
 //! What the backend returns is typed, in [`daqflow_component::api`]: the [`SystemStatus`], the
 //! [`Transition`]s with their [`TransitionResult`], the [`ProcessEntry`]s of the control plane,
 //! the [`LogQuery`] of the message browser and its [`LogRecord`]s, the run database's
-//! [`RunRecord`]s and [`RunDetail`]; the server serves their serde form as JSON. Only the
+//! [`RunRecord`]s and [`RunDetail`], the [`HistoryQuery`] of a slow value and its
+//! [`HistorySeries`]; the server serves their serde form as JSON. Only the
 //! monitors' histograms and the ET snapshots, details of those kinds, stay JSON values. Every
 //! failure is a [`BackendError`], whose variant gives the HTTP status
 //! ([`BackendError::status`]).
@@ -142,7 +144,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use daqflow_component::api::{
-    LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemStatus, Transition, TransitionResult,
+    HistoryQuery, HistorySeries, LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemStatus, Transition,
+    TransitionResult,
 };
 use serde_json::Value;
 
@@ -536,4 +539,21 @@ pub trait Backend: Send + Sync + 'static {
     /// The ET systems' stations: `[{"component", "snapshot": {…}}]` (the `et monitor --json`
     /// snapshot, the ET kind's detail).
     fn et(&self) -> Value;
+    /// The names of the slow values the history holds, sorted (`GET /api/history/names`).
+    /// A backend without a history answers [`BackendError::NotFound`] (the default).
+    fn history_names(&self) -> Result<Vec<String>, BackendError> {
+        Err(BackendError::NotFound(NO_HISTORY.into()))
+    }
+    /// One slow value over a time range, at most `query.points` points (down-sampled when
+    /// there are more samples), `GET /api/history`; `None` when the history has no value of
+    /// that name (404). The server checks the query first (`from_ms <= to_ms`, 1 ≤ `points` ≤
+    /// [`HistoryQuery::MAX_POINTS`]). A backend without a history answers
+    /// [`BackendError::NotFound`] (the default).
+    fn history(&self, query: &HistoryQuery) -> Result<Option<HistorySeries>, BackendError> {
+        let _ = query;
+        Err(BackendError::NotFound(NO_HISTORY.into()))
+    }
 }
+
+/// What a backend without a history of slow values answers to its routes.
+pub const NO_HISTORY: &str = "this system keeps no history of slow values";

@@ -644,3 +644,86 @@ fn binding_a_taken_address_is_a_clear_error() {
     assert!(err.to_string().contains(&web.local_addr().to_string()), "{err}");
     web.shutdown().unwrap();
 }
+
+#[test]
+fn the_history_lists_its_names_and_serves_a_values_samples_down_sampled_on_request() {
+    use support::history::{HistoryBackend, INTERVAL_MS, SAMPLES};
+    let backend = HistoryBackend::new(FakeBackend::new(Duration::from_millis(20)));
+    // With a web token: a watcher without a session reads the history.
+    let options = WebOptions { access_token: Some("0123456789abcdef0123".into()), ..options() };
+    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn");
+    let addr = web.local_addr();
+
+    let names = get(addr, "/api/history/names");
+    assert_eq!(names.status, 200, "{}", names.text());
+    assert_eq!(names.json(), json!(["bu-0.detail.throttled", "evm.events", "evm.events_per_s", "hv/state.voltage"]));
+
+    // The last hour by default: every sample, oldest first, as it was stored.
+    let r = get(addr, "/api/history?name=evm.events");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = r.json();
+    assert_eq!((&s["name"], &s["bucket_ms"]), (&json!("evm.events"), &json!(0)));
+    assert_eq!(s["to_ms"].as_u64().unwrap() - s["from_ms"].as_u64().unwrap(), 3_600_000);
+    let points = s["points"].as_array().unwrap();
+    assert!(points.len() as u64 >= SAMPLES - 2, "{} points", points.len());
+    let values: Vec<f64> = points.iter().map(|p| p["value"].as_f64().unwrap()).collect();
+    assert!(values.windows(2).all(|w| w[1] == w[0] + 1000.0), "increasing by 1000 a sample");
+    assert_eq!(points[0]["count"], 1);
+    assert_eq!(points[0]["min"], points[0]["value"]);
+
+    // At most 10 points: buckets with their mean, minimum and maximum.
+    let (from, to) = (s["from_ms"].as_u64().unwrap(), s["to_ms"].as_u64().unwrap());
+    let r = get(addr, &format!("/api/history?name=evm.events_per_s&from={from}&to={to}&points=10"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = r.json();
+    let points = s["points"].as_array().unwrap();
+    assert!(!points.is_empty() && points.len() <= 10, "{} points", points.len());
+    assert!(s["bucket_ms"].as_u64().unwrap() >= (to - from) / 10);
+    let counted: u64 = points.iter().map(|p| p["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, values.len() as u64);
+    assert!(
+        points.iter().all(|p| p["min"].as_f64() <= p["value"].as_f64() && p["value"].as_f64() <= p["max"].as_f64())
+    );
+    let lowest = points.iter().map(|p| p["min"].as_f64().unwrap()).fold(f64::MAX, f64::min);
+    let highest = points.iter().map(|p| p["max"].as_f64().unwrap()).fold(f64::MIN, f64::max);
+    assert_eq!((lowest, highest), (0.0, 99.0), "the saw tooth's extremes survive the down-sampling");
+
+    // A range of one's own: a service's value, a range before any sample.
+    let slash = get(addr, &format!("/api/history?name=hv%2Fstate.voltage&from={}&to={to}", to - 60_000));
+    assert_eq!(slash.status, 200, "{}", slash.text());
+    let n = slash.json()["points"].as_array().unwrap().len() as u64;
+    assert!((60_000 / INTERVAL_MS - 1..=60_000 / INTERVAL_MS + 1).contains(&n), "{n} points in a minute");
+    let before = get(addr, "/api/history?name=evm.events&from=0&to=1000");
+    assert_eq!((before.status, before.json()["points"].clone()), (200, json!([])));
+
+    // What cannot be answered, with why.
+    let unknown = get(addr, "/api/history?name=nobody.events");
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.error().contains("no value `nobody.events`"), "{}", unknown.error());
+    for (query, why) in [
+        ("", "`name`"),
+        ("?name=evm.events&from=10&to=5", "is after `to`"),
+        ("?name=evm.events&points=0", "`points` must be 1 … 10000"),
+        ("?name=evm.events&to=now", "`to` must be a non-negative integer"),
+        ("?name=evm.events&colour=red", "unknown query parameter `colour`"),
+    ] {
+        let r = get(addr, &format!("/api/history{query}"));
+        assert_eq!(r.status, 400, "{query}");
+        assert!(r.error().contains(why), "{query}: {}", r.error());
+    }
+    assert_eq!(get(addr, "/api/history/names?x=1").status, 400);
+    let post = Client::visit(addr).post("/api/history", "");
+    assert_eq!((post.status, post.header("allow")), (405, Some("GET")));
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn a_backend_without_a_history_says_so() {
+    let (web, _) = start(options());
+    for path in ["/api/history/names", "/api/history?name=evm.events"] {
+        let r = get(web.local_addr(), path);
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(r.error(), daqflow_web::NO_HISTORY);
+    }
+    web.shutdown().unwrap();
+}

@@ -409,3 +409,81 @@ fn live_parameters_and_degraded_running_in_headless_chromium() {
     drop(browser);
     web.shutdown().unwrap();
 }
+
+
+/// How many opaque pixels of the history plot are of the value line's blue (`--eps`,
+/// #2563a8; the axes and labels are grey).
+const LINE_PIXELS: &str = "(() => { const c = document.querySelector('#history-canvas'); \
+     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
+     for (let i = 0; i < d.length; i += 4) { if (d[i + 3] > 200 && d[i + 2] - d[i] > 60) n++; } \
+     return n; })()";
+
+#[test]
+fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
+    use support::history::{HistoryBackend, SAMPLES};
+    let Some(binary) =
+        cdp::chromium_or_skip("the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium")
+    else {
+        return;
+    };
+    let backend = HistoryBackend::new(FakeBackend::new(Duration::from_millis(20)));
+    let options = WebOptions { status_interval: Duration::from_millis(300), ..WebOptions::default() };
+    let web = daqflow_web::spawn("127.0.0.1:0", backend, options).expect("spawn the web server");
+    let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
+    let r = browser.navigate(&web.url());
+    step("load the UI", &browser, r);
+    let r = browser.wait_text("#system-state", "Initial");
+    step("the state arrives", &browser, r);
+
+    let r = browser.click("#tab-history");
+    step("history tab", &browser, r);
+    let r = browser.wait_for("the names to choose from", &format!("{} === 4", count("#history-names option")));
+    step("names", &browser, r);
+    let r = browser.eval("[...document.querySelectorAll('#history-names option')].map((o) => o.value).join(' ')");
+    assert_eq!(
+        step("the names", &browser, r),
+        serde_json::json!("bu-0.detail.throttled evm.events evm.events_per_s hv/state.voltage")
+    );
+    let r = browser.eval(LINE_PIXELS);
+    assert_eq!(step("nothing plotted yet", &browser, r), serde_json::json!(0));
+
+    // The last hour (the default): every sample, a line across the plot.
+    let r = browser.fill("#history-name", "evm.events");
+    step("choose a value", &browser, r);
+    let r = browser.click("#history-plot");
+    step("plot it", &browser, r);
+    let r = browser.wait_for(
+        "the hour's samples",
+        &format!("Number(document.querySelector('#history-canvas').dataset.points) >= {}", SAMPLES - 2),
+    );
+    step("samples plotted", &browser, r);
+    let r = browser.wait_for("the line drawn", &format!("{LINE_PIXELS} > 300"));
+    step("line", &browser, r);
+    let r = browser.text("#history-info");
+    let info = step("the info", &browser, r).unwrap_or_default();
+    assert!(info.ends_with(" samples") && !info.contains("buckets"), "{info}");
+
+    // The last 10 minutes: 120 samples.
+    let r = browser.eval(
+        "(() => { const s = document.querySelector('#history-range'); s.value = '600000'; \
+         s.dispatchEvent(new Event('change')); return s.value; })()",
+    );
+    step("choose the last 10 minutes", &browser, r);
+    let r = browser.wait_for(
+        "ten minutes of samples",
+        "(() => { const n = Number(document.querySelector('#history-canvas').dataset.points); return n >= 118 && n <= 121; })()",
+    );
+    step("ten minutes", &browser, r);
+
+    // A custom range of the whole hour, down-sampled to the plot's width at most.
+    let r = browser.eval(
+        "(() => { const s = document.querySelector('#history-range'); s.value = 'custom'; \
+         s.dispatchEvent(new Event('change')); return document.querySelector('#history-custom').hidden; })()",
+    );
+    assert_eq!(step("custom range", &browser, r), serde_json::json!(false), "the custom range's fields show");
+    let r = browser.wait_for("the custom range's plot", &format!("{LINE_PIXELS} > 300"));
+    step("custom range plotted", &browser, r);
+    assert!(browser.page_errors.is_empty(), "the page reported errors: {:?}", browser.page_errors);
+    drop(browser);
+    web.shutdown().unwrap();
+}

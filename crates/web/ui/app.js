@@ -979,6 +979,142 @@
     $('prov-diff').hidden = false;
   }
   $('prov-diff-form').addEventListener('submit', diffAgainst);
+  // ---- history of slow values (GET /api/history, /api/history/names) ------------------------
+  // Not `history`: that name is the window's (showView uses history.replaceState).
+  const slow = { names: [], loading: false, series: null };
+
+  async function loadHistoryNames() {
+    try {
+      slow.names = await api('GET', '/api/history/names');
+      $('history-names').replaceChildren(...slow.names.map((n) => el('option', { value: n })));
+      if (!$('history-name').value && slow.names.length) {
+        $('history-info').textContent = `${slow.names.length} values`;
+      }
+    } catch (e) {
+      $('history-info').textContent = e.message;
+    }
+  }
+
+  /** The time range the form asks for: [from, to] in Unix ms. */
+  function historyRange() {
+    const choice = $('history-range').value;
+    if (choice === 'custom') {
+      const to = localMs($('history-to')) ?? Date.now();
+      const from = localMs($('history-from')) ?? to - 3600000;
+      return [Math.max(0, Math.min(from, to)), Math.max(from, to)];
+    }
+    const to = Date.now();
+    return [Math.max(0, to - Number(choice)), to];
+  }
+
+  async function loadHistory() {
+    const name = $('history-name').value.trim();
+    if (!name || slow.loading) return;
+    const canvas = $('history-canvas');
+    const [from, to] = historyRange();
+    const points = Math.max(50, Math.min(2000, Math.round(canvas.clientWidth || 1000)));
+    const query = new URLSearchParams({ name, from: String(from), to: String(to), points: String(points) });
+    slow.loading = true;
+    try {
+      slow.series = await api('GET', '/api/history?' + query.toString());
+      const s = slow.series;
+      const samples = s.points.reduce((n, p) => n + p.count, 0);
+      $('history-info').textContent = s.bucket_ms > 0
+        ? `${fmtInt(samples)} samples in ${fmtInt(s.points.length)} buckets of ${fmtDuration(s.bucket_ms / 1000)}`
+        : `${fmtInt(samples)} samples`;
+      drawHistory();
+    } catch (e) {
+      slow.series = null;
+      $('history-info').textContent = e.message;
+      drawHistory();
+    } finally {
+      slow.loading = false;
+    }
+  }
+
+  function historyTimeLabel(t, span) {
+    const text = fmtTime(t);
+    return span > 86400000 ? text.slice(5, 16) : text.slice(11);
+  }
+
+  function drawHistory() {
+    const canvas = $('history-canvas');
+    const s = slow.series;
+    const points = s ? s.points.filter((p) => isNum(p.t_ms) && isNum(p.value)) : [];
+    $('history-empty').hidden = !!s;
+    $('history-legend').hidden = !s;
+    $('history-band-legend').hidden = !(s && s.bucket_ms > 0);
+    canvas.dataset.points = String(points.length);
+    canvas.dataset.name = s ? s.name : '';
+    const c = prepareCanvas(canvas);
+    if (!c) return;
+    const { ctx, width, height } = c;
+    const pad = { left: 70, right: 20, top: 14, bottom: 30 };
+    const w = width - pad.left - pad.right;
+    const h = height - pad.top - pad.bottom;
+    const t0 = s ? s.from_ms : Date.now() - 3600000;
+    const t1 = s ? s.to_ms : Date.now();
+    let lo = Math.min(...points.map((p) => (isNum(p.min) ? p.min : p.value)));
+    let hi = Math.max(...points.map((p) => (isNum(p.max) ? p.max : p.value)));
+    if (!points.length) { lo = 0; hi = 1; }
+    if (hi === lo) { hi += Math.abs(hi) * 0.05 || 1; lo -= Math.abs(lo) * 0.05 || 1; }
+    const step = niceStep(hi - lo, 5);
+    lo = Math.floor(lo / step) * step;
+    hi = Math.ceil(hi / step) * step;
+    const x = (t) => pad.left + ((t - t0) / Math.max(1, t1 - t0)) * w;
+    const y = (v) => pad.top + h - ((v - lo) / (hi - lo)) * h;
+
+    ctx.strokeStyle = '#e3e7eb';
+    ctx.fillStyle = '#66727f';
+    ctx.lineWidth = 1;
+    ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
+    for (let v = lo; v <= hi + step / 2; v += step) {
+      ctx.beginPath(); ctx.moveTo(pad.left, y(v)); ctx.lineTo(pad.left + w, y(v)); ctx.stroke();
+      ctx.fillText(tickLabel(v), pad.left - 6, y(v));
+    }
+    ctx.textAlign = 'center'; ctx.textBaseline = 'top';
+    const ticks = Math.max(1, Math.min(6, Math.floor(w / 110)));
+    for (let i = 0; i <= ticks; i++) {
+      const t = t0 + ((t1 - t0) * i) / ticks;
+      ctx.fillText(historyTimeLabel(t, t1 - t0), x(t), pad.top + h + 8);
+    }
+    ctx.strokeStyle = '#9aa5b1';
+    ctx.strokeRect(pad.left, pad.top, w, h);
+    if (!points.length) return;
+
+    const color = cssVar('--eps') || '#2563a8';
+    if (s.bucket_ms > 0) {
+      // Each bucket's minimum … maximum as a band behind the mean.
+      ctx.fillStyle = 'rgba(37, 99, 168, 0.18)';
+      ctx.beginPath();
+      points.forEach((p, i) => { if (i === 0) ctx.moveTo(x(p.t_ms), y(p.max)); else ctx.lineTo(x(p.t_ms), y(p.max)); });
+      for (let i = points.length - 1; i >= 0; i--) ctx.lineTo(x(points[i].t_ms), y(points[i].min));
+      ctx.closePath();
+      ctx.fill();
+    }
+    ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.beginPath();
+    points.forEach((p, i) => { if (i === 0) ctx.moveTo(x(p.t_ms), y(p.value)); else ctx.lineTo(x(p.t_ms), y(p.value)); });
+    ctx.stroke();
+    if (points.length < 60) {
+      ctx.fillStyle = color;
+      for (const p of points) { ctx.beginPath(); ctx.arc(x(p.t_ms), y(p.value), 2.5, 0, 2 * Math.PI); ctx.fill(); }
+    }
+  }
+
+  $('history-form').addEventListener('submit', (e) => { e.preventDefault(); loadHistory(); });
+  $('history-name').addEventListener('change', loadHistory);
+  $('history-range').addEventListener('change', () => {
+    $('history-custom').hidden = $('history-range').value !== 'custom';
+    loadHistory();
+  });
+  for (const id of ['history-from', 'history-to']) $(id).addEventListener('change', loadHistory);
+  loaders.history = () => { loadHistoryNames(); if (slow.series) drawHistory(); loadHistory(); };
+  window.addEventListener('resize', () => { if (visible('history')) drawHistory(); });
+  setInterval(() => {
+    if (!visible('history')) return;
+    loadHistoryNames();
+    if ($('history-auto').checked && $('history-range').value !== 'custom') loadHistory();
+  }, 5000);
 
   // ---- periodic refresh of the visible view --------------------------------------------------
   setInterval(() => {

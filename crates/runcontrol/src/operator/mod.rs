@@ -30,6 +30,7 @@
 //! op.shutdown();
 //! ```
 
+mod history;
 pub mod sequencer;
 mod status;
 mod supervisor;
@@ -52,6 +53,7 @@ use crate::db::RunDb;
 use crate::log::now_ms;
 use crate::system::SystemFile;
 
+pub use self::history::state_number;
 pub use self::status::{BULKY_DETAIL, in_run, light};
 
 /// Why the operator could not do something.
@@ -149,6 +151,11 @@ struct Inner {
     /// The run whose configuration is being repeated ([`Operator::repeat`]), with its
     /// overrides: the runs opened while the overrides are these say they repeat it.
     repeat: Mutex<Option<(u32, BTreeMap<String, Value>)>>,
+    /// The history of slow values' sampler and writer (`[history]`), while they run.
+    history: Mutex<Option<history::History>>,
+    /// A connection of its own for reading the history, so that a long query never holds the
+    /// one the event loop records runs with.
+    history_reader: RunDb,
 }
 
 /// A running system.
@@ -227,6 +234,7 @@ impl Operator {
             .map_err(|e| OperatorError::Setup(format!("system.database: {e}")))?
             .under(&data);
         let db = RunDb::connect(&location).map_err(|e| OperatorError::Setup(e.to_string()))?;
+        let history_reader = RunDb::connect(&location).map_err(|e| OperatorError::Setup(e.to_string()))?;
         if let Ok(n) = db.abandon_open_runs(&file.system.name)
             && n > 0
         {
@@ -299,6 +307,8 @@ impl Operator {
             replies: Mutex::new(None),
             event_loop: Mutex::new(None),
             repeat: Mutex::new(None),
+            history: Mutex::new(None),
+            history_reader,
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -321,6 +331,17 @@ impl Operator {
         if let Err(e) = op.call(Call::Launch) {
             op.shutdown();
             return Err(e);
+        }
+        if file.history.enabled {
+            let history =
+                history::History::start(Arc::downgrade(&op.inner), &location, &file.history, &op.inner.dialog);
+            match history {
+                Ok(h) => *lock(&op.inner.history) = Some(h),
+                Err(e) => {
+                    op.shutdown();
+                    return Err(e);
+                }
+            }
         }
         tracing::info!(system = %file.system.name, control = %control, "system launched");
         Ok(op)
@@ -594,6 +615,12 @@ impl Operator {
         &self.inner.db
     }
 
+    /// The run database's history of slow values, on a connection of its own (a long query
+    /// never holds the one that records runs): `history_names`, `history`.
+    pub fn history_db(&self) -> &RunDb {
+        &self.inner.history_reader
+    }
+
     /// The operator's own control-plane client.
     pub fn dialog(&self) -> &daqflow_dialog::Dialog {
         &self.inner.dialog
@@ -619,6 +646,10 @@ impl Operator {
             tracing::error!("stopping the run at shutdown: {e}");
         }
         let _ = self.call(Call::Shutdown);
+        let history = lock(&self.inner.history).take();
+        if let Some(h) = history {
+            h.stop();
+        }
         if let Some(h) = lock(&self.inner.event_loop).take() {
             let _ = h.join();
         }

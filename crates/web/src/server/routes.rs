@@ -23,6 +23,9 @@ use crate::metrics::Refusal;
 use crate::session::{constant_time_eq, label, set_cookie};
 use crate::ui;
 
+mod history;
+use history::{history_names, history_series};
+
 /// The header every POST must carry. Browsers send a custom header cross-origin only after a
 /// CORS preflight, which this server never grants: so a page of another site cannot POST here.
 /// Its value is not an identity (the session is).
@@ -157,6 +160,8 @@ static ROUTES: &[Route] = &[
     route!("GET", "/api/runs/{n}", Watch, run),
     route!("GET", "/api/histograms", Watch, histograms),
     route!("GET", "/api/et", Watch, et),
+    route!("GET", "/api/history", Watch, history_series),
+    route!("GET", "/api/history/names", Watch, history_names),
     route!("GET", "/metrics", Watch, metrics),
 ];
 

@@ -5,3 +5,4 @@
 pub mod cdp;
 pub mod client;
 pub mod fake;
+pub mod history;
