@@ -706,7 +706,8 @@ impl SystemFile {
         }
         let groups = check_groups(text, &raw.group, &lines, &mut problems);
         if problems.is_empty() {
-            let file = SystemFile { system: raw.system, components, groups, text: text.to_owned(), history: raw.history };
+            let file =
+                SystemFile { system: raw.system, components, groups, text: text.to_owned(), history: raw.history };
             if let Err(cycle) = file.configure_order() {
                 problems.push(cycle);
             } else {

@@ -410,7 +410,6 @@ fn live_parameters_and_degraded_running_in_headless_chromium() {
     web.shutdown().unwrap();
 }
 
-
 /// How many opaque pixels of the history plot are of the value line's blue (`--eps`,
 /// #2563a8; the axes and labels are grey).
 const LINE_PIXELS: &str = "(() => { const c = document.querySelector('#history-canvas'); \
