@@ -24,7 +24,8 @@
 //!   error if any and the whole summary;
 //! - `run_components`: each component's counters at the end of a run;
 //! - `run_files`: the files written in a run;
-//! - `logs`: every log record the message logger received.
+//! - `logs`: every log record the message logger received;
+//! - `alarm_events`: every alarm raised, acknowledged and cleared (`RunDb::add_alarm_events`).
 //!
 //! Counters are signed 64-bit integers in both backends: a count above `i64::MAX`
 //! (9.2 × 10¹⁸) is stored as `i64::MAX` (the summary's JSON keeps it exactly). Text cannot hold
@@ -44,6 +45,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod alarms;
 mod location;
 mod sql;
 #[cfg(any(test, feature = "testing"))]
@@ -174,6 +176,7 @@ impl RunDb {
                 let conn = rusqlite::Connection::open(path).map_err(err)?;
                 conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
                 conn.execute_batch(sql::SQLITE_SCHEMA).map_err(err)?;
+                conn.execute_batch(alarms::SQLITE_SCHEMA).map_err(err)?;
                 Backend::Sqlite(conn)
             }
             Location::Postgres(url) => {
@@ -535,6 +538,7 @@ fn postgres_connect(config: &postgres::Config, location: &Location) -> Result<po
     let err = |source| DbError::Connect { location: location.to_string(), source };
     let mut client = config.connect(postgres::NoTls).map_err(err)?;
     client.batch_execute(sql::POSTGRES_SCHEMA).map_err(err)?;
+    client.batch_execute(alarms::POSTGRES_SCHEMA).map_err(err)?;
     Ok(client)
 }
 

@@ -526,4 +526,18 @@ pub trait Backend: Send + Sync + 'static {
     /// The ET systems' stations: `[{"component", "snapshot": {…}}]` (the `et monitor --json`
     /// snapshot, the ET kind's detail).
     fn et(&self) -> Value;
+    /// Every alarm of the system with its state, and the recent alarm events (`GET
+    /// /api/alarms`; also exported in `/metrics`). A backend without alarms has none (the
+    /// default).
+    fn alarms(&self) -> Result<daqflow_component::alarms::AlarmsStatus, BackendError> {
+        Ok(daqflow_component::alarms::AlarmsStatus::default())
+    }
+    /// A person acknowledges alarm `name`; `who` says who (recorded with the event). Returns
+    /// the alarm as it is then. [`BackendError::Invalid`] for an alarm the system does not
+    /// have or one that is not raised (400). A backend without alarms refuses it (the
+    /// default).
+    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_component::alarms::AlarmView, BackendError> {
+        let _ = who;
+        Err(BackendError::Invalid(format!("there is no alarm `{name}`: this system has no alarms")))
+    }
 }
