@@ -138,7 +138,8 @@ fn alarms_are_raised_logged_exported_acknowledged_cleared_and_stored() {
         .map(|a| (a["name"].as_str().unwrap(), a["state"].as_str().unwrap()))
         .collect();
     assert_eq!(states, vec![("slow", "ok"), ("sink-down", "ok"), ("disk", "ok")], "{all}");
-    assert!(alarm(addr, "disk")["value"].as_f64().is_some_and(|free| free > 1e3), "{all}");
+    let free = wait_until("the first check", || alarm(addr, "disk")["value"].as_f64());
+    assert!(free > 1e3 && alarm(addr, "disk")["state"] == "ok", "{free}");
 
     // The rate alarm: raised 2 s into the run, not before.
     assert_eq!(crew.post("/api/transition/configure", "{}").status, 200);
