@@ -649,7 +649,7 @@ fn binding_a_taken_address_is_a_clear_error() {
 fn alarms_are_listed_to_watchers_and_acknowledged_by_the_controller_only() {
     let (web, _) = start(options());
     let addr = web.local_addr();
-    // A backend without alarms (the trait's default): none, and nothing to acknowledge.
+    // A system without alarms: none, and nothing to acknowledge.
     let r = get(addr, "/api/alarms");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json(), json!({"system": "", "alarms": [], "events": []}));
@@ -665,7 +665,7 @@ fn alarms_are_listed_to_watchers_and_acknowledged_by_the_controller_only() {
         (r#"{"name": "slow", "who": 7}"#, "`who` must be a name"),
         (r#"{"name": "slow", "who": "a\nb"}"#, "`who` must be a name"),
         ("[1]", "must be a JSON object"),
-        (r#"{"name": "slow", "who": "alice"}"#, "there is no alarm `slow`: this system has no alarms"),
+        (r#"{"name": "slow", "who": "alice"}"#, "there is no alarm `slow`"),
     ] {
         let r = alice.post("/api/alarms/ack", body);
         assert_eq!(r.status, 400, "{body}: {}", r.text());
