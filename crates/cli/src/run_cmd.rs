@@ -230,6 +230,14 @@ impl Backend for OperatorBackend {
     ) -> Result<Option<daqflow_component::api::HistorySeries>, BackendError> {
         self.0.history_db().history(query).map_err(|e| BackendError::Failed(e.to_string()))
     }
+
+    fn alarms(&self) -> Result<daqflow_component::alarms::AlarmsStatus, BackendError> {
+        Ok(self.0.alarms())
+    }
+
+    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_component::alarms::AlarmView, BackendError> {
+        self.0.acknowledge_alarm(name, who).map_err(backend_error)
+    }
 }
 
 /// A JSON value as a TOML parameter: TOML has no null, and a table's values must all be
@@ -668,7 +676,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             let run = op.start(None)?;
             println!("run {run} started");
         }
-        println!("commands: configure, start [RUN], pause, resume, stop, reset, status, set, unset, repeat RUN, quit");
+        println!(
+            "commands: configure, start [RUN], pause, resume, stop, reset, status, set, unset, repeat RUN, alarms, ack ALARM, quit"
+        );
         operator_console(&op, web.as_ref())?;
         Ok(ExitCode::SUCCESS)
     })();
@@ -751,6 +761,17 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 continue;
             }
+            "alarms" => {
+                print_alarms(op);
+                continue;
+            }
+            "ack" => {
+                match words.next() {
+                    Some(name) => acknowledge_from_console(op, name),
+                    None => println!("usage: ack ALARM (see `alarms`)"),
+                }
+                continue;
+            }
             "set" | "unset" => {
                 let rest: Vec<&str> = words.collect();
                 let (target, value) = match (verb, rest.join(" ").split_once('=')) {
@@ -799,7 +820,7 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
             other => match Transition::parse(other, b"") {
                 Ok(t) => t,
                 Err(e) => {
-                    println!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, quit");
+                    println!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, alarms, ack ALARM, quit");
                     continue;
                 }
             },
@@ -812,6 +833,38 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
             Ok(_) => println!("{verb}: done; state {}", op.state()),
             Err(e) => println!("{verb}: {e}"),
         }
+    }
+}
+
+/// The console's `alarms`: every alarm with its state, then the recent events.
+fn print_alarms(op: &Operator) {
+    let status = op.alarms();
+    if status.alarms.is_empty() {
+        println!("the system file has no [[alarm]]");
+        return;
+    }
+    for a in &status.alarms {
+        let by = a.acknowledged_by.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();
+        println!("{:<13} {:<8} {}{by}: {} [{}]", a.state.name(), a.severity.name(), a.name, a.message, a.condition);
+    }
+    for e in status.events.iter().take(10) {
+        let who = e.who.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();
+        println!(
+            "  {} {} {}{who}: {}",
+            crate::format::utc(e.t_ms.saturating_mul(1_000_000)),
+            e.kind.name(),
+            e.name,
+            e.message
+        );
+    }
+}
+
+/// The console's `ack ALARM`: acknowledged by the console's user.
+fn acknowledge_from_console(op: &Operator, name: &str) {
+    let who = format!("{} (console)", std::env::var("USER").unwrap_or_else(|_| "operator".into()));
+    match op.acknowledge_alarm(name, &who) {
+        Ok(a) => println!("alarm {}: {}", a.name, a.state.name()),
+        Err(e) => println!("ack: {e}"),
     }
 }
 

@@ -52,6 +52,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod alarms;
 pub mod api;
 pub mod checks;
 mod command;

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod accounting;
+pub mod alarm;
 mod control_servers;
 /// The run database (the crate `daqflow-rundb`): SQLite or PostgreSQL.
 pub use daqflow_rundb as db;

@@ -42,9 +42,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
+use daqflow_component::alarms::AlarmSeverity;
 use daqflow_component::{DataFiles, Registry, Role};
 
 mod history;
+use crate::alarm::{AlarmSpec, Condition};
 pub use history::{HistorySection, MAX_INTERVAL_S, MAX_RETENTION_DAYS, MIN_INTERVAL_S};
 
 /// What to do when a component dies or fails: `stop` the run (the run record says why),
@@ -268,6 +270,8 @@ struct RawFile {
     group: Vec<RawGroup>,
     #[serde(default)]
     history: HistorySection,
+    #[serde(default)]
+    alarm: Vec<RawAlarm>,
 }
 
 /// One `[[group]]`: components of which the run needs at least `min`.
@@ -290,6 +294,72 @@ pub struct Group {
     pub members: Vec<String>,
     /// How many members the run needs.
     pub min: usize,
+}
+
+/// One `[[alarm]]` (`docs/operator-guide.md`, "Alarms").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlarm {
+    name: Spanned<String>,
+    when: Spanned<String>,
+    #[serde(default)]
+    severity: Option<Spanned<String>>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    auto_clear: bool,
+}
+
+/// Checks the `[[alarm]]` tables: each problem with its line.
+fn check_alarms(
+    text: &str,
+    raw: &[RawAlarm],
+    components: &[ComponentSpec],
+    problems: &mut Vec<String>,
+) -> Vec<AlarmSpec> {
+    let names: Vec<&str> = components.iter().map(|c| c.name.as_str()).collect();
+    let mut lines: HashMap<String, usize> = HashMap::new();
+    let mut out = Vec::new();
+    for a in raw {
+        let line = line_of(text, a.name.span().start);
+        let name = a.name.get_ref().clone();
+        if name.is_empty()
+            || name.len() > 100
+            || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' || ch == '.')
+        {
+            problems
+                .push(format!("line {line}: alarm name {name:?} must be 1 … 100 letters, digits, '-', '_' and '.'"));
+        }
+        if let Some(first) = lines.insert(name.clone(), line) {
+            problems.push(format!("line {line}: alarm `{name}` is already defined on line {first}"));
+        }
+        let severity = match &a.severity {
+            None => Some(AlarmSeverity::Warning),
+            Some(s) => {
+                let parsed = AlarmSeverity::parse(s.get_ref());
+                if parsed.is_none() {
+                    problems.push(format!(
+                        "line {}: alarm `{name}`: severity {:?} must be \"warning\" or \"error\"",
+                        line_of(text, s.span().start),
+                        s.get_ref()
+                    ));
+                }
+                parsed
+            }
+        };
+        let condition = match Condition::parse(a.when.get_ref(), &names) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                problems.push(format!("line {}: alarm `{name}`: {e}", line_of(text, a.when.span().start)));
+                None
+            }
+        };
+        if let (Some(severity), Some(condition)) = (severity, condition) {
+            let message = a.message.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(|| condition.text.clone());
+            out.push(AlarmSpec { name, severity, condition, message, auto_clear: a.auto_clear, line });
+        }
+    }
+    out
 }
 
 /// A component of the system.
@@ -341,6 +411,8 @@ pub struct SystemFile {
     pub text: String,
     /// `[history]`: the history of slow values.
     pub history: HistorySection,
+    /// The `[[alarm]]`s, in file order.
+    pub alarms: Vec<AlarmSpec>,
 }
 
 /// What is wrong with a system file: every problem, each with its line.
@@ -694,6 +766,7 @@ impl SystemFile {
         if components.is_empty() {
             problems.push("the system has no [[component]]".into());
         }
+        let alarms = check_alarms(text, &raw.alarm, &components, &mut problems);
         if let Some(path) = &raw.system.web_token_file
             && let Err(e) = read_web_token(path)
         {
@@ -706,8 +779,14 @@ impl SystemFile {
         }
         let groups = check_groups(text, &raw.group, &lines, &mut problems);
         if problems.is_empty() {
-            let file =
-                SystemFile { system: raw.system, components, groups, text: text.to_owned(), history: raw.history };
+            let file = SystemFile {
+                system: raw.system,
+                components,
+                groups,
+                text: text.to_owned(),
+                history: raw.history,
+                alarms,
+            };
             if let Err(cycle) = file.configure_order() {
                 problems.push(cycle);
             } else {
@@ -953,5 +1032,43 @@ kind = "sink"
 listen = "${a.listen}"
 "#;
         assert!(parse(text).unwrap_err().to_string().contains("circle"));
+    }
+
+    #[test]
+    fn alarms_are_read_and_their_problems_point_at_their_lines() {
+        let head = "[system]\nname = 't'\n[[component]]\nname = 'evm'\nkind = 'evm'\n";
+        let f = parse(&format!(
+            "{head}[[alarm]]\nname = 'slow'\nwhen = 'evm.events_per_s < 1000 for 10 s while Running'\nseverity = 'error'\n\
+             [[alarm]]\nname = 'disk'\nwhen = 'disk data free < 5 GB'\nmessage = 'the disk fills'\nauto_clear = true\n"
+        ))
+        .unwrap();
+        assert_eq!(f.alarms.len(), 2);
+        assert_eq!(
+            (f.alarms[0].name.as_str(), f.alarms[0].severity, f.alarms[0].line),
+            ("slow", AlarmSeverity::Error, 7)
+        );
+        assert_eq!(f.alarms[0].message, "evm.events_per_s < 1000 for 10 s while Running");
+        assert_eq!(
+            (f.alarms[1].severity, f.alarms[1].message.as_str(), f.alarms[1].auto_clear),
+            (AlarmSeverity::Warning, "the disk fills", true)
+        );
+        let e = parse(&format!(
+            "{head}[[alarm]]\nname = 'a'\nwhen = 'evb.events_per_s < 1000'\n\
+             [[alarm]]\nname = 'b'\nwhen = 'evm.events_per_s < lots'\nseverity = 'fatal'\n\
+             [[alarm]]\nname = 'a'\nwhen = 'any in Error'\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 8: alarm `a`: condition \"evb.events_per_s < 1000\": there is no component `evb`"),
+            "{e}"
+        );
+        assert!(e.contains("line 11: alarm `b`: condition") && e.contains("`lots` is not a number"), "{e}");
+        assert!(e.contains("line 12: alarm `b`: severity \"fatal\""), "{e}");
+        assert!(e.contains("line 14: alarm `a` is already defined on line 7"), "{e}");
+        let e = parse(&format!("{head}[[alarm]]\nname = 'a'\nwhen = 'any in Error'\ncolour = 'red'\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 9") && e.contains("colour"), "{e}");
     }
 }

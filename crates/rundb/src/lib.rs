@@ -30,7 +30,8 @@
 //! - `logs`: every log record the message logger received;
 //! - `history_names`, `history`: the history of slow values, samples `(time, name, value)`
 //!   written by the operator ([`RunDb::add_samples`]) and read down-sampled
-//!   ([`RunDb::history`]).
+//!   ([`RunDb::history`]);
+//! - `alarm_events`: every alarm raised, acknowledged and cleared (`RunDb::add_alarm_events`).
 //!
 //! Counters are signed 64-bit integers in both backends: a count above `i64::MAX`
 //! (9.2 × 10¹⁸) is stored as `i64::MAX` (the summary's JSON keeps it exactly). Text cannot hold
@@ -50,6 +51,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod alarms;
 mod history;
 mod location;
 mod provenance;
@@ -188,6 +190,7 @@ impl RunDb {
                 conn.execute_batch(sql::SQLITE_SCHEMA).map_err(err)?;
                 conn.execute_batch(provenance::SQLITE_SCHEMA).map_err(err)?;
                 conn.execute_batch(history::SQLITE_SCHEMA).map_err(err)?;
+                conn.execute_batch(alarms::SQLITE_SCHEMA).map_err(err)?;
                 Backend::Sqlite(conn)
             }
             Location::Postgres(url) => {
@@ -551,6 +554,7 @@ fn postgres_connect(config: &postgres::Config, location: &Location) -> Result<po
     client.batch_execute(sql::POSTGRES_SCHEMA).map_err(err)?;
     client.batch_execute(provenance::POSTGRES_SCHEMA).map_err(err)?;
     client.batch_execute(history::POSTGRES_SCHEMA).map_err(err)?;
+    client.batch_execute(alarms::POSTGRES_SCHEMA).map_err(err)?;
     Ok(client)
 }
 

@@ -174,7 +174,39 @@ fn a_password_in_the_configuration_snapshot_is_not_stored(backend: Backend) {
     assert_eq!(stored, "[system]\nname = \"x\"\ndatabase = \"postgres://daq:***@db/runs\"\n");
 }
 
+fn alarm_events_are_stored_and_listed_newest_first_by_system(backend: Backend) {
+    use daqflow_component::alarms::{AlarmEvent, AlarmEventKind, AlarmSeverity};
+    let Some(t) = TestDb::new(backend, "alarm_events") else { return };
+    let db = t.open();
+    let event = |t_ms, system: &str, kind, who: Option<&str>| AlarmEvent {
+        t_ms,
+        system: system.into(),
+        name: "slow".into(),
+        kind,
+        severity: AlarmSeverity::Error,
+        message: "the rate is low (evm.events_per_s = 12)".into(),
+        who: who.map(str::to_owned),
+    };
+    db.add_alarm_events(&[]).unwrap();
+    db.add_alarm_events(&[
+        event(1, "s", AlarmEventKind::Raised, None),
+        event(2, "other", AlarmEventKind::Raised, None),
+    ])
+    .unwrap();
+    db.add_alarm_events(&[event(3, "s", AlarmEventKind::Acknowledged, Some("alice"))]).unwrap();
+    db.add_alarm_events(&[event(4, "s", AlarmEventKind::Cleared, None)]).unwrap();
+    let mine = db.alarm_events(Some("s"), 10).unwrap();
+    assert_eq!(mine.iter().map(|e| e.t_ms).collect::<Vec<_>>(), vec![4, 3, 1]);
+    assert_eq!(mine[1], event(3, "s", AlarmEventKind::Acknowledged, Some("alice")));
+    assert_eq!(db.alarm_events(None, 10).unwrap().len(), 4);
+    assert_eq!(db.alarm_events(Some("s"), 1).unwrap(), vec![event(4, "s", AlarmEventKind::Cleared, None)]);
+    // A database opened again keeps them.
+    drop(db);
+    assert_eq!(t.open().alarm_events(Some("other"), 10).unwrap().len(), 1);
+}
+
 crate::for_each_backend!(
+    alarm_events_are_stored_and_listed_newest_first_by_system,
     runs_are_numbered_recorded_and_listed_newest_first,
     logs_filter_by_time_process_severity_and_text,
     counters_round_trip_up_to_the_signed_64_bit_limit,

@@ -553,6 +553,20 @@ pub trait Backend: Send + Sync + 'static {
         let _ = query;
         Err(BackendError::NotFound(NO_HISTORY.into()))
     }
+    /// Every alarm of the system with its state, and the recent alarm events (`GET
+    /// /api/alarms`; also exported in `/metrics`). A backend without alarms has none (the
+    /// default).
+    fn alarms(&self) -> Result<daqflow_component::alarms::AlarmsStatus, BackendError> {
+        Ok(daqflow_component::alarms::AlarmsStatus::default())
+    }
+    /// A person acknowledges alarm `name`; `who` says who (recorded with the event). Returns
+    /// the alarm as it is then. [`BackendError::Invalid`] for an alarm the system does not
+    /// have or one that is not raised (400). A backend without alarms refuses it (the
+    /// default).
+    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_component::alarms::AlarmView, BackendError> {
+        let _ = who;
+        Err(BackendError::Invalid(format!("there is no alarm `{name}`: this system has no alarms")))
+    }
 }
 
 /// What a backend without a history of slow values answers to its routes.

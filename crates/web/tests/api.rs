@@ -727,3 +727,35 @@ fn a_backend_without_a_history_says_so() {
     }
     web.shutdown().unwrap();
 }
+
+#[test]
+fn alarms_are_listed_to_watchers_and_acknowledged_by_the_controller_only() {
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    // A system without alarms: none, and nothing to acknowledge.
+    let r = get(addr, "/api/alarms");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"system": "", "alarms": [], "events": []}));
+    let watcher = Client::visit(addr);
+    let r = watcher.post("/api/alarms/ack", r#"{"name": "slow"}"#);
+    assert_eq!(r.status, 403, "{}", r.text());
+    let alice = Client::visit(addr);
+    assert_eq!(alice.post("/api/control/take", "{}").status, 200);
+    for (body, says) in [
+        ("{}", "`name` is missing"),
+        (r#"{"name": 3}"#, "`name` must be a non-empty string"),
+        (r#"{"name": "slow", "colour": 1}"#, "unknown field `colour`"),
+        (r#"{"name": "slow", "who": 7}"#, "`who` must be a name"),
+        (r#"{"name": "slow", "who": "a\nb"}"#, "`who` must be a name"),
+        ("[1]", "must be a JSON object"),
+        (r#"{"name": "slow", "who": "alice"}"#, "there is no alarm `slow`"),
+    ] {
+        let r = alice.post("/api/alarms/ack", body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.error().contains(says), "{body}: {}", r.text());
+    }
+    assert_eq!(get(addr, "/api/alarms/ack").status, 405);
+    // No alarm, no alarm metric.
+    assert!(!get(addr, "/metrics").text().contains("daqflow_alarm"));
+    web.shutdown().unwrap();
+}

@@ -486,3 +486,83 @@ fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
     drop(browser);
     web.shutdown().unwrap();
 }
+
+#[test]
+fn the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them() {
+    use daqflow_component::alarms::{AlarmSeverity, AlarmState, AlarmView, AlarmsStatus};
+    let Some(binary) =
+        cdp::chromium_or_skip("the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them")
+    else {
+        return;
+    };
+    let backend = FakeBackend::new(Duration::from_millis(20));
+    let view = |name: &str, severity, state| AlarmView {
+        name: name.into(),
+        severity,
+        condition: "any in Error".into(),
+        message: format!("{name} went wrong"),
+        state,
+        since_ms: Some(1_700_000_000_000),
+        acknowledged_by: None,
+        value: None,
+    };
+    *backend.alarms.lock().unwrap() = AlarmsStatus {
+        system: "fake".into(),
+        alarms: vec![
+            view("hot", AlarmSeverity::Error, AlarmState::Raised),
+            view("slow", AlarmSeverity::Warning, AlarmState::Raised),
+            view("quiet", AlarmSeverity::Warning, AlarmState::Ok),
+        ],
+        events: Vec::new(),
+    };
+    let options = WebOptions { status_interval: Duration::from_millis(300), ..WebOptions::default() };
+    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn the web server");
+    let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
+    let r = browser.navigate(&web.url());
+    step("load the UI", &browser, r);
+
+    // The banner: the two raised alarms, by severity, not the Ok one; the tab counts them.
+    let r = browser.wait_for("the banner", &format!("{} === 2", count("#alarm-banner .alarm")));
+    step("banner", &browser, r);
+    let r = browser.eval(
+        "[...document.querySelectorAll('#alarm-banner .alarm')].map(a => a.dataset.name + ':' + a.dataset.severity + ':' + a.dataset.state).join(' ')",
+    );
+    assert_eq!(step("banner entries", &browser, r), "hot:error:raised slow:warning:raised");
+    let r = browser
+        .eval("getComputedStyle(document.querySelector('#alarm-banner .alarm[data-name=\"hot\"]')).backgroundColor");
+    assert_eq!(step("red", &browser, r), "rgb(192, 57, 43)", "a raised error is red");
+    let r = browser.text("#alarm-count");
+    assert_eq!(step("count", &browser, r), Some("2".to_owned()));
+    // A watcher cannot acknowledge: the button is disabled until the page controls.
+    let hot = "#alarm-banner .alarm[data-name=\"hot\"] .alarm-ack";
+    let r = browser.is_disabled(hot);
+    assert_eq!(step("disabled", &browser, r), Some(true));
+    let r = browser.click("#btn-take");
+    step("take control", &browser, r);
+    let r = browser.wait_for("enabled", &format!("!document.querySelector('{hot}').disabled"));
+    step("enabled", &browser, r);
+    let r = browser.click(hot);
+    step("acknowledge", &browser, r);
+    let r = browser.wait_for(
+        "acknowledged",
+        "document.querySelector('#alarm-banner .alarm[data-name=\"hot\"]').dataset.state === 'acknowledged'",
+    );
+    step("acknowledged", &browser, r);
+    let r = browser.text("#alarm-count");
+    assert_eq!(step("count", &browser, r), Some("1".to_owned()));
+    let who = backend.alarms.lock().unwrap().alarms[0].acknowledged_by.clone().unwrap();
+    assert!(who.starts_with("client ") && who.ends_with("(127.0.0.1)"), "{who}");
+
+    // The Alarms view: every alarm, and the acknowledgement in the events.
+    let r = browser.click("#tab-alarms");
+    step("the Alarms view", &browser, r);
+    let r =
+        browser.wait_for("the table", &format!("{} === 3 && {} === 1", count("#alarms tr"), count("#alarm-events tr")));
+    step("tables", &browser, r);
+    let r = browser.eval("document.querySelector('#alarm-events tr').textContent");
+    let row = step("event row", &browser, r);
+    assert!(row.as_str().unwrap().contains("hotacknowledged"), "{row}");
+    assert!(browser.page_errors.is_empty(), "{:?}", browser.page_errors);
+    drop(browser);
+    web.shutdown().unwrap();
+}

@@ -261,6 +261,7 @@
     else if (iControl()) text.textContent = `You control (since ${clock(ui.control.since_ms)})`;
     else text.textContent = `${capital(String(ui.control.holder || 'a client'))} controls (since ${clock(ui.control.since_ms)})`;
     document.body.classList.toggle('controlling', iControl());
+    if (ui.alarms) renderAlarms(ui.alarms);
     $('control-hint').hidden = iControl() || !ui.control.may_control;
     $('login-form').hidden = ui.control.may_control !== false;
     updateButtons();
@@ -1128,6 +1129,62 @@
     if (ui.view === 'processes') loadProcesses();
     else if (ui.view === 'runs') loadRuns();
   }, 5000);
+
+  // ---- alarms -------------------------------------------------------------------------------
+  // GET /api/alarms every 2 s on every view: the banner shows the alarms waiting for a person
+  // (raised, or cleared before anybody acknowledged them) and the acknowledged ones still on;
+  // the controller acknowledges (POST /api/alarms/ack).
+  ui.alarms = null;
+  async function acknowledgeAlarm(name) {
+    try {
+      await api('POST', '/api/alarms/ack', { name });
+      await loadAlarms();
+    } catch (e) {
+      showError(`Acknowledge ${name}: ${e.message}`);
+    }
+  }
+  function ackButton(a) {
+    if (!(a.state === 'raised' || a.state === 'cleared')) return null;
+    return el('button', {
+      type: 'button', className: 'alarm-ack', disabled: !iControl(),
+      title: iControl() ? 'acknowledge this alarm' : 'take control to acknowledge',
+      onclick: () => acknowledgeAlarm(a.name),
+    }, 'Acknowledge');
+  }
+  function renderAlarms(data) {
+    const alarms = Array.isArray(data && data.alarms) ? data.alarms : [];
+    const events = Array.isArray(data && data.events) ? data.events : [];
+    const shown = alarms.filter((a) => a.state !== 'ok');
+    const banner = $('alarm-banner');
+    banner.replaceChildren(...shown.map((a) => el('div', {
+      className: 'alarm', dataset: { severity: a.severity, state: a.state, name: a.name },
+    },
+    el('span', { className: 'alarm-text' },
+      `${a.state === 'cleared' ? 'Cleared, unacknowledged' : capital(a.state)} ${a.severity}: ${a.name}: ${a.message}`,
+      a.acknowledged_by ? ` (acknowledged by ${a.acknowledged_by})` : ''),
+    ackButton(a))));
+    banner.hidden = shown.length === 0;
+    const waiting = alarms.filter((a) => a.state === 'raised' || a.state === 'cleared').length;
+    $('alarm-count').hidden = waiting === 0;
+    $('alarm-count').textContent = waiting;
+    replaceRows($('alarms'), alarms.map((a) => el('tr', { dataset: { alarmState: a.state, name: a.name } },
+      el('td', null, a.name), el('td', null, a.severity), el('td', null, a.state), el('td', null, fmtTime(a.since_ms)),
+      el('td', null, a.message), el('td', { className: 'mono' }, a.condition),
+      el('td', { className: 'num' }, isNum(a.value) ? fmtRate(a.value) : '–'),
+      el('td', null, a.acknowledged_by || ''), el('td', null, ackButton(a)))));
+    replaceRows($('alarm-events'), events.map((e) => el('tr', { dataset: { kind: e.kind } },
+      el('td', null, fmtTime(e.t_ms)), el('td', null, e.name), el('td', null, e.kind), el('td', null, e.severity),
+      el('td', null, e.message), el('td', null, e.who || ''))));
+  }
+  async function loadAlarms() {
+    try {
+      ui.alarms = await api('GET', '/api/alarms');
+      renderAlarms(ui.alarms);
+    } catch (_) { /* the next refresh tries again */ }
+  }
+  loaders.alarms = loadAlarms;
+  setInterval(() => { if (!document.hidden) loadAlarms(); }, 2000);
+  loadAlarms();
 
   // ---- start --------------------------------------------------------------------------------
   // For tests and the console: what this page knows of control (never a credential).

@@ -6,7 +6,8 @@
 //! - `supervisor`: the component processes (starting them, noticing their end);
 //! - [`crate::accounting`]: what a run triggered, built, recorded and lost, by the components'
 //!   roles;
-//! - `status`: the typed [`SystemStatus`] (and from it Prometheus) the web UI shows.
+//! - `status`: the typed [`SystemStatus`] (and from it Prometheus) the web UI shows;
+//! - [`alarms`]: the system file's alarms, a pure state machine evaluated once a second.
 //!
 //! This module is the I/O around them: it starts the control servers, joins the control plane,
 //! follows every component's `NAME/state` and `NAME/stats`, takes the replies to its requests
@@ -30,6 +31,7 @@
 //! op.shutdown();
 //! ```
 
+pub mod alarms;
 mod history;
 pub mod sequencer;
 mod status;
@@ -156,6 +158,7 @@ struct Inner {
     /// A connection of its own for reading the history, so that a long query never holds the
     /// one the event loop records runs with.
     history_reader: RunDb,
+    alarms: Mutex<alarms::Alarms>,
 }
 
 /// A running system.
@@ -292,6 +295,13 @@ impl Operator {
         // "Provenance").
         seq.set_system_value("digest", json!(crate::provenance::sha256_hex(file.text.as_bytes())));
         let shown = Shown { snapshot: seq.snapshot(), rates: Rates::default(), closed: false };
+        let mut alarms = alarms::Alarms::new(&file.system.name, &data, &file.alarms);
+        if !alarms.is_empty() {
+            match db.alarm_events(Some(&file.system.name), alarms::RECENT_EVENTS) {
+                Ok(events) => alarms.remember(events),
+                Err(e) => tracing::warn!("reading the earlier alarm events: {e}"),
+            }
+        }
         let inner = Arc::new(Inner {
             file: file.clone(),
             binary: options.binary.clone(),
@@ -309,6 +319,7 @@ impl Operator {
             repeat: Mutex::new(None),
             history: Mutex::new(None),
             history_reader,
+            alarms: Mutex::new(alarms),
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -579,9 +590,44 @@ impl Operator {
         status::et(&self.inner.file, &self.shown().snapshot)
     }
 
-    /// Prometheus text exposition of the system (names prefixed `daqflow_`).
+    /// Prometheus text exposition of the system (names prefixed `daqflow_`), its alarms'
+    /// included.
     pub fn metrics(&self) -> String {
-        self.status().to_prometheus()
+        let mut text = self.status().to_prometheus();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&self.alarms().to_prometheus());
+        text
+    }
+
+    /// Every alarm of the system file with its state, and the recent alarm events (newest
+    /// first).
+    pub fn alarms(&self) -> daqflow_component::alarms::AlarmsStatus {
+        lock(&self.inner.alarms).status()
+    }
+
+    /// A person (`who`) acknowledges alarm `name` (`docs/operator-guide.md`, "Alarms"): the
+    /// event is logged and stored in the run database. Returns the alarm as it is now.
+    pub fn acknowledge_alarm(
+        &self,
+        name: &str,
+        who: &str,
+    ) -> Result<daqflow_component::alarms::AlarmView, OperatorError> {
+        let (event, view) = {
+            let mut alarms = lock(&self.inner.alarms);
+            let event =
+                alarms.acknowledge(name, who, Now::current()).map_err(|e| OperatorError::Invalid(e.to_string()))?;
+            let view = alarms.status().alarms.into_iter().find(|a| a.name == name);
+            (event, view)
+        };
+        if let Some(event) = event {
+            alarms::log_event(&event);
+            if let Err(e) = self.inner.db.add_alarm_events(std::slice::from_ref(&event)) {
+                tracing::error!("storing an alarm event: {e}");
+            }
+        }
+        view.ok_or_else(|| OperatorError::Invalid(format!("there is no alarm `{name}`")))
     }
 
     /// The (primary) control server's address.
@@ -696,6 +742,29 @@ fn record_provenance(inner: &Inner, seq: &Sequencer, run: u32) {
     }
 }
 
+/// Evaluates the alarms on `snapshot` (once a second); every event is logged (the message
+/// browser shows it) and stored in the run database.
+fn check_alarms(inner: &Inner, snapshot: &Snapshot) {
+    let directories = {
+        let alarms = lock(&inner.alarms);
+        if alarms.is_empty() {
+            return;
+        }
+        alarms.directories()
+    };
+    let free = directories.into_iter().filter_map(|d| alarms::free_bytes(&d).map(|f| (d, f))).collect();
+    let seen = alarms::Observation::from_snapshot(snapshot, free);
+    let events = lock(&inner.alarms).evaluate(&seen, Now::current());
+    for e in &events {
+        alarms::log_event(e);
+    }
+    if !events.is_empty()
+        && let Err(e) = inner.db.add_alarm_events(&events)
+    {
+        tracing::error!("storing alarm events: {e}");
+    }
+}
+
 /// The operator's event loop: feeds the sequencer and does what it says, until shutdown.
 fn event_loop(
     inner: std::sync::Weak<Inner>,
@@ -713,6 +782,7 @@ fn event_loop(
     let mut control = String::new();
     // The open run's live changes already in the run database (`run_changes`).
     let mut changes_recorded: (u32, usize) = (0, 0);
+    let mut alarm_check: Option<Snapshot> = None;
     loop {
         let wait =
             seq.next_deadline().map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
@@ -817,7 +887,11 @@ fn event_loop(
                 next_sample += Duration::from_secs(1);
                 let Shown { snapshot, rates, .. } = &mut *shown;
                 rates.sample(&inner.file, snapshot, now_ms());
+                alarm_check = (!inner.file.alarms.is_empty()).then(|| snapshot.clone());
             }
+        }
+        if let Some(snapshot) = alarm_check.take() {
+            check_alarms(&inner, &snapshot);
         }
         inner.changed.notify_all();
         for (reply, result) in answers {

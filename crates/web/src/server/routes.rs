@@ -25,6 +25,8 @@ use crate::ui;
 
 mod history;
 use history::{history_names, history_series};
+mod alarms;
+use alarms::{alarms_ack, alarms_status};
 
 /// The header every POST must carry. Browsers send a custom header cross-origin only after a
 /// CORS preflight, which this server never grants: so a page of another site cannot POST here.
@@ -162,6 +164,8 @@ static ROUTES: &[Route] = &[
     route!("GET", "/api/et", Watch, et),
     route!("GET", "/api/history", Watch, history_series),
     route!("GET", "/api/history/names", Watch, history_names),
+    route!("GET", "/api/alarms", Watch, alarms_status),
+    route!("POST", "/api/alarms/ack", Controller, alarms_ack),
     route!("GET", "/metrics", Watch, metrics),
 ];
 
@@ -832,7 +836,17 @@ async fn et(shared: &Arc<Shared>, _call: &Call<'_>) -> Reply {
 
 /// `GET /metrics`: the status in Prometheus' format, then the web server's own counters.
 async fn metrics(shared: &Arc<Shared>, _call: &Call<'_>) -> Reply {
-    match backend_call(shared, |b| b.status().to_prometheus()).await {
+    let export = |b: &dyn crate::Backend| {
+        let mut text = b.status().to_prometheus();
+        if let Ok(alarms) = b.alarms() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&alarms.to_prometheus());
+        }
+        text
+    };
+    match backend_call(shared, move |b| export(b)).await {
         Ok(mut text) => {
             if !text.is_empty() && !text.ends_with('\n') {
                 text.push('\n');

@@ -47,6 +47,9 @@ pub struct FakeBackend {
     pub degraded: Mutex<std::collections::BTreeMap<String, String>>,
     /// The last log query asked for.
     pub last_query: Mutex<Option<LogQuery>>,
+    /// The alarms it shows (none unless a test puts some in); acknowledging one makes it
+    /// `acknowledged` and adds the event.
+    pub alarms: Mutex<daqflow_component::alarms::AlarmsStatus>,
 }
 
 const EVENTS_PER_S: f64 = 1000.0;
@@ -149,6 +152,7 @@ impl FakeBackend {
             sets: Mutex::default(),
             degraded: Mutex::default(),
             last_query: Mutex::new(None),
+            alarms: Mutex::default(),
         })
     }
 
@@ -321,6 +325,38 @@ impl Backend for FakeBackend {
                 &["bu-1/configure", "all/stop"],
             ),
         ])
+    }
+
+    fn alarms(&self) -> Result<daqflow_component::alarms::AlarmsStatus, BackendError> {
+        Ok(self.alarms.lock().unwrap().clone())
+    }
+
+    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_component::alarms::AlarmView, BackendError> {
+        use daqflow_component::alarms::{AlarmEvent, AlarmEventKind, AlarmState};
+        let mut all = self.alarms.lock().unwrap();
+        let system = all.system.clone();
+        let Some(alarm) = all.alarms.iter_mut().find(|a| a.name == name) else {
+            return Err(BackendError::Invalid(format!("there is no alarm `{name}`")));
+        };
+        if alarm.state != AlarmState::Raised {
+            return Err(BackendError::Invalid(format!("alarm `{name}` is not raised")));
+        }
+        alarm.state = AlarmState::Acknowledged;
+        alarm.acknowledged_by = Some(who.to_owned());
+        let (view, event) = (
+            alarm.clone(),
+            AlarmEvent {
+                t_ms: now_ms(),
+                system,
+                name: name.to_owned(),
+                kind: AlarmEventKind::Acknowledged,
+                severity: alarm.severity,
+                message: alarm.message.clone(),
+                who: Some(who.to_owned()),
+            },
+        );
+        all.events.insert(0, event);
+        Ok(view)
     }
 
     fn set(
