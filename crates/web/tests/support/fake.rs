@@ -42,6 +42,8 @@ pub struct FakeBackend {
     pub sets: Mutex<std::collections::BTreeMap<String, Value>>,
     /// The last log query asked for.
     pub last_query: Mutex<Option<LogQuery>>,
+    /// `bu-1` reports disk throttling (`detail.throttled`) while this is set.
+    pub disk_throttled: AtomicBool,
 }
 
 const EVENTS_PER_S: f64 = 1000.0;
@@ -138,6 +140,7 @@ impl FakeBackend {
             commands: Mutex::new(Vec::new()),
             sets: Mutex::default(),
             last_query: Mutex::new(None),
+            disk_throttled: AtomicBool::new(false),
         })
     }
 
@@ -177,6 +180,14 @@ impl Backend for FakeBackend {
             SystemState::Error => ComponentState::Error,
             _ => ComponentState::Initial,
         };
+        let throttled = self.disk_throttled.load(Ordering::SeqCst);
+        let detail = |name: &str| match name {
+            "bu-1" if throttled => json!({
+                "queued": 0, "throttled": true, "throttle_count": 1, "throttled_s": 2.5,
+                "disk_free_bytes": 3_145_728u64, "disk_used_pct": 96.5,
+            }),
+            _ => json!({"queued": 0}),
+        };
         let component = |name: &str, kind: &str, role: Role, pid: u32| ComponentView {
             name: name.into(),
             kind: kind.into(),
@@ -192,7 +203,7 @@ impl Backend for FakeBackend {
             policy: Policy::Stop,
             stats: Stats::counted(events, events * EVENT_BYTES as u64)
                 .with_rates(events_per_s, mb_per_s)
-                .with_detail(&json!({"queued": 0})),
+                .with_detail(&detail(name)),
         };
         SystemStatus {
             system: "fake".into(),
