@@ -311,7 +311,10 @@ fn whole_events(dir: &Path) -> u64 {
             continue;
         }
         let report = FileReader::open(&path).and_then(|r| r.verify(true)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(report.problems.is_empty() && report.cut_short.is_none(), "{name}: a partial or corrupt event: {report:?}");
+        assert!(
+            report.problems.is_empty() && report.cut_short.is_none(),
+            "{name}: a partial or corrupt event: {report:?}"
+        );
         n += report.records;
     }
     n
@@ -348,6 +351,7 @@ fn a_recorder_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted(
     let op = Operator::launch(OperatorOptions::new(system(dir.path(), Writer::Recorder(&params)), BIN.into()))
         .unwrap_or_else(|e| panic!("launch: {e}"));
     let summary = run_until_the_disk_is_full(&op);
+    println!("error: {:?}\nlost: {:?}", summary.error, summary.lost_reasons);
     let st = status(&op);
     op.shutdown();
 
@@ -365,10 +369,14 @@ fn a_recorder_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted(
     assert_eq!(summary.lost, summary.lost_reasons.iter().map(|r| r.events).sum::<u64>(), "{summary:?}");
     assert!(summary.not_recorded > 0, "the disk was full and nothing was missing: {summary:?}");
     assert!(
-        summary.lost_reasons.iter().any(|r| r.reason.contains("`recorder` failed (disk full")),
+        summary.lost_reasons.iter().any(|r| r.reason.contains("built but not recorded")),
         "{:?}",
         summary.lost_reasons
     );
+    // Every loss names its cause: the recorder that failed on its full disk.
+    for r in &summary.lost_reasons {
+        assert!(r.reason.contains("`recorder` failed (disk full"), "{r:?}");
+    }
     assert!(summary.accounting_complete, "{summary:?}");
     // The file holds whole events only, and as many as the run says were recorded.
     assert_eq!(whole_events(files.path()), summary.recorded, "{summary:?}");
@@ -388,6 +396,7 @@ fn a_builder_unit_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accoun
     let op = Operator::launch(OperatorOptions::new(system(dir.path(), Writer::Bu(&params)), BIN.into()))
         .unwrap_or_else(|e| panic!("launch: {e}"));
     let summary = run_until_the_disk_is_full(&op);
+    println!("error: {:?}\nlost: {:?}", summary.error, summary.lost_reasons);
     op.shutdown();
 
     assert_eq!(summary.state, RunState::Failed, "{summary:?}");

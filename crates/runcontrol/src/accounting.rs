@@ -245,8 +245,11 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting 
                         .iter()
                         .filter(|c| c.died.is_some() && matches!(c.role, Role::Readout | Role::Builder))
                         .collect();
+                    // A recorder or ET system that failed holds the builder back: its error is
+                    // the cause of what the builder could not confirm.
                     let in_failed: Vec<&ComponentRun> =
-                        [failed(Role::Readout), failed(Role::Builder)].concat();
+                        [failed(Role::Readout), failed(Role::Builder), failed(Role::Buffer), failed(Role::Recorder)]
+                            .concat();
                     let place = match (in_dead.is_empty(), in_failed.is_empty()) {
                         (true, true) => String::new(),
                         (false, true) => format!("after {}: ", died_text(&in_dead)),
@@ -463,5 +466,4 @@ mod tests {
         let reason = &a.lost_reasons[0].reason;
         assert!(reason.contains("after `bu-0` failed (disk full: …)"), "{reason}");
     }
-
 }

@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use crate::{Attachment, EtClient, StationConfig, Wait};
 use daqflow_wire::EventHeader;
 use daqflow_wire::EventId;
-use daqflow_wire::file::{ClosedFile, DiskChange, DiskReport, DiskSpace, DiskWatcher, FileWriteError, FileWriter, FileWriterConfig};
+use daqflow_wire::file::{
+    ClosedFile, DiskChange, DiskReport, DiskSpace, DiskWatcher, FileWriteError, FileWriter, FileWriterConfig,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -437,7 +439,13 @@ fn record(
     }
 }
 
-fn record_into(w: &mut Writer, stop: &AtomicBool, batch: usize, drain: Duration, timeout: Duration) -> Result<(), String> {
+fn record_into(
+    w: &mut Writer,
+    stop: &AtomicBool,
+    batch: usize,
+    drain: Duration,
+    timeout: Duration,
+) -> Result<(), String> {
     let mut events = Vec::with_capacity(batch);
     let mut quiet_since: Option<Instant> = None;
     let mut stop_seen: Option<Instant> = None;
