@@ -12,7 +12,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use daqflow_wire::EventId;
-use daqflow_wire::file::{DiskChange, DiskMarks, DiskWatcher, FileReader, FileWriteError, FileWriter, FileWriterConfig};
+use daqflow_wire::file::{
+    DiskChange, DiskMarks, DiskWatcher, FileReader, FileWriteError, FileWriter, FileWriterConfig,
+};
 
 const IN_NAMESPACE: &str = "DAQFLOW_TEST_IN_MOUNT_NAMESPACE";
 
@@ -59,8 +61,12 @@ fn may_mount(name: &str) -> bool {
         .output();
     match out {
         Ok(o) if o.status.success() => {}
-        Ok(o) if o.status.code() == Some(101) => panic!("{name} in a namespace:\n{}", String::from_utf8_lossy(&o.stdout)),
-        Ok(o) => println!("skipped {name}: not root, no user namespace ({})", String::from_utf8_lossy(&o.stderr).trim()),
+        Ok(o) if o.status.code() == Some(101) => {
+            panic!("{name} in a namespace:\n{}", String::from_utf8_lossy(&o.stdout))
+        }
+        Ok(o) => {
+            println!("skipped {name}: not root, no user namespace ({})", String::from_utf8_lossy(&o.stderr).trim())
+        }
         Err(e) => println!("skipped {name}: not root, and `unshare` cannot run ({e})"),
     }
     false

@@ -505,11 +505,23 @@ impl BuIo {
             last_publish: now,
             rates: Rates::new(now),
             disk: (bu.config.output == Output::Files).then(|| {
-                DiskWatcher::new(
+                let mut disk = DiskWatcher::new(
                     &bu.config.directory,
                     bu.config.disk_marks(),
                     Duration::from_millis(bu.config.throttle_check_ms),
-                )
+                );
+                // Read now, so that the first request already knows; an error is reported by
+                // the first tick after `throttle_check_ms`.
+                if let Ok(Some(DiskChange::Throttled(space))) = disk.check(now) {
+                    tracing::warn!(
+                        bu = %bu.name,
+                        "disk throttling from the start: the filesystem of {} has {}, above throttle_high_pct: \
+                         asking the EVM for no events until it is below throttle_low_pct",
+                        bu.config.directory.display(),
+                        space.describe()
+                    );
+                }
+                disk
             }),
         }
     }
@@ -571,7 +583,9 @@ impl BuIo {
         }
         if !self.requested_first {
             self.requested_first = true;
-            let credits = self.credit_target() as u32;
+            // A BU whose disk is above its high mark from the start asks for nothing yet.
+            let throttled = self.disk.as_ref().is_some_and(|d| d.throttled());
+            let credits = if throttled { 0 } else { self.credit_target() as u32 };
             self.evm.send(Message::Request { credits, done: Vec::new() }.to_frame());
             self.granted = u64::from(credits);
             self.evm.try_flush();

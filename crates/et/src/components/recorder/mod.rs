@@ -289,7 +289,17 @@ impl Component for Recorder {
         );
         // The disk is read once now, so that a directory whose space cannot be read fails the
         // start, not the run.
-        disk.check(Instant::now()).map_err(|e| ComponentError::Failed(e.to_string()))?;
+        if let Some(DiskChange::Throttled(space)) =
+            disk.check(Instant::now()).map_err(|e| ComponentError::Failed(e.to_string()))?
+        {
+            tracing::warn!(
+                recorder = %self.name,
+                "disk throttling from the start: the filesystem of {} has {}, above throttle_high_pct: taking no \
+                 events until it is below throttle_low_pct",
+                self.config.directory.display(),
+                space.describe()
+            );
+        }
         let name = self.name.clone();
         let worker = std::thread::Builder::new().name(format!("{}-write", self.name)).spawn(move || {
             let _client = client;
