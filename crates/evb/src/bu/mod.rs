@@ -6,8 +6,15 @@
 //! it is in the output: written to the file and flushed to the operating system, or put into the
 //! ET system.
 //!
+//! With `output = "files"` the BU throttles on its disk (CMS DAQ2's BU does): above
+//! `throttle_high_pct` of the filesystem of `directory` used it sends the EVM no more credits
+//! (the events already assigned are still built and written) until usage falls below
+//! `throttle_low_pct` ([`DiskWatcher`]).
+//!
 //! Its [`Stats`] count the events built (`events`) and their bytes; the [`BuDetail`] adds the
-//! events flagged, CRC errors, the events in progress and, in the summary, the files written.
+//! events flagged, CRC errors, the events in progress, disk throttling (`throttled`,
+//! `throttle_count`, `throttled_s`, `disk_free_bytes`, `disk_used_pct`) and, in the summary, the
+//! files written.
 //!
 //! ```no_run
 //! use daqflow_component::Component;

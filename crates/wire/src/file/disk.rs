@@ -5,7 +5,8 @@
 //!
 //! Usage is the percentage of the filesystem a writer cannot use any more:
 //! `100 × (size − available) / size`, with `available` the space an unprivileged writer may
-//! still use (`statvfs`'s `f_bavail`; `df`'s "Use%" rounds the same figure up). A high mark of
+//! still use (`statvfs`'s `f_bavail`; on a filesystem without blocks reserved for root `df`'s
+//! "Use%" is the same figure rounded up). A high mark of
 //! `100` never throttles (usage is never above 100 %).
 //!
 //! ```

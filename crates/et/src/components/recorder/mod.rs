@@ -9,6 +9,13 @@
 //! `runNNNNNN_NAME.meta.json`: run, start and stop time, events, bytes and every file with
 //! its events, size and first and last event id.
 //!
+//! Disk throttling: the recorder watches the filesystem of its `directory`
+//! ([`DiskWatcher`]); above `throttle_high_pct` of it used it takes no events from its station
+//! (they wait in ET, whose back-pressure holds the builder) until usage falls below
+//! `throttle_low_pct`. A write that fails anyway (a full disk) puts it in Error with a message
+//! naming the disk; its file is left as `.part` with whole events only, and the events it had
+//! not written go back to its station.
+//!
 //! Its statistics: `events` recorded and their `bytes`, and a [`RecorderDetail`]; the summary
 //! of a run adds every file (`detail.files`: `path`, `events`, `bytes`, `first_event`,
 //! `last_event`) and the metadata file's path (`detail.metadata`).
