@@ -264,6 +264,11 @@ fn throttles_and_resumes(writer: &str, data: &Path, files: &Tmpfs, make: impl Fn
     assert_eq!(detail["throttle_count"], 1, "{detail}");
     assert_eq!(detail["throttled"], false, "{detail}");
     assert!(detail["throttled_s"].as_f64().unwrap() > 2.0, "{detail}");
+    // Each throttle and each resume is a warning in the component's log.
+    let log = std::fs::read_to_string(data.join("logs").join(format!("{writer}.log"))).unwrap();
+    let warned = |text: &str| log.lines().filter(|l| l.contains("WARN") && l.contains(text)).count();
+    assert_eq!(warned("disk throttling: the filesystem of"), 1, "{log}");
+    assert_eq!(warned("disk throttling ended"), 1, "{log}");
 }
 
 #[test]
