@@ -163,6 +163,17 @@ pub struct BuDetail {
     pub errors: Vec<String>,
     /// Why the run failed here, if it did.
     pub error: Option<String>,
+    /// Disk throttling (`output = "files"`): the BU asks for no events now, its disk being
+    /// above `throttle_high_pct` (until it is below `throttle_low_pct`).
+    pub throttled: bool,
+    /// How many times it throttled in the run.
+    pub throttle_count: u64,
+    /// Seconds spent throttled in the run.
+    pub throttled_s: f64,
+    /// Free bytes on the filesystem of `directory` at the last reading (`output = "files"`).
+    pub disk_free_bytes: Option<u64>,
+    /// Usage of that filesystem (percent) at the last reading (`output = "files"`).
+    pub disk_used_pct: Option<f64>,
 }
 
 /// A data file a BU wrote.

@@ -16,7 +16,8 @@
 //!   that a recorder wrote (`.daq`, and `.daq.part` left by one that died).
 //! - **lost**: the sum of `lost_reasons`, each a count with its cause: events triggered but not
 //!   built (the event manager's accounting), events built but not recorded (with where they
-//!   were when the run ended). `built = recorded − duplicates + not_recorded` and `triggered =
+//!   were when the run ended); a component that ended the run in Error (a recorder or a BU on
+//!   a full disk) is named with its error. `built = recorded − duplicates + not_recorded` and `triggered =
 //!   built + rejected + lost_in_builder` hold wherever the numbers are known; `unknown` says
 //!   plainly what cannot be known, and `accounting_complete` is false then.
 //!
@@ -59,6 +60,8 @@ pub struct ComponentRun {
     pub earlier: Vec<Stats>,
     /// Why it ended the run dead (its process ended and was not started again), if it did.
     pub died: Option<String>,
+    /// Its error, when it ended the run alive but in Error (e.g. "disk full: …"), if it did.
+    pub failed: Option<String>,
 }
 
 impl ComponentRun {
@@ -72,6 +75,7 @@ impl ComponentRun {
             last_stats: Stats::default(),
             earlier: Vec::new(),
             died: None,
+            failed: None,
         }
     }
 
@@ -85,7 +89,14 @@ impl ComponentRun {
             last_stats,
             earlier: Vec::new(),
             died: Some(why.into()),
+            failed: None,
         }
+    }
+
+    /// The same component, which ended the run in Error with `error`.
+    pub fn failed(mut self, error: &str) -> ComponentRun {
+        self.failed = Some(error.into());
+        self
     }
 
     /// Its counters now: the summary, or (dead) its last statistics.
@@ -203,6 +214,16 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting 
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // Components that ended the run alive but in Error (a full disk), by role.
+    let failed = |role: Role| -> Vec<&ComponentRun> {
+        components.iter().filter(|c| c.role == role && c.died.is_none() && c.failed.is_some()).collect()
+    };
+    let failed_text = |cs: &[&ComponentRun]| {
+        cs.iter()
+            .map(|c| format!("`{}` failed ({})", c.name, c.failed.as_deref().unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
 
     // Triggered, rejected and built: the trigger's accounting, while it lived.
     let triggers = of(Role::Trigger);
@@ -224,8 +245,17 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting 
                         .iter()
                         .filter(|c| c.died.is_some() && matches!(c.role, Role::Readout | Role::Builder))
                         .collect();
-                    let place =
-                        if in_dead.is_empty() { String::new() } else { format!("after {}: ", died_text(&in_dead)) };
+                    // A recorder or ET system that failed holds the builder back: its error is
+                    // the cause of what the builder could not confirm.
+                    let in_failed: Vec<&ComponentRun> =
+                        [failed(Role::Readout), failed(Role::Builder), failed(Role::Buffer), failed(Role::Recorder)]
+                            .concat();
+                    let place = match (in_dead.is_empty(), in_failed.is_empty()) {
+                        (true, true) => String::new(),
+                        (false, true) => format!("after {}: ", died_text(&in_dead)),
+                        (true, false) => format!("after {}: ", failed_text(&in_failed)),
+                        (false, false) => format!("after {}, {}: ", died_text(&in_dead), failed_text(&in_failed)),
+                    };
                     reasons.push(LostReason {
                         events: c.lost,
                         reason: format!("triggered but not built: {place}{aborted}the event manager says: {why}"),
@@ -283,6 +313,11 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting 
             )
         } else if !builder_dead.is_empty() {
             format!("in ET or in a builder unit that died ({})", died_text(&builder_dead))
+        } else if !failed(Role::Recorder).is_empty() {
+            format!(
+                "left in ET by the recorders that failed ({}); none of their files holds them",
+                failed_text(&failed(Role::Recorder))
+            )
         } else {
             format!("still in ET when the recorders ({}) stopped draining", names(&recorders))
         };
@@ -406,5 +441,29 @@ mod tests {
         let other = ComponentRun::survived("mon", "bu", Role::Other, Stats::counted(1000, 0));
         let a = account(&[b, other], &[]);
         assert_eq!((a.events, a.bytes), (12, 1200));
+    }
+
+    #[test]
+    fn a_recorder_that_failed_on_a_full_disk_names_its_error_for_what_it_did_not_record() {
+        let evm = ComponentRun::survived("evm", "evm", Role::Trigger, trigger(100, 100, 0));
+        let rec = ComponentRun::survived("rec", "recorder", Role::Recorder, Stats::counted(70, 0))
+            .failed("disk full: writing into /data (0.0 MiB free of 64.0 MiB (100.0 % used))");
+        let a = account(&[evm, rec], &[file("rec", 60, false)]);
+        assert_eq!((a.events, a.recorded, a.lost, a.not_recorded), (100, 60, 40, 40));
+        let reason = &a.lost_reasons[0].reason;
+        assert!(reason.contains("`rec` failed (disk full: writing into /data"), "{reason}");
+        assert!(a.accounting_complete);
+    }
+
+    #[test]
+    fn the_event_managers_losses_name_a_builder_unit_that_failed_on_a_full_disk() {
+        let mut counts = TriggerCounts { triggered: 50, built: 40, lost: 10, ..Default::default() };
+        counts.lost_reasons.insert("no builder unit left to build them".into(), 10);
+        let evm = ComponentRun::survived("evm", "evm", Role::Trigger, Stats::counted(50, 0).with_trigger(counts));
+        let bu = ComponentRun::survived("bu-0", "bu", Role::Builder, Stats::counted(45, 0)).failed("disk full: …");
+        let a = account(&[evm, bu], &[]);
+        assert_eq!((a.lost, a.lost_in_builder), (10, 10));
+        let reason = &a.lost_reasons[0].reason;
+        assert!(reason.contains("after `bu-0` failed (disk full: …)"), "{reason}");
     }
 }

@@ -566,3 +566,40 @@ fn the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them() {
     drop(browser);
     web.shutdown().unwrap();
 }
+
+/// Disk throttling: a component whose statistics say `detail.throttled` gets a
+/// "throttled (disk)" badge in the components' table, with the free space in its title; the
+/// badge goes when the component resumes, and no other component has one.
+#[test]
+fn a_component_throttled_by_its_disk_shows_a_badge() {
+    let Some(binary) = cdp::chromium_or_skip("a_component_throttled_by_its_disk_shows_a_badge") else {
+        return;
+    };
+    let backend = FakeBackend::new(Duration::from_millis(10));
+    let options = WebOptions { status_interval: Duration::from_millis(200), ..WebOptions::default() };
+    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn the web server");
+    let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
+    let r = browser.navigate(&web.url());
+    step("load the UI", &browser, r);
+    let r = browser.wait_for("two components", &format!("{} === 2", count("#components tr")));
+    step("the components", &browser, r);
+    let r = browser.eval(&count("#components .throttled"));
+    assert_eq!(step("badges before", &browser, r), serde_json::json!(0), "a badge without throttling");
+
+    backend.disk_throttled.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = browser.wait_for("the badge", &format!("{} === 1", count("#components .throttled")));
+    step("the throttled badge", &browser, r);
+    let row = "Array.from(document.querySelectorAll('#components tr')).find(r => r.querySelector('.throttled'))";
+    let r = browser.eval(&format!("{row}.querySelector('td').textContent"));
+    assert_eq!(step("the row", &browser, r), serde_json::json!("bu-1"), "the badge is on the throttled component");
+    let r = browser.eval(&format!("{row}.querySelector('.throttled').textContent"));
+    assert_eq!(step("the text", &browser, r), serde_json::json!("throttled (disk)"));
+    let r = browser.eval(&format!("{row}.querySelector('.throttled').title"));
+    let title = step("the title", &browser, r).to_string();
+    assert!(title.contains("3.0 MiB free") && title.contains("96.5 % used") && title.contains("1×"), "{title}");
+
+    backend.disk_throttled.store(false, std::sync::atomic::Ordering::SeqCst);
+    let r = browser.wait_for("the badge to go", &format!("{} === 0", count("#components .throttled")));
+    step("resumed", &browser, r);
+    assert!(browser.page_errors.is_empty(), "page errors: {:?}", browser.page_errors);
+}

@@ -188,7 +188,7 @@
         el('td', null, c.kind),
         el('td', null, c.host),
         el('td', { className: 'num' }, c.pid ?? ''),
-        el('td', null, stateBadge(c.state), restarts, out),
+        el('td', null, stateBadge(c.state), throttleBadge(stats), restarts, out),
         el('td', { className: 'num' }, c.run ?? ''),
         el('td', { className: 'num' }, fmtInt(stats.events)),
         el('td', { className: 'num' }, fmtRate(stats.events_per_s)),
@@ -241,6 +241,19 @@
       setResult('param-result', err.message, 'error');
     }
   });
+
+  // ---- disk throttling -----------------------------------------------------------------------
+  /** "throttled (disk)" for a component whose disk is above its high water mark
+   * (`stats.detail.throttled`, the recorder's and the BU's): it takes no events until its disk
+   * is below the low mark. Nothing otherwise. */
+  function throttleBadge(stats) {
+    const d = (stats && stats.detail) || {};
+    if (d.throttled !== true) return '';
+    const free = isNum(d.disk_free_bytes) ? `${(d.disk_free_bytes / 1048576).toFixed(1)} MiB free` : 'disk above its high mark';
+    const used = isNum(d.disk_used_pct) ? `, ${d.disk_used_pct.toFixed(1)} % used` : '';
+    const times = isNum(d.throttle_count) ? `; throttled ${d.throttle_count}× in this run` : '';
+    return el('span', { className: 'throttled', title: `Disk throttling: ${free}${used}${times}` }, 'throttled (disk)');
+  }
 
   // ---- control ownership --------------------------------------------------------------------
   function iControl() { return !!ui.control.you; }

@@ -82,9 +82,24 @@ pub struct BuConfig {
     /// every data file's header. Reserved: the operator sets it (`docs/operator-guide.md`,
     /// "Provenance"); without it the headers hold zeros.
     pub system_digest: Option<Digest>,
+    /// Disk throttling (`output = "files"`): above this usage (percent of the filesystem
+    /// holding `directory`) the BU asks the EVM for no more events (the events already
+    /// assigned are still built and written) until usage falls below `throttle_low_pct`.
+    /// `100` turns it off.
+    pub throttle_high_pct: f64,
+    /// A throttled BU asks for events again below this usage (percent; below
+    /// `throttle_high_pct`).
+    pub throttle_low_pct: f64,
+    /// How often (ms) the free space is read.
+    pub throttle_check_ms: u64,
 }
 
 impl BuConfig {
+    /// The disk throttling marks, `throttle_high_pct` and `throttle_low_pct`.
+    pub fn disk_marks(&self) -> daqflow_wire::file::DiskMarks {
+        daqflow_wire::file::DiskMarks { high_pct: self.throttle_high_pct, low_pct: self.throttle_low_pct }
+    }
+
     /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
     pub fn validate(&self) -> Result<(), EvbError> {
         let mut c = crate::common::Checks::new("bu");
@@ -113,6 +128,10 @@ impl BuConfig {
         c.int("heartbeat_ms", self.heartbeat_ms, 1, 60_000);
         c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
         c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
+        if let Err((key, what)) = self.disk_marks().check() {
+            c.problem(key, what);
+        }
+        c.int("throttle_check_ms", self.throttle_check_ms, 1, 60_000);
         c.finish()
     }
 }
@@ -138,6 +157,9 @@ impl Default for BuConfig {
             connect_timeout_ms: 10_000,
             idle: Idle::Lazy,
             system_digest: None,
+            throttle_high_pct: daqflow_wire::file::DiskMarks::DEFAULT.high_pct,
+            throttle_low_pct: daqflow_wire::file::DiskMarks::DEFAULT.low_pct,
+            throttle_check_ms: 100,
         }
     }
 }
@@ -161,5 +183,8 @@ mod tests {
         let e = consumed.validate().unwrap_err().to_string();
         assert!(e.contains("`et_confirm` = \"consumed\" needs output = \"et\""), "{e}");
         assert!(e.contains("needs threads = 1"), "{e}");
+        let marks = BuConfig { throttle_high_pct: 80.0, throttle_low_pct: 85.0, ..Default::default() };
+        let e = marks.validate().unwrap_err().to_string();
+        assert!(e.contains("`throttle_low_pct` = 85 must be at least 0 and below throttle_high_pct = 80"), "{e}");
     }
 }

@@ -6,8 +6,15 @@
 //! it is in the output: written to the file and flushed to the operating system, or put into the
 //! ET system.
 //!
+//! With `output = "files"` the BU throttles on its disk (CMS DAQ2's BU does): above
+//! `throttle_high_pct` of the filesystem of `directory` used it sends the EVM no more credits
+//! (the events already assigned are still built and written) until usage falls below
+//! `throttle_low_pct` ([`DiskWatcher`]).
+//!
 //! Its [`Stats`] count the events built (`events`) and their bytes; the [`BuDetail`] adds the
-//! events flagged, CRC errors, the events in progress and, in the summary, the files written.
+//! events flagged, CRC errors, the events in progress, disk throttling (`throttled`,
+//! `throttle_count`, `throttled_s`, `disk_free_bytes`, `disk_used_pct`) and, in the summary, the
+//! files written.
 //!
 //! ```no_run
 //! use daqflow_component::Component;
@@ -43,7 +50,7 @@ use std::time::{Duration, Instant};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
 use daqflow_engine::fifo::{Consumer, Producer};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
-use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
+use daqflow_wire::file::{ClosedFile, DiskChange, DiskSpace, DiskWatcher, FileWriter, FileWriterConfig};
 use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
 
@@ -97,6 +104,8 @@ struct Shared {
     failure: Mutex<Option<String>>,
     summary: Mutex<Option<Stats>>,
     builders: Vec<BuilderCounters>,
+    /// Why a builder thread's output failed (the first one), naming the disk when it is full.
+    output_failed: Mutex<Option<String>>,
 }
 
 /// The builder unit component.
@@ -191,6 +200,7 @@ impl Bu {
             shared: self.shared.clone(),
             index: t,
             closed: closed.clone(),
+            directory: (self.config.output == Output::Files).then(|| self.config.directory.clone()),
         });
         let stop = s.stop_handle();
         let running = s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?;
@@ -335,15 +345,38 @@ struct Builder {
     shared: Arc<Shared>,
     index: usize,
     closed: Closed,
+    /// The directory of the data files (`output = "files"`), named when the output fails.
+    directory: Option<std::path::PathBuf>,
 }
 
 /// Where a builder leaves its output's closing result when its thread ends.
 type Closed = Arc<Mutex<Option<Result<Vec<ClosedFile>, String>>>>;
 
 impl Builder {
+    /// The output failed doing `doing`: the error, with the disk's space when the output is
+    /// files, kept for the BU's failure.
+    fn output_failed(&self, doing: &str, e: daqflow_wire::sink::SinkError) -> BoxError {
+        let text = match &self.directory {
+            Some(dir) => {
+                let space = DiskSpace::of(dir);
+                let full = space.as_ref().is_ok_and(|s| s.free_bytes == 0)
+                    || e.to_string().contains(&std::io::Error::from_raw_os_error(libc::ENOSPC).to_string());
+                let space = space.map(|s| s.describe()).unwrap_or_else(|e| e.to_string());
+                let what = if full { "disk full: " } else { "" };
+                format!("{what}{doing} into {} ({space}): {e}", dir.display())
+            }
+            None => format!("{doing}: {e}"),
+        };
+        let mut slot = self.shared.output_failed.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert_with(|| text.clone());
+        text.into()
+    }
+
     fn flush(&mut self) -> Result<(), BoxError> {
-        if let Some(s) = self.sink.as_mut() {
-            s.flush().map_err(|e| e.to_string())?;
+        if let Some(s) = self.sink.as_mut()
+            && let Err(e) = s.flush()
+        {
+            return Err(self.output_failed("flushing", e));
         }
         self.last_flush = Instant::now();
         self.confirmable.extend(self.unconfirmed.drain(..));
@@ -379,8 +412,9 @@ impl Task for Builder {
             }
             let control = [trigger_type as i32, built.flags.0 as i32, 0, 0];
             let sink = self.sink.as_mut().expect("open until the end");
-            sink.put(EventId(built.event_id), &built.parts, built.len, control, &self.shared.stop)
-                .map_err(|e| e.to_string())?;
+            if let Err(e) = sink.put(EventId(built.event_id), &built.parts, built.len, control, &self.shared.stop) {
+                return Err(self.output_failed(&format!("writing event {}", built.event_id), e));
+            }
             c.events.fetch_add(1, Ordering::Relaxed);
             c.bytes.fetch_add(built.len as u64, Ordering::Relaxed);
             self.unconfirmed.push(built.event_id);
@@ -439,6 +473,8 @@ struct BuIo {
     last_publish: Instant,
     /// Rates of (events built, their bytes).
     rates: Rates<2>,
+    /// Disk throttling of the data files (`output = "files"`).
+    disk: Option<DiskWatcher>,
 }
 
 impl BuIo {
@@ -477,6 +513,25 @@ impl BuIo {
             generation: 0,
             last_publish: now,
             rates: Rates::new(now),
+            disk: (bu.config.output == Output::Files).then(|| {
+                let mut disk = DiskWatcher::new(
+                    &bu.config.directory,
+                    bu.config.disk_marks(),
+                    Duration::from_millis(bu.config.throttle_check_ms),
+                );
+                // Read now, so that the first request already knows; an error is reported by
+                // the first tick after `throttle_check_ms`.
+                if let Ok(Some(DiskChange::Throttled(space))) = disk.check(now) {
+                    tracing::warn!(
+                        bu = %bu.name,
+                        "disk throttling from the start: the filesystem of {} has {}, above throttle_high_pct: \
+                         asking the EVM for no events until it is below throttle_low_pct",
+                        bu.config.directory.display(),
+                        space.describe()
+                    );
+                }
+                disk
+            }),
         }
     }
 
@@ -537,7 +592,9 @@ impl BuIo {
         }
         if !self.requested_first {
             self.requested_first = true;
-            let credits = self.credit_target() as u32;
+            // A BU whose disk is above its high mark from the start asks for nothing yet.
+            let throttled = self.disk.as_ref().is_some_and(|d| d.throttled());
+            let credits = if throttled { 0 } else { self.credit_target() as u32 };
             self.evm.send(Message::Request { credits, done: Vec::new() }.to_frame());
             self.granted = u64::from(credits);
             self.evm.try_flush();
@@ -623,7 +680,9 @@ impl BuIo {
                 self.confirmed += 1;
             }
         }
-        let done_asking = self.run_end.is_some() || self.stop_requested.is_some();
+        // Disk throttling: no new credits; confirmations and heartbeats go on.
+        let throttled = self.disk.as_ref().is_some_and(|d| d.throttled());
+        let done_asking = self.run_end.is_some() || self.stop_requested.is_some() || throttled;
         let in_flight = self.granted.saturating_sub(self.confirmed);
         let grant = if done_asking { 0 } else { self.credit_target().saturating_sub(in_flight) };
         let since = now.duration_since(self.last_request);
@@ -652,13 +711,15 @@ impl BuIo {
         if self.failure.is_none()
             && let Some(t) = self.builders.iter().position(|(_, r)| r.is_finished())
         {
-            let reason = format!("builder thread {t} stopped (its output failed; see the log); leaving the run");
+            let why = read(&self.shared.output_failed).unwrap_or_else(|| "its output failed; see the log".into());
+            let reason = format!("builder thread {t} stopped ({why}); leaving the run");
             tracing::error!(bu = %self.name, "{reason}");
             self.failure = Some(reason.clone());
             set(&self.shared.failure, Some(reason));
             let _ = self.evm.conn.close();
             self.evm.closed = Some("left the run".into());
         }
+        self.watch_disk(now);
         self.dispatch();
         self.confirm(now);
         if self.shared.stop.load(Ordering::Relaxed) && self.stop_requested.is_none() {
@@ -684,6 +745,32 @@ impl BuIo {
             }
         }
         self.publish(now);
+    }
+
+    /// Reads the disk's space when due and applies the throttling marks.
+    fn watch_disk(&mut self, now: Instant) {
+        let Some(disk) = self.disk.as_mut() else { return };
+        match disk.check(now) {
+            Ok(Some(DiskChange::Throttled(space))) => tracing::warn!(
+                bu = %self.name,
+                "disk throttling: the filesystem of {} has {}, above throttle_high_pct: asking the EVM for no \
+                 events until it is below throttle_low_pct",
+                disk.directory().display(),
+                space.describe()
+            ),
+            Ok(Some(DiskChange::Resumed(space))) => tracing::warn!(
+                bu = %self.name,
+                "disk throttling ended: the filesystem of {} has {}, below throttle_low_pct: asking for events again",
+                disk.directory().display(),
+                space.describe()
+            ),
+            Ok(None) => {}
+            Err(e) => {
+                if self.failure.is_none() {
+                    self.fail(e.to_string());
+                }
+            }
+        }
     }
 
     fn totals(&self) -> (u64, u64, u64, u64) {
@@ -736,7 +823,13 @@ impl BuIo {
 
     fn detail(&self, seconds: f64) -> BuDetail {
         let (_, _, flagged, crc_errors) = self.totals();
+        let disk = self.disk.as_ref().map(|d| d.report(Instant::now()));
         BuDetail {
+            throttled: disk.is_some_and(|d| d.throttled),
+            throttle_count: disk.map_or(0, |d| d.throttle_count),
+            throttled_s: disk.map_or(0.0, |d| d.throttled_s),
+            disk_free_bytes: disk.map(|d| d.free_bytes),
+            disk_used_pct: disk.map(|d| d.used_pct),
             id: self.config.id,
             run: self.run,
             seconds,

@@ -1525,6 +1525,7 @@ impl Sequencer {
                 last_stats: v.stats.clone(),
                 earlier: v.earlier.clone(),
                 died,
+                failed: (v.alive && v.state == Some(ComponentState::Error)).then(|| v.error.clone()).flatten(),
             });
             if let Some(files) = spec.data_files
                 && let Ok(params) = self.resolved_params(spec)

@@ -50,6 +50,8 @@ pub struct FakeBackend {
     /// The alarms it shows (none unless a test puts some in); acknowledging one makes it
     /// `acknowledged` and adds the event.
     pub alarms: Mutex<daqflow_component::alarms::AlarmsStatus>,
+    /// `bu-1` reports disk throttling (`detail.throttled`) while this is set.
+    pub disk_throttled: AtomicBool,
 }
 
 const EVENTS_PER_S: f64 = 1000.0;
@@ -153,6 +155,7 @@ impl FakeBackend {
             degraded: Mutex::default(),
             last_query: Mutex::new(None),
             alarms: Mutex::default(),
+            disk_throttled: AtomicBool::new(false),
         })
     }
 
@@ -207,6 +210,14 @@ impl Backend for FakeBackend {
             SystemState::Error => ComponentState::Error,
             _ => ComponentState::Initial,
         };
+        let throttled = self.disk_throttled.load(Ordering::SeqCst);
+        let detail = |name: &str| match name {
+            "bu-1" if throttled => json!({
+                "queued": 0, "throttled": true, "throttle_count": 1, "throttled_s": 2.5,
+                "disk_free_bytes": 3_145_728u64, "disk_used_pct": 96.5,
+            }),
+            _ => json!({"queued": 0}),
+        };
         let component = |name: &str, kind: &str, role: Role, pid: u32| ComponentView {
             name: name.into(),
             kind: kind.into(),
@@ -222,7 +233,7 @@ impl Backend for FakeBackend {
             policy: Policy::Stop,
             stats: Stats::counted(events, events * EVENT_BYTES as u64)
                 .with_rates(events_per_s, mb_per_s)
-                .with_detail(&json!({"queued": 0})),
+                .with_detail(&detail(name)),
         };
         SystemStatus {
             system: "fake".into(),

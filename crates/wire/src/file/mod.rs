@@ -12,12 +12,14 @@
 //! payload, the index and the footer theirs. A file that was being written when its writer
 //! died has no trailer; [`FileReader`] then scans it from the start and returns every whole
 //! record, reporting the partial one at the end as [`ScanItem::CutShort`]. The byte layout is
-//! specified in `docs/formats.md`.
+//! specified in `docs/formats.md`. [`DiskWatcher`] throttles a writer before its disk is full.
 
+mod disk;
 mod format;
 mod reader;
 mod writer;
 
+pub use disk::{DiskChange, DiskError, DiskMarks, DiskReport, DiskSpace, DiskWatcher, is_disk_full};
 pub use format::{
     END_MAGIC, FILE_HEADER_LEN, FILE_MAGIC, FILE_VERSION, FOOTER_LEN, FileHeader, Footer, INDEX_ENTRY_LEN, INDEX_MAGIC,
     INDEX_MARKER_LEN, IndexEntry, MAX_RECORD_LEN, RECORD_HEADER_LEN, RECORD_MAGIC, RecordHeader, TRAILER_MAGIC,

@@ -107,6 +107,13 @@ pub enum FileWriteError {
     Failed,
 }
 
+impl FileWriteError {
+    /// Whether the error says the disk is full (`ENOSPC`, `EDQUOT`).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, FileWriteError::Io { source, .. } if super::disk::is_disk_full(source))
+    }
+}
+
 struct OpenFile {
     out: BufWriter<File>,
     part_path: PathBuf,
@@ -140,6 +147,7 @@ pub struct FileWriter {
     current: Option<OpenFile>,
     next_sequence: u32,
     closed: Vec<ClosedFile>,
+    abandoned: Vec<ClosedFile>,
     failed: bool,
 }
 
@@ -160,7 +168,14 @@ impl FileWriter {
             path: config.directory.clone(),
             source,
         })?;
-        let mut writer = FileWriter { config, current: None, next_sequence: 1, closed: Vec::new(), failed: false };
+        let mut writer = FileWriter {
+            config,
+            current: None,
+            next_sequence: 1,
+            closed: Vec::new(),
+            abandoned: Vec::new(),
+            failed: false,
+        };
         writer.open_next()?;
         Ok(writer)
     }
@@ -190,10 +205,23 @@ impl FileWriter {
             return Err(FileWriteError::Failed);
         }
         let result = self.write_record(event_id, parts);
-        if result.is_err() {
+        if let Err(e) = &result {
             self.failed = true;
+            if matches!(e, FileWriteError::Io { .. }) {
+                self.abandon_current();
+            }
         }
         result
+    }
+
+    /// After a failed write: the file being written is left as `.part` without a trailer, cut
+    /// back to its last whole record on disk (what was still buffered is dropped), so that no
+    /// partial record is left in it; the [`FileReader`](super::FileReader) reads it as a file
+    /// whose writer stopped. It is listed in [`FileWriter::abandoned`].
+    fn abandon_current(&mut self) {
+        if let Some(f) = self.current.take() {
+            self.abandoned.push(abandon(f));
+        }
     }
 
     fn write_record(&mut self, event_id: EventId, parts: &[&[u8]]) -> Result<(), FileWriteError> {
@@ -286,22 +314,12 @@ impl FileWriter {
             let path = path.to_path_buf();
             move |source| FileWriteError::Io { operation, path, source }
         };
-        let mut index_crc = Crc32c::new();
-        let index_offset = f.bytes;
-        f.out.write_all(&index_marker()).map_err(io("writing", &f.part_path))?;
-        for entry in &f.index {
-            let e = entry.encode();
-            index_crc.update(&e);
-            f.out.write_all(&e).map_err(io("writing", &f.part_path))?;
+        if let Err(e) = write_trailer(&mut f) {
+            self.failed = true;
+            self.abandoned.push(abandon(f));
+            return Err(e);
         }
-        let footer = Footer {
-            event_count: f.index.len() as u64,
-            index_offset,
-            payload_bytes: f.payload_bytes,
-            index_crc: index_crc.finish(),
-        };
-        f.out.write_all(&footer.encode()).map_err(io("writing", &f.part_path))?;
-        let file_bytes = index_offset + (INDEX_MARKER_LEN + f.index.len() * INDEX_ENTRY_LEN + FOOTER_LEN) as u64;
+        let file_bytes = f.bytes + (INDEX_MARKER_LEN + f.index.len() * INDEX_ENTRY_LEN + FOOTER_LEN) as u64;
         let file = f.out.into_inner().map_err(|e| FileWriteError::Io {
             operation: "flushing",
             path: f.part_path.clone(),
@@ -335,15 +353,34 @@ impl FileWriter {
 
     /// Pushes buffered records to the operating system (they survive a crash of this process,
     /// though not of the machine).
+    ///
+    /// When the flush fails (a full disk), the writer fails and the file is left as after a
+    /// failed write ([`FileWriter::abandoned`]).
     pub fn flush(&mut self) -> Result<(), FileWriteError> {
-        if let Some(f) = self.current.as_mut() {
-            f.out.flush().map_err(|source| FileWriteError::Io {
-                operation: "flushing",
-                path: f.part_path.clone(),
-                source,
-            })?;
+        if self.failed {
+            return Err(FileWriteError::Failed);
+        }
+        if let Some(f) = self.current.as_mut()
+            && let Err(source) = f.out.flush()
+        {
+            let e = FileWriteError::Io { operation: "flushing", path: f.part_path.clone(), source };
+            self.failed = true;
+            self.abandon_current();
+            return Err(e);
         }
         Ok(())
+    }
+
+    /// Whether a write or a flush failed: the writer takes no more events.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// The files left as `.part` after a write failed, each cut back to its last whole record:
+    /// `path` is the `.part` file, `events` the whole records it holds on disk, `file_bytes`
+    /// its size, `last_event` the last of them (`payload_bytes` is not known: 0).
+    pub fn abandoned(&self) -> &[ClosedFile] {
+        &self.abandoned
     }
 
     /// Files closed so far.
@@ -372,6 +409,58 @@ impl Drop for FileWriter {
     /// Closes the current file on a best-effort basis; call [`FileWriter::finish`] to see errors.
     fn drop(&mut self) {
         let _ = self.close_current();
+    }
+}
+
+/// Writes the index and the footer of `f` and pushes them to the operating system.
+fn write_trailer(f: &mut OpenFile) -> Result<(), FileWriteError> {
+    let io = |source| FileWriteError::Io { operation: "writing", path: f.part_path.clone(), source };
+    let mut index_crc = Crc32c::new();
+    let mut trailer = Vec::with_capacity(INDEX_MARKER_LEN + f.index.len() * INDEX_ENTRY_LEN + FOOTER_LEN);
+    trailer.extend_from_slice(&index_marker());
+    for entry in &f.index {
+        let e = entry.encode();
+        index_crc.update(&e);
+        trailer.extend_from_slice(&e);
+    }
+    let footer = Footer {
+        event_count: f.index.len() as u64,
+        index_offset: f.bytes,
+        payload_bytes: f.payload_bytes,
+        index_crc: index_crc.finish(),
+    };
+    trailer.extend_from_slice(&footer.encode());
+    f.out.write_all(&trailer).map_err(io)?;
+    f.out.flush().map_err(io)
+}
+
+/// Leaves `f` as a `.part` file holding whole records only: what is still buffered is
+/// dropped, and the file is cut back to the end of the last record that reached the disk
+/// whole. Best effort, on a file already in trouble: a file that cannot be cut back is one
+/// cut short, which the reader recovers anyway.
+fn abandon(f: OpenFile) -> ClosedFile {
+    let (file, _unwritten) = f.out.into_parts();
+    let on_disk = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // The record boundaries: the end of the header, where every later record starts, the end.
+    let ends: Vec<u64> = std::iter::once(FILE_HEADER_LEN as u64)
+        .chain(f.index.iter().skip(1).map(|e| e.offset))
+        .chain((!f.index.is_empty()).then_some(f.bytes))
+        .collect();
+    let whole = ends.iter().filter(|&&b| b <= on_disk).count();
+    let keep = if whole == 0 { on_disk } else { ends[whole - 1] };
+    if keep != on_disk {
+        let _ = file.set_len(keep);
+    }
+    let _ = file.sync_all();
+    let events = whole.saturating_sub(1) as u64;
+    ClosedFile {
+        path: f.part_path,
+        sequence: f.sequence,
+        events,
+        payload_bytes: 0,
+        file_bytes: keep,
+        first_event: f.index.first().filter(|_| events > 0).map(|e| e.event_id),
+        last_event: events.checked_sub(1).and_then(|i| f.index.get(i as usize)).map(|e| e.event_id),
     }
 }
 

@@ -44,6 +44,28 @@ pub struct RecorderConfig {
     /// "Provenance"); without it the headers hold zeros.
     #[serde(default)]
     pub system_digest: Option<Digest>,
+    /// Disk throttling: above this usage (percent of the filesystem holding `directory`) the
+    /// recorder stops taking events from its station until usage falls below
+    /// `throttle_low_pct`; ET's back-pressure then holds the builder. `100` turns it off.
+    #[serde(default = "default_throttle_high_pct")]
+    pub throttle_high_pct: f64,
+    /// A throttled recorder takes events again below this usage (percent; below
+    /// `throttle_high_pct`).
+    #[serde(default = "default_throttle_low_pct")]
+    pub throttle_low_pct: f64,
+    /// How often (ms) the free space is read.
+    #[serde(default = "default_throttle_check_ms")]
+    pub throttle_check_ms: u64,
+}
+
+fn default_throttle_high_pct() -> f64 {
+    daqflow_wire::file::DiskMarks::DEFAULT.high_pct
+}
+fn default_throttle_low_pct() -> f64 {
+    daqflow_wire::file::DiskMarks::DEFAULT.low_pct
+}
+fn default_throttle_check_ms() -> u64 {
+    100
 }
 
 fn default_max_file_bytes() -> u64 {
@@ -69,6 +91,11 @@ fn default_true() -> bool {
 }
 
 impl RecorderConfig {
+    /// The disk throttling marks, `throttle_high_pct` and `throttle_low_pct`.
+    pub fn disk_marks(&self) -> daqflow_wire::file::DiskMarks {
+        daqflow_wire::file::DiskMarks { high_pct: self.throttle_high_pct, low_pct: self.throttle_low_pct }
+    }
+
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
@@ -85,6 +112,10 @@ impl RecorderConfig {
         c.int("prescale", self.prescale.into(), 1, 1_000_000);
         c.int("drain_ms", self.drain_ms, 1, 600_000);
         c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
+        if let Err((key, what)) = self.disk_marks().check() {
+            c.problem(key, what);
+        }
+        c.int("throttle_check_ms", self.throttle_check_ms, 1, 60_000);
         c.finish()
     }
 }

@@ -9,6 +9,13 @@
 //! `runNNNNNN_NAME.meta.json`: run, start and stop time, events, bytes and every file with
 //! its events, size and first and last event id.
 //!
+//! Disk throttling: the recorder watches the filesystem of its `directory`
+//! ([`DiskWatcher`]); above `throttle_high_pct` of it used it takes no events from its station
+//! (they wait in ET, whose back-pressure holds the builder) until usage falls below
+//! `throttle_low_pct`. A write that fails anyway (a full disk) puts it in Error with a message
+//! naming the disk; its file is left as `.part` with whole events only, and the events it had
+//! not written go back to its station.
+//!
 //! Its statistics: `events` recorded and their `bytes`, and a [`RecorderDetail`]; the summary
 //! of a run adds every file (`detail.files`: `path`, `events`, `bytes`, `first_event`,
 //! `last_event`) and the metadata file's path (`detail.metadata`).
@@ -29,7 +36,9 @@ use std::time::{Duration, Instant};
 use crate::{Attachment, EtClient, StationConfig, Wait};
 use daqflow_wire::EventHeader;
 use daqflow_wire::EventId;
-use daqflow_wire::file::{ClosedFile, FileWriter, FileWriterConfig};
+use daqflow_wire::file::{
+    ClosedFile, DiskChange, DiskReport, DiskSpace, DiskWatcher, FileWriteError, FileWriter, FileWriterConfig,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -88,6 +97,17 @@ pub struct RecorderDetail {
     /// The run's metadata file, `runNNNNNN_NAME.meta.json` (in the summary).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<PathBuf>,
+    /// Disk throttling: the recorder takes no events now, its disk being above
+    /// `throttle_high_pct` (until it is below `throttle_low_pct`).
+    pub throttled: bool,
+    /// How many times it throttled in the run.
+    pub throttle_count: u64,
+    /// Seconds spent throttled in the run.
+    pub throttled_s: f64,
+    /// Free bytes on the filesystem of `directory`, at the last reading.
+    pub disk_free_bytes: u64,
+    /// Usage of that filesystem (percent), at the last reading.
+    pub disk_used_pct: f64,
 }
 
 /// One data file of a run.
@@ -124,6 +144,8 @@ struct Counters {
     bad_events: AtomicU64,
     possibly_corrupt: AtomicU64,
     files: AtomicU64,
+    /// Disk throttling, as the writer thread last saw it.
+    disk: Mutex<DiskReport>,
 }
 
 /// The recorder component.
@@ -179,6 +201,7 @@ impl Recorder {
         let bytes = c.bytes.load(Ordering::Relaxed);
         let seconds = self.seconds();
         let mean_mb_per_s = per_second(bytes, seconds) / 1e6;
+        let disk = *c.disk.lock().unwrap_or_else(|p| p.into_inner());
         let (events_per_s, mb_per_s) =
             if summary { (per_second(events, seconds), mean_mb_per_s) } else { self.recent.rates(events, bytes) };
         let detail = RecorderDetail {
@@ -188,6 +211,11 @@ impl Recorder {
             possibly_corrupt: c.possibly_corrupt.load(Ordering::Relaxed),
             files_closed: c.files.load(Ordering::Relaxed),
             started_ms: self.started_ms,
+            throttled: disk.throttled,
+            throttle_count: disk.throttle_count,
+            throttled_s: disk.throttled_s,
+            disk_free_bytes: disk.free_bytes,
+            disk_used_pct: disk.used_pct,
             ..RecorderDetail::default()
         };
         (Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s), detail)
@@ -299,9 +327,29 @@ impl Component for Recorder {
             Duration::from_millis(self.config.drain_ms),
             Duration::from_millis(self.config.stop_timeout_ms),
         );
+        let mut disk = DiskWatcher::new(
+            &self.config.directory,
+            self.config.disk_marks(),
+            Duration::from_millis(self.config.throttle_check_ms),
+        );
+        // The disk is read once now, so that a directory whose space cannot be read fails the
+        // start, not the run.
+        if let Some(DiskChange::Throttled(space)) =
+            disk.check(Instant::now()).map_err(|e| ComponentError::Failed(e.to_string()))?
+        {
+            tracing::warn!(
+                recorder = %self.name,
+                "disk throttling from the start: the filesystem of {} has {}, above throttle_high_pct: taking no \
+                 events until it is below throttle_low_pct",
+                self.config.directory.display(),
+                space.describe()
+            );
+        }
+        let name = self.name.clone();
         let worker = std::thread::Builder::new().name(format!("{}-write", self.name)).spawn(move || {
             let _client = client;
-            let r = record(&attachment, writer, &counters, &stop, batch, drain, timeout);
+            let w = Writer { attachment: &attachment, writer, counters: &counters, disk, name };
+            let r = record(w, &stop, batch, drain, timeout);
             if let Err(e) = &r {
                 set(&failure, Some(e.clone()));
             }
@@ -370,18 +418,73 @@ impl Component for Recorder {
     }
 }
 
+/// What the writer thread works with.
+struct Writer<'a> {
+    attachment: &'a crate::LocalAttachment,
+    writer: FileWriter,
+    counters: &'a Counters,
+    disk: DiskWatcher,
+    name: String,
+}
+
+impl Writer<'_> {
+    /// Reads the disk's space when due and applies the marks; whether the recorder is
+    /// throttled.
+    fn throttled(&mut self) -> Result<bool, String> {
+        let now = Instant::now();
+        match self.disk.check(now).map_err(|e| e.to_string())? {
+            Some(DiskChange::Throttled(space)) => tracing::warn!(
+                recorder = %self.name,
+                "disk throttling: the filesystem of {} has {}, above throttle_high_pct: taking no events until \
+                 it is below throttle_low_pct",
+                self.disk.directory().display(),
+                space.describe()
+            ),
+            Some(DiskChange::Resumed(space)) => tracing::warn!(
+                recorder = %self.name,
+                "disk throttling ended: the filesystem of {} has {}, below throttle_low_pct: taking events again",
+                self.disk.directory().display(),
+                space.describe()
+            ),
+            None => {}
+        }
+        *self.counters.disk.lock().unwrap_or_else(|p| p.into_inner()) = self.disk.report(now);
+        Ok(self.disk.throttled())
+    }
+
+    /// The error of a failed write or flush, naming the disk when it is full.
+    fn failed(&self, doing: &str, e: FileWriteError) -> String {
+        let dir = self.disk.directory();
+        let space = DiskSpace::of(dir).map(|s| s.describe()).unwrap_or_else(|e| e.to_string());
+        let whole = match self.writer.abandoned().last() {
+            Some(f) => format!(
+                "; {} is left with its {} whole events (no partial event); the events not written stay in the \
+                 station",
+                f.path.display(),
+                f.events
+            ),
+            None => String::new(),
+        };
+        if e.is_disk_full() {
+            format!("disk full: {doing} into {} ({space}): {e}{whole}", dir.display())
+        } else {
+            format!("{doing}: {e} (the filesystem of {} has {space}){whole}", dir.display())
+        }
+    }
+}
+
 /// The writer thread: events from the station into files until the stop, then drained.
 fn record(
-    attachment: &crate::LocalAttachment,
-    mut writer: FileWriter,
-    counters: &Counters,
+    mut w: Writer,
     stop: &AtomicBool,
     batch: usize,
     drain: Duration,
     timeout: Duration,
 ) -> Result<Vec<ClosedFile>, String> {
     // On a failure the files written so far are still closed properly (trailer, final name).
-    match record_into(attachment, &mut writer, counters, stop, batch, drain, timeout) {
+    let r = record_into(&mut w, stop, batch, drain, timeout);
+    let writer = w.writer;
+    match r {
         Ok(()) => writer.finish().map_err(|e| format!("closing the files: {e}")),
         Err(e) => {
             let closed = writer.finish().map(|files| files.len());
@@ -392,9 +495,7 @@ fn record(
 }
 
 fn record_into(
-    attachment: &crate::LocalAttachment,
-    writer: &mut FileWriter,
-    counters: &Counters,
+    w: &mut Writer,
     stop: &AtomicBool,
     batch: usize,
     drain: Duration,
@@ -409,10 +510,18 @@ fn record_into(
             stop_seen = Some(Instant::now());
         }
         events.clear();
-        let n = match attachment.get_events_into(batch, Wait::Timed(Duration::from_millis(50)), &mut events) {
-            Ok(n) => n,
-            Err(crate::EtError::Timeout) => 0,
-            Err(e) => return Err(format!("reading ET: {e}")),
+        let throttled = w.throttled()?;
+        let n = if throttled {
+            // Disk throttling: the events wait in the station (ET's back-pressure holds the
+            // builder); a stop waits for room until `stop_timeout_ms`.
+            std::thread::sleep(Duration::from_millis(20));
+            0
+        } else {
+            match w.attachment.get_events_into(batch, Wait::Timed(Duration::from_millis(50)), &mut events) {
+                Ok(n) => n,
+                Err(crate::EtError::Timeout) => 0,
+                Err(e) => return Err(format!("reading ET: {e}")),
+            }
         };
         for e in &events {
             let data = e.data();
@@ -421,38 +530,53 @@ fn record_into(
             let id = match EventHeader::decode(data) {
                 Ok(h) => h.event_id,
                 Err(_) => {
-                    counters.bad_events.fetch_add(1, Ordering::Relaxed);
+                    w.counters.bad_events.fetch_add(1, Ordering::Relaxed);
                     EventId(0)
                 }
             };
             if e.is_possibly_corrupt() {
-                counters.possibly_corrupt.fetch_add(1, Ordering::Relaxed);
+                w.counters.possibly_corrupt.fetch_add(1, Ordering::Relaxed);
             }
-            let before = writer.closed_files().len();
-            writer.write_event(id, data).map_err(|e| format!("writing: {e}"))?;
-            if writer.closed_files().len() != before {
-                counters.files.fetch_add(1, Ordering::Relaxed);
+            let before = w.writer.closed_files().len();
+            if let Err(e) = w.writer.write_event(id, data) {
+                return Err(w.failed("writing", e));
             }
-            counters.events.fetch_add(1, Ordering::Relaxed);
-            counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            if w.writer.closed_files().len() != before {
+                w.counters.files.fetch_add(1, Ordering::Relaxed);
+            }
+            w.counters.events.fetch_add(1, Ordering::Relaxed);
+            w.counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
         if n > 0 {
             // Handed to the operating system before they are given back to ET: a recorder
             // killed after this point leaves them in its file, one killed before gives them
             // back to its station for the next recorder (never neither).
-            writer.flush().map_err(|e| format!("flushing: {e}"))?;
-            attachment.put_events(&mut events).map_err(|e| format!("putting events back: {e}"))?;
+            if let Err(e) = w.writer.flush() {
+                return Err(w.failed("flushing", e));
+            }
+            w.attachment.put_events(&mut events).map_err(|e| format!("putting events back: {e}"))?;
+            quiet_since = None;
+        } else if throttled {
+            // Not drained: the station is not read.
             quiet_since = None;
         } else if quiet_since.is_none() {
             quiet_since = Some(Instant::now());
         }
         if last_flush.elapsed() >= Duration::from_secs(1) {
-            writer.flush().map_err(|e| format!("flushing: {e}"))?;
+            if let Err(e) = w.writer.flush() {
+                return Err(w.failed("flushing", e));
+            }
             last_flush = Instant::now();
         }
         if let Some(s) = stop_seen {
             let drained = quiet_since.is_some_and(|q| q.elapsed() >= drain);
             if drained || s.elapsed() >= timeout {
+                if !drained && throttled {
+                    tracing::warn!(
+                        recorder = %w.name,
+                        "stopped while throttled by its disk: the events left in its station are not recorded"
+                    );
+                }
                 break;
             }
         }

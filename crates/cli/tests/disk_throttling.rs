@@ -1,0 +1,423 @@
+//! Disk throttling with real processes through the operator, on a small tmpfs the test mounts
+//! for the data files: a recorder (and a builder unit writing files) whose disk goes above its
+//! high water mark stops taking events (counted and shown), the builder's rate falls to zero,
+//! and it resumes once the disk is below its low mark, with nothing lost; a disk that fills
+//! with no throttling margin makes the writer fail with an error naming the disk, and the run's
+//! accounting holds every event (built = recorded + counted lost), with no partial event in
+//! the file.
+//!
+//! Mounting needs root: as another user the test runs itself again in a user and mount
+//! namespace (`unshare --user --map-root-user --mount`), and is skipped with the reason printed
+//! when that is not possible either.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use daqflow_component::api::{RunState, RunSummary, SystemState};
+use daqflow_runcontrol::operator::{Operator, OperatorOptions};
+use daqflow_runcontrol::system::SystemFile;
+use daqflow_wire::file::FileReader;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_daqflow");
+
+/// One operator at a time: each is a dozen processes on a small machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Set in the test's own run inside a user and mount namespace.
+const IN_NAMESPACE: &str = "DAQFLOW_TEST_IN_MOUNT_NAMESPACE";
+
+/// A tmpfs of `mib` MiB mounted on a fresh directory, unmounted when dropped (on a panic too).
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(mib: u64) -> Result<Tmpfs, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0755"), "daqflow-test"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("mount -t tmpfs: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// Whether this process may mount: root, or the test's own run in a namespace. Otherwise the
+/// test `name` is run again under `unshare` (its result is this run's), or skipped with the
+/// reason printed; false then.
+fn may_mount(name: &str) -> bool {
+    // SAFETY: geteuid(2) has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } == 0 || std::env::var_os(IN_NAMESPACE).is_some() {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount"])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(IN_NAMESPACE, "1")
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        // The test ran in the namespace and failed.
+        Ok(o) if o.status.code() == Some(101) => panic!(
+            "{name} in a user and mount namespace:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Ok(o) => println!(
+            "skipped {name}: not root, and no user and mount namespace to mount a tmpfs in ({})",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => println!("skipped {name}: not root, and `unshare` cannot run ({e})"),
+    }
+    false
+}
+
+/// Writes a ballast file of `mib` MiB into `dir`.
+fn ballast(dir: &Path, mib: usize) -> PathBuf {
+    let path = dir.join("ballast");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0x5au8; 1 << 20];
+    for _ in 0..mib {
+        f.write_all(&chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    path
+}
+
+/// Sources → RU → BU → ET → recorder (`recorder` params `recorder`), or, with `bu_files`, the
+/// BU writing its own files (params `bu_files`) and no ET system.
+fn system(data: &Path, writer: Writer<'_>) -> SystemFile {
+    let (et, recorder, bu_output) = match writer {
+        Writer::Recorder(params) => (
+            r#"
+[[component]]
+name = "et"
+kind = "et"
+[component.params]
+name = "${system.id}-et"
+events = 64
+event_size = 16384
+"#,
+            format!(
+                r#"
+[[component]]
+name = "recorder"
+kind = "recorder"
+[component.params]
+et = "${{et.et}}"
+{params}
+"#
+            ),
+            "output = \"et\"\net = \"${et.et}\"".to_owned(),
+        ),
+        Writer::Bu(params) => ("", String::new(), format!("output = \"files\"\n{params}")),
+    };
+    let text = format!(
+        r#"[system]
+name = "disk"
+control = "127.0.0.1:0"
+data = "{data}"
+timeout_s = 20
+stop_timeout_s = 60
+policy = "stop"
+{et}{recorder}
+[[component]]
+name = "evm"
+kind = "evm"
+[component.params]
+rus = 1
+drain_timeout_ms = 3000
+
+[[component]]
+name = "bu-0"
+kind = "bu"
+[component.params]
+id = 0
+evm = "${{evm.listen}}"
+credits = 64
+request_batch = 8
+end_timeout_ms = 10000
+{bu_output}
+
+[[component]]
+name = "ru-0"
+kind = "ru"
+[component.params]
+id = 0
+evm = "${{evm.listen}}"
+streams = 2
+
+[[component]]
+name = "src-0"
+kind = "source"
+stop_arg = "${{evm.last_event}}"
+[component.params]
+source_id = 0
+ru = "${{ru-0.listen}}"
+rate_hz = 400.0
+size = {{ kind = "lognormal", mean = 2048.0, rms = 256.0 }}
+
+[[component]]
+name = "src-1"
+kind = "source"
+stop_arg = "${{evm.last_event}}"
+[component.params]
+source_id = 1
+ru = "${{ru-0.listen}}"
+rate_hz = 400.0
+size = {{ kind = "lognormal", mean = 2048.0, rms = 256.0 }}
+"#,
+        data = data.display()
+    );
+    SystemFile::parse(&text, &daqflow::registry::standard()).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Which component writes the files, with its parameters (TOML lines).
+enum Writer<'a> {
+    Recorder(&'a str),
+    Bu(&'a str),
+}
+
+fn status(op: &Operator) -> Value {
+    serde_json::to_value(op.status()).unwrap()
+}
+
+/// Component `name`'s live statistics.
+fn stats(op: &Operator, name: &str) -> Value {
+    let st = status(op);
+    st["components"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()["stats"].clone()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The run's events built (the EVM's count) and how they change over `over`.
+fn built_over(op: &Operator, over: Duration) -> (u64, u64) {
+    let before = op.status().events;
+    std::thread::sleep(over);
+    (before, op.status().events)
+}
+
+/// Throttles on a ballast above the high mark, resumes once it is deleted; nothing lost.
+/// `writer` is the component that writes into the tmpfs, `count` its events counter.
+fn throttles_and_resumes(writer: &str, data: &Path, files: &Tmpfs, make: impl Fn(&Path) -> SystemFile) {
+    let op = Operator::launch(OperatorOptions::new(make(data), BIN.into())).unwrap_or_else(|e| panic!("launch: {e}"));
+    op.configure().unwrap();
+    op.start(None).unwrap();
+    wait_until("events written", Duration::from_secs(30), || stats(&op, writer)["events"].as_u64() > Some(300));
+    assert_eq!(stats(&op, writer)["detail"]["throttled"], false, "throttled before the disk filled");
+
+    // 40 MiB of 64: above the high mark of 50 %.
+    let ballast = ballast(files.path(), 40);
+    wait_until("the writer to throttle", Duration::from_secs(10), || stats(&op, writer)["detail"]["throttled"] == true);
+    let s = stats(&op, writer);
+    assert_eq!(s["detail"]["throttle_count"], 1, "{s}");
+    assert!(s["detail"]["disk_used_pct"].as_f64().unwrap() > 50.0, "{s}");
+    assert!(s["detail"]["disk_free_bytes"].as_u64().unwrap() < 32 << 20, "{s}");
+    // The writer takes nothing more, and back-pressure stops the builder: its rate goes to zero.
+    wait_until("the builder to stop", Duration::from_secs(15), || {
+        let (a, b) = built_over(&op, Duration::from_millis(700));
+        a == b
+    });
+    let written = stats(&op, writer)["events"].as_u64().unwrap();
+    let (a, b) = built_over(&op, Duration::from_millis(1500));
+    assert_eq!(a, b, "events were built while the writer was throttled");
+    assert_eq!(stats(&op, writer)["events"].as_u64().unwrap(), written, "written while throttled");
+    assert_eq!(op.state(), SystemState::Running);
+
+    // Below the low mark again: it resumes.
+    std::fs::remove_file(&ballast).unwrap();
+    wait_until("the writer to resume", Duration::from_secs(10), || stats(&op, writer)["detail"]["throttled"] == false);
+    wait_until("events written again", Duration::from_secs(15), || {
+        stats(&op, writer)["events"].as_u64().unwrap() > written + 300
+    });
+    let summary = op.stop().unwrap();
+    op.shutdown();
+    assert_eq!(summary.state, RunState::Stopped, "{summary:?}");
+    assert_eq!(summary.lost, 0, "{:?}", summary.lost_reasons);
+    let detail = &summary.components[writer].summary.as_ref().unwrap().detail;
+    assert_eq!(detail["throttle_count"], 1, "{detail}");
+    assert_eq!(detail["throttled"], false, "{detail}");
+    assert!(detail["throttled_s"].as_f64().unwrap() > 2.0, "{detail}");
+    // Each throttle and each resume is a warning in the component's log.
+    let log = std::fs::read_to_string(data.join("logs").join(format!("{writer}.log"))).unwrap();
+    let warned = |text: &str| log.lines().filter(|l| l.contains("WARN") && l.contains(text)).count();
+    assert_eq!(warned("disk throttling: the filesystem of"), 1, "{log}");
+    assert_eq!(warned("disk throttling ended"), 1, "{log}");
+}
+
+#[test]
+fn a_recorder_whose_disk_fills_throttles_and_resumes_without_losing_events() {
+    let name = "a_recorder_whose_disk_fills_throttles_and_resumes_without_losing_events";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let files = Tmpfs::mount(64).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let params = format!(
+        "directory = \"{}\"\nthrottle_high_pct = 50\nthrottle_low_pct = 40\nthrottle_check_ms = 50",
+        files.path().display()
+    );
+    throttles_and_resumes("recorder", dir.path(), &files, |data| system(data, Writer::Recorder(&params)));
+    // Every event of the run is in the recorder's files.
+    let on_disk = whole_events(files.path());
+    assert!(on_disk > 600, "{on_disk}");
+}
+
+#[test]
+fn a_builder_unit_whose_disk_fills_stops_asking_for_events_and_resumes() {
+    let name = "a_builder_unit_whose_disk_fills_stops_asking_for_events_and_resumes";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let files = Tmpfs::mount(64).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let params = format!(
+        "directory = \"{}\"\nthrottle_high_pct = 50\nthrottle_low_pct = 40\nthrottle_check_ms = 50",
+        files.path().display()
+    );
+    throttles_and_resumes("bu-0", dir.path(), &files, |data| system(data, Writer::Bu(&params)));
+}
+
+/// The whole events in the data files of `dir` (closed or left as `.part`), every one checked.
+fn whole_events(dir: &Path) -> u64 {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.ends_with(".daq") || name.ends_with(".daq.part")) {
+            continue;
+        }
+        let report = FileReader::open(&path).and_then(|r| r.verify(true)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            report.problems.is_empty() && report.cut_short.is_none(),
+            "{name}: a partial or corrupt event: {report:?}"
+        );
+        n += report.records;
+    }
+    n
+}
+
+/// Runs until the writer fails; the run's summary, once the operator closed the run.
+fn run_until_the_disk_is_full(op: &Operator) -> RunSummary {
+    op.configure().unwrap();
+    op.start(None).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if !op.run_open()
+            && let Some(s) = op.last_summary()
+        {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "the run did not end: {}", status(op));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_recorder_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted() {
+    let name = "a_recorder_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let files = Tmpfs::mount(16).unwrap_or_else(|e| panic!("{e}"));
+    // 13 MiB of 16: a few seconds of data fill the rest; throttling is off.
+    ballast(files.path(), 13);
+    let dir = tempfile::tempdir().unwrap();
+    let params = format!("directory = \"{}\"\nthrottle_high_pct = 100", files.path().display());
+    let op = Operator::launch(OperatorOptions::new(system(dir.path(), Writer::Recorder(&params)), BIN.into()))
+        .unwrap_or_else(|e| panic!("launch: {e}"));
+    let summary = run_until_the_disk_is_full(&op);
+    println!("error: {:?}\nlost: {:?}", summary.error, summary.lost_reasons);
+    let st = status(&op);
+    op.shutdown();
+
+    // The recorder failed, and says why: the disk, full.
+    assert_eq!(summary.state, RunState::Failed, "{summary:?}");
+    let error = summary.error.clone().unwrap_or_default();
+    assert!(error.contains("recorder") && error.contains("disk full"), "{error}");
+    assert!(error.contains(&files.path().display().to_string()), "the error names the directory: {error}");
+    let recorder = st["components"].as_array().unwrap().iter().find(|c| c["name"] == "recorder").unwrap();
+    assert!(recorder["error"].as_str().unwrap_or("").contains("No space left on device"), "{recorder}");
+
+    // Every event is accounted: built = recorded + counted lost, the loss named.
+    assert!(summary.events > 0 && summary.recorded > 0, "{summary:?}");
+    assert_eq!(summary.events + summary.duplicates, summary.recorded + summary.not_recorded, "{summary:?}");
+    assert_eq!(summary.lost, summary.lost_reasons.iter().map(|r| r.events).sum::<u64>(), "{summary:?}");
+    assert!(summary.not_recorded > 0, "the disk was full and nothing was missing: {summary:?}");
+    assert!(
+        summary.lost_reasons.iter().any(|r| r.reason.contains("built but not recorded")),
+        "{:?}",
+        summary.lost_reasons
+    );
+    // Every loss names its cause: the recorder that failed on its full disk.
+    for r in &summary.lost_reasons {
+        assert!(r.reason.contains("`recorder` failed (disk full"), "{r:?}");
+    }
+    assert!(summary.accounting_complete, "{summary:?}");
+    // The file holds whole events only, and as many as the run says were recorded.
+    assert_eq!(whole_events(files.path()), summary.recorded, "{summary:?}");
+}
+
+#[test]
+fn a_builder_unit_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted() {
+    let name = "a_builder_unit_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let files = Tmpfs::mount(16).unwrap_or_else(|e| panic!("{e}"));
+    ballast(files.path(), 13);
+    let dir = tempfile::tempdir().unwrap();
+    let params = format!("directory = \"{}\"\nthrottle_high_pct = 100", files.path().display());
+    let op = Operator::launch(OperatorOptions::new(system(dir.path(), Writer::Bu(&params)), BIN.into()))
+        .unwrap_or_else(|e| panic!("launch: {e}"));
+    let summary = run_until_the_disk_is_full(&op);
+    println!("error: {:?}\nlost: {:?}", summary.error, summary.lost_reasons);
+    op.shutdown();
+
+    assert_eq!(summary.state, RunState::Failed, "{summary:?}");
+    let error = summary.error.clone().unwrap_or_default();
+    assert!(error.contains("bu-0") && error.contains("disk full"), "{error}");
+    assert!(error.contains(&files.path().display().to_string()), "the error names the directory: {error}");
+    // The EVM counts what the BU did not confirm as lost, the BU's failure named.
+    let triggered = summary.triggered.expect("the EVM's accounting");
+    assert_eq!(triggered, summary.events + summary.rejected.unwrap_or(0) + summary.lost_in_builder, "{summary:?}");
+    assert!(summary.lost_in_builder > 0, "{summary:?}");
+    assert!(
+        summary.lost_reasons.iter().any(|r| r.reason.contains("`bu-0` failed (") && r.reason.contains("disk full")),
+        "{:?}",
+        summary.lost_reasons
+    );
+    // Its files hold whole events only: at least every event it confirmed.
+    let on_disk = whole_events(files.path());
+    assert!(on_disk >= summary.events, "{on_disk} on disk, {} built: {summary:?}", summary.events);
+}
