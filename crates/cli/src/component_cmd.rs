@@ -120,14 +120,14 @@ pub fn read_token_line(input: impl std::io::BufRead) -> anyhow::Result<daqflow_d
 }
 
 /// Reads `--config` and applies `--set`s into one TOML table
-/// ([`daqflow_runcontrol::process::config_table`]).
+/// ([`daqflow_component::process::config_table`]).
 pub fn config_table(config: Option<&PathBuf>, sets: &[String]) -> anyhow::Result<toml::Table> {
-    Ok(daqflow_runcontrol::process::config_table(config.map(PathBuf::as_path), sets)?)
+    Ok(daqflow_component::process::config_table(config.map(PathBuf::as_path), sets)?)
 }
 
 /// A TOML value (number, boolean, array, inline table, quoted string) or else a bare string.
 pub(crate) fn parse_value(v: &str) -> toml::Value {
-    daqflow_runcontrol::process::parse_value(v)
+    daqflow_component::process::parse_value(v)
 }
 
 /// The arguments a component program of the user's own gets (`--command`): the ones this
@@ -187,7 +187,7 @@ pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<
             registry.kinds().join(", ")
         );
     }
-    let options = daqflow_runcontrol::process::Options {
+    let options = daqflow_component::process::Options {
         kind,
         name: args.name.clone(),
         config: config_table(args.config.as_ref(), &args.set)?,
@@ -197,13 +197,13 @@ pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<
         end_with_stdin: args.token_stdin,
         operator: args.operator.clone(),
     };
-    let failed = daqflow_runcontrol::process::run(registry, options)?;
+    let failed = daqflow_component::process::run(registry, options)?;
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 /// A flag set by SIGTERM or SIGINT.
 pub fn install_signal_flag() -> anyhow::Result<&'static std::sync::atomic::AtomicBool> {
-    Ok(daqflow_runcontrol::process::signal_flag()?)
+    Ok(daqflow_component::process::signal_flag()?)
 }
 
 #[cfg(test)]

@@ -169,21 +169,7 @@ pub(crate) fn ensure_process_token() -> anyhow::Result<daqflow_dialog::Token> {
 }
 
 fn init_logging(default_level: &str) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = EnvFilter::try_from_env("DAQFLOW_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .with_filter(filter);
-    // Records at info and above are also kept for the process's `<name>/log` service (the
-    // message logger stores them), whatever the terminal shows.
-    let capture = daqflow_runcontrol::log::layer().with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-    let _ = tracing_subscriber::registry().with(fmt).with(capture).try_init();
+    daqflow_component::log::init(default_level);
 }
 
 fn print_version() {

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use daqflow_component::api::{
+use daqflow_api::{
     LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, RunState, RunSummary, SystemStatus, Transition,
     TransitionResult,
 };
@@ -224,18 +224,15 @@ impl Backend for OperatorBackend {
         self.0.history_db().history_names().map_err(|e| BackendError::Failed(e.to_string()))
     }
 
-    fn history(
-        &self,
-        query: &daqflow_component::api::HistoryQuery,
-    ) -> Result<Option<daqflow_component::api::HistorySeries>, BackendError> {
+    fn history(&self, query: &daqflow_api::HistoryQuery) -> Result<Option<daqflow_api::HistorySeries>, BackendError> {
         self.0.history_db().history(query).map_err(|e| BackendError::Failed(e.to_string()))
     }
 
-    fn alarms(&self) -> Result<daqflow_component::alarms::AlarmsStatus, BackendError> {
+    fn alarms(&self) -> Result<daqflow_api::alarms::AlarmsStatus, BackendError> {
         Ok(self.0.alarms())
     }
 
-    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_component::alarms::AlarmView, BackendError> {
+    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_api::alarms::AlarmView, BackendError> {
         self.0.acknowledge_alarm(name, who).map_err(backend_error)
     }
 }
@@ -776,7 +773,7 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                 let rest: Vec<&str> = words.collect();
                 let (target, value) = match (verb, rest.join(" ").split_once('=')) {
                     ("set", Some((t, v))) => {
-                        (t.trim().to_owned(), Some(daqflow_runcontrol::process::parse_value(v.trim())))
+                        (t.trim().to_owned(), Some(daqflow_component::process::parse_value(v.trim())))
                     }
                     ("unset", None) if rest.len() == 1 => (rest[0].to_owned(), None),
                     _ => {

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use daqflow_component::api::{ComponentState, Policy, RunSummary};
+use daqflow_api::{ComponentState, Policy, RunSummary};
 use daqflow_runcontrol::operator::{Operator, OperatorOptions};
 use serde_json::{Value, json};
 
@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn the_identities_catch_an_event_not_accounted_for() {
         let mut s = daqflow_rundb::example_summary(1, 100);
-        s.files.push(daqflow_component::api::FileRecord {
+        s.files.push(daqflow_api::FileRecord {
             component: "recorder".into(),
             path: "/nowhere/run000001_recorder_0001.daq".into(),
             events: 100,

@@ -17,7 +17,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use client::{Client, get, wait_until};
-use daqflow_component::alarms::AlarmEventKind;
+use daqflow_api::alarms::AlarmEventKind;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_daqflow");

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use daqflow_component::api::{RunState, RunSummary, SystemState};
+use daqflow_api::{RunState, RunSummary, SystemState};
 use daqflow_runcontrol::operator::{Operator, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
 use daqflow_wire::file::FileReader;

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use client::{get, wait_until};
-use daqflow_component::api::HistoryQuery;
+use daqflow_api::HistoryQuery;
 use daqflow_runcontrol::db::RunDb;
 use daqflow_rundb::testing::{Backend, TestDb};
 use serde_json::Value;
@@ -217,7 +217,7 @@ fn while_its_database_is_gone_the_history_drops_and_counts_and_run_control_goes_
         (get(addr, "/api/status").json()["state"] == "Configured").then_some(())
     });
     std::thread::sleep(Duration::from_secs(2));
-    let back_ms = daqflow_runcontrol::log::now_ms();
+    let back_ms = daqflow_component::log::now_ms();
     server.start_again().unwrap();
 
     // Back: the samples flow again, and those dropped meanwhile are counted.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use daqflow_component::api::{RunState, SystemState};
+use daqflow_api::{RunState, SystemState};
 use daqflow_runcontrol::db::{LogQuery, RunDb};
 use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;

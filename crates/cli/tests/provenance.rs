@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use daqflow_component::api::RunState;
+use daqflow_api::RunState;
 use daqflow_runcontrol::db::RunDb;
 use daqflow_runcontrol::operator::{Operator, OperatorOptions};
 use daqflow_runcontrol::provenance::sha256_hex;

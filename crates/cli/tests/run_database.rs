@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use daqflow_component::api::RunState;
+use daqflow_api::RunState;
 use daqflow_runcontrol::db::{LogQuery, RunDb};
 use daqflow_rundb::testing::{Backend, TestDb};
 

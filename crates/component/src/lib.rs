@@ -1,4 +1,4 @@
-//! # daqflow-component: the contract every component process follows
+//! # daqflow-component: the contract every component process follows, and its run loop
 //!
 //! Every long-running daqflow process is a **component** (DAQ-Middleware's components, iFDAQ's
 //! slaves): a name, a kind, and one state machine, the same for every kind:
@@ -21,12 +21,16 @@
 //! - [`Stats`], the typed counters every kind reports live and as the summary of a run;
 //! - the component protocol's messages: [`Request`] ([`Command`] with a request id),
 //!   [`CommandReply`], [`ComponentStatus`];
-//! - [`checks`], the range checks every kind's configuration goes through;
-//! - [`api`], the operator's contract with its clients (web, command line): transitions,
-//!   system status, run summaries and records, log queries.
+//! - [`checks`], the range checks every kind's configuration goes through, and
+//!   [`provenance`], the system file's digest a kind that writes data files puts in them;
+//! - the runtime: [`process`], the run loop every component process runs (a [`Driver`] fed
+//!   from the control plane and from standard input, publishing the component's state,
+//!   statistics and log), and [`log`], the capture of its log records.
 //!
-//! The event builder, the ET system, the chain and run control implement or drive it; the
-//! `daqflow` binary registers the standard kinds.
+//! It has no database and no HTTP: a component binary, or the Python package, links this crate
+//! and the control plane (`daqflow-dialog`), not the operator. The operator's types for its
+//! clients are in `daqflow-api`. The event builder, the ET system and the chain implement the
+//! contract; run control drives it; the `daqflow` binary registers the standard kinds.
 //!
 //! ```
 //! use daqflow_component::{Answer, Command, Component, ComponentError, Driver, Kind, Registry, Role, State, Stats};
@@ -52,13 +56,13 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod alarms;
-pub mod api;
 pub mod checks;
 mod command;
 mod component;
 mod error;
 mod kind;
+pub mod log;
+pub mod process;
 pub mod provenance;
 mod state;
 mod stats;

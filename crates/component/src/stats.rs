@@ -78,7 +78,7 @@ impl Stats {
     /// and the alarms use after `COMPONENT.`: `events`, `bytes`, `events_per_s`, `mb_per_s`,
     /// `trigger.triggered` … `trigger.lost`, `trigger.lost_reasons.CAUSE`, and every number of
     /// `detail` by its path (`detail.files`, `detail.stations.0.events`); booleans are 0 and 1,
-    /// strings, nulls and arrays of more than [`MAX_ARRAY`] items (a histogram's bins) are left out.
+    /// strings, nulls and arrays of more than 32 items (a histogram's bins) are left out.
     ///
     /// ```
     /// use daqflow_component::Stats;

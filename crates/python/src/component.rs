@@ -2,7 +2,7 @@
 //!
 //! A Python component is a subclass of `daqflow.Component` (`python/daqflow/component.py`).
 //! [`run_component`] runs it as a whole daqflow component process: the same run loop as
-//! `daqflow component KIND` ([`daqflow_runcontrol::process::run`]), so it reads the same line
+//! `daqflow component KIND` ([`daqflow_component::process::run`]), so it reads the same line
 //! commands on standard input, joins the control plane with the system token, publishes
 //! `NAME/state`, `NAME/stats` and `NAME/log`, keeps its lease and takes commands only from its
 //! operator. Each transition calls the Python object's method with the GIL taken; the loop
@@ -216,7 +216,7 @@ pub fn _run_component(
     operator: Option<String>,
 ) -> PyResult<bool> {
     let role = self::role(role)?;
-    let config = daqflow_runcontrol::process::config_table(config_file.as_deref(), &sets)
+    let config = daqflow_component::process::config_table(config_file.as_deref(), &sets)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let lease = match lease_s {
         Some(s) if !(s.is_finite() && (0.0..=86_400.0).contains(&s)) => {
@@ -243,8 +243,8 @@ pub fn _run_component(
         Ok(Box::new(PyComponent { object, rates: Mutex::new(None) }) as Box<dyn Component>)
     }));
     let options =
-        daqflow_runcontrol::process::Options { kind, name, config, start, control, lease, end_with_stdin, operator };
-    let result = py.detach(|| daqflow_runcontrol::process::run(registry, options));
+        daqflow_component::process::Options { kind, name, config, start, control, lease, end_with_stdin, operator };
+    let result = py.detach(|| daqflow_component::process::run(registry, options));
     result.map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
@@ -264,18 +264,7 @@ pub fn _log(level: &str, message: &str) {
 /// The process's log: standard error (filtered by `DAQFLOW_LOG`, info by default) and the
 /// records kept for its `NAME/log` service, as the `daqflow` binary sets it up.
 fn init_logging() {
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("DAQFLOW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .with_filter(filter);
-    let capture = daqflow_runcontrol::log::layer().with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-    let _ = tracing_subscriber::registry().with(fmt).with(capture).try_init();
+    daqflow_component::log::init("info");
 }
 
 /// One source's stream of fragments to a readout unit: the source protocol (`docs/evb.md`,

@@ -22,11 +22,11 @@
 //!   plainly what cannot be known, and `accounting_complete` is false then.
 //!
 //! What a component's counters mean comes from its kind's [`Role`]: the trigger's
-//! [`TriggerCounts`], the builders' and recorders' `events`; no counter is looked up by name.
+//! [`TriggerCounts`](daqflow_component::TriggerCounts), the builders' and recorders' `events`; no counter is looked up by name.
 //!
 //! ```
 //! use daqflow_component::{Role, Stats, TriggerCounts};
-//! use daqflow_component::api::FileRecord;
+//! use daqflow_api::FileRecord;
 //! use daqflow_runcontrol::accounting::{account, ComponentRun};
 //! let trigger = TriggerCounts { triggered: 10, built: 10, ..Default::default() };
 //! let evm = ComponentRun::survived("evm", "evm", Role::Trigger, Stats::counted(10, 0).with_trigger(trigger));
@@ -40,7 +40,7 @@
 
 use std::path::Path;
 
-use daqflow_component::api::{Died, FileRecord, LostReason};
+use daqflow_api::{Died, FileRecord, LostReason};
 use daqflow_component::{Role, Stats};
 
 /// What the operator knows of one component at the end of a run.

@@ -23,7 +23,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use daqflow_component::api::{ComponentState, SystemState};
+use daqflow_api::{ComponentState, SystemState};
 
 /// Why a condition does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -433,7 +433,7 @@ pub struct AlarmSpec {
     /// Its name (unique in the system: what `ack NAME` and `POST /api/alarms/ack` take).
     pub name: String,
     /// `warning` (the default) or `error`.
-    pub severity: daqflow_component::alarms::AlarmSeverity,
+    pub severity: daqflow_api::alarms::AlarmSeverity,
     /// When it is raised.
     pub condition: Condition,
     /// The text shown and logged (default: the condition).

@@ -1,20 +1,30 @@
-//! # daqflow-runcontrol: components, the operator, the run database and the message logger
+//! # daqflow-runcontrol: the operator, the system file, the run's accounting and the message logger
 //!
-//! Every long-running daqflow process is a **component** (`DESIGN.md`, process model): a name,
-//! a kind and the state machine Initial → Configured → Running ⇄ Paused, with Error and reset.
-//! This crate holds
+//! What drives a system of components (DAQ-Middleware's DAQ-Operator, DIALOG's master): the
+//! components themselves, their contract and the run loop of a component process are in
+//! `daqflow-component`; the types the operator shows its clients are in `daqflow-api`. This
+//! crate holds
 //!
-//! - the component framework ([`component`]): the [`Component`](component::Component) trait, the
-//!   [`Driver`](component::Driver) that enforces the state machine, and the [`process`] run loop
-//!   that binds a component to the control plane (commands `<name>/…`, services `<name>/state`,
-//!   `<name>/stats`, `<name>/log`) and to its standard input;
-//! - the standard components: `et`, `recorder`, `monitor`, `repeater`, `sink`, `generator`,
-//!   `msglogger`, besides the event builder's `source`, `evm`, `ru`, `bu` ([`registry`]);
-//! - the operator: the system file, process launching, transitions in order, policies, the run
-//!   database.
+//! - the system file ([`system`]): components, hosts, policies, groups, alarms, history, with
+//!   every problem reported with its line;
+//! - the [`operator`]: the pure [`operator::sequencer`] (every transition, timeout, restart,
+//!   degraded running and live parameter, tested on virtual time), the supervisor of the
+//!   component processes, the control servers it starts, the history's sampler and writer and
+//!   the alarms' evaluator;
+//! - the alarms' condition language ([`alarm`]), run [`provenance`] and the [`accounting`] of
+//!   a run by the components' roles;
+//! - the message logger kind ([`msglogger`]), which stores every process's log records;
+//! - [`db`]: the run database (`daqflow-rundb`), SQLite or PostgreSQL.
 //!
-//! The operator guide (`docs/operator-guide.md`) describes the system file and writing a
-//! component of one's own.
+//! It knows the component kinds only through the `daqflow_component::Registry` it is given.
+//! The operator guide (`docs/operator-guide.md`) describes the system file and the operator.
+//!
+//! ```no_run
+//! let text = std::fs::read_to_string("my-system.toml")?;
+//! let system = daqflow_runcontrol::system::SystemFile::parse(&text, &daqflow_component::Registry::new())?;
+//! println!("{} components", system.components.len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![warn(missing_docs)]
 
 pub mod accounting;
@@ -22,9 +32,7 @@ pub mod alarm;
 mod control_servers;
 /// The run database (the crate `daqflow-rundb`): SQLite or PostgreSQL.
 pub use daqflow_rundb as db;
-pub mod log;
 pub mod msglogger;
 pub mod operator;
-pub mod process;
 pub mod provenance;
 pub mod system;

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 
-use daqflow_component::api::RunProvenance;
+use daqflow_api::RunProvenance;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 

@@ -42,7 +42,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
-use daqflow_component::alarms::AlarmSeverity;
+use daqflow_api::alarms::AlarmSeverity;
 use daqflow_component::{DataFiles, Registry, Role};
 
 mod history;
@@ -52,7 +52,7 @@ pub use history::{HistorySection, MAX_INTERVAL_S, MAX_RETENTION_DAYS, MIN_INTERV
 /// What to do when a component dies or fails: `stop` the run (the run record says why),
 /// `restart` it (start it again, configure it and, during a run, start it in the same run), or
 /// go on without it (`expendable`).
-pub use daqflow_component::api::Policy;
+pub use daqflow_api::Policy;
 
 /// The `[system]` table.
 #[derive(Debug, Clone, Deserialize)]

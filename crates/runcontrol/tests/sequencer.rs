@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use daqflow_component::api::{RunState, SystemState, Transition, TransitionResult};
+use daqflow_api::{RunState, SystemState, Transition, TransitionResult};
 use daqflow_component::{
     Answer, Command, CommandReply, Component, ComponentError, ComponentStatus, Info, Kind, Outcome, Registry, Request,
     Role, State, Stats, TriggerCounts, Verb,

@@ -1,7 +1,7 @@
 //! The table of alarm events (`alarm_events`): every alarm raised, acknowledged and cleared,
 //! with its time, system, name, severity, message and who acknowledged it.
 
-use daqflow_component::alarms::{AlarmEvent, AlarmEventKind, AlarmSeverity};
+use daqflow_api::alarms::{AlarmEvent, AlarmEventKind, AlarmSeverity};
 
 use crate::sql::{Arg, Fail};
 use crate::{DbError, Mode, RunDb};

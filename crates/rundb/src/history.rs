@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use daqflow_component::api::{HistoryPoint, HistoryQuery, HistorySeries};
+use daqflow_api::{HistoryPoint, HistoryQuery, HistorySeries};
 
 use crate::sql::{Arg, Fail, Sql};
 use crate::{DbError, Mode, RunDb};

@@ -63,10 +63,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use daqflow_api::{LogRecord, RunDetail, RunRecord, RunState, RunSummary, Severity};
 use daqflow_component::Stats;
-use daqflow_component::api::{LogRecord, RunDetail, RunRecord, RunState, RunSummary, Severity};
 
-pub use daqflow_component::api::LogQuery;
+pub use daqflow_api::LogQuery;
 pub use history::Sample;
 pub use location::{Location, LocationError, PostgresUrl, redact_text, redact_url};
 

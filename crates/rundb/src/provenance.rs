@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use daqflow_component::api::{ParameterChange, RunProvenance};
+use daqflow_api::{ParameterChange, RunProvenance};
 use serde_json::Value;
 
 use crate::sql::{Arg, Fail, Row, Sql};

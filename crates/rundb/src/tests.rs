@@ -4,7 +4,7 @@
 use super::*;
 use crate::sql::Cell;
 use crate::testing::{Backend, TestDb};
-use daqflow_component::api::{ComponentRecord, FileRecord};
+use daqflow_api::{ComponentRecord, FileRecord};
 
 fn rec(seq: u64, t_ms: u64, process: &str, severity: &str, message: &str) -> LogRecord {
     LogRecord {
@@ -175,7 +175,7 @@ fn a_password_in_the_configuration_snapshot_is_not_stored(backend: Backend) {
 }
 
 fn alarm_events_are_stored_and_listed_newest_first_by_system(backend: Backend) {
-    use daqflow_component::alarms::{AlarmEvent, AlarmEventKind, AlarmSeverity};
+    use daqflow_api::alarms::{AlarmEvent, AlarmEventKind, AlarmSeverity};
     let Some(t) = TestDb::new(backend, "alarm_events") else { return };
     let db = t.open();
     let event = |t_ms, system: &str, kind, who: Option<&str>| AlarmEvent {
@@ -299,7 +299,7 @@ fn an_sqlite_file_is_made_with_its_directory() {
 }
 
 fn provenance_and_changes_are_kept_per_run(backend: Backend) {
-    use daqflow_component::api::{ParameterChange, RunProvenance};
+    use daqflow_api::{ParameterChange, RunProvenance};
     let Some(t) = TestDb::new(backend, "provenance") else { return };
     let db = t.open();
     let run = db.begin_run("s", "cfg", None).unwrap();

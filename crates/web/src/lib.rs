@@ -26,7 +26,7 @@
 //!
 //! ## The contract
 //!
-//! What the backend returns is typed, in [`daqflow_component::api`]: the [`SystemStatus`], the
+//! What the backend returns is typed, in [`daqflow_api`]: the [`SystemStatus`], the
 //! [`Transition`]s with their [`TransitionResult`], the [`ProcessEntry`]s of the control plane,
 //! the [`LogQuery`] of the message browser and its [`LogRecord`]s, the run database's
 //! [`RunRecord`]s and [`RunDetail`], the [`HistoryQuery`] of a slow value and its
@@ -44,7 +44,7 @@
 //! ```
 //! use std::io::{Read, Write};
 //! use std::sync::Arc;
-//! use daqflow_component::api::{
+//! use daqflow_api::{
 //!     LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemState, SystemStatus, Transition,
 //!     TransitionResult,
 //! };
@@ -134,8 +134,8 @@ mod server;
 mod session;
 mod ui;
 
-/// The typed contract the backend fulfils ([`daqflow_component::api`]), for implementers.
-pub use daqflow_component::api;
+/// The typed contract the backend fulfils ([`daqflow_api`]), for implementers.
+pub use daqflow_api;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -143,7 +143,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use daqflow_component::api::{
+use daqflow_api::{
     HistoryQuery, HistorySeries, LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemStatus, Transition,
     TransitionResult,
 };
@@ -556,14 +556,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Every alarm of the system with its state, and the recent alarm events (`GET
     /// /api/alarms`; also exported in `/metrics`). A backend without alarms has none (the
     /// default).
-    fn alarms(&self) -> Result<daqflow_component::alarms::AlarmsStatus, BackendError> {
-        Ok(daqflow_component::alarms::AlarmsStatus::default())
+    fn alarms(&self) -> Result<daqflow_api::alarms::AlarmsStatus, BackendError> {
+        Ok(daqflow_api::alarms::AlarmsStatus::default())
     }
     /// A person acknowledges alarm `name`; `who` says who (recorded with the event). Returns
     /// the alarm as it is then. [`BackendError::Invalid`] for an alarm the system does not
     /// have or one that is not raised (400). A backend without alarms refuses it (the
     /// default).
-    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_component::alarms::AlarmView, BackendError> {
+    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_api::alarms::AlarmView, BackendError> {
         let _ = who;
         Err(BackendError::Invalid(format!("there is no alarm `{name}`: this system has no alarms")))
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use daqflow_component::api::{LogQuery, Severity, SystemState};
+use daqflow_api::{LogQuery, Severity, SystemState};
 use daqflow_web::{WebHandle, WebOptions};
 use serde_json::json;
 use support::client::{Client, Sse, connect, get, raw, read_reply, send, wait_until};

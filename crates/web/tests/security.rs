@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use daqflow_component::api::SystemState;
+use daqflow_api::SystemState;
 use daqflow_web::{WebHandle, WebOptions};
 use serde_json::json;
 use support::client::{Client, SESSION_COOKIE, Sse, connect, get, raw, read_reply, send};

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use daqflow_component::api::SystemState;
+use daqflow_api::SystemState;
 use daqflow_web::WebOptions;
 use support::cdp::{self, Browser};
 use support::client::{Client, SESSION_COOKIE, get};
@@ -209,7 +209,7 @@ fn the_ui_drives_a_run_in_headless_chromium() {
 
 #[test]
 fn the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run() {
-    use daqflow_component::api::{ParameterChange, RunProvenance};
+    use daqflow_api::{ParameterChange, RunProvenance};
     let Some(binary) =
         cdp::chromium_or_skip("the_runs_view_shows_a_runs_configuration_and_its_diff_against_another_run")
     else {
@@ -489,7 +489,7 @@ fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
 
 #[test]
 fn the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them() {
-    use daqflow_component::alarms::{AlarmSeverity, AlarmState, AlarmView, AlarmsStatus};
+    use daqflow_api::alarms::{AlarmSeverity, AlarmState, AlarmView, AlarmsStatus};
     let Some(binary) =
         cdp::chromium_or_skip("the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them")
     else {

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use daqflow_api::{RunSummary, SystemState, SystemStatus};
 use daqflow_component::Stats;
-use daqflow_component::api::{RunSummary, SystemState, SystemStatus};
 use daqflow_evb::model::SizeModel;
 use daqflow_evb::stats::{BuDetail, EvmDetail, RuDetail};
 use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};

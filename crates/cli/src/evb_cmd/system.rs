@@ -338,7 +338,7 @@ mod tests {
         assert_eq!(params(&f, "src-5")["size"]["bytes"].as_integer(), Some(1024));
         let src = f.components.iter().find(|c| c.name == "src-0").unwrap();
         assert_eq!(src.stop_arg.as_deref(), Some("${evm.last_event}"));
-        assert_eq!(f.system.policy, daqflow_component::api::Policy::Stop);
+        assert_eq!(f.system.policy, daqflow_api::Policy::Stop);
         assert!(params(&f, "bu-0").get("output").is_none(), "events are discarded by default");
     }
 

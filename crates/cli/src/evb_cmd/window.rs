@@ -27,8 +27,8 @@
 
 use std::collections::BTreeMap;
 
+use daqflow_api::SystemStatus;
 use daqflow_component::Stats;
-use daqflow_component::api::SystemStatus;
 
 /// Which counter of a component is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

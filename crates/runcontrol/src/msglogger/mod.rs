@@ -1,5 +1,5 @@
 //! `msglogger`: the message logger. It follows every process on the control plane and stores
-//! the log records each one publishes in `<name>/log` (`crate::log`) in the run database's
+//! the log records each one publishes in `<name>/log` (`daqflow_component::log`) in the run database's
 //! `logs` table, where the web UI's message browser (and `sqlite3`) find them.
 //!
 //! It works from `configure` to `reset`, whether a run is on or not: it lists the processes
@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::db::{Location, RunDb};
-use crate::log::LogRecord;
+use daqflow_component::log::LogRecord;
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
@@ -350,7 +350,7 @@ mod tests {
             .map(|seq| LogRecord {
                 seq,
                 t_ms: seq * 10,
-                severity: crate::log::Severity::Info,
+                severity: daqflow_component::log::Severity::Info,
                 process: process.into(),
                 target: "t".into(),
                 message: format!("record {seq}"),

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use daqflow_component::alarms::{AlarmEvent, AlarmEventKind, AlarmSeverity, AlarmState, AlarmView, AlarmsStatus};
-use daqflow_component::api::{ComponentState, SystemState};
+use daqflow_api::alarms::{AlarmEvent, AlarmEventKind, AlarmSeverity, AlarmState, AlarmView, AlarmsStatus};
+use daqflow_api::{ComponentState, SystemState};
 
 use super::sequencer::{Now, Snapshot};
 use crate::alarm::{AlarmSpec, Disk, Test};

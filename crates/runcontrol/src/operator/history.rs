@@ -18,14 +18,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendErr
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use daqflow_api::{ComponentState, SystemState};
 use daqflow_component::Stats;
-use daqflow_component::api::{ComponentState, SystemState};
 use serde_json::Value;
 
 use super::{Inner, OperatorError, lock};
 use crate::db::{Location, RunDb, Sample};
-use crate::log::now_ms;
 use crate::system::HistorySection;
+use daqflow_component::log::now_ms;
 
 /// Batches (one per interval) the queue between the sampler and the writer holds.
 pub(crate) const QUEUE_BATCHES: usize = 64;

@@ -44,7 +44,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use daqflow_component::api::{RunSummary, SystemState, SystemStatus, Transition, TransitionResult};
+use daqflow_api::{RunSummary, SystemState, SystemStatus, Transition, TransitionResult};
 use daqflow_component::{CommandReply, ComponentStatus, Info, Stats};
 use serde_json::{Value, json};
 
@@ -52,8 +52,8 @@ use self::sequencer::{Input, Now, Output, Sequencer, SequencerConfig, Snapshot};
 use self::status::{Place, Rates};
 use self::supervisor::{Launch, Supervisor};
 use crate::db::RunDb;
-use crate::log::now_ms;
 use crate::system::SystemFile;
+use daqflow_component::log::now_ms;
 
 pub use self::history::state_number;
 pub use self::status::{BULKY_DETAIL, in_run, light};
@@ -603,17 +603,13 @@ impl Operator {
 
     /// Every alarm of the system file with its state, and the recent alarm events (newest
     /// first).
-    pub fn alarms(&self) -> daqflow_component::alarms::AlarmsStatus {
+    pub fn alarms(&self) -> daqflow_api::alarms::AlarmsStatus {
         lock(&self.inner.alarms).status()
     }
 
     /// A person (`who`) acknowledges alarm `name` (`docs/operator-guide.md`, "Alarms"): the
     /// event is logged and stored in the run database. Returns the alarm as it is now.
-    pub fn acknowledge_alarm(
-        &self,
-        name: &str,
-        who: &str,
-    ) -> Result<daqflow_component::alarms::AlarmView, OperatorError> {
+    pub fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_api::alarms::AlarmView, OperatorError> {
         let (event, view) = {
             let mut alarms = lock(&self.inner.alarms);
             let event =
@@ -708,7 +704,7 @@ impl Operator {
 
 /// The overrides a run was configured with: from its provenance, else (a run recorded
 /// before provenance was kept) from its summary.
-pub fn repeated_overrides(detail: &daqflow_component::api::RunDetail) -> BTreeMap<String, Value> {
+pub fn repeated_overrides(detail: &daqflow_api::RunDetail) -> BTreeMap<String, Value> {
     match (&detail.provenance, &detail.summary) {
         (Some(p), _) => p.overrides.clone(),
         (None, Some(s)) => s.overrides.clone(),
@@ -897,12 +893,12 @@ fn event_loop(
         for (reply, result) in answers {
             let _ = reply.send(result);
         }
-        if crate::log::last_seq() > log_published
+        if daqflow_component::log::last_seq() > log_published
             && let Some(service) = &log
         {
-            log_published = crate::log::last_seq();
-            let window = crate::log::window(DIALOG_NAME);
-            crate::log::muted(|| {
+            log_published = daqflow_component::log::last_seq();
+            let window = daqflow_component::log::window(DIALOG_NAME);
+            daqflow_component::log::muted(|| {
                 let _ = service.update(serde_json::to_string(&window).unwrap_or_default().as_bytes());
             });
         }

@@ -27,7 +27,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use daqflow_component::api::Transition;
+//! use daqflow_api::Transition;
 //! use daqflow_runcontrol::operator::sequencer::{Input, Now, Output, Sequencer, SequencerConfig};
 //! # let registry = daqflow_component::Registry::new();
 //! let text = "[system]\nname = 'demo'\n[[component]]\nname = 'a'\nkind = 'x'\ncommand = ['a.out']\n";
@@ -44,9 +44,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use daqflow_component::api::{
-    ComponentState, ParameterChange, Policy, RunSummary, SystemState, Transition, TransitionResult,
-};
+use daqflow_api::{ComponentState, ParameterChange, Policy, RunSummary, SystemState, Transition, TransitionResult};
 use daqflow_component::provenance::SYSTEM_DIGEST_KEY;
 use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Info, Request, Stats, Verb};
 use serde_json::{Value, json};
@@ -67,7 +65,7 @@ pub struct Now {
 impl Now {
     /// The current time.
     pub fn current() -> Now {
-        Now { mono: Instant::now(), wall_ms: crate::log::now_ms() }
+        Now { mono: Instant::now(), wall_ms: daqflow_component::log::now_ms() }
     }
 
     /// A start for virtual time (tests): now, at wall-clock 1 000 000 ms.

@@ -6,9 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 
-use daqflow_component::api::{
-    ComponentRecord, ComponentView, RatePoint, RunState, RunSummary, SystemState, SystemStatus,
-};
+use daqflow_api::{ComponentRecord, ComponentView, RatePoint, RunState, RunSummary, SystemState, SystemStatus};
 use daqflow_component::{Role, Stats};
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use daqflow_component::api::{LogQuery, Severity, Transition};
+use daqflow_api::{LogQuery, Severity, Transition};
 use serde_json::{Map, Value, json};
 
 use super::{Broadcast, Reply, Shared, backend_call, now_ms, sse_event};

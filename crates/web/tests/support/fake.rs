@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use daqflow_component::api::{
+use daqflow_api::{
     ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, ParameterChange, Policy, ProcessEntry, RatePoint,
     RunDetail, RunProvenance, RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition,
     TransitionResult,
 };
-use daqflow_component::{Role, Stats};
+use daqflow_api::{Role, Stats};
 use daqflow_web::{Backend, BackendError};
 use serde_json::{Value, json};
 
@@ -49,7 +49,7 @@ pub struct FakeBackend {
     pub last_query: Mutex<Option<LogQuery>>,
     /// The alarms it shows (none unless a test puts some in); acknowledging one makes it
     /// `acknowledged` and adds the event.
-    pub alarms: Mutex<daqflow_component::alarms::AlarmsStatus>,
+    pub alarms: Mutex<daqflow_api::alarms::AlarmsStatus>,
     /// `bu-1` reports disk throttling (`detail.throttled`) while this is set.
     pub disk_throttled: AtomicBool,
 }
@@ -338,12 +338,12 @@ impl Backend for FakeBackend {
         ])
     }
 
-    fn alarms(&self) -> Result<daqflow_component::alarms::AlarmsStatus, BackendError> {
+    fn alarms(&self) -> Result<daqflow_api::alarms::AlarmsStatus, BackendError> {
         Ok(self.alarms.lock().unwrap().clone())
     }
 
-    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_component::alarms::AlarmView, BackendError> {
-        use daqflow_component::alarms::{AlarmEvent, AlarmEventKind, AlarmState};
+    fn acknowledge_alarm(&self, name: &str, who: &str) -> Result<daqflow_api::alarms::AlarmView, BackendError> {
+        use daqflow_api::alarms::{AlarmEvent, AlarmEventKind, AlarmState};
         let mut all = self.alarms.lock().unwrap();
         let system = all.system.clone();
         let Some(alarm) = all.alarms.iter_mut().find(|a| a.name == name) else {

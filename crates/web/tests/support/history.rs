@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use daqflow_component::api::{
+use daqflow_api::{
     HistoryQuery, HistorySeries, LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, SystemStatus, Transition,
     TransitionResult,
 };

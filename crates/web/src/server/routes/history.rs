@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use daqflow_component::api::HistoryQuery;
+use daqflow_api::HistoryQuery;
 
 use super::{Call, Reply, Shared, answer, backend_call, backend_error, check_parameters, now_ms, number_param, param};
 use crate::http::{Request, Response};

@@ -5,7 +5,7 @@
 //! "Alarms", describes the states.
 //!
 //! ```
-//! use daqflow_component::alarms::{AlarmSeverity, AlarmState, AlarmView, AlarmsStatus};
+//! use daqflow_api::alarms::{AlarmSeverity, AlarmState, AlarmView, AlarmsStatus};
 //! let status = AlarmsStatus {
 //!     system: "teststand".into(),
 //!     alarms: vec![AlarmView {

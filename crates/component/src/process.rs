@@ -17,7 +17,7 @@
 //! payload is the [`CommandReply`] (the id, the component, the command, its state after, the
 //! outcome). It provides
 //! - `NAME/state`: its [`ComponentStatus`] on every change and once a second;
-//! - `NAME/stats`: its [`Stats`](daqflow_component::Stats) once a second;
+//! - `NAME/stats`: its [`Stats`](crate::Stats) once a second;
 //! - `NAME/log`: a JSON array of the process's recent log records (`crate::log`).
 //!
 //! **Lease.** A process on the control plane that has not been connected to a control server
@@ -34,7 +34,7 @@
 //! ```no_run
 //! // The kinds the binary knows (`daqflow::registry::standard()` in the `daqflow` command).
 //! let registry = daqflow_component::Registry::new();
-//! let options = daqflow_runcontrol::process::Options {
+//! let options = daqflow_component::process::Options {
 //!     kind: "sink".into(),
 //!     name: "sink-1".into(),
 //!     config: toml::Table::new(),
@@ -44,9 +44,9 @@
 //!     end_with_stdin: false,
 //!     operator: Some("operator".into()), // commands from the operator only
 //! };
-//! let failed = daqflow_runcontrol::process::run(registry, options)?;
+//! let failed = daqflow_component::process::run(registry, options)?;
 //! # let _ = failed;
-//! # Ok::<(), daqflow_runcontrol::process::ProcessError>(())
+//! # Ok::<(), daqflow_component::process::ProcessError>(())
 //! ```
 
 use std::io::{BufRead, Write};
@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::log::now_ms;
-use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Driver, Registry, Request, State, Verb};
+use crate::{Answer, Command, CommandReply, ComponentStatus, Driver, Registry, Request, State, Verb};
 
 /// How a component process runs.
 #[derive(Debug, Clone)]
@@ -92,7 +92,7 @@ pub struct Options {
 /// binary and by components written in other languages (the Python package).
 ///
 /// ```
-/// let t = daqflow_runcontrol::process::config_table(None, &["rate_hz=2000".into(), "size.kind=fixed".into()]).unwrap();
+/// let t = daqflow_component::process::config_table(None, &["rate_hz=2000".into(), "size.kind=fixed".into()]).unwrap();
 /// assert_eq!(t["rate_hz"].as_integer(), Some(2000));
 /// assert_eq!(t["size"]["kind"].as_str(), Some("fixed"));
 /// ```
@@ -118,6 +118,79 @@ pub fn config_table(config: Option<&std::path::Path>, sets: &[String]) -> Result
         t.insert(last.to_owned(), value);
     }
     Ok(table)
+}
+
+impl Options {
+    /// The options of a component program of your own, from its command line and environment
+    /// as the operator starts it: the operator appends `--name NAME --control ADDR` to the
+    /// system file's `command` and sets `DAQFLOW_LEASE_S` and `DAQFLOW_OPERATOR` (and
+    /// `DAQFLOW_TOKEN_FILE`, which the control plane reads). Also taken, for running it by
+    /// hand: `--set KEY=VALUE` (repeated), `--config FILE`, `--start RUN`, `--lease SECONDS`
+    /// and `--operator NAME`. Without `--control` the process takes commands on its standard
+    /// input only.
+    ///
+    /// ```
+    /// let args = ["--set", "volts=1500", "--name", "hv-1", "--control", "127.0.0.1:7000"];
+    /// let o = daqflow_component::process::Options::from_args("hv", args.iter().map(|s| s.to_string())).unwrap();
+    /// assert_eq!((o.name.as_str(), o.control.as_deref()), ("hv-1", Some("127.0.0.1:7000")));
+    /// assert_eq!(o.config["volts"].as_integer(), Some(1500));
+    /// ```
+    pub fn from_args(kind: &str, args: impl IntoIterator<Item = String>) -> Result<Options, ProcessError> {
+        let bad = |text: String| ProcessError::Config(text);
+        let env_lease = std::env::var("DAQFLOW_LEASE_S").ok();
+        let mut options = Options {
+            kind: kind.to_owned(),
+            name: kind.to_owned(),
+            config: toml::Table::new(),
+            start: None,
+            control: None,
+            lease: None,
+            end_with_stdin: false,
+            operator: std::env::var("DAQFLOW_OPERATOR").ok().filter(|o| !o.is_empty()),
+        };
+        let (mut sets, mut config, mut lease) = (Vec::new(), None, env_lease);
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") && f != "--set" => (f.to_owned(), Some(v.to_owned())),
+                _ => (arg.clone(), None),
+            };
+            let known = ["--name", "--control", "--set", "--config", "--start", "--lease", "--operator"];
+            if !known.contains(&flag.as_str()) {
+                return Err(bad(format!("unknown argument `{arg}` (known: {})", known.join(", "))));
+            }
+            let value = match inline.or_else(|| args.next()) {
+                Some(v) => v,
+                None => return Err(bad(format!("`{flag}` needs a value"))),
+            };
+            match flag.as_str() {
+                "--name" => options.name = value,
+                "--control" => options.control = Some(value),
+                "--set" => sets.push(value),
+                "--config" => config = Some(std::path::PathBuf::from(value)),
+                "--start" => {
+                    options.start =
+                        Some(value.parse().map_err(|_| bad(format!("--start {value}: a run number, 1 or more")))?)
+                }
+                "--lease" => lease = Some(value),
+                _ => options.operator = Some(value),
+            }
+        }
+        options.config = config_table(config.as_deref(), &sets)?;
+        if options.control.is_some() {
+            let seconds = match lease {
+                Some(s) => s
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s))
+                    .ok_or_else(|| bad(format!("lease `{s}`: seconds from 0 (never) to 86400")))?,
+                None => 15.0,
+            };
+            options.lease = (seconds > 0.0).then(|| Duration::from_secs_f64(seconds));
+        }
+        Ok(options)
+    }
 }
 
 /// A TOML value (number, boolean, array, inline table, quoted string) or else a bare string.
@@ -430,10 +503,8 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let mut failed = false;
     if let Some(run) = options.start {
-        let start = |e: daqflow_component::ComponentError| ProcessError::Start {
-            name: options.name.clone(),
-            reason: e.to_string(),
-        };
+        let start =
+            |e: crate::ComponentError| ProcessError::Start { name: options.name.clone(), reason: e.to_string() };
         let info = driver.configure(None).map_err(start)?;
         driver.start(run).map_err(start)?;
         reply(&out, &json!({ "ok": true, "state": driver.state().name(), "result": info }));
@@ -665,9 +736,9 @@ mod tests {
     fn answers_keep_the_shapes_of_the_standard_input_protocol() {
         assert_eq!(answer_json(&Answer::Run(3)), json!({"run": 3}));
         assert_eq!(answer_json(&Answer::Nothing), Value::Null);
-        let mut info = daqflow_component::Info::new();
+        let mut info = crate::Info::new();
         info.insert("listen".into(), json!("127.0.0.1:1"));
         assert_eq!(answer_json(&Answer::Info(info)), json!({"listen": "127.0.0.1:1"}));
-        assert_eq!(answer_json(&Answer::Summary(daqflow_component::Stats::counted(2, 9)))["events"], 2);
+        assert_eq!(answer_json(&Answer::Summary(crate::Stats::counted(2, 9)))["events"], 2);
     }
 }

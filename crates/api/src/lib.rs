@@ -1,24 +1,31 @@
+//! # daqflow-api: the operator's contract with its clients
+//!
 //! The operator's contract with its clients (the web server, the command line, scripts): the
 //! [`Transition`]s of a whole system, its live [`SystemStatus`], the [`RunSummary`] of a run and
 //! the [`RunRecord`]s of the run database, and the [`LogQuery`] of the message log with its
 //! [`LogRecord`]s. The operator produces these, the web server serves them as JSON (their serde
 //! form is the HTTP API's, `docs/web.md`), and nothing in between reads them by string key.
+//! Also the [`alarms`] as the operator shows them, and the history's queries and series.
 //!
 //! ```
-//! use daqflow_component::api::{SystemState, Transition};
+//! use daqflow_api::{SystemState, Transition};
 //! let t = Transition::parse("start", br#"{"run": 12}"#).unwrap();
 //! assert_eq!(t, Transition::Start { run: Some(12) });
 //! assert_eq!(t.allowed_from(), &[SystemState::Configured]);
 //! assert!(Transition::parse("launch", b"").is_err());
 //! ```
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Info, Role, State, Stats, Verb};
+pub use daqflow_component::log::{LogRecord, Severity};
+/// The contract's types the API's carry (a client needs no other crate).
+pub use daqflow_component::{Info, Role, State, Stats, TriggerCounts, Verb};
 
+pub mod alarms;
 mod history;
 pub use history::{HistoryPoint, HistoryQuery, HistorySeries};
 
@@ -772,50 +779,6 @@ pub struct RunProvenance {
     pub repeat_of: Option<u32>,
 }
 
-/// How severe a log record is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Trace.
-    Trace,
-    /// Debug.
-    Debug,
-    /// Info.
-    Info,
-    /// Warn.
-    Warn,
-    /// Error.
-    Error,
-}
-
-impl Severity {
-    /// Every severity, least severe first.
-    pub const ALL: [Severity; 5] = [Severity::Trace, Severity::Debug, Severity::Info, Severity::Warn, Severity::Error];
-
-    /// The name (`warn`, …).
-    pub fn name(self) -> &'static str {
-        match self {
-            Severity::Trace => "trace",
-            Severity::Debug => "debug",
-            Severity::Info => "info",
-            Severity::Warn => "warn",
-            Severity::Error => "error",
-        }
-    }
-
-    /// The severity of a name (`warn`, `WARN`, `warning`, …).
-    pub fn parse(s: &str) -> Option<Severity> {
-        let s = s.trim().to_ascii_lowercase();
-        let s = if s == "warning" { "warn".to_owned() } else { s };
-        Severity::ALL.into_iter().find(|v| v.name() == s)
-    }
-
-    /// Its rank: 0 (trace) … 4 (error).
-    pub fn rank(self) -> u8 {
-        self as u8
-    }
-}
-
 /// A filter of the message log (`GET /api/logs` query parameters, `daqflow logs` options).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -844,24 +807,6 @@ impl LogQuery {
     pub fn limit(&self) -> usize {
         self.limit.unwrap_or(LogQuery::DEFAULT_LIMIT).min(LogQuery::MAX_LIMIT)
     }
-}
-
-/// One log record of a process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogRecord {
-    /// Sequence number within the process, from 1.
-    pub seq: u64,
-    /// When (Unix ms).
-    pub t_ms: u64,
-    /// How severe.
-    pub severity: Severity,
-    /// The process (component name; filled in by the publisher).
-    #[serde(default)]
-    pub process: String,
-    /// The module that logged it.
-    pub target: String,
-    /// The message with its fields (`message key=value …`).
-    pub message: String,
 }
 
 #[cfg(test)]

@@ -9,10 +9,10 @@
 //!
 //! ```
 //! use tracing_subscriber::layer::SubscriberExt;
-//! let subscriber = tracing_subscriber::registry().with(daqflow_runcontrol::log::layer());
+//! let subscriber = tracing_subscriber::registry().with(daqflow_component::log::layer());
 //! tracing::subscriber::with_default(subscriber, || tracing::warn!(disk = "/data", "disk almost full"));
-//! let recent = daqflow_runcontrol::log::recent(0);
-//! assert!(recent.iter().any(|r| r.message.contains("disk almost full") && r.severity == daqflow_runcontrol::log::Severity::Warn));
+//! let recent = daqflow_component::log::recent(0);
+//! assert!(recent.iter().any(|r| r.message.contains("disk almost full") && r.severity == daqflow_component::log::Severity::Warn));
 //! ```
 
 use std::cell::Cell;
@@ -24,12 +24,95 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
 
-pub use daqflow_component::api::{LogRecord, Severity};
+use serde::{Deserialize, Serialize};
+
+/// Sets up a process's logging, as every daqflow process does: records at `DAQFLOW_LOG`'s
+/// level (else `default_level`, e.g. `info`) on standard error (coloured on a terminal), and
+/// records at info and above kept for the process's `NAME/log` service ([`layer`]), which the
+/// message logger stores, whatever standard error shows. Does nothing if the process already
+/// has a subscriber.
+pub fn init(default_level: &str) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DAQFLOW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .with_filter(filter);
+    let capture = layer().with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+    let _ = tracing_subscriber::registry().with(fmt).with(capture).try_init();
+}
 
 /// How many records a process keeps.
 const KEEP: usize = 200;
 /// How long a record stays in the published window.
 pub const WINDOW_MS: u64 = 30_000;
+
+/// How severe a log record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Trace.
+    Trace,
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Warn.
+    Warn,
+    /// Error.
+    Error,
+}
+
+impl Severity {
+    /// Every severity, least severe first.
+    pub const ALL: [Severity; 5] = [Severity::Trace, Severity::Debug, Severity::Info, Severity::Warn, Severity::Error];
+
+    /// The name (`warn`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Trace => "trace",
+            Severity::Debug => "debug",
+            Severity::Info => "info",
+            Severity::Warn => "warn",
+            Severity::Error => "error",
+        }
+    }
+
+    /// The severity of a name (`warn`, `WARN`, `warning`, …).
+    pub fn parse(s: &str) -> Option<Severity> {
+        let s = s.trim().to_ascii_lowercase();
+        let s = if s == "warning" { "warn".to_owned() } else { s };
+        Severity::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// Its rank: 0 (trace) … 4 (error).
+    pub fn rank(self) -> u8 {
+        self as u8
+    }
+}
+
+/// One log record of a process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// Sequence number within the process, from 1.
+    pub seq: u64,
+    /// When (Unix ms).
+    pub t_ms: u64,
+    /// How severe.
+    pub severity: Severity,
+    /// The process (component name; filled in by the publisher).
+    #[serde(default)]
+    pub process: String,
+    /// The module that logged it.
+    pub target: String,
+    /// The message with its fields (`message key=value …`).
+    pub message: String,
+}
 
 struct Buffer {
     next_seq: u64,
