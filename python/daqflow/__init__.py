@@ -24,7 +24,7 @@ from ._native import (
     __version__,
     open,
 )
-from .component import Component
+from .component import STATES_CONFIGURED, Component, Parameter
 from .operator import Operator, OperatorError
 from . import dialog
 
@@ -32,6 +32,8 @@ __all__ = [
     "Arrays",
     "Buffer",
     "Component",
+    "Parameter",
+    "STATES_CONFIGURED",
     "CorruptDataError",
     "Error",
     "Event",

@@ -264,9 +264,11 @@ def _run_component(
     lease_s: Optional[float] = None,
     end_with_stdin: bool = False,
     operator: Optional[str] = None,
+    schema: Optional[str] = None,
 ) -> bool:
     """Runs a component as a daqflow component process (what :meth:`daqflow.Component.run`
-    calls); returns whether it failed."""
+    calls); returns whether it failed. ``schema``: the class's parameters and outputs as JSON
+    (:meth:`daqflow.Component._df_schema`), the kind's typed schema."""
 
 def _use_token(token_file: Optional[Union[str, os.PathLike[str]]] = None, token_stdin: bool = False) -> bool:
     """Sets the process's system token: from standard input's first line, ``token_file``,

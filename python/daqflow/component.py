@@ -53,12 +53,91 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import _native
 
-__all__ = ["Component", "ROLES"]
+__all__ = ["Component", "Parameter", "ROLES", "STATES_CONFIGURED"]
 
 #: How a component's counters enter the run's accounting (docs/operator-guide.md).
 ROLES = ("trigger", "readout", "builder", "buffer", "recorder", "other")
 
 _STATS_KEYS = ("events", "bytes", "events_per_s", "mb_per_s", "detail")
+
+#: Every state a configured component can be in: a parameter live in all of them.
+STATES_CONFIGURED = ("Configured", "Running", "Paused")
+
+_TYPES = {bool: "bool", int: "integer", float: "float", str: "text", "address": "address", "path": "path"}
+_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
+class Parameter:
+    """One configuration key of a Python component: its type, range, unit, default, the states
+    in which it may change live, and what it means. The same typed schema as a built-in kind's
+    (``daqflow component KIND --schema``): every value, from the system file, ``--set``, the
+    operator's ``set`` or the web UI's Parameters form, is checked by it before the component
+    sees it, and a misspelt key is named with the one it was probably meant to be.
+
+    ``type`` is ``bool``, ``int``, ``float``, ``str``, ``"address"`` (``HOST:PORT``), ``"path"``,
+    or a list of the words it may be (a choice). ``live`` lists the states in which the key may
+    change after configure (some of :data:`STATES_CONFIGURED`); the component's :meth:`Component.set`
+    then applies it. ::
+
+        parameters = [
+            daqflow.Parameter("channel", int, min=0, max=63, required=True, doc="The supply's channel."),
+            daqflow.Parameter("volts", float, min=0, max=2000, default=0.0, unit="V",
+                              live=("Configured", "Paused"), doc="The set point."),
+        ]
+    """
+
+    def __init__(
+        self,
+        name: str,
+        type: Any,
+        *,
+        doc: str,
+        min: Optional[float] = None,
+        max: Optional[float] = None,
+        unit: Optional[str] = None,
+        default: Any = None,
+        required: bool = False,
+        live: Sequence[str] = (),
+    ):
+        if not isinstance(name, str) or not name or any(not p for p in name.split(".")):
+            raise ValueError(f"parameter name {name!r}: a key, dotted for a nested one")
+        if not isinstance(doc, str) or not doc.strip():
+            raise ValueError(f"parameter {name!r}: doc, one line saying what it means, is required")
+        bad_states = [s for s in live if s not in STATES_CONFIGURED]
+        if bad_states:
+            raise ValueError(f"parameter {name!r}: live states {bad_states}: some of {', '.join(STATES_CONFIGURED)}")
+        self.name, self.doc, self.unit, self.default, self.required = name, doc, unit, default, bool(required)
+        self.live = tuple(live)
+        if isinstance(type, (list, tuple)):
+            if not type or not all(isinstance(v, str) for v in type):
+                raise ValueError(f"parameter {name!r}: a choice is a list of words")
+            self._type: Dict[str, Any] = {"type": "choice", "values": list(type)}
+        elif type in _TYPES:
+            kind = _TYPES[type]
+            self._type = {"type": kind}
+            if kind == "integer":
+                lo, hi = (_INT_RANGE[0] if min is None else int(min)), (_INT_RANGE[1] if max is None else int(max))
+                self._type.update(min=lo, max=hi)
+            elif kind == "float":
+                lo, hi = (-1.7976931348623157e308 if min is None else float(min)), (1.7976931348623157e308 if max is None else float(max))
+                self._type.update(min=lo, max=hi)
+            elif min is not None or max is not None:
+                raise ValueError(f"parameter {name!r}: min and max are for int and float parameters")
+        else:
+            raise ValueError(f"parameter {name!r}: type {type!r}: bool, int, float, str, 'address', 'path' or a list of words")
+        if self._type.get("min") is not None and self._type["min"] > self._type["max"]:
+            raise ValueError(f"parameter {name!r}: min {min} is above max {max}")
+
+    def _json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"name": self.name, **self._type, "required": self.required, "live": list(self.live), "doc": self.doc}
+        if self.unit is not None:
+            out["unit"] = self.unit
+        if self.default is not None:
+            out["default"] = self.default
+        return out
+
+    def __repr__(self) -> str:
+        return f"Parameter({self.name!r}, {self._type['type']})"
 
 
 class _DaqflowLogHandler(logging.Handler):
@@ -116,10 +195,18 @@ class Component:
     - ``role``: how its counters enter the run's accounting: ``"readout"`` for a source of
       fragments, ``"other"`` (the default) for anything outside the event accounting; see
       :data:`ROLES`.
+    - ``parameters``: its configuration keys, a list of :class:`Parameter` (their typed schema:
+      checked before the component sees a value; defaults filled into :attr:`config`; those
+      declared ``live`` may change after configure through :meth:`set`). ``None`` (the
+      default): any key is taken and none is live.
+    - ``outputs``: what :meth:`configure` returns, a list of :class:`Parameter` (for ``daqflow
+      run --check`` of the ``${NAME.KEY}`` that name it).
     """
 
     kind: str = "python"
     role: str = "other"
+    parameters: Optional[Sequence[Parameter]] = None
+    outputs: Sequence[Parameter] = ()
 
     def __init__(self, name: str, config: Dict[str, Any]):
         #: The component's name, unique in the system.
@@ -157,6 +244,14 @@ class Component:
 
     def reset(self) -> None:
         """Any state → Initial: stop whatever runs, release everything."""
+
+    def set(self, key: str, value: Any) -> None:
+        """A live parameter changes (a key of :attr:`parameters` declared ``live``, in one of
+        its states, with a value already checked against its type and range). The default
+        puts it into :attr:`config`; override it to apply the value (and call ``super().set``
+        or update :attr:`config` yourself). Raising refuses the change with the exception's
+        text; nothing changes."""
+        self.config[key] = value
 
     def stats(self) -> Dict[str, Any]:
         """The live counters, published in ``NAME/stats`` once a second: ``events`` and
@@ -213,6 +308,36 @@ class Component:
     def _df_failure(self) -> Optional[str]:
         return self.failure()
 
+    def _df_set(self, key: str, value_json: str) -> None:
+        self.set(key, json.loads(value_json))
+
+    @classmethod
+    def _df_schema(cls) -> Optional[str]:
+        if cls.parameters is None:
+            return None
+        for p in list(cls.parameters) + list(cls.outputs):
+            if not isinstance(p, Parameter):
+                raise TypeError(f"{cls.__name__}.parameters and .outputs hold daqflow.Parameter, not {type(p).__name__}")
+        return json.dumps({"parameters": [p._json() for p in cls.parameters], "outputs": [p._json() for p in cls.outputs]})
+
+    @classmethod
+    def _df_defaults(cls, config: Dict[str, Any]) -> Dict[str, Any]:
+        """The configuration with every declared default filled in (dotted keys into tables)."""
+        out = dict(config)
+        for p in cls.parameters or ():
+            if p.default is None:
+                continue
+            table = out
+            *path, last = p.name.split(".")
+            for part in path:
+                inner = table.get(part)
+                if not isinstance(inner, dict):
+                    inner = {}
+                    table[part] = inner
+                table = inner
+            table.setdefault(last, p.default)
+        return out
+
     # Running as a process. ----------------------------------------------------------------
 
     @classmethod
@@ -221,7 +346,8 @@ class Component:
         p = argparse.ArgumentParser(
             description=f"The daqflow component {cls.__name__} (kind {cls.kind!r}): "
             "driven by line commands on standard input (configure, start RUN, pause, resume, "
-            "stop [LAST_EVENT], stats, state, reset, quit) and, with --control, by the control plane.",
+            "stop [LAST_EVENT], set KEY=VALUE, stats, state, schema, reset, quit) and, with --control, "
+            "by the control plane.",
         )
         p.add_argument("--name", required=True, help="the component's name, unique in the system")
         p.add_argument("--config", metavar="FILE", help="a TOML file with the configuration keys")
@@ -280,7 +406,7 @@ class Component:
         _native._use_token(token_file=token_file, token_stdin=token_stdin)
 
         def factory(component_name: str, config_json: str) -> Component:
-            return cls(component_name, json.loads(config_json))
+            return cls(component_name, cls._df_defaults(json.loads(config_json)))
 
         return _native._run_component(
             factory,
@@ -294,4 +420,5 @@ class Component:
             lease_s=lease,
             end_with_stdin=token_stdin,
             operator=operator,
+            schema=cls._df_schema(),
         )

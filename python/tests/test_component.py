@@ -54,6 +54,48 @@ def test_a_python_component_speaks_the_line_protocol():
     assert "run 3: counting in steps of 5" in err
 
 
+def test_a_python_component_declares_its_parameters_and_changes_the_live_ones_in_a_run():
+    code, answers, err = drive(
+        [sys.executable, str(EXAMPLES / "counter.py"), "--name", "c1", "--set", "step=5"],
+        ["schema", "configure", "start 1", "set step=7", "set step=0", "set stepp=2", "stop", "quit"],
+    )
+    assert code == 0, err
+    schema, configure, start, live, too_small, misspelt, stop = answers[:7]
+    key = schema["result"]["keys"][0]
+    assert (key["name"], key["type"], key["min"], key["max"], key["default"]) == ("step", "integer", 1, 1000, 1)
+    assert key["live"] == ["Configured", "Running", "Paused"] and key["doc"]
+    assert schema["result"]["outputs"][0]["name"] == "step"
+    assert configure["result"] == {"step": 5} and start["ok"]
+    assert live["ok"] and live["state"] == "Running", live
+    assert "counting in steps of 7 from now on" in err
+    # Refused by the schema before the component sees the value, the run going on.
+    assert not too_small["ok"] and too_small["state"] == "Running"
+    assert "`step` = 0 is out of range: 1 … 1000" in too_small["error"], too_small
+    assert not misspelt["ok"] and "`stepp`: no such key; did you mean `step`?" in misspelt["error"], misspelt
+    assert stop["ok"] and stop["result"]["events"] > 0, stop
+    # A value out of range, or an unknown key, is refused at configure too.
+    code, answers, err = drive([sys.executable, str(EXAMPLES / "counter.py"), "--name", "c1", "--set", "step=5000"],
+                               ["configure"])
+    assert not answers[0]["ok"] and "`step` = 5000 is out of range: 1 … 1000" in answers[0]["error"], answers
+    # Without --set, the declared default fills the configuration.
+    code, answers, err = drive([sys.executable, str(EXAMPLES / "counter.py"), "--name", "c1"], ["configure"])
+    assert answers[0]["result"] == {"step": 1}, answers
+
+
+def test_a_parameter_is_declared_with_a_type_a_range_and_a_doc():
+    with pytest.raises(ValueError, match="doc"):
+        daqflow.Parameter("x", int, doc="")
+    with pytest.raises(ValueError, match="live states"):
+        daqflow.Parameter("x", int, doc="x", live=("Running", "Initial"))
+    with pytest.raises(ValueError, match="min 5 is above max 1"):
+        daqflow.Parameter("x", float, doc="x", min=5, max=1)
+    with pytest.raises(ValueError, match="type"):
+        daqflow.Parameter("x", dict, doc="x")
+    p = daqflow.Parameter("mode", ["fast", "slow"], doc="How.", default="fast")
+    assert p._json() == {"name": "mode", "type": "choice", "values": ["fast", "slow"], "required": False,
+                         "live": [], "doc": "How.", "default": "fast"}
+
+
 def test_daqflow_component_command_runs_a_python_component():
     cmd = f"{sys.executable} {EXAMPLES / 'counter.py'}"
     code, answers, err = drive([daqflow_binary(), "component", "--command", cmd, "--name", "c2", "--set", "step=5"],

@@ -23,6 +23,14 @@ pub(crate) const TICK: Duration = Duration::from_millis(50);
 pub(crate) const BATCH: usize = 256;
 
 /// Resolves `addr` (`host:port`) for the key `key`.
+/// The schema's `advertise` key of a kind that listens.
+pub(crate) fn advertise_key() -> daqflow_component::schema::Key {
+    daqflow_component::schema::Key::text(
+        "advertise",
+        "The address `configure` gives instead of the bound one, `HOST` or `HOST:PORT`, for an upstream on another host; default: the bound address, or for a wildcard `listen` this host's address towards the control server.",
+    )
+}
+
 pub(crate) fn resolve(name: &str, key: &str, addr: &str) -> Result<SocketAddr, ComponentError> {
     if addr.is_empty() {
         return Err(ComponentError::Config(format!("{name}: `{key}` is required (HOST:PORT)")));

@@ -27,7 +27,7 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     daqflow component --command \"python3 python/examples/readout.py\" --name src-3 --set source_id=3 \\\n      \
     --set ru=127.0.0.1:7201   (a component written in Python: docs/python.md)\n\n\
     Then type commands (one per line): configure, start RUN, pause, resume, stats, stop [LAST_EVENT],\n\
-    reset, quit.\n\
+    set KEY=VALUE (a live parameter), state, schema, reset, quit.\n\
     Each gets one JSON line back. With --start RUN the component configures and starts at once and\n\
     runs until its input ends or it gets SIGTERM / Ctrl-C; it then stops and prints its summary.\n\n\
     With --control HOST:PORT the component also joins the control plane: `daqflow dialog send\n\
@@ -35,8 +35,8 @@ pub const AFTER_HELP: &str = "Examples:\n  \
     was reachable for longer than --lease (15 s; 0: never), stopping a run in progress.\n\n\
     With --token-stdin the first input line is the system token (what the operator does over ssh):\n  \
     (cat DATA/token; cat) | ssh host daqflow component sink --name s --control ADDR --token-stdin\n\n\
-    Configuration keys: docs/evb.md (source, evm, ru, bu) and docs/operator-guide.md (et, recorder,\n\
-    monitor, msglogger, generator, repeater, sink).";
+    Every kind's configuration keys, their ranges, units and live states: `daqflow component KIND\n\
+    --schema` (the tables of docs/operator-guide.md, \"Parameters of the standard kinds\").";
 
 /// Arguments of `daqflow component`.
 #[derive(clap::Args, Debug)]
@@ -54,8 +54,17 @@ pub struct Args {
     #[arg(long, value_name = "COMMAND")]
     pub command: Option<String>,
     /// The component's name, unique in the system.
-    #[arg(long)]
-    pub name: String,
+    #[arg(long, required_unless_present = "schema")]
+    pub name: Option<String>,
+    /// Print the kind's typed schema and exit: every configuration key with its default, range
+    /// and unit, the states in which it may change live, and its meaning; then what `configure`
+    /// gives others (`${NAME.KEY}`). A Markdown table (the one in docs/operator-guide.md), or
+    /// JSON with --json (what the web UI and the Python package read).
+    #[arg(long, conflicts_with = "command")]
+    pub schema: bool,
+    /// With --schema: JSON instead of a table.
+    #[arg(long, requires = "schema")]
+    pub json: bool,
     /// A TOML file with the configuration keys.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -133,7 +142,7 @@ pub(crate) fn parse_value(v: &str) -> toml::Value {
 /// The arguments a component program of the user's own gets (`--command`): the ones this
 /// command was given, in the same spelling.
 pub fn forwarded_args(args: &Args) -> Vec<String> {
-    let mut out = vec!["--name".to_owned(), args.name.clone()];
+    let mut out = vec!["--name".to_owned(), args.name.clone().unwrap_or_default()];
     if let Some(kind) = &args.kind {
         out.extend(["--kind".to_owned(), kind.clone()]);
     }
@@ -187,9 +196,20 @@ pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<
             registry.kinds().join(", ")
         );
     }
+    if args.schema {
+        let Some(schema) = registry.kind(&kind).and_then(|k| k.schema.as_deref()) else {
+            bail!("the kind `{kind}` declares no schema");
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(schema)?);
+        } else {
+            print!("{}", schema.to_markdown());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let options = daqflow_component::process::Options {
         kind,
-        name: args.name.clone(),
+        name: args.name.clone().unwrap_or_default(),
         config: config_table(args.config.as_ref(), &args.set)?,
         start: args.start,
         control: args.control.clone(),

@@ -237,23 +237,9 @@ impl Backend for OperatorBackend {
     }
 }
 
-/// A JSON value as a TOML parameter: TOML has no null, and a table's values must all be
-/// values.
+/// A JSON value as a TOML parameter (the one conversion, `daqflow_component::schema`).
 pub(crate) fn json_to_toml(v: Value) -> Result<toml::Value, String> {
-    Ok(match v {
-        Value::Null => return Err("null is not a parameter value (TOML has none)".into()),
-        Value::Bool(b) => toml::Value::Boolean(b),
-        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => toml::Value::Integer(i),
-            (None, Some(f)) if n.is_f64() => toml::Value::Float(f),
-            _ => return Err(format!("{n} is out of a parameter's range")),
-        },
-        Value::String(s) => toml::Value::String(s),
-        Value::Array(a) => toml::Value::Array(a.into_iter().map(json_to_toml).collect::<Result<_, _>>()?),
-        Value::Object(o) => {
-            toml::Value::Table(o.into_iter().map(|(k, v)| json_to_toml(v).map(|v| (k, v))).collect::<Result<_, _>>()?)
-        }
-    })
+    daqflow_component::schema::json_to_toml(&v).map_err(|e| e.trim_start_matches("= ").to_owned())
 }
 
 /// The binary components run as: `/proc/self/exe` stays valid when the file is replaced.
@@ -877,8 +863,8 @@ mod tests {
         let t = json_to_toml(json!({"kind": "lognormal", "mean": 1024.0, "list": [1, 2]})).unwrap();
         assert_eq!(t["kind"].as_str(), Some("lognormal"));
         assert_eq!(t["list"].as_array().map(Vec::len), Some(2));
-        assert!(json_to_toml(json!(null)).unwrap_err().contains("TOML has none"));
+        assert!(json_to_toml(json!(null)).unwrap_err().contains("null has none"));
         assert!(json_to_toml(json!([1, null])).is_err());
-        assert!(json_to_toml(json!(u64::MAX)).unwrap_err().contains("out of a parameter's range"));
+        assert!(json_to_toml(json!(u64::MAX)).unwrap_err().contains("out of the range of numbers"));
     }
 }

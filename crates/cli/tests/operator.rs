@@ -409,7 +409,12 @@ fn live_parameters_change_a_run_in_progress_and_are_recorded_with_it() {
     let e = op.set("recorder", "max_file_bytes", Some(toml::Value::Integer(1 << 20))).unwrap_err().to_string();
     assert!(e.contains("`max_file_bytes` can change only while Configured, not while Running"), "{e}");
     let e = op.set("src-0", "rate_hz", Some(toml::Value::Float(-1.0))).unwrap_err().to_string();
-    assert!(e.contains("`rate_hz` = -1.0 must be a number, 0 or more"), "{e}");
+    assert!(e.contains("src-0: `rate_hz` = -1 is out of range: 0 … 1000000000 Hz"), "{e}");
+    // Checked by the configuration's own rule: a value configure would refuse is refused now.
+    for v in [toml::Value::Float(1e300), toml::Value::Integer(1_000_000_001)] {
+        let e = op.set("src-0", "rate_hz", Some(v)).unwrap_err().to_string();
+        assert!(e.contains("is out of range: 0 … 1000000000 Hz"), "{e}");
+    }
     // And back to the first pace (the stop then drains the events the trigger ran ahead in
     // a couple of seconds rather than ten).
     for src in ["src-0", "src-1"] {

@@ -15,10 +15,11 @@
 //! or run it by hand and type commands (`configure`, `start 1`, `set volts=1200`, `stats`,
 //! `stop`, `quit`): `cargo run -p daqflow-component --example hv -- --set channel=3`.
 use daqflow_component::process::{Options, run};
-use daqflow_component::{Component, ComponentError, Info, Kind, Live, Registry, Role, State, Stats, parse_config};
+use daqflow_component::schema::{Key, Schema};
+use daqflow_component::{Component, ComponentError, Info, Kind, Registry, Role, State, Stats, parse_config};
 
 /// Its configuration: every key documented, unknown keys refused.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, serde::Serialize, Default)]
 #[serde(deny_unknown_fields)]
 struct HvConfig {
     /// The supply's channel.
@@ -40,17 +41,24 @@ struct HighVoltage {
     ramps: u64,
 }
 
-impl HighVoltage {
-    const LIVE: &'static [Live] = &[Live {
-        key: "volts",
-        states: &[State::Configured, State::Paused],
-        about: "the set point, ramped to at once",
-    }];
+/// The typed schema of its configuration: the operator's `--check`, the driver's checks of
+/// every value (at configure and live), the web UI's Parameters form and `schema` on its
+/// standard input all come from it.
+fn schema() -> Schema {
+    Schema::new("hv")
+        .key(Key::integer("channel", 0, 63, "The supply's channel.").required())
+        .key(
+            Key::float("volts", 0.0, 2000.0, "The set point, ramped to at once.")
+                .unit("V")
+                .live(&[State::Configured, State::Paused]),
+        )
+        .output(Key::integer("channel", 0, 63, "The channel it drives."))
+        .defaults_from(&HvConfig::default())
+}
 
+impl HighVoltage {
+    /// Ramps to `volts` (in range: the schema checked it).
     fn ramp_to(&mut self, volts: f64) -> Result<(), ComponentError> {
-        if !(0.0..=2000.0).contains(&volts) {
-            return Err(ComponentError::Config(format!("`volts` = {volts} must be 0 … 2000")));
-        }
         self.config.volts = volts;
         self.ramps += 1;
         Ok(())
@@ -74,12 +82,9 @@ impl Component for HighVoltage {
     fn stats(&self) -> Stats {
         Stats::default().with_detail(&HvDetail { ramps: self.ramps, volts: self.config.volts })
     }
-    fn live(&self) -> &'static [Live] {
-        Self::LIVE
-    }
-    fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
-        let volts =
-            value.as_f64().ok_or_else(|| ComponentError::Config(format!("`{key}` = {value} is not a number")))?;
+    // Called only for `volts`, only while Configured or Paused, with a number in range.
+    fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ComponentError> {
+        let volts = value.as_float().ok_or_else(|| ComponentError::Refused(format!("`{key}` = {value}: a number")))?;
         self.ramp_to(volts)
     }
 }
@@ -87,9 +92,12 @@ impl Component for HighVoltage {
 fn main() {
     daqflow_component::log::init("info");
     let mut registry = Registry::new();
-    registry.add(Kind::new("hv", "ramps the high voltage", Role::Other, |name, table| {
-        Ok(Box::new(HighVoltage { config: parse_config(name, table)?, ramps: 0 }))
-    }));
+    registry.add(
+        Kind::new("hv", "ramps the high voltage", Role::Other, |name, table| {
+            Ok(Box::new(HighVoltage { config: parse_config(name, table)?, ramps: 0 }))
+        })
+        .schema(schema()),
+    );
     // `--name NAME --control ADDR` (and the lease and operator in the environment) come from
     // the operator; `--set KEY=VALUE` from a person.
     let failed = Options::from_args("hv", std::env::args().skip(1)).and_then(|options| run(registry, options));
@@ -99,5 +107,14 @@ fn main() {
             eprintln!("hv: {e}");
             std::process::exit(2);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = super::schema().struct_problems(&super::HvConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 }

@@ -70,6 +70,15 @@ impl Checks {
         }
     }
 
+    /// Every problem of `config` (serialized) against the kind's typed schema: each key's type
+    /// and range ([`crate::schema`]). The kind then adds the rules between keys.
+    pub fn schema(&mut self, schema: &crate::schema::Schema, config: &impl serde::Serialize) {
+        match toml::Table::try_from(config) {
+            Ok(table) => self.problems.extend(schema.check(&table)),
+            Err(e) => self.problems.push(format!("the configuration does not serialize: {e}")),
+        }
+    }
+
     /// `Ok`, or every problem in one [`ComponentError::Config`].
     pub fn finish(self) -> Result<(), ComponentError> {
         if self.problems.is_empty() {

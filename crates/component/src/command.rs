@@ -108,7 +108,7 @@ pub enum Command {
     },
     /// Back to Initial, whatever the state.
     Reset,
-    /// Change live parameter `key` to `value` (the component's [`Live`](crate::Live) keys).
+    /// Change live parameter `key` to `value` (a key its kind's [schema](crate::schema) declares live).
     Set {
         /// The parameter (dotted for a nested one).
         key: String,

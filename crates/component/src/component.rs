@@ -1,5 +1,6 @@
 //! The [`Component`] trait and the [`Driver`]: the state machine of the [crate docs](crate).
 
+use crate::schema::Schema;
 use crate::{Answer, Command, ComponentError, Info, Registry, State, Stats};
 
 /// What a component does in each transition. Every hook but `start` and `stop` has a default
@@ -37,35 +38,15 @@ pub trait Component: Send {
     fn failure(&self) -> Option<String> {
         None
     }
-    /// The parameters that may change after configure, and in which states (live
-    /// parameters): the [`Driver`] refuses any other key, or one in another state, before
-    /// [`Component::set`] is called.
-    fn live(&self) -> &'static [Live] {
-        &[]
-    }
-    /// Changes live parameter `key` (one of [`Component::live`], in one of its states) to
-    /// `value`. A value out of range is refused with an error that names the key; the component
-    /// stays in its state and keeps the old value.
-    fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
+    /// Changes live parameter `key` to `value`. The [`Driver`] calls it only for a key the
+    /// kind's [schema](crate::schema) declares live, in one of its states, with a value it
+    /// checked by the same rule as the configuration (type and range). A value the component
+    /// still cannot take is refused with an error that names the key; the component stays in
+    /// its state and keeps the old value.
+    fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ComponentError> {
         let _ = value;
-        Err(ComponentError::Config(format!("`{key}` cannot change after configure")))
+        Err(ComponentError::Refused(format!("`{key}` cannot change after configure")))
     }
-}
-
-/// A parameter a component lets change after configure ([`Component::live`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Live {
-    /// The parameter's key, as in the configuration (dotted for a nested one).
-    pub key: &'static str,
-    /// The states it may change in (some of Configured, Running, Paused).
-    pub states: &'static [State],
-    /// What changing it does, in one line.
-    pub about: &'static str,
-}
-
-impl Live {
-    /// While Configured, Running or Paused.
-    pub const ANY_STATE: &'static [State] = &[State::Configured, State::Running, State::Paused];
 }
 
 /// Deserializes a component's configuration table into its config struct, with an error that
@@ -245,45 +226,57 @@ impl Driver {
             Command::Resume => self.resume().map(|()| Answer::Nothing),
             Command::Stop { last_event } => self.stop(last_event).map(Answer::Summary),
             Command::Reset => self.reset().map(|()| Answer::Nothing),
-            Command::Set { key, value } => self.set(&key, &value).map(|()| Answer::Nothing),
+            Command::Set { key, value } => self.set(&key, &value).map(|_| Answer::Nothing),
         }
     }
 
-    /// The live parameters of the component (none before configure).
-    pub fn live(&self) -> &'static [Live] {
-        self.component.as_ref().map_or(&[], |c| c.live())
+    /// The typed schema of the component's kind, if it declares one.
+    pub fn schema(&self) -> Option<&Schema> {
+        self.registry.kind(&self.kind).and_then(|k| k.schema.as_deref())
     }
 
     /// Changes live parameter `key`: refused (the state unchanged) when the component is not
-    /// configured, does not declare the key live, or not in this state, or the value is bad.
-    pub fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
+    /// configured, its kind's schema does not declare the key live, or not in this state, or
+    /// the value is not of the key's type and range, checked by the same rule as the
+    /// configuration before the component sees it. Returns the value taken.
+    pub fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<toml::Value, ComponentError> {
         let state = self.state();
+        let schema = self.registry.kind(&self.kind).and_then(|k| k.schema.clone());
+        let live: Vec<String> = schema
+            .as_ref()
+            .map(|s| s.live_keys().map(|k| format!("{} ({})", k.name, names(&k.live))).collect())
+            .unwrap_or_default();
+        let list = if live.is_empty() {
+            format!("{} ({}) has no live parameters", self.name, self.kind)
+        } else {
+            format!("the live parameters of {} are: {}", self.name, live.join(", "))
+        };
         let Some(c) = self.component.as_mut().filter(|_| state != State::Error) else {
             return Err(ComponentError::Refused(format!(
                 "`{key}` cannot change while {}: parameters set while Initial apply at configure",
                 state.name()
             )));
         };
-        let live = c.live();
-        let Some(l) = live.iter().find(|l| l.key == key) else {
-            let keys: Vec<String> = live.iter().map(|l| format!("{} ({})", l.key, names(l.states))).collect();
-            return Err(ComponentError::Refused(format!(
-                "`{key}` cannot change after configure; {}",
-                if keys.is_empty() {
-                    format!("{} ({}) has no live parameters", self.name, self.kind)
-                } else {
-                    format!("the live parameters of {} are: {}", self.name, keys.join(", "))
-                }
-            )));
+        let Some(k) = schema.as_ref().and_then(|s| s.key_named(key)) else {
+            let unknown = match &schema {
+                Some(s) => s.unknown(key),
+                None => format!("`{key}`: the kind declares no parameters"),
+            };
+            return Err(ComponentError::Refused(format!("{unknown}; {list}")));
         };
-        if !l.states.contains(&state) {
+        if k.live.is_empty() {
+            return Err(ComponentError::Refused(format!("`{key}` cannot change after configure; {list}")));
+        }
+        if !k.live.contains(&state) {
             return Err(ComponentError::Refused(format!(
                 "`{key}` can change only while {}, not while {}",
-                names(l.states),
+                names(&k.live),
                 state.name()
             )));
         }
-        c.set(key, value)
+        let value = k.check_json(value).map_err(ComponentError::Refused)?;
+        c.set(key, &value)?;
+        Ok(value)
     }
 }
 

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::schema::Schema;
 use crate::{Component, ComponentError};
 
 /// Builds a component of one kind from its name and configuration table.
@@ -72,6 +73,10 @@ pub struct Kind {
     /// reserved key `system_digest`, [`crate::provenance`]), for the headers of the data
     /// files it writes.
     pub system_digest: bool,
+    /// The typed schema of its configuration ([`crate::schema`]): checked before the factory
+    /// runs, and the source of its live parameters. `None` for a kind that declares none (any
+    /// key reaches its factory; no live parameters).
+    pub schema: Option<Arc<Schema>>,
     /// Builds a component of the kind.
     pub factory: Factory,
 }
@@ -101,6 +106,7 @@ impl Kind {
             stop_stage,
             data_files: None,
             system_digest: false,
+            schema: None,
             factory: Arc::new(factory),
         }
     }
@@ -115,6 +121,12 @@ impl Kind {
     /// Writes data files where `f` says.
     pub fn data_files(mut self, f: DataFiles) -> Kind {
         self.data_files = Some(f);
+        self
+    }
+
+    /// With the typed schema of its configuration (its kind name is this kind's).
+    pub fn schema(mut self, schema: Schema) -> Kind {
+        self.schema = Some(Arc::new(Schema { kind: self.name.to_owned(), ..schema }));
         self
     }
 
@@ -134,6 +146,7 @@ impl std::fmt::Debug for Kind {
             .field("role", &self.role)
             .field("start_stage", &self.start_stage)
             .field("stop_stage", &self.stop_stage)
+            .field("schema", &self.schema.as_ref().map(|s| s.keys.len()))
             .finish_non_exhaustive()
     }
 }
@@ -174,12 +187,16 @@ impl Registry {
         self.kinds.values()
     }
 
-    /// Builds a component.
+    /// Builds a component: its configuration is checked against the kind's schema first
+    /// (every problem at once, each naming its key), then handed to the kind's factory.
     pub fn make(&self, kind: &str, name: &str, config: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
         let k = self
             .kinds
             .get(kind)
             .ok_or_else(|| ComponentError::UnknownKind(kind.to_owned(), self.kinds().join(", ")))?;
+        if let Some(schema) = &k.schema {
+            schema.check_config(name, &config)?;
+        }
         (k.factory)(name, config)
     }
 }

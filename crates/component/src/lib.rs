@@ -21,7 +21,9 @@
 //! - [`Stats`], the typed counters every kind reports live and as the summary of a run;
 //! - the component protocol's messages: [`Request`] ([`Command`] with a request id),
 //!   [`CommandReply`], [`ComponentStatus`];
-//! - [`checks`], the range checks every kind's configuration goes through, and
+//! - [`schema`], the typed schema of a kind's configuration (keys, types, ranges, units,
+//!   defaults, live states, what `configure` gives): the one place those facts live;
+//! - [`checks`], the range checks between keys a kind makes itself, and
 //!   [`provenance`], the system file's digest a kind that writes data files puts in them;
 //! - the runtime: [`process`], the run loop every component process runs (a [`Driver`] fed
 //!   from the control plane and from standard input, publishing the component's state,
@@ -64,11 +66,12 @@ mod kind;
 pub mod log;
 pub mod process;
 pub mod provenance;
+pub mod schema;
 mod state;
 mod stats;
 
 pub use command::{Answer, Command, CommandReply, ComponentStatus, Outcome, Request, Verb};
-pub use component::{Component, Driver, Live, merge, parse_config};
+pub use component::{Component, Driver, merge, parse_config};
 pub use error::ComponentError;
 pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role};
 pub use state::State;

@@ -2,7 +2,7 @@
 //! commands from standard input and, with a control address, from the control plane.
 //!
 //! **Standard input**, one command per line: `configure`, `start RUN`, `pause`, `resume`,
-//! `stop [ARG]`, `stats`, `state`, `reset`, `quit`. Each gets exactly one JSON line on
+//! `stop [ARG]`, `set KEY=VALUE`, `stats`, `state`, `schema` (the kind's typed schema), `reset`, `quit`. Each gets exactly one JSON line on
 //! standard output: `{"ok":true,"state":"Running","result":…}` or
 //! `{"ok":false,"state":…,"error":"…"}`. A failure during the run prints
 //! `{"event":"error","error":"…"}` by itself. End of input (without a control address, or with
@@ -18,7 +18,8 @@
 //! outcome). It provides
 //! - `NAME/state`: its [`ComponentStatus`] on every change and once a second;
 //! - `NAME/stats`: its [`Stats`](crate::Stats) once a second;
-//! - `NAME/log`: a JSON array of the process's recent log records (`crate::log`).
+//! - `NAME/log`: a JSON array of the process's recent log records (`crate::log`);
+//! - `NAME/schema`: its kind's typed [`Schema`] as JSON (`null` for a kind without one), once.
 //!
 //! **Lease.** A process on the control plane that has not been connected to a control server
 //! for longer than its lease ([`Options::lease`]) ends by itself: the control server and its
@@ -58,6 +59,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::log::now_ms;
+use crate::schema::Schema;
 use crate::{Answer, Command, CommandReply, ComponentStatus, Driver, Registry, Request, State, Verb};
 
 /// How a component process runs.
@@ -332,10 +334,11 @@ fn line_command(driver: &mut Driver, line: &str) -> (Value, bool) {
         (_, Some(Err(usage))) => Err(usage),
         ("stats", None) => Ok(serde_json::to_value(driver.stats()).unwrap_or(Value::Null)),
         ("state", None) => Ok(json!({ "failure": driver.failure() })),
+        ("schema", None) => Ok(serde_json::to_value(driver.schema()).unwrap_or(Value::Null)),
         ("quit", None) => return (json!({ "ok": true, "state": driver.state().name() }), true),
         ("", None) => return (Value::Null, false),
         (other, None) => Err(format!(
-            "unknown command `{other}` (configure, start RUN, pause, resume, stop [N], stats, state, reset, quit)"
+            "unknown command `{other}` (configure, start RUN, pause, resume, stop [N], set KEY=VALUE, stats, state, schema, reset, quit)"
         )),
     };
     (answer(driver, result), false)
@@ -347,6 +350,8 @@ struct ControlLink {
     state: daqflow_dialog::Service,
     stats: daqflow_dialog::Service,
     log: daqflow_dialog::Service,
+    /// `NAME/schema`: the kind's typed schema, published once.
+    _schema: daqflow_dialog::Service,
     _commands: Vec<daqflow_dialog::CommandRegistration>,
     since_ms: u64,
     last_state: Option<State>,
@@ -358,13 +363,20 @@ struct ControlLink {
 }
 
 impl ControlLink {
-    fn join(control: &str, name: &str, tx: Sender<Input>) -> Result<ControlLink, ProcessError> {
+    fn join(
+        control: &str,
+        name: &str,
+        schema: Option<&Schema>,
+        tx: Sender<Input>,
+    ) -> Result<ControlLink, ProcessError> {
         let err =
             |e: daqflow_dialog::DialogError| ProcessError::Control { addr: control.to_owned(), reason: e.to_string() };
         let dialog = daqflow_dialog::Dialog::connect(control, name).map_err(err)?;
         let state = dialog.provide(&format!("{name}/state")).map_err(err)?;
         let stats = dialog.provide(&format!("{name}/stats")).map_err(err)?;
         let log = dialog.provide(&format!("{name}/log")).map_err(err)?;
+        let schema_service = dialog.provide(&format!("{name}/schema")).map_err(err)?;
+        let _ = schema_service.update(&serde_json::to_vec(&schema).unwrap_or_default());
         let mut commands = Vec::new();
         for verb in Verb::ALL {
             // A live parameter is one component's: there is no `all/set`.
@@ -384,6 +396,7 @@ impl ControlLink {
             state,
             stats,
             log,
+            _schema: schema_service,
             _commands: commands,
             since_ms: now_ms(),
             last_state: None,
@@ -512,7 +525,7 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     let (tx, rx) = std::sync::mpsc::channel::<Input>();
     let mut link = match &options.control {
         Some(addr) => {
-            let mut link = ControlLink::join(addr, &options.name, tx.clone())?;
+            let mut link = ControlLink::join(addr, &options.name, driver.schema(), tx.clone())?;
             link.operator = options.operator.clone();
             Some(link)
         }

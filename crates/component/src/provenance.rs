@@ -82,6 +82,15 @@ impl<'de> Deserialize<'de> for Digest {
     }
 }
 
+/// The schema's key [`SYSTEM_DIGEST_KEY`] of a kind that writes data files
+/// ([`Kind::takes_system_digest`](crate::Kind::takes_system_digest)).
+pub fn schema_key() -> crate::schema::Key {
+    crate::schema::Key::text(
+        SYSTEM_DIGEST_KEY,
+        "Reserved: the SHA-256 of the system file (64 hex digits), written in every data file's header; the operator sets it.",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,6 +79,25 @@ pub(crate) fn per_second(count: u64, seconds: f64) -> f64 {
 
 /// Range checks of a component's configuration: every problem at once, each naming its key
 /// in backquotes (`` `streams` = 0 is out of range: 1 … 4096 ``), as one [`EvbError::Config`].
+/// The schema's `advertise` key of a kind that listens.
+pub(crate) fn advertise_key() -> daqflow_component::schema::Key {
+    daqflow_component::schema::Key::text(
+        "advertise",
+        "The address answered at configure, `HOST` or `HOST:PORT`; default: the bound address, or for a wildcard `listen` this host's address towards the control server.",
+    )
+}
+
+/// The schema's `idle` key: how `what` idles.
+pub(crate) fn idle_key(what: &str) -> daqflow_component::schema::Key {
+    daqflow_component::schema::Key::choice(
+        "idle",
+        &["busy", "default", "lazy"],
+        &format!(
+            "Idle strategy of {what}: never sleep (a core of its own), spin then park, or sleep soon (many components sharing few cores)."
+        ),
+    )
+}
+
 pub(crate) struct Checks {
     kind: &'static str,
     problems: Vec<String>,
@@ -93,34 +112,12 @@ impl Checks {
         self.problems.push(format!("`{key}` {what}"));
     }
 
-    pub(crate) fn int(&mut self, key: &str, value: u64, min: u64, max: u64) {
-        if !(min..=max).contains(&value) {
-            self.problem(key, format!("= {value} is out of range: {min} … {max}"));
-        }
-    }
-
-    pub(crate) fn float(&mut self, key: &str, value: f64, min: f64, max: f64) {
-        if !(value.is_finite() && (min..=max).contains(&value)) {
-            self.problem(key, format!("= {value} is out of range: {min} … {max}"));
-        }
-    }
-
-    /// A `HOST:PORT` address: a host (IP address or name) and a port 0 … 65535.
-    pub(crate) fn address(&mut self, key: &str, value: &str) {
-        if value.parse::<std::net::SocketAddr>().is_ok() {
-            return;
-        }
-        let ok = value.rsplit_once(':').is_some_and(|(host, port)| {
-            let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-            port.parse::<u16>().is_ok()
-                && !host.is_empty()
-                && (host.parse::<std::net::IpAddr>().is_ok()
-                    || host.split('.').all(|l| {
-                        !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                    }))
-        });
-        if !ok {
-            self.problem(key, format!("= {value:?} is not an address (HOST:PORT, port 0 … 65535)"));
+    /// Every problem of `config` (serialized) against the kind's typed schema: each key's
+    /// type and range.
+    pub(crate) fn schema(&mut self, schema: &daqflow_component::schema::Schema, config: &impl serde::Serialize) {
+        match toml::Table::try_from(config) {
+            Ok(table) => self.problems.extend(schema.check(&table)),
+            Err(e) => self.problems.push(format!("the configuration does not serialize: {e}")),
         }
     }
 
@@ -165,16 +162,18 @@ mod tests {
     fn a_configuration_error_names_the_component_and_the_kind() {
         let e = checked("ru-7", 0u64, |_| {
             let mut c = Checks::new("ru");
-            c.int("streams", 0, 1, 4096);
-            c.address("evm", "no port");
+            c.schema(
+                &crate::ru::schema(),
+                &crate::ru::RuConfig { streams: 0, evm: "no port".into(), ..Default::default() },
+            );
             c.finish()
         })
         .unwrap_err()
         .to_string();
         assert_eq!(
             e,
-            "configuration: ru-7: ru: `streams` = 0 is out of range: 1 … 4096; \
-             `evm` = \"no port\" is not an address (HOST:PORT, port 0 … 65535)"
+            "configuration: ru-7: ru: `evm` = \"no port\" is not an address: HOST:PORT expected; \
+             `streams` = 0 is out of range: 1 … 4096"
         );
     }
 }

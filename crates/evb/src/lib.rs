@@ -164,7 +164,7 @@ mod tests {
             made(crate::bu::kind(None), json!({"credits": 0, "threads": 65})).as_deref(),
             Some(
                 "configuration: c-1: bu: `credits` = 0 is out of range: 1 … 1048576; \
-                 `request_batch` = 32 is out of range: 1 … 1; `threads` = 65 is out of range: 1 … 64"
+                 `threads` = 65 is out of range: 1 … 64; `request_batch` = 32 must be at most credits = 0"
             )
         );
         assert_eq!(
@@ -173,10 +173,15 @@ mod tests {
         );
         assert_eq!(
             made(crate::source::kind(), json!({"rate_hz": -3.0})).as_deref(),
-            Some("configuration: c-1: source: `rate_hz` = -3 is out of range: 0 … 1000000000")
+            Some("configuration: c-1: source: `rate_hz` = -3 is out of range: 0 … 1000000000 Hz")
         );
         let unknown = made(crate::ru::kind(), json!({"streamz": 2})).unwrap_or_default();
         assert!(unknown.starts_with("configuration: c-1: unknown field `streamz`"), "{unknown}");
+        // Through a registry, the kind's schema checks the table first: the key it meant.
+        let mut registry = daqflow_component::Registry::new();
+        registry.add(crate::ru::kind());
+        let e = registry.make("ru", "c-1", table(json!({"streamz": 2}))).err().map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("configuration: c-1: `streamz`: no such key; did you mean `streams`?"));
         for kind in [crate::evm::kind(), crate::bu::kind(None), crate::ru::kind(), crate::source::kind()] {
             assert_eq!(made(kind, json!({})), None, "the defaults are valid");
         }

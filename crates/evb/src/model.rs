@@ -56,6 +56,24 @@ impl Default for SizeModel {
     }
 }
 
+/// The schema's keys of a size model in the table `table` (`size.kind`, `size.bytes`, …).
+pub fn schema_keys(table: &str, what: &str) -> Vec<daqflow_component::schema::Key> {
+    use daqflow_component::schema::Key;
+    let k = |key: &str| format!("{table}.{key}");
+    vec![
+        Key::choice(
+            &k("kind"),
+            &["fixed", "uniform", "lognormal"],
+            &format!("{what}: the model (each takes its own keys below)."),
+        ),
+        Key::integer(&k("bytes"), 0, 1 << 30, "`fixed`: payload bytes of every fragment.").unit("bytes"),
+        Key::integer(&k("min"), 0, 1 << 30, "`uniform`: smallest payload.").unit("bytes"),
+        Key::integer(&k("max"), 0, 1 << 30, "`uniform`: largest payload (at least `min`).").unit("bytes"),
+        Key::float(&k("mean"), 0.0, 1e12, "`lognormal`: mean payload size (more than 0).").unit("bytes"),
+        Key::float(&k("rms"), 0.0, 1e12, "`lognormal`: root-mean-square spread of the payload size.").unit("bytes"),
+    ]
+}
+
 impl SizeModel {
     /// Draws one size, at most `max`.
     pub fn sample(&self, rng: &mut Rng, max: usize) -> usize {

@@ -19,6 +19,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use daqflow_component::schema::{Key, Schema};
 use daqflow_component::{Component, ComponentError, Info, Kind, Registry, Role, Stats};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -121,6 +122,54 @@ impl Component for PyComponent {
     fn failure(&self) -> Option<String> {
         self.call("failure()", "_df_failure", ()).ok().flatten()
     }
+
+    // The driver calls it only for a parameter the class declares live, in one of its states,
+    // with a value of its type and range.
+    fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ComponentError> {
+        let json = serde_json::to_string(value)
+            .map_err(|e| ComponentError::Refused(format!("`{key}` = {value}: as JSON: {e}")))?;
+        Python::attach(|py| {
+            self.object.bind(py).call_method1("_df_set", (key, json)).map(drop).map_err(|e| {
+                let e = hook_error(py, "set()", e);
+                ComponentError::Refused(e.to_string())
+            })
+        })
+    }
+}
+
+/// The schema of a Python component's class: its `parameters` (and `outputs`), as
+/// `daqflow.Component._df_schema` gives them in JSON (a list of keys in the form of
+/// `daqflow_component::schema::Key`).
+fn schema_of(kind: &str, json: &str) -> PyResult<Schema> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Declared {
+        parameters: Vec<Key>,
+        #[serde(default)]
+        outputs: Vec<Key>,
+    }
+    let declared: Declared =
+        serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("{kind}: its parameters: {e}")))?;
+    let mut schema = Schema::new(kind);
+    for key in declared.parameters {
+        if key.name.is_empty() || schema.key_named(&key.name).is_some() {
+            return Err(PyValueError::new_err(format!("{kind}: parameter `{}` is empty or declared twice", key.name)));
+        }
+        if let (Some(default), false) = (&key.default, key.required) {
+            key.check(default).map_err(|e| PyValueError::new_err(format!("{kind}: the default of {e}")))?;
+        }
+        if key.live.iter().any(|s| !daqflow_component::schema::ANY_STATE.contains(s)) {
+            return Err(PyValueError::new_err(format!(
+                "{kind}: parameter `{}` may be live only while Configured, Running or Paused",
+                key.name
+            )));
+        }
+        schema = schema.key(key);
+    }
+    for key in declared.outputs {
+        schema = schema.output(key);
+    }
+    Ok(schema)
 }
 
 fn role(name: &str) -> PyResult<Role> {
@@ -199,7 +248,7 @@ fn read_token_line() -> Result<daqflow_transport::auth::Token, String> {
 /// component object (a `daqflow.Component`) at every configure, from that configuration merged
 /// with the operator's.
 #[pyfunction]
-#[pyo3(signature = (factory, *, kind, role, name, config_file=None, sets=Vec::new(), start=None, control=None, lease_s=None, end_with_stdin=false, operator=None))]
+#[pyo3(signature = (factory, *, kind, role, name, config_file=None, sets=Vec::new(), start=None, control=None, lease_s=None, end_with_stdin=false, operator=None, schema=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn _run_component(
     py: Python<'_>,
@@ -214,8 +263,10 @@ pub fn _run_component(
     lease_s: Option<f64>,
     end_with_stdin: bool,
     operator: Option<String>,
+    schema: Option<String>,
 ) -> PyResult<bool> {
     let role = self::role(role)?;
+    let schema = schema.map(|json| schema_of(&kind, &json)).transpose()?;
     let config = daqflow_component::process::config_table(config_file.as_deref(), &sets)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let lease = match lease_s {
@@ -231,7 +282,7 @@ pub fn _run_component(
     // per component process.
     let kind_name: &'static str = Box::leak(kind.clone().into_boxed_str());
     let mut registry = Registry::new();
-    registry.add(Kind::new(kind_name, "a component written in Python", role, move |name, table| {
+    let mut python_kind = Kind::new(kind_name, "a component written in Python", role, move |name, table| {
         let json = serde_json::to_string(&table)
             .map_err(|e| ComponentError::Config(format!("{name}: the configuration as JSON: {e}")))?;
         let object = Python::attach(|py| {
@@ -241,7 +292,11 @@ pub fn _run_component(
             })
         })?;
         Ok(Box::new(PyComponent { object, rates: Mutex::new(None) }) as Box<dyn Component>)
-    }));
+    });
+    if let Some(schema) = schema {
+        python_kind = python_kind.schema(schema);
+    }
+    registry.add(python_kind);
     let options =
         daqflow_component::process::Options { kind, name, config, start, control, lease, end_with_stdin, operator };
     let result = py.detach(|| daqflow_component::process::run(registry, options));

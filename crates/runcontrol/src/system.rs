@@ -396,6 +396,9 @@ pub struct ComponentSpec {
     /// Whether the operator gives it the system file's digest (`system_digest`; its kind's
     /// [`Kind::takes_system_digest`](daqflow_component::Kind::takes_system_digest)).
     pub system_digest: bool,
+    /// Its kind's typed schema, when this binary knows the kind and the kind declares one:
+    /// what `set` checks while Initial, and what references to it may name.
+    pub schema: Option<std::sync::Arc<daqflow_component::schema::Schema>>,
 }
 
 /// A validated system file.
@@ -612,18 +615,75 @@ fn lookup<'a>(results: &'a HashMap<String, Value>, name: &str, key: &str) -> Res
         .ok_or_else(|| format!("`${{{name}.{key}}}`: {name} gave no `{key}` (it gave {r})"))
 }
 
-/// A JSON value as TOML (null becomes an empty string).
-pub fn json_to_toml(v: &Value) -> toml::Value {
-    match v {
-        Value::Null => toml::Value::String(String::new()),
-        Value::Bool(b) => toml::Value::Boolean(*b),
-        Value::Number(n) => {
-            n.as_i64().map(toml::Value::Integer).unwrap_or_else(|| toml::Value::Float(n.as_f64().unwrap_or(0.0)))
+/// The keys of `${system.KEY}`: what the operator knows of the system itself.
+pub const SYSTEM_KEYS: &[&str] = &["name", "id", "control", "data", "database", "digest"];
+
+/// The standard counters of every summary, which a `stop_arg` may name besides a kind's own
+/// summary keys.
+const SUMMARY_KEYS: &[&str] = &["events", "bytes", "events_per_s", "mb_per_s"];
+
+/// Every `${name.key}` must name something that exists: a component of the system whose kind
+/// gives `key` at configure (in parameters), or in its stop summary (in a `stop_arg`), or a
+/// key of `${system.…}`. A component of a kind this binary does not know (a program of your
+/// own) may give anything.
+fn check_references(text: &str, raw: &[RawComponent], components: &[ComponentSpec], problems: &mut Vec<String>) {
+    let by_name: HashMap<&str, &ComponentSpec> = components.iter().map(|c| (c.name.as_str(), c)).collect();
+    for (c, r) in components.iter().zip(raw) {
+        let mut uses: Vec<(String, String, usize, bool)> = Vec::new();
+        let params_span = r.params.as_ref().map(|p| p.span()).unwrap_or(0..0);
+        for v in c.params.values() {
+            let mut refs = Vec::new();
+            collect_refs(v, &mut refs);
+            for (a, b) in refs {
+                let needle = format!("${{{a}.{b}}}");
+                let at = text
+                    .get(params_span.start..)
+                    .and_then(|t| t.find(&needle))
+                    .map_or(c.line, |i| line_of(text, params_span.start + i));
+                uses.push((a, b, at, false));
+            }
         }
-        Value::String(s) => toml::Value::String(s.clone()),
-        Value::Array(a) => toml::Value::Array(a.iter().map(json_to_toml).collect()),
-        Value::Object(m) => toml::Value::Table(m.iter().map(|(k, v)| (k.clone(), json_to_toml(v))).collect()),
+        if let Some(a) = &r.stop_arg {
+            for (x, y) in references(a.get_ref()) {
+                uses.push((x, y, line_of(text, a.span().start), true));
+            }
+        }
+        for (a, b, at, stop) in uses {
+            let what = format!("line {at}: `${{{a}.{b}}}` in `{}`", c.name);
+            if a == "system" {
+                if !SYSTEM_KEYS.contains(&b.as_str()) {
+                    let near = daqflow_component::schema::closest(&b, SYSTEM_KEYS)
+                        .map(|n| format!("did you mean `{n}`? "))
+                        .unwrap_or_default();
+                    problems
+                        .push(format!("{what}: the system has no `{b}`; {near}(its keys: {})", SYSTEM_KEYS.join(", ")));
+                }
+                continue;
+            }
+            let Some(schema) = by_name.get(a.as_str()).and_then(|t| t.schema.as_ref()) else { continue };
+            let mut known: Vec<&str> = schema.outputs.iter().map(|k| k.name.as_str()).collect();
+            if stop {
+                known.extend(schema.summary.iter().map(|k| k.name.as_str()));
+                known.extend(SUMMARY_KEYS);
+            }
+            if !known.contains(&b.as_str()) {
+                let near = daqflow_component::schema::closest(&b, &known)
+                    .map(|n| format!("did you mean `{n}`? "))
+                    .unwrap_or_default();
+                let gives = if known.is_empty() { "nothing".to_owned() } else { known.join(", ") };
+                let when = if stop { "at configure or in its stop summary" } else { "at configure" };
+                problems.push(format!(
+                    "{what}: {a} (kind {}) gives no `{b}` {when}; {near}(it gives: {gives})",
+                    schema.kind
+                ));
+            }
+        }
     }
+}
+
+/// A resolved reference's JSON value as TOML (`lookup` never gives null).
+fn json_to_toml(v: &Value) -> toml::Value {
+    daqflow_component::schema::json_to_toml(v).unwrap_or_else(|_| toml::Value::String(v.to_string()))
 }
 
 impl SystemFile {
@@ -714,8 +774,14 @@ impl SystemFile {
             needs.dedup();
             // The parameters must make a valid configuration (references stand in as text).
             if c.command.is_none() && registry.kinds().contains(&kind.as_str()) {
-                let mut probe = params.clone();
-                replace_refs_with_placeholders(&mut probe);
+                let probe = match registry.kind(&kind).and_then(|k| k.schema.as_ref()) {
+                    Some(schema) => schema.with_placeholders(&params, &|s: &str| !references(s).is_empty()),
+                    None => {
+                        let mut probe = params.clone();
+                        replace_refs_with_placeholders(&mut probe);
+                        probe
+                    }
+                };
                 if let Err(e) = registry.make(&kind, &name, probe) {
                     // One problem per key: a range check reports every key at once.
                     let e = e.to_string();
@@ -744,6 +810,7 @@ impl SystemFile {
                 role: known.map_or(Role::Other, |k| k.role),
                 data_files: known.and_then(|k| k.data_files),
                 system_digest: known.is_some_and(|k| k.system_digest),
+                schema: if c.command.is_none() { known.and_then(|k| k.schema.clone()) } else { None },
                 kind,
                 host: c.host.as_ref().map(|h| h.get_ref().clone()).filter(|h| h != "localhost" && h != "127.0.0.1"),
                 command: c.command.as_ref().map(|c| c.get_ref().clone()),
@@ -763,6 +830,7 @@ impl SystemFile {
                 }
             }
         }
+        check_references(text, &raw.component, &components, &mut problems);
         if components.is_empty() {
             problems.push("the system has no [[component]]".into());
         }
@@ -896,12 +964,24 @@ mod tests {
             ("recorder", Role::Recorder),
         ] {
             // Like a real kind, it refuses keys it does not know.
-            r.add(daqflow_component::Kind::new(kind, "a stub", role, |name, t| {
+            let stub = daqflow_component::Kind::new(kind, "a stub", role, |name, t| {
                 match t.keys().find(|k| !["evm", "streams", "listen", "id"].contains(&k.as_str())) {
                     Some(k) => Err(daqflow_component::ComponentError::Config(format!("{name}: unknown field `{k}`"))),
                     None => Ok(Box::new(Stub)),
                 }
-            }));
+            });
+            // The EVM declares what it gives, as the real kinds do.
+            r.add(if kind == "evm" {
+                use daqflow_component::schema::{Key, Schema};
+                stub.schema(
+                    Schema::new("evm")
+                        .key(Key::address("listen", "where"))
+                        .output(Key::address("listen", "where"))
+                        .summary(Key::integer("last_event", 0, i64::MAX, "the last event")),
+                )
+            } else {
+                stub
+            });
         }
         SystemFile::parse(text, &r)
     }
@@ -948,6 +1028,40 @@ streamz = 4
             let e = parse(&format!("[system]\nname = 't'\nlease_s = {bad}\n{component}")).unwrap_err().to_string();
             assert!(e.starts_with("line 3: `lease_s`") && e.contains("more than 6"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_reference_to_what_a_component_does_not_give_is_refused_with_the_line_and_the_key_meant() {
+        let text = r#"[system]
+name = "t"
+[[component]]
+name = "evm"
+kind = "evm"
+[[component]]
+name = "ru-0"
+kind = "ru"
+stop_arg = "${evm.last_evnt}"
+[component.params]
+evm = "${evm.lisen}"
+listen = "${system.contrl}"
+[[component]]
+name = "src-0"
+kind = "source"
+stop_arg = "${evm.last_event}"
+[component.params]
+evm = "${evm.listen}"
+"#;
+        let e = parse(text).unwrap_err().to_string();
+        assert!(
+            e.contains("line 11: `${evm.lisen}` in `ru-0`: evm (kind evm) gives no `lisen` at configure; did you mean `listen`? (it gives: listen)"),
+            "{e}"
+        );
+        assert!(e.contains("line 9: `${evm.last_evnt}` in `ru-0`") && e.contains("did you mean `last_event`?"), "{e}");
+        assert!(
+            e.contains("line 12: `${system.contrl}` in `ru-0`: the system has no `contrl`; did you mean `control`?"),
+            "{e}"
+        );
+        assert!(!e.contains("src-0"), "what the EVM gives is taken: {e}");
     }
 
     #[test]

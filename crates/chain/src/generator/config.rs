@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::link::{Tuning, resolve};
 use crate::{DEFAULT_SEND_QUEUE_BYTES, MAX_CHUNK_BYTES};
 use daqflow_component::ComponentError;
+use daqflow_component::schema::{Key, Schema};
 
 /// Configuration of a generator (`daqflow component generator --set downstream=HOST:PORT …`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,39 +48,87 @@ impl Default for GeneratorConfig {
     }
 }
 
+/// The typed schema of the `generator` kind's configuration (`docs/operator-guide.md`,
+/// "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("generator")
+        .key(
+            Key::address(
+                "downstream",
+                "Address of the next component in the chain (a repeater or a sink); connected at `start`.",
+            )
+            .required(),
+        )
+        .key(
+            Key::integer(
+                "chunk_bytes",
+                1,
+                MAX_CHUNK_BYTES as i64,
+                "Bytes of data in each chunk (a 16-byte chunk header goes in front).",
+            )
+            .unit("bytes"),
+        )
+        .key(
+            Key::float("rate_hz", 0.0, 1e9, "Chunks per second; 0: free-running, as fast as the chain takes them.")
+                .unit("Hz"),
+        )
+        .key(Key::bool(
+            "check",
+            "Put the CRC32C of the data in every chunk header (a sink with `check = true` verifies it).",
+        ))
+        .key(
+            Key::integer("connect_timeout_ms", 1, 86_400_000, "How long `start` retries connecting to `downstream`.")
+                .unit("ms"),
+        )
+        .key(
+            Key::integer(
+                "stop_timeout_ms",
+                1,
+                86_400_000,
+                "How long `stop` waits for a downstream that no longer reads before it cuts the stream.",
+            )
+            .unit("ms"),
+        )
+        .key(
+            Key::integer(
+                "send_queue_bytes",
+                4096,
+                1 << 34,
+                "Most bytes waiting to be written to `downstream`; the generator waits for room beyond.",
+            )
+            .unit("bytes"),
+        )
+        .key(
+            Key::integer(
+                "socket_buffer_bytes",
+                1024,
+                1 << 30,
+                "`SO_SNDBUF` and `SO_RCVBUF` of the connection; unset: the kernel's default and auto-tuning.",
+            )
+            .unit("bytes"),
+        )
+        .output(Key::integer("chunk_bytes", 1, MAX_CHUNK_BYTES as i64, "Bytes of data in each chunk."))
+        .summary(Key::integer("chunks", 0, i64::MAX, "Chunks sent (the same as `events`)."))
+        .defaults_from(&GeneratorConfig::default())
+}
+
 impl GeneratorConfig {
     /// Checks the values.
     pub fn validate(&self, name: &str) -> Result<(), ComponentError> {
         self.check(name)?;
         resolve(name, "downstream", &self.downstream)?;
-        if self.chunk_bytes == 0 || self.chunk_bytes > MAX_CHUNK_BYTES {
-            return Err(ComponentError::Config(format!(
-                "{name}: chunk_bytes = {} must be 1 … {MAX_CHUNK_BYTES}",
-                self.chunk_bytes
-            )));
-        }
-        if !(self.rate_hz >= 0.0 && self.rate_hz.is_finite()) {
-            return Err(ComponentError::Config(format!("{name}: rate_hz = {} must be 0 or positive", self.rate_hz)));
-        }
         Ok(())
     }
 
-    /// Range-checks every key, without resolving addresses (`daqflow run --check`).
+    /// Checks every key against the [`schema`], without resolving addresses (`daqflow run --check`).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
-        if self.downstream.is_empty() {
+        let mut probe = self.clone();
+        if probe.downstream.trim().is_empty() {
             c.problem("downstream", "is required (HOST:PORT)");
-        } else {
-            c.address("downstream", &self.downstream);
+            probe.downstream = "127.0.0.1:9".into();
         }
-        c.int("chunk_bytes", self.chunk_bytes as u64, 1, MAX_CHUNK_BYTES as u64);
-        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 86_400_000);
-        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
-        c.int("send_queue_bytes", self.send_queue_bytes as u64, 4096, 1 << 34);
-        if let Some(b) = self.socket_buffer_bytes {
-            c.int("socket_buffer_bytes", b as u64, 1024, 1 << 30);
-        }
+        c.schema(&schema(), &probe);
         c.finish()
     }
 
@@ -89,5 +138,16 @@ impl GeneratorConfig {
             recv_chunk_bytes: 64 << 10,
             socket_buffer_bytes: self.socket_buffer_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&GeneratorConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 }

@@ -72,7 +72,9 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
 /// The `generator` kind: a source outside the event accounting; it starts last and stops
 /// first, so that its end marker flows down a chain whose receivers are all running.
 pub fn kind() -> Kind {
-    Kind::new("generator", "the chain's source: sends numbered chunks downstream", Role::Other, factory).stages(7, 1)
+    Kind::new("generator", "the chain's source: sends numbered chunks downstream", Role::Other, factory)
+        .stages(7, 1)
+        .schema(config::schema())
 }
 
 impl Generator {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::link::{Tuning, resolve};
 use crate::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
 use daqflow_component::ComponentError;
+use daqflow_component::schema::{Key, Schema};
 
 /// How a repeater moves the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -80,6 +81,81 @@ impl Default for RepeaterConfig {
     }
 }
 
+/// The typed schema of the `repeater` kind's configuration (`docs/operator-guide.md`,
+/// "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("repeater")
+        .key(Key::address(
+            "listen",
+            "Address the upstream connects to (port 0: a free port, which `configure` gives); bound at `configure`.",
+        ))
+        .key(crate::link::advertise_key())
+        .key(
+            Key::address("downstream", "Address of the next component (a repeater or a sink); connected at `start`.")
+                .required(),
+        )
+        .key(
+            Key::integer("connect_timeout_ms", 1, 86_400_000, "How long `start` retries connecting to `downstream`.")
+                .unit("ms"),
+        )
+        .key(
+            Key::integer(
+                "stop_timeout_ms",
+                1,
+                86_400_000,
+                "How long `stop` waits for the end marker to come through before it cuts both connections.",
+            )
+            .unit("ms"),
+        )
+        .key(Key::choice(
+            "forward",
+            &["transport", "splice"],
+            "How the data moves: through the transport's buffers, or from socket to socket with `splice(2)`.",
+        ))
+        .key(
+            Key::integer(
+                "splice_min_bytes",
+                0,
+                1 << 30,
+                "With `forward = \"splice\"`: chunks with at least this much data are spliced.",
+            )
+            .unit("bytes"),
+        )
+        .key(
+            Key::integer(
+                "pipe_bytes",
+                4096,
+                1 << 30,
+                "With `forward = \"splice\"`: capacity of the pipe between the sockets.",
+            )
+            .unit("bytes"),
+        )
+        .key(
+            Key::integer(
+                "send_queue_bytes",
+                4096,
+                1 << 34,
+                "With `forward = \"transport\"`: most bytes waiting for `downstream`; the upstream is not read beyond.",
+            )
+            .unit("bytes"),
+        )
+        .key(
+            Key::integer("recv_chunk_bytes", 4096, 1 << 30, "Size of the buffers the upstream is read into.")
+                .unit("bytes"),
+        )
+        .key(
+            Key::integer(
+                "socket_buffer_bytes",
+                1024,
+                1 << 30,
+                "`SO_SNDBUF` and `SO_RCVBUF` of both connections; unset: the kernel's default and auto-tuning.",
+            )
+            .unit("bytes"),
+        )
+        .output(Key::address("listen", "The address its upstream is configured with."))
+        .defaults_from(&RepeaterConfig::default())
+}
+
 impl RepeaterConfig {
     /// Checks the values.
     pub fn validate(&self, name: &str) -> Result<(), ComponentError> {
@@ -89,26 +165,17 @@ impl RepeaterConfig {
         Ok(())
     }
 
-    /// Range-checks every key, without resolving addresses (`daqflow run --check`).
+    /// Checks every key against the [`schema`], without resolving addresses (`daqflow run --check`).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
-        c.address("listen", &self.listen);
+        let mut probe = self.clone();
+        if probe.downstream.trim().is_empty() {
+            c.problem("downstream", "is required (HOST:PORT)");
+            probe.downstream = "127.0.0.1:9".into();
+        }
+        c.schema(&schema(), &probe);
         if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
             c.problem("advertise", e.to_string().trim_start_matches("advertise "));
-        }
-        if self.downstream.is_empty() {
-            c.problem("downstream", "is required (HOST:PORT)");
-        } else {
-            c.address("downstream", &self.downstream);
-        }
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 86_400_000);
-        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
-        c.int("splice_min_bytes", self.splice_min_bytes as u64, 0, 1 << 30);
-        c.int("pipe_bytes", self.pipe_bytes as u64, 4096, 1 << 30);
-        c.int("send_queue_bytes", self.send_queue_bytes as u64, 4096, 1 << 34);
-        c.int("recv_chunk_bytes", self.recv_chunk_bytes as u64, 4096, 1 << 30);
-        if let Some(b) = self.socket_buffer_bytes {
-            c.int("socket_buffer_bytes", b as u64, 1024, 1 << 30);
         }
         c.finish()
     }
@@ -119,5 +186,16 @@ impl RepeaterConfig {
             recv_chunk_bytes: self.recv_chunk_bytes,
             socket_buffer_bytes: self.socket_buffer_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&RepeaterConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 }

@@ -96,6 +96,7 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
 pub fn kind() -> Kind {
     Kind::new("repeater", "passes a chain's chunks from its upstream to its downstream", Role::Other, factory)
         .stages(3, 4)
+        .schema(config::schema())
 }
 
 impl Repeater {

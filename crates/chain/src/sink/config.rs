@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::link::{Tuning, resolve};
 use crate::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
 use daqflow_component::ComponentError;
+use daqflow_component::schema::{Key, Schema};
 
 /// Configuration of a sink (`daqflow component sink --set listen=127.0.0.1:7302 …`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +45,45 @@ impl Default for SinkConfig {
     }
 }
 
+/// The typed schema of the `sink` kind's configuration (`docs/operator-guide.md`,
+/// "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("sink")
+        .key(Key::address(
+            "listen",
+            "Address the upstream connects to (port 0: a free port, which `configure` gives); bound at `configure`.",
+        ))
+        .key(crate::link::advertise_key())
+        .key(Key::bool(
+            "check",
+            "Check the CRC32C of every chunk that carries one (sequence numbers are always checked).",
+        ))
+        .key(
+            Key::integer(
+                "stop_timeout_ms",
+                1,
+                86_400_000,
+                "How long `stop` waits for the end marker; then the run ends without it and the summary says so.",
+            )
+            .unit("ms"),
+        )
+        .key(
+            Key::integer("recv_chunk_bytes", 4096, 1 << 30, "Size of the buffers the upstream is read into.")
+                .unit("bytes"),
+        )
+        .key(
+            Key::integer(
+                "socket_buffer_bytes",
+                1024,
+                1 << 30,
+                "`SO_RCVBUF` (and `SO_SNDBUF`) of the connection; unset: the kernel's default and auto-tuning.",
+            )
+            .unit("bytes"),
+        )
+        .output(Key::address("listen", "The address its upstream is configured with."))
+        .defaults_from(&SinkConfig::default())
+}
+
 impl SinkConfig {
     /// Checks the values.
     pub fn validate(&self, name: &str) -> Result<(), ComponentError> {
@@ -52,17 +92,12 @@ impl SinkConfig {
         Ok(())
     }
 
-    /// Range-checks every key, without resolving addresses (`daqflow run --check`).
+    /// Checks every key against the [`schema`], without resolving addresses (`daqflow run --check`).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
-        c.address("listen", &self.listen);
+        c.schema(&schema(), self);
         if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
             c.problem("advertise", e.to_string().trim_start_matches("advertise "));
-        }
-        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
-        c.int("recv_chunk_bytes", self.recv_chunk_bytes as u64, 4096, 1 << 30);
-        if let Some(b) = self.socket_buffer_bytes {
-            c.int("socket_buffer_bytes", b as u64, 1024, 1 << 30);
         }
         c.finish()
     }
@@ -73,5 +108,16 @@ impl SinkConfig {
             recv_chunk_bytes: self.recv_chunk_bytes,
             socket_buffer_bytes: self.socket_buffer_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&SinkConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 }

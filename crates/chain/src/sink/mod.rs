@@ -93,7 +93,9 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
 /// The `sink` kind: outside the event accounting; it starts before the chain's senders and
 /// stops after them, when the end marker has come.
 pub fn kind() -> Kind {
-    Kind::new("sink", "the chain's end: checks, counts and discards the chunks", Role::Other, factory).stages(2, 5)
+    Kind::new("sink", "the chain's end: checks, counts and discards the chunks", Role::Other, factory)
+        .stages(2, 5)
+        .schema(config::schema())
 }
 
 impl Sink {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use daqflow_component::provenance::Digest;
+use daqflow_component::schema::{Key, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::{EvbError, Idle};
@@ -100,18 +101,17 @@ impl BuConfig {
         daqflow_wire::file::DiskMarks { high_pct: self.throttle_high_pct, low_pct: self.throttle_low_pct }
     }
 
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    /// Checks every key against the [`schema`] and the rules between keys; every problem names
+    /// its key.
     pub fn validate(&self) -> Result<(), EvbError> {
         let mut c = crate::common::Checks::new("bu");
-        c.address("evm", &self.evm);
-        c.int("credits", self.credits.into(), 1, 1 << 20);
-        c.int("request_batch", self.request_batch.into(), 1, self.credits.max(1).into());
-        c.int("max_bytes_in_flight", self.max_bytes_in_flight, 1 << 10, 1 << 40);
-        c.int("threads", self.threads as u64, 1, 64);
+        c.schema(&schema(), self);
+        if self.request_batch > self.credits {
+            c.problem("request_batch", format!("= {} must be at most credits = {}", self.request_batch, self.credits));
+        }
         if self.output == Output::Files && self.directory.as_os_str().is_empty() {
             c.problem("directory", "must not be empty with output = \"files\"");
         }
-        c.int("max_file_bytes", self.max_file_bytes, 1 << 16, 1 << 40);
         if self.output == Output::Et && self.et.trim().is_empty() {
             c.problem("et", "is required with output = \"et\" (the ET system's name)");
         }
@@ -124,16 +124,39 @@ impl BuConfig {
                 "= \"consumed\" needs threads = 1 (each flush waits until the ET system is drained)",
             );
         }
-        c.int("flush_interval_ms", self.flush_interval_ms, 1, 60_000);
-        c.int("heartbeat_ms", self.heartbeat_ms, 1, 60_000);
-        c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
         if let Err((key, what)) = self.disk_marks().check() {
             c.problem(key, what);
         }
-        c.int("throttle_check_ms", self.throttle_check_ms, 1, 60_000);
         c.finish()
     }
+}
+
+/// The typed schema of the `bu` kind's configuration: every key's type, range, unit and
+/// default (`docs/operator-guide.md`, "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("bu")
+        .key(Key::integer("id", 0, u32::MAX.into(), "The BU's id, unique in the run."))
+        .key(Key::address("evm", "The EVM's address."))
+        .key(Key::integer("credits", 1, 1 << 20, "Most events in flight (assigned and not yet confirmed); see also `max_bytes_in_flight`."))
+        .key(Key::integer("request_batch", 1, 1 << 20, "Credits are handed back in groups of this many; at most `credits`."))
+        .key(Key::integer("max_bytes_in_flight", 1 << 10, 1 << 40, "Most bytes of events in flight, estimated from the mean event size so far: credits are withheld above it.").unit("bytes"))
+        .key(Key::integer("threads", 1, 64, "Builder threads."))
+        .key(Key::bool("check_crc", "Verify every fragment's CRC (event ids and structure are always checked)."))
+        .key(Key::choice("output", &["discard", "files", "et"], "Where built events go: nowhere (measurements), data files in `directory`, or the ET system `et`."))
+        .key(Key::path("directory", "Directory of the data files (`output = \"files\"`)."))
+        .key(Key::integer("max_file_bytes", 1 << 16, 1 << 40, "A data file is closed and the next opened at this size.").unit("bytes"))
+        .key(Key::new("et", daqflow_component::schema::Type::Text { empty: true }, "Name of the ET system (required with `output = \"et\"`)."))
+        .key(Key::choice("et_confirm", &["put", "consumed"], "With `output = \"et\"`: confirm an event once it is in the ET system, or once every consumer is done with it (needs `threads = 1`)."))
+        .key(Key::integer("flush_interval_ms", 1, 60_000, "Written events are flushed (and then confirmed) at least this often.").unit("ms"))
+        .key(Key::integer("heartbeat_ms", 1, 60_000, "The BU tells the EVM it is alive at least this often.").unit("ms"))
+        .key(Key::integer("end_timeout_ms", 1, 3_600_000, "How long `stop` waits for the EVM's end of run.").unit("ms"))
+        .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM and the RUs.").unit("ms"))
+        .key(crate::common::idle_key("the BU's schedulers"))
+        .key(daqflow_component::provenance::schema_key())
+        .key(Key::float("throttle_high_pct", 0.0, 100.0, "Disk throttling (`output = \"files\"`): above this usage of `directory`'s filesystem the BU asks for no more events; 100: off.").unit("%"))
+        .key(Key::float("throttle_low_pct", 0.0, 100.0, "A throttled BU asks for events again below this usage (below `throttle_high_pct`).").unit("%"))
+        .key(Key::integer("throttle_check_ms", 1, 60_000, "How often the free space is read.").unit("ms"))
+        .defaults_from(&BuConfig::default())
 }
 
 impl Default for BuConfig {
@@ -167,6 +190,12 @@ impl Default for BuConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&BuConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
 
     #[test]
     fn every_key_out_of_range_is_named() {

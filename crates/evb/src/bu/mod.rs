@@ -54,7 +54,7 @@ use daqflow_wire::file::{ClosedFile, DiskChange, DiskSpace, DiskWatcher, FileWri
 use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
 
-pub use self::config::{BuConfig, EtConfirm, Output};
+pub use self::config::{BuConfig, EtConfirm, Output, schema};
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
@@ -81,6 +81,7 @@ pub fn kind(et: Option<EtOpener>) -> Kind {
             }))
         },
     )
+    .schema(config::schema())
     .data_files(|t| {
         let directory = t.get("directory").and_then(|d| d.as_str()).map(std::path::PathBuf::from);
         (t.get("output").and_then(|o| o.as_str()) == Some("files"))

@@ -1,6 +1,7 @@
 //! The configuration of the `evm` kind: every key, documented, range-checked by
 //! [`EvmConfig::validate`].
 
+use daqflow_component::schema::{Key, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::{EvbError, Idle};
@@ -82,26 +83,41 @@ impl Default for EvmConfig {
     }
 }
 
+/// The typed schema of the `evm` kind's configuration: every key's type, range, unit and
+/// default (`docs/operator-guide.md`, "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("evm")
+        .key(Key::address("listen", "Address RUs, BUs and a trigger source connect to (port 0: any free port)."))
+        .key(crate::common::advertise_key())
+        .key(Key::integer("rus", 1, 4096, "Number of RUs in the run; assignments start once all have connected."))
+        .key(Key::choice("trigger", &["emulated", "source"], "Where triggers come from: emulated level-1 accepts, or trigger fragments from a source with `role = \"trigger\"`."))
+        .key(Key::float("rate_hz", 0.0, 1e9, "Emulated trigger rate; 0: as fast as the BUs ask (free-running).").unit("Hz"))
+        .key(Key::float("reject_fraction", 0.0, 1.0, "Fraction of events the level-2 emulation rejects (1 only with `rate_hz` > 0 or `trigger = \"source\"`)."))
+        .key(Key::integer("reject_group", 1, 1_000_000, "Rejects per grouped reject message to the RUs (ATLAS: 10)."))
+        .key(Key::integer("release_group", 1, 1_000_000, "Releases (built events) per grouped discard message to the RUs."))
+        .key(Key::integer("assign_batch", 1, 65_536, "Most events in one assignment."))
+        .key(Key::integer("assign_timeout_ms", 0, 60_000, "A smaller assignment goes out when its oldest trigger waited this long.").unit("ms"))
+        .key(Key::integer("bu_timeout_ms", 1, 3_600_000, "A BU silent this long is taken for dead and its events re-assigned.").unit("ms"))
+        .key(Key::integer("drain_timeout_ms", 0, 3_600_000, "After stop, how long the drain may go without an event built before it gives up (the rest is lost, with the BU that held it).").unit("ms"))
+        .key(Key::integer("stall_timeout_ms", 0, 86_400_000, "The run fails as stalled when events are in flight and none is built for this long while not paused; 0: never.").unit("ms"))
+        .key(Key::integer("max_pending", 1, 1 << 26, "Most triggers waiting for a BU; a trigger source is not read beyond it."))
+        .key(Key::integer("seed", 0, i64::MAX, "Seed of the level-2 emulation."))
+        .key(crate::common::idle_key("the EVM's scheduler"))
+        .output(Key::address("listen", "The address RUs, BUs and a trigger source are configured with (`advertise`, or the bound address)."))
+        .summary(Key::integer("last_event", 0, i64::MAX, "The last event id triggered in the run (a source's `stop_arg`)."))
+        .defaults_from(&EvmConfig::default())
+}
+
 impl EvmConfig {
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    /// Checks every key against the [`schema`] and the rules between keys; every problem names
+    /// its key.
     pub fn validate(&self) -> Result<(), EvbError> {
         let mut c = crate::common::Checks::new("evm");
-        c.address("listen", &self.listen);
+        c.schema(&schema(), self);
         c.advertise(self.advertise.as_deref());
-        c.int("rus", self.rus as u64, 1, 4096);
-        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
-        c.float("reject_fraction", self.reject_fraction, 0.0, 1.0);
         if self.reject_fraction >= 1.0 && self.rate_hz == 0.0 && self.trigger == TriggerMode::Emulated {
             c.problem("reject_fraction", "= 1 with on-demand triggers would trigger forever");
         }
-        c.int("reject_group", self.reject_group as u64, 1, 1_000_000);
-        c.int("release_group", self.release_group as u64, 1, 1_000_000);
-        c.int("assign_batch", self.assign_batch.into(), 1, 65_536);
-        c.int("assign_timeout_ms", self.assign_timeout_ms, 0, 60_000);
-        c.int("bu_timeout_ms", self.bu_timeout_ms, 1, 3_600_000);
-        c.int("drain_timeout_ms", self.drain_timeout_ms, 0, 3_600_000);
-        c.int("stall_timeout_ms", self.stall_timeout_ms, 0, 86_400_000);
-        c.int("max_pending", self.max_pending as u64, 1, 1 << 26);
         c.finish()
     }
 }
@@ -109,6 +125,12 @@ impl EvmConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&EvmConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
 
     #[test]
     fn every_key_out_of_range_is_named() {

@@ -38,7 +38,7 @@ use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::Listener;
 use daqflow_wire::Fragment;
 
-pub use self::config::{EvmConfig, TriggerMode};
+pub use self::config::{EvmConfig, TriggerMode, schema};
 pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
@@ -60,6 +60,7 @@ pub fn kind() -> Kind {
             Ok(Box::new(Evm::new(name, config)))
         },
     )
+    .schema(config::schema())
 }
 
 #[derive(Default)]

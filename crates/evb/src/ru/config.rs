@@ -1,6 +1,7 @@
 //! The configuration of the `ru` kind: every key, documented, range-checked by
 //! [`RuConfig::validate`].
 
+use daqflow_component::schema::{Key, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::{EvbError, Idle};
@@ -46,21 +47,47 @@ pub struct RuConfig {
     pub idle: Idle,
 }
 
+/// The typed schema of the `ru` kind's configuration: every key's type, range, unit and
+/// default (`docs/operator-guide.md`, "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("ru")
+        .key(Key::integer("id", 0, u32::MAX.into(), "The RU's id, unique in the run."))
+        .key(Key::address("evm", "The EVM's address."))
+        .key(Key::address("listen", "Address sources and BUs connect to (port 0: any free port)."))
+        .key(crate::common::advertise_key())
+        .key(Key::integer("streams", 1, 4096, "Number of source streams."))
+        .key(Key::bool("check_crc", "Check each fragment's payload CRC on arrival."))
+        .key(Key::integer("buffer_bytes", 1, 1 << 40, "Most bytes of fragments stored (read-ahead, assigned and unconfirmed, incomplete); more than `max_fragment_bytes`.").unit("bytes"))
+        .key(Key::integer("read_ahead_bytes", 1, 1 << 40, "Bytes of fragments of events not yet assigned stored before streams past every assigned event stop being read; at most `buffer_bytes`.").unit("bytes"))
+        .key(Key::integer("max_fragments", 1, 1 << 26, "Most fragments stored; events read ahead take at most half of them."))
+        .key(Key::integer("max_fragment_bytes", 64, 1 << 30, "Largest fragment expected; the streams are read only while this much room is left.").unit("bytes"))
+        .key(Key::integer("send_queue_bytes", 4096, 16 << 20, "Most bytes queued towards one BU before its super-fragments wait.").unit("bytes"))
+        .key(Key::integer("end_timeout_ms", 1, 3_600_000, "How long `stop` waits for the EVM's end of run.").unit("ms"))
+        .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM, and a BU's early connection is held.").unit("ms"))
+        .key(crate::common::idle_key("the RU's scheduler"))
+        .output(Key::address("listen", "The address sources and BUs are configured with (`advertise`, or the bound address)."))
+        .defaults_from(&RuConfig::default())
+}
+
 impl RuConfig {
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    /// Checks every key against the [`schema`] and the rules between keys; every problem names
+    /// its key.
     pub fn validate(&self) -> Result<(), EvbError> {
         let mut c = crate::common::Checks::new("ru");
-        c.address("evm", &self.evm);
-        c.address("listen", &self.listen);
+        c.schema(&schema(), self);
         c.advertise(self.advertise.as_deref());
-        c.int("streams", self.streams as u64, 1, 4096);
-        c.int("max_fragment_bytes", self.max_fragment_bytes as u64, 64, 1 << 30);
-        c.int("buffer_bytes", self.buffer_bytes as u64, self.max_fragment_bytes as u64 + 1, 1 << 40);
-        c.int("read_ahead_bytes", self.read_ahead_bytes as u64, 1, self.buffer_bytes as u64);
-        c.int("max_fragments", self.max_fragments as u64, 1, 1 << 26);
-        c.int("send_queue_bytes", self.send_queue_bytes as u64, 4096, 16 << 20);
-        c.int("end_timeout_ms", self.end_timeout_ms, 1, 3_600_000);
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
+        if self.buffer_bytes <= self.max_fragment_bytes {
+            c.problem(
+                "buffer_bytes",
+                format!("= {} must be more than max_fragment_bytes = {}", self.buffer_bytes, self.max_fragment_bytes),
+            );
+        }
+        if self.read_ahead_bytes > self.buffer_bytes {
+            c.problem(
+                "read_ahead_bytes",
+                format!("= {} must be at most buffer_bytes = {}", self.read_ahead_bytes, self.buffer_bytes),
+            );
+        }
         c.finish()
     }
 }
@@ -89,6 +116,12 @@ impl Default for RuConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&RuConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
 
     #[test]
     fn every_key_out_of_range_is_named() {

@@ -35,7 +35,7 @@ use daqflow_engine::messages::{self, MessageKind};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::{Connection, Listener};
 
-pub use self::config::RuConfig;
+pub use self::config::{RuConfig, schema};
 pub use self::core::{BuAdmission, OutgoingSf, RuCore, RuCounters};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
@@ -56,6 +56,7 @@ pub fn kind() -> Kind {
             Ok(Box::new(Ru::new(name, config)))
         },
     )
+    .schema(config::schema())
 }
 
 #[derive(Default)]

@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use daqflow_component::schema::{ANY_STATE, Key, Schema};
+
 use crate::EvbError;
-use crate::model::SizeModel;
+use crate::model::{self, SizeModel};
 
 /// What a source's payload holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -64,18 +66,40 @@ pub struct SourceConfig {
     pub stop_timeout_ms: u64,
 }
 
+/// The typed schema of the `source` kind's configuration: every key's type, range, unit,
+/// default and live states (`docs/operator-guide.md`, "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("source")
+        .key(Key::integer("source_id", 0, u32::MAX.into(), "The source id, unique in the system."))
+        .key(Key::address("ru", "Address of the RU it feeds (of the EVM with `role = \"trigger\"`)."))
+        .key(Key::choice("role", &["data", "trigger"], "What it feeds: a readout unit, or the EVM's trigger input."))
+        .keys(model::schema_keys("size", "Payload sizes"))
+        .key(Key::path("stream_table", "A stream table (`source_id mean_bytes rms_bytes` per line); this source's line overrides `size`."))
+        .key(Key::integer("max_bytes", 1, 1 << 30, "Largest payload.").unit("bytes"))
+        .key(
+            Key::float("rate_hz", 0.0, 1e9, "Fragments per second; 0: free-running. Live: a run in progress takes the new pace at once.")
+                .unit("Hz")
+                .live(ANY_STATE),
+        )
+        .key(Key::integer("trigger_type", 0, u32::MAX.into(), "Trigger type written in every fragment."))
+        .key(Key::choice("payload", &["pattern", "cached"], "Payload content: the (event, source) pattern, checkable end to end, or one cached pattern buffer (what hardware emulators do)."))
+        .key(Key::integer("corrupt_event", 0, i64::MAX, "Flip one payload byte of this event after the CRC is computed (to test detection)."))
+        .key(Key::integer("seed", 0, i64::MAX, "Seed of the size model."))
+        .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting.").unit("ms"))
+        .key(Key::integer("stop_timeout_ms", 1, 3_600_000, "How long `stop` waits for a stream its RU no longer reads before cutting it.").unit("ms"))
+        .output(Key::float("mean_bytes", 0.0, f64::MAX, "The mean payload size of its size model."))
+        .defaults_from(&SourceConfig::default())
+}
+
 impl SourceConfig {
-    /// Range-checks every key (`docs/evb.md`, "Configuration keys"); every problem names its key.
+    /// Checks every key against the [`schema`] and the size model's rules between keys; every
+    /// problem names its key.
     pub fn validate(&self) -> Result<(), EvbError> {
         let mut c = crate::common::Checks::new("source");
-        c.address("ru", &self.ru);
+        c.schema(&schema(), self);
         if let Err(e) = self.size.validate() {
             c.problem("size", e);
         }
-        c.int("max_bytes", self.max_bytes as u64, 1, 1 << 30);
-        c.float("rate_hz", self.rate_hz, 0.0, 1e9);
-        c.int("connect_timeout_ms", self.connect_timeout_ms, 1, 3_600_000);
-        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 3_600_000);
         c.finish()
     }
 }
@@ -105,11 +129,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&SourceConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    #[test]
     fn every_key_out_of_range_is_named() {
         assert!(SourceConfig::default().validate().is_ok());
         let bad = SourceConfig { ru: "127.0.0.1:123456".into(), rate_hz: -3.0, max_bytes: 0, ..Default::default() };
         let e = bad.validate().unwrap_err().to_string();
-        assert!(e.starts_with("configuration: source: `ru` = \"127.0.0.1:123456\""), "{e}");
+        assert!(e.starts_with("configuration: source: "), "{e}");
+        assert!(e.contains("`ru` = \"127.0.0.1:123456\" is not an address"), "{e}");
         assert!(e.contains("`max_bytes` = 0 is out of range") && e.contains("`rate_hz` = -3 is out of range"), "{e}");
     }
 }

@@ -41,11 +41,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use daqflow_component::{Component, ComponentError, Info, Kind, Live, Role as KindRole, Stats, parse_config};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
 use daqflow_transport::Connection;
 use daqflow_wire::{EventId, FRAGMENT_HEADER_LEN, FragmentFlags, FragmentHeader, pad8};
 
-pub use self::config::{Payload, SourceConfig, SourceRole};
+pub use self::config::{Payload, SourceConfig, SourceRole, schema};
 pub use self::stream::{MAX_FRAGMENT_PAYLOAD, SourceStream};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
@@ -69,6 +69,7 @@ pub fn kind() -> Kind {
         },
     )
     .stages(7, 1)
+    .schema(config::schema())
 }
 
 struct Shared {
@@ -144,28 +145,17 @@ impl Source {
     }
 }
 
-/// The source's live parameters.
-const LIVE: &[Live] = &[Live {
-    key: "rate_hz",
-    states: Live::ANY_STATE,
-    about: "fragments per second the source sends (0: as fast as it can); a run in progress takes it at once",
-}];
-
 impl Component for Source {
-    fn live(&self) -> &'static [Live] {
-        LIVE
-    }
-
-    fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
-        match (key, value.as_f64()) {
-            ("rate_hz", Some(r)) if r >= 0.0 && r.is_finite() => {
+    // The schema declares `rate_hz` live in any configured state and checked its range.
+    fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ComponentError> {
+        match (key, value.as_float()) {
+            ("rate_hz", Some(r)) => {
                 self.config.rate_hz = r;
                 self.shared.rate_bits.store(r.to_bits(), Ordering::Relaxed);
                 tracing::info!(rate_hz = r, "rate_hz is now {r}");
                 Ok(())
             }
-            ("rate_hz", _) => Err(ComponentError::Config(format!("`rate_hz` = {value} must be a number, 0 or more"))),
-            _ => Err(ComponentError::Config(format!("`{key}` cannot change after configure"))),
+            _ => Err(ComponentError::Refused(format!("`{key}` cannot change after configure"))),
         }
     }
 

@@ -47,7 +47,9 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
 /// The `msglogger` kind: outside the event accounting; it starts first and stops last, so that
 /// it stores the records of every other component's transitions.
 pub fn kind() -> Kind {
-    Kind::new("msglogger", "stores every process's log records in the run database", Role::Other, factory).stages(0, 7)
+    Kind::new("msglogger", "stores every process's log records in the run database", Role::Other, factory)
+        .stages(0, 7)
+        .schema(config::schema())
 }
 
 /// The message logger's own figures, the `detail` of its [`Stats`]; its `events` are the log

@@ -661,7 +661,7 @@ impl Sequencer {
                 state.name()
             )));
         }
-        self.check_key(component, key)?;
+        let value = self.check_key(component, key, value, false)?;
         let entry = self.overrides.entry(component.to_owned()).or_default();
         match value {
             Some(v) => {
@@ -696,7 +696,7 @@ impl Sequencer {
                 state.name()
             )));
         }
-        self.check_key(component, key)?;
+        let value = self.check_key(component, key, value, true)?;
         let Some(value) = value else {
             return Err(OperatorError::Invalid(format!(
                 "`{component}.{key}` can be taken back only while Initial; set it to a value instead"
@@ -769,7 +769,13 @@ impl Sequencer {
     }
 
     /// Checks that `component` is one and `key` a parameter name it could have.
-    fn check_key(&self, component: &str, key: &str) -> Result<(), OperatorError> {
+    fn check_key(
+        &self,
+        component: &str,
+        key: &str,
+        value: Option<toml::Value>,
+        live: bool,
+    ) -> Result<Option<toml::Value>, OperatorError> {
         let Some(i) = self.spec_index(component) else {
             let names: Vec<&str> = self.file.components.iter().map(|c| c.name.as_str()).collect();
             return Err(OperatorError::Invalid(format!(
@@ -802,7 +808,36 @@ impl Sequencer {
                 None => break,
             }
         }
-        Ok(())
+        // The kind's schema, where this binary knows it: the key must exist (and be live for a
+        // live change), the value be of its type and range: the rule configure applies.
+        let Some(schema) = self.file.components[i].schema.as_deref() else { return Ok(value) };
+        let live_key = schema.key_named(key).filter(|k| !k.live.is_empty());
+        if live && live_key.is_none() {
+            let keys: Vec<String> = schema
+                .live_keys()
+                .map(|k| format!("{} ({})", k.name, k.live.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")))
+                .collect();
+            let list = if keys.is_empty() {
+                format!("{component} ({}) has no live parameters", schema.kind)
+            } else {
+                format!("the live parameters of {component} are: {}", keys.join(", "))
+            };
+            let why = match schema.key_named(key) {
+                Some(_) => format!("`{key}` cannot change after configure"),
+                None => schema.unknown(key),
+            };
+            return Err(OperatorError::Invalid(format!("{component}: {why}; {list}")));
+        }
+        match value {
+            None if schema.key_named(key).is_some() => Ok(None),
+            None => schema
+                .check_value(key, toml::Value::Table(Default::default()))
+                .map(|_| None)
+                .map_err(|e| OperatorError::Invalid(format!("{component}: {e}"))),
+            Some(v) => {
+                schema.check_value(key, v).map(Some).map_err(|e| OperatorError::Invalid(format!("{component}: {e}")))
+            }
+        }
     }
 
     /// Every override as `COMPONENT.KEY` → its value in JSON.

@@ -219,6 +219,7 @@ mod tests {
             role: daqflow_component::Role::Other,
             data_files: None,
             system_digest: false,
+            schema: None,
         }
     }
 

@@ -1,10 +1,11 @@
 //! The configuration of the `monitor` kind: every key, documented, checked by [`MonitorConfig::check`].
 
 use daqflow_component::ComponentError;
-use serde::Deserialize;
+use daqflow_component::schema::{ANY_STATE, Key, Schema};
+use serde::{Deserialize, Serialize};
 
 /// Configuration of a `monitor`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MonitorConfig {
     /// The ET system to sample (its name).
@@ -32,20 +33,28 @@ pub struct MonitorConfig {
     pub rate_window_s: usize,
 }
 
+/// The typed schema of the `monitor` kind's configuration (`docs/operator-guide.md`,
+/// "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    let sample: MonitorConfig = toml::from_str("et = \"et\"").expect("a monitor's smallest configuration");
+    Schema::new("monitor")
+        .key(Key::text("et", "The ET system's name.").required())
+        .key(Key::text("station", "Its station (non-blocking: it takes events only while fewer than `cue` wait, so it never slows the data); default: the component's name."))
+        .key(Key::integer("cue", 1, 1_000_000, "Most events waiting in its station."))
+        .key(Key::integer("prescale", 1, 1_000_000, "Its station takes one event in this many (reconfigured in place).").live(ANY_STATE))
+        .key(Key::float("event_size_max", 1.0, 1e12, "Upper edge of the event-size histogram; live: the histograms start again empty.").unit("bytes").live(ANY_STATE))
+        .key(Key::float("fragment_size_max", 1.0, 1e12, "Upper edge of the fragment-size histograms; live: the histograms start again empty.").unit("bytes").live(ANY_STATE))
+        .key(Key::integer("bins", 1, 100_000, "Bins per size histogram; live: the histograms start again empty.").live(ANY_STATE))
+        .key(Key::integer("rate_window_s", 1, 86_400, "Seconds the rate histogram covers.").unit("s"))
+        .output(Key::text("station", "Its ET station."))
+        .defaults_from(&sample)
+}
+
 impl MonitorConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
-        c.text("et", &self.et);
-        if let Some(s) = &self.station {
-            c.text("station", s);
-        }
-        c.int("cue", self.cue.into(), 1, 1_000_000);
-        c.int("prescale", self.prescale.into(), 1, 1_000_000);
-        c.float("event_size_max", self.event_size_max, 1.0, 1e12);
-        c.float("fragment_size_max", self.fragment_size_max, 1.0, 1e12);
-        c.int("bins", self.bins as u64, 1, 100_000);
-        c.int("rate_window_s", self.rate_window_s as u64, 1, 86_400);
+        c.schema(&schema(), self);
         c.finish()
     }
 }
@@ -67,4 +76,15 @@ fn default_bins() -> usize {
 }
 fn default_rate_window() -> usize {
     120
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&toml::from_str::<MonitorConfig>("et = \"et\"").unwrap());
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
 }

@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use crate::{Attachment, EtClient, StationConfig, Wait};
 use bytes::Bytes;
-use daqflow_component::Live;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,6 +53,7 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
 pub fn kind() -> Kind {
     Kind::new("monitor", "an ET consumer filling online histograms from the events it sees", Role::Other, factory)
         .stages(2, 5)
+        .schema(config::schema())
 }
 
 /// The monitor's own figures, the `detail` of its [`Stats`].
@@ -307,36 +307,18 @@ fn fill(plots: &mut Plots, data: &[u8]) -> bool {
     ok
 }
 
-/// The monitor's live parameters.
-const LIVE: &[Live] = &[
-    Live { key: "prescale", states: Live::ANY_STATE, about: "its ET station takes one event in this many" },
-    Live { key: "bins", states: Live::ANY_STATE, about: "bins per size histogram; the histograms start again empty" },
-    Live {
-        key: "event_size_max",
-        states: Live::ANY_STATE,
-        about: "upper edge of the event-size histogram; the histograms start again empty",
-    },
-    Live {
-        key: "fragment_size_max",
-        states: Live::ANY_STATE,
-        about: "upper edge of the fragment-size histograms; the histograms start again empty",
-    },
-];
-
 impl Component for Monitor {
-    fn live(&self) -> &'static [Live] {
-        LIVE
-    }
-
-    fn set(&mut self, key: &str, value: &Value) -> Result<(), ComponentError> {
+    // Called for the keys its schema declares live, in their states, with a value in range.
+    fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ComponentError> {
         let mut c = self.config.clone();
-        let bad = || ComponentError::Config(format!("`{key}` = {value} is not a number"));
+        let bad = || ComponentError::Refused(format!("`{key}` = {value} is not a number"));
+        let number = || value.as_float().or_else(|| value.as_integer().map(|i| i as f64));
         match key {
-            "prescale" => c.prescale = value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?,
-            "bins" => c.bins = value.as_u64().and_then(|v| usize::try_from(v).ok()).ok_or_else(bad)?,
-            "event_size_max" => c.event_size_max = value.as_f64().ok_or_else(bad)?,
-            "fragment_size_max" => c.fragment_size_max = value.as_f64().ok_or_else(bad)?,
-            _ => return Err(ComponentError::Config(format!("`{key}` cannot change after configure"))),
+            "prescale" => c.prescale = value.as_integer().and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?,
+            "bins" => c.bins = value.as_integer().and_then(|v| usize::try_from(v).ok()).ok_or_else(bad)?,
+            "event_size_max" => c.event_size_max = number().ok_or_else(bad)?,
+            "fragment_size_max" => c.fragment_size_max = number().ok_or_else(bad)?,
+            _ => return Err(ComponentError::Refused(format!("`{key}` cannot change after configure"))),
         }
         c.check(&self.name)?;
         if key == "prescale" {

@@ -3,11 +3,13 @@
 use std::path::PathBuf;
 
 use daqflow_component::ComponentError;
+use daqflow_component::State;
 use daqflow_component::provenance::Digest;
-use serde::Deserialize;
+use daqflow_component::schema::{ANY_STATE, Key, Schema};
+use serde::{Deserialize, Serialize};
 
 /// Configuration of a `recorder`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecorderConfig {
     /// The ET system to consume from (its name).
@@ -90,6 +92,35 @@ fn default_true() -> bool {
     true
 }
 
+/// The typed schema of the `recorder` kind's configuration (`docs/operator-guide.md`,
+/// "Parameters of the standard kinds").
+pub fn schema() -> Schema {
+    let sample: RecorderConfig =
+        toml::from_str("et = \"et\"\ndirectory = \"data\"").expect("a recorder's smallest configuration");
+    Schema::new("recorder")
+        .key(Key::text("et", "The ET system's name.").required())
+        .key(Key::text("station", "Its station (blocking; the events of a dead recorder go back to its input); default: the component's name."))
+        .key(Key::path("directory", "Where the data files go.").required())
+        .key(
+            Key::integer("max_file_bytes", 1 << 16, 1 << 40, "A data file is closed and the next opened at this size; live: from the next run.")
+                .unit("bytes")
+                .live(&[State::Configured]),
+        )
+        .key(Key::integer("batch", 1, 100_000, "Events taken from the station at a time."))
+        .key(Key::text("select", "`all`, or `match:A,B,C,D` on the control words (word 0 the trigger type, word 1 the builder's event flags; `*` for any)."))
+        .key(Key::integer("prescale", 1, 1_000_000, "Its station takes one event in this many.").live(ANY_STATE))
+        .key(Key::integer("drain_ms", 1, 600_000, "At stop, how long the station is drained after the producers stopped.").unit("ms"))
+        .key(Key::integer("stop_timeout_ms", 1, 86_400_000, "How long `stop` waits for the drain and the last file's close.").unit("ms"))
+        .key(Key::bool("sync_on_close", "Sync each file to disk when it is closed."))
+        .key(daqflow_component::provenance::schema_key())
+        .key(Key::float("throttle_high_pct", 0.0, 100.0, "Disk throttling: above this usage of `directory`'s filesystem it takes no events; 100: off.").unit("%"))
+        .key(Key::float("throttle_low_pct", 0.0, 100.0, "A throttled recorder takes events again below this usage (below `throttle_high_pct`).").unit("%"))
+        .key(Key::integer("throttle_check_ms", 1, 60_000, "How often the free space is read.").unit("ms"))
+        .output(Key::text("station", "Its ET station."))
+        .output(Key::path("directory", "Where its data files go."))
+        .defaults_from(&sample)
+}
+
 impl RecorderConfig {
     /// The disk throttling marks, `throttle_high_pct` and `throttle_low_pct`.
     pub fn disk_marks(&self) -> daqflow_wire::file::DiskMarks {
@@ -99,23 +130,25 @@ impl RecorderConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
-        c.text("et", &self.et);
-        if let Some(s) = &self.station {
-            c.text("station", s);
-        }
-        c.text("directory", &self.directory.to_string_lossy());
-        c.int("max_file_bytes", self.max_file_bytes, 1 << 16, 1 << 40);
-        c.int("batch", self.batch as u64, 1, 100_000);
+        c.schema(&schema(), self);
         if let Err(e) = crate::Selection::parse(&self.select) {
             c.problem("select", format!("= {:?}: {e}", self.select));
         }
-        c.int("prescale", self.prescale.into(), 1, 1_000_000);
-        c.int("drain_ms", self.drain_ms, 1, 600_000);
-        c.int("stop_timeout_ms", self.stop_timeout_ms, 1, 86_400_000);
         if let Err((key, what)) = self.disk_marks().check() {
             c.problem(key, what);
         }
-        c.int("throttle_check_ms", self.throttle_check_ms, 1, 60_000);
         c.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems =
+            schema().struct_problems(&toml::from_str::<RecorderConfig>("et = \"et\"\ndirectory = \"data\"").unwrap());
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 }

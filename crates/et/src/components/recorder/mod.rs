@@ -44,7 +44,7 @@ use serde_json::json;
 
 use crate::components::now_ms;
 use crate::components::{Recent, per_second, read, set};
-use daqflow_component::{Component, ComponentError, Info, Kind, Live, Role, State, Stats};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
 pub use config::RecorderConfig;
@@ -63,6 +63,7 @@ pub fn kind() -> Kind {
     Kind::new("recorder", "an ET consumer writing every event it gets into data files", Role::Recorder, factory)
         .data_files(data_directory)
         .takes_system_digest()
+        .schema(config::schema())
 }
 
 /// Where a recorder configured with `config` writes its files: its `directory` (a required key,
@@ -245,28 +246,17 @@ pub(crate) fn ensure_station(client: &EtClient, name: &str, config: StationConfi
     }
 }
 
-/// The recorder's live parameters.
-const LIVE: &[Live] = &[
-    Live {
-        key: "max_file_bytes",
-        states: &[State::Configured],
-        about: "the size at which a data file is closed and the next one begun, from the next run",
-    },
-    Live { key: "prescale", states: Live::ANY_STATE, about: "its ET station takes one event in this many" },
-];
-
 impl Component for Recorder {
-    fn live(&self) -> &'static [Live] {
-        LIVE
-    }
-
-    fn set(&mut self, key: &str, value: &serde_json::Value) -> Result<(), ComponentError> {
+    // Called for the keys its schema declares live, in their states, with a value in range.
+    fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ComponentError> {
         let mut c = self.config.clone();
-        let bad = || ComponentError::Config(format!("`{key}` = {value} is not a whole number"));
+        let bad = || ComponentError::Refused(format!("`{key}` = {value} is not a whole number"));
         match key {
-            "max_file_bytes" => c.max_file_bytes = value.as_u64().ok_or_else(bad)?,
-            "prescale" => c.prescale = value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?,
-            _ => return Err(ComponentError::Config(format!("`{key}` cannot change after configure"))),
+            "max_file_bytes" => {
+                c.max_file_bytes = value.as_integer().and_then(|v| u64::try_from(v).ok()).ok_or_else(bad)?
+            }
+            "prescale" => c.prescale = value.as_integer().and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?,
+            _ => return Err(ComponentError::Refused(format!("`{key}` cannot change after configure"))),
         }
         c.check(&self.name)?;
         let old = std::mem::replace(&mut self.config, c);

@@ -1,10 +1,11 @@
 //! The configuration of the `et` kind: every key, documented, checked by [`EtConfig::check`].
 
 use daqflow_component::ComponentError;
-use serde::Deserialize;
+use daqflow_component::schema::{Key, Schema, Type};
+use serde::{Deserialize, Serialize};
 
 /// Configuration of an `et` component.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EtConfig {
     /// The ET system's name, which producers and consumers use to find it (default: the
@@ -58,27 +59,46 @@ impl Default for EtConfig {
     }
 }
 
+/// The typed schema of the `et` kind's configuration (`docs/operator-guide.md`, "Parameters
+/// of the standard kinds").
+pub fn schema() -> Schema {
+    Schema::new("et")
+        .key(Key::text("name", "The ET system's name, which producers and consumers use to find it; default: the component's name."))
+        .key(Key::integer("events", 1, 1_000_000, "Number of event buffers in the pool."))
+        .key(Key::integer("event_size", 1, 1 << 30, "Size of each buffer; larger events get temporary buffers.").unit("bytes"))
+        .key(Key::integer("max_temp_events", 0, 1_000_000, "Most temporary buffers for larger events at a time."))
+        .key(Key::integer("max_event_bytes", 1, 1 << 34, "The largest event a producer may ask for.").unit("bytes"))
+        .key(Key::integer("max_temp_bytes", 0, 1 << 40, "Most bytes the temporary buffers may take in all.").unit("bytes"))
+        .key(Key::integer("max_temp_per_attachment", 0, 1_000_000, "Most larger events one attachment may hold at a time."))
+        .key(Key::integer("max_attachments_per_connection", 1, 1_000_000, "Most attachments one client connection, local or remote, may have."))
+        .key(Key::new("allowed_uids", Type::List { of: Box::new(Type::Integer { min: 0, max: u32::MAX.into() }) }, "User ids whose local processes may attach, besides the user running it and root."))
+        .key(Key::address("listen", "Serve remote attachments on this TCP address (e.g. `127.0.0.1:11111`); none by default."))
+        .key(Key::text("advertise", "The remote address `configure` gives (`HOST` or `HOST:PORT`) for consumers on other hosts; default: the bound address, or for a wildcard `listen` this host's address towards the control server."))
+        .key(Key::integer("heartbeat_timeout_ms", 100, 3_600_000, "An attachment silent this long is declared dead and its events are recovered.").unit("ms"))
+        .output(Key::text("et", "The ET system's name."))
+        .output(Key::text("remote", "Its remote address (`listen` as advertised), or empty without `listen`."))
+        .defaults_from(&EtConfig::default())
+}
+
 impl EtConfig {
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
-        if let Some(n) = &self.name {
-            c.text("name", n);
-        }
-        c.int("events", self.events.into(), 1, 1_000_000);
-        c.int("event_size", self.event_size as u64, 1, 1 << 30);
-        c.int("max_temp_events", self.max_temp_events.into(), 0, 1_000_000);
-        c.int("max_event_bytes", self.max_event_bytes as u64, 1, 1 << 34);
-        c.int("max_temp_bytes", self.max_temp_bytes, 0, 1 << 40);
-        c.int("max_temp_per_attachment", self.max_temp_per_attachment.into(), 0, 1_000_000);
-        c.int("max_attachments_per_connection", self.max_attachments_per_connection.into(), 1, 1_000_000);
-        if let Some(l) = &self.listen {
-            c.address("listen", l);
-        }
+        c.schema(&schema(), self);
         if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
             c.problem("advertise", e.to_string().trim_start_matches("advertise "));
         }
-        c.int("heartbeat_timeout_ms", self.heartbeat_timeout_ms, 100, 3_600_000);
         c.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_the_configuration_struct_s() {
+        let problems = schema().struct_problems(&EtConfig::default());
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 }

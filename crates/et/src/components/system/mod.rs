@@ -42,6 +42,7 @@ pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, Com
 /// consumers and producers and stops after them (the stages of [`Role::Buffer`]).
 pub fn kind() -> Kind {
     Kind::new("et", "an ET system: built events in shared memory on their way to the consumers", Role::Buffer, factory)
+        .schema(config::schema())
 }
 
 /// The ET system's own figures, the `detail` of its [`Stats`].
