@@ -893,6 +893,39 @@ fn live_parameters_reach_the_component_at_once_and_the_run_record() {
 }
 
 #[test]
+fn a_published_schema_checks_every_set_before_anything_takes_it() {
+    use daqflow_component::schema::{ANY_STATE, Key, Schema};
+    let mut w = World::launched();
+    let set = |w: &mut World, key: &str, value: toml::Value| {
+        w.ticket += 1;
+        let ticket = w.ticket;
+        w.feed(Input::Set { ticket, component: "src".into(), key: key.into(), value: Some(value) });
+        w.done.remove(&ticket).expect("answered")
+    };
+    // Before its schema is known, a value goes through (the component checks it at configure).
+    set(&mut w, "rate_hz", toml::Value::Float(1e300)).unwrap();
+    let schema = Schema::new("source")
+        .key(Key::float("rate_hz", 0.0, 1e9, "Fragments per second.").unit("Hz").live(ANY_STATE))
+        .key(Key::integer("source_id", 0, 100, "The id."));
+    w.feed(Input::Schema { name: "src".into(), schema: std::sync::Arc::new(schema) });
+    let e = set(&mut w, "rate_hz", toml::Value::Float(1e300)).unwrap_err().to_string();
+    assert_eq!(e, "src: `rate_hz` = 1e300 is out of range: 0 … 1000000000 Hz");
+    let e = set(&mut w, "rate_hx", toml::Value::Integer(5)).unwrap_err().to_string();
+    assert_eq!(e, "src: `rate_hx`: no such key; did you mean `rate_hz`?");
+    // A whole number for a number key is kept as a number.
+    set(&mut w, "rate_hz", toml::Value::Integer(500)).unwrap();
+    assert_eq!(w.seq.snapshot().overrides["src.rate_hz"], json!(500.0));
+    // While configured: a key that is not live is refused by the operator, not sent.
+    w.run(Transition::Configure).unwrap();
+    let mark = w.log.len();
+    let e = set(&mut w, "source_id", toml::Value::Integer(3)).unwrap_err().to_string();
+    assert!(e.starts_with("src: `source_id` cannot change after configure; the live parameters of src are: rate_hz"), "{e}");
+    let e = set(&mut w, "rate_hz", toml::Value::Integer(-1)).unwrap_err().to_string();
+    assert_eq!(e, "src: `rate_hz` = -1 is out of range: 0 … 1000000000 Hz");
+    assert_eq!(w.log.len(), mark, "nothing was sent");
+}
+
+#[test]
 fn transitions_asked_during_a_restart_back_off_wait_for_it_and_are_answered() {
     // Found by `any_history`: a component killed twice (its second restart backs off) while
     // transitions are asked for.

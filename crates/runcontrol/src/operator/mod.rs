@@ -159,6 +159,9 @@ struct Inner {
     /// one the event loop records runs with.
     history_reader: RunDb,
     alarms: Mutex<alarms::Alarms>,
+    /// The schemas the components of kinds this binary does not know published
+    /// (`NAME/schema`: a program of the user's own, a Python component).
+    published: Mutex<BTreeMap<String, Arc<daqflow_component::schema::Schema>>>,
 }
 
 /// A running system.
@@ -320,6 +323,7 @@ impl Operator {
             history: Mutex::new(None),
             history_reader,
             alarms: Mutex::new(alarms),
+            published: Mutex::new(BTreeMap::new()),
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -380,6 +384,29 @@ impl Operator {
                     })
                     .map_err(err)?,
             );
+            if c.schema.is_none() {
+                // A kind this binary does not know tells its schema itself.
+                let (tx3, name, inner) = (tx.clone(), c.name.clone(), Arc::downgrade(&self.inner));
+                subs.push(
+                    dialog
+                        .subscribe(&format!("{}/schema", c.name), move |ev| {
+                            let daqflow_dialog::ServiceEvent::Update { data, .. } = ev else { return };
+                            match serde_json::from_slice::<Option<daqflow_component::schema::Schema>>(&data) {
+                                Ok(Some(schema)) => {
+                                    let schema = Arc::new(schema);
+                                    if let Some(inner) = inner.upgrade() {
+                                        lock(&inner.published).insert(name.clone(), schema.clone());
+                                    }
+                                    let input = Input::Schema { name: name.clone(), schema };
+                                    let _ = tx3.send(Event::Input(Box::new(input)));
+                                }
+                                Ok(None) => {}
+                                Err(e) => tracing::warn!("{name}/schema is not a schema: {e}"),
+                            }
+                        })
+                        .map_err(err)?,
+                );
+            }
             let name = c.name.clone();
             subs.push(
                 dialog
@@ -578,6 +605,21 @@ impl Operator {
         let place = Place { file: &self.inner.file, control: self.control_list(), data: &self.inner.data };
         let s = self.shown();
         status::system_status(&place, &s.snapshot, &s.rates, now_ms())
+    }
+
+    /// Every component's typed schema, by name: its kind's, or the one a program of the
+    /// user's own published (`NAME/schema`); a component without one is left out.
+    pub fn schemas(&self) -> BTreeMap<String, daqflow_component::schema::Schema> {
+        let published = lock(&self.inner.published);
+        self.inner
+            .file
+            .components
+            .iter()
+            .filter_map(|c| {
+                let schema = c.schema.as_ref().or_else(|| published.get(&c.name))?;
+                Some((c.name.clone(), (**schema).clone()))
+            })
+            .collect()
     }
 
     /// The monitors' histograms: `[{"component", …histogram}]`.

@@ -147,6 +147,14 @@ pub enum Input {
     },
     /// A component published its state (`NAME/state`).
     Status(ComponentStatus),
+    /// A component of a kind this binary does not know published its schema (`NAME/schema`):
+    /// what `set` is checked against.
+    Schema {
+        /// The component.
+        name: String,
+        /// Its kind's schema.
+        schema: std::sync::Arc<daqflow_component::schema::Schema>,
+    },
     /// A component published its counters (`NAME/stats`).
     Stats {
         /// The component.
@@ -456,6 +464,8 @@ pub struct Sequencer {
     last_summary: Option<Box<RunSummary>>,
     /// Parameters set over the system file's: component → dotted key → value.
     overrides: BTreeMap<String, BTreeMap<String, toml::Value>>,
+    /// The schemas components of kinds this binary does not know published.
+    published: HashMap<String, std::sync::Arc<daqflow_component::schema::Schema>>,
     /// The parameters each component was last configured with (what a run record keeps).
     configured: BTreeMap<String, toml::Table>,
     /// Components the open run goes on without → why.
@@ -489,6 +499,7 @@ impl Sequencer {
             last_error: None,
             last_summary: None,
             overrides: BTreeMap::new(),
+            published: HashMap::new(),
             configured: BTreeMap::new(),
             dropped: BTreeMap::new(),
             changes: Vec::new(),
@@ -596,6 +607,11 @@ impl Sequencer {
                 }
             }
             Input::Status(s) => self.on_status(s, now, &mut out),
+            Input::Schema { name, schema } => {
+                if self.spec_index(&name).is_some() {
+                    self.published.insert(name, schema);
+                }
+            }
             Input::Stats { name, stats } => {
                 if let Some(v) = self.views.get_mut(&name) {
                     // Until the new life has published its state, statistics are the old life's.
@@ -810,7 +826,10 @@ impl Sequencer {
         }
         // The kind's schema, where this binary knows it: the key must exist (and be live for a
         // live change), the value be of its type and range: the rule configure applies.
-        let Some(schema) = self.file.components[i].schema.as_deref() else { return Ok(value) };
+        let published = self.published.get(component);
+        let Some(schema) = self.file.components[i].schema.as_deref().or(published.map(|s| &**s)) else {
+            return Ok(value);
+        };
         let live_key = schema.key_named(key).filter(|k| !k.live.is_empty());
         if live && live_key.is_none() {
             let keys: Vec<String> = schema
