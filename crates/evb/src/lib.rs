@@ -1,6 +1,8 @@
 //! # daqflow-evb: the distributed event builder
 //!
-//! daqflow's implementation of the CMS DAQ2 event builder (`../shared/seeds/002_*.txt`):
+//! daqflow's implementation of the CMS DAQ2 event builder (J-M Andre et al., "Performance of the CMS
+//! Event Builder", J. Phys.: Conf. Ser. 898 (2017) 032020; `docs/architecture.md` maps its words to
+//! the code):
 //!
 //! - **sources** ([`source`]) push fragments over their own TCP connection to one readout unit,
 //!   free-running or paced, with sizes from a [`model`] (fixed, uniform, log-normal per stream);

@@ -919,7 +919,10 @@ fn a_published_schema_checks_every_set_before_anything_takes_it() {
     w.run(Transition::Configure).unwrap();
     let mark = w.log.len();
     let e = set(&mut w, "source_id", toml::Value::Integer(3)).unwrap_err().to_string();
-    assert!(e.starts_with("src: `source_id` cannot change after configure; the live parameters of src are: rate_hz"), "{e}");
+    assert!(
+        e.starts_with("src: `source_id` cannot change after configure; the live parameters of src are: rate_hz"),
+        "{e}"
+    );
     let e = set(&mut w, "rate_hz", toml::Value::Integer(-1)).unwrap_err().to_string();
     assert_eq!(e, "src: `rate_hz` = -1 is out of range: 0 … 1000000000 Hz");
     assert_eq!(w.log.len(), mark, "nothing was sent");

@@ -30,7 +30,7 @@ const DONTWAIT: libc::c_int = libc::MSG_DONTWAIT;
 /// Never raise SIGPIPE on a closed peer; report `EPIPE` instead.
 const NOSIGNAL: libc::c_int = libc::MSG_NOSIGNAL;
 
-/// A framed TCP connection for the data plane. See the [module docs](self).
+/// A framed TCP connection for the data plane. See the module docs of `daqflow_transport::blocking`.
 ///
 /// ```
 /// use bytes::Bytes;

@@ -10,7 +10,7 @@
 //! - [`frame`]: the framing of every TCP protocol (length, kind, flags, channel, payload);
 //!   [`kinds`]: the registry that gives every protocol a range of frame kinds of its own;
 //!   [`codec`]: the reader and writer every protocol encodes and decodes its payloads with.
-//! - [`file`]: the data file format, a [`FileWriter`](file::FileWriter) that rotates by size and a
+//! - [`file`](mod@file): the data file format, a [`FileWriter`](file::FileWriter) that rotates by size and a
 //!   [`FileReader`](file::FileReader) that verifies every CRC and recovers files cut short.
 //! - [`crc`]: CRC32C, hardware accelerated.
 //! - [`sink`]: [`EventSink`](sink::EventSink), where a builder's events go (data files, an ET

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use daqflow_transport::{Connection, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
-pub use self::config::GeneratorConfig;
+pub use self::config::{GeneratorConfig, schema};
 use super::link::{Cut, Live, Outlet, abandon_thread, end_thread, resolve, spawn};
 use super::protocol::{CHUNK_HEADER_LEN, ChunkHeader, FLAG_CRC, KIND_CHUNK, begin_frame, end_frame};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};

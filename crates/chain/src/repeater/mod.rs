@@ -42,7 +42,7 @@ use daqflow_transport::{Connection, Listener, RecvError, RetryPolicy};
 use daqflow_wire::frame::Frame;
 use serde::{Deserialize, Serialize};
 
-pub use self::config::{Forward, RepeaterConfig};
+pub use self::config::{Forward, RepeaterConfig, schema};
 use super::link::{
     BATCH, Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, read, resolve, spawn, wait,
 };

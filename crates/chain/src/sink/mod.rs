@@ -35,7 +35,7 @@ use std::time::Duration;
 use daqflow_transport::{Listener, RecvError};
 use serde::{Deserialize, Serialize};
 
-pub use self::config::SinkConfig;
+pub use self::config::{SinkConfig, schema};
 use super::link::{BATCH, Live, TICK, abandon_thread, accept, bind, end_thread, read, spawn, wait};
 use super::protocol::{StreamCheck, StreamEvent};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};

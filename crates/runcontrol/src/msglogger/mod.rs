@@ -34,7 +34,7 @@ use daqflow_component::log::LogRecord;
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
-pub use config::MsgLoggerConfig;
+pub use config::{MsgLoggerConfig, schema};
 
 /// Builds a `msglogger` component named `name` from its configuration table (the registry's
 /// entry for the kind): the keys are checked, every problem named.

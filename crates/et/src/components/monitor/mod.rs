@@ -38,7 +38,7 @@ use crate::components::{Recent, per_second, read, set};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
-pub use config::MonitorConfig;
+pub use config::{MonitorConfig, schema};
 
 /// Builds a `monitor` component named `name` from its configuration table (the registry's entry
 /// for the kind): the keys are checked, every problem named.

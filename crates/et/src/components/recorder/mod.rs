@@ -47,7 +47,7 @@ use crate::components::{Recent, per_second, read, set};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
-pub use config::RecorderConfig;
+pub use config::{RecorderConfig, schema};
 
 /// Builds a `recorder` component named `name` from its configuration table (the registry's entry
 /// for the kind): the keys are checked, every problem named.

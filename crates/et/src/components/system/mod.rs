@@ -28,7 +28,7 @@ use crate::components::{Recent, per_second};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 mod config;
-pub use config::EtConfig;
+pub use config::{EtConfig, schema};
 
 /// Builds a `et` component named `name` from its configuration table (the registry's entry
 /// for the kind): the keys are checked, every problem named.
