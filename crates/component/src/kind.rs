@@ -32,6 +32,11 @@ pub type Factory = Arc<dyn Fn(&str, toml::Table) -> Result<Box<dyn Component>, C
 /// Where a component of a kind writes the data files of a run, from its configuration.
 pub type DataFiles = fn(&toml::Table) -> Option<PathBuf>;
 
+/// The values of a component's configuration (its defaults applied) that no other component of
+/// the same kind in a system may have: its identity (`source_id`, an RU's `id`), each as
+/// (key, value as text). `daqflow run --check` refuses a system file where two share one.
+pub type UniqueValues = fn(&toml::Table) -> Vec<(&'static str, String)>;
+
 /// What a kind's counters mean to the accounting of a run (`Stats::events` in each sense).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -72,6 +77,8 @@ pub struct Kind {
     /// reserved key `system_digest`, [`crate::provenance`]), for the headers of the data
     /// files it writes.
     pub system_digest: bool,
+    /// The values no two components of the kind in one system may share, if any.
+    pub unique: Option<UniqueValues>,
     /// Builds a component of the kind.
     pub factory: Factory,
 }
@@ -101,6 +108,7 @@ impl Kind {
             stop_stage,
             data_files: None,
             system_digest: false,
+            unique: None,
             factory: Arc::new(factory),
         }
     }
@@ -115,6 +123,13 @@ impl Kind {
     /// Writes data files where `f` says.
     pub fn data_files(mut self, f: DataFiles) -> Kind {
         self.data_files = Some(f);
+        self
+    }
+
+    /// No two components of the kind in one system may have the same values of `f` (their
+    /// identity: a source's `source_id`, a readout unit's `id`).
+    pub fn unique(mut self, f: UniqueValues) -> Kind {
+        self.unique = Some(f);
         self
     }
 

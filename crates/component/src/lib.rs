@@ -66,6 +66,6 @@ mod stats;
 pub use command::{Answer, Command, CommandReply, ComponentStatus, Outcome, Request, Verb};
 pub use component::{Component, Driver, Live, merge, parse_config};
 pub use error::ComponentError;
-pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role};
+pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role, UniqueValues};
 pub use state::State;
 pub use stats::{Info, Stats, TriggerCounts};

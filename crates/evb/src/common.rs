@@ -35,6 +35,17 @@ pub(crate) fn checked<T>(
     }
 }
 
+/// An id of a configuration table as text (its kind's unique values, `Kind::unique`): the
+/// integer `key` holds, `default` without it, or the value as written when it is not an
+/// integer (the configuration refuses that anyway).
+pub(crate) fn id_or(t: &toml::Table, key: &str, default: i64) -> String {
+    match t.get(key) {
+        None => default.to_string(),
+        Some(toml::Value::Integer(n)) => n.to_string(),
+        Some(other) => other.to_string(),
+    }
+}
+
 /// The window live rates are measured over.
 pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(1);
 

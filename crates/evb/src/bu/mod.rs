@@ -87,6 +87,8 @@ pub fn kind(et: Option<EtOpener>) -> Kind {
             .then(|| directory.unwrap_or_else(|| BuConfig::default().directory))
     })
     .takes_system_digest()
+    // The EVM takes one builder unit of each id at a time.
+    .unique(|t| vec![("id", crate::common::id_or(t, "id", BuConfig::default().id.into()))])
 }
 
 #[derive(Default)]

@@ -56,6 +56,8 @@ pub fn kind() -> Kind {
             Ok(Box::new(Ru::new(name, config)))
         },
     )
+    // Its id names its super-fragments to the EVM and the builder units.
+    .unique(|t| vec![("id", crate::common::id_or(t, "id", RuConfig::default().id.into()))])
 }
 
 #[derive(Default)]

@@ -48,7 +48,7 @@ use daqflow_wire::{EventId, FRAGMENT_HEADER_LEN, FragmentFlags, FragmentHeader, 
 pub use self::config::{Payload, SourceConfig, SourceRole};
 pub use self::stream::{MAX_FRAGMENT_PAYLOAD, SourceStream};
 use crate::EvbError;
-use crate::common::{Rates, checked, per_second, read, set};
+use crate::common::{Rates, checked, id_or, per_second, read, set};
 use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{connect, data_options, unix_ns};
 use crate::model::{Rng, SizeModel, StreamTable, fill_pattern};
@@ -69,6 +69,8 @@ pub fn kind() -> Kind {
         },
     )
     .stages(7, 1)
+    // Its source id names its fragments in every event: an RU refuses a second stream with it.
+    .unique(|t| vec![("source_id", id_or(t, "source_id", SourceConfig::default().source_id.into()))])
 }
 
 struct Shared {
