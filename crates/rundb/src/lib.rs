@@ -307,7 +307,8 @@ impl RunDb {
     pub fn begin_run(&self, system: &str, config: &str, run: Option<u32>) -> Result<u32, DbError> {
         let config = redact_text(config);
         let started = now_ms();
-        let opened = self.transact(Mode::Write, |tx| {
+        // The outer error: the database failed; the inner one: the number is taken.
+        self.transact(Mode::Write, |tx| {
             if let Some(lock) = tx.dialect().lock_runs() {
                 tx.execute(lock, &[])?;
             }
@@ -332,8 +333,7 @@ impl RunDb {
                 &[Arg::Int(n.into()), Arg::text(system), Arg::count(started), Arg::text(&config)],
             )?;
             Ok(Ok(n))
-        })?;
-        opened
+        })?
     }
 
     /// Closes a run record with its summary: state, error, totals, every component's counters

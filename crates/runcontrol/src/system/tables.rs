@@ -108,8 +108,8 @@ fn edits(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -128,7 +128,7 @@ fn edits(a: &str, b: &str) -> usize {
 fn headers(text: &str) -> Vec<Header> {
     let mut out = Vec::new();
     // Inside a multi-line string: its closing quotes.
-    let mut in_string: Option<&str> = None;
+    let mut in_string: Option<&'static str> = None;
     // How deep inside a multi-line array (or inline table) the value goes on.
     let mut depth = 0usize;
     for (n, line) in text.lines().enumerate() {
@@ -145,7 +145,7 @@ fn headers(text: &str) -> Vec<Header> {
 }
 
 /// Follows strings and brackets through one line that is not a header.
-fn scan_value<'a>(line: &str, in_string: &mut Option<&'a str>, depth: &mut usize) {
+fn scan_value(line: &str, in_string: &mut Option<&'static str>, depth: &mut usize) {
     let bytes = line.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
