@@ -272,7 +272,7 @@ fn component_pid(parent: u32, name: &str) -> Option<u32> {
 fn a_configure_that_times_out_names_the_component_keeps_the_console_and_configure_works_again() {
     let dir = tempfile::tempdir().unwrap();
     let system = system(dir.path(), "");
-    let text = std::fs::read_to_string(&system).unwrap().replace("timeout_s = 20", "timeout_s = 3");
+    let text = std::fs::read_to_string(&system).unwrap().replace("timeout_s = 20", "timeout_s = 5");
     std::fs::write(&system, text).unwrap();
     let mut op = Proc::spawn(&["run", system.to_str().unwrap(), "--web", "none"]);
     op.expect("commands: ");
@@ -281,6 +281,9 @@ fn a_configure_that_times_out_names_the_component_keeps_the_console_and_configur
     // SAFETY: kill(2) on a process the operator under test started; no memory is involved.
     assert_eq!(unsafe { libc::kill(sink as i32, libc::SIGSTOP) }, 0);
     op.send("configure");
+    assert!(op.stderr_contains("configure of the system begins"));
+    // (The status shows it once the operator's loop is done with that step.)
+    std::thread::sleep(Duration::from_millis(500));
     // The console reads on: `status` at once, with what the configure waits for; another
     // command says what it waits for.
     op.send("status");
@@ -288,7 +291,7 @@ fn a_configure_that_times_out_names_the_component_keeps_the_console_and_configur
     op.expect("\"component\": \"sink\"");
     op.send("alarms");
     op.expect("`alarms` waits: `configure` is under way (Configuring, waiting for sink (configure), ");
-    let failed = op.expect("configure: sink: configure: no answer within 3 s; see ");
+    let failed = op.expect("configure: sink: configure: no answer within 5 s; see ");
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(sink as i32, libc::SIGCONT) }, 0);
     assert!(failed.ends_with("(configure undone: sink told to reset once it is done; configure again)"), "{failed}");
