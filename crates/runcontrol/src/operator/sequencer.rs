@@ -1919,15 +1919,13 @@ fn undone(
     silent: Option<(&str, &std::path::Path)>,
 ) -> OperatorError {
     let told = silent.map(|(n, _)| format!("{n} told to reset once it is done")).unwrap_or_default();
+    let and = if told.is_empty() { String::new() } else { format!(", {told}") };
     let undo = match (reset.is_empty(), errors.is_empty()) {
         (true, _) if told.is_empty() => "nothing was configured yet: configure again".to_owned(),
         (true, _) => format!("configure undone: {told}; configure again"),
-        (false, true) => {
-            let and = if told.is_empty() { String::new() } else { format!(", {told}") };
-            format!("configure undone: {} reset to Initial{and}; configure again", reset.join(", "))
-        }
+        (false, true) => format!("configure undone: {} reset to Initial{and}; configure again", reset.join(", ")),
         (false, false) => format!(
-            "configure undone: {} reset, but {}; reset the system before configuring again",
+            "configure undone: {} reset{and}, but {}; reset the system before configuring again",
             reset.join(", "),
             errors.join("; ")
         ),
