@@ -1,7 +1,7 @@
 //! `daqflow run SYSTEM.toml` (the operator) and `daqflow demo` (the operator on the built-in
 //! system file): start a described system, serve the web UI, take runs, summarise.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,6 +18,8 @@ use daqflow_runcontrol::system::SystemFile;
 use daqflow_web::{Backend, BackendError};
 use serde_json::{Value, json};
 
+mod console;
+
 /// The demo's system file.
 pub const DEMO_SYSTEM: &str = include_str!("demo.toml");
 
@@ -31,7 +33,10 @@ pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     next configure (`unset NAME.KEY` takes it back), while Configured, Running or Paused a live\n\
     parameter at once (docs/operator-guide.md, \"Live parameters\"); `repeat RUN` (while\n\
     Initial) takes the parameters run RUN was configured with. Ctrl-C stops a run in\n\
-    progress and ends every component.\n\
+    progress and ends every component; every run that ends prints its summary.\n\
+    End of input (nohup, cron, < /dev/null): with --start or a web UI, no console: the operator\n\
+    goes on until Ctrl-C or SIGTERM (with --web none, until the run ends); otherwise it is quit.\n\
+    The exit status is 0 when every run summarised lost nothing, else 1.\n\
     The system file is described in docs/operator-guide.md.";
 
 pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
@@ -447,7 +452,7 @@ fn demo_session(op: &Operator, seconds: Option<f64>, web: Option<&Web>, json: bo
     let stop_flag = crate::component_cmd::install_signal_flag()?;
     let mut all_ok = true;
     let mut show = |summary: &RunSummary| -> anyhow::Result<()> {
-        let (ok, full) = print_summary(summary, op, web);
+        let (ok, full) = print_summary(summary, op, web.map(|w| w.handle.url()).as_deref());
         all_ok &= ok;
         if json {
             println!("{}", serde_json::to_string_pretty(&full)?);
@@ -506,7 +511,7 @@ fn count_or_unknown(n: Option<u64>) -> String {
 
 /// Prints the run's summary; whether the run was perfect (nothing lost or unknown, every file
 /// good, no error), and the summary as JSON with the files' verification.
-fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (bool, Value) {
+fn print_summary(summary: &RunSummary, op: &Operator, web_url: Option<&str>) -> (bool, Value) {
     let (nfiles, clean, left_open, problems) = verify_files(summary);
     let s = summary;
     let per_s = |n: f64| if s.seconds > 0.0 { n / s.seconds } else { 0.0 };
@@ -553,8 +558,8 @@ fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (boo
     }
     println!("  database:   {}", op.db().location());
     println!("  logs:       {}", op.data_dir().join("logs").display());
-    if let Some(w) = web {
-        println!("  web UI:     {} (while it ran)", w.handle.url());
+    if let Some(url) = web_url {
+        println!("  web UI:     {url} (while it ran)");
     }
     for r in &s.lost_reasons {
         println!("  lost:       {}  {}", r.events, r.reason);
@@ -653,7 +658,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             op.configure()?;
             if let Some(s) = args.seconds {
                 let summary = take_run(&op, Some(s), true)?;
-                let (ok, _) = print_summary(&summary, &op, web.as_ref());
+                let (ok, _) = print_summary(&summary, &op, web.as_ref().map(|w| w.handle.url()).as_deref());
                 return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
             }
             let run = op.start(None)?;
@@ -662,8 +667,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         println!(
             "commands: configure, start [RUN], pause, resume, stop, reset, status, set, unset, repeat RUN, alarms, ack ALARM, quit"
         );
-        operator_console(&op, web.as_ref())?;
-        Ok(ExitCode::SUCCESS)
+        let ok = console::run(&op, web.as_ref().map(|w| w.handle.url()), args.start)?;
+        Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
     })();
     op.shutdown();
     result
@@ -694,129 +699,6 @@ fn repeated_system(file: &SystemFile, data: Option<&std::path::Path>, n: u32) ->
     // password redacted), the data directory.
     stored.system.database = file.system.database.clone();
     Ok((stored, data))
-}
-
-/// Transitions typed on standard input, until `quit`, end of input or Ctrl-C.
-fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
-    let stop_flag = crate::component_cmd::install_signal_flag()?;
-    let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
-    std::thread::Builder::new().name("console".into()).spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            match line {
-                Ok(l) => {
-                    if tx.send(Some(l)).is_err() {
-                        return;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        let _ = tx.send(None);
-    })?;
-    let mut stdin_open = true;
-    loop {
-        if stop_flag.load(Ordering::Relaxed) {
-            println!("stopping");
-            return Ok(());
-        }
-        let line = match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(l)) => l,
-            // End of input: keep serving the web UI until Ctrl-C.
-            Ok(None) => {
-                if stdin_open && web.is_none() {
-                    return Ok(());
-                }
-                stdin_open = false;
-                continue;
-            }
-            Err(_) => continue,
-        };
-        let mut words = line.split_whitespace();
-        let verb = words.next().unwrap_or("");
-        let transition = match verb {
-            "" => continue,
-            "quit" | "exit" => return Ok(()),
-            "status" => {
-                let mut v = serde_json::to_value(op.status()).unwrap_or(Value::Null);
-                if let Value::Object(m) = &mut v {
-                    m.remove("rates");
-                }
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                continue;
-            }
-            "alarms" => {
-                print_alarms(op);
-                continue;
-            }
-            "ack" => {
-                match words.next() {
-                    Some(name) => acknowledge_from_console(op, name),
-                    None => println!("usage: ack ALARM (see `alarms`)"),
-                }
-                continue;
-            }
-            "set" | "unset" => {
-                let rest: Vec<&str> = words.collect();
-                let (target, value) = match (verb, rest.join(" ").split_once('=')) {
-                    ("set", Some((t, v))) => {
-                        (t.trim().to_owned(), Some(daqflow_component::process::parse_value(v.trim())))
-                    }
-                    ("unset", None) if rest.len() == 1 => (rest[0].to_owned(), None),
-                    _ => {
-                        println!("usage: set NAME.KEY=VALUE (live, or for the next configure), unset NAME.KEY");
-                        continue;
-                    }
-                };
-                let Some((component, key)) = target.split_once('.') else {
-                    println!("{verb} {target}: expected NAME.KEY (a component's parameter)");
-                    continue;
-                };
-                match op.set(component, key, value) {
-                    Ok(all) => println!(
-                        "{target} set; parameters over the system file's: {}",
-                        serde_json::to_string(&all).unwrap_or_default()
-                    ),
-                    Err(e) => println!("{verb}: {e}"),
-                }
-                continue;
-            }
-            "repeat" => {
-                match words.next().map(str::parse::<u32>) {
-                    Some(Ok(n)) => match op.repeat(n) {
-                        Ok(all) => println!(
-                            "the configuration of run {n} for the next configure: parameters set {}",
-                            serde_json::to_string(&all).unwrap_or_default()
-                        ),
-                        Err(e) => println!("repeat: {e}"),
-                    },
-                    _ => println!("usage: repeat RUN (while Initial: run RUN's parameters for the next configure)"),
-                }
-                continue;
-            }
-            "start" => match words.next().map(str::parse::<u32>).transpose() {
-                Ok(run) => Transition::Start { run },
-                Err(_) => {
-                    println!("usage: start [RUN]");
-                    continue;
-                }
-            },
-            other => match Transition::parse(other, b"") {
-                Ok(t) => t,
-                Err(e) => {
-                    println!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, alarms, ack ALARM, quit");
-                    continue;
-                }
-            },
-        };
-        match op.transition(transition) {
-            Ok(TransitionResult::Stopped(summary)) => {
-                let _ = print_summary(&summary, op, web);
-            }
-            Ok(TransitionResult::Started(run)) => println!("run {run} started"),
-            Ok(_) => println!("{verb}: done; state {}", op.state()),
-            Err(e) => println!("{verb}: {e}"),
-        }
-    }
 }
 
 /// The console's `alarms`: every alarm with its state, then the recent events.

@@ -639,3 +639,95 @@ fn a_component_refuses_a_value_out_of_range_at_configure() {
     assert_eq!(first["ok"], false, "{out}");
     assert!(first["error"].as_str().unwrap().contains("`max_file_bytes` = 0 is out of range"), "{out}");
 }
+
+/// `daqflow run FILE --check` on `text`: (exit code, output).
+fn check_text(dir: &Path, file: &str) -> (Option<i32>, String) {
+    let path = dir.join("system.toml");
+    std::fs::write(&path, file).unwrap();
+    let o = daqflow(&["run", path.to_str().unwrap(), "--check"]);
+    (o.status.code(), text(&o))
+}
+
+#[test]
+fn run_check_refuses_what_two_components_cannot_share_with_both_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "[system]\nname = \"t\"\ncontrol = \"127.0.0.1:7000\"\n";
+    let src = |name: &str, id: Option<&str>| {
+        let id = id.map(|i| format!("source_id = {i}\n")).unwrap_or_default();
+        format!(
+            "\n[[component]]\nname = \"{name}\"\nkind = \"source\"\n[component.params]\nru = \"127.0.0.1:7200\"\n{id}"
+        )
+    };
+    // Two sources with one source id: the second names the first, with both lines.
+    let text = format!("{head}{}{}", src("src-0", Some("0")), src("src-1", Some("0")));
+    let (code, out) = check_text(dir.path(), &text);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(
+            "line 17: `src-1`: source_id = 0 is also the source_id of `src-0` (line 10): no two source components may share it"
+        ),
+        "{out}"
+    );
+    // The default counts: two sources without `source_id` are both 0.
+    let (_, out) = check_text(dir.path(), &format!("{head}{}{}", src("src-0", None), src("src-1", None)));
+    assert!(out.contains("`src-1`: source_id = 0 (the default) is also the source_id of `src-0`"), "{out}");
+    // Different ids, or an id made of a reference (known at configure only), pass.
+    let (code, out) = check_text(dir.path(), &format!("{head}{}{}", src("src-0", Some("0")), src("src-1", Some("1"))));
+    assert_eq!(code, Some(0), "{out}");
+    // Readout units and builder units: each kind has its own ids.
+    let unit = |name: &str, kind: &str| {
+        format!(
+            "\n[[component]]\nname = \"{name}\"\nkind = \"{kind}\"\n[component.params]\nid = 1\nevm = \"127.0.0.1:7100\"\n"
+        )
+    };
+    let text = format!("{head}{}{}{}", unit("ru-a", "ru"), unit("ru-b", "ru"), unit("bu-a", "bu"));
+    let (_, out) = check_text(dir.path(), &text);
+    assert!(out.contains("`ru-b`: id = 1 is also the id of `ru-a`") && out.contains("no two ru components"), "{out}");
+    assert!(!out.contains("`bu-a`"), "an RU and a BU may share an id: {out}");
+    // Two listeners on one port, and one on the control server's.
+    let sink = |name: &str, listen: &str| {
+        format!("\n[[component]]\nname = \"{name}\"\nkind = \"sink\"\n[component.params]\nlisten = \"{listen}\"\n")
+    };
+    let text = format!(
+        "{head}{}{}{}{}",
+        sink("a", "127.0.0.1:7300"),
+        sink("b", "0.0.0.0:7300"),
+        sink("c", "127.0.0.1:7000"),
+        sink("d", "127.0.0.1:0")
+    );
+    let (_, out) = check_text(dir.path(), &text);
+    assert!(
+        out.contains("line 15: `b` would listen on 0.0.0.0:7300, where `a` listens (line 9): two processes cannot listen on one port"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "line 21: `c` would listen on 127.0.0.1:7000, where the control server (`control`) listens (line 3)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("`d`"), "port 0 is any free port: {out}");
+    // Another host has its own ports.
+    let text = format!(
+        "{head}{}{}",
+        sink("a", "0.0.0.0:7300"),
+        sink("b", "0.0.0.0:7300").replace("kind = \"sink\"", "kind = \"sink\"\nhost = \"node2\"")
+    );
+    let (code, out) = check_text(dir.path(), &text);
+    assert_eq!(code, Some(0), "{out}");
+}
+
+#[test]
+fn run_check_names_a_misspelt_table_or_kind_and_the_one_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[system]\nname = \"t\"\n\n[[component]]\nname = \"a\"\nkind = \"sink\"\n[component.params]\nlisten = \"127.0.0.1:0\"\n\n\
+                [[compnent]]\nname = \"b\"\nkind = \"sink\"\n[component.params]\nlisten = \"127.0.0.1:0\"\n";
+    let (code, out) = check_text(dir.path(), text);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("line 10: unknown table `[[compnent]]`; did you mean `[[component]]`?"), "{out}");
+    assert!(!out.contains("duplicate key"), "{out}");
+    let (_, out) = check_text(dir.path(), "[system]\nname = \"t\"\n[component]\nname = \"a\"\nkind = \"sink\"\n");
+    assert!(out.contains("line 3: `[component]` must be `[[component]]`"), "{out}");
+    let (_, out) = check_text(dir.path(), "[system]\nname = \"t\"\n[[component]]\nname = \"a\"\nkind = \"sorce\"\n");
+    assert!(out.contains("line 5: unknown kind `sorce`; did you mean `source`?"), "{out}");
+}

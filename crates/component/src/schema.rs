@@ -225,6 +225,10 @@ pub struct Key {
     /// before configure.
     #[serde(default)]
     pub live: Vec<State>,
+    /// Whether it is an identity: no two components of the kind in one system may have the
+    /// same value (its default counts), which `daqflow run --check` refuses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unique: bool,
     /// What it means, in one line.
     pub doc: String,
 }
@@ -239,6 +243,7 @@ impl Key {
             default: None,
             required: false,
             live: Vec::new(),
+            unique: false,
             doc: doc.to_owned(),
         }
     }
@@ -285,6 +290,12 @@ impl Key {
         self.default = Some(value.into());
         self
     }
+    /// An identity: no two components of the kind in one system may share its value.
+    pub fn unique(mut self) -> Key {
+        self.unique = true;
+        self
+    }
+
     /// A live parameter in `states`.
     pub fn live(mut self, states: &[State]) -> Key {
         self.live = states.to_vec();
@@ -555,7 +566,12 @@ impl Schema {
             } else {
                 k.live.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
             };
-            out.push_str(&format!("| `{}` | {default} | {range} | {live} | {} |\n", k.name, k.doc.replace('|', "\\|")));
+            let unique = if k.unique { " Unique in the system." } else { "" };
+            out.push_str(&format!(
+                "| `{}` | {default} | {range} | {live} | {}{unique} |\n",
+                k.name,
+                k.doc.replace('|', "\\|")
+            ));
         }
         if !self.outputs.is_empty() {
             out.push_str("\n| configure gives | meaning |\n| --- | --- |\n");

@@ -451,7 +451,7 @@ fn commands_out_of_order_are_refused_with_the_state() {
     assert!(evm.configure(None).unwrap_err().to_string().contains("cannot configure in state Configured"));
     let bad = configure(&mut driver("ru", "ru"), json!({ "streams": 0 })).unwrap_err();
     assert!(bad.contains("streams"), "{bad}");
-    assert_eq!(bad, "configuration: ru: ru: `streams` = 0 is out of range: 1 … 4096");
+    assert_eq!(bad, "configuration: ru: `streams` = 0 is out of range: 1 … 4096");
 }
 
 #[test]

@@ -112,6 +112,7 @@ impl Drop for ControlServers {
 fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Result<(Child, SocketAddr), String> {
     use std::os::unix::process::CommandExt;
     let log_path = launch.logs.join(format!("control-server-{index}.log"));
+    let log_from = crate::first_error::log_length(&log_path);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -147,7 +148,7 @@ fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Resu
     let line = rx.recv_timeout(Duration::from_secs(20)).map_err(|_| {
         let _ = child.kill();
         let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-        format!("the control server on {listen} did not start ({status}); see {}", log_path.display())
+        did_not_start(listen, &status, crate::first_error::first_error_line(&log_path, log_from), &log_path)
     })?;
     let addr = line
         .strip_prefix("listening on ")
@@ -155,6 +156,24 @@ fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Resu
         .ok_or_else(|| format!("the control server on {listen} said {line:?}"))?;
     tracing::info!(%addr, pid = child.id(), "control server started");
     Ok((child, addr))
+}
+
+/// Why a control server did not start: how it ended, its first error line, and for an address
+/// in use what to do about it.
+fn did_not_start(listen: SocketAddr, status: &str, first_error: Option<String>, log: &std::path::Path) -> String {
+    let Some(error) = first_error else {
+        return format!("the control server on {listen} did not start ({status}); see {}", log.display());
+    };
+    if error.contains("in use") {
+        format!(
+            "the control server cannot listen on {listen}: the address is in use (another operator or control \
+             server of this system still running? `ss -ltnp 'sport = :{}'` names the process); stop it, or give \
+             `control` another port (port 0: any free one)",
+            listen.port()
+        )
+    } else {
+        format!("the control server on {listen} did not start ({status}): {error}; see {}", log.display())
+    }
 }
 
 fn supervise(

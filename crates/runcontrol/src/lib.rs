@@ -32,6 +32,7 @@ pub mod alarm;
 mod control_servers;
 /// The run database (the crate `daqflow-rundb`): SQLite or PostgreSQL.
 pub use daqflow_rundb as db;
+pub mod first_error;
 pub mod msglogger;
 pub mod operator;
 pub mod provenance;

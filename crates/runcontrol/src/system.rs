@@ -46,6 +46,8 @@ use daqflow_api::alarms::AlarmSeverity;
 use daqflow_component::{DataFiles, Registry, Role};
 
 mod history;
+mod tables;
+mod unique;
 use crate::alarm::{AlarmSpec, Condition};
 pub use history::{HistorySection, MAX_INTERVAL_S, MAX_RETENTION_DAYS, MIN_INTERVAL_S};
 
@@ -690,6 +692,11 @@ impl SystemFile {
     /// Parses and validates a system file; `registry` gives the kinds this binary knows
     /// (components with their own `command` may have any kind).
     pub fn parse(text: &str, registry: &Registry) -> Result<SystemFile, SystemFileError> {
+        // A misspelt table header first: the TOML error it causes further down would hide it.
+        let problems = tables::check(text);
+        if !problems.is_empty() {
+            return Err(SystemFileError { problems });
+        }
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| format!("line {}: ", line_of(text, s.start))).unwrap_or_default();
             SystemFileError { problems: vec![format!("{line}{}", e.message().trim())] }
@@ -699,6 +706,8 @@ impl SystemFile {
         history::check(text, &raw.history, &mut problems);
         let mut components = Vec::new();
         let mut lines: HashMap<String, usize> = HashMap::new();
+        let mut entries = Vec::new();
+        let no_params = toml::Table::new();
         for c in &raw.component {
             for (key, order) in [("start_order", &c.start_order), ("stop_order", &c.stop_order)] {
                 if let Some(o) = order.as_ref().filter(|o| !ORDER_RANGE.contains(o.get_ref())) {
@@ -746,8 +755,11 @@ impl SystemFile {
                 problems.push(format!("line {line}: component `{name}` is already defined on line {first}"));
             }
             if c.command.is_none() && !registry.kinds().contains(&kind.as_str()) {
+                let guess = tables::suggest(&registry.kinds(), &kind)
+                    .map(|k| format!("; did you mean `{k}`?"))
+                    .unwrap_or_default();
                 problems.push(format!(
-                    "line {}: unknown kind `{kind}` (known: {}; or give `command` for a program of your own)",
+                    "line {}: unknown kind `{kind}`{guess} (known: {}; or give `command` for a program of your own)",
                     line_of(text, c.kind.span().start),
                     registry.kinds().join(", ")
                 ));
@@ -756,6 +768,14 @@ impl SystemFile {
                 Some(p) => (p.get_ref().clone(), line_of(text, p.span().start), p.span()),
                 None => (toml::Table::new(), line, 0..0),
             };
+            entries.push(unique::Entry {
+                name: c.name.get_ref(),
+                kind: c.kind.get_ref(),
+                host: c.host.as_ref().map(|h| h.get_ref().as_str()).filter(|h| *h != "localhost" && *h != "127.0.0.1"),
+                line,
+                params: c.params.as_ref().map_or(&no_params, |p| p.get_ref()),
+                params_at: c.params.as_ref().map(|p| p.span().start),
+            });
             let mut refs = Vec::new();
             for v in params.values() {
                 collect_refs(v, &mut refs);
@@ -834,6 +854,8 @@ impl SystemFile {
         if components.is_empty() {
             problems.push("the system has no [[component]]".into());
         }
+        unique::identities(text, &entries, registry, &mut problems);
+        unique::ports(text, &raw.system, &entries, &mut problems);
         let alarms = check_alarms(text, &raw.alarm, &components, &mut problems);
         if let Some(path) = &raw.system.web_token_file
             && let Err(e) = read_web_token(path)

@@ -464,11 +464,86 @@ fn a_component_that_never_answers_fails_the_transition_after_the_timeout() {
     assert_eq!(w.seq.state(), SystemState::Configuring);
     w.pass(Duration::from_secs(2));
     let e = w.done.remove(&t).unwrap().unwrap_err();
-    assert_eq!(e.to_string(), "ru-0: configure: no answer within 20 s");
+    assert_eq!(
+        e.to_string(),
+        "ru-0: configure: no answer within 20 s; see logs/ru-0.log (configure undone: rec, evm, bu-0 reset to \
+         Initial, ru-0 told to reset once it is done; configure again)"
+    );
     // A late answer finds nobody waiting and changes nothing.
     w.silent.clear();
     w.reply_all();
     assert!(w.done.is_empty());
+}
+
+#[test]
+fn a_configure_that_times_out_is_undone_and_configure_or_reset_work_at_once() {
+    let mut w = World::launched();
+    w.silent.push("bu-0".into());
+    let t = w.ask(Transition::Configure);
+    w.pass(Duration::from_secs(21));
+    let e = w.done.remove(&t).unwrap().unwrap_err();
+    // The one that did not answer is named, with its log.
+    assert!(
+        matches!(&e, OperatorError::Component { component, command, reason }
+            if component == "bu-0" && command == "configure" && reason.starts_with("no answer within 20 s; see logs/bu-0.log")),
+        "{e:?}"
+    );
+    // Those it configured were reset at once (stop order), the silent one told to reset too.
+    let resets: Vec<String> = w.log.iter().filter(|(_, c)| *c == Command::Reset).map(|(n, _)| n.clone()).collect();
+    assert_eq!(resets, vec!["evm", "bu-0", "rec"]);
+    assert_eq!(w.seq.state(), SystemState::Initial, "not Mixed");
+    // Configure works at once; the silent one answers its old requests first (configure,
+    // reset), then the new one.
+    w.silent.clear();
+    assert!(matches!(w.run(Transition::Configure), Ok(TransitionResult::Configured(_))));
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    // So does reset, from the same place.
+    let mut w = World::launched();
+    w.silent.push("ru-0".into());
+    let t = w.ask(Transition::Configure);
+    w.pass(Duration::from_secs(21));
+    assert!(w.done.remove(&t).unwrap().is_err());
+    w.silent.clear();
+    w.run(Transition::Reset).unwrap();
+    assert_eq!(w.seq.state(), SystemState::Initial);
+    w.run(Transition::Configure).unwrap();
+}
+
+#[test]
+fn a_configure_refused_or_failed_is_undone_and_says_so() {
+    for (refuse, fail) in [(true, false), (false, true)] {
+        let mut w = World::launched();
+        if refuse {
+            w.refuse.push(("ru-0".into(), Verb::Configure));
+        }
+        if fail {
+            w.fail.push(("ru-0".into(), Verb::Configure));
+        }
+        let e = w.run(Transition::Configure).unwrap_err().to_string();
+        let why = if refuse { "configure refused" } else { "configure failed" };
+        assert_eq!(
+            e,
+            format!(
+                "ru-0: configure: {why} (configure undone: rec, evm, bu-0, ru-0 reset to Initial; configure again)"
+            )
+        );
+        assert_eq!(w.seq.state(), SystemState::Initial, "refuse {refuse}, fail {fail}");
+        w.refuse.clear();
+        w.fail.clear();
+        w.run(Transition::Configure).unwrap();
+    }
+    // A reference with no value fails before anything is sent to the component.
+    let text = SYSTEM.replace(
+        "evm = \"${evm.listen}\"\n[[component]]\nname = \"ru-0\"",
+        "evm = \"${evm.nowhere}\"\n[[component]]\nname = \"ru-0\"",
+    );
+    let mut w = World::new(&text);
+    let t = w.ask_launch();
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))));
+    let e = w.run(Transition::Configure).unwrap_err().to_string();
+    assert!(e.starts_with("bu-0: configure: `${evm.nowhere}`: evm gave no `nowhere`"), "{e}");
+    assert!(e.ends_with("(configure undone: rec, evm reset to Initial; configure again)"), "{e}");
+    assert_eq!(w.seq.state(), SystemState::Initial);
 }
 
 #[test]
@@ -485,7 +560,7 @@ fn a_request_nobody_took_is_sent_again_until_the_deadline() {
     w.feed(Input::Undelivered { id });
     w.pass(Duration::from_secs(25));
     let e = w.done.remove(&t).unwrap().unwrap_err().to_string();
-    assert!(e.ends_with("configure: not on the control plane"), "{e}");
+    assert!(e.ends_with("configure: not on the control plane (nothing was configured yet: configure again)"), "{e}");
 }
 
 #[test]
@@ -725,6 +800,57 @@ mod any_history {
             }
             let state = w.seq.state();
             prop_assert!(!state.is_phase(), "still in {state}");
+        }
+
+        /// Whoever is silent, refuses or fails at configure, and however long it takes: the
+        /// configure is answered, the answer names a component that did not make it, the
+        /// system is back in Initial (never Mixed), and once everyone answers again both
+        /// configure and reset work from there.
+        #[test]
+        fn a_configure_that_fails_leaves_a_system_that_configures_and_resets(
+            fates in proptest::collection::vec(0u8..4, 5),
+            wait_ms in 0u64..60_000,
+            reset_first in any::<bool>(),
+        ) {
+            let mut w = World::launched();
+            for (name, fate) in NAMES.iter().zip(&fates) {
+                match fate {
+                    1 => w.silent.push((*name).to_owned()),
+                    2 => w.refuse.push(((*name).to_owned(), Verb::Configure)),
+                    3 => w.fail.push(((*name).to_owned(), Verb::Configure)),
+                    _ => {}
+                }
+            }
+            let failing: Vec<&str> = NAMES.iter().zip(&fates).filter(|(_, f)| **f != 0).map(|(n, _)| *n).collect();
+            let t = w.ask(Transition::Configure);
+            w.pass(Duration::from_millis(wait_ms));
+            w.pass(Duration::from_secs(21));
+            w.pass(Duration::from_secs(21));
+            let answer = w.done.remove(&t);
+            prop_assert!(answer.is_some(), "configure never answered");
+            match answer.unwrap() {
+                Ok(_) => prop_assert!(failing.is_empty()),
+                Err(e) => {
+                    let OperatorError::Component { component, .. } = &e else {
+                        return Err(TestCaseError::fail(format!("not a component's error: {e:?}")));
+                    };
+                    prop_assert!(failing.contains(&component.as_str()), "{e} names one that did not fail");
+                    prop_assert_eq!(w.seq.state(), SystemState::Initial, "{}", e);
+                    w.silent.clear();
+                    w.refuse.clear();
+                    w.fail.clear();
+                    w.reply_all();
+                    if reset_first {
+                        prop_assert!(w.run(Transition::Reset).is_ok());
+                        prop_assert_eq!(w.seq.state(), SystemState::Initial);
+                    }
+                    let again = w.run(Transition::Configure);
+                    prop_assert!(again.is_ok(), "configure again: {:?}", again);
+                    prop_assert_eq!(w.seq.state(), SystemState::Configured);
+                    prop_assert!(w.run(Transition::Reset).is_ok());
+                    prop_assert_eq!(w.seq.state(), SystemState::Initial);
+                }
+            }
         }
     }
 }

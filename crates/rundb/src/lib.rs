@@ -123,6 +123,21 @@ pub enum DbError {
     /// There is no run of this number in the database.
     #[error("no run {0} in the run database")]
     NoRun(u32),
+    /// A run of this number was taken before (a run number is used once): nothing was written.
+    #[error(
+        "run {run} was taken before (by system `{system}`, its record is {state}); a run number is used once: \
+         leave it out for the next one ({next}), or give one never used"
+    )]
+    RunTaken {
+        /// The run number asked for.
+        run: u32,
+        /// The system whose run it is.
+        system: String,
+        /// The state of its record (`running`, `stopped`, `failed`, `abandoned`).
+        state: String,
+        /// The number the next run would get.
+        next: u32,
+    },
     /// The database directory could not be created.
     #[error("run database directory {path}: {source}")]
     Io {
@@ -286,28 +301,39 @@ impl RunDb {
 
     /// Opens a run record and returns its number: `run` if given (it must not exist), else one
     /// more than the highest so far. Any PostgreSQL password in `config` is stored redacted.
+    ///
+    /// A number taken before is refused before anything is written ([`DbError::RunTaken`],
+    /// with the record's system and state and the next free number).
     pub fn begin_run(&self, system: &str, config: &str, run: Option<u32>) -> Result<u32, DbError> {
         let config = redact_text(config);
         let started = now_ms();
+        // The outer error: the database failed; the inner one: the number is taken.
         self.transact(Mode::Write, |tx| {
             if let Some(lock) = tx.dialect().lock_runs() {
                 tx.execute(lock, &[])?;
             }
+            let max = tx.query("SELECT MAX(run) FROM runs", &[])?;
+            let max = max.first().map_or(Ok(None), |r| r.opt_int(0))?.unwrap_or(0);
+            let next = u32::try_from(max + 1);
             let n = match run {
-                Some(n) => n,
+                Some(n) => {
+                    let taken = tx.query("SELECT system, state FROM runs WHERE run = ?1", &[Arg::Int(n.into())])?;
+                    if let Some(row) = taken.first() {
+                        let (system, state) = (row.text(0)?, row.text(1)?);
+                        return Ok(Err(DbError::RunTaken { run: n, system, state, next: next.unwrap_or(u32::MAX) }));
+                    }
+                    n
+                }
                 None => {
-                    let max = tx.query("SELECT MAX(run) FROM runs", &[])?;
-                    let max = max.first().map_or(Ok(None), |r| r.opt_int(0))?.unwrap_or(0);
-                    u32::try_from(max + 1)
-                        .map_err(|_| Fail::Unreadable(format!("the highest run number ({max}) is the last there is")))?
+                    next.map_err(|_| Fail::Unreadable(format!("the highest run number ({max}) is the last there is")))?
                 }
             };
             tx.execute(
                 "INSERT INTO runs (run, system, started_ms, state, config) VALUES (?1, ?2, ?3, 'running', ?4)",
                 &[Arg::Int(n.into()), Arg::text(system), Arg::count(started), Arg::text(&config)],
             )?;
-            Ok(n)
-        })
+            Ok(Ok(n))
+        })?
     }
 
     /// Closes a run record with its summary: state, error, totals, every component's counters

@@ -52,7 +52,14 @@ fn runs_are_numbered_recorded_and_listed_newest_first(backend: Backend) {
     assert!(matches!(db.end_run(&late), Err(DbError::Closed(1))), "a closed record is never overwritten");
     assert_eq!(db.begin_run("s", "cfg", None).unwrap(), 2);
     let taken = db.begin_run("s", "cfg", Some(2)).unwrap_err();
-    assert!(taken.to_string().contains("run database"), "a run number is used once: {taken}");
+    assert!(matches!(&taken, DbError::RunTaken { run: 2, next: 3, .. }), "a run number is used once: {taken:?}");
+    assert_eq!(
+        taken.to_string(),
+        "run 2 was taken before (by system `s`, its record is running); a run number is used once: leave it out for \
+         the next one (3), or give one never used"
+    );
+    let taken = db.begin_run("s2", "cfg", Some(1)).unwrap_err().to_string();
+    assert!(taken.contains("run 1 was taken before (by system `s`, its record is stopped)"), "{taken}");
     assert_eq!(db.begin_run("s", "cfg", Some(10)).unwrap(), 10);
     assert_eq!(db.begin_run("other", "cfg", Some(11)).unwrap(), 11);
     assert_eq!(db.abandon_open_runs("s").unwrap(), 2, "only this system's");

@@ -135,7 +135,7 @@ impl BuConfig {
 /// default (`docs/operator-guide.md`, "Parameters of the standard kinds").
 pub fn schema() -> Schema {
     Schema::new("bu")
-        .key(Key::integer("id", 0, u32::MAX.into(), "The BU's id, unique in the run."))
+        .key(Key::integer("id", 0, u32::MAX.into(), "The BU's id: the EVM takes one builder unit of each id at a time.").unique())
         .key(Key::address("evm", "The EVM's address."))
         .key(Key::integer("credits", 1, 1 << 20, "Most events in flight (assigned and not yet confirmed); see also `max_bytes_in_flight`."))
         .key(Key::integer("request_batch", 1, 1 << 20, "Credits are handed back in groups of this many; at most `credits`."))

@@ -51,7 +51,7 @@ pub struct RuConfig {
 /// default (`docs/operator-guide.md`, "Parameters of the standard kinds").
 pub fn schema() -> Schema {
     Schema::new("ru")
-        .key(Key::integer("id", 0, u32::MAX.into(), "The RU's id, unique in the run."))
+        .key(Key::integer("id", 0, u32::MAX.into(), "The RU's id: it names its super-fragments to the EVM and the BUs.").unique())
         .key(Key::address("evm", "The EVM's address."))
         .key(Key::address("listen", "Address sources and BUs connect to (port 0: any free port)."))
         .key(crate::common::advertise_key())

@@ -70,7 +70,7 @@ pub struct SourceConfig {
 /// default and live states (`docs/operator-guide.md`, "Parameters of the standard kinds").
 pub fn schema() -> Schema {
     Schema::new("source")
-        .key(Key::integer("source_id", 0, u32::MAX.into(), "The source id, unique in the system."))
+        .key(Key::integer("source_id", 0, u32::MAX.into(), "The source id: it names its fragments in every event.").unique())
         .key(Key::address("ru", "Address of the RU it feeds (of the EVM with `role = \"trigger\"`)."))
         .key(Key::choice("role", &["data", "trigger"], "What it feeds: a readout unit, or the EVM's trigger input."))
         .keys(model::schema_keys("size", "Payload sizes"))

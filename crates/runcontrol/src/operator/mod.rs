@@ -595,6 +595,13 @@ impl Operator {
         self.shown().snapshot.run
     }
 
+    /// The components the transition under way waits for, each with the command it waits on
+    /// (`configure`, …, or `join` for a process that has not joined the control plane yet);
+    /// empty when none is under way.
+    pub fn waiting_for(&self) -> Vec<(String, String)> {
+        self.shown().snapshot.waiting.clone()
+    }
+
     /// The summary of the last run stopped.
     pub fn last_summary(&self) -> Option<RunSummary> {
         self.shown().snapshot.last_summary.as_deref().cloned()
@@ -897,7 +904,11 @@ fn event_loop(
                             lock(&inner.shown).rates.clear();
                             record_provenance(&inner, &seq, run);
                         }
-                        inputs.push_back(Input::RunOpened(r.map_err(|e| e.to_string())));
+                        // A number taken before is the caller's mistake (400 on the web API).
+                        inputs.push_back(Input::RunOpened(r.map_err(|e| match e {
+                            crate::db::DbError::RunTaken { .. } => OperatorError::Invalid(e.to_string()),
+                            e => OperatorError::Setup(e.to_string()),
+                        })));
                     }
                     Output::CloseRun(close) => {
                         let mut summary = status::run_summary(&inner.file.system.name, &close, now_ms());

@@ -10,7 +10,10 @@
 //! The rules it follows:
 //! - **configure** in dependency order, one component at a time (a component whose parameters
 //!   refer to another's result, `${evm.listen}`, comes after it), each with its resolved
-//!   parameters;
+//!   parameters; when one refuses, fails or does not answer in time, the configure is undone:
+//!   the components it configured are reset (stop order), the one that did not answer is told
+//!   to reset without waiting for it, and the error names it: the system is Initial again, so
+//!   that `configure` (or `reset`) works at once;
 //! - **start** by start stage, the same stage together; if one fails, those started are
 //!   stopped again (in stop order) and the run is closed as failed;
 //! - **stop** by stop stage: components whose process is dead are skipped (and named in the
@@ -190,8 +193,9 @@ pub enum Input {
         /// How (`signal: 9 (SIGKILL)`, `exit status: 1`).
         status: String,
     },
-    /// The run database opened a run ([`Output::OpenRun`]).
-    RunOpened(Result<u32, String>),
+    /// The run database opened a run ([`Output::OpenRun`]), or why not: the start fails with
+    /// this error ([`OperatorError::Invalid`] for a run number taken before).
+    RunOpened(Result<u32, OperatorError>),
     /// The run was closed ([`Output::CloseRun`]) with this summary.
     RunClosed(Box<RunSummary>),
     /// The control servers to give processes started from now on changed (`${system.control}`).
@@ -321,6 +325,9 @@ pub struct Snapshot {
     /// The components the open run goes on without, with why (policy `expendable`, a group
     /// above its minimum).
     pub degraded: BTreeMap<String, String>,
+    /// The components the transition under way waits for (to answer, or to join), each with
+    /// the command (`configure`, `join`).
+    pub waiting: Vec<(String, String)>,
 }
 
 /// Who waits for a request's reply.
@@ -375,6 +382,17 @@ enum Step {
     Launching,
     /// Configuring `order[next - 1]`.
     Configuring { order: Vec<usize>, next: usize },
+    /// A configure failed: the components it configured are reset, stage by stage, so that
+    /// the system is Initial again; then the configure fails with `failure`.
+    Undoing {
+        failure: OperatorError,
+        /// The components sent configure (each is reset).
+        configured: Vec<usize>,
+        /// The one that did not answer: sent its reset without waiting for it.
+        silent: Option<String>,
+        stage: usize,
+        errors: Vec<String>,
+    },
     /// Waiting for the run database.
     Opening { requested: Option<u32> },
     /// Starting stage `stage`.
@@ -575,7 +593,18 @@ impl Sequencer {
             last_summary: self.last_summary.clone(),
             overrides: self.overrides_flat(),
             degraded: self.dropped.clone(),
+            waiting: self.waiting(),
         }
+    }
+
+    /// The components the job waits for, with what for.
+    fn waiting(&self) -> Vec<(String, String)> {
+        let Some(job) = &self.job else { return Vec::new() };
+        let replies = job.batch.waiting.iter().map(|(id, name)| {
+            let verb = self.pending.get(id).map_or("reply", |p| p.verb.name());
+            (name.clone(), verb.to_owned())
+        });
+        replies.chain(job.joining.keys().map(|n| (n.clone(), "join".to_owned()))).collect()
     }
 
     /// The earliest time something times out or must be sent again (the I/O layer ticks then
@@ -1335,7 +1364,24 @@ impl Sequencer {
                         }
                         Err(e) => {
                             self.target = SystemState::Initial;
-                            return Flow::Finished(Err(e));
+                            // One that did not answer is told to reset without waiting for
+                            // it; one the request never reached has nothing to undo.
+                            let (silent, unreached) = match &e {
+                                OperatorError::Component { component, reason, .. }
+                                    if reason.starts_with("no answer") =>
+                                {
+                                    (Some(component.clone()), None)
+                                }
+                                OperatorError::Component { component, reason, .. }
+                                    if reason == "not on the control plane" =>
+                                {
+                                    (None, self.spec_index(component))
+                                }
+                                _ => (None, None),
+                            };
+                            let configured = order[..*next].iter().copied().filter(|i| Some(*i) != unreached).collect();
+                            job.step = Step::Undoing { failure: e, configured, silent, stage: 0, errors: Vec::new() };
+                            return Flow::Continue;
                         }
                     }
                 }
@@ -1365,9 +1411,42 @@ impl Sequencer {
                     }
                     Err(e) => {
                         self.target = SystemState::Initial;
-                        Flow::Finished(Err(e))
+                        let configured = order[..*next - 1].to_vec();
+                        job.step = Step::Undoing { failure: e, configured, silent: None, stage: 0, errors: Vec::new() };
+                        Flow::Continue
                     }
                 }
+            }
+            Step::Undoing { failure, configured, silent, stage, errors } => {
+                for (name, r) in replies {
+                    if let Err(e) = r {
+                        errors.push(format!("{name}: {e}"));
+                    }
+                }
+                let stages = self.file.stages(false);
+                let Some(idx) = stages.get(*stage) else {
+                    let failure = std::mem::replace(failure, OperatorError::Setup(String::new()));
+                    let names: Vec<String> =
+                        self.names(configured).into_iter().filter(|n| Some(n) != silent.as_ref()).collect();
+                    let silent = silent.as_ref().map(|n| (n.as_str(), self.config.logs.join(format!("{n}.log"))));
+                    let silent = silent.as_ref().map(|(n, log)| (*n, log.as_path()));
+                    return Flow::Finished(Err(undone(failure, &names, errors, silent)));
+                };
+                *stage += 1;
+                for &i in idx.iter().filter(|i| configured.contains(i)) {
+                    let name = self.file.components[i].name.clone();
+                    if !self.views[&name].alive {
+                        continue;
+                    }
+                    if silent.as_deref() == Some(name.as_str()) {
+                        // It takes the reset once it is done with the configure it did not
+                        // answer in time: nobody waits for that.
+                        self.send(&name, Command::Reset, Owner::Job, timeout, now, out);
+                    } else {
+                        self.send_for(&mut job.batch, &name, Command::Reset, timeout, now, out);
+                    }
+                }
+                Flow::Continue
             }
             Step::Opening { .. } | Step::Closing { .. } => Flow::Wait,
             Step::Starting { run, stage, started } => {
@@ -1519,10 +1598,14 @@ impl Sequencer {
         if let Some(t) = job.transition {
             match &result {
                 Ok(_) => tracing::info!("{} of the system done: {}", t.name(), self.state()),
+                // The caller's mistake (a run number used before): no error of the system's.
+                Err(e @ OperatorError::Invalid(_)) => tracing::warn!("{} of the system refused: {e}", t.name()),
                 Err(e) => tracing::error!("{} of the system failed: {e}", t.name()),
             }
             if let Err(e) = &result {
-                self.last_error = Some(e.to_string());
+                if !matches!(e, OperatorError::Invalid(_)) {
+                    self.last_error = Some(e.to_string());
+                }
             } else if let Ok(TransitionResult::Stopped(s)) = &result {
                 if s.error.is_some() {
                     self.last_error = s.error.clone();
@@ -1536,7 +1619,7 @@ impl Sequencer {
         }
     }
 
-    fn on_run_opened(&mut self, r: Result<u32, String>, now: Now, out: &mut Vec<Output>) {
+    fn on_run_opened(&mut self, r: Result<u32, OperatorError>, now: Now, out: &mut Vec<Output>) {
         let Some(job) = self.job.as_mut() else { return };
         if !matches!(job.step, Step::Opening { .. }) {
             return;
@@ -1556,7 +1639,7 @@ impl Sequencer {
             }
             Err(e) => {
                 let job = self.job.take().expect("a job");
-                self.end_job(job, Err(OperatorError::Setup(e)), out);
+                self.end_job(job, Err(e), out);
             }
         }
     }
@@ -1874,6 +1957,39 @@ impl Sequencer {
                 self.restart_failures.extend(stop);
             }
         }
+    }
+}
+
+/// The error of a configure that failed with `failure` and was undone: the components it had
+/// configured (`reset`) were reset, so that the system is Initial again (`errors`: the resets
+/// that failed too); `silent`: the component that did not answer, told to reset too, and its
+/// log.
+fn undone(
+    failure: OperatorError,
+    reset: &[String],
+    errors: &[String],
+    silent: Option<(&str, &std::path::Path)>,
+) -> OperatorError {
+    let told = silent.map(|(n, _)| format!("{n} told to reset once it is done")).unwrap_or_default();
+    let and = if told.is_empty() { String::new() } else { format!(", {told}") };
+    let undo = match (reset.is_empty(), errors.is_empty()) {
+        (true, _) if told.is_empty() => "nothing was configured yet: configure again".to_owned(),
+        (true, _) => format!("configure undone: {told}; configure again"),
+        (false, true) => format!("configure undone: {} reset to Initial{and}; configure again", reset.join(", ")),
+        (false, false) => format!(
+            "configure undone: {} reset{and}, but {}; reset the system before configuring again",
+            reset.join(", "),
+            errors.join("; ")
+        ),
+    };
+    let see = silent.map(|(_, log)| format!("; see {}", log.display())).unwrap_or_default();
+    match failure {
+        OperatorError::Component { component, command, reason } => {
+            OperatorError::Component { component, command, reason: format!("{reason}{see} ({undo})") }
+        }
+        OperatorError::Invalid(e) => OperatorError::Invalid(format!("{e} ({undo})")),
+        OperatorError::Setup(e) => OperatorError::Setup(format!("{e} ({undo})")),
+        other => other,
     }
 }
 

@@ -44,6 +44,9 @@ struct Running {
     /// The pipe to its standard input, held open while it should live (a component on
     /// another host).
     _stdin: Option<ChildStdin>,
+    /// Its log, and where this life's output begins in it.
+    log: PathBuf,
+    log_from: u64,
 }
 
 /// The component processes.
@@ -71,12 +74,14 @@ impl Supervisor {
         Ok(pid)
     }
 
-    /// The processes that ended since the last call: name and how.
+    /// The processes that ended since the last call: name and how, with the first error line
+    /// of that life's log (`exit status: 1; first error: …`).
     pub(crate) fn exits(&mut self) -> Vec<(String, String)> {
         let mut exited = Vec::new();
         for (name, running) in self.children.iter_mut() {
             if let Ok(Some(status)) = running.child.try_wait() {
-                exited.push((name.clone(), status.to_string()));
+                let how = crate::first_error::with_first_error(&status.to_string(), &running.log, running.log_from);
+                exited.push((name.clone(), how));
             }
         }
         for (name, _) in &exited {
@@ -157,6 +162,7 @@ fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<St
 fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Result<Running, String> {
     use std::os::unix::process::CommandExt;
     let log_path = launch.logs.join(format!("{}.log", spec.name));
+    let log_from = crate::first_error::log_length(&log_path);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -196,7 +202,7 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
             tracing::warn!(component = %spec.name, "giving {} the system token on its standard input: {e}", spec.name);
         }
     }
-    Ok(Running { child, _stdin: stdin })
+    Ok(Running { child, _stdin: stdin, log: log_path, log_from })
 }
 
 #[cfg(test)]
