@@ -699,35 +699,51 @@ fn plural(article: &str) -> String {
     format!("{bare}s")
 }
 
-/// The known name closest to `name` (edit distance at most 2, or one containing the other),
-/// if one is close enough to be what was meant.
-pub fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
-    let mut best: Option<(usize, &str)> = None;
-    for &k in known {
-        let d = distance(name, k);
-        let close =
-            d <= 2.min(k.len().saturating_sub(1)).max(1) || (name.len() >= 4 && (k.contains(name) || name.contains(k)));
-        if close && best.is_none_or(|(b, _)| d < b) {
-            best = Some((d, k));
-        }
-    }
-    best.map(|(_, k)| k)
+/// The known name `written` is most likely a misspelling of, if any: at most one edit for a
+/// word of up to 4 letters, two for a longer one (case aside; a swap of two neighbours is one
+/// edit), or a word of 4 letters or more that one contains. The one "did you mean" of daqflow's
+/// messages (keys, kinds, tables).
+pub fn closest<'a>(written: &str, known: &[&'a str]) -> Option<&'a str> {
+    let lower = written.to_ascii_lowercase();
+    let near = |k: &str| {
+        let limit = if k.chars().count() <= 4 { 1 } else { 2 };
+        distance(&k.to_ascii_lowercase(), &lower) <= limit
+    };
+    let contains = |k: &str| {
+        let k = k.to_ascii_lowercase();
+        lower.len() >= 4 && k.len() >= 4 && (k.contains(&lower) || lower.contains(&k))
+    };
+    known
+        .iter()
+        .copied()
+        .filter(|k| near(k))
+        .min_by_key(|k| distance(&k.to_ascii_lowercase(), &lower))
+        .or_else(|| known.iter().copied().find(|k| contains(k)))
 }
 
-/// Levenshtein distance, by characters.
+/// The edit distance of two words: insertions, deletions, substitutions and swaps of two
+/// neighbours.
 fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(row[j + 1] + 1);
-            prev = cur;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 /// The names of a set of keys, sorted (for messages).
@@ -832,6 +848,9 @@ mod tests {
         assert_eq!(closest("lisen", &["listen", "evm"]), Some("listen"));
         assert_eq!(closest("compnent", &["component", "system"]), Some("component"));
         assert_eq!(closest("xyz", &["listen", "evm"]), None);
+        assert_eq!(closest("sorce", &["source", "sink", "ru"]), Some("source"));
+        assert_eq!(closest("detector", &["source", "sink"]), None);
         assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("ab", "ba"), 1);
     }
 }

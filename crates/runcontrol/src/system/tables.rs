@@ -83,45 +83,15 @@ fn unknown(h: &Header) -> String {
     }
 }
 
-/// Whether `written` is a likely misspelling of `known` (or is it): at most one edit for a
-/// word of up to 4 letters, two for a longer one; a swap of two neighbours is one edit.
-pub(crate) fn close(known: &str, written: &str) -> bool {
-    let limit = if known.chars().count() <= 4 { 1 } else { 2 };
-    edits(&known.to_ascii_lowercase(), &written.to_ascii_lowercase()) <= limit
+/// Whether `written` is a likely misspelling of `known` (or is it).
+fn close(known: &str, written: &str) -> bool {
+    daqflow_component::schema::closest(written, &[known]).is_some()
 }
 
-/// The known word `written` is most likely a misspelling of, if any.
+/// The known word `written` is most likely a misspelling of, if any
+/// ([`daqflow_component::schema::closest`]).
 pub(crate) fn suggest<'a>(known: &[&'a str], written: &str) -> Option<&'a str> {
-    known
-        .iter()
-        .copied()
-        .filter(|k| close(k, written))
-        .min_by_key(|k| edits(&k.to_ascii_lowercase(), &written.to_ascii_lowercase()))
-}
-
-/// The edit distance of two words (insertions, deletions, substitutions, and swaps of two
-/// neighbours).
-fn edits(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
+    daqflow_component::schema::closest(written, known)
 }
 
 /// The table headers of a TOML text, outside strings and multi-line arrays.
@@ -280,9 +250,7 @@ size = { kind = "fixed" }
 
     #[test]
     fn edits_count_swaps_as_one() {
-        assert_eq!(edits("component", "compnent"), 1);
-        assert_eq!(edits("component", "componnet"), 1);
-        assert_eq!(edits("source", "sorce"), 1);
+        assert!(close("component", "compnent") && close("component", "componnet"));
         assert!(close("source", "sorce") && !close("evm", "bu") && close("ru", "rus"));
         assert_eq!(suggest(&["source", "sink", "ru"], "sorce"), Some("source"));
         assert_eq!(suggest(&["source", "sink"], "detector"), None);
