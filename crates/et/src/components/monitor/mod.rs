@@ -226,35 +226,46 @@ impl Plots {
         self.rate_second = self.rate_second.max(now_s);
     }
 
-    /// Every histogram: `event_size`, the fragment sizes by source, `rate`.
-    fn histograms(&self) -> Vec<Histogram> {
+    /// Every histogram: `event_size`, the fragment sizes by source, `rate` (`ended`: the run
+    /// ended this many seconds after its start).
+    fn histograms(&self, ended: Option<f64>) -> Vec<Histogram> {
         let mut v = vec![self.event_size.clone()];
         v.extend(self.fragment_size.values().cloned());
-        v.push(self.rate_series());
+        v.push(self.rate_series(ended));
         v
     }
 
-    /// The `rate` series: the events seen in each whole second of the run in the window
-    /// (not the second under way, nor seconds before the start), oldest first.
-    fn rate_series(&self) -> Histogram {
+    /// The `rate` series, oldest first: the events seen in each whole second of the run in the
+    /// window (not the second under way, nor seconds before the start), and once the run has
+    /// ended (`ended`: its length in seconds) its last second too, whole or not. Its mean is
+    /// the events per second over the time the bins cover; its lowest and highest, of the
+    /// whole seconds.
+    fn rate_series(&self, ended: Option<f64>) -> Histogram {
         let window = self.rate.len() - 1;
-        let shown = (self.rate_second as usize).min(window);
-        let bins = self.rate[window - shown..window].to_vec();
+        let whole = (self.rate_second as usize).min(window);
+        let (bins, seconds) = match ended {
+            None => (self.rate[window - whole..window].to_vec(), whole as f64),
+            Some(length) => {
+                let last = (length - self.rate_second as f64).clamp(0.0, 1.0);
+                (self.rate[window - whole..].to_vec(), whole as f64 + last)
+            }
+        };
         let sum: u64 = bins.iter().sum();
         let per_s = |x: Option<&u64>| x.map(|&n| n as f64);
+        let (min, max) = (per_s(bins[..whole].iter().min()), per_s(bins[..whole].iter().max()));
         Histogram {
             name: "rate".into(),
             title: "Events seen per second".into(),
             x_label: "seconds ago".into(),
-            low: -(shown as f64),
+            low: -(bins.len() as f64),
             high: 0.0,
             underflow: 0,
             overflow: 0,
             entries: sum,
             sum: sum as f64,
-            min: per_s(bins.iter().min()),
-            max: per_s(bins.iter().max()),
-            mean: (shown > 0).then(|| sum as f64 / shown as f64),
+            min,
+            max,
+            mean: (seconds > 0.0).then(|| sum as f64 / seconds),
             unit: "events/s".into(),
             series: true,
             bins,
@@ -317,10 +328,13 @@ impl Monitor {
             if summary { (per_second(events, seconds), mean_mb_per_s) } else { self.recent.rates(events, bytes) };
         let histograms = {
             let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
+            let ended = self.stopped.map(|t| t.duration_since(self.t0).as_secs_f64());
             if self.worker.is_some() {
                 p.advance(self.t0.elapsed().as_secs());
+            } else if let Some(length) = ended {
+                p.advance(length as u64);
             }
-            p.histograms()
+            p.histograms(ended)
         };
         Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s).with_detail(&MonitorDetail {
             bad_events: c.bad_events.load(Ordering::Relaxed),
@@ -537,24 +551,28 @@ mod tests {
         let mut p = Plots::new(&c);
         // During the first second nothing is whole yet.
         p.rate[4] = 7;
-        let r = p.rate_series();
+        let r = p.rate_series(None);
         assert_eq!((r.bins.len(), r.mean, r.low, r.high), (0, None, 0.0, 0.0));
         // Seconds 0 and 1 whole (7 and 9 events), second 2 under way: two bins, from -2 s.
         p.advance(1);
         p.rate[4] = 9;
         p.advance(2);
         p.rate[4] = 1000;
-        let r = p.rate_series();
+        let r = p.rate_series(None);
         assert_eq!((r.bins.clone(), r.low, r.high, r.entries), (vec![7, 9], -2.0, 0.0, 16));
         assert_eq!(
             (r.mean, r.min, r.max, r.unit.as_str(), r.series),
             (Some(8.0), Some(7.0), Some(9.0), "events/s", true)
         );
+        // The run ended at 2.5 s: its last half second counts too, over the time it covers.
+        let r = p.rate_series(Some(2.5));
+        assert_eq!((r.bins.clone(), r.low, r.entries), (vec![7, 9, 1000], -3.0, 1016));
+        assert_eq!((r.mean, r.min, r.max), (Some(1016.0 / 2.5), Some(7.0), Some(9.0)));
         // Long after: the window's 4 seconds, the mean over them (never negative).
         p.advance(9);
         p.rate[4] = 3;
         p.advance(10);
-        let r = p.rate_series();
+        let r = p.rate_series(None);
         assert_eq!((r.bins.clone(), r.low, r.mean), (vec![0, 0, 0, 3], -4.0, Some(0.75)));
     }
 
@@ -602,7 +620,7 @@ mod tests {
         let ev = daqflow_wire::Event::assemble(&info, &[sf]);
         assert!(fill(&mut p, &ev));
         assert!(!fill(&mut p, b"garbage"));
-        let h = p.histograms();
+        let h = p.histograms(None);
         assert_eq!(h[0].entries(), 2);
         assert_eq!(h.iter().filter(|h| h.name().starts_with("fragment_size_src")).count(), 2);
         assert_eq!(h[1].bins().iter().sum::<u64>(), 1);
