@@ -177,8 +177,7 @@
     // Lost: while a run is open, the events the trigger's accounting gave up on so far (each
     // with its reason); after the stop, the run's whole accounting.
     $('stat-lost').textContent = fmtInt(s.lost);
-    $('stat-lost-note').textContent = !isNum(s.lost) ? (s.running ? 'no trigger counts' : 'no run yet')
-      : s.running ? 'so far (trigger)' : `in run ${s.last_summary ? s.last_summary.run : (s.run ?? '')}${s.last_summary && s.last_summary.accounting_complete === false ? ', at least' : ''}`;
+    $('stat-lost-note').textContent = lostNote(s);
     $('last-error').hidden = !s.last_error;
     $('last-error').textContent = s.last_error ? 'Last error: ' + s.last_error : '';
     renderComponents(Array.isArray(s.components) ? s.components : [], s.degraded || {});
@@ -196,6 +195,15 @@
     }
     updateButtons();
     if (visible('rates')) drawRates();
+  }
+
+  /** What the Lost card's number is: so far in the open run, or the last run's accounting. */
+  function lostNote(s) {
+    if (!isNum(s.lost)) return s.running ? 'no trigger counts' : 'no run yet';
+    if (s.running) return 'so far (trigger)';
+    const last = s.last_summary;
+    const bound = last && last.accounting_complete === false ? ', at least' : '';
+    return `in run ${last ? last.run : (s.run ?? '')}${bound}`;
   }
 
   /** A component's row. Every kind reports the same counters in `stats` (events and bytes in
@@ -494,12 +502,12 @@
   }
   /**
    * The tick labels of one axis whose ticks go up to `top` (in absolute value): one style for
-   * the whole axis, k, M or G from 10,000 on ("4k", "8k", "12k"), below that the page's
-   * number format ("500", "1,000", "1,500").
+   * the whole axis, k from 10,000 on ("4k", "8k", "12k"), M from a million, G from a billion,
+   * below that the page's number format ("500", "1,000", "1,500").
    */
   function axisLabels(top) {
     const a = Math.abs(top);
-    const [scale, suffix] = a >= 1e10 ? [1e9, 'G'] : a >= 1e7 ? [1e6, 'M'] : a >= 1e4 ? [1e3, 'k'] : [1, ''];
+    const [scale, suffix] = a >= 1e9 ? [1e9, 'G'] : a >= 1e6 ? [1e6, 'M'] : a >= 1e4 ? [1e3, 'k'] : [1, ''];
     const format = new Intl.NumberFormat('en-US', { maximumFractionDigits: 2 });
     return (value) => {
       // Round away the floating-point noise of the tick arithmetic (0.9999999999999998).
