@@ -514,6 +514,7 @@ fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
     else {
         return;
     };
+    let created = std::time::Instant::now();
     let backend = HistoryBackend::new(FakeBackend::new(Duration::from_millis(20)));
     let options = WebOptions { status_interval: Duration::from_millis(300), ..WebOptions::default() };
     let web = daqflow_web::spawn("127.0.0.1:0", backend, options).expect("spawn the web server");
@@ -551,8 +552,10 @@ fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
           return (Number(d.to) - Number(d.from)) / 1000; })()",
     );
     let span = step("the time axis", &browser, r).as_f64().unwrap();
-    let run = (RUN_SAMPLES * INTERVAL_MS) as f64 / 1000.0;
-    assert!(span >= run - 10.0 && span <= run * 1.2, "the axis spans {span} s for a run of {run} s");
+    // From the run's first sample (3 minutes before the samples were made, and as long ago
+    // as they were made) to now: not the hour.
+    let run = (RUN_SAMPLES * INTERVAL_MS) as f64 / 1000.0 + created.elapsed().as_secs_f64();
+    assert!(span >= run - 15.0 && span <= run * 1.05 + 5.0, "the axis spans {span} s for a run of {run} s");
     // Every time label whole (HH:MM:SS), none cut at the canvas's right edge.
     let r = browser.eval("document.querySelector('#history-canvas').dataset.xTicks");
     let ticks = step("the time labels", &browser, r);
@@ -573,9 +576,12 @@ fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
     step("choose a value", &browser, r);
     let r = browser.click("#history-plot");
     step("plot it", &browser, r);
+    // The hour's samples were stored when the backend was made: those older than an hour by
+    // now (one every 5 s; a slow machine, and 30 s more of waiting) have left the range.
+    let left = created.elapsed().as_secs() / (INTERVAL_MS / 1000) + 6;
     let r = browser.wait_for(
         "the hour's samples",
-        &format!("Number(document.querySelector('#history-canvas').dataset.points) >= {}", SAMPLES - 2),
+        &format!("Number(document.querySelector('#history-canvas').dataset.points) >= {}", SAMPLES - 2 - left),
     );
     step("samples plotted", &browser, r);
     let r = browser.wait_for("the line drawn", &format!("{LINE_PIXELS} > 300"));

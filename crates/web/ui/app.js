@@ -1106,7 +1106,7 @@
   $('prov-diff-form').addEventListener('submit', diffAgainst);
   // ---- history of slow values (GET /api/history, /api/history/names) ------------------------
   // Not `history`: that name is the window's (showView uses history.replaceState).
-  const slow = { names: [], loading: false, series: null };
+  const slow = { names: [], loading: false, again: false, series: null };
 
   /** The value the view opens with: the system's event rate, else its events, else the first. */
   const HISTORY_DEFAULTS = ['system.events_per_s', 'system.events'];
@@ -1140,7 +1140,12 @@
 
   async function loadHistory() {
     const name = $('history-name').value.trim();
-    if (!name || slow.loading) return;
+    if (!name) return;
+    if (slow.loading) {
+      // One under way: this one (a value chosen, Plot clicked) follows it, never dropped.
+      slow.again = true;
+      return;
+    }
     const canvas = $('history-canvas');
     const [from, to] = historyRange();
     const points = Math.max(50, Math.min(2000, Math.round(canvas.clientWidth || 1000)));
@@ -1161,6 +1166,10 @@
       drawHistory();
     } finally {
       slow.loading = false;
+      if (slow.again) {
+        slow.again = false;
+        loadHistory();
+      }
     }
   }
 
