@@ -10,6 +10,8 @@ Example (a scan of five short runs, ``python/examples/scan.py``)::
     import daqflow
 
     with daqflow.Operator("http://127.0.0.1:8080", data="daqflow-demo") as op:
+        if op.status()["running"]:
+            op.stop()                             # no reset while a run goes on: stop it first
         op.reset()
         for rate in (500, 1000, 1500, 2000, 2500):
             op.set("src-0", "rate_hz", rate)      # for the next configure (or live, once configured)
@@ -188,7 +190,8 @@ class Operator:
         return self.transition("stop")["stopped"]
 
     def reset(self) -> None:
-        """Any state → Initial."""
+        """Initial, Configured, Error or Mixed → Initial (refused, 409, while Running or Paused:
+        stop the run first)."""
         self.transition("reset")
 
     def set(self, component: str, key: str, value: Any) -> Dict[str, Any]:

@@ -17,6 +17,7 @@
 //!         since_ms: Some(1_000),
 //!         acknowledged_by: None,
 //!         value: Some(12.0),
+//!         unit: None,
 //!     }],
 //!     events: Vec::new(),
 //! };
@@ -110,6 +111,10 @@ pub struct AlarmView {
     pub acknowledged_by: Option<String>,
     /// The value its condition compared last (a slow value, free bytes), if it has one.
     pub value: Option<f64>,
+    /// What `value` counts, when it is a quantity with a unit: `bytes` (a disk's free space);
+    /// none for a slow value (a number in the unit of its key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
 }
 
 /// What happened to an alarm.
@@ -244,6 +249,7 @@ mod tests {
             since_ms: None,
             acknowledged_by: None,
             value: None,
+            unit: None,
         };
         let s = AlarmsStatus {
             system: "a\"b".into(),

@@ -47,7 +47,9 @@ pub enum Transition {
     Resume,
     /// Running, Paused, Error or Mixed → Configured: the run ends and is recorded.
     Stop,
-    /// Any → Initial.
+    /// Initial, Configured, Error or Mixed → Initial (dead components started again). Not
+    /// while a run goes on (Running, Paused): a run ends with a stop, which records it (an
+    /// Error or Mixed system with a run open is reset with the run closed as failed).
     Reset,
 }
 
@@ -152,7 +154,7 @@ impl Transition {
             Transition::Pause => &[Running],
             Transition::Resume => &[Paused],
             Transition::Stop => &[Running, Paused, Error, Mixed],
-            Transition::Reset => &[Initial, Configured, Running, Paused, Error, Mixed],
+            Transition::Reset => &[Initial, Configured, Error, Mixed],
         }
     }
 

@@ -708,9 +708,23 @@ fn print_alarms(op: &Operator) {
         println!("the system file has no [[alarm]]");
         return;
     }
+    use daqflow_runcontrol::operator::alarms::{readable, size};
     for a in &status.alarms {
         let by = a.acknowledged_by.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();
-        println!("{:<13} {:<8} {}{by}: {} [{}]", a.state.name(), a.severity.name(), a.name, a.message, a.condition);
+        // The value the condition compared last, as people read it (`82.7 GB free`, `499.1`).
+        let value = match (a.value, a.unit.as_deref()) {
+            (Some(v), Some("bytes")) => format!("; now {} free", size(v)),
+            (Some(v), _) => format!("; now {}", readable(v)),
+            (None, _) => String::new(),
+        };
+        println!(
+            "{:<13} {:<8} {}{by}: {} [{}{value}]",
+            a.state.name(),
+            a.severity.name(),
+            a.name,
+            a.message,
+            a.condition
+        );
     }
     for e in status.events.iter().take(10) {
         let who = e.who.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();

@@ -165,7 +165,12 @@ fn alarms_are_raised_logged_exported_acknowledged_cleared_and_stored() {
         l.as_array().and_then(|a| a.first().cloned())
     });
     assert_eq!(logged["severity"], "warn", "{logged}");
-    assert!(logged["message"].as_str().unwrap().contains("the generator is slower than a GHz (gen.events_per_s = "));
+    let message = logged["message"].as_str().unwrap();
+    assert!(message.contains("the generator is slower than a GHz (gen.events_per_s = "), "{message}");
+    // The value as people read it: a whole number, or 4 significant digits (not 199.08728815659686).
+    let value = message.split("gen.events_per_s = ").nth(1).and_then(|v| v.split(')').next()).unwrap();
+    let digits = value.chars().filter(char::is_ascii_digit).count();
+    assert!(value.parse::<f64>().is_ok() && (digits <= 4 || !value.contains('.')), "{message}");
 
     // Only the controller acknowledges; an unknown alarm is the client's error.
     assert_eq!(watcher.post("/api/alarms/ack", r#"{"name": "slow"}"#).status, 403);
@@ -252,6 +257,9 @@ fn alarms_are_raised_logged_exported_acknowledged_cleared_and_stored() {
     stdin.write_all(b"alarms\n").unwrap();
     let line = console_line(&lines, "sink-down");
     assert!(line.starts_with("acknowledged") && line.contains("the sink is down"), "{line}");
+    // The disk's free space in decimal units, not bytes.
+    let line = console_line(&lines, "[disk data free < 1 kB; now ");
+    assert!(line.ends_with(" GB free]") || line.ends_with(" TB free]"), "{line}");
     stdin.write_all(b"ack slow\n").unwrap();
     let line = console_line(&lines, "ack:");
     assert!(line.contains("alarm `slow` is not raised"), "{line}");

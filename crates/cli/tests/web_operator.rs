@@ -140,8 +140,10 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
         assert!(!stranger.get("/api/status").text().contains(&session));
         b.wait_for("events", "Number(document.querySelector('#stat-events').textContent.replace(/,/g, '')) > 1000")
             .unwrap_or_else(|e| fail("events", e, &b));
+        numbers_during_the_run(&mut b, addr);
         b.click("#btn-stop").unwrap_or_else(|e| fail("stop", e, &b));
         b.wait_text("#system-state", "Configured").unwrap_or_else(|e| fail("Configured", e, &b));
+        views_after_the_run(&mut b, base);
         assert!(b.page_errors.is_empty(), "{:?}", b.page_errors);
     } else {
         // No browser (and not CI): take the run through the API instead.
@@ -177,6 +179,150 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     op.0.stdin.as_mut().unwrap().write_all(b"quit\n").unwrap();
     let status = wait_until("the operator to exit", || op.0.try_wait().unwrap());
     assert!(status.success());
+}
+
+/// Waits for `expression` in the page, or fails saying what the page reported.
+fn check(b: &mut cdp::Browser, what: &str, expression: &str) -> serde_json::Value {
+    b.wait_for(what, expression)
+        .unwrap_or_else(|e| panic!("{what}: {e}\npage errors: {:?}\n{}", b.page_errors, b.stderr_tail()))
+}
+
+/// Evaluates `expression` in the page.
+fn eval(b: &mut cdp::Browser, expression: &str) -> serde_json::Value {
+    b.eval(expression).unwrap_or_else(|e| panic!("{expression}: {e}\npage errors: {:?}", b.page_errors))
+}
+
+/// The transition buttons enabled, in order.
+const ENABLED: &str = "['configure', 'start', 'pause', 'resume', 'stop', 'reset']\
+     .filter((n) => !document.querySelector('#btn-' + n).disabled).join(' ')";
+
+/// A count as the page shows it ("23,353"), as a number.
+fn shown(b: &mut cdp::Browser, selector: &str) -> f64 {
+    let text = eval(b, &format!("document.querySelector('{selector}').textContent"));
+    let text = text.as_str().unwrap_or_default().to_owned();
+    let digits = text.split(',').collect::<Vec<_>>();
+    assert!(digits.iter().skip(1).all(|g| g.len() == 3), "{selector}: {text:?} is not thousands-separated");
+    text.replace(',', "").parse().unwrap_or_else(|_| panic!("{selector}: {text:?} is not a number"))
+}
+
+/// What the run view shows of a real run as it goes (issue 26, "the web UI shows true
+/// numbers"): never more recorded than built, whenever it is read; lost so far a number; the
+/// system's rate the builders'; no reset while Running; one number format.
+fn numbers_during_the_run(b: &mut cdp::Browser, addr: SocketAddr) {
+    for _ in 0..20 {
+        let (events, recorded) = (shown(b, "#stat-events"), shown(b, "#stat-recorded"));
+        assert!(recorded <= events, "recorded {recorded} above events {events}");
+        let st = get(addr, "/api/status").json();
+        let (events, recorded) = (st["events"].as_u64().unwrap(), st["recorded"].as_u64().unwrap());
+        assert!(recorded <= events, "the status: recorded {recorded} above events {events}");
+        // The system's rate is the builders' (what the components' table shows), summed.
+        let builders: f64 =
+            ["bu-0", "bu-1"].iter().map(|n| component(&st, n)["stats"]["events_per_s"].as_f64().unwrap()).sum();
+        let system = st["events_per_s"].as_f64().unwrap();
+        assert!((system - builders).abs() <= 1e-6 * builders.max(1.0), "{system} is not {builders}: {st}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(eval(b, ENABLED), "pause stop", "only pause and stop while Running");
+    check(
+        b,
+        "lost so far",
+        "document.querySelector('#stat-lost').textContent === '0' \
+           && document.querySelector('#stat-lost-note').textContent === 'so far (trigger)'",
+    );
+    // Every count of the components' table thousands-separated (no "1000" beside "1,000").
+    let counts = eval(
+        b,
+        "[...document.querySelectorAll('#components tr')].flatMap((r) => [6, 7, 8].map((i) => r.children[i].textContent))",
+    );
+    for t in counts.as_array().unwrap().iter().filter_map(|t| t.as_str()) {
+        let whole = t.split('.').next().unwrap();
+        assert!(whole.split(',').skip(1).all(|g| g.len() == 3) && whole.split(',').next().unwrap().len() <= 3, "{t:?}");
+    }
+}
+
+/// After the run: the builders and readout units at rest, the histograms' axes and means, the
+/// history opened on the event rate, the alarms' values in units, the messages' binary path,
+/// and a stale token URL answered with the login form.
+fn views_after_the_run(b: &mut cdp::Browser, base: &str) {
+    assert_eq!(eval(b, ENABLED), "start reset");
+    check(
+        b,
+        "the builders and readout units at rest",
+        "['bu-0', 'bu-1', 'ru-0', 'ru-1', 'evm'].every((n) => { \
+           const r = [...document.querySelectorAll('#components tr')].find((r) => r.children[0].textContent === n); \
+           return r && r.children[7].textContent === '0' && r.children[8].textContent === '0'; })",
+    );
+    check(b, "lost of the run", "document.querySelector('#stat-lost-note').textContent === 'in run 1'");
+
+    // Histograms: the event sizes (3 to 7 kB, in a histogram up to 16 kB) on an axis that
+    // ends near them; means of the values themselves; a rate that cannot be negative.
+    b.click("#tab-histograms").unwrap();
+    let card = |name: &str| format!("document.querySelector('#histograms .histogram[data-name=\"monitor/{name}\"]')");
+    check(
+        b,
+        "the histograms",
+        &format!(
+            "{} !== null && {}.querySelector('canvas').dataset.xTicks !== undefined",
+            card("event_size"),
+            card("event_size")
+        ),
+    );
+    let ticks = eval(b, &format!("{}.querySelector('canvas').dataset.xTicks", card("event_size")));
+    let last: f64 = ticks.as_str().unwrap().rsplit(' ').next().unwrap().replace(',', "").parse().unwrap_or(f64::MAX);
+    assert!(last <= 10_000.0, "the event-size axis goes to {ticks}: far beyond the events");
+    let facts = eval(b, &format!("{}.querySelector('.facts').textContent", card("event_size")));
+    let facts = facts.as_str().unwrap();
+    let mean: f64 =
+        facts.split("mean ").nth(1).and_then(|m| m.split(' ').next()).unwrap().replace(',', "").parse().unwrap();
+    assert!((3000.0..6000.0).contains(&mean) && facts.contains(" bytes (lowest "), "{facts}");
+    let rate = eval(b, &format!("{}.querySelector('.facts').textContent", card("rate")));
+    let rate = rate.as_str().unwrap();
+    assert!(rate.contains(" events/s") && !rate.contains("mean -"), "{rate}");
+
+    // History: the event rate, at once, over the run (not an empty plot of an hour).
+    b.click("#tab-history").unwrap();
+    check(
+        b,
+        "the event rate's history",
+        "document.querySelector('#history-name').value === 'system.events_per_s' \
+         && Number(document.querySelector('#history-canvas').dataset.points) >= 2",
+    );
+    let span = eval(
+        b,
+        "(() => { const d = document.querySelector('#history-canvas').dataset; return (Number(d.to) - Number(d.from)) / 1000; })()",
+    );
+    assert!(span.as_f64().unwrap() < 600.0, "the last hour's axis for a run of seconds: {span} s");
+
+    // Alarms: the disk's free space in GB, not bytes.
+    b.click("#tab-alarms").unwrap();
+    check(
+        b,
+        "the disk alarm's value",
+        "(() => { const r = document.querySelector('#alarms tr[data-name=\"disk\"]'); \
+           return !!r && / (GB|TB) free$/.test(r.children[6].textContent); })()",
+    );
+
+    // Messages: the components' command lines name the binary, not /proc/self/exe.
+    b.click("#tab-messages").unwrap();
+    b.fill("#log-text", "started ").unwrap();
+    check(
+        b,
+        "the components' start messages",
+        "[...document.querySelectorAll('#logs tr')].some((r) => r.textContent.includes(' component bu '))",
+    );
+    let messages = eval(b, "document.querySelector('#logs').textContent");
+    assert!(!messages.as_str().unwrap().contains("/proc/self/exe"), "{messages}");
+    let binary = std::fs::canonicalize(BIN).unwrap();
+    assert!(messages.as_str().unwrap().contains(&binary.display().to_string()), "{binary:?} is not in {messages}");
+
+    // A stale login URL (an earlier start's token): the page, with the reason, not JSON.
+    b.navigate(&format!("{base}?token=0123456789abcdef0123456789abcdef")).unwrap();
+    check(
+        b,
+        "the reason",
+        "document.querySelector('#error-banner').textContent.startsWith('The token in the address was refused') \
+           || document.querySelector('#login-result').textContent.startsWith('The token in the address was refused')",
+    );
 }
 
 /// `daqflow run SYSTEM --web WEB --data DATA`, and the login URL it prints first (its console
@@ -305,13 +451,13 @@ fn the_demo_stays_up_after_a_web_stop_and_follows_the_runs_the_web_starts_until_
     let status = || get(addr, "/api/status").json();
 
     // Run 1, started by the demo, builds: every builder unit and the event manager report a
-    // live rate (the components' table shows `stats.events_per_s`); nothing is known lost yet.
+    // live rate (the components' table shows `stats.events_per_s`); nothing lost so far.
     let st = wait_until("run 1 building on both builder units with live rates", || {
         let st = status();
         let rate = |n: &str| component(&st, n)["stats"]["events_per_s"].as_f64().unwrap_or(0.0);
         (st["run"] == 1 && st["running"] == true && ["evm", "bu-0", "bu-1"].iter().all(|n| rate(n) > 0.0)).then_some(st)
     });
-    assert!(st["lost"].is_null(), "lost is not known while the run is open: {st}");
+    assert_eq!(st["lost"], 0, "lost so far, by the trigger's accounting: {st}");
 
     // Stopped from the web, and a new run started at once: the demo follows it and does not stop it.
     let r = tester.post("/api/transition/stop", "{}");
@@ -328,8 +474,8 @@ fn the_demo_stays_up_after_a_web_stop_and_follows_the_runs_the_web_starts_until_
     assert!(demo.0.try_wait().unwrap().is_none(), "the demo ended after a run stopped from the web UI");
     let st = status();
     assert_eq!((&st["run"], &st["running"]), (&serde_json::json!(2), &serde_json::json!(true)), "{st}");
-    // Its `lost` is run 2's, unknown while it is open (not run 1's 0).
-    assert!(st["lost"].is_null(), "{st}");
+    // Its `lost` is run 2's so far.
+    assert_eq!(st["lost"], 0, "{st}");
 
     // Stopped from the web again: the demo still waits (for a run, or Ctrl-C).
     let r = tester.post("/api/transition/stop", "{}");
@@ -352,5 +498,17 @@ fn the_demo_stays_up_after_a_web_stop_and_follows_the_runs_the_web_starts_until_
     assert!(out.contains("run 2 started from outside the demo"), "{out}");
     assert!(!out.contains("stopping run"), "the demo stopped a run itself: {out}");
     assert_eq!(out.lines().filter(|l| *l == "lost: 0").count(), 2, "{out}");
+    // The progress lines (`  4.0 s  Running     run 1    events      5722  (…)  recorded      5722`)
+    // never show more recorded than built.
+    let mut progress = 0;
+    for line in out.lines().filter(|l| l.contains(" events ") && l.contains(" recorded ")) {
+        let number = |after: &str| -> u64 {
+            let rest = line.split(after).nth(1).unwrap_or_else(|| panic!("{line:?}"));
+            rest.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line:?}"))
+        };
+        assert!(number(" recorded ") <= number(" events "), "recorded above events: {line:?}");
+        progress += 1;
+    }
+    assert!(progress > 0, "no progress line in {out}");
     assert!(!out.contains("null") && !out.contains(&u64::MAX.to_string()), "{out}");
 }

@@ -64,6 +64,9 @@ pub struct Driver {
     component: Option<Box<dyn Component>>,
     state: State,
     run: Option<u32>,
+    /// The run the component's counters count: from its start until the component is built
+    /// anew (configure) or dropped (reset); after the stop they are that run's last.
+    counting: Option<u32>,
     error: Option<String>,
 }
 
@@ -79,6 +82,7 @@ impl Driver {
             component: None,
             state: State::Initial,
             run: None,
+            counting: None,
             error: None,
         }
     }
@@ -142,6 +146,7 @@ impl Driver {
             Ok(info) => {
                 self.component = Some(c);
                 self.state = State::Configured;
+                self.counting = None;
                 Ok(info)
             }
             Err(e) => {
@@ -175,6 +180,7 @@ impl Driver {
     pub fn start(&mut self, run: u32) -> Result<(), ComponentError> {
         self.hook("start", &[State::Configured], State::Running, |c| c.start(run))?;
         self.run = Some(run);
+        self.counting = Some(run);
         Ok(())
     }
 
@@ -209,12 +215,20 @@ impl Driver {
         };
         self.state = State::Initial;
         self.error = None;
+        self.counting = None;
         r
     }
 
-    /// Live counters (zero before configure).
+    /// Live counters (zero before configure), stamped with the time they were read
+    /// ([`Stats::at_ms`], just after the kind returned them) and the run they count
+    /// ([`Stats::run`]: from the component's start until it is configured anew or reset).
     pub fn stats(&self) -> Stats {
-        self.component.as_ref().map_or_else(Stats::default, |c| c.stats())
+        let mut stats = self.component.as_ref().map_or_else(Stats::default, |c| c.stats());
+        stats.at_ms = Some(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+        );
+        stats.run = self.counting;
+        stats
     }
 
     /// Runs a command: the one place where a command becomes a transition.

@@ -46,6 +46,17 @@ pub struct Stats {
     /// The kind's own figures (a JSON object, documented with the kind); null when none.
     #[serde(skip_serializing_if = "Value::is_null")]
     pub detail: Value,
+    /// When these counters were read (Unix ms, the component's clock): stamped by the
+    /// [`Driver`](crate::Driver) as it reads them, so that counters of different components
+    /// can be put side by side as of one moment (the operator never shows more events recorded
+    /// than built). None from a publisher that does not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
+    /// The run these counters count, stamped by the [`Driver`](crate::Driver): from the
+    /// component's start until it is configured anew or reset (after the stop they are the
+    /// run's last; before the next start, still that run's). None before its first run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
 }
 
 impl Stats {

@@ -120,6 +120,10 @@ fn et_recorder_and_monitor_report_a_run_in_their_stats_and_summaries() {
     assert_eq!(names, ["event_size", "fragment_size_src0", "fragment_size_src1", "rate"]);
     assert_eq!(d.histograms[0].entries(), n);
     assert_eq!(d.histograms[3].entries(), n);
+    // The mean event size is the true one (the bytes looked at per event), not the bins'.
+    let mean = d.histograms[0].mean().unwrap();
+    assert!((mean - bytes as f64 / n as f64).abs() < 1e-6, "{mean} for {bytes} bytes in {n} events");
+    assert!(d.histograms[3].mean().is_some_and(|m| m > 0.0), "{:?}", d.histograms[3]);
 
     drop((producer, client));
     for d in [&mut monitor, &mut recorder, &mut et] {

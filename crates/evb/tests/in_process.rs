@@ -503,6 +503,8 @@ fn every_component_is_ready_for_the_next_run_after_stop() {
             s.start(run).unwrap();
         }
         std::thread::sleep(Duration::from_millis(300));
+        // During the run the Driver stamps the run the counters count.
+        assert_eq!(bu.stats().run, Some(run));
         if run == 2 {
             // Pausing: the Driver refuses a second pause and reports the state.
             evm.pause().unwrap();
@@ -535,6 +537,16 @@ fn every_component_is_ready_for_the_next_run_after_stop() {
         assert_eq!(ru_detail(&r).leftover_events, Some(0));
         assert_eq!((b.events, bu_detail(&b).run), (last, run), "{b:?}");
         assert!(b.bytes > last * 2 * 256 && b.events_per_s > 0.0 && b.mb_per_s > 0.0, "{b:?}");
+        // After the stop nothing moves: the live counters are the run's last, their rates 0
+        // (not the run's last second, for ever).
+        for (name, d, summary) in [("evm", &evm, &e), ("ru", &ru, &r), ("bu", &bu, &b)] {
+            let live = d.stats();
+            assert_eq!((live.events, live.bytes), (summary.events, summary.bytes), "{name}: {live:?}");
+            assert_eq!((live.events_per_s, live.mb_per_s, live.run), (0.0, 0.0, Some(run)), "{name}: {live:?}");
+            assert!(live.at_ms.is_some(), "{name}: the Driver stamps when it read them");
+        }
+        assert_eq!(evm.stats().trigger, e.trigger, "the trigger's final accounting");
+        assert_eq!(ru_detail(&ru.stats()).fragments_per_s, 0.0);
         last_of_run.push(last);
     }
     eprintln!("events of runs 1 and 2: {last_of_run:?}");
@@ -543,6 +555,7 @@ fn every_component_is_ready_for_the_next_run_after_stop() {
     for mut d in [evm, ru, bu].into_iter().chain(sources) {
         d.reset().unwrap();
         assert_eq!(d.state(), State::Initial);
+        assert_eq!(d.stats().run, None, "reset: the counters count no run");
     }
 }
 

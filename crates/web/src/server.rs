@@ -661,7 +661,9 @@ mod tests {
     #[test]
     fn the_transitions_offered_are_those_the_state_machine_allows() {
         assert_eq!(allowed_transitions(SystemState::Initial), ["configure", "reset"]);
-        assert_eq!(allowed_transitions(SystemState::Running), ["pause", "stop", "reset"]);
+        assert_eq!(allowed_transitions(SystemState::Running), ["pause", "stop"], "a run ends with a stop");
+        assert_eq!(allowed_transitions(SystemState::Paused), ["resume", "stop"]);
+        assert_eq!(allowed_transitions(SystemState::Configured), ["start", "reset"]);
         assert_eq!(allowed_transitions(SystemState::Error), ["stop", "reset"]);
         assert!(allowed_transitions(SystemState::Starting).is_empty(), "nothing while a transition is under way");
     }

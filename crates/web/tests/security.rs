@@ -175,9 +175,13 @@ fn the_login_gives_a_secret_session_cookie_and_refuses_a_wrong_token() {
     assert_ne!(script.session.as_deref(), Some(session.as_str()));
     assert_eq!(script.get("/api/control").json()["you"], false);
 
+    // A wrong (or stale) token in the URL: refused (403, no session), with the page itself,
+    // which tells a browser why and offers the login form.
     let wrong = Client::new(addr).get("/?token=guess");
     assert_eq!(wrong.status, 403);
-    assert!(wrong.error().contains("token"), "{}", wrong.error());
+    assert_eq!(wrong.header("content-type"), Some("text/html; charset=utf-8"));
+    assert!(wrong.text().contains("id=\"login-form\""), "{}", wrong.text());
+    assert!(wrong.header("content-security-policy").is_some());
     assert_eq!(wrong.set_cookie(SESSION_COOKIE), None);
     let wrong = Client::new(addr).post("/api/login", r#"{"token": "guess"}"#);
     assert_eq!(wrong.status, 403);

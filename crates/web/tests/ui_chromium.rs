@@ -22,6 +22,38 @@ fn count(selector: &str) -> String {
     format!("document.querySelectorAll({}).length", serde_json::to_string(selector).unwrap())
 }
 
+/// The transition buttons enabled, in order (`configure reset`).
+const ENABLED: &str = "['configure', 'start', 'pause', 'resume', 'stop', 'reset']\
+     .filter((n) => !document.querySelector('#btn-' + n).disabled).join(' ')";
+
+/// Waits until exactly the transition buttons `expected` are enabled, and says so if not.
+fn enabled_buttons(browser: &mut Browser, state: &str, expected: &str) {
+    let r = browser.wait_for(&format!("{expected:?} enabled while {state}"), &format!("{ENABLED} === {expected:?}"));
+    if let Err(e) = r {
+        let now = browser.eval(ENABLED);
+        panic!("{e}: while {state} the enabled buttons are {now:?}, not {expected:?}");
+    }
+}
+
+/// The text of every number a run view shows as a count or a rate (the cards but the run
+/// number and duration; the components' events, events/s and MB/s): one format, thousands
+/// separated.
+const COUNTS: &str = "[...['#stat-events', '#stat-recorded', '#stat-eps', '#stat-mbps', '#stat-lost']\
+     .map((id) => document.querySelector(id).textContent), ...[...document.querySelectorAll('#components tr')]\
+     .flatMap((r) => [6, 7, 8].map((i) => r.children[i] ? r.children[i].textContent : ''))]";
+
+/// Asserts that every count and rate shown has its thousands separated ("23,353", never "23353").
+fn one_number_format(browser: &mut Browser) {
+    let r = browser.eval(COUNTS);
+    let texts = step("the numbers shown", browser, r);
+    let texts: Vec<&str> = texts.as_array().unwrap().iter().filter_map(|t| t.as_str()).collect();
+    for t in &texts {
+        let digits = t.split(|c: char| !c.is_ascii_digit()).map(str::len).max().unwrap_or(0);
+        let grouped = t.split('.').next().unwrap().split(',').skip(1).all(|g| g.len() == 3);
+        assert!(digits <= 3 && grouped, "{t:?} is not in the page's number format (all: {texts:?})");
+    }
+}
+
 fn step<T>(what: &str, browser: &Browser, result: Result<T, String>) -> T {
     result.unwrap_or_else(|e| {
         panic!("{what}: {e}\npage errors: {:?}\nChromium stderr:\n{}", browser.page_errors, browser.stderr_tail())
@@ -100,21 +132,38 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     assert!(!control.text().contains(&session), "GET /api/control shows the session: {}", control.text());
     assert!(!get(addr, "/api/status").text().contains(&session));
 
+    // Exactly the transitions the state machine allows are offered, in every state.
+    enabled_buttons(&mut browser, "Initial", "configure reset");
     let r = browser.click("#btn-configure");
     step("configure", &browser, r);
     let r = browser.wait_text("#system-state", "Configured");
     step("Configured", &browser, r);
+    enabled_buttons(&mut browser, "Configured", "start reset");
 
     let r = browser.click("#btn-start");
     step("start", &browser, r);
     let r = browser.wait_text("#system-state", "Running");
     step("Running", &browser, r);
     assert_eq!(backend.state(), SystemState::Running);
+    // No reset while a run goes on: it ends with a stop.
+    enabled_buttons(&mut browser, "Running", "pause stop");
     let r = browser.wait_for(
-        "events to count",
-        "Number(document.querySelector('#stat-events').textContent.replace(/,/g, '')) > 0",
+        "more than 1,000 events",
+        "Number(document.querySelector('#stat-events').textContent.replace(/,/g, '')) > 1000",
     );
     step("events", &browser, r);
+    one_number_format(&mut browser);
+    // Recorded is never above Events; Lost is a number during the run, and says what it is.
+    let r = browser.eval(
+        "[Number(document.querySelector('#stat-recorded').textContent.replace(/,/g, '')), \
+          Number(document.querySelector('#stat-events').textContent.replace(/,/g, ''))]",
+    );
+    let counts = step("events and recorded", &browser, r);
+    assert!(counts[0].as_f64() <= counts[1].as_f64(), "recorded above events: {counts}");
+    let r = browser.text("#stat-lost");
+    assert_eq!(step("lost", &browser, r).as_deref(), Some("0"), "lost during the run");
+    let r = browser.text("#stat-lost-note");
+    assert_eq!(step("lost's note", &browser, r).as_deref(), Some("so far (trigger)"));
     // The components' table reads the typed counters: stats.events, stats.events_per_s, stats.mb_per_s.
     let r = browser.wait_for(
         "a component's counters",
@@ -124,6 +173,15 @@ fn the_ui_drives_a_run_in_headless_chromium() {
     step("component counters", &browser, r);
     let r = browser.wait_text("#run-number", "2");
     step("run number", &browser, r);
+    let r = browser.click("#btn-pause");
+    step("pause", &browser, r);
+    let r = browser.wait_text("#system-state", "Paused");
+    step("Paused", &browser, r);
+    enabled_buttons(&mut browser, "Paused", "resume stop");
+    let r = browser.click("#btn-resume");
+    step("resume", &browser, r);
+    let r = browser.wait_text("#system-state", "Running");
+    step("Running again", &browser, r);
 
     // A client without the token watches but can neither take control nor stop the run.
     assert_eq!(stranger.get("/api/status").json()["state"], "Running");
@@ -143,6 +201,18 @@ fn the_ui_drives_a_run_in_headless_chromium() {
         "document.querySelector('#transition-result').textContent.startsWith('stop: run 2 stopped:')",
     );
     step("stop summary", &browser, r);
+    enabled_buttons(&mut browser, "Configured after the run", "start reset");
+    // Stopped: the components move nothing (rates 0, not the run's last second); Lost is the
+    // run's accounting.
+    let r = browser.wait_for(
+        "the components at rest",
+        "[...document.querySelectorAll('#components tr')].every((r) => r.children[7].textContent === '0' \
+         && r.children[8].textContent === '0')",
+    );
+    step("rates 0 after the stop", &browser, r);
+    let r = browser.wait_text("#stat-lost-note", "in run 2");
+    step("lost of run 2", &browser, r);
+    one_number_format(&mut browser);
 
     // Every other view shows its data.
     let r = browser.click("#tab-rates");
@@ -152,8 +222,27 @@ fn the_ui_drives_a_run_in_headless_chromium() {
 
     let r = browser.click("#tab-histograms");
     step("histograms tab", &browser, r);
-    let r = browser.wait_for("two histograms", &format!("{} === 2", count("#histograms canvas")));
+    let r = browser.wait_for("three histograms", &format!("{} === 3", count("#histograms canvas")));
     step("histograms", &browser, r);
+    let facts = |browser: &mut Browser, name: &str| {
+        let r = browser.eval(&format!(
+            "document.querySelector('#histograms .histogram[data-name=\"monitor-1/{name}\"] .facts').textContent"
+        ));
+        step("a histogram's facts", browser, r).as_str().unwrap_or_default().to_owned()
+    };
+    // The means are the monitor's, of the values filled: fixed 512-byte fragments have the
+    // mean 512 (their bin's centre is 544); the rate series' mean is events per second.
+    let sizes = facts(&mut browser, "event_size");
+    assert!(sizes.contains("mean 4,609 bytes (lowest 3,100, highest 6,050)"), "{sizes}");
+    let fragments = facts(&mut browser, "fragment_size_src0");
+    assert!(fragments.contains("mean 512 bytes (lowest 512, highest 512)"), "{fragments}");
+    let rate = facts(&mut browser, "rate");
+    assert_eq!(rate, "240,000 events in the last 120 s · mean 2,000 events/s (lowest 2,000, highest 2,000)");
+    // Event sizes of 3 to 6 kB in a histogram up to 16 kB: the axis ends at the data.
+    let r = browser.eval(
+        "document.querySelector('#histograms .histogram[data-name=\"monitor-1/event_size\"] canvas').dataset.xTicks",
+    );
+    assert_eq!(step("the size axis", &browser, r), "0 2,000 4,000 6,000 8,000");
 
     let r = browser.click("#tab-et");
     step("ET tab", &browser, r);
@@ -419,12 +508,13 @@ const LINE_PIXELS: &str = "(() => { const c = document.querySelector('#history-c
 
 #[test]
 fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
-    use support::history::{HistoryBackend, SAMPLES};
+    use support::history::{HistoryBackend, INTERVAL_MS, RUN_SAMPLES, SAMPLES};
     let Some(binary) =
         cdp::chromium_or_skip("the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium")
     else {
         return;
     };
+    let created = std::time::Instant::now();
     let backend = HistoryBackend::new(FakeBackend::new(Duration::from_millis(20)));
     let options = WebOptions { status_interval: Duration::from_millis(300), ..WebOptions::default() };
     let web = daqflow_web::spawn("127.0.0.1:0", backend, options).expect("spawn the web server");
@@ -436,24 +526,62 @@ fn the_history_panel_lists_the_names_and_plots_a_value_in_headless_chromium() {
 
     let r = browser.click("#tab-history");
     step("history tab", &browser, r);
-    let r = browser.wait_for("the names to choose from", &format!("{} === 4", count("#history-names option")));
+    let r = browser.wait_for("the names to choose from", &format!("{} === 5", count("#history-names option")));
     step("names", &browser, r);
     let r = browser.eval("[...document.querySelectorAll('#history-names option')].map((o) => o.value).join(' ')");
     assert_eq!(
         step("the names", &browser, r),
-        serde_json::json!("bu-0.detail.throttled evm.events evm.events_per_s hv/state.voltage")
+        serde_json::json!("bu-0.detail.throttled evm.events evm.events_per_s hv/state.voltage system.events_per_s")
     );
-    let r = browser.eval(LINE_PIXELS);
-    assert_eq!(step("nothing plotted yet", &browser, r), serde_json::json!(0));
+    // It opens on the system's event rate, plotted at once (no empty 0 … 1 plot, no value to
+    // choose first), over the last hour, of which the run had only the last 3 minutes: the
+    // time axis starts at its first sample, not an hour ago.
+    let r = browser.wait_for(
+        "the event rate plotted",
+        &format!(
+            "document.querySelector('#history-canvas').dataset.name === 'system.events_per_s' \
+             && Number(document.querySelector('#history-canvas').dataset.points) >= {}",
+            RUN_SAMPLES - 2
+        ),
+    );
+    step("the default value", &browser, r);
+    let r = browser.text("#history-range option:checked");
+    assert_eq!(step("the range", &browser, r).as_deref(), Some("last hour"));
+    let r = browser.eval(
+        "(() => { const d = document.querySelector('#history-canvas').dataset; \
+          return (Number(d.to) - Number(d.from)) / 1000; })()",
+    );
+    let span = step("the time axis", &browser, r).as_f64().unwrap();
+    // From the run's first sample (3 minutes before the samples were made, and as long ago
+    // as they were made) to now: not the hour.
+    let run = (RUN_SAMPLES * INTERVAL_MS) as f64 / 1000.0 + created.elapsed().as_secs_f64();
+    assert!(span >= run - 15.0 && span <= run * 1.05 + 5.0, "the axis spans {span} s for a run of {run} s");
+    // Every time label whole (HH:MM:SS), none cut at the canvas's right edge.
+    let r = browser.eval("document.querySelector('#history-canvas').dataset.xTicks");
+    let ticks = step("the time labels", &browser, r);
+    let ticks: Vec<&str> = ticks.as_str().unwrap().split(' ').collect();
+    assert!(ticks.len() >= 2, "{ticks:?}");
+    for t in &ticks {
+        assert!(t.len() == 8 && t.as_bytes()[2] == b':' && t.as_bytes()[5] == b':', "{t:?} in {ticks:?}");
+    }
+    let r = browser.eval(
+        "(() => { const c = document.querySelector('#history-canvas'); \
+          return [Number(c.dataset.labelsRight), c.clientWidth]; })()",
+    );
+    let edges = step("the labels' right edge", &browser, r);
+    assert!(edges[0].as_f64() <= edges[1].as_f64(), "the last time label is cut: {edges}");
 
     // The last hour (the default): every sample, a line across the plot.
     let r = browser.fill("#history-name", "evm.events");
     step("choose a value", &browser, r);
     let r = browser.click("#history-plot");
     step("plot it", &browser, r);
+    // The hour's samples were stored when the backend was made: those older than an hour by
+    // now (one every 5 s; a slow machine, and 30 s more of waiting) have left the range.
+    let left = created.elapsed().as_secs() / (INTERVAL_MS / 1000) + 6;
     let r = browser.wait_for(
         "the hour's samples",
-        &format!("Number(document.querySelector('#history-canvas').dataset.points) >= {}", SAMPLES - 2),
+        &format!("Number(document.querySelector('#history-canvas').dataset.points) >= {}", SAMPLES - 2 - left),
     );
     step("samples plotted", &browser, r);
     let r = browser.wait_for("the line drawn", &format!("{LINE_PIXELS} > 300"));
@@ -505,14 +633,19 @@ fn the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them() {
         since_ms: Some(1_700_000_000_000),
         acknowledged_by: None,
         value: None,
+        unit: None,
+    };
+    // The rate alarm compared a rate, the disk alarm the free bytes of a disk.
+    let slow =
+        AlarmView { value: Some(499.08728815659686), ..view("slow", AlarmSeverity::Warning, AlarmState::Raised) };
+    let disk = AlarmView {
+        value: Some(82_702_245_888.0),
+        unit: Some("bytes".into()),
+        ..view("disk", AlarmSeverity::Warning, AlarmState::Ok)
     };
     *backend.alarms.lock().unwrap() = AlarmsStatus {
         system: "fake".into(),
-        alarms: vec![
-            view("hot", AlarmSeverity::Error, AlarmState::Raised),
-            view("slow", AlarmSeverity::Warning, AlarmState::Raised),
-            view("quiet", AlarmSeverity::Warning, AlarmState::Ok),
-        ],
+        alarms: vec![view("hot", AlarmSeverity::Error, AlarmState::Raised), slow, disk],
         events: Vec::new(),
     };
     let options = WebOptions { status_interval: Duration::from_millis(300), ..WebOptions::default() };
@@ -524,6 +657,10 @@ fn the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them() {
     // The banner: the two raised alarms, by severity, not the Ok one; the tab counts them.
     let r = browser.wait_for("the banner", &format!("{} === 2", count("#alarm-banner .alarm")));
     step("banner", &browser, r);
+    // No event yet: the events table says so rather than staying empty.
+    let r = browser.eval("document.querySelector('#alarm-events').textContent");
+    let none = step("no events", &browser, r);
+    assert!(none.as_str().unwrap().starts_with("No alarm has been raised yet"), "{none}");
     let r = browser.eval(
         "[...document.querySelectorAll('#alarm-banner .alarm')].map(a => a.dataset.name + ':' + a.dataset.severity + ':' + a.dataset.state).join(' ')",
     );
@@ -553,12 +690,18 @@ fn the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them() {
     let who = backend.alarms.lock().unwrap().alarms[0].acknowledged_by.clone().unwrap();
     assert!(who.starts_with("client ") && who.ends_with("(127.0.0.1)"), "{who}");
 
-    // The Alarms view: every alarm, and the acknowledgement in the events.
+    // The Alarms view: every alarm with its value as people read it, and the acknowledgement
+    // in the events.
     let r = browser.click("#tab-alarms");
     step("the Alarms view", &browser, r);
-    let r =
-        browser.wait_for("the table", &format!("{} === 3 && {} === 1", count("#alarms tr"), count("#alarm-events tr")));
+    let r = browser.wait_for(
+        "the table",
+        &format!("{} === 3 && {} === 1", count("#alarms tr"), count("#alarm-events tr[data-kind]")),
+    );
     step("tables", &browser, r);
+    let r =
+        browser.eval("[...document.querySelectorAll('#alarms tr')].map((r) => r.children[6].textContent).join(' | ')");
+    assert_eq!(step("the values", &browser, r), "– | 499.1 | 82.7 GB free");
     let r = browser.eval("document.querySelector('#alarm-events tr').textContent");
     let row = step("event row", &browser, r);
     assert!(row.as_str().unwrap().contains("hotacknowledged"), "{row}");
@@ -601,5 +744,47 @@ fn a_component_throttled_by_its_disk_shows_a_badge() {
     backend.disk_throttled.store(false, std::sync::atomic::Ordering::SeqCst);
     let r = browser.wait_for("the badge to go", &format!("{} === 0", count("#components .throttled")));
     step("resumed", &browser, r);
+    assert!(browser.page_errors.is_empty(), "page errors: {:?}", browser.page_errors);
+}
+
+/// A wrong or stale token in the login URL (an earlier start's: the operator makes a new token
+/// at every start): the page, not a JSON error, with the login form and the reason, and the
+/// token out of the address bar; the right token then logs in.
+#[test]
+fn a_stale_token_url_shows_the_login_form_with_the_reason() {
+    let Some(binary) = cdp::chromium_or_skip("a_stale_token_url_shows_the_login_form_with_the_reason") else {
+        return;
+    };
+    let backend = FakeBackend::new(Duration::from_millis(10));
+    let options = WebOptions {
+        status_interval: Duration::from_millis(200),
+        access_token: Some(TOKEN.into()),
+        ..WebOptions::default()
+    };
+    let web = daqflow_web::spawn("127.0.0.1:0", backend, options).expect("spawn the web server");
+    let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
+    let stale = "0123456789abcdef0123456789abcdef";
+    let r = browser.navigate(&format!("{}?token={stale}#runs", web.url()));
+    step("load the stale URL", &browser, r);
+    let r = browser.wait_for(
+        "the login form with the reason",
+        "!document.querySelector('#login-form').hidden \
+         && document.querySelector('#login-result').textContent.startsWith('The token in the address was refused')",
+    );
+    step("the reason", &browser, r);
+    let r = browser.text("#login-result");
+    let reason = step("the reason's text", &browser, r).unwrap_or_default();
+    assert!(reason.contains("new one at every start") && reason.contains("web-token"), "{reason}");
+    let r = browser.eval("location.search + location.hash");
+    assert_eq!(step("the address", &browser, r), "#runs", "the token stays in the address bar");
+    // The page works (it watches): the state arrives, the view asked for shows.
+    let r = browser.wait_text("#system-state", "Initial");
+    step("watching", &browser, r);
+    let r = browser.fill("#login-token", TOKEN);
+    step("type the token", &browser, r);
+    let r = browser.click("#login-submit");
+    step("log in", &browser, r);
+    let r = browser.wait_for("logged in", "window.daqflow.control().may_control === true");
+    step("logged in", &browser, r);
     assert!(browser.page_errors.is_empty(), "page errors: {:?}", browser.page_errors);
 }

@@ -73,16 +73,36 @@
     bannerTimer = setTimeout(() => { banner.hidden = true; }, 8000);
   }
 
+  // One number format everywhere on the page, axes included: counts and rates of 1,000 and
+  // more with thousands separators (en-US: "23,353"); identifiers (run numbers, pids, ports,
+  // event ids) as they are.
   const isNum = (x) => typeof x === 'number' && Number.isFinite(x);
-  function fmtInt(x) { return isNum(x) ? Math.round(x).toLocaleString('en-US') : '–'; }
+  const grouped = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+  function fmtInt(x) { return isNum(x) ? grouped.format(Math.round(x)) : '–'; }
+  /** A rate or a mean: whole from 100 on (separated from 1,000), else 1 or 2 decimals. */
   function fmtRate(x) {
     if (!isNum(x)) return '–';
     if (x === 0) return '0';
     const a = Math.abs(x);
-    if (a >= 1000) return Math.round(x).toLocaleString('en-US');
-    if (a >= 100) return x.toFixed(0);
+    if (a >= 100) return fmtInt(x);
     if (a >= 10) return x.toFixed(1);
     return x.toFixed(2);
+  }
+  /** A value of unknown scale, to 4 significant digits at most ("499.1", "0.01235", "23,353"). */
+  function fmtValue(x) {
+    if (!isNum(x)) return '–';
+    const a = Math.abs(x);
+    if (a >= 1000 || Number.isInteger(x)) return fmtInt(x);
+    if (a < 1e-4) return x.toExponential(3);
+    return String(Number(x.toPrecision(4)));
+  }
+  /** Bytes in decimal units, as the alarm conditions take them: "82.7 GB", "512 B". */
+  function fmtBytes(x) {
+    if (!isNum(x)) return '–';
+    for (const [unit, scale] of [['TB', 1e12], ['GB', 1e9], ['MB', 1e6], ['kB', 1e3]]) {
+      if (Math.abs(x) >= scale) return `${(x / scale).toFixed(1)} ${unit}`;
+    }
+    return `${Math.round(x)} B`;
   }
   function fmtDuration(seconds) {
     if (!isNum(seconds)) return '–';
@@ -154,7 +174,10 @@
     $('stat-recorded').textContent = fmtInt(s.recorded);
     $('stat-eps').textContent = fmtRate(s.events_per_s);
     $('stat-mbps').textContent = fmtRate(s.mb_per_s);
+    // Lost: while a run is open, the events the trigger's accounting gave up on so far (each
+    // with its reason); after the stop, the run's whole accounting.
     $('stat-lost').textContent = fmtInt(s.lost);
+    $('stat-lost-note').textContent = lostNote(s);
     $('last-error').hidden = !s.last_error;
     $('last-error').textContent = s.last_error ? 'Last error: ' + s.last_error : '';
     renderComponents(Array.isArray(s.components) ? s.components : [], s.degraded || {});
@@ -172,6 +195,15 @@
     }
     updateButtons();
     if (visible('rates')) drawRates();
+  }
+
+  /** What the Lost card's number is: so far in the open run, or the last run's accounting. */
+  function lostNote(s) {
+    if (!isNum(s.lost)) return s.running ? 'no trigger counts' : 'no run yet';
+    if (s.running) return 'so far (trigger)';
+    const last = s.last_summary;
+    const bound = last && last.accounting_complete === false ? ', at least' : '';
+    return `in run ${last ? last.run : (s.run ?? '')}${bound}`;
   }
 
   /** A component's row. Every kind reports the same counters in `stats` (events and bytes in
@@ -353,9 +385,32 @@
     }
   });
 
+  /**
+   * A page loaded with `?token=` still in its address was refused: the server sends a right
+   * token's browser on to `/` (the token out of the address bar) and answers a wrong or stale
+   * one (an earlier start's URL: the operator makes a new token at every start) with this page
+   * and status 403. Say why, take the token out of the address, offer the form.
+   */
+  function refusedToken() {
+    const params = new URLSearchParams(location.search);
+    if (!params.has('token')) return null;
+    history.replaceState(null, '', location.pathname + location.hash);
+    return 'The token in the address was refused: it is not this server\'s web token (an operator ' +
+      'makes a new one at every start). Use the URL it printed last, or the token in <data dir>/web-token.';
+  }
+
   /** At start: the page's session, if it has one; without a web token, a new one if it lost it. */
   async function startSession() {
+    const refused = refusedToken();
     const watching = await refreshControl();
+    if (refused) {
+      // Logged in already (a session of before) or not: the reason shows either way.
+      if (ui.control.may_control) showError(refused);
+      else {
+        $('login-form').hidden = false;
+        $('login-result').textContent = refused;
+      }
+    }
     if (watching && !ui.control.may_control) {
       // Without a web token the server gives a session to anyone who asks (a lost one, after
       // the server restarted): ask once, without a token; with one it answers 400 and the
@@ -399,9 +454,10 @@
       }
       arg = { run };
     }
-    const state = ui.status ? ui.status.state : '';
-    if (verb === 'reset' && (state === 'Running' || state === 'Paused')
-      && !window.confirm(`Reset while ${state}? The run ends without a proper stop.`)) {
+    // Reset is offered only where the state machine allows it (never while Running or
+    // Paused); with a run still open (a system in Error or Mixed) it closes the run as failed.
+    if (verb === 'reset' && ui.status && ui.status.running
+      && !window.confirm(`Reset while run ${ui.status.run} is open? It is closed as failed, without a proper stop.`)) {
       return;
     }
     ui.busy = true;
@@ -437,20 +493,29 @@
     const nice = norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10;
     return nice * mag;
   }
-  function niceMax(max) {
-    if (!(max > 0)) return 1;
-    const step = niceStep(max, 5);
-    return Math.ceil(max / step) * step;
+  /** A value axis from 0 over `max`: about `target` nice steps, `n` of them up to `top`. */
+  function niceAxis(max, target) {
+    if (!(max > 0)) return { top: 1, step: 1 / target, n: target };
+    const step = niceStep(max, target);
+    const n = Math.max(1, Math.ceil(max / step - 1e-9));
+    return { top: n * step, step, n };
   }
-  function tickLabel(value) {
-    // Round away the floating-point noise of the tick arithmetic (0.9999999999999998).
-    const v = Number(value.toPrecision(12));
-    const a = Math.abs(v);
-    if (a >= 1e9) return (v / 1e9).toFixed(a % 1e9 === 0 ? 0 : 1) + 'G';
-    if (a >= 1e6) return (v / 1e6).toFixed(a % 1e6 === 0 ? 0 : 1) + 'M';
-    if (a >= 1e4) return (v / 1e3).toFixed(a % 1e3 === 0 ? 0 : 1) + 'k';
-    if (a === 0 || a >= 1) return String(Math.round(v * 100) / 100);
-    return v.toPrecision(2);
+  /**
+   * The tick labels of one axis whose ticks go up to `top` (in absolute value): one style for
+   * the whole axis, k from 10,000 on ("4k", "8k", "12k"), M from a million, G from a billion,
+   * below that the page's number format ("500", "1,000", "1,500").
+   */
+  function axisLabels(top) {
+    const a = Math.abs(top);
+    const [scale, suffix] = a >= 1e9 ? [1e9, 'G'] : a >= 1e6 ? [1e6, 'M'] : a >= 1e4 ? [1e3, 'k'] : [1, ''];
+    const format = new Intl.NumberFormat('en-US', { maximumFractionDigits: 2 });
+    return (value) => {
+      // Round away the floating-point noise of the tick arithmetic (0.9999999999999998).
+      const v = Number((value / scale).toPrecision(12));
+      if (v === 0) return '0';
+      if (Math.abs(v) < 0.01) return v.toPrecision(2) + suffix;
+      return format.format(v) + suffix;
+    };
   }
 
   /** Sizes a canvas to its box and the screen's pixel ratio; returns its context or null. */
@@ -485,31 +550,42 @@
     const points = rates.filter((r) => isNum(r.t_ms));
     const t1 = points.length ? points[points.length - 1].t_ms : Date.now();
     const t0 = points.length > 1 ? Math.min(points[0].t_ms, t1 - 10000) : t1 - 60000;
-    const maxE = niceMax(Math.max(0, ...points.map((r) => r.events_per_s || 0)));
-    const maxM = niceMax(Math.max(0, ...points.map((r) => r.mb_per_s || 0)));
+    // The left axis's nice steps; the right one has as many, of a nice size of its own.
+    const axisE = niceAxis(Math.max(0, ...points.map((r) => r.events_per_s || 0)), 5);
+    const rawM = Math.max(0, ...points.map((r) => r.mb_per_s || 0));
+    const steps = axisE.n;
+    const maxE = axisE.top;
+    const maxM = rawM > 0 ? niceStep(rawM / steps, 1) * steps : 1;
     const x = (t) => pad.left + ((t - t0) / Math.max(1, t1 - t0)) * w;
     const yE = (v) => pad.top + h - (v / maxE) * h;
     const yM = (v) => pad.top + h - (v / maxM) * h;
 
-    // grid and axes
+    // grid and axes (their labels also in the canvas's data-y-ticks, data-y2-ticks)
     ctx.strokeStyle = '#e3e7eb';
     ctx.fillStyle = '#66727f';
     ctx.lineWidth = 1;
-    const steps = 5;
+    const labelE = axisLabels(maxE);
+    const labelM = axisLabels(maxM);
+    const yTicks = []; const y2Ticks = [];
     for (let i = 0; i <= steps; i++) {
       const y = pad.top + (h * i) / steps;
       ctx.beginPath(); ctx.moveTo(pad.left, y); ctx.lineTo(pad.left + w, y); ctx.stroke();
       ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
-      ctx.fillText(tickLabel(maxE * (1 - i / steps)), pad.left - 6, y);
+      yTicks.push(labelE(maxE * (1 - i / steps)));
+      ctx.fillText(yTicks[i], pad.left - 6, y);
       ctx.textAlign = 'left';
-      ctx.fillText(tickLabel(maxM * (1 - i / steps)), pad.left + w + 6, y);
+      y2Ticks.push(labelM(maxM * (1 - i / steps)));
+      ctx.fillText(y2Ticks[i], pad.left + w + 6, y);
     }
+    canvas.dataset.yTicks = yTicks.reverse().join(' ');
+    canvas.dataset.y2Ticks = y2Ticks.reverse().join(' ');
     ctx.textAlign = 'center'; ctx.textBaseline = 'top';
     const span = (t1 - t0) / 1000;
     const tStep = niceStep(span, 6);
+    const labelT = axisLabels(span);
     for (let s = 0; s <= span + 1e-9; s += tStep) {
       const t = t1 - s * 1000;
-      ctx.fillText(s === 0 ? 'now' : `−${tickLabel(s)} s`, x(t), pad.top + h + 8);
+      ctx.fillText(s === 0 ? 'now' : `−${labelT(s)} s`, x(t), pad.top + h + 8);
     }
     ctx.strokeStyle = '#9aa5b1';
     ctx.strokeRect(pad.left, pad.top, w, h);
@@ -529,23 +605,46 @@
   loaders.rates = drawRates;
   window.addEventListener('resize', () => { if (visible('rates')) drawRates(); });
 
+  /**
+   * The part of a distribution's range to draw: from `low` to the first tick at or above the
+   * largest value filled (the monitor's `max`, else the last bin with entries), snapped to a
+   * bin edge, so that events of 3 to 6 kB are not squeezed into the left third of a 0 … 16k
+   * axis; the whole range when something overflowed or nothing is filled. `[high, bins]`.
+   */
+  function shownRange(hist, low, high, bins) {
+    if (hist.series || bins.length === 0 || hist.overflow > 0) return [high, bins.length];
+    const bw = (high - low) / bins.length;
+    let last = bins.length - 1;
+    while (last >= 0 && !(bins[last] > 0)) last--;
+    if (last < 0) return [high, bins.length];
+    const top = Math.max(isNum(hist.max) ? hist.max : low, low + (last + 1) * bw);
+    const step = niceStep(top - low, 5);
+    const edge = low + Math.ceil((Math.ceil((top - low) / step) * step) / bw - 1e-9) * bw;
+    const n = Math.min(bins.length, Math.max(1, Math.round((edge - low) / bw)));
+    return [low + n * bw, n];
+  }
+
   function drawHistogram(canvas, hist) {
     const c = prepareCanvas(canvas);
     if (!c) return;
     const { ctx, width, height } = c;
-    const pad = { left: 52, right: 12, top: 8, bottom: 34 };
+    const pad = { left: 52, right: 18, top: 8, bottom: 34 };
     const w = width - pad.left - pad.right;
     const h = height - pad.top - pad.bottom;
-    const bins = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
+    const all = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
     const low = Number(hist.low) || 0;
-    const high = Number.isFinite(Number(hist.high)) && Number(hist.high) > low ? Number(hist.high) : low + Math.max(1, bins.length);
-    const maxY = niceMax(Math.max(0, ...bins));
+    const full = Number.isFinite(Number(hist.high)) && Number(hist.high) > low ? Number(hist.high) : low + Math.max(1, all.length);
+    const [high, n] = shownRange(hist, low, full, all);
+    const bins = all.slice(0, n);
+    const axisY = niceAxis(Math.max(0, ...bins), 4);
+    const maxY = axisY.top;
     ctx.strokeStyle = '#e3e7eb'; ctx.fillStyle = '#66727f'; ctx.lineWidth = 1;
-    for (let i = 0; i <= 4; i++) {
-      const y = pad.top + (h * i) / 4;
+    const labelY = axisLabels(maxY);
+    for (let i = 0; i <= axisY.n; i++) {
+      const y = pad.top + (h * i) / axisY.n;
       ctx.beginPath(); ctx.moveTo(pad.left, y); ctx.lineTo(pad.left + w, y); ctx.stroke();
       ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
-      ctx.fillText(tickLabel(maxY * (1 - i / 4)), pad.left - 6, y);
+      ctx.fillText(labelY(maxY * (1 - i / axisY.n)), pad.left - 6, y);
     }
     if (bins.length > 0) {
       const bw = w / bins.length;
@@ -555,24 +654,39 @@
         ctx.fillRect(pad.left + i * bw + (bw > 3 ? 0.5 : 0), pad.top + h - bh, Math.max(1, bw - (bw > 3 ? 1 : 0)), bh);
       });
     }
-    ctx.fillStyle = '#66727f'; ctx.textAlign = 'center'; ctx.textBaseline = 'top';
+    // The x axis's ticks, also in the canvas's data-x-ticks (the tests read them).
+    ctx.fillStyle = '#66727f'; ctx.textBaseline = 'top';
     const xStep = niceStep(high - low, 5);
-    for (let v = Math.ceil(low / xStep) * xStep; v <= high + 1e-9; v += xStep) {
-      ctx.fillText(tickLabel(v), pad.left + ((v - low) / (high - low)) * w, pad.top + h + 4);
+    const labelX = axisLabels(Math.max(Math.abs(low), Math.abs(high)));
+    const xTicks = [];
+    for (let v = Math.ceil(low / xStep - 1e-9) * xStep; v <= high + xStep * 1e-9; v += xStep) {
+      const px = pad.left + ((v - low) / (high - low)) * w;
+      xTicks.push(labelX(v));
+      ctx.textAlign = px > pad.left + w - 12 ? 'right' : 'center';
+      ctx.fillText(xTicks[xTicks.length - 1], Math.min(px, pad.left + w + pad.right - 2), pad.top + h + 4);
     }
+    canvas.dataset.xTicks = xTicks.join(' ');
+    ctx.textAlign = 'center';
     if (hist.x_label) ctx.fillText(hist.x_label, pad.left + w / 2, pad.top + h + 19);
     ctx.strokeStyle = '#9aa5b1';
     ctx.strokeRect(pad.left, pad.top, w, h);
   }
 
-  function histogramMean(hist) {
-    const bins = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
-    const low = Number(hist.low); const high = Number(hist.high);
-    if (!bins.length || !(high > low)) return null;
-    const bw = (high - low) / bins.length;
-    let sum = 0; let n = 0;
-    bins.forEach((v, i) => { sum += v * (low + (i + 0.5) * bw); n += v; });
-    return n > 0 ? sum / n : null;
+  /**
+   * What a histogram says in words. A distribution: its entries, under- and overflow, and the
+   * mean, lowest and highest of the values filled (the monitor's true sums, not the bins'
+   * centres). A series (`rate`): the events of the seconds shown and their mean per second.
+   */
+  function histogramFacts(hist) {
+    const unit = hist.unit ? ` ${hist.unit}` : '';
+    const spread = isNum(hist.min) && isNum(hist.max) ? ` (lowest ${fmtRate(hist.min)}, highest ${fmtRate(hist.max)})` : '';
+    const mean = isNum(hist.mean) ? ` · mean ${fmtRate(hist.mean)}${unit}${spread}` : '';
+    if (hist.series) {
+      const seconds = Array.isArray(hist.bins) ? hist.bins.length : 0;
+      if (seconds === 0) return 'no whole second yet';
+      return `${fmtInt(hist.entries)} events in the last ${fmtInt(seconds)} s${mean}`;
+    }
+    return `entries ${fmtInt(hist.entries)} · underflow ${fmtInt(hist.underflow)} · overflow ${fmtInt(hist.overflow)}${mean}`;
   }
 
   async function loadHistograms() {
@@ -584,13 +698,10 @@
     const cards = list.map((hist) => {
       const title = `${hist.component || ''} / ${hist.title || hist.name || ''}`;
       const canvas = el('canvas', { className: 'histogram-plot' });
-      const mean = histogramMean(hist);
       const card = el('div', { className: 'histogram', dataset: { name: `${hist.component}/${hist.name}` } },
         el('h3', null, title),
         canvas,
-        el('div', { className: 'facts' },
-          `entries ${fmtInt(hist.entries)} · underflow ${fmtInt(hist.underflow)} · overflow ${fmtInt(hist.overflow)}` +
-          (mean === null ? '' : ` · mean ${fmtRate(mean)}`)));
+        el('div', { className: 'facts' }, histogramFacts(hist)));
       return { card, canvas, hist };
     });
     container.replaceChildren(...cards.map((c) => c.card));
@@ -995,18 +1106,24 @@
   $('prov-diff-form').addEventListener('submit', diffAgainst);
   // ---- history of slow values (GET /api/history, /api/history/names) ------------------------
   // Not `history`: that name is the window's (showView uses history.replaceState).
-  const slow = { names: [], loading: false, series: null };
+  const slow = { names: [], loading: false, again: false, series: null };
+
+  /** The value the view opens with: the system's event rate, else its events, else the first. */
+  const HISTORY_DEFAULTS = ['system.events_per_s', 'system.events'];
 
   async function loadHistoryNames() {
     try {
       slow.names = await api('GET', '/api/history/names');
       $('history-names').replaceChildren(...slow.names.map((n) => el('option', { value: n })));
+      $('history-name').placeholder = `type to search ${fmtInt(slow.names.length)} values, e.g. evm.events_per_s`;
       if (!$('history-name').value && slow.names.length) {
-        $('history-info').textContent = `${slow.names.length} values`;
+        $('history-name').value = HISTORY_DEFAULTS.find((n) => slow.names.includes(n)) || slow.names[0];
+        return true;
       }
     } catch (e) {
       $('history-info').textContent = e.message;
     }
+    return false;
   }
 
   /** The time range the form asks for: [from, to] in Unix ms. */
@@ -1023,7 +1140,12 @@
 
   async function loadHistory() {
     const name = $('history-name').value.trim();
-    if (!name || slow.loading) return;
+    if (!name) return;
+    if (slow.loading) {
+      // One under way: this one (a value chosen, Plot clicked) follows it, never dropped.
+      slow.again = true;
+      return;
+    }
     const canvas = $('history-canvas');
     const [from, to] = historyRange();
     const points = Math.max(50, Math.min(2000, Math.round(canvas.clientWidth || 1000)));
@@ -1033,9 +1155,10 @@
       slow.series = await api('GET', '/api/history?' + query.toString());
       const s = slow.series;
       const samples = s.points.reduce((n, p) => n + p.count, 0);
-      $('history-info').textContent = s.bucket_ms > 0
-        ? `${fmtInt(samples)} samples in ${fmtInt(s.points.length)} buckets of ${fmtDuration(s.bucket_ms / 1000)}`
-        : `${fmtInt(samples)} samples`;
+      $('history-info').textContent = samples === 0 ? `no samples of ${s.name} in this range`
+        : s.bucket_ms > 0
+          ? `${fmtInt(samples)} samples in ${fmtInt(s.points.length)} buckets of ${fmtDuration(s.bucket_ms / 1000)}`
+          : `${fmtInt(samples)} samples`;
       drawHistory();
     } catch (e) {
       slow.series = null;
@@ -1043,12 +1166,31 @@
       drawHistory();
     } finally {
       slow.loading = false;
+      if (slow.again) {
+        slow.again = false;
+        loadHistory();
+      }
     }
   }
 
   function historyTimeLabel(t, span) {
     const text = fmtTime(t);
     return span > 86400000 ? text.slice(5, 16) : text.slice(11);
+  }
+
+  /**
+   * The time axis: the range asked for, but from the first sample in it when that comes later
+   * (a run begun 3 minutes ago fills the plot of "last hour", not its right 5 %). [t0, t1].
+   */
+  function historyAxis(s, points) {
+    const t1 = s.to_ms;
+    let t0 = s.from_ms;
+    if (points.length > 0 && points[0].t_ms > t0) {
+      // A little room before the first sample, a nice amount of it.
+      const span = Math.max(t1 - points[0].t_ms, 10000);
+      t0 = Math.max(s.from_ms, points[0].t_ms - span * 0.02);
+    }
+    return [t0, t1];
   }
 
   function drawHistory() {
@@ -1060,14 +1202,17 @@
     $('history-band-legend').hidden = !(s && s.bucket_ms > 0);
     canvas.dataset.points = String(points.length);
     canvas.dataset.name = s ? s.name : '';
+    canvas.hidden = !s; // nothing chosen yet: no empty 0 … 1 plot
+    if (!s) return;
     const c = prepareCanvas(canvas);
     if (!c) return;
     const { ctx, width, height } = c;
     const pad = { left: 70, right: 20, top: 14, bottom: 30 };
     const w = width - pad.left - pad.right;
     const h = height - pad.top - pad.bottom;
-    const t0 = s ? s.from_ms : Date.now() - 3600000;
-    const t1 = s ? s.to_ms : Date.now();
+    const [t0, t1] = historyAxis(s, points);
+    canvas.dataset.from = String(t0);
+    canvas.dataset.to = String(t1);
     let lo = Math.min(...points.map((p) => (isNum(p.min) ? p.min : p.value)));
     let hi = Math.max(...points.map((p) => (isNum(p.max) ? p.max : p.value)));
     if (!points.length) { lo = 0; hi = 1; }
@@ -1082,16 +1227,32 @@
     ctx.fillStyle = '#66727f';
     ctx.lineWidth = 1;
     ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
+    const labelY = axisLabels(Math.max(Math.abs(lo), Math.abs(hi)));
+    const yTicks = [];
     for (let v = lo; v <= hi + step / 2; v += step) {
       ctx.beginPath(); ctx.moveTo(pad.left, y(v)); ctx.lineTo(pad.left + w, y(v)); ctx.stroke();
-      ctx.fillText(tickLabel(v), pad.left - 6, y(v));
+      yTicks.push(labelY(v));
+      ctx.fillText(yTicks[yTicks.length - 1], pad.left - 6, y(v));
     }
-    ctx.textAlign = 'center'; ctx.textBaseline = 'top';
+    canvas.dataset.yTicks = yTicks.join(' ');
+    // The time labels, the first left-aligned and the last right-aligned so that neither is cut
+    // at the canvas's edge (also in data-x-ticks).
+    ctx.textBaseline = 'top';
     const ticks = Math.max(1, Math.min(6, Math.floor(w / 110)));
+    const xTicks = [];
+    let right = 0;
     for (let i = 0; i <= ticks; i++) {
       const t = t0 + ((t1 - t0) * i) / ticks;
-      ctx.fillText(historyTimeLabel(t, t1 - t0), x(t), pad.top + h + 8);
+      ctx.textAlign = i === 0 ? 'left' : i === ticks ? 'right' : 'center';
+      xTicks.push(historyTimeLabel(t, t1 - t0));
+      const at = i === ticks ? pad.left + w : x(t);
+      ctx.fillText(xTicks[i], at, pad.top + h + 8);
+      const textWidth = ctx.measureText(xTicks[i]).width;
+      right = Math.max(right, at + (i === ticks ? 0 : i === 0 ? textWidth : textWidth / 2));
     }
+    canvas.dataset.xTicks = xTicks.join(' ');
+    // Where the rightmost label ends, in CSS pixels (the tests check it is inside the canvas).
+    canvas.dataset.labelsRight = String(Math.ceil(right));
     ctx.strokeStyle = '#9aa5b1';
     ctx.strokeRect(pad.left, pad.top, w, h);
     if (!points.length) return;
@@ -1122,7 +1283,11 @@
     loadHistory();
   });
   for (const id of ['history-from', 'history-to']) $(id).addEventListener('change', loadHistory);
-  loaders.history = () => { loadHistoryNames(); if (slow.series) drawHistory(); loadHistory(); };
+  loaders.history = async () => {
+    if (slow.series) drawHistory();
+    await loadHistoryNames();
+    loadHistory();
+  };
   window.addEventListener('resize', () => { if (visible('history')) drawHistory(); });
   setInterval(() => {
     if (!visible('history')) return;
@@ -1164,6 +1329,11 @@
       onclick: () => acknowledgeAlarm(a.name),
     }, 'Acknowledge');
   }
+  /** The value an alarm's condition compared last, in its unit ("82.7 GB free", "499.1"). */
+  function alarmValue(a) {
+    if (!isNum(a.value)) return '–';
+    return a.unit === 'bytes' ? `${fmtBytes(a.value)} free` : fmtValue(a.value);
+  }
   function renderAlarms(data) {
     const alarms = Array.isArray(data && data.alarms) ? data.alarms : [];
     const events = Array.isArray(data && data.events) ? data.events : [];
@@ -1180,14 +1350,25 @@
     const waiting = alarms.filter((a) => a.state === 'raised' || a.state === 'cleared').length;
     $('alarm-count').hidden = waiting === 0;
     $('alarm-count').textContent = waiting;
-    replaceRows($('alarms'), alarms.map((a) => el('tr', { dataset: { alarmState: a.state, name: a.name } },
+    const rows = alarms.map((a) => el('tr', { dataset: { alarmState: a.state, name: a.name } },
       el('td', null, a.name), el('td', null, a.severity), el('td', null, a.state), el('td', null, fmtTime(a.since_ms)),
       el('td', null, a.message), el('td', { className: 'mono' }, a.condition),
-      el('td', { className: 'num' }, isNum(a.value) ? fmtRate(a.value) : '–'),
-      el('td', null, a.acknowledged_by || ''), el('td', null, ackButton(a)))));
-    replaceRows($('alarm-events'), events.map((e) => el('tr', { dataset: { kind: e.kind } },
+      el('td', { className: 'num' }, alarmValue(a)),
+      el('td', null, a.acknowledged_by || ''), el('td', null, ackButton(a))));
+    if (rows.length === 0) {
+      rows.push(el('tr', null, el('td', { colSpan: 9, className: 'hint' },
+        'No alarms: the system file has no [[alarm]] table (docs/operator-guide.md, "Alarms").')));
+    }
+    replaceRows($('alarms'), rows);
+    const eventRows = events.map((e) => el('tr', { dataset: { kind: e.kind } },
       el('td', null, fmtTime(e.t_ms)), el('td', null, e.name), el('td', null, e.kind), el('td', null, e.severity),
-      el('td', null, e.message), el('td', null, e.who || ''))));
+      el('td', null, e.message), el('td', null, e.who || '')));
+    if (eventRows.length === 0) {
+      eventRows.push(el('tr', null, el('td', { colSpan: 6, className: 'hint' }, alarms.length === 0
+        ? 'No alarm events.'
+        : 'No alarm has been raised yet: each raise, acknowledgement and clearing is listed here (and kept in the run database).')));
+    }
+    replaceRows($('alarm-events'), eventRows);
   }
   async function loadAlarms() {
     try {

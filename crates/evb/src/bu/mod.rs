@@ -284,8 +284,18 @@ impl Component for Bu {
         Ok(())
     }
 
+    /// The live counters: the events and bytes built as of now (read from the builder threads'
+    /// counters, so that the time the Driver stamps on them is theirs and an operator never
+    /// puts more events recorded beside them than were built), the rest as last published (at
+    /// most 100 ms old). After the run: its last counters, rates 0.
     fn stats(&self) -> Stats {
-        read(&self.shared.live)
+        let mut live = read(&self.shared.live);
+        (live.events, live.bytes) = self
+            .shared
+            .builders
+            .iter()
+            .fold((0, 0), |(e, b), c| (e + c.events.load(Ordering::Relaxed), b + c.bytes.load(Ordering::Relaxed)));
+        live
     }
 
     fn failure(&self) -> Option<String> {
@@ -820,6 +830,9 @@ impl BuIo {
             .with_rates(per_second(events, seconds), per_second(bytes, seconds) / 1e6)
             .with_detail(&detail);
         set(&self.shared.summary, Some(summary));
+        // Nothing moves any more: the live counters are the run's last, their rates 0 (not the
+        // last second's, for ever).
+        set(&self.shared.live, Stats::counted(events, bytes).with_detail(&self.detail(seconds)));
     }
 
     fn detail(&self, seconds: f64) -> BuDetail {

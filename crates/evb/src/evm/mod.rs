@@ -636,6 +636,12 @@ impl EvmIo {
             .with_trigger(self.trigger_counts(&acc))
             .with_detail(&detail);
         set(&self.shared.summary, Some(summary));
+        // Nothing moves any more: the live counters are the run's last, their rates 0 (not the
+        // last second's, for ever).
+        let live = Stats::counted(acc.triggered, 0)
+            .with_trigger(self.trigger_counts(&acc))
+            .with_detail(&self.detail(seconds, 0.0));
+        set(&self.shared.live, live);
     }
 
     /// The run's accounting so far (at the end: final, with what was lost).

@@ -579,6 +579,11 @@ impl RuIo {
             .with_rates(per_second(c.super_fragments, seconds), per_second(c.super_fragment_bytes, seconds) / 1e6)
             .with_detail(&detail);
         set(&self.shared.summary, Some(summary));
+        // Nothing moves any more: the live counters are the run's last, their rates 0 (not the
+        // last second's, for ever).
+        let live =
+            Stats::counted(c.super_fragments, c.super_fragment_bytes).with_detail(&self.detail(seconds, 0.0, 0.0));
+        set(&self.shared.live, live);
     }
 
     fn detail(&self, seconds: f64, fragments_per_s: f64, fragment_mb_per_s: f64) -> RuDetail {

@@ -97,14 +97,33 @@ pub fn free_bytes(dir: &Path) -> Option<f64> {
     Some(s.f_bavail as f64 * s.f_frsize as f64)
 }
 
-/// A size for people: `4.2 GB`.
-fn size(bytes: f64) -> String {
+/// A size for people: `82.7 GB`, `512 B` (decimal units, as the conditions take them).
+pub fn size(bytes: f64) -> String {
     for (unit, scale) in [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)] {
         if bytes.abs() >= scale {
             return format!("{:.1} {unit}", bytes / scale);
         }
     }
-    format!("{bytes} B")
+    format!("{} B", bytes.round())
+}
+
+/// A value for people: whole numbers whole (`23353`), others to 4 significant digits
+/// (`499.1`, `0.01235`), without trailing zeros; very small ones in exponent notation.
+pub fn readable(v: f64) -> String {
+    let a = v.abs();
+    if !v.is_finite() || a >= 1e15 {
+        return v.to_string();
+    }
+    if a >= 1000.0 || v == v.trunc() {
+        return format!("{v:.0}");
+    }
+    if a < 1e-4 {
+        return format!("{v:.3e}");
+    }
+    let decimals = (3 - a.log10().floor() as i32).clamp(0, 8) as usize;
+    let text = format!("{v:.decimals$}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    text.to_owned()
 }
 
 #[derive(Debug, Clone)]
@@ -194,7 +213,7 @@ impl Alarms {
                     .find(|c| &c.name == component)
                     .and_then(|c| c.values.iter().find(|(k, _)| k == key).map(|(_, v)| *v));
                 match value {
-                    Some(v) => (op.holds(v, *limit), Some(v), format!("{component}.{key} = {v}")),
+                    Some(v) => (op.holds(v, *limit), Some(v), format!("{component}.{key} = {}", readable(v))),
                     None => (false, None, format!("{component}.{key} is not published")),
                 }
             }
@@ -317,6 +336,7 @@ impl Alarms {
                     since_ms: e.since_ms,
                     acknowledged_by: e.acknowledged_by.clone(),
                     value: e.value,
+                    unit: matches!(e.spec.condition.test, Test::Disk { .. }).then(|| "bytes".to_owned()),
                 })
                 .collect(),
             events: self.events.iter().cloned().collect(),
@@ -458,6 +478,10 @@ mod tests {
         let raised = a.evaluate(&bad, at(2));
         assert_eq!(kinds(&raised), vec![("disk", AlarmEventKind::Raised)]);
         assert_eq!(raised[0].message, "disk message (/data has 1.0 GB free)");
+        let disk = a.status().alarms.into_iter().find(|x| x.name == "disk").unwrap();
+        assert_eq!((disk.value, disk.unit.as_deref()), (Some(1e9), Some("bytes")), "free bytes, said so");
+        let any = a.status().alarms.into_iter().find(|x| x.name == "any").unwrap();
+        assert_eq!((any.value, any.unit), (None, None));
         let fine = seen(SystemState::Running, None, ComponentState::Running, Some(6e9));
         assert_eq!(
             kinds(&a.evaluate(&fine, at(3))),
@@ -471,6 +495,33 @@ mod tests {
         a.evaluate(&bad, at(30));
         assert!(kinds(&a.evaluate(&bad, at(32))).contains(&("disk", AlarmEventKind::Raised)));
         assert_eq!(state(&a, "disk"), AlarmState::Raised);
+    }
+
+    #[test]
+    fn values_are_told_with_sensible_digits_and_sizes_with_units() {
+        for (v, text) in [
+            (499.08728815659686, "499.1"),
+            (10.0, "10"),
+            (23353.0, "23353"),
+            (1234.56, "1235"),
+            (0.5, "0.5"),
+            (0.0123456, "0.01235"),
+            (-2.25, "-2.25"),
+            (0.0, "0"),
+            (3e-7, "3.000e-7"),
+        ] {
+            assert_eq!(readable(v), text, "{v}");
+        }
+        assert_eq!(size(82_702_245_888.0), "82.7 GB");
+        assert_eq!(size(512.0), "512 B");
+        // In a raised alarm's message too.
+        let mut a = Alarms::new("s", Path::new("/data"), &[spec("slow", "evm.events_per_s < 1000", false)]);
+        let raised = a.evaluate(
+            &seen(SystemState::Running, Some(499.08728815659686), ComponentState::Running, None),
+            Now::start(),
+        );
+        assert_eq!(raised[0].message, "slow message (evm.events_per_s = 499.1)");
+        assert_eq!(a.status().alarms[0].unit, None, "a slow value is in the unit of its key");
     }
 
     #[test]

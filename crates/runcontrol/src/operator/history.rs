@@ -240,16 +240,16 @@ fn sample(
                     component_samples(t_ms, name, &view.stats, &mut batch);
                 }
             }
-            let (events, bytes, recorded) = super::status::live_totals(&inner.file, &s.views);
-            let last = shown.rates.last();
+            // The numbers the status shows at this moment.
+            let t = super::status::shown_totals(&inner.file, s);
             for (key, value) in [
                 ("state", state_number(s.state)),
                 ("running", f64::from(u8::from(s.run_started_ms.is_some()))),
-                ("events", events as f64),
-                ("bytes", bytes as f64),
-                ("recorded", recorded as f64),
-                ("events_per_s", last.map_or(0.0, |r| r.events_per_s)),
-                ("mb_per_s", last.map_or(0.0, |r| r.mb_per_s)),
+                ("events", t.events as f64),
+                ("bytes", t.bytes as f64),
+                ("recorded", t.recorded as f64),
+                ("events_per_s", t.events_per_s),
+                ("mb_per_s", t.mb_per_s),
             ] {
                 batch.push(Sample::new(t_ms, format!("system.{key}"), value));
             }

@@ -284,13 +284,53 @@ pub struct View {
     pub stats: Stats,
     /// The last counters of its earlier lives in the open run.
     pub earlier: Vec<Stats>,
+    /// This life's last counters in the open run, oldest first, at most [`COUNTER_SAMPLES`]:
+    /// those its statistics say count the run (`Stats::run`), with the time they were read.
+    pub samples: VecDeque<CounterSample>,
     /// The pid of the life that ended: a late state carrying it is not the new life's.
     stale_pid: Option<u32>,
     /// The newest status of this life taken.
     seq: u64,
 }
 
+/// How many of a component's last counters a [`View`] keeps (a few seconds' worth: they are
+/// published about once a second).
+pub const COUNTER_SAMPLES: usize = 8;
+
+/// A component's counters in the open run, as of when it read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterSample {
+    /// When the component read them (Unix ms, its clock; `Stats::at_ms`, else when they came,
+    /// on the operator's).
+    pub at_ms: u64,
+    /// The run they count.
+    pub run: u32,
+    /// Its events (in the sense of its role).
+    pub events: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 impl View {
+    /// Takes counters the component published at `now_ms` (while it joined the system): the
+    /// last ones, and, those of a run, a sample of them (a new run's first forgets the others).
+    pub(crate) fn take_stats(&mut self, stats: Stats, now_ms: u64) {
+        if let Some(run) = stats.run {
+            if self.samples.back().is_some_and(|s| s.run != run) {
+                self.samples.clear();
+            }
+            let at_ms = stats.at_ms.unwrap_or(now_ms);
+            if self.samples.back().is_none_or(|s| s.at_ms != at_ms || s.events != stats.events) {
+                let (events, bytes) = (stats.events, stats.bytes);
+                self.samples.push_back(CounterSample { at_ms, run, events, bytes });
+                while self.samples.len() > COUNTER_SAMPLES {
+                    self.samples.pop_front();
+                }
+            }
+        }
+        self.stats = stats;
+    }
+
     /// Its state as shown (Starting before the first publication).
     pub fn shown(&self) -> ComponentState {
         if !self.alive && self.state.is_some() {
@@ -645,7 +685,7 @@ impl Sequencer {
                 if let Some(v) = self.views.get_mut(&name) {
                     // Until the new life has published its state, statistics are the old life's.
                     if v.joined() {
-                        v.stats = stats;
+                        v.take_stats(stats, now.wall_ms);
                     }
                 }
             }
@@ -1632,6 +1672,7 @@ impl Sequencer {
                 self.changes.clear();
                 for v in self.views.values_mut() {
                     v.earlier.clear();
+                    v.samples.clear();
                     v.recent_restarts = 0;
                 }
                 job.step = Step::Starting { run, stage: 0, started: Vec::new() };
@@ -1707,6 +1748,7 @@ impl Sequencer {
                         if let Some(v) = self.views.get_mut(&name) {
                             v.restarts += 1;
                             v.stats = Stats::default();
+                            v.samples.clear();
                         }
                         let why = "lost to the run before".to_owned();
                         self.restarts
@@ -1866,6 +1908,7 @@ impl Sequencer {
         // The counters of the life that ended still count for the run; the new life publishes
         // its own from 0.
         let last = std::mem::take(&mut v.stats);
+        v.samples.clear();
         if in_run_now {
             v.earlier.push(last);
         }

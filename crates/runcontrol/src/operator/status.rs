@@ -6,11 +6,13 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 
-use daqflow_api::{ComponentRecord, ComponentView, RatePoint, RunState, RunSummary, SystemState, SystemStatus};
+use daqflow_api::{
+    ComponentRecord, ComponentState, ComponentView, RatePoint, RunState, RunSummary, SystemState, SystemStatus,
+};
 use daqflow_component::{Role, Stats};
 use serde_json::{Value, json};
 
-use super::sequencer::{CloseRun, Snapshot, View};
+use super::sequencer::{CloseRun, CounterSample, Snapshot, View};
 use crate::accounting::{account, files_on_disk};
 use crate::system::SystemFile;
 
@@ -32,44 +34,124 @@ pub fn light(stats: &Stats) -> Stats {
     s
 }
 
-/// The run's live totals: events and bytes built (the builders' counters) and events recorded
-/// (the recorders'), each with the counts of the components' earlier lives in the run, so that
-/// a restart never makes them go down.
-pub(crate) fn live_totals(file: &SystemFile, views: &[(String, View)]) -> (u64, u64, u64) {
-    let (mut events, mut bytes, mut recorded) = (0u64, 0u64, 0u64);
-    for (c, (_, v)) in file.components.iter().zip(views) {
-        let lives = || std::iter::once(&v.stats).chain(&v.earlier);
-        match c.role {
-            Role::Builder => {
-                events += lives().map(|s| s.events).sum::<u64>();
-                bytes += lives().map(|s| s.bytes).sum::<u64>();
-            }
-            Role::Recorder => recorded += lives().map(|s| s.events).sum::<u64>(),
-            _ => {}
+/// The open run's live figures, from the components' counters by their roles. Counters of
+/// different processes are read at different moments (each publishes about once a second, at
+/// its own time): they are put side by side as of one moment, so that `recorded` never exceeds
+/// `events` (a recorder records only what the builders built).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Live {
+    /// Events built in the run (the builders', with their earlier lives'), as of their
+    /// last counters.
+    pub events: u64,
+    /// Bytes of those events.
+    pub bytes: u64,
+    /// Events recorded in the run (the recorders'), as of counters read before the builders'
+    /// (the newest such; while builders run and none was, 0).
+    pub recorded: u64,
+    /// Events built per second: the builders' own rates (each over the last second of its own
+    /// counters, so that a publication that came late is neither a drop nor a spike), summed
+    /// over those that take the run: the sum of what the components' table shows.
+    pub events_per_s: f64,
+    /// MB (10⁶ bytes) built per second, likewise.
+    pub mb_per_s: f64,
+    /// Events the trigger's accounting gave up on so far (`TriggerCounts::lost`, with earlier
+    /// lives'); none without a trigger that counts in this run.
+    pub lost: Option<u64>,
+}
+
+/// Whether a component takes the run (Running or Paused).
+fn taking(v: &View) -> bool {
+    v.alive && matches!(v.state, Some(ComponentState::Running | ComponentState::Paused))
+}
+
+/// A component's samples of run `run` (none of another run).
+fn samples_of(v: &View, run: Option<u32>) -> &VecDeque<CounterSample> {
+    static NONE: VecDeque<CounterSample> = VecDeque::new();
+    if run.is_some() && v.samples.back().map(|s| s.run) == run { &v.samples } else { &NONE }
+}
+
+/// Run `run`'s [`Live`] figures. Only counters that say they count that run are taken (a
+/// component not yet started still shows the last run's).
+pub(crate) fn live(file: &SystemFile, views: &[(String, View)], run: Option<u32>) -> Live {
+    let mut out = Live::default();
+    let with_role =
+        |role: Role| file.components.iter().zip(views).filter(move |(c, _)| c.role == role).map(|(_, (_, v))| v);
+    // The builders: their last counters; the moment they were read bounds the recorders'.
+    let mut cut: Option<u64> = None;
+    let mut any_built = false;
+    for v in with_role(Role::Builder) {
+        out.events += v.earlier.iter().map(|s| s.events).sum::<u64>();
+        out.bytes += v.earlier.iter().map(|s| s.bytes).sum::<u64>();
+        let Some(last) = samples_of(v, run).back() else { continue };
+        any_built = true;
+        out.events += last.events;
+        out.bytes += last.bytes;
+        // Counters read after the builder left the run (stopped, failed: read after the
+        // change of state, on its clock) or the last of a process that ended are final: they
+        // hold for any later moment and bound nothing.
+        let is_final = !v.alive || (!taking(v) && last.at_ms >= v.since_ms);
+        if !is_final {
+            cut = Some(cut.map_or(last.at_ms, |c| c.min(last.at_ms)));
+        }
+        if taking(v) {
+            out.events_per_s += v.stats.events_per_s;
+            out.mb_per_s += v.stats.mb_per_s;
         }
     }
-    (events, bytes, recorded)
+    let has_builders = with_role(Role::Builder).next().is_some();
+    for v in with_role(Role::Recorder) {
+        out.recorded += v.earlier.iter().map(|s| s.events).sum::<u64>();
+        let samples = samples_of(v, run);
+        let sample = match cut {
+            // Read before every builder's still counting: no more than they had built then.
+            Some(cut) => samples.iter().rev().find(|s| s.at_ms < cut),
+            // No builder has built in this run yet: nothing can be recorded either.
+            None if has_builders && !any_built => None,
+            // Every builder's count is final (or there is none): the newest.
+            None => samples.back(),
+        };
+        out.recorded += sample.map_or(0, |s| s.events);
+    }
+    for v in with_role(Role::Trigger) {
+        // This life's counters if they count the run, and the earlier lives' in the run.
+        let this_life = (run.is_some() && v.stats.run == run).then_some(&v.stats);
+        for t in this_life.into_iter().chain(&v.earlier).filter_map(|s| s.trigger.as_ref()) {
+            out.lost = Some(out.lost.unwrap_or(0) + t.lost);
+        }
+    }
+    out
+}
+
+/// The run's totals as shown (the status, the history's `system.` values): while a run is
+/// open its [`Live`] figures, else the last run's summary (its accounting), or the live
+/// figures before any run. Events, bytes, recorded, events/s, MB/s, lost.
+pub(crate) fn shown_totals(file: &SystemFile, s: &Snapshot) -> Live {
+    let live = live(file, &s.views, s.run);
+    match (s.run_started_ms, s.last_summary.as_ref()) {
+        (Some(_), _) => live,
+        (None, Some(summary)) => Live {
+            events: summary.events,
+            bytes: summary.bytes,
+            recorded: summary.recorded,
+            events_per_s: 0.0,
+            mb_per_s: 0.0,
+            lost: Some(summary.lost),
+        },
+        (None, None) => Live { events_per_s: 0.0, mb_per_s: 0.0, lost: None, ..live },
+    }
 }
 
 /// The rate plot, sampled once a second.
 #[derive(Debug, Default)]
 pub(crate) struct Rates {
     points: VecDeque<RatePoint>,
-    totals: (u64, u64),
 }
 
 impl Rates {
-    /// Takes a sample: the change of the live totals since the last one.
+    /// Takes a sample: the system's rates at `t_ms` (0 while no run is open).
     pub(crate) fn sample(&mut self, file: &SystemFile, snapshot: &Snapshot, t_ms: u64) {
-        let (events, bytes, _) = live_totals(file, &snapshot.views);
-        let running = snapshot.run_started_ms.is_some();
-        let (e0, b0) = self.totals;
-        self.points.push_back(RatePoint {
-            t_ms,
-            events_per_s: if running { events.saturating_sub(e0) as f64 } else { 0.0 },
-            mb_per_s: if running { bytes.saturating_sub(b0) as f64 / 1e6 } else { 0.0 },
-        });
-        self.totals = (events, bytes);
+        let t = shown_totals(file, snapshot);
+        self.points.push_back(RatePoint { t_ms, events_per_s: t.events_per_s, mb_per_s: t.mb_per_s });
         while self.points.len() > RATE_POINTS {
             self.points.pop_front();
         }
@@ -78,15 +160,10 @@ impl Rates {
     /// Forgets the points of the last run (a new one starts).
     pub(crate) fn clear(&mut self) {
         self.points.clear();
-        self.totals = (0, 0);
     }
 
     pub(crate) fn points(&self) -> Vec<RatePoint> {
         self.points.iter().copied().collect()
-    }
-
-    pub(crate) fn last(&self) -> Option<RatePoint> {
-        self.points.back().copied()
     }
 }
 
@@ -120,10 +197,8 @@ pub(crate) fn system_status(place: &Place<'_>, s: &Snapshot, rates: &Rates, now_
             stats: light(&v.stats),
         })
         .collect();
-    let (events, bytes, recorded) = live_totals(place.file, &s.views);
+    let totals = shown_totals(place.file, s);
     let running = s.run_started_ms.is_some();
-    let last = rates.last();
-    let summary = s.last_summary.as_ref();
     SystemStatus {
         system: place.file.system.name.clone(),
         state: s.state,
@@ -131,13 +206,12 @@ pub(crate) fn system_status(place: &Place<'_>, s: &Snapshot, rates: &Rates, now_
         running,
         run_started_ms: s.run_started_ms,
         duration_s: s.run_started_ms.map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
-        events: if running { events } else { summary.map_or(events, |x| x.events) },
-        bytes,
-        recorded: if running { recorded } else { summary.map_or(recorded, |x| x.recorded) },
-        events_per_s: last.map_or(0.0, |r| r.events_per_s),
-        mb_per_s: last.map_or(0.0, |r| r.mb_per_s),
-        // Known only once the run's accounting is done, at its stop.
-        lost: if running { None } else { summary.map(|x| x.lost) },
+        events: totals.events,
+        bytes: totals.bytes,
+        recorded: totals.recorded,
+        events_per_s: totals.events_per_s,
+        mb_per_s: totals.mb_per_s,
+        lost: totals.lost,
         last_error: s.last_error.clone(),
         last_summary: s.last_summary.clone(),
         control: place.control.clone(),
@@ -238,4 +312,183 @@ pub(crate) fn run_summary(system: &str, close: &CloseRun, now_ms: u64) -> RunSum
 /// Whether the system takes a run (for callers that only know the state).
 pub fn in_run(state: SystemState) -> bool {
     matches!(state, SystemState::Running | SystemState::Paused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use daqflow_component::{Component, ComponentError, Kind, Registry, TriggerCounts};
+
+    struct Stub;
+    impl Component for Stub {
+        fn start(&mut self, _: u32) -> Result<(), ComponentError> {
+            Ok(())
+        }
+        fn stop(&mut self, _: Option<u64>) -> Result<Stats, ComponentError> {
+            Ok(Stats::default())
+        }
+    }
+
+    /// A system of an EVM, two BUs and a recorder.
+    fn file() -> SystemFile {
+        let mut r = Registry::new();
+        for (kind, role) in [("evm", Role::Trigger), ("bu", Role::Builder), ("recorder", Role::Recorder)] {
+            r.add(Kind::new(kind, "a stub", role, |_, _| Ok(Box::new(Stub))));
+        }
+        let text = "[system]\nname = \"s\"\n[[component]]\nname = \"evm\"\nkind = \"evm\"\n\
+                    [[component]]\nname = \"bu-0\"\nkind = \"bu\"\n[[component]]\nname = \"bu-1\"\nkind = \"bu\"\n\
+                    [[component]]\nname = \"rec\"\nkind = \"recorder\"\n";
+        SystemFile::parse(text, &r).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn views() -> Vec<(String, View)> {
+        ["evm", "bu-0", "bu-1", "rec"]
+            .iter()
+            .map(|n| {
+                let mut v = View::default();
+                v.alive = true;
+                v.state = Some(ComponentState::Running);
+                ((*n).to_owned(), v)
+            })
+            .collect()
+    }
+
+    /// Counters of run 1 as a component reads them at `at_ms` (they came at `at_ms` too).
+    fn counted(views: &mut [(String, View)], name: &str, at_ms: u64, events: u64, per_s: f64) {
+        let v = &mut views.iter_mut().find(|(n, _)| n == name).unwrap().1;
+        let mut stats = Stats::counted(events, events * 1000).with_rates(per_s, per_s * 1000.0 / 1e6);
+        (stats.at_ms, stats.run) = (Some(at_ms), Some(1));
+        v.take_stats(stats, at_ms);
+    }
+
+    #[test]
+    fn recorded_is_taken_as_of_before_the_builders_counters_never_above_them() {
+        let f = file();
+        let mut v = views();
+        // Nothing built yet in this run: nothing recorded either, whatever a recorder says.
+        counted(&mut v, "rec", 900, 40, 0.0);
+        assert_eq!((live(&f, &v, Some(1)).events, live(&f, &v, Some(1)).recorded), (0, 0));
+        counted(&mut v, "bu-0", 1000, 100, 100.0);
+        counted(&mut v, "bu-1", 1000, 100, 100.0);
+        counted(&mut v, "rec", 1500, 190, 0.0);
+        counted(&mut v, "bu-0", 2000, 150, 50.0);
+        counted(&mut v, "bu-1", 2000, 150, 50.0);
+        // The recorder read its counter after the builders: 320 recorded, of 300 built as of
+        // 2000 ms (more were built meanwhile). Shown: its count of before, 190 of 300.
+        counted(&mut v, "rec", 2100, 320, 0.0);
+        let l = live(&f, &v, Some(1));
+        assert_eq!((l.events, l.bytes, l.recorded), (300, 300_000, 190));
+        // Once both builders read theirs later, the recorder's 320 is shown.
+        counted(&mut v, "bu-0", 2500, 200, 50.0);
+        assert_eq!(live(&f, &v, Some(1)).recorded, 190, "bu-1's last is still of 2000 ms");
+        counted(&mut v, "bu-1", 2600, 200, 50.0);
+        assert_eq!(live(&f, &v, Some(1)).recorded, 320);
+        // A builder that left the run (stopped at 2700 ms on its clock) bounds the recorder's
+        // counters until its counters of after that come: they are final.
+        v[2].1.state = Some(ComponentState::Configured);
+        v[2].1.since_ms = 2700;
+        counted(&mut v, "rec", 2800, 350, 0.0);
+        counted(&mut v, "bu-0", 2900, 300, 50.0);
+        assert_eq!(live(&f, &v, Some(1)).recorded, 320, "bu-1's count of 2600 ms may not be its last");
+        counted(&mut v, "bu-1", 2750, 210, 0.0);
+        assert_eq!(live(&f, &v, Some(1)).recorded, 350, "bu-1's 210 is final");
+        // A builder whose process ended has its last count.
+        v[2].1.state = Some(ComponentState::Dead);
+        v[2].1.alive = false;
+        counted(&mut v, "rec", 3000, 395, 0.0);
+        counted(&mut v, "bu-0", 3100, 400, 50.0);
+        let l = live(&f, &v, Some(1));
+        assert_eq!((l.events, l.recorded), (610, 395));
+        assert!(l.recorded <= l.events);
+    }
+
+    #[test]
+    fn counters_that_are_not_the_runs_count_nothing_and_a_new_run_forgets_the_last() {
+        let f = file();
+        let mut v = views();
+        // Before its start a builder still shows the last run's 5000 (or, configured anew,
+        // counters of no run): not this run's.
+        let mut old = Stats::counted(5000, 1);
+        (old.at_ms, old.run) = (Some(1000), Some(0));
+        v[1].1.take_stats(old.clone(), 1000);
+        assert_eq!(live(&f, &v, Some(1)).events, 0);
+        old.run = None;
+        v[1].1.take_stats(old, 1000);
+        assert_eq!(live(&f, &v, Some(1)).events, 0);
+        counted(&mut v, "bu-0", 1100, 10, 10.0);
+        assert_eq!(live(&f, &v, Some(1)).events, 10);
+        // Run 2's first counters: run 1's samples are gone; they count for run 2 only.
+        let mut next = Stats::counted(3, 3);
+        (next.at_ms, next.run) = (Some(1200), Some(2));
+        v[1].1.take_stats(next, 1200);
+        assert_eq!(v[1].1.samples.len(), 1);
+        assert_eq!(live(&f, &v, Some(1)).events, 0);
+        assert_eq!(live(&f, &v, Some(2)).events, 3);
+    }
+
+    #[test]
+    fn the_system_rate_is_the_sum_of_the_builders_own_that_take_the_run() {
+        let f = file();
+        let mut v = views();
+        counted(&mut v, "bu-0", 10_000, 1000, 1000.0);
+        counted(&mut v, "bu-1", 10_000, 1000, 1500.0);
+        let l = live(&f, &v, Some(1));
+        assert_eq!((l.events_per_s, l.mb_per_s), (2500.0, 2.5));
+        // A builder no longer Running (stopped, or out of the run) adds nothing; nor does one
+        // whose counters are not this run's.
+        v[1].1.state = Some(ComponentState::Configured);
+        assert_eq!(live(&f, &v, Some(1)).events_per_s, 1500.0);
+        assert_eq!(live(&f, &v, Some(2)).events_per_s, 0.0);
+    }
+
+    #[test]
+    fn the_rate_plot_has_no_gap_and_no_spike_when_publications_drift_against_its_samples() {
+        // Builders publishing every 1.05 s (their own clock), the plot sampling every 1 s: a
+        // plot of the change of the totals per sample would show a second with nothing
+        // published (0) and then one with two publications (twice the rate).
+        let f = file();
+        let mut v = views();
+        let mut rates = Rates::default();
+        let (mut next_publish, mut events) = (0u64, 0u64);
+        for t_ms in (1000..=30_000).step_by(1000) {
+            while next_publish <= t_ms {
+                events += 1050;
+                counted(&mut v, "bu-0", next_publish, events, 1000.0);
+                counted(&mut v, "bu-1", next_publish, events, 1000.0);
+                next_publish += 1050;
+            }
+            let snapshot = Snapshot {
+                state: SystemState::Running,
+                run: Some(1),
+                run_started_ms: Some(0),
+                views: v.clone(),
+                last_error: None,
+                last_summary: None,
+                overrides: BTreeMap::new(),
+                degraded: BTreeMap::new(),
+                waiting: Vec::new(),
+            };
+            rates.sample(&f, &snapshot, t_ms);
+        }
+        let points = rates.points();
+        assert_eq!(points.len(), 30);
+        assert!(points.iter().all(|p| p.events_per_s == 2000.0), "{points:?}");
+    }
+
+    #[test]
+    fn lost_is_the_triggers_so_far_in_a_run() {
+        let f = file();
+        let mut v = views();
+        assert_eq!(live(&f, &v, Some(1)).lost, None, "no trigger counts");
+        let mut evm =
+            Stats::counted(10, 0).with_trigger(TriggerCounts { triggered: 10, lost: 2, ..Default::default() });
+        (evm.at_ms, evm.run) = (Some(5), Some(1));
+        v[0].1.take_stats(evm.clone(), 5);
+        v[0].1.earlier.push(Stats::counted(4, 0).with_trigger(TriggerCounts { lost: 1, ..Default::default() }));
+        assert_eq!(live(&f, &v, Some(1)).lost, Some(3));
+        // The last run's counters are not this run's.
+        evm.run = Some(0);
+        v[0].1.take_stats(evm, 6);
+        assert_eq!(live(&f, &v, Some(1)).lost, Some(1));
+    }
 }

@@ -38,6 +38,20 @@ pub(crate) struct Launch {
     pub lease_s: f64,
 }
 
+impl Launch {
+    /// The binary as people read it, in logs and `ps`: `/proc/self/exe` (what is run: it stays
+    /// valid when a rebuild replaces the file) is the path of the file it names.
+    fn binary_shown(&self) -> String {
+        if self.binary == std::path::Path::new("/proc/self/exe")
+            && let Ok(path) = std::fs::read_link(&self.binary)
+        {
+            let text = path.display().to_string();
+            return text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned();
+        }
+        self.binary.display().to_string()
+    }
+}
+
 /// A component process the operator started.
 struct Running {
     child: Child,
@@ -134,7 +148,7 @@ fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<St
         (Some(cmd), Some(host)) => (remote(host).into_iter().chain(cmd.iter().cloned()).collect(), false),
         (None, None) => {
             let mut argv = vec![
-                launch.binary.display().to_string(),
+                launch.binary_shown(),
                 "--token-file".into(),
                 launch.token_file.display().to_string(),
                 "component".into(),
@@ -170,7 +184,11 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
         .map_err(|e| format!("{}: {e}", log_path.display()))?;
     let err_log = log.try_clone().map_err(|e| e.to_string())?;
     let (argv, token_stdin) = command_line(launch, spec, control);
-    let mut cmd = Command::new(&argv[0]);
+    // A local `daqflow component` runs the operator's binary (`launch.binary`), named by its
+    // path (`argv[0]`, what logs and `ps` show).
+    let local_daqflow = spec.command.is_none() && spec.host.is_none();
+    let mut cmd = if local_daqflow { Command::new(&launch.binary) } else { Command::new(&argv[0]) };
+    cmd.arg0(&argv[0]);
     cmd.args(&argv[1..])
         .stdin(if token_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(log)
@@ -263,6 +281,11 @@ mod tests {
             argv.join(" "),
             "ssh -i /k h2 /usr/bin/daqflow mine -v --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
         );
+        // The binary at `/proc/self/exe` (the running one) is shown by its path.
+        let own = Launch { binary: "/proc/self/exe".into(), ..launch() };
+        let (argv, _) = command_line(&own, &spec(None, None), control);
+        assert_eq!(argv[0], std::env::current_exe().unwrap().display().to_string());
+        assert!(!argv.join(" ").contains("/proc/self"), "{argv:?}");
         for (host, command) in [(Some("h2"), None), (None, None), (None, Some(&["mine"][..]))] {
             let (argv, _) = command_line(&launch(), &spec(host, command), control);
             assert!(!argv.iter().any(|a| a.contains("secret-token")), "{argv:?}");

@@ -464,10 +464,18 @@ async fn ui_file(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
         return Response::error(404, format!("no such file: {}", call.request.path)).into();
     };
     let is_page = asset.content_type.starts_with("text/html");
+    let mut status = 200;
     if let (true, Some(token)) = (is_page, call.request.query("token")) {
-        return token_login(shared, token, call.session.as_deref(), call.peer).into();
+        if token_is_right(shared, token) {
+            return token_login(shared, call.session.as_deref()).into();
+        }
+        // A wrong or stale token (an earlier start's URL): refused, counted and logged as any
+        // wrong login, but a browser gets the page (with status 403), which sees the token in
+        // its address, says why it was refused and offers the login form.
+        let _ = login_refused(shared, call.peer);
+        status = 403;
     }
-    let mut r = Response::new(200, asset.content_type, asset.body).with_header("Cache-Control", "no-cache");
+    let mut r = Response::new(status, asset.content_type, asset.body).with_header("Cache-Control", "no-cache");
     if is_page {
         r = r
             .with_header("Content-Security-Policy", ui::CONTENT_SECURITY_POLICY)
@@ -512,12 +520,9 @@ fn login_session(shared: &Shared, session: Option<&str>) -> Result<(String, u64)
     Ok((id, n))
 }
 
-/// `GET /?token=T`: the session cookie, and a redirect to `/` that takes the token out of the
-/// address bar.
-fn token_login(shared: &Shared, token: &str, session: Option<&str>, peer: SocketAddr) -> Response {
-    if !token_is_right(shared, token) {
-        return login_refused(shared, peer);
-    }
+/// `GET /?token=T` with the right token: the session cookie, and a redirect to `/` that takes
+/// the token out of the address bar.
+fn token_login(shared: &Shared, session: Option<&str>) -> Response {
     match login_session(shared, session) {
         Ok((id, _)) => Response::new(303, "text/plain; charset=utf-8", "logged in; go to /\n")
             .with_header("Location", "/")

@@ -244,10 +244,12 @@ impl Backend for FakeBackend {
             duration_s: s.run_started_ms.map(|t| now_ms().saturating_sub(t) as f64 / 1000.0),
             events,
             bytes: events * EVENT_BYTES as u64,
-            recorded: events,
+            // While running, a few events are on their way to the recorder.
+            recorded: if running { events - events / 50 } else { events },
             events_per_s,
             mb_per_s,
-            lost: s.last_summary.as_ref().map(|r| r.lost),
+            // While a run is open, what the trigger gave up on so far; then the run's.
+            lost: if s.run_started_ms.is_some() { Some(0) } else { s.last_summary.as_ref().map(|r| r.lost) },
             last_error: None,
             last_summary: s.last_summary.clone(),
             control: "127.0.0.1:7000".into(),
@@ -498,14 +500,27 @@ impl Backend for FakeBackend {
         Ok(s.runs.iter().find(|r| r.record.run == run).cloned())
     }
 
+    /// As a monitor publishes them: event sizes of 3 to 6 kB in a histogram up to 16 kB
+    /// (64 bins), fragments of a fixed 512 bytes in bins of 64 bytes (whose centre is 544),
+    /// and the events seen in each of the last 120 seconds.
     fn histograms(&self) -> Value {
-        let bins: Vec<u64> = (0..20u64).map(|i| 100 - (i as i64 - 10).unsigned_abs() * 9).collect();
+        let sizes: Vec<u64> = (0..64u64)
+            .map(|i| if (12..24).contains(&i) { 100 - (i as i64 - 18).unsigned_abs() * 9 } else { 0 })
+            .collect();
+        let entries: u64 = sizes.iter().sum();
+        let mut fragments = vec![0u64; 64];
+        fragments[8] = 4000;
         json!([
             {"component": "monitor-1", "name": "event_size", "title": "Event size", "x_label": "bytes",
-             "low": 0.0, "high": 8192.0, "bins": bins, "underflow": 0, "overflow": 3, "entries": 1200},
-            {"component": "monitor-1", "name": "fragments", "title": "Fragments per event", "x_label": "fragments",
-             "low": 0.0, "high": 10.0, "bins": [0, 0, 5, 50, 400, 50, 5, 0, 0, 0], "underflow": 0, "overflow": 0,
-             "entries": 510},
+             "low": 0.0, "high": 16384.0, "bins": sizes, "underflow": 0, "overflow": 0, "entries": entries,
+             "sum": entries as f64 * 4608.5, "min": 3100.0, "max": 6050.0, "mean": 4608.5, "unit": "bytes"},
+            {"component": "monitor-1", "name": "fragment_size_src0", "title": "Fragment size, source 0",
+             "x_label": "bytes", "low": 0.0, "high": 4096.0, "bins": fragments, "underflow": 0, "overflow": 0,
+             "entries": 4000, "sum": 2_048_000.0, "min": 512.0, "max": 512.0, "mean": 512.0, "unit": "bytes"},
+            {"component": "monitor-1", "name": "rate", "title": "Events seen per second", "x_label": "seconds ago",
+             "low": -120.0, "high": 0.0, "bins": vec![2000u64; 120], "underflow": 0, "overflow": 0,
+             "entries": 240_000, "sum": 240_000.0, "min": 2000.0, "max": 2000.0, "mean": 2000.0,
+             "unit": "events/s", "series": true},
         ])
     }
 

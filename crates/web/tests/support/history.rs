@@ -18,6 +18,8 @@ use super::fake::{FakeBackend, now_ms};
 /// The samples' interval (ms) and how many each name has: an hour.
 pub const INTERVAL_MS: u64 = 5000;
 pub const SAMPLES: u64 = 720;
+/// How many samples `system.events_per_s` has: the last 3 minutes.
+pub const RUN_SAMPLES: u64 = 36;
 
 /// The fake with a history.
 pub struct HistoryBackend {
@@ -29,7 +31,8 @@ pub struct HistoryBackend {
 impl HistoryBackend {
     /// The last hour, a sample every 5 s, of `evm.events` (growing by 1000 a sample),
     /// `evm.events_per_s` (a saw tooth 0 … 99), `bu-0.detail.throttled` (0 or 1) and
-    /// `hv/state.voltage` (1500).
+    /// `hv/state.voltage` (1500); and of the last 3 minutes only (a run begun then),
+    /// `system.events_per_s` (2000).
     pub fn new(fake: Arc<FakeBackend>) -> Arc<HistoryBackend> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let db = RunDb::open(&dir.path().join("runs.sqlite")).expect("the run database");
@@ -41,6 +44,9 @@ impl HistoryBackend {
             samples.push(Sample::new(t, "evm.events_per_s", (i % 100) as f64));
             samples.push(Sample::new(t, "bu-0.detail.throttled", (i % 2) as f64));
             samples.push(Sample::new(t, "hv/state.voltage", 1500.0));
+            if i + RUN_SAMPLES >= SAMPLES {
+                samples.push(Sample::new(t, "system.events_per_s", 2000.0));
+            }
         }
         db.add_samples(&samples).expect("storing the samples");
         Arc::new(HistoryBackend { fake, db, _dir: dir })

@@ -8,18 +8,24 @@
 //! start:
 //! - `event_size`: bytes per built event;
 //! - `fragment_size_src<N>`: payload bytes of source N's fragments;
-//! - `rate`: events seen per second over the last `rate_window_s` seconds.
+//! - `rate`: events seen in each of the run's last `rate_window_s` whole seconds (a time
+//!   series: the second under way is not shown until it is over).
 //!
 //! Each histogram is `{"name","title","x_label","low","high","bins":[…],"underflow",
-//! "overflow","entries"}`.
+//! "overflow","entries","sum","min","max","mean","unit"}`: `sum`, `min`, `max` and `mean` are
+//! of the values filled themselves (under- and overflow included), not of the bins' centres, so
+//! that fragments of a fixed 512 bytes have the mean 512 whatever the binning. The `rate`
+//! series has `"series": true`: its `entries` and `sum` are the events of the seconds shown,
+//! its `mean`, `min` and `max` the events per second over those seconds (never negative).
 //!
 //! ```
 //! use daqflow_et::components::monitor::Histogram;
 //! let mut h = Histogram::new("event_size", "Event size", "bytes", 0.0, 100.0, 10);
 //! h.fill(5.0);
 //! h.fill(250.0);
-//! assert_eq!(h.to_json()["bins"][0], 1);
-//! assert_eq!(h.to_json()["overflow"], 1);
+//! let json = h.to_json();
+//! assert_eq!((json["bins"][0].as_u64(), json["overflow"].as_u64()), (Some(1), Some(1)));
+//! assert_eq!((json["mean"].as_f64(), json["max"].as_f64()), (Some(127.5), Some(250.0)));
 //! ```
 
 use std::collections::BTreeMap;
@@ -70,7 +76,8 @@ pub struct MonitorDetail {
     pub histograms: Vec<Histogram>,
 }
 
-/// A one-dimensional histogram with fixed bins.
+/// A one-dimensional histogram with fixed bins, and the true sum, extremes and mean of what
+/// was filled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Histogram {
     name: String,
@@ -82,6 +89,24 @@ pub struct Histogram {
     underflow: u64,
     overflow: u64,
     entries: u64,
+    /// The sum of the values filled (each `n` times), under- and overflow included.
+    #[serde(default)]
+    sum: f64,
+    /// The smallest value filled (none while empty).
+    #[serde(default)]
+    min: Option<f64>,
+    /// The largest value filled (none while empty).
+    #[serde(default)]
+    max: Option<f64>,
+    /// `sum / entries` (none while empty).
+    #[serde(default)]
+    mean: Option<f64>,
+    /// What `mean`, `min` and `max` count (`bytes`, `events/s`).
+    #[serde(default)]
+    unit: String,
+    /// Whether the bins are a time series (a count per second), not a distribution.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    series: bool,
 }
 
 impl Histogram {
@@ -97,6 +122,12 @@ impl Histogram {
             underflow: 0,
             overflow: 0,
             entries: 0,
+            sum: 0.0,
+            min: None,
+            max: None,
+            mean: None,
+            unit: x_label.into(),
+            series: false,
         }
     }
 
@@ -120,9 +151,28 @@ impl Histogram {
         self.fill_n(x, 1);
     }
 
+    /// The mean of the values filled (none while empty).
+    pub fn mean(&self) -> Option<f64> {
+        self.mean
+    }
+
+    /// The smallest and the largest value filled (none while empty).
+    pub fn extremes(&self) -> Option<(f64, f64)> {
+        self.min.zip(self.max)
+    }
+
     /// Counts `n` entries at `x`.
     pub fn fill_n(&mut self, x: f64, n: u64) {
+        if n == 0 {
+            return;
+        }
         self.entries += n;
+        if !x.is_nan() {
+            self.sum += x * n as f64;
+            self.min = Some(self.min.map_or(x, |m| m.min(x)));
+            self.max = Some(self.max.map_or(x, |m| m.max(x)));
+            self.mean = Some(self.sum / self.entries as f64);
+        }
         if x.is_nan() || x < self.low {
             self.underflow += n;
         } else if x >= self.high {
@@ -144,7 +194,8 @@ impl Histogram {
 struct Plots {
     event_size: Histogram,
     fragment_size: BTreeMap<u32, Histogram>,
-    /// Events per second, newest last, with the second each slot counts.
+    /// Events seen in each second, oldest first: the window's whole seconds, then the second
+    /// under way (`rate_second`, counted from the run's start).
     rate: Vec<u64>,
     rate_second: u64,
     /// The binning of the fragment-size histograms made as sources appear.
@@ -159,7 +210,7 @@ impl Plots {
             fragment_size_max: c.fragment_size_max,
             event_size: Histogram::new("event_size", "Event size", "bytes", 0.0, c.event_size_max, c.bins),
             fragment_size: BTreeMap::new(),
-            rate: vec![0; c.rate_window_s.max(1)],
+            rate: vec![0; c.rate_window_s.max(1) + 1],
             rate_second: 0,
         }
     }
@@ -175,22 +226,50 @@ impl Plots {
         self.rate_second = self.rate_second.max(now_s);
     }
 
-    /// Every histogram: `event_size`, the fragment sizes by source, `rate`.
-    fn histograms(&self) -> Vec<Histogram> {
+    /// Every histogram: `event_size`, the fragment sizes by source, `rate` (`ended`: the run
+    /// ended this many seconds after its start).
+    fn histograms(&self, ended: Option<f64>) -> Vec<Histogram> {
         let mut v = vec![self.event_size.clone()];
         v.extend(self.fragment_size.values().cloned());
-        v.push(Histogram {
+        v.push(self.rate_series(ended));
+        v
+    }
+
+    /// The `rate` series, oldest first: the events seen in each whole second of the run in the
+    /// window (not the second under way, nor seconds before the start), and once the run has
+    /// ended (`ended`: its length in seconds) its last second too, whole or not. Its mean is
+    /// the events per second over the time the bins cover; its lowest and highest, of the
+    /// whole seconds.
+    fn rate_series(&self, ended: Option<f64>) -> Histogram {
+        let window = self.rate.len() - 1;
+        let whole = (self.rate_second as usize).min(window);
+        let (bins, seconds) = match ended {
+            None => (self.rate[window - whole..window].to_vec(), whole as f64),
+            Some(length) => {
+                let last = (length - self.rate_second as f64).clamp(0.0, 1.0);
+                (self.rate[window - whole..].to_vec(), whole as f64 + last)
+            }
+        };
+        let sum: u64 = bins.iter().sum();
+        let per_s = |x: Option<&u64>| x.map(|&n| n as f64);
+        let (min, max) = (per_s(bins[..whole].iter().min()), per_s(bins[..whole].iter().max()));
+        Histogram {
             name: "rate".into(),
             title: "Events seen per second".into(),
             x_label: "seconds ago".into(),
-            low: -(self.rate.len() as f64),
+            low: -(bins.len() as f64),
             high: 0.0,
-            bins: self.rate.clone(),
             underflow: 0,
             overflow: 0,
-            entries: self.rate.iter().sum(),
-        });
-        v
+            entries: sum,
+            sum: sum as f64,
+            min,
+            max,
+            mean: (seconds > 0.0).then(|| sum as f64 / seconds),
+            unit: "events/s".into(),
+            series: true,
+            bins,
+        }
     }
 }
 
@@ -249,10 +328,13 @@ impl Monitor {
             if summary { (per_second(events, seconds), mean_mb_per_s) } else { self.recent.rates(events, bytes) };
         let histograms = {
             let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
+            let ended = self.stopped.map(|t| t.duration_since(self.t0).as_secs_f64());
             if self.worker.is_some() {
                 p.advance(self.t0.elapsed().as_secs());
+            } else if let Some(length) = ended {
+                p.advance(length as u64);
             }
-            p.histograms()
+            p.histograms(ended)
         };
         Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s).with_detail(&MonitorDetail {
             bad_events: c.bad_events.load(Ordering::Relaxed),
@@ -438,11 +520,60 @@ mod tests {
     fn the_rate_window_moves_with_time_and_forgets_old_seconds() {
         let c: MonitorConfig = toml::from_str("et = 'x'\nrate_window_s = 3").unwrap();
         let mut p = Plots::new(&c);
-        p.rate[2] = 5;
+        p.rate[3] = 5;
         p.advance(1);
-        assert_eq!(p.rate, vec![0, 5, 0]);
+        assert_eq!(p.rate, vec![0, 0, 5, 0]);
         p.advance(10);
-        assert_eq!(p.rate, vec![0, 0, 0]);
+        assert_eq!(p.rate, vec![0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn the_rate_series_shows_the_runs_whole_seconds_and_their_mean_per_second() {
+        let c: MonitorConfig = toml::from_str("et = 'x'\nrate_window_s = 4").unwrap();
+        let mut p = Plots::new(&c);
+        // During the first second nothing is whole yet.
+        p.rate[4] = 7;
+        let r = p.rate_series(None);
+        assert_eq!((r.bins.len(), r.mean, r.low, r.high), (0, None, 0.0, 0.0));
+        // Seconds 0 and 1 whole (7 and 9 events), second 2 under way: two bins, from -2 s.
+        p.advance(1);
+        p.rate[4] = 9;
+        p.advance(2);
+        p.rate[4] = 1000;
+        let r = p.rate_series(None);
+        assert_eq!((r.bins.clone(), r.low, r.high, r.entries), (vec![7, 9], -2.0, 0.0, 16));
+        assert_eq!(
+            (r.mean, r.min, r.max, r.unit.as_str(), r.series),
+            (Some(8.0), Some(7.0), Some(9.0), "events/s", true)
+        );
+        // The run ended at 2.5 s: its last half second counts too, over the time it covers.
+        let r = p.rate_series(Some(2.5));
+        assert_eq!((r.bins.clone(), r.low, r.entries), (vec![7, 9, 1000], -3.0, 1016));
+        assert_eq!((r.mean, r.min, r.max), (Some(1016.0 / 2.5), Some(7.0), Some(9.0)));
+        // Long after: the window's 4 seconds, the mean over them (never negative).
+        p.advance(9);
+        p.rate[4] = 3;
+        p.advance(10);
+        let r = p.rate_series(None);
+        assert_eq!((r.bins.clone(), r.low, r.mean), (vec![0, 0, 0, 3], -4.0, Some(0.75)));
+    }
+
+    #[test]
+    fn the_mean_is_of_the_values_filled_not_of_the_bins_centres() {
+        // Fixed 512-byte fragments in bins of 64 bytes: the centre of theirs is 544.
+        let mut h = Histogram::new("fragment_size_src0", "Fragment size", "bytes", 0.0, 4096.0, 64);
+        h.fill_n(512.0, 1000);
+        assert_eq!((h.mean(), h.extremes()), (Some(512.0), Some((512.0, 512.0))));
+        h.fill(9000.0); // an overflow counts in the mean too
+        let json = h.to_json();
+        assert_eq!(
+            (json["overflow"].as_u64(), json["max"].as_f64(), json["unit"].as_str()),
+            (Some(1), Some(9000.0), Some("bytes"))
+        );
+        assert!((h.mean().unwrap() - (512.0 * 1000.0 + 9000.0) / 1001.0).abs() < 1e-9);
+        assert!(json.get("series").is_none(), "a distribution: {json}");
+        let empty = Histogram::new("e", "E", "bytes", 0.0, 1.0, 1).to_json();
+        assert!(empty["mean"].is_null() && empty["min"].is_null(), "{empty}");
     }
 
     #[test]
@@ -471,7 +602,7 @@ mod tests {
         let ev = daqflow_wire::Event::assemble(&info, &[sf]);
         assert!(fill(&mut p, &ev));
         assert!(!fill(&mut p, b"garbage"));
-        let h = p.histograms();
+        let h = p.histograms(None);
         assert_eq!(h[0].entries(), 2);
         assert_eq!(h.iter().filter(|h| h.name().starts_with("fragment_size_src")).count(), 2);
         assert_eq!(h[1].bins().iter().sum::<u64>(), 1);
