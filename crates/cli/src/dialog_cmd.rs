@@ -463,7 +463,8 @@ fn send_to_components(
     }
 }
 
-/// One component's reply as a line: `NAME: done, now STATE (ANSWER)` or `NAME: refused: WHY`.
+/// One component's reply as a line: `NAME: done, now STATE (ANSWER)`, `NAME: refused (STATE): WHY`
+/// or `NAME: failed, now Error: WHY`.
 fn reply_line(reply: &CommandReply) -> String {
     let s = &reply.status;
     match &reply.outcome {

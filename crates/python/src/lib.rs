@@ -15,8 +15,8 @@
 //! ```
 //!
 //! `daqflow.decode_event(data)` gives the same [`Event`] for the bytes of one event from anywhere
-//! else (an ET event, a socket): it keeps the caller's buffer (a [`Lent`] export of it) rather
-//! than copying it, unless asked to copy.
+//! else (an ET event, a socket): it keeps an export of the caller's buffer (`Lent`) rather than
+//! copying it, unless asked to copy.
 //!
 //! Payloads reach Python without a copy: a [`Buffer`] owns a slice of the block the reader read
 //! ([`bytes::Bytes`], reference counted) and lends it through the buffer protocol. Nothing here
