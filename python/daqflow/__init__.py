@@ -4,6 +4,8 @@
 stopped); iterating over it yields its events, whose fragments' payloads are read-only
 ``memoryview`` objects over the bytes read from the file (no copy). ``File.verify()`` checks
 every CRC; ``File.arrays()`` returns the fragments of the whole file as numpy arrays.
+``daqflow.decode_event(data)`` gives the same ``Event`` for the bytes of one event from
+elsewhere (an ET event: ``daqflow.et``).
 
 The module is built from daqflow's Rust crates (``crates/python``, PyO3); see docs/python.md.
 """
@@ -22,6 +24,7 @@ from ._native import (
     SuperFragment,
     VerifyReport,
     __version__,
+    decode_event,
     open,
 )
 from .component import STATES_CONFIGURED, Component, Parameter
@@ -47,6 +50,7 @@ __all__ = [
     "SuperFragment",
     "VerifyReport",
     "__version__",
+    "decode_event",
     "dialog",
     "open",
 ]

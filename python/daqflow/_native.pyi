@@ -26,6 +26,25 @@ def open(path: Union[str, os.PathLike[str]]) -> File:
     ``FormatError`` when it is not a daqflow data file.
     """
 
+def decode_event(data: Any, *, verify: bool = True, copy: bool = False) -> Event:
+    """Decodes one built event (the ``DEVT`` record of docs/formats.md) from ``data``, any
+    object with the buffer protocol holding exactly that event: an ``et.Event`` (or its
+    ``data``), ``bytes``, a ``memoryview``, a numpy array. Returns the ``Event`` that
+    ``daqflow.open()`` gives for the same bytes, with ``index`` and ``offset`` ``None``.
+
+    With ``verify`` (the default) it walks every super-fragment and fragment first and raises
+    ``CorruptDataError`` for a malformed event and for a fragment whose payload does not match
+    its CRC32C, unless the event's header flags ``CRC_ERROR`` (2: the builder found it and
+    delivered the event flagged; ``Fragment.crc_ok`` then says which). ``verify=False`` checks
+    only the header (magic, version, length).
+
+    Without ``copy`` nothing is copied: the event, its super-fragments, fragments and payload
+    views keep a buffer of ``data`` until the last of them is gone. While they live an
+    ``et.Event`` cannot be put or dumped (``et.BufferInUseError``), a ``bytearray`` cannot be
+    resized, and writing into ``data`` changes what they read. ``copy=True`` copies the
+    event's bytes once: the result then holds nothing of ``data``.
+    """
+
 class File:
     """A data file opened for reading. Iterating over it yields its events in file order.
 
@@ -99,14 +118,17 @@ class Event:
     def bu_id(self) -> int:
         """The builder unit that built the event."""
     @property
-    def index(self) -> int:
-        """The position of the event's record in the file, from 0."""
+    def index(self) -> Optional[int]:
+        """The position of the event's record in the file, from 0; ``None`` for an event
+        from ``decode_event``."""
     @property
-    def offset(self) -> int:
-        """The file offset of the event's record."""
+    def offset(self) -> Optional[int]:
+        """The file offset of the event's record; ``None`` for an event from
+        ``decode_event``."""
     @property
     def data(self) -> memoryview:
-        """The whole encoded event, read-only, without a copy."""
+        """The whole encoded event, read-only, without a copy (for an event from
+        ``decode_event``: of the buffer it was decoded from, unless it copied)."""
     @property
     def super_fragments(self) -> list[SuperFragment]:
         """The super-fragments, one per readout unit. Raises ``CorruptDataError`` if the event
@@ -161,8 +183,9 @@ class Fragment:
         """Whether the payload matches its CRC32C (computed when asked)."""
     @property
     def payload(self) -> memoryview:
-        """The payload, read-only, without a copy: a view of the bytes read from the file,
-        usable by ``numpy.frombuffer``. It keeps the block it was read in alive."""
+        """The payload, read-only, without a copy: a view of the bytes read from the file (or
+        of the buffer ``decode_event`` decoded), usable by ``numpy.frombuffer``. It keeps the
+        block it was read in (or that buffer) alive."""
     def __len__(self) -> int:
         """The payload's size in bytes."""
 

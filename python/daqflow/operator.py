@@ -58,8 +58,16 @@ class Operator:
 
     ``token`` is the operator's web token; without it, ``token_file`` is read, else
     ``<data>/web-token`` (the operator writes it there, mode 0600, at every start), else
-    ``$DAQFLOW_WEB_TOKEN``. Without any token the client can only watch: every transition is
-    then refused (403) unless the operator runs without a web token.
+    ``$DAQFLOW_WEB_TOKEN``; white space around a token read from a file is stripped.
+
+    Without any token the client **watches**: :meth:`status`, :meth:`runs`, :meth:`run`,
+    :meth:`logs`, :meth:`processes`, :meth:`history` and every other reading call work where
+    the operator lets anyone watch (its web UI on loopback, the default), and
+    :attr:`may_control` is ``False``. Every call that acts (control, transitions,
+    :meth:`set`, :meth:`command`) then raises :class:`OperatorError` (403) before sending
+    anything, naming the missing token and the ways to give it. An operator that runs without
+    a web token lets a tokenless client act; one that lets only logged-in sessions watch
+    (``token_to_watch``) refuses the reading calls too (403, with the same advice).
 
     Use it as a context manager to take control on entry and release it on exit::
 
@@ -92,11 +100,25 @@ class Operator:
                 token = os.environ.get("DAQFLOW_WEB_TOKEN")
         self._token = token
         self.me: Optional[str] = None
+        #: Whether this client may act (take control, make transitions): it logged in with the
+        #: token, or the operator needs none. ``False``: it can only watch.
+        self.may_control = False
         self.login()
 
     # HTTP. ----------------------------------------------------------------------------------
 
+    _HOW = (
+        "give the operator's web token: Operator(url, token=...) (the token in the web UI URL the operator "
+        "printed), token_file=PATH, data=DATA_DIR (reads DATA_DIR/web-token), or $DAQFLOW_WEB_TOKEN"
+    )
+
     def _request(self, method: str, path: str, body: Any = None, *, timeout: Optional[float] = None) -> Any:
+        if method == "POST" and path != "/api/login" and not self.may_control:
+            what = path.rsplit("/", 1)[-1] if path.startswith("/api/transition/") else f"POST {path}"
+            raise OperatorError(
+                403,
+                f"{what}: this Operator has no web token, so it may only watch (status, runs, logs): {self._HOW}",
+            )
         headers = {"Accept": "application/json"}
         data = None
         if method == "POST":
@@ -116,8 +138,10 @@ class Operator:
                 answer = json.loads(text)
             except ValueError:
                 answer = None
-            message = answer.get("error", text) if isinstance(answer, dict) else (text or e.reason)
-            raise OperatorError(e.code, str(message), answer) from None
+            message = str(answer.get("error", text) if isinstance(answer, dict) else (text or e.reason))
+            if e.code == 403 and not self._token:
+                message += f" (this Operator has no web token: {self._HOW})"
+            raise OperatorError(e.code, message, answer) from None
         except urllib.error.URLError as e:
             raise OperatorError(0, f"cannot reach the operator at {self.url}: {e.reason}") from None
         return json.loads(text) if text else None
@@ -130,10 +154,21 @@ class Operator:
 
     def login(self) -> Dict[str, Any]:
         """Logs in (done by the constructor; again after the operator restarted). Returns
-        ``{"me": "client N", "may_control": bool}``."""
-        body = {"token": self._token} if self._token else {}
-        answer = self._request("POST", "/api/login", body)
+        ``{"me": "client N", "may_control": bool}``; without a token, against an operator that
+        has one, ``{"me": None, "may_control": False}`` (watching needs no session)."""
+        if self._token:
+            answer = self._request("POST", "/api/login", {"token": self._token})
+        else:
+            try:
+                # An operator without a web token gives any client a session that may act.
+                answer = self._request("POST", "/api/login", {})
+            except OperatorError as e:
+                if e.status != 400:
+                    raise
+                # It has one and this client none: it watches, without a session.
+                answer = {"me": None, "may_control": False}
         self.me = answer.get("me")
+        self.may_control = bool(answer.get("may_control"))
         return answer
 
     # Control. -------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ def operator(tmp_path):
         if not line:
             break
         lines.append(line)
-        m = re.search(r"web UI (http://[0-9.:]+)/\?token=", line)
+        m = re.search(r"web UI: (http://[0-9.:]+)/\?token=", line)
         if m:
             url = m.group(1)
     assert url, "".join(lines)
@@ -233,8 +233,9 @@ def operator(tmp_path):
             proc.wait()
 
 
-def test_a_script_drives_runs_through_the_operator(operator):
+def test_a_script_drives_runs_through_the_operator(operator, monkeypatch):
     url, data = operator
+    monkeypatch.delenv("DAQFLOW_WEB_TOKEN", raising=False)
     # A wrong token is refused at the login.
     with pytest.raises(daqflow.OperatorError) as refused:
         daqflow.Operator(url, token="wrong-token-0123456789")
@@ -262,6 +263,24 @@ def test_a_script_drives_runs_through_the_operator(operator):
         assert [(c["component"], c["key"], c["value"]) for c in summary["changes"]] == [("src-0", "rate_hz", 2500)]
         assert op.runs(limit=1)[0]["run"] == run
         assert op.run(run)["summary"]["events"] == summary["events"]
+        # Without a token a script watches (the operator's web UI is on loopback): the status
+        # and the run history; every call that acts is refused before it is sent, saying how
+        # to give the token.
+        watcher = daqflow.Operator(url)
+        assert (watcher.may_control, watcher.me) == (False, None)
+        assert watcher.state() == "Configured" and watcher.status()["run"] == run
+        assert watcher.runs(limit=1)[0]["run"] == run and watcher.run(run)["summary"]["lost"] == 0
+        assert isinstance(watcher.logs(limit=5), list) and watcher.control()["you"] is False
+        for act in (watcher.take_control, watcher.configure, lambda: watcher.set("src-0", "rate_hz", 1)):
+            with pytest.raises(daqflow.OperatorError) as e:
+                act()
+            assert e.value.status == 403, e.value
+            for hint in ("no web token", "token=", "token_file=", "web-token", "$DAQFLOW_WEB_TOKEN"):
+                assert hint in e.value.message, (hint, e.value.message)
+        with pytest.raises(daqflow.OperatorError, match="no web token"):
+            with daqflow.Operator(url):
+                pass
+        assert op.control()["you"] is True, "the watcher took nothing"
         op.reset()
         op.unset("src-0", "rate_hz")
         with pytest.raises(daqflow.OperatorError) as e:
@@ -294,17 +313,19 @@ def test_the_scan_example_takes_five_runs_each_with_its_value(operator):
     assert op.status()["overrides"] == {}
 
 
-def test_the_operator_example_of_the_python_guide_runs(operator, capsys):
+def test_the_operator_example_of_the_python_guide_runs(operator, capsys, monkeypatch):
     url, data = operator
+    monkeypatch.delenv("DAQFLOW_WEB_TOKEN", raising=False)
     doc = REPO / "docs" / "python.md"
     blocks = re.findall(r"^```python operator\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
     assert blocks
     for i, block in enumerate(blocks):
         exec(compile(block, f"{doc}:operator-block{i}", "exec"), {"URL": url, "DATA": str(data)})
-    first, second = capsys.readouterr().out.splitlines()[:2]
+    first, second, watching = capsys.readouterr().out.splitlines()[:3]
     run, events, recorded, lost = map(int, first.split())
     assert events >= 1000 and recorded == events and lost == 0
     assert second == f"{run} 0"
+    assert watching == "False Initial"
 
 
 def test_a_script_reads_the_history_of_slow_values(operator):

@@ -223,12 +223,19 @@ def test_a_process_name_in_use_is_refused(join, control, token_file):
 
 def test_subscribers_see_the_provider_go_and_an_iterator_ends_when_closed(join):
     provider, subscriber = join("py-leaving"), join("py-watching")
-    provider.provide("py-leaving/state", b"here")
+    provider.provide("py-leaving/state", b"here")      # the dialog keeps it until it closes
+    dropped = provider.provide("py-leaving/spare", b"spare")
     sub = subscriber.subscribe("py-leaving/state")
-    assert sub.get(timeout=WAIT).data == b"here"
+    spare = subscriber.subscribe("py-leaving/spare")
+    assert sub.get(timeout=WAIT).data == b"here" and spare.get(timeout=WAIT).data == b"spare"
+    # A service closed while its process stays is withdrawn (INFO_SERVICE status 3) ...
+    dropped.close()
+    withdrawn = spare.get(timeout=WAIT)
+    assert withdrawn.lost and withdrawn.cause == "service withdrawn", withdrawn
+    # ... a process that leaves, with its services still open, disconnected (LOST_SENDER 3).
     provider.close()
     lost = sub.get(timeout=WAIT)
-    assert lost.lost and lost.provider == "py-leaving" and lost.cause in ("disconnected", "service withdrawn")
+    assert lost.lost and lost.provider == "py-leaving" and lost.cause == "disconnected", lost
     assert sub.provider is None
     seen = []
     reader = threading.Thread(target=lambda: seen.extend(m for m in sub))

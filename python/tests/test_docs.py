@@ -35,6 +35,7 @@ def test_every_example_of_the_python_guide_runs(in_data_dir, capsys):
     assert "False no trailer: the file was not closed" in out
     assert "no-such-file.daq" in out
     assert "Buffer" in out
+    assert "True [0, 1]" in out and "True True" in out  # decode_event of an ET event
 
 
 def test_the_readme_example_runs(in_data_dir, capsys):

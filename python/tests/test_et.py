@@ -161,6 +161,130 @@ def test_events_can_be_put_and_dumped_one_by_one(client):
         assert mine[0]["dumped"] == 3 and mine[0]["put"] == 3
 
 
+# --- built events: decode_event -----------------------------------------------------------------
+
+
+def fragments_of(event):
+    return [(f.source_id, f.event_id, f.run, f.trigger_type, f.timestamp, f.flags, f.crc_ok, bytes(f.payload))
+            for f in event.fragments]
+
+
+def test_a_decoded_event_holds_its_et_event_until_it_is_gone_unless_copied(in_data_dir, client):
+    source = next(iter(daqflow.open("run000001_bu-0_0001.daq")))
+    client.create_station("c")
+    with client.attach("c") as consumer:
+        produce(client, [(1, 0, 0, 0)] * 2, size=len(source), data=[bytes(source.data)] * 2)
+        batch = consumer.get_events(2, wait=5.0)
+        assert len(batch) == 2
+        from_event = daqflow.decode_event(batch[0])        # the event itself
+        from_view = daqflow.decode_event(batch[1].data)    # its data's memoryview
+        copied = daqflow.decode_event(batch[0], copy=True)
+        for e in (from_event, from_view, copied):
+            assert (e.id, e.bu_id, e.index) == (source.id, source.bu_id, None)
+            assert fragments_of(e) == fragments_of(source)
+        payload = from_event.fragments[1].payload
+        del from_event
+        with pytest.raises(et.BufferInUseError):
+            consumer.put_events(batch)                      # a payload view still reads event 0
+        assert len(batch) == 2
+        del payload
+        with pytest.raises(et.BufferInUseError):
+            consumer.put_events(batch)                      # event 1's data is still decoded
+        del from_view
+        consumer.put_events(batch)
+        assert len(batch) == 0
+        assert fragments_of(copied) == fragments_of(source)  # the copy outlives the put
+    assert free_events(client)["free_events"] == 200
+
+
+def test_a_consumer_decodes_the_events_builder_units_put_as_the_recorder_wrote_them(tmp_path):
+    """The demo's system (builder units putting built events into ET, a recorder writing them to
+    files) with a Python consumer on a station of its own: every event it decodes is the event
+    the recorder's file holds."""
+    name = unique("devt")
+    text = subprocess.run([daqflow_binary(), "demo", "--print-config"], capture_output=True, text=True,
+                          check=True).stdout
+    assert 'name = "${system.id}-et"' in text
+    text = text.replace('name = "${system.id}-et"', f'name = "{name}"').replace("rate_hz = 2000.0", "rate_hz = 300.0")
+    system, data = tmp_path / "system.toml", tmp_path / "data"
+    system.write_text(text)
+    proc = subprocess.Popen([daqflow_binary(), "run", str(system), "--data", str(data), "--web", "none"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
+
+    def say(line):
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+
+    def wait_for(what, predicate, timeout=120):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline and proc.poll() is None, f"{what}: {''.join(output)}"
+            time.sleep(0.05)
+
+    decoded = {}
+    done = threading.Event()
+    try:
+        say("configure")
+        clients = []
+
+        def connected():
+            try:
+                clients.append(et.connect(name))
+                return True
+            except et.NotFoundError:
+                return False
+
+        wait_for("the ET system", connected)
+        client = clients[0]
+        client.create_station("python")                    # blocking, after the recorder's
+        consumer = client.attach("python")
+
+        def summary(event):
+            # Decoded in place; the Event goes with this frame, before the batch is put.
+            e = daqflow.decode_event(event)
+            return e.id, (e.run, e.flags, e.trigger_type, e.bu_id, len(e), fragments_of(e))
+
+        def consume():
+            while not done.is_set():
+                batch = consumer.get_events(100, wait="async")
+                if len(batch) == 0:
+                    time.sleep(0.01)
+                    continue
+                decoded.update(summary(e) for e in batch)
+                consumer.put_events(batch)
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        say("start")
+        wait_for("300 events", lambda: len(decoded) >= 300)
+        say("stop")
+        wait_for("the run's summary", lambda: any(l.startswith("lost:") for l in output))
+        # Everything the builder units put has come back to GrandCentral through our station.
+        pool = client.snapshot()["events"]
+        wait_for("the station drained", lambda: client.snapshot()["free_events"] == pool)
+        done.set()
+        reader.join(30)
+        consumer.detach()
+        say("quit")
+        proc.wait(60)
+    finally:
+        done.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    files = sorted((data / "files").glob("run000001_*.daq"))
+    assert files, "".join(output)
+    recorded = {}
+    for f in files:
+        for e in daqflow.open(f):
+            recorded[e.id] = (e.run, e.flags, e.trigger_type, e.bu_id, len(e), fragments_of(e))
+    assert len(decoded) >= 300 and {bu for _, _, _, bu, _, _ in decoded.values()} == {0, 1}
+    assert decoded.keys() == recorded.keys()
+    assert decoded == recorded
+
+
 # --- buffers after put -------------------------------------------------------------------------
 
 
@@ -541,7 +665,7 @@ def test_bad_arguments_and_wrong_use_raise(client, system):
 # --- the guide ---------------------------------------------------------------------------------
 
 
-def test_the_et_examples_of_the_python_guide_run_and_print_what_they_say(capsys):
+def test_the_et_examples_of_the_python_guide_run_and_print_what_they_say(in_data_dir, capsys):
     doc = (REPO / "docs" / "python.md").read_text()
     start = doc.index("## ET: events from and to an ET system")
     section = doc[start:doc.index("\n## ", start + 1)]
@@ -558,6 +682,9 @@ def test_the_et_examples_of_the_python_guide_run_and_print_what_they_say(capsys)
         "refused",
         "operation forbidden on released memoryview object",
         "320 (5, 4)",
+        "True [0, 1]",
+        "refused",
+        "True True",
         "['GRAND_CENTRAL', 'monitor', 'calibration', 'all', 'ana-1', 'ana-2']",
         "100 {'Match': [1, None, None, None]}",
         "True [b'hello', b'hello', b'hello']",

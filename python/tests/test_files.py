@@ -160,3 +160,72 @@ def test_verify_of_a_clean_file(data_dir):
     assert report.events_checked == report.records > 0
     shallow = daqflow.open(data_dir / COMPLETE).verify(deep=False)
     assert shallow.clean and shallow.events_checked == 0
+
+
+# --- decode_event: the same events from bytes held elsewhere (an ET event, a socket) --------
+
+
+def fragments_of(event):
+    return [(f.source_id, f.event_id, f.run, f.trigger_type, f.timestamp, f.flags, f.crc_ok, bytes(f.payload))
+            for f in event.fragments]
+
+
+def test_decode_event_gives_the_event_a_file_gives(data_dir):
+    for from_file in daqflow.open(data_dir / COMPLETE):
+        for data in (bytes(from_file.data), bytearray(from_file.data), from_file.data,
+                     np.frombuffer(from_file.data, dtype=np.uint8)):
+            event = daqflow.decode_event(data)
+            assert isinstance(event, daqflow.Event)
+            assert (event.id, event.run, event.flags, event.trigger_type, event.bu_id, len(event)) == (
+                from_file.id, from_file.run, from_file.flags, from_file.trigger_type, from_file.bu_id, len(from_file))
+            assert (event.index, event.offset) == (None, None)
+            assert bytes(event.data) == bytes(from_file.data)
+            assert [(s.ru_id, s.event_id, s.flags, len(s)) for s in event.super_fragments] == [
+                (s.ru_id, s.event_id, s.flags, len(s)) for s in from_file.super_fragments]
+            assert fragments_of(event) == fragments_of(from_file)
+
+
+def test_decode_event_reads_the_buffer_in_place_unless_asked_to_copy(data_dir):
+    source = next(iter(daqflow.open(data_dir / COMPLETE)))
+    data = bytearray(source.data)
+    event = daqflow.decode_event(data)
+    copied = daqflow.decode_event(data, copy=True)
+    payload = event.fragments[0].payload
+    # The payload is the bytearray's memory: a write into it shows; the copy does not change.
+    data[48 + 32 + 48] ^= 0xFF
+    assert payload[0] == data[128] != copied.fragments[0].payload[0]
+    assert not event.fragments[0].crc_ok and copied.fragments[0].crc_ok
+    # While the event (or any view of it) lives, the bytearray is held: it cannot be resized.
+    del event
+    with pytest.raises(BufferError):
+        data.append(0)
+    del payload
+    data.append(0)  # released with the last view
+    assert copied.fragments[0].crc_ok
+
+
+def test_decode_event_checks_every_crc_and_the_structure(data_dir):
+    event = next(iter(daqflow.open(data_dir / COMPLETE)))
+    source, first = bytes(event.data), event.fragments[0].source_id
+    damaged = bytearray(source)
+    damaged[48 + 32 + 48 + 3] ^= 0x01          # a payload byte of the first fragment
+    with pytest.raises(daqflow.CorruptDataError, match=rf"event {event.id}: the payload CRC32C of source {first}'s fragment"):
+        daqflow.decode_event(damaged)
+    # Without the walk it decodes, and the fragment says so.
+    assert [f.crc_ok for f in daqflow.decode_event(damaged, verify=False).fragments] == [False, True]
+    # An event the builder flagged CRC_ERROR (flags bit 1) is data, delivered as it is.
+    damaged[8] |= 2
+    flagged = daqflow.decode_event(damaged)
+    assert flagged.flags & 2 and [f.crc_ok for f in flagged.fragments] == [False, True]
+    # Not an event at all, or cut short, or with bytes to spare: refused with the reason.
+    for bad, reason in [(b"DQFLFILE" + bytes(60), "not a daqflow event"), (source[:40], "cannot hold a daqflow event"),
+                        (source[:-8], "header says"), (source + bytes(8), "header says")]:
+        with pytest.raises(daqflow.CorruptDataError, match=reason):
+            daqflow.decode_event(bad)
+    # A super-fragment that claims more fragments than it holds is malformed.
+    broken = bytearray(source)
+    broken[48 + 24] += 1                        # the super-fragment's fragment count
+    with pytest.raises(daqflow.CorruptDataError, match=r"^the event|^event \d+"):
+        daqflow.decode_event(broken)
+    with pytest.raises(TypeError):
+        daqflow.decode_event("DEVT")            # text has no buffer

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use daqflow_component::{Answer, CommandReply, Outcome, Request, State, Verb};
 use daqflow_dialog::{
     ControlServer, Dialog, DialogConfig, DialogError, ServerConfig, ServiceEvent, parse_control_addrs,
 };
@@ -113,13 +114,22 @@ pub enum DialogCommand {
         #[arg(long)]
         seq: bool,
     },
-    /// Send a command to every process that registered it.
+    /// Send a command to every process that registered it. A component command (NAME/VERB or
+    /// all/VERB: configure, start, pause, resume, stop, reset, set) asks every component for its
+    /// reply and prints each; the exit status is 0 only when every one did it.
     Send {
         /// The command.
         command: String,
-        /// Its payload (text).
+        /// Its payload (text). For a component command: empty, a number (the run for start,
+        /// the last event for stop), or the request's JSON.
         #[arg(default_value = "")]
         payload: String,
+        /// How long to wait for the components' replies.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        timeout: Duration,
+        /// Send the payload as it is and only count the processes it reached (no replies).
+        #[arg(long)]
+        raw: bool,
     },
     /// Provide a service and publish each line read from stdin as a value.
     Publish {
@@ -146,7 +156,9 @@ Examples:
   daqflow dialog ls
   daqflow dialog ls --filter ru-1
   daqflow dialog listen ru-1/stats
-  daqflow dialog send all/stop
+  daqflow dialog send all/stop                         # each component's reply; exit 1 if one refused
+  daqflow dialog send evm/start 12                     # the run for start; the last event for stop
+  daqflow dialog send hv-1/ramp 1200                   # any other command: counts who got it
   echo '{\"state\":\"Running\"}' | daqflow dialog publish test/state
   daqflow dialog --control host1:7000,host2:7000 ls     # primary and spare control servers";
 
@@ -237,17 +249,21 @@ pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        DialogCommand::Send { command, payload } => {
+        DialogCommand::Send { command, payload, timeout, raw } => {
             let dialog = Dialog::start(config(args, "dialog-send")?)?;
-            let n = dialog
-                .send_command(command, payload.as_bytes())
-                .map_err(|e| with_problem(&dialog, &format!("sending `{command}`"), e))?;
-            if n == 0 {
-                eprintln!("daqflow: command `{command}` was delivered to no process (nobody registered it)");
-                return Ok(ExitCode::from(1));
+            match component_verb(command).filter(|_| !raw) {
+                Some(verb) => send_to_components(&dialog, command, verb, payload, *timeout),
+                None => {
+                    let n = dialog
+                        .send_command(command, payload.as_bytes())
+                        .map_err(|e| with_problem(&dialog, &format!("sending `{command}`"), e))?;
+                    if n == 0 {
+                        return Ok(nobody(command));
+                    }
+                    out_line(&format!("delivered to {n} process(es)"));
+                    Ok(ExitCode::SUCCESS)
+                }
             }
-            out_line(&format!("delivered to {n} process(es)"));
-            Ok(ExitCode::SUCCESS)
         }
         DialogCommand::Publish { service } => {
             let dialog = Dialog::start(config(args, "dialog-publish")?)?;
@@ -263,6 +279,10 @@ pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
             for line in std::io::stdin().lock().lines() {
                 svc.update(line?.as_bytes())?;
             }
+            // Leave as a process (subscribers: LOST_SENDER, "disconnected") before the service
+            // is dropped: dropping it first would withdraw it (INFO_SERVICE status 3).
+            dialog.shutdown();
+            drop(svc);
             Ok(ExitCode::SUCCESS)
         }
         DialogCommand::Peer { provide, subscribe, command } => run_peer(args, provide, subscribe, command),
@@ -331,9 +351,135 @@ fn run_peer(
             None => eprintln!("not providing {name}"),
         }
     }
+    // Leave as a process: subscribers are told "disconnected", not "service withdrawn".
+    dialog.shutdown();
     drop(keep);
     drop(regs);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The exit of a command nobody registered.
+fn nobody(command: &str) -> ExitCode {
+    eprintln!("daqflow: command `{command}` was delivered to no process (nobody registered it)");
+    ExitCode::from(1)
+}
+
+/// The component verb of a command `NAME/VERB` or `all/VERB` (the component protocol,
+/// docs/operator-guide.md), if it is one.
+fn component_verb(command: &str) -> Option<Verb> {
+    let (target, verb) = command.rsplit_once('/')?;
+    if target.is_empty() || target.contains('/') {
+        return None;
+    }
+    Verb::parse(verb)
+}
+
+/// Sends a component command as a request that asks for replies, and reports each component's:
+/// exit status 0 only when every process the command reached did it.
+fn send_to_components(
+    dialog: &Dialog,
+    command: &str,
+    verb: Verb,
+    payload: &str,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    let mut request = Request::decode(verb, payload.as_bytes()).map_err(|e| {
+        anyhow::anyhow!(
+            "`{command}`: {e}. A component command's payload is empty, a number (the run for start, the last \
+             event for stop) or the request's JSON (docs/operator-guide.md, \"The component protocol\"); \
+             --raw sends it as it is"
+        )
+    })?;
+    if let Some(to) = &request.reply_to {
+        // The request names where its replies go: they are not ours to wait for.
+        let n = dialog
+            .send_command(command, payload.as_bytes())
+            .map_err(|e| with_problem(dialog, &format!("sending `{command}`"), e))?;
+        if n == 0 {
+            return Ok(nobody(command));
+        }
+        out_line(&format!("delivered to {n} process(es); their replies go to `{to}`"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let me = dialog.client().name().to_owned();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    // Registered before the command is sent, on the same connection: the control server takes
+    // it before it forwards the command (docs/dialog.md, "When a command registration takes
+    // effect"), so no reply can miss it.
+    let _replies = dialog.register_command(&format!("{me}/reply"), move |c| {
+        let _ = tx.send(c.data.to_vec());
+    })?;
+    request.id = (u64::from(std::process::id()) << 20) | u64::from(std::time::UNIX_EPOCH.elapsed()?.subsec_micros());
+    request.reply_to = Some(me.clone());
+    let (_, body) = request.encode();
+    let n =
+        dialog.send_command(command, &body).map_err(|e| with_problem(dialog, &format!("sending `{command}`"), e))?;
+    if n == 0 {
+        return Ok(nobody(command));
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    let mut replies: Vec<CommandReply> = Vec::new();
+    while replies.len() < n as usize {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok(data) = rx.recv_timeout(left) else { break };
+        match serde_json::from_slice::<CommandReply>(&data) {
+            Ok(reply) if reply.id == request.id => {
+                out_line(&reply_line(&reply));
+                replies.push(reply);
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("daqflow: a reply that cannot be read ({e}): {}", printable(&data)),
+        }
+    }
+    let done = replies.iter().filter(|r| matches!(r.outcome, Outcome::Ok(_))).count();
+    let refused = replies.len() - done;
+    let silent = n as usize - replies.len();
+    let mut summary = format!("`{command}` reached {n} process(es): {done} did it, {refused} refused or failed");
+    if silent > 0 {
+        // Name them: the registrants of the command that sent no reply.
+        let answered: std::collections::BTreeSet<&str> = replies.iter().map(|r| r.status.name.as_str()).collect();
+        let names: Vec<String> = dialog
+            .processes(Duration::from_secs(5))
+            .map(|procs| {
+                procs
+                    .into_iter()
+                    .filter(|p| p.name != me && p.commands.iter().any(|c| c == command))
+                    .map(|p| p.name)
+                    .filter(|name| !answered.contains(name.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let who = if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) };
+        summary.push_str(&format!(
+            ", {silent} did not answer within {timeout:?}{who}: not a component, or busy (a longer --timeout waits more)"
+        ));
+    }
+    if done == n as usize {
+        out_line(&summary);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("daqflow: {summary}");
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// One component's reply as a line: `NAME: done, now STATE (ANSWER)`, `NAME: refused (STATE): WHY`
+/// or `NAME: failed, now Error: WHY`.
+fn reply_line(reply: &CommandReply) -> String {
+    let s = &reply.status;
+    match &reply.outcome {
+        Outcome::Ok(answer) => {
+            let what = match answer {
+                Answer::Nothing => String::new(),
+                Answer::Run(run) => format!(" (run {run})"),
+                Answer::Info(info) => format!(" ({})", serde_json::to_string(info).unwrap_or_default()),
+                Answer::Summary(stats) => format!(" ({} events)", stats.events),
+            };
+            format!("{}: done, now {}{what}", s.name, s.state.name())
+        }
+        Outcome::Error(why) if s.state == State::Error => format!("{}: failed, now Error: {why}", s.name),
+        Outcome::Error(why) => format!("{}: refused ({}): {why}", s.name, s.state.name()),
+    }
 }
 
 fn print_table(procs: &[daqflow_dialog::ProcessInfo]) {

@@ -17,6 +17,7 @@ mod evb_cmd;
 mod format;
 mod inspect;
 mod profile_cmd;
+mod retention;
 mod run_cmd;
 mod soak_cmd;
 

@@ -43,13 +43,16 @@ pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
     daqflow demo                        runs until Ctrl-C; open the web UI URL it prints\n  \
     daqflow demo --seconds 10           10 seconds, then the summary\n  \
     daqflow demo --data /dev/shm/demo   keep the data on a RAM disk\n  \
-    daqflow demo --print-config         the system file the demo runs\n\n\
+    daqflow demo --print-config         the system file the demo runs\n  \
+    daqflow demo --keep 10GiB           keep up to 10 GiB of earlier runs' files (default 2 GiB)\n\n\
     The demo runs, on this machine: the control server, an emulated trigger (EVM), 4 sources,\n\
     2 readout units, 2 builder units, an ET system, a recorder and a monitor, the message logger\n\
     and the run database (SQLite), and serves the web UI. It starts a run at once; a run stopped\n\
     from the web UI (or by a policy) prints its summary and the demo goes on: runs started from\n\
     the web UI are followed the same way, until Ctrl-C or --seconds, which stop the run that is\n\
-    open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.";
+    open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.\n\
+    A run records about 8 MB/s (30 GB an hour) into DATA/files; when a run starts, the files of\n\
+    the oldest earlier runs beyond --keep are deleted (the demo says which).";
 
 /// Arguments of `daqflow run`.
 #[derive(clap::Args, Debug)]
@@ -100,6 +103,12 @@ pub struct DemoArgs {
     /// Print each run's summary as JSON too (after the human-readable one).
     #[arg(long)]
     pub json: bool,
+    /// How much of earlier runs' data files to keep (the demo records about 8 MB/s): when a
+    /// run starts, the files of the oldest earlier runs are deleted, a run at a time, until
+    /// the rest take at most this much (`500MiB`, `10GiB`); `all` keeps every file. The run in
+    /// progress never loses a file.
+    #[arg(long, value_name = "SIZE", default_value = crate::retention::DEFAULT_KEEP, value_parser = crate::retention::parse_keep)]
+    pub keep: crate::retention::Keep,
 }
 
 /// The operator as the web UI's backend.
@@ -448,7 +457,13 @@ fn summary_of(op: &Operator, run: u32) -> anyhow::Result<RunSummary> {
 /// with progress lines and summarised when it closes (stopped from the web UI or by a policy),
 /// until Ctrl-C or `seconds`, which stop the run that is open. Whether every run was perfect
 /// (`print_summary`).
-fn demo_session(op: &Operator, seconds: Option<f64>, web: Option<&Web>, json: bool) -> anyhow::Result<bool> {
+fn demo_session(
+    op: &Operator,
+    seconds: Option<f64>,
+    web: Option<&Web>,
+    json: bool,
+    keep: Option<u64>,
+) -> anyhow::Result<bool> {
     let stop_flag = crate::component_cmd::install_signal_flag()?;
     let mut all_ok = true;
     let mut show = |summary: &RunSummary| -> anyhow::Result<()> {
@@ -461,6 +476,7 @@ fn demo_session(op: &Operator, seconds: Option<f64>, web: Option<&Web>, json: bo
     };
     let first = op.start(None)?;
     println!("run {first} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
+    keep_within(op, keep, first);
     let mut following = Some(first);
     let t0 = Instant::now();
     let tty = std::io::stdout().is_terminal();
@@ -488,6 +504,7 @@ fn demo_session(op: &Operator, seconds: Option<f64>, web: Option<&Web>, json: bo
             && let Some(run) = op.run_number()
         {
             println!("run {run} started from outside the demo");
+            keep_within(op, keep, run);
             following = Some(run);
         }
         if following.is_some() && Instant::now() >= next {
@@ -502,6 +519,18 @@ fn demo_session(op: &Operator, seconds: Option<f64>, web: Option<&Web>, json: bo
         show(&stop_run(op, run)?)?;
     }
     Ok(all_ok)
+}
+
+/// Deletes the files of the oldest runs before `run` (the run just started, whose files stay)
+/// beyond `keep` bytes (`daqflow demo --keep`), and says what it deleted.
+fn keep_within(op: &Operator, keep: Option<u64>, run: u32) {
+    let Some(keep) = keep else { return };
+    let dir = op.data_dir().join("files");
+    match crate::retention::prune(&dir, keep, Some(run)) {
+        Ok(p) if !p.runs.is_empty() => println!("{}", crate::retention::report(&p, keep, &dir)),
+        Ok(_) => {}
+        Err(e) => eprintln!("daqflow: keeping the demo's files within --keep: {e}"),
+    }
 }
 
 /// A count of the summary, or `unknown` with the reason when it could not be known.
@@ -601,7 +630,7 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         println!("control server: {}", op.control_addr());
         op.configure()?;
         println!("configured: {}", op.file().components.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "));
-        let ok = demo_session(&op, args.seconds, web.as_ref(), args.json)?;
+        let ok = demo_session(&op, args.seconds, web.as_ref(), args.json, args.keep.0)?;
         if let Some(w) = web {
             let _ = w.handle.shutdown();
         }
@@ -649,7 +678,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         let web = start_web(&web_addr, &op, false)?;
         println!(
-            "system `{}` up: control server {}, web UI {}",
+            "system `{}` up: control server {}, web UI: {}",
             op.file().system.name,
             op.control_addr(),
             web.as_ref().map_or("none".into(), Web::login_url)

@@ -120,8 +120,8 @@ fn alarms_are_raised_logged_exported_acknowledged_cleared_and_stored() {
             let _ = tx.send(line);
         }
     });
-    let first = console_line(&lines, "web UI ");
-    let url = first.split("web UI ").nth(1).unwrap().trim().to_owned();
+    let first = console_line(&lines, "web UI: ");
+    let url = first.split("web UI: ").nth(1).unwrap().trim().to_owned();
     let (base, token) = url.split_once("?token=").unwrap_or_else(|| panic!("no token in {url}"));
     let addr: SocketAddr = base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
     let watcher = Client::new(addr);

@@ -260,3 +260,83 @@ fn a_component_takes_the_token_from_its_first_input_line_and_ends_with_its_input
     let said = none.stderr_lines().join("\n");
     assert!(said.contains("--token-stdin: standard input ended before the token's line"), "{said}");
 }
+
+/// `daqflow [PRE…] dialog --control ADDR send ARGS…`: exit status, stdout, stderr.
+fn dialog_send(addr: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["dialog", "--control", addr, "send"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn dialog_send_prints_each_components_reply_and_fails_when_one_refuses_or_stays_silent() {
+    let (_cs, addr) = control_server(&[]);
+    let mut sinks = [sink(&addr, "sink-a", &[]), sink(&addr, "sink-b", &[])];
+    // Both on the control plane (their commands registered) before anything is sent.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ls = std::process::Command::new(env!("CARGO_BIN_EXE_daqflow"))
+            .args(["dialog", "--control", &addr, "ls", "--filter", "all/configure"])
+            .output()
+            .unwrap();
+        let ls = String::from_utf8_lossy(&ls.stdout);
+        if ls.contains("sink-a") && ls.contains("sink-b") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sinks never registered their commands: {ls}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, out, err) = dialog_send(&addr, &["all/configure"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    for name in ["sink-a", "sink-b"] {
+        assert!(out.lines().any(|l| l.starts_with(&format!("{name}: done, now Configured ("))), "{out}");
+    }
+    assert!(out.contains("`all/configure` reached 2 process(es): 2 did it, 0 refused or failed"), "{out}");
+    let (code, out, err) = dialog_send(&addr, &["all/start", "5"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("sink-a: done, now Running (run 5)") && out.contains("sink-b: done, now Running (run 5)"),
+        "{out}"
+    );
+    // Refused by both: each refusal printed, exit status 1; the components stay Running.
+    let (code, out, err) = dialog_send(&addr, &["all/configure"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    for name in ["sink-a", "sink-b"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}: refused (Running): ")))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(line.contains("configure"), "{line}");
+    }
+    assert!(err.contains("`all/configure` reached 2 process(es): 0 did it, 2 refused or failed"), "{err}");
+    // A payload a component cannot read is refused before anything is sent.
+    let (code, _, err) = dialog_send(&addr, &["sink-a/start", "run=8"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--raw sends it as it is"), "{err}");
+    // A process that registered a component command but does not answer it is named.
+    let mut impostor =
+        Proc::spawn(&["dialog", "--control", &addr, "--name", "impostor", "peer", "--command", "all/stop"]);
+    impostor.expect("ready impostor");
+    let (code, out, err) = dialog_send(&addr, &["all/stop", "--timeout", "3s"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("sink-a: done, now Configured (0 events)") && out.contains("sink-b: done, now Configured"),
+        "{out}"
+    );
+    assert!(
+        err.contains("reached 3 process(es): 2 did it, 0 refused or failed, 1 did not answer within 3s (impostor)"),
+        "{err}"
+    );
+    impostor.expect("command all/stop from");
+    for s in &mut sinks {
+        s.send("state");
+        s.expect("\"state\":\"Configured\"");
+    }
+}

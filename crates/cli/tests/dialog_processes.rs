@@ -110,13 +110,28 @@ fn the_control_server_killed_and_restarted_gets_everything_registered_again() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
-        .args(["dialog", "--control", &addr2, "send", "ru-1/configure", "run=8"])
+        .args(["dialog", "--control", &addr2, "send", "--raw", "ru-1/configure", "run=8"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     provider.expect("command ru-1/configure from");
     provider.send("ru-1/stats after");
     listener.expect("after");
+}
+
+#[test]
+fn a_publisher_at_the_end_of_its_input_leaves_as_a_process_and_subscribers_are_told_disconnected() {
+    let (_cs, addr) = control_server(&[]);
+    let mut publisher = dialog(&addr, &["--name", "pub-1", "publish", "pub/state"]);
+    let mut listener = dialog(&addr, &["listen", "pub/state"]);
+    // Its first value may reach the listener as the current one or as an update.
+    publisher.send("first");
+    listener.expect("first");
+    publisher.close_stdin();
+    // LOST_SENDER reason 3, not INFO_SERVICE withdrawn (which `service withdrawn` would show).
+    let lost = listener.expect("lost: provider pub-1");
+    assert!(lost.contains("(disconnected)"), "{lost}");
+    assert_eq!(publisher.wait_exit(), 0);
 }
 
 #[test]

@@ -86,7 +86,7 @@ fn a_run_leaves_growing_samples_in_the_database_and_the_api(backend: Backend) {
     let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a first line").unwrap();
     std::thread::spawn(move || for _ in lines {});
-    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+    let url = first.split("web UI: ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
     let base = url.split("?token=").next().unwrap();
     let addr: SocketAddr = base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
 
@@ -185,7 +185,7 @@ fn run_with_web(file: &Path, data: &Path, pgpassword: &str) -> (Proc, SocketAddr
     let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a first line").unwrap();
     std::thread::spawn(move || for _ in lines {});
-    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+    let url = first.split("web UI: ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
     let base = url.split("?token=").next().unwrap();
     (op, base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap())
 }

@@ -133,8 +133,18 @@ fn status(op: &Operator) -> Value {
 fn the_demo_takes_a_run_with_nothing_lost_and_files_that_inspect_accepts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo");
+    // Files of two earlier runs (numbered above the demo's, as after `start 900`), 40 kB each:
+    // with --keep 50KiB the older one goes when the run starts, the newer stays.
+    std::fs::create_dir_all(data.join("files")).unwrap();
+    let earlier = [(900, 600), (901, 300)].map(|(run, age_s)| {
+        let path = data.join("files").join(format!("run{run:06}_recorder_0001.daq"));
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(40_000).unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(age_s)).unwrap();
+        path
+    });
     let out = Command::new(BIN)
-        .args(["demo", "--seconds", "5", "--web", "127.0.0.1:0", "--data"])
+        .args(["demo", "--seconds", "5", "--web", "127.0.0.1:0", "--keep", "50KiB", "--data"])
         .arg(&data)
         .current_dir(dir.path())
         .output()
@@ -154,10 +164,14 @@ fn the_demo_takes_a_run_with_nothing_lost_and_files_that_inspect_accepts() {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777, 0o600);
     }
+    let deleted = stdout.lines().find(|l| l.starts_with("deleted the files of earlier run 900 (1 file, 39.1 KiB)"));
+    assert!(deleted.is_some_and(|l| l.contains("at most 50 KiB") && l.ends_with("39.1 KiB kept")), "{stdout}");
+    assert!(!earlier[0].exists() && earlier[1].exists(), "the older run's file goes, the newer one's stays");
     let files: Vec<_> = std::fs::read_dir(data.join("files"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "daq"))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("run000001_")))
         .collect();
     assert!(!files.is_empty(), "no data files: {stdout}");
     let inspect = Command::new(BIN).args(["inspect", "--verify"]).args(&files).output().unwrap();
@@ -234,7 +248,17 @@ fn components_take_commands_from_their_operator_only_not_from_other_token_holder
         .args(["dialog", "--control", &op.control_addr().to_string(), "send", "all/stop"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    // `dialog send` prints every component's refusal and fails.
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let refused =
+        stdout.lines().find(|l| l.starts_with("evm: refused (Running): ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(refused.contains("takes commands from its operator `operator` only"), "{refused}");
+    let n = op.file().components.len();
+    assert!(
+        stderr.contains(&format!("`all/stop` reached {n} process(es): 0 did it, {n} refused or failed")),
+        "{stderr}"
+    );
     let before = events_built(&op);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(op.state(), SystemState::Running);

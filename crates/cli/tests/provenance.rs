@@ -318,7 +318,7 @@ fn the_web_ui_of_a_real_operator_shows_a_runs_configuration_and_its_diff_against
     let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a first line").unwrap();
     std::thread::spawn(move || for _ in lines {});
-    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+    let url = first.split("web UI: ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
 
     let mut browser = cdp::Browser::launch(&chromium).unwrap_or_else(|e| panic!("launching Chromium: {e}"));
     let step = |what: &str, browser: &cdp::Browser, r: Result<serde_json::Value, String>| {

@@ -342,7 +342,7 @@ fn run_with_web(system: &std::path::Path, data: &std::path::Path, web: &str) -> 
     let mut lines = BufReader::new(op.0.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a first line").unwrap();
     std::thread::spawn(move || for _ in lines {});
-    let url = first.split("web UI ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
+    let url = first.split("web UI: ").nth(1).unwrap_or_else(|| panic!("no web address in {first:?}")).trim().to_owned();
     (op, url)
 }
 

@@ -157,6 +157,11 @@ pub struct CommandInfo {
     pub registrants: Vec<String>,
 }
 
+/// The message of a `CONNECT_REFUSED` for protocol version `version`.
+fn version_refusal(version: u16) -> String {
+    format!("protocol version {version} is not supported (this server speaks {PROTOCOL_VERSION})")
+}
+
 /// The directory. See the [module docs](self).
 #[derive(Debug)]
 pub struct Directory {
@@ -217,6 +222,31 @@ impl Directory {
                 let name = name.clone();
                 self.connected_message(conn, &name, msg, now, &mut out);
             }
+        }
+        out
+    }
+
+    /// A `CONNECT_TO_CONTROL_SERVER` of protocol version `version` (not this server's) that
+    /// did not decode as this version's layout ([`crate::protocol::other_version`]): refused
+    /// with reason 3 (version) and closed, as one that decodes is. On a connection that
+    /// completed its handshake it is a malformed message: closed.
+    pub fn on_other_version(&mut self, conn: ConnId, version: u16) -> Vec<Output> {
+        let mut out = Vec::new();
+        match self.conns.get(&conn) {
+            Some(Conn::Pending { peer, .. }) => {
+                tracing::warn!(%peer, version, "refused a process of another protocol version");
+                self.conns.remove(&conn);
+                let message = version_refusal(version);
+                out.push(Output::Send {
+                    conn,
+                    msg: Message::ConnectRefused { reason: RefuseReason::Version, message: message.clone() },
+                });
+                out.push(Output::Close { conn, reason: message });
+            }
+            Some(Conn::Connected { name }) => {
+                out.push(Output::Close { conn, reason: format!("{name}: a second CONNECT_TO_CONTROL_SERVER") });
+            }
+            None => {}
         }
         out
     }
@@ -286,11 +316,7 @@ impl Directory {
         };
         if version != PROTOCOL_VERSION {
             self.conns.remove(&conn);
-            return refuse(
-                RefuseReason::Version,
-                format!("protocol version {version} is not supported (this server speaks {PROTOCOL_VERSION})"),
-                out,
-            );
+            return refuse(RefuseReason::Version, version_refusal(version), out);
         }
         if !valid_name(&name) {
             self.conns.remove(&conn);

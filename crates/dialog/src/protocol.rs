@@ -466,6 +466,21 @@ impl Message {
     }
 }
 
+/// The protocol version a handshake frame (`CONNECT_TO_CONTROL_SERVER` or `PEER_HELLO`) names,
+/// when it is another than [`PROTOCOL_VERSION`]. The version is the first field of both in every
+/// version, so a receiver can tell a peer of another version from a malformed one even when the
+/// rest of the payload has another layout (version 1's `CONNECT_TO_CONTROL_SERVER` carried the
+/// shared secret): the control server answers it `CONNECT_REFUSED` with reason 3 (version)
+/// instead of closing the connection as malformed.
+pub fn other_version(frame: &Frame) -> Option<u16> {
+    if frame.kind != kind::CONNECT_TO_CONTROL_SERVER && frame.kind != kind::PEER_HELLO {
+        return None;
+    }
+    let bytes = frame.payload.get(..2)?;
+    let version = u16::from_le_bytes([bytes[0], bytes[1]]);
+    (version != PROTOCOL_VERSION).then_some(version)
+}
+
 /// The frame of a `SERVICE_MESSAGE` to subscription `sub` carrying update `seq` of `data`.
 pub fn service_message(sub: u32, initial: bool, seq: u64, data: &[u8]) -> Frame {
     let mut b = BytesMut::with_capacity(8 + data.len());
@@ -497,6 +512,27 @@ pub fn reserved_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn another_version_is_told_from_a_malformed_handshake() {
+        // Version 1, then a name and a secret this version's layout does not have.
+        let v1 = Frame::new(kind::CONNECT_TO_CONTROL_SERVER, Bytes::from_static(&[1, 0, 2, 0, b'h', b'v', 1, 0, b's']));
+        assert!(Message::from_frame(&v1).is_err());
+        assert_eq!(other_version(&v1), Some(1));
+        let hello = Frame::new(kind::PEER_HELLO, Bytes::from_static(&[7, 0]));
+        assert_eq!(other_version(&hello), Some(7));
+        let ours = Message::ConnectToControlServer {
+            version: PROTOCOL_VERSION,
+            name: "ru-1".into(),
+            pid: 1,
+            host: "127.0.0.1".into(),
+            port: 1,
+            start_time_ns: 0,
+        };
+        assert_eq!(other_version(&ours.to_frame()), None);
+        assert_eq!(other_version(&Message::Heartbeat { seq: 1 }.to_frame()), None);
+        assert_eq!(other_version(&Frame::new(kind::CONNECT_TO_CONTROL_SERVER, Bytes::from_static(&[1]))), None);
+    }
 
     fn name() -> impl Strategy<Value = String> {
         "[a-z0-9/_.-]{1,20}"

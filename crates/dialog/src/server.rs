@@ -219,6 +219,13 @@ async fn serve(shared: Arc<Shared>, id: ConnId, conn: AsyncConnection) {
                     shared.apply(out);
                 }
                 Err(e) => {
+                    if let Some(version) = crate::protocol::other_version(&frame) {
+                        // Another version's layout: refused as such (reason 3), not as garbage;
+                        // the refusal is delivered, then the connection closed.
+                        let out = shared.directory().on_other_version(id, version);
+                        shared.apply(out);
+                        continue;
+                    }
                     tracing::warn!(%peer, error = %e, "closing control connection: malformed message");
                     break;
                 }

@@ -287,6 +287,52 @@ fn a_wrong_or_missing_token_is_refused_and_the_process_is_told_why() {
 }
 
 #[test]
+fn a_process_of_another_protocol_version_is_refused_with_reason_version_not_as_malformed() {
+    let server = TestServer::start(TestServer::fast());
+    let opts = ConnectionOptions { token: None, ..ConnectionOptions::for_protocol(CONTROL_PROTOCOL) };
+    // Version 1's CONNECT_TO_CONTROL_SERVER carried the shared secret after the name: a layout
+    // this version cannot read. Then one of a later version with this version's layout.
+    let mut v1 = daqflow_wire::codec::Writer::with_capacity(64);
+    v1.u16(1);
+    v1.text("old-timer");
+    v1.text("the shared secret");
+    v1.u32(42);
+    v1.text("127.0.0.1");
+    v1.u16(4000);
+    v1.u64(0);
+    let v3 = Message::ConnectToControlServer {
+        version: 3,
+        name: "newcomer".into(),
+        pid: 43,
+        host: "127.0.0.1".into(),
+        port: 4001,
+        start_time_ns: 0,
+    };
+    for (version, frame) in [(1, Frame::new(kind::CONNECT_TO_CONTROL_SERVER, v1.finish())), (3, v3.to_frame())] {
+        let mut raw = Connection::connect(server.addr, &opts).unwrap();
+        raw.send(frame).unwrap();
+        raw.flush().unwrap();
+        let reply = raw.recv_timeout(Duration::from_secs(10)).unwrap().expect("an answer, not a closed connection");
+        match Message::from_frame(&reply).unwrap() {
+            Message::ConnectRefused { reason, message } => {
+                assert_eq!(reason, daqflow_dialog::protocol::RefuseReason::Version, "{message}");
+                assert!(message.contains(&format!("protocol version {version} is not supported")), "{message}");
+            }
+            other => panic!("version {version}: expected CONNECT_REFUSED, got {other:?}"),
+        }
+        // Then the server closes the connection.
+        let end = loop {
+            match raw.recv_timeout(Duration::from_secs(10)) {
+                Ok(Some(_)) => continue,
+                other => break other,
+            }
+        };
+        assert!(end.is_err(), "version {version}: the server closed the connection: {end:?}");
+    }
+    assert!(server.processes().is_empty());
+}
+
+#[test]
 fn a_provider_that_leaves_is_reported_lost_and_a_spare_takes_over() {
     let server = TestServer::start(TestServer::fast());
     let primary = join("primary", &[server.addr]);

@@ -484,6 +484,14 @@ fn release(dialog: Option<Held>, handles: Handles) {
     for s in &handles.subscriptions {
         s.close();
     }
+    // Leave as a process before the services go: their subscribers are told that the provider
+    // disconnected (LOST_SENDER reason 3), not that each service was withdrawn one by one.
+    if let Some(d) = &dialog {
+        d.shutdown();
+    }
+    for s in &handles.services {
+        lock(s).take();
+    }
     drop(handles);
     drop(dialog);
 }

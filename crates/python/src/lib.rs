@@ -14,6 +14,10 @@
 //!         data = fragment.payload   # a read-only memoryview of the bytes read, not a copy
 //! ```
 //!
+//! `daqflow.decode_event(data)` gives the same [`Event`] for the bytes of one event from anywhere
+//! else (an ET event, a socket): it keeps an export of the caller's buffer (`Lent`) rather than
+//! copying it, unless asked to copy.
+//!
 //! Payloads reach Python without a copy: a [`Buffer`] owns a slice of the block the reader read
 //! ([`bytes::Bytes`], reference counted) and lends it through the buffer protocol. Nothing here
 //! panics on a file's content: every problem becomes a Python exception ([`Error`] and its
@@ -28,8 +32,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use daqflow_wire::file::{FileReadError, FileReader, Problem, ScanCursor, ScanItem};
 use daqflow_wire::{
-    DecodeError, EVENT_MAGIC, Event as WireEvent, EventHeader, Fragment as WireFragment, SuperFragment as WireSF,
+    DecodeError, EVENT_MAGIC, Event as WireEvent, EventFlags, EventHeader, Fragment as WireFragment,
+    SuperFragment as WireSF,
 };
+use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyBufferError, PyException, PyImportError, PyOSError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMemoryView};
@@ -354,8 +360,7 @@ impl Events {
 
     fn __next__(&mut self) -> PyResult<Option<Event>> {
         Ok(next_event(&self.reader, &mut self.cursor, self.skip_damaged)?.map(|(index, offset, event)| Event {
-            index,
-            offset,
+            record: Some((index, offset)),
             header: *event.header(),
             bytes: event.as_bytes().clone(),
         }))
@@ -365,10 +370,72 @@ impl Events {
 /// A built event: its header, and its super-fragments parsed when asked for.
 #[pyclass(frozen, module = "daqflow")]
 pub struct Event {
-    index: u64,
-    offset: u64,
+    /// Its record's index and file offset; `None` for an event decoded from bytes.
+    record: Option<(u64, u64)>,
     header: EventHeader,
     bytes: Bytes,
+}
+
+/// A Python buffer lent to Rust for as long as this lives: the exporter keeps its memory (and
+/// refuses to resize or free it: a `bytearray` cannot grow, an ET event cannot be put) until
+/// the buffer is released, which dropping this does.
+struct Lent(PyUntypedBuffer);
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `Lent` is made only from a C-contiguous buffer of at least one byte
+        // (`decode_event`), whose `len_bytes` bytes from `buf_ptr` the exporter keeps valid
+        // until the buffer is released, which happens only when `self` is dropped. The bytes
+        // are read while the GIL is held (Python code that could write them then waits).
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr().cast::<u8>(), self.0.len_bytes()) }
+    }
+}
+
+/// Decodes one built event (`DEVT…`, `docs/formats.md`) from any object with the buffer
+/// protocol; see `daqflow.decode_event`.
+#[pyfunction]
+#[pyo3(signature = (data, *, verify = true, copy = false))]
+fn decode_event(data: &Bound<'_, PyAny>, verify: bool, copy: bool) -> PyResult<Event> {
+    let buffer = PyUntypedBuffer::get(data)?;
+    if !buffer.is_c_contiguous() {
+        return Err(PyBufferError::new_err(
+            "decode_event needs contiguous bytes (a bytes object, a memoryview, an ET event, …)",
+        ));
+    }
+    if buffer.len_bytes() < daqflow_wire::EVENT_HEADER_LEN {
+        return Err(CorruptDataError::new_err(format!(
+            "{} bytes cannot hold a daqflow event (its header alone takes {})",
+            buffer.len_bytes(),
+            daqflow_wire::EVENT_HEADER_LEN
+        )));
+    }
+    let lent = Lent(buffer);
+    let bytes = if copy { Bytes::copy_from_slice(lent.as_ref()) } else { Bytes::from_owner(lent) };
+    if bytes.get(..4) != Some(&EVENT_MAGIC.to_le_bytes()[..]) {
+        return Err(CorruptDataError::new_err(format!(
+            "not a daqflow event: it starts with {:02x?}, not `DEVT`",
+            &bytes[..4]
+        )));
+    }
+    let event = WireEvent::parse(bytes).map_err(|e| decode_error("the event", e))?;
+    let what = format!("event {}", event.header().event_id);
+    if verify {
+        let check = event.check().map_err(|e| decode_error(&what, e))?;
+        // What the builder found and flagged is data; a mismatch nobody flagged is damage.
+        if !event.header().flags.contains(EventFlags::CRC_ERROR)
+            && let Some(m) = check.crc_errors.first()
+        {
+            return Err(CorruptDataError::new_err(format!(
+                "{what}: the payload CRC32C of source {}'s fragment is {:#010x} but {:#010x} was stored, and the \
+                 event is not flagged CRC_ERROR ({} fragment(s) damaged)",
+                m.source_id,
+                m.computed,
+                m.stored,
+                check.crc_errors.len()
+            )));
+        }
+    }
+    Ok(Event { record: None, header: *event.header(), bytes: event.as_bytes().clone() })
 }
 
 impl Event {
@@ -379,7 +446,10 @@ impl Event {
     }
 
     fn what(&self) -> String {
-        format!("record {} (event {}) at offset {}", self.index, self.header.event_id, self.offset)
+        match self.record {
+            Some((index, offset)) => format!("record {index} (event {}) at offset {offset}", self.header.event_id),
+            None => format!("event {}", self.header.event_id),
+        }
     }
 }
 
@@ -406,12 +476,12 @@ impl Event {
         self.header.bu_id
     }
     #[getter]
-    fn index(&self) -> u64 {
-        self.index
+    fn index(&self) -> Option<u64> {
+        self.record.map(|(index, _)| index)
     }
     #[getter]
-    fn offset(&self) -> u64 {
-        self.offset
+    fn offset(&self) -> Option<u64> {
+        self.record.map(|(_, offset)| offset)
     }
     #[getter]
     fn data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyMemoryView>> {
@@ -697,6 +767,7 @@ fn open(py: Python<'_>, path: std::path::PathBuf) -> PyResult<File> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_event, m)?)?;
     m.add_class::<File>()?;
     m.add_class::<Events>()?;
     m.add_class::<Event>()?;

@@ -11,9 +11,10 @@
 //! A proof is HMAC-SHA256 keyed with the system token over a label (`client` or `server`), the
 //! protocol name and both nonces. The client proves it knows the token without sending it, and
 //! the server proves it back: a process that squats a port cannot learn the token, and a client
-//! that has a token never talks to a server that cannot prove the same token. Without a token on
-//! either side the handshake still runs (it names the protocol, so a client that dialled the
-//! wrong port gets a clear error) and accepts anyone.
+//! that has a token never talks to a server that cannot prove the same token (a server without a
+//! token refuses a response that carries a proof, rather than accepting it with a zero proof).
+//! Without a token on either side the handshake still runs (it names the protocol, so a client
+//! that dialled the wrong port gets a clear error) and accepts anyone.
 //!
 //! Until the handshake is over a connection accepts frames of at most [`HANDSHAKE_MAX_FRAME`]
 //! bytes, and a listener gives a peer [`ConnectionOptions::handshake_timeout`] to complete it,
@@ -357,6 +358,9 @@ enum RefuseReason {
     Protocol = 3,
     Version = 4,
     Malformed = 5,
+    /// The client sent a proof, but this server has no token: it cannot check the proof nor
+    /// prove one back, and a client that holds a token must not take it for authenticated.
+    NoTokenHere = 6,
 }
 
 /// What both ends know before the handshake.
@@ -493,6 +497,15 @@ impl ServerSide {
             );
         }
         let mut server_proof = [0u8; PROOF_LEN];
+        if self.creds.token.is_none() && flags & FLAG_TOKEN != 0 {
+            // Answering ACCEPT (with a zero proof) would leave a client that does not check
+            // the proof believing that the server holds its token.
+            return refuse(
+                RefuseReason::NoTokenHere,
+                "this port runs without a system token: it cannot check a proof nor prove the token back".into(),
+                AuthError::ServerUnproven { peer },
+            );
+        }
         if let Some(token) = &self.creds.token {
             if flags & FLAG_TOKEN == 0 {
                 return refuse(
@@ -602,6 +615,7 @@ impl ClientSide {
                 Err(match reason {
                     Some(1) => AuthError::WrongToken { peer },
                     Some(2) => AuthError::TokenRequired { peer },
+                    Some(6) => AuthError::ServerUnproven { peer },
                     _ => AuthError::Refused { peer, message },
                 })
             }
@@ -707,6 +721,26 @@ mod tests {
     }
 
     #[test]
+    fn a_server_without_a_token_refuses_a_response_that_carries_a_proof() {
+        // A client that ignores the challenge's flags and proves its token anyway (daqflow's
+        // own stops at the challenge: `ServerUnproven`) is refused with reason 6, not accepted
+        // with a zero proof. Its response is made here against another server's challenge.
+        let t = Token::generate();
+        let (_, challenge) = ServerSide::start(creds(Some(&t)));
+        let (client, response) = ClientSide::on_challenge(creds(Some(&t)), peer(), &challenge).unwrap();
+        let (tokenless, _) = ServerSide::start(creds(None));
+        let (refusal, error) = tokenless.on_response(peer(), &response).unwrap_err();
+        assert_eq!(error, AuthError::ServerUnproven { peer: peer() });
+        assert_eq!((refusal.kind, refusal.payload[0]), (KIND_REFUSE, 6));
+        let mut f = Reader::new("REFUSE", &refusal.payload[1..]);
+        assert!(f.text("message").unwrap().contains("without a system token"));
+        // The client reading the refusal learns that the server cannot prove the token.
+        assert_eq!(client.on_answer(peer(), &refusal), Err(AuthError::ServerUnproven { peer: peer() }));
+        // Without a proof, a server without a token still accepts anyone.
+        assert_eq!(handshake(None, None), (Ok(()), Ok(())));
+    }
+
+    #[test]
     fn a_server_that_does_not_know_the_token_cannot_fake_its_proof() {
         let t = Token::generate();
         let (_, challenge) = ServerSide::start(creds(Some(&t)));
@@ -756,6 +790,26 @@ mod tests {
         assert_eq!(Token::from_file(&path).unwrap(), t);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(matches!(Token::from_file(&path), Err(TokenError::Exposed { mode: 0o644, .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_token_file_is_read_without_the_white_space_around_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("daqflow-token-ws-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        // What `write_file` writes: the token and one newline; the key is the token alone.
+        let t = Token::generate();
+        t.write_file(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), [t.as_bytes(), b"\n"].concat());
+        assert_eq!(Token::from_file(&path).unwrap().as_bytes(), t.as_bytes());
+        // Any white space around it, as an editor or `echo` leaves it, is not part of it.
+        std::fs::write(&path, " \t\r\nabc123\r\n\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(Token::from_file(&path).unwrap().as_bytes(), b"abc123");
+        std::fs::write(&path, "abc 123\n").unwrap();
+        assert!(matches!(Token::from_file(&path), Err(TokenError::BadCharacter)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

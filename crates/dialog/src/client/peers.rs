@@ -510,7 +510,15 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
         let msg = match Message::from_frame(&frame) {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(%from, error = %e, "closing peer connection: malformed message");
+                match crate::protocol::other_version(&frame) {
+                    Some(version) => tracing::warn!(
+                        %from,
+                        version,
+                        "closing peer connection: the peer speaks protocol version {version}, this process {}",
+                        crate::protocol::PROTOCOL_VERSION
+                    ),
+                    None => tracing::warn!(%from, error = %e, "closing peer connection: malformed message"),
+                }
                 break;
             }
         };

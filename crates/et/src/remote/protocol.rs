@@ -347,6 +347,43 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// docs/et.md is what clients in other languages are written from: its message table and
+    /// every other mention of a kind give the codes this module sends.
+    #[test]
+    fn the_guide_gives_every_message_its_kind() {
+        let doc = include_str!("../../../../docs/et.md");
+        let kinds = [
+            ("HELLO", HELLO),
+            ("WELCOME", WELCOME),
+            ("ATTACH", ATTACH),
+            ("ATTACHED", ATTACHED),
+            ("DETACH", DETACH),
+            ("NEW", NEW),
+            ("EVENTS", EVENTS),
+            ("GET", GET),
+            ("PUT", PUT),
+            ("DUMP", DUMP),
+            ("STATION", STATION),
+            ("STATUS", STATUS),
+            ("SNAPSHOT", SNAPSHOT),
+            ("PING", PING),
+            ("DATA", DATA),
+            ("UNGET", UNGET),
+            ("OK", OK),
+            ("ERROR", ERROR),
+        ];
+        for (name, kind) in kinds {
+            let row = format!("| `0x{kind:04X}` | `{name}` |");
+            assert!(doc.contains(&row), "docs/et.md has no row {row}");
+        }
+        // The batches section names the DATA frame's kind: the code, not the message number.
+        assert!(doc.contains(&format!("a `DATA` frame (kind `0x{DATA:04X}`, channel = attachment)")));
+        for (name, kind) in kinds {
+            let number = kind - ET_REMOTE.at(0);
+            assert!(!doc.contains(&format!("`{name}` frame (kind {number},")), "{name} given as kind {number}");
+        }
+    }
+
     /// Found while writing the client-side fuzz target (`fuzz/fuzz_targets/et_client.rs`): a
     /// server's answer with an event longer than its capacity made the client pad the event
     /// to that length (up to 4 GiB) when it was put back.
