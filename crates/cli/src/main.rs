@@ -19,6 +19,7 @@ mod inspect;
 mod profile_cmd;
 mod run_cmd;
 mod soak_cmd;
+mod terminal;
 
 /// daqflow: a data-acquisition dataflow framework for physics experiments.
 ///
@@ -146,7 +147,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("daqflow: error: {e:#}");
+            terminal::say_err!("daqflow: error: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -179,6 +180,8 @@ fn init_logging(default_level: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
+        // A terminal that is gone (EIO) must not make a log record panic on its report.
+        .log_internal_errors(false)
         .with_filter(filter);
     // Records at info and above are also kept for the process's `<name>/log` service (the
     // message logger stores them), whatever the terminal shows.

@@ -5,7 +5,6 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -17,6 +16,8 @@ use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
 use daqflow_web::{Backend, BackendError};
 use serde_json::{Value, json};
+
+use crate::terminal::{Hangup, Interrupts, say, say_err, say_inline};
 
 /// The demo's system file.
 pub const DEMO_SYSTEM: &str = include_str!("demo.toml");
@@ -30,8 +31,11 @@ pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     status, quit; `set NAME.KEY=VALUE` changes a component's parameter: while Initial for the\n\
     next configure (`unset NAME.KEY` takes it back), while Configured, Running or Paused a live\n\
     parameter at once (docs/operator-guide.md, \"Live parameters\"); `repeat RUN` (while\n\
-    Initial) takes the parameters run RUN was configured with. Ctrl-C stops a run in\n\
-    progress and ends every component.\n\
+    Initial) takes the parameters run RUN was configured with.\n\n\
+    Ctrl-C (or SIGTERM) ends the system in order: a transition under way finishes, a run in\n\
+    progress is stopped and recorded, every component resets and ends. A second Ctrl-C says\n\
+    what that waits for; a third ends at once (exit status 130). A closed terminal (SIGHUP)\n\
+    does what --on-hangup says (default: keep going).\n\
     The system file is described in docs/operator-guide.md.";
 
 pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
@@ -44,7 +48,10 @@ pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
     and the run database (SQLite), and serves the web UI. It starts a run at once; a run stopped\n\
     from the web UI (or by a policy) prints its summary and the demo goes on: runs started from\n\
     the web UI are followed the same way, until Ctrl-C or --seconds, which stop the run that is\n\
-    open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.";
+    open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.\n\n\
+    Ctrl-C (or SIGTERM, or closing the terminal) ends the demo in order, whatever it is doing: a\n\
+    transition under way finishes, the open run is stopped and summarised, every component\n\
+    resets and ends. A second Ctrl-C says what that waits for; a third ends at once (exit 130).";
 
 /// Arguments of `daqflow run`.
 #[derive(clap::Args, Debug)]
@@ -75,6 +82,11 @@ pub struct RunArgs {
     /// repeat run N.
     #[arg(long, value_name = "N")]
     pub repeat: Option<u32>,
+    /// What a closed terminal (SIGHUP: a window closed, an ssh session dropped) does: `keep`
+    /// goes on without it (the web UI, SIGINT or SIGTERM end the system), `stop` ends the
+    /// system in order, as Ctrl-C does.
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "keep")]
+    pub on_hangup: Hangup,
 }
 
 /// Arguments of `daqflow demo`.
@@ -95,6 +107,10 @@ pub struct DemoArgs {
     /// Print each run's summary as JSON too (after the human-readable one).
     #[arg(long)]
     pub json: bool,
+    /// What a closed terminal (SIGHUP) does: `stop` ends the demo in order, as Ctrl-C does;
+    /// `keep` goes on without it (the web UI, SIGINT or SIGTERM end it).
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "stop")]
+    pub on_hangup: Hangup,
 }
 
 /// The operator as the web UI's backend.
@@ -322,7 +338,7 @@ fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option
         {
             let host = addr.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
             let h = daqflow_web::spawn(format!("{host}:0"), backend, options)?;
-            eprintln!("{addr} is busy; the web UI is on {} instead", h.url());
+            say_err!("{addr} is busy; the web UI is on {} instead", h.url());
             h
         }
         Err(e) => return Err(e.into()),
@@ -361,11 +377,10 @@ fn progress_line(st: &SystemStatus, t: f64) -> String {
 fn show_progress(op: &Operator, t: f64, tty: bool) {
     let line = progress_line(&op.status(), t);
     if tty {
-        print!("\r{line}");
+        say_inline!("\r{line}");
     } else {
-        println!("{line}");
+        say!("{line}");
     }
-    let _ = std::io::stdout().flush();
 }
 
 /// Checks every file of a run summary (`daqflow inspect --verify`): (files, clean, those left
@@ -390,40 +405,41 @@ fn verify_files(summary: &RunSummary) -> (usize, usize, Vec<String>, Vec<String>
 /// Takes one run: start, progress until `seconds` or Ctrl-C, stop; the summary. The run ends
 /// only when it is stopped: here, or by a component's policy `stop`; a component restarted by
 /// its policy rejoins the run and does not end it.
-fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<RunSummary> {
-    let stop_flag = crate::component_cmd::install_signal_flag()?;
+fn take_run(op: &Operator, seconds: Option<f64>, live: bool, interrupts: &Interrupts) -> anyhow::Result<RunSummary> {
     let run = op.start(None)?;
-    println!("run {run} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
+    say!("run {run} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
     let t0 = Instant::now();
     let tty = live && std::io::stdout().is_terminal();
     let mut next = Instant::now() + Duration::from_secs(1);
+    interrupts.doing(format!("the stop of run {run} to begin"));
     loop {
-        std::thread::sleep(Duration::from_millis(100));
         let t = t0.elapsed().as_secs_f64();
-        if stop_flag.load(Ordering::Relaxed) || seconds.is_some_and(|s| t >= s) {
+        if interrupts.requested() || seconds.is_some_and(|s| t >= s) {
             break;
         }
         if !op.run_open() {
-            println!();
-            println!("the run ended by itself: {}", op.status().last_error.unwrap_or_default());
+            say!();
+            say!("the run ended by itself: {}", op.status().last_error.unwrap_or_default());
             break;
         }
         if Instant::now() >= next {
             next += Duration::from_secs(1);
             show_progress(op, t, tty);
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
     if tty {
-        println!();
+        say!();
     }
-    stop_run(op, run)
+    stop_run(op, run, interrupts)
 }
 
 /// Stops `run` if it is still the open run, else waits for the stop under way (by the web UI or
 /// a policy) to record it; its summary. A run opened meanwhile by someone else is not touched.
-fn stop_run(op: &Operator, run: u32) -> anyhow::Result<RunSummary> {
+fn stop_run(op: &Operator, run: u32, interrupts: &Interrupts) -> anyhow::Result<RunSummary> {
+    interrupts.doing(format!("the stop of run {run}"));
     if op.run_open() && op.run_number() == Some(run) {
-        println!("stopping run {run}: producers first, then the builder, then the consumers drain ET …");
+        say!("stopping run {run}: producers first, then the builder, then the consumers drain ET …");
         match op.stop() {
             Ok(summary) if summary.run == run => return Ok(summary),
             Ok(other) => bail!("stopping run {run} closed run {} instead", other.run),
@@ -458,60 +474,79 @@ fn summary_of(op: &Operator, run: u32) -> anyhow::Result<RunSummary> {
 
 /// The demo's session: a run started at once, then every run the web UI starts, each followed
 /// with progress lines and summarised when it closes (stopped from the web UI or by a policy),
-/// until Ctrl-C or `seconds`, which stop the run that is open. Whether every run was perfect
-/// (`print_summary`).
-fn demo_session(op: &Operator, seconds: Option<f64>, web: Option<&Web>, json: bool) -> anyhow::Result<bool> {
-    let stop_flag = crate::component_cmd::install_signal_flag()?;
+/// until Ctrl-C or `seconds`, which stop the run that is open (after the transition under way,
+/// if any). Whether every run was perfect (`print_summary`).
+fn demo_session(
+    op: &Operator,
+    seconds: Option<f64>,
+    web: Option<&Web>,
+    json: bool,
+    interrupts: &Interrupts,
+) -> anyhow::Result<bool> {
     let mut all_ok = true;
     let mut show = |summary: &RunSummary| -> anyhow::Result<()> {
+        interrupts.doing(format!("the summary of run {} (its files are verified)", summary.run));
         let (ok, full) = print_summary(summary, op, web);
         all_ok &= ok;
         if json {
-            println!("{}", serde_json::to_string_pretty(&full)?);
+            say!("{}", serde_json::to_string_pretty(&full)?);
         }
         Ok(())
     };
-    let first = op.start(None)?;
-    println!("run {first} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
-    let mut following = Some(first);
+    let mut following = None;
+    if !interrupts.requested() {
+        let first = op.start(None)?;
+        say!("run {first} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
+        interrupts.doing(format!("the stop of run {first} to begin"));
+        following = Some(first);
+    }
     let t0 = Instant::now();
     let tty = std::io::stdout().is_terminal();
     let mut next = Instant::now() + Duration::from_secs(1);
     loop {
-        std::thread::sleep(Duration::from_millis(100));
         let t = t0.elapsed().as_secs_f64();
-        if stop_flag.load(Ordering::Relaxed) || seconds.is_some_and(|s| t >= s) {
+        if interrupts.requested() || seconds.is_some_and(|s| t >= s) {
             break;
         }
         if let Some(run) = following
             && (!op.run_open() || op.run_number() != Some(run))
         {
             if tty {
-                println!();
+                say!();
             }
             let why = op.status().last_error.map(|e| format!(": {e}")).unwrap_or_default();
-            println!("run {run} was stopped from outside the demo (the web UI or a policy){why}");
+            say!("run {run} was stopped from outside the demo (the web UI or a policy){why}");
             show(&summary_of(op, run)?)?;
-            println!("the demo goes on: start a run from the web UI; Ctrl-C ends the demo");
+            say!("the demo goes on: start a run from the web UI; Ctrl-C ends the demo");
+            interrupts.doing("the end to begin (no run is open)");
             following = None;
         }
         if following.is_none()
             && op.run_open()
             && let Some(run) = op.run_number()
         {
-            println!("run {run} started from outside the demo");
+            say!("run {run} started from outside the demo");
+            interrupts.doing(format!("the stop of run {run} to begin"));
             following = Some(run);
         }
         if following.is_some() && Instant::now() >= next {
             next = Instant::now() + Duration::from_secs(1);
             show_progress(op, t, tty);
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
-    if tty {
-        println!();
+    if tty && following.is_some() {
+        say!();
     }
-    if let Some(run) = following {
-        show(&stop_run(op, run)?)?;
+    // A transition under way (from the web UI) finishes first: a run it starts is stopped too,
+    // one it stops is summarised.
+    op.wait_idle();
+    let open = op.run_number().filter(|_| op.run_open());
+    if let Some(run) = following.filter(|&f| Some(f) != open) {
+        show(&summary_of(op, run)?)?;
+    }
+    if let Some(run) = open {
+        show(&stop_run(op, run, interrupts)?)?;
     }
     Ok(all_ok)
 }
@@ -527,62 +562,62 @@ fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (boo
     let (nfiles, clean, left_open, problems) = verify_files(summary);
     let s = summary;
     let per_s = |n: f64| if s.seconds > 0.0 { n / s.seconds } else { 0.0 };
-    println!();
-    println!(
+    say!();
+    say!(
         "run {} of system {}: {:.1} s{}",
         s.run,
         s.system,
         s.seconds,
         if s.state == RunState::Failed { " (failed)" } else { "" }
     );
-    println!("  triggered:  {}", count_or_unknown(s.triggered));
-    println!("  built:      {}  ({:.0} events/s)", s.events, per_s(s.events as f64));
-    println!("  rejected:   {}", count_or_unknown(s.rejected));
-    println!(
+    say!("  triggered:  {}", count_or_unknown(s.triggered));
+    say!("  built:      {}  ({:.0} events/s)", s.events, per_s(s.events as f64));
+    say!("  rejected:   {}", count_or_unknown(s.rejected));
+    say!(
         "  recorded:   {}  ({:.1} MB, {:.1} MB/s; counted in the files on disk)",
         s.recorded,
         s.bytes as f64 / 1e6,
         per_s(s.bytes as f64) / 1e6
     );
     if s.duplicates > 0 {
-        println!("  duplicates: {} (events built again after a builder unit died; see docs/evb.md)", s.duplicates);
+        say!("  duplicates: {} (events built again after a builder unit died; see docs/evb.md)", s.duplicates);
     }
     let open_note = if left_open.is_empty() {
         String::new()
     } else {
         format!(", {} left open by a writer that died", left_open.len())
     };
-    println!("  files:      {nfiles} written, {clean} verified (structure and every CRC){open_note}");
+    say!("  files:      {nfiles} written, {clean} verified (structure and every CRC){open_note}");
     for f in &left_open {
-        println!("    left open: {f}");
+        say!("    left open: {f}");
     }
     for p in &problems {
-        println!("    problem: {p}");
+        say!("    problem: {p}");
     }
     for d in &s.died {
-        println!("  died:       {} ({})", d.component, d.why);
+        say!("  died:       {} ({})", d.component, d.why);
     }
     for d in &s.degraded {
-        println!("  went on without {d}");
+        say!("  went on without {d}");
     }
     for e in &s.errors {
-        println!("  error:      {e}");
+        say!("  error:      {e}");
     }
-    println!("  database:   {}", op.db().location());
-    println!("  logs:       {}", op.data_dir().join("logs").display());
+    say!("  database:   {}", op.db().location());
+    say!("  logs:       {}", op.data_dir().join("logs").display());
     if let Some(w) = web {
-        println!("  web UI:     {} (while it ran)", w.handle.url());
+        say!("  web UI:     {} (while it ran)", w.handle.url());
     }
     for r in &s.lost_reasons {
-        println!("  lost:       {}  {}", r.events, r.reason);
+        say!("  lost:       {}  {}", r.events, r.reason);
     }
     for u in &s.unknown {
-        println!("  unknown:    {u}");
+        say!("  unknown:    {u}");
     }
     if s.unknown.is_empty() {
-        println!("lost: {}", s.lost);
+        say!("lost: {}", s.lost);
     } else {
-        println!("lost: at least {} (more cannot be known: see `unknown` above)", s.lost);
+        say!("lost: at least {} (more cannot be known: see `unknown` above)", s.lost);
     }
     let ok = s.lost == 0
         && s.unknown.is_empty()
@@ -597,23 +632,40 @@ fn print_summary(summary: &RunSummary, op: &Operator, web: Option<&Web>) -> (boo
 
 pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     if args.print_config {
-        print!("{DEMO_SYSTEM}");
+        say_inline!("{DEMO_SYSTEM}");
         return Ok(ExitCode::SUCCESS);
     }
+    // First: a Ctrl-C from here on ends the demo in order.
+    let interrupts = Interrupts::install(args.on_hangup)?;
     let file = parse_system(DEMO_SYSTEM, "demo.toml")?;
-    println!("daqflow demo: {} components on this machine, data in {}", file.components.len(), args.data.display());
+    say!("daqflow demo: {} components on this machine, data in {}", file.components.len(), args.data.display());
     let mut options = OperatorOptions::new(file, binary()?);
     options.data = Some(args.data.clone());
-    let op = Operator::launch(options)?;
+    let op = Operator::prepare(options)?;
+    interrupts.attach(&op);
     let result = (|| -> anyhow::Result<ExitCode> {
+        // The web UI first: it shows the components as they start.
         let web = start_web(&args.web, &op, true)?;
         if let Some(w) = &web {
-            println!("web UI: {}", w.login_url());
+            say!("web UI: {}", w.login_url());
         }
-        println!("control server: {}", op.control_addr());
-        op.configure()?;
-        println!("configured: {}", op.file().components.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "));
-        let ok = demo_session(&op, args.seconds, web.as_ref(), args.json)?;
+        say!("control server: {}", op.control_addr());
+        interrupts.doing("the components to start");
+        op.launch_components()?;
+        let mut ok = true;
+        if interrupts.requested() {
+            say!("no run was taken");
+        } else {
+            interrupts.doing("the configure");
+            op.configure()?;
+            say!("configured: {}", op.file().components.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "));
+            if interrupts.requested() {
+                say!("no run was taken");
+            } else {
+                ok = demo_session(&op, args.seconds, web.as_ref(), args.json, &interrupts)?;
+            }
+        }
+        end_components(&op, &interrupts);
         if let Some(w) = web {
             let _ = w.handle.shutdown();
         }
@@ -621,6 +673,18 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     })();
     op.shutdown();
     result
+}
+
+/// Resets and ends every component and the control servers, saying so.
+fn end_components(op: &Operator, interrupts: &Interrupts) {
+    interrupts.doing("every component to end");
+    if interrupts.requested() {
+        say!("ending every component …");
+    }
+    op.shutdown();
+    if interrupts.requested() {
+        say!("every component ended");
+    }
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
@@ -646,40 +710,55 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => (file, args.data.clone()),
     };
+    // From here on a Ctrl-C ends the system in order.
+    let interrupts = Interrupts::install(args.on_hangup)?;
     let mut options = OperatorOptions::new(file, binary()?);
     options.data = data;
     options.control = args.control.clone();
-    let op = Operator::launch(options)?;
+    let op = Operator::prepare(options)?;
+    interrupts.attach(&op);
+    interrupts.doing("the components to start");
+    op.launch_components()?;
     let result = (|| -> anyhow::Result<ExitCode> {
         if let Some(n) = args.repeat {
             let overrides = op.repeat(n)?;
-            println!(
+            say!(
                 "repeating run {n}: its system file (SHA-256 {}), parameters set over it: {}",
                 daqflow_runcontrol::provenance::sha256_hex(op.file().text.as_bytes()),
                 serde_json::to_string(&overrides).unwrap_or_default()
             );
         }
         let web = start_web(&web_addr, &op, false)?;
-        println!(
+        say!(
             "system `{}` up: control server {}, web UI {}",
             op.file().system.name,
             op.control_addr(),
             web.as_ref().map_or("none".into(), Web::login_url)
         );
-        if args.start {
+        if args.start && !interrupts.requested() {
+            interrupts.doing("the configure");
             op.configure()?;
             if let Some(s) = args.seconds {
-                let summary = take_run(&op, Some(s), true)?;
-                let (ok, _) = print_summary(&summary, &op, web.as_ref());
-                return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+                let code = if interrupts.requested() {
+                    ExitCode::SUCCESS
+                } else {
+                    let summary = take_run(&op, Some(s), true, &interrupts)?;
+                    let (ok, _) = print_summary(&summary, &op, web.as_ref());
+                    if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+                };
+                end_components(&op, &interrupts);
+                return Ok(code);
             }
-            let run = op.start(None)?;
-            println!("run {run} started");
+            if !interrupts.requested() {
+                let run = op.start(None)?;
+                say!("run {run} started");
+            }
         }
-        println!(
+        say!(
             "commands: configure, start [RUN], pause, resume, stop, reset, status, set, unset, repeat RUN, alarms, ack ALARM, quit"
         );
-        operator_console(&op, web.as_ref())?;
+        operator_console(&op, web.as_ref(), &interrupts)?;
+        end_components(&op, &interrupts);
         Ok(ExitCode::SUCCESS)
     })();
     op.shutdown();
@@ -713,9 +792,9 @@ fn repeated_system(file: &SystemFile, data: Option<&std::path::Path>, n: u32) ->
     Ok((stored, data))
 }
 
-/// Transitions typed on standard input, until `quit`, end of input or Ctrl-C.
-fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
-    let stop_flag = crate::component_cmd::install_signal_flag()?;
+/// Transitions typed on standard input, until `quit`, end of input or Ctrl-C (after which a
+/// transition under way finishes and the open run is stopped, with its summary).
+fn operator_console(op: &Operator, web: Option<&Web>, interrupts: &Interrupts) -> anyhow::Result<()> {
     let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
     std::thread::Builder::new().name("console".into()).spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -731,16 +810,26 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
         let _ = tx.send(None);
     })?;
     let mut stdin_open = true;
+    interrupts.doing("the end to begin");
     loop {
-        if stop_flag.load(Ordering::Relaxed) {
-            println!("stopping");
+        if interrupts.requested() {
+            // A transition under way (from the web UI) finishes first.
+            op.wait_idle();
+            if op.run_open()
+                && let Some(run) = op.run_number()
+            {
+                let summary = stop_run(op, run, interrupts)?;
+                let _ = print_summary(&summary, op, web);
+            }
             return Ok(());
         }
         let line = match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(Some(l)) => l,
-            // End of input: keep serving the web UI until Ctrl-C.
+            // End of input: keep serving the web UI until Ctrl-C. A terminal that is gone is a
+            // hangup (--on-hangup), whatever the web UI.
             Ok(None) => {
-                if stdin_open && web.is_none() {
+                let detached = interrupts.input_ended();
+                if stdin_open && web.is_none() && !detached && !interrupts.requested() {
                     return Ok(());
                 }
                 stdin_open = false;
@@ -758,7 +847,7 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                 if let Value::Object(m) = &mut v {
                     m.remove("rates");
                 }
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                say!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 continue;
             }
             "alarms" => {
@@ -768,7 +857,7 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
             "ack" => {
                 match words.next() {
                     Some(name) => acknowledge_from_console(op, name),
-                    None => println!("usage: ack ALARM (see `alarms`)"),
+                    None => say!("usage: ack ALARM (see `alarms`)"),
                 }
                 continue;
             }
@@ -780,47 +869,47 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
                     }
                     ("unset", None) if rest.len() == 1 => (rest[0].to_owned(), None),
                     _ => {
-                        println!("usage: set NAME.KEY=VALUE (live, or for the next configure), unset NAME.KEY");
+                        say!("usage: set NAME.KEY=VALUE (live, or for the next configure), unset NAME.KEY");
                         continue;
                     }
                 };
                 let Some((component, key)) = target.split_once('.') else {
-                    println!("{verb} {target}: expected NAME.KEY (a component's parameter)");
+                    say!("{verb} {target}: expected NAME.KEY (a component's parameter)");
                     continue;
                 };
                 match op.set(component, key, value) {
-                    Ok(all) => println!(
+                    Ok(all) => say!(
                         "{target} set; parameters over the system file's: {}",
                         serde_json::to_string(&all).unwrap_or_default()
                     ),
-                    Err(e) => println!("{verb}: {e}"),
+                    Err(e) => say!("{verb}: {e}"),
                 }
                 continue;
             }
             "repeat" => {
                 match words.next().map(str::parse::<u32>) {
                     Some(Ok(n)) => match op.repeat(n) {
-                        Ok(all) => println!(
+                        Ok(all) => say!(
                             "the configuration of run {n} for the next configure: parameters set {}",
                             serde_json::to_string(&all).unwrap_or_default()
                         ),
-                        Err(e) => println!("repeat: {e}"),
+                        Err(e) => say!("repeat: {e}"),
                     },
-                    _ => println!("usage: repeat RUN (while Initial: run RUN's parameters for the next configure)"),
+                    _ => say!("usage: repeat RUN (while Initial: run RUN's parameters for the next configure)"),
                 }
                 continue;
             }
             "start" => match words.next().map(str::parse::<u32>).transpose() {
                 Ok(run) => Transition::Start { run },
                 Err(_) => {
-                    println!("usage: start [RUN]");
+                    say!("usage: start [RUN]");
                     continue;
                 }
             },
             other => match Transition::parse(other, b"") {
                 Ok(t) => t,
                 Err(e) => {
-                    println!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, alarms, ack ALARM, quit");
+                    say!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, alarms, ack ALARM, quit");
                     continue;
                 }
             },
@@ -829,9 +918,9 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
             Ok(TransitionResult::Stopped(summary)) => {
                 let _ = print_summary(&summary, op, web);
             }
-            Ok(TransitionResult::Started(run)) => println!("run {run} started"),
-            Ok(_) => println!("{verb}: done; state {}", op.state()),
-            Err(e) => println!("{verb}: {e}"),
+            Ok(TransitionResult::Started(run)) => say!("run {run} started"),
+            Ok(_) => say!("{verb}: done; state {}", op.state()),
+            Err(e) => say!("{verb}: {e}"),
         }
     }
 }
@@ -840,16 +929,16 @@ fn operator_console(op: &Operator, web: Option<&Web>) -> anyhow::Result<()> {
 fn print_alarms(op: &Operator) {
     let status = op.alarms();
     if status.alarms.is_empty() {
-        println!("the system file has no [[alarm]]");
+        say!("the system file has no [[alarm]]");
         return;
     }
     for a in &status.alarms {
         let by = a.acknowledged_by.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();
-        println!("{:<13} {:<8} {}{by}: {} [{}]", a.state.name(), a.severity.name(), a.name, a.message, a.condition);
+        say!("{:<13} {:<8} {}{by}: {} [{}]", a.state.name(), a.severity.name(), a.name, a.message, a.condition);
     }
     for e in status.events.iter().take(10) {
         let who = e.who.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();
-        println!(
+        say!(
             "  {} {} {}{who}: {}",
             crate::format::utc(e.t_ms.saturating_mul(1_000_000)),
             e.kind.name(),
@@ -863,8 +952,8 @@ fn print_alarms(op: &Operator) {
 fn acknowledge_from_console(op: &Operator, name: &str) {
     let who = format!("{} (console)", std::env::var("USER").unwrap_or_else(|_| "operator".into()));
     match op.acknowledge_alarm(name, &who) {
-        Ok(a) => println!("alarm {}: {}", a.name, a.state.name()),
-        Err(e) => println!("ack: {e}"),
+        Ok(a) => say!("alarm {}: {}", a.name, a.state.name()),
+        Err(e) => say!("ack: {e}"),
     }
 }
 
