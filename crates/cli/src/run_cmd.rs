@@ -651,7 +651,9 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         }
         say!("control server: {}", op.control_addr());
         interrupts.doing("the components to start");
-        op.launch_components()?;
+        if !interrupts.requested() {
+            op.launch_components()?;
+        }
         let mut ok = true;
         if interrupts.requested() {
             say!("no run was taken");
@@ -718,7 +720,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let op = Operator::prepare(options)?;
     interrupts.attach(&op);
     interrupts.doing("the components to start");
-    op.launch_components()?;
+    if !interrupts.requested() {
+        op.launch_components()?;
+    }
     let result = (|| -> anyhow::Result<ExitCode> {
         if let Some(n) = args.repeat {
             let overrides = op.repeat(n)?;

@@ -195,8 +195,10 @@ impl Interrupts {
         match self.shared.hangup {
             Hangup::Stop => {
                 if self.shared.level.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-                    tracing::warn!("the terminal closed (SIGHUP): ending in order (--on-hangup stop)");
+                    // The request first: nothing after it (a log record) can keep it from the
+                    // main thread.
                     self.act(1, "the terminal closed (SIGHUP)");
+                    tracing::warn!("the terminal closed (SIGHUP): ending in order (--on-hangup stop)");
                 }
             }
             Hangup::Keep => {

@@ -41,7 +41,7 @@ mod tests {
     #[test]
     fn a_child_has_a_session_of_its_own() {
         let mut cmd = Command::new("/bin/sh");
-        cmd.args(["-c", "cat /proc/self/stat"]).stdout(std::process::Stdio::piped());
+        cmd.args(["-c", "exec cat /proc/self/stat"]).stdout(std::process::Stdio::piped());
         own_session_ending_with_parent(&mut cmd);
         let out = cmd.output().unwrap();
         let stat = String::from_utf8_lossy(&out.stdout).into_owned();
