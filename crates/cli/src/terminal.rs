@@ -100,6 +100,8 @@ struct Shared {
     level: AtomicU32,
     /// Whether standard input was a terminal at the start.
     stdin_tty: bool,
+    /// SIGHUP was ignored at the start (`nohup`): a closed terminal changes nothing.
+    hangup_ignored: bool,
     op: Mutex<Option<Operator>>,
     /// What the session does when no transition is under way (`verifying the files of run 3`).
     doing: Mutex<String>,
@@ -109,7 +111,12 @@ impl Interrupts {
     /// Installs the handlers of SIGINT, SIGTERM and SIGHUP and starts the thread that acts on
     /// them. Call it first: a signal before it would end the process at once.
     pub fn install(hangup: Hangup) -> anyhow::Result<Interrupts> {
+        let hangup_ignored = ignored(libc::SIGHUP);
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SIGHUP ignored from the start (`nohup`) stays ignored.
+            if sig == libc::SIGHUP && hangup_ignored {
+                continue;
+            }
             // SAFETY: an all-zero sigaction is a valid value to fill in; `on_signal` is
             // async-signal-safe (atomic operations only) and lives for the whole program;
             // sigaction only replaces the disposition of this signal.
@@ -130,6 +137,7 @@ impl Interrupts {
             detached: AtomicBool::new(false),
             level: AtomicU32::new(0),
             stdin_tty: std::io::stdin().is_terminal(),
+            hangup_ignored,
             op: Mutex::new(None),
             doing: Mutex::new("starting the system".into()),
         });
@@ -192,6 +200,9 @@ impl Interrupts {
 
     /// The terminal is gone: the `--on-hangup` policy (once).
     fn hang_up(&self) {
+        if self.shared.hangup_ignored {
+            return;
+        }
         match self.shared.hangup {
             Hangup::Stop => {
                 if self.shared.level.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
@@ -238,6 +249,16 @@ impl Interrupts {
                 std::process::exit(EXIT_AT_ONCE);
             }
         }
+    }
+}
+
+/// Whether signal `sig` is ignored (its disposition inherited from whoever started us).
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction with no new action only reads the disposition into `old`, an all-zero
+    // (valid) value that lives across the call.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 

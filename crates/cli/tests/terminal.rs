@@ -67,13 +67,18 @@ impl Terminal {
         cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave));
-        // SAFETY: between fork and exec only setsid(2) and ioctl(2), async-signal-safe; the
-        // slave is the child's standard input by then.
+        // SAFETY: between fork and exec only setsid(2), ioctl(2) and signal(2), all
+        // async-signal-safe; the slave is the child's standard input by then.
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // As a login shell at a terminal leaves them, whatever the test runner ignores
+                // (a background job of a script ignores SIGINT).
+                for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM] {
+                    libc::signal(sig, libc::SIG_DFL);
                 }
                 Ok(())
             });
