@@ -242,8 +242,20 @@ pub fn _run_component(
         })?;
         Ok(Box::new(PyComponent { object, rates: Mutex::new(None) }) as Box<dyn Component>)
     }));
-    let options =
-        daqflow_runcontrol::process::Options { kind, name, config, start, control, lease, end_with_stdin, operator };
+    // A component of Python is never slowed down (DAQFLOW_TRANSITION_DELAY is `daqflow
+    // component`'s).
+    let transition_delay = std::time::Duration::ZERO;
+    let options = daqflow_runcontrol::process::Options {
+        kind,
+        name,
+        config,
+        start,
+        control,
+        lease,
+        end_with_stdin,
+        operator,
+        transition_delay,
+    };
     let result = py.detach(|| daqflow_runcontrol::process::run(registry, options));
     result.map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
