@@ -1,8 +1,8 @@
 //! How the operator starts the processes it owns (components, control servers): each in a
-//! session of its own, so that the signals of the operator's terminal (Ctrl-C's SIGINT, Ctrl-\'s
-//! SIGQUIT, a closed terminal's SIGHUP) reach the operator alone, which then stops the system
-//! in order; and each with a parent-death signal, so that none outlives an operator that
-//! crashed or was killed.
+//! session of its own, so that the signals of the operator's terminal (Ctrl-C's SIGINT, a
+//! closed terminal's SIGHUP) reach the operator alone, which then stops the system in order;
+//! and each with a parent-death signal, so that none outlives an operator that crashed or was
+//! killed.
 
 use std::process::Command;
 
