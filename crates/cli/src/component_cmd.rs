@@ -216,9 +216,46 @@ pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<
         lease: (args.lease > 0.0).then(|| std::time::Duration::from_secs_f64(args.lease)),
         end_with_stdin: args.token_stdin,
         operator: args.operator.clone(),
+        transition_delay: transition_delay(
+            args.name.as_deref().unwrap_or_default(),
+            std::env::var(DELAY_ENV).ok().as_deref(),
+        )?,
     };
     let failed = daqflow_component::process::run(registry, options)?;
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// The environment variable that makes components slow (docs/operator-guide.md, "A slow
+/// component"): `MS` for every component, or `NAME=MS[,NAME=MS…]` for the ones named.
+pub const DELAY_ENV: &str = "DAQFLOW_TRANSITION_DELAY";
+
+/// How long component `name` waits before joining and before each transition, from
+/// [`DELAY_ENV`]'s value `spec` (none or empty: not at all).
+pub fn transition_delay(name: &str, spec: Option<&str>) -> anyhow::Result<std::time::Duration> {
+    let ms = |text: &str| -> anyhow::Result<u64> {
+        match text.trim().parse::<u64>() {
+            Ok(ms) if ms <= 600_000 => Ok(ms),
+            _ => bail!("{DELAY_ENV}: `{text}` is not a number of milliseconds from 0 to 600000"),
+        }
+    };
+    let spec = spec.unwrap_or("").trim();
+    if spec.is_empty() {
+        return Ok(std::time::Duration::ZERO);
+    }
+    if !spec.contains('=') {
+        return Ok(std::time::Duration::from_millis(ms(spec)?));
+    }
+    let mut delay = 0;
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((who, value)) = item.split_once('=') else {
+            bail!("{DELAY_ENV}: `{item}` is not NAME=MS (or give one number for every component)");
+        };
+        let value = ms(value)?;
+        if who.trim() == name {
+            delay = value;
+        }
+    }
+    Ok(std::time::Duration::from_millis(delay))
 }
 
 /// A flag set by SIGTERM or SIGINT.
@@ -249,6 +286,19 @@ mod tests {
         assert!(err(b"\nsecret\n").contains("empty"));
         assert!(err(b"two words\n").contains("white space"));
         assert!(err(&vec![b'a'; 5000]).contains("longer than a token"));
+    }
+
+    #[test]
+    fn a_transition_delay_is_for_every_component_or_the_ones_named() {
+        let d = |name: &str, spec: Option<&str>| transition_delay(name, spec).map(|d| d.as_millis());
+        assert_eq!(d("evm", None).unwrap(), 0);
+        assert_eq!(d("evm", Some(" ")).unwrap(), 0);
+        assert_eq!(d("evm", Some("1500")).unwrap(), 1500);
+        assert_eq!(d("evm", Some("sink=200, evm=1500")).unwrap(), 1500);
+        assert_eq!(d("ru-0", Some("sink=200,evm=1500")).unwrap(), 0);
+        for bad in ["soon", "evm", "evm=x", "evm=1500,sink", "700000"] {
+            assert!(transition_delay("evm", Some(bad)).unwrap_err().to_string().contains(DELAY_ENV), "{bad}");
+        }
     }
 
     #[test]

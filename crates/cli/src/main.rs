@@ -20,6 +20,7 @@ mod profile_cmd;
 mod retention;
 mod run_cmd;
 mod soak_cmd;
+mod terminal;
 
 /// daqflow: a data-acquisition dataflow framework for physics experiments.
 ///
@@ -147,7 +148,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("daqflow: error: {e:#}");
+            terminal::say_err!("daqflow: error: {e:#}");
             ExitCode::from(2)
         }
     }

@@ -5,7 +5,6 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -20,6 +19,8 @@ use serde_json::{Value, json};
 
 mod console;
 
+use crate::terminal::{Hangup, Interrupts, say, say_err, say_inline};
+
 /// The demo's system file.
 pub const DEMO_SYSTEM: &str = include_str!("demo.toml");
 
@@ -32,11 +33,14 @@ pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     status, quit; `set NAME.KEY=VALUE` changes a component's parameter: while Initial for the\n\
     next configure (`unset NAME.KEY` takes it back), while Configured, Running or Paused a live\n\
     parameter at once (docs/operator-guide.md, \"Live parameters\"); `repeat RUN` (while\n\
-    Initial) takes the parameters run RUN was configured with. Ctrl-C stops a run in\n\
-    progress and ends every component; every run that ends prints its summary.\n\
-    End of input (nohup, cron, < /dev/null): with --start or a web UI, no console: the operator\n\
-    goes on until Ctrl-C or SIGTERM (with --web none, until the run ends); otherwise it is quit.\n\
-    The exit status is 0 when every run summarised lost nothing, else 1.\n\
+    Initial) takes the parameters run RUN was configured with. Every run that ends prints its\n\
+    summary. End of input (nohup, cron, < /dev/null): with --start or a web UI, no console: the\n\
+    operator goes on until Ctrl-C or SIGTERM (with --web none, until the run ends); otherwise it\n\
+    is quit. The exit status is 0 when every run summarised lost nothing, else 1.\n\n\
+    Ctrl-C (or SIGTERM) ends the system in order: a transition under way finishes, a run in\n\
+    progress is stopped and recorded, every component resets and ends. A second Ctrl-C says\n\
+    what that waits for; a third ends at once (exit status 130). A closed terminal (SIGHUP)\n\
+    does what --on-hangup says (default: keep going).\n\
     The system file is described in docs/operator-guide.md.";
 
 pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
@@ -52,7 +56,10 @@ pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
     the web UI are followed the same way, until Ctrl-C or --seconds, which stop the run that is\n\
     open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.\n\
     A run records about 8 MB/s (30 GB an hour) into DATA/files; when a run starts, the files of\n\
-    the oldest earlier runs beyond --keep are deleted (the demo says which).";
+    the oldest earlier runs beyond --keep are deleted (the demo says which).\n\n\
+    Ctrl-C (or SIGTERM, or closing the terminal) ends the demo in order, whatever it is doing: a\n\
+    transition under way finishes, the open run is stopped and summarised, every component\n\
+    resets and ends. A second Ctrl-C says what that waits for; a third ends at once (exit 130).";
 
 /// Arguments of `daqflow run`.
 #[derive(clap::Args, Debug)]
@@ -83,6 +90,11 @@ pub struct RunArgs {
     /// repeat run N.
     #[arg(long, value_name = "N")]
     pub repeat: Option<u32>,
+    /// What a closed terminal (SIGHUP: a window closed, an ssh session dropped) does: `keep`
+    /// goes on without it (the web UI, SIGINT or SIGTERM end the system), `stop` ends the
+    /// system in order, as Ctrl-C does.
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "keep")]
+    pub on_hangup: Hangup,
 }
 
 /// Arguments of `daqflow demo`.
@@ -109,6 +121,10 @@ pub struct DemoArgs {
     /// progress never loses a file.
     #[arg(long, value_name = "SIZE", default_value = crate::retention::DEFAULT_KEEP, value_parser = crate::retention::parse_keep)]
     pub keep: crate::retention::Keep,
+    /// What a closed terminal (SIGHUP) does: `stop` ends the demo in order, as Ctrl-C does;
+    /// `keep` goes on without it (the web UI, SIGINT or SIGTERM end it).
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "stop")]
+    pub on_hangup: Hangup,
 }
 
 /// The operator as the web UI's backend.
@@ -319,7 +335,7 @@ fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option
         {
             let host = addr.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
             let h = daqflow_web::spawn(format!("{host}:0"), backend, options)?;
-            eprintln!("{addr} is busy; the web UI is on {} instead", h.url());
+            say_err!("{addr} is busy; the web UI is on {} instead", h.url());
             h
         }
         Err(e) => return Err(e.into()),
@@ -358,11 +374,10 @@ fn progress_line(st: &SystemStatus, t: f64) -> String {
 fn show_progress(op: &Operator, t: f64, tty: bool) {
     let line = progress_line(&op.status(), t);
     if tty {
-        print!("\r{line}");
+        say_inline!("\r{line}");
     } else {
-        println!("{line}");
+        say!("{line}");
     }
-    let _ = std::io::stdout().flush();
 }
 
 /// Checks every file of a run summary (`daqflow inspect --verify`): (files, clean, those left
@@ -387,40 +402,41 @@ fn verify_files(summary: &RunSummary) -> (usize, usize, Vec<String>, Vec<String>
 /// Takes one run: start, progress until `seconds` or Ctrl-C, stop; the summary. The run ends
 /// only when it is stopped: here, or by a component's policy `stop`; a component restarted by
 /// its policy rejoins the run and does not end it.
-fn take_run(op: &Operator, seconds: Option<f64>, live: bool) -> anyhow::Result<RunSummary> {
-    let stop_flag = crate::component_cmd::install_signal_flag()?;
+fn take_run(op: &Operator, seconds: Option<f64>, live: bool, interrupts: &Interrupts) -> anyhow::Result<RunSummary> {
     let run = op.start(None)?;
-    println!("run {run} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
+    say!("run {run} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
     let t0 = Instant::now();
     let tty = live && std::io::stdout().is_terminal();
     let mut next = Instant::now() + Duration::from_secs(1);
+    interrupts.doing(format!("the stop of run {run} to begin"));
     loop {
-        std::thread::sleep(Duration::from_millis(100));
         let t = t0.elapsed().as_secs_f64();
-        if stop_flag.load(Ordering::Relaxed) || seconds.is_some_and(|s| t >= s) {
+        if interrupts.requested() || seconds.is_some_and(|s| t >= s) {
             break;
         }
         if !op.run_open() {
-            println!();
-            println!("the run ended by itself: {}", op.status().last_error.unwrap_or_default());
+            say!();
+            say!("the run ended by itself: {}", op.status().last_error.unwrap_or_default());
             break;
         }
         if Instant::now() >= next {
             next += Duration::from_secs(1);
             show_progress(op, t, tty);
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
     if tty {
-        println!();
+        say!();
     }
-    stop_run(op, run)
+    stop_run(op, run, interrupts)
 }
 
 /// Stops `run` if it is still the open run, else waits for the stop under way (by the web UI or
 /// a policy) to record it; its summary. A run opened meanwhile by someone else is not touched.
-fn stop_run(op: &Operator, run: u32) -> anyhow::Result<RunSummary> {
+fn stop_run(op: &Operator, run: u32, interrupts: &Interrupts) -> anyhow::Result<RunSummary> {
+    interrupts.doing(format!("the stop of run {run}"));
     if op.run_open() && op.run_number() == Some(run) {
-        println!("stopping run {run}: producers first, then the builder, then the consumers drain ET …");
+        say!("stopping run {run}: producers first, then the builder, then the consumers drain ET …");
         match op.stop() {
             Ok(summary) if summary.run == run => return Ok(summary),
             Ok(other) => bail!("stopping run {run} closed run {} instead", other.run),
@@ -455,68 +471,83 @@ fn summary_of(op: &Operator, run: u32) -> anyhow::Result<RunSummary> {
 
 /// The demo's session: a run started at once, then every run the web UI starts, each followed
 /// with progress lines and summarised when it closes (stopped from the web UI or by a policy),
-/// until Ctrl-C or `seconds`, which stop the run that is open. Whether every run was perfect
-/// (`print_summary`).
+/// until Ctrl-C or `seconds`, which stop the run that is open (after the transition under way,
+/// if any). Whether every run was perfect (`print_summary`).
 fn demo_session(
     op: &Operator,
     seconds: Option<f64>,
     web: Option<&Web>,
     json: bool,
     keep: Option<u64>,
+    interrupts: &Interrupts,
 ) -> anyhow::Result<bool> {
-    let stop_flag = crate::component_cmd::install_signal_flag()?;
     let mut all_ok = true;
+    let web_url = web.map(|w| w.handle.url());
     let mut show = |summary: &RunSummary| -> anyhow::Result<()> {
-        let (ok, full) = print_summary(summary, op, web.map(|w| w.handle.url()).as_deref());
+        interrupts.doing(format!("the summary of run {} (its files are verified)", summary.run));
+        let (ok, full) = print_summary(summary, op, web_url.as_deref());
         all_ok &= ok;
         if json {
-            println!("{}", serde_json::to_string_pretty(&full)?);
+            say!("{}", serde_json::to_string_pretty(&full)?);
         }
         Ok(())
     };
-    let first = op.start(None)?;
-    println!("run {first} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
-    keep_within(op, keep, first);
-    let mut following = Some(first);
+    let mut following = None;
+    if !interrupts.requested() {
+        let first = op.start(None)?;
+        say!("run {first} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
+        keep_within(op, keep, first);
+        interrupts.doing(format!("the stop of run {first} to begin"));
+        following = Some(first);
+    }
     let t0 = Instant::now();
     let tty = std::io::stdout().is_terminal();
     let mut next = Instant::now() + Duration::from_secs(1);
     loop {
-        std::thread::sleep(Duration::from_millis(100));
         let t = t0.elapsed().as_secs_f64();
-        if stop_flag.load(Ordering::Relaxed) || seconds.is_some_and(|s| t >= s) {
+        if interrupts.requested() || seconds.is_some_and(|s| t >= s) {
             break;
         }
         if let Some(run) = following
             && (!op.run_open() || op.run_number() != Some(run))
         {
             if tty {
-                println!();
+                say!();
             }
             let why = op.status().last_error.map(|e| format!(": {e}")).unwrap_or_default();
-            println!("run {run} was stopped from outside the demo (the web UI or a policy){why}");
+            say!("run {run} was stopped from outside the demo (the web UI or a policy){why}");
             show(&summary_of(op, run)?)?;
-            println!("the demo goes on: start a run from the web UI; Ctrl-C ends the demo");
+            say!("the demo goes on: start a run from the web UI; Ctrl-C ends the demo");
+            interrupts.doing("the end to begin (no run is open)");
             following = None;
         }
         if following.is_none()
             && op.run_open()
             && let Some(run) = op.run_number()
         {
-            println!("run {run} started from outside the demo");
+            say!("run {run} started from outside the demo");
             keep_within(op, keep, run);
+            interrupts.doing(format!("the stop of run {run} to begin"));
             following = Some(run);
         }
         if following.is_some() && Instant::now() >= next {
             next = Instant::now() + Duration::from_secs(1);
             show_progress(op, t, tty);
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
-    if tty {
-        println!();
+    if tty && following.is_some() {
+        say!();
     }
-    if let Some(run) = following {
-        show(&stop_run(op, run)?)?;
+    // A transition under way (from the web UI) finishes first: a run it starts is stopped too,
+    // one it stops is summarised.
+    op.wait_idle();
+    let open = op.run_number().filter(|_| op.run_open());
+    if let Some(run) = following.filter(|&f| Some(f) != open) {
+        show(&summary_of(op, run)?)?;
+    }
+    if let Some(run) = open {
+        show(&stop_run(op, run, interrupts)?)?;
     }
     Ok(all_ok)
 }
@@ -527,9 +558,9 @@ fn keep_within(op: &Operator, keep: Option<u64>, run: u32) {
     let Some(keep) = keep else { return };
     let dir = op.data_dir().join("files");
     match crate::retention::prune(&dir, keep, Some(run)) {
-        Ok(p) if !p.runs.is_empty() => println!("{}", crate::retention::report(&p, keep, &dir)),
+        Ok(p) if !p.runs.is_empty() => say!("{}", crate::retention::report(&p, keep, &dir)),
         Ok(_) => {}
-        Err(e) => eprintln!("daqflow: keeping the demo's files within --keep: {e}"),
+        Err(e) => say_err!("daqflow: keeping the demo's files within --keep: {e}"),
     }
 }
 
@@ -544,62 +575,62 @@ fn print_summary(summary: &RunSummary, op: &Operator, web_url: Option<&str>) -> 
     let (nfiles, clean, left_open, problems) = verify_files(summary);
     let s = summary;
     let per_s = |n: f64| if s.seconds > 0.0 { n / s.seconds } else { 0.0 };
-    println!();
-    println!(
+    say!();
+    say!(
         "run {} of system {}: {:.1} s{}",
         s.run,
         s.system,
         s.seconds,
         if s.state == RunState::Failed { " (failed)" } else { "" }
     );
-    println!("  triggered:  {}", count_or_unknown(s.triggered));
-    println!("  built:      {}  ({:.0} events/s)", s.events, per_s(s.events as f64));
-    println!("  rejected:   {}", count_or_unknown(s.rejected));
-    println!(
+    say!("  triggered:  {}", count_or_unknown(s.triggered));
+    say!("  built:      {}  ({:.0} events/s)", s.events, per_s(s.events as f64));
+    say!("  rejected:   {}", count_or_unknown(s.rejected));
+    say!(
         "  recorded:   {}  ({:.1} MB, {:.1} MB/s; counted in the files on disk)",
         s.recorded,
         s.bytes as f64 / 1e6,
         per_s(s.bytes as f64) / 1e6
     );
     if s.duplicates > 0 {
-        println!("  duplicates: {} (events built again after a builder unit died; see docs/evb.md)", s.duplicates);
+        say!("  duplicates: {} (events built again after a builder unit died; see docs/evb.md)", s.duplicates);
     }
     let open_note = if left_open.is_empty() {
         String::new()
     } else {
         format!(", {} left open by a writer that died", left_open.len())
     };
-    println!("  files:      {nfiles} written, {clean} verified (structure and every CRC){open_note}");
+    say!("  files:      {nfiles} written, {clean} verified (structure and every CRC){open_note}");
     for f in &left_open {
-        println!("    left open: {f}");
+        say!("    left open: {f}");
     }
     for p in &problems {
-        println!("    problem: {p}");
+        say!("    problem: {p}");
     }
     for d in &s.died {
-        println!("  died:       {} ({})", d.component, d.why);
+        say!("  died:       {} ({})", d.component, d.why);
     }
     for d in &s.degraded {
-        println!("  went on without {d}");
+        say!("  went on without {d}");
     }
     for e in &s.errors {
-        println!("  error:      {e}");
+        say!("  error:      {e}");
     }
-    println!("  database:   {}", op.db().location());
-    println!("  logs:       {}", op.data_dir().join("logs").display());
+    say!("  database:   {}", op.db().location());
+    say!("  logs:       {}", op.data_dir().join("logs").display());
     if let Some(url) = web_url {
-        println!("  web UI:     {url} (while it ran)");
+        say!("  web UI:     {url} (while it ran)");
     }
     for r in &s.lost_reasons {
-        println!("  lost:       {}  {}", r.events, r.reason);
+        say!("  lost:       {}  {}", r.events, r.reason);
     }
     for u in &s.unknown {
-        println!("  unknown:    {u}");
+        say!("  unknown:    {u}");
     }
     if s.unknown.is_empty() {
-        println!("lost: {}", s.lost);
+        say!("lost: {}", s.lost);
     } else {
-        println!("lost: at least {} (more cannot be known: see `unknown` above)", s.lost);
+        say!("lost: at least {} (more cannot be known: see `unknown` above)", s.lost);
     }
     let ok = s.lost == 0
         && s.unknown.is_empty()
@@ -614,23 +645,42 @@ fn print_summary(summary: &RunSummary, op: &Operator, web_url: Option<&str>) -> 
 
 pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     if args.print_config {
-        print!("{DEMO_SYSTEM}");
+        say_inline!("{DEMO_SYSTEM}");
         return Ok(ExitCode::SUCCESS);
     }
+    // First: a Ctrl-C from here on ends the demo in order.
+    let interrupts = Interrupts::install(args.on_hangup)?;
     let file = parse_system(DEMO_SYSTEM, "demo.toml")?;
-    println!("daqflow demo: {} components on this machine, data in {}", file.components.len(), args.data.display());
+    say!("daqflow demo: {} components on this machine, data in {}", file.components.len(), args.data.display());
     let mut options = OperatorOptions::new(file, binary()?);
     options.data = Some(args.data.clone());
-    let op = Operator::launch(options)?;
+    let op = Operator::prepare(options)?;
+    interrupts.attach(&op);
     let result = (|| -> anyhow::Result<ExitCode> {
+        // The web UI first: it shows the components as they start.
         let web = start_web(&args.web, &op, true)?;
         if let Some(w) = &web {
-            println!("web UI: {}", w.login_url());
+            say!("web UI: {}", w.login_url());
         }
-        println!("control server: {}", op.control_addr());
-        op.configure()?;
-        println!("configured: {}", op.file().components.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "));
-        let ok = demo_session(&op, args.seconds, web.as_ref(), args.json, args.keep.0)?;
+        say!("control server: {}", op.control_addr());
+        interrupts.doing("the components to start");
+        if !interrupts.requested() {
+            op.launch_components()?;
+        }
+        let mut ok = true;
+        if interrupts.requested() {
+            say!("no run was taken");
+        } else {
+            interrupts.doing("the configure");
+            op.configure()?;
+            say!("configured: {}", op.file().components.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "));
+            if interrupts.requested() {
+                say!("no run was taken");
+            } else {
+                ok = demo_session(&op, args.seconds, web.as_ref(), args.json, args.keep.0, &interrupts)?;
+            }
+        }
+        end_components(&op, &interrupts);
         if let Some(w) = web {
             let _ = w.handle.shutdown();
         }
@@ -638,6 +688,18 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     })();
     op.shutdown();
     result
+}
+
+/// Resets and ends every component and the control servers, saying so.
+fn end_components(op: &Operator, interrupts: &Interrupts) {
+    interrupts.doing("every component to end");
+    if interrupts.requested() {
+        say!("ending every component …");
+    }
+    op.shutdown();
+    if interrupts.requested() {
+        say!("every component ended");
+    }
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
@@ -663,40 +725,57 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => (file, args.data.clone()),
     };
+    // From here on a Ctrl-C ends the system in order.
+    let interrupts = Interrupts::install(args.on_hangup)?;
     let mut options = OperatorOptions::new(file, binary()?);
     options.data = data;
     options.control = args.control.clone();
-    let op = Operator::launch(options)?;
+    let op = Operator::prepare(options)?;
+    interrupts.attach(&op);
+    interrupts.doing("the components to start");
+    if !interrupts.requested() {
+        op.launch_components()?;
+    }
     let result = (|| -> anyhow::Result<ExitCode> {
         if let Some(n) = args.repeat {
             let overrides = op.repeat(n)?;
-            println!(
+            say!(
                 "repeating run {n}: its system file (SHA-256 {}), parameters set over it: {}",
                 daqflow_runcontrol::provenance::sha256_hex(op.file().text.as_bytes()),
                 serde_json::to_string(&overrides).unwrap_or_default()
             );
         }
         let web = start_web(&web_addr, &op, false)?;
-        println!(
+        say!(
             "system `{}` up: control server {}, web UI: {}",
             op.file().system.name,
             op.control_addr(),
             web.as_ref().map_or("none".into(), Web::login_url)
         );
-        if args.start {
+        if args.start && !interrupts.requested() {
+            interrupts.doing("the configure");
             op.configure()?;
             if let Some(s) = args.seconds {
-                let summary = take_run(&op, Some(s), true)?;
-                let (ok, _) = print_summary(&summary, &op, web.as_ref().map(|w| w.handle.url()).as_deref());
-                return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+                let code = if interrupts.requested() {
+                    ExitCode::SUCCESS
+                } else {
+                    let summary = take_run(&op, Some(s), true, &interrupts)?;
+                    let (ok, _) = print_summary(&summary, &op, web.as_ref().map(|w| w.handle.url()).as_deref());
+                    if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+                };
+                end_components(&op, &interrupts);
+                return Ok(code);
             }
-            let run = op.start(None)?;
-            println!("run {run} started");
+            if !interrupts.requested() {
+                let run = op.start(None)?;
+                say!("run {run} started");
+            }
         }
-        println!(
+        say!(
             "commands: configure, start [RUN], pause, resume, stop, reset, status, set, unset, repeat RUN, alarms, ack ALARM, quit"
         );
-        let ok = console::run(&op, web.as_ref().map(|w| w.handle.url()), args.start)?;
+        let ok = console::run(&op, web.as_ref().map(|w| w.handle.url()), args.start, &interrupts)?;
+        end_components(&op, &interrupts);
         Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
     })();
     op.shutdown();
@@ -734,7 +813,7 @@ fn repeated_system(file: &SystemFile, data: Option<&std::path::Path>, n: u32) ->
 fn print_alarms(op: &Operator) {
     let status = op.alarms();
     if status.alarms.is_empty() {
-        println!("the system file has no [[alarm]]");
+        say!("the system file has no [[alarm]]");
         return;
     }
     use daqflow_runcontrol::operator::alarms::{readable, size};
@@ -746,18 +825,11 @@ fn print_alarms(op: &Operator) {
             (Some(v), _) => format!("; now {}", readable(v)),
             (None, _) => String::new(),
         };
-        println!(
-            "{:<13} {:<8} {}{by}: {} [{}{value}]",
-            a.state.name(),
-            a.severity.name(),
-            a.name,
-            a.message,
-            a.condition
-        );
+        say!("{:<13} {:<8} {}{by}: {} [{}{value}]", a.state.name(), a.severity.name(), a.name, a.message, a.condition);
     }
     for e in status.events.iter().take(10) {
         let who = e.who.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();
-        println!(
+        say!(
             "  {} {} {}{who}: {}",
             crate::format::utc(e.t_ms.saturating_mul(1_000_000)),
             e.kind.name(),
@@ -771,8 +843,8 @@ fn print_alarms(op: &Operator) {
 fn acknowledge_from_console(op: &Operator, name: &str) {
     let who = format!("{} (console)", std::env::var("USER").unwrap_or_else(|_| "operator".into()));
     match op.acknowledge_alarm(name, &who) {
-        Ok(a) => println!("alarm {}: {}", a.name, a.state.name()),
-        Err(e) => println!("ack: {e}"),
+        Ok(a) => say!("alarm {}: {}", a.name, a.state.name()),
+        Err(e) => say!("ack: {e}"),
     }
 }
 

@@ -125,8 +125,8 @@ fn a_run_number_used_before_is_refused_with_the_reason_on_the_console_and_with_4
     let dir = tempfile::tempdir().unwrap();
     let system = system(dir.path(), "");
     let mut op = Proc::spawn(&["run", system.to_str().unwrap(), "--web", "127.0.0.1:0"]);
-    let first = op.expect("web UI ");
-    let url = first.split("web UI ").nth(1).unwrap().trim().to_owned();
+    let first = op.expect("web UI: ");
+    let url = first.split("web UI: ").nth(1).unwrap().trim().to_owned();
     let (base, token) = url.split_once("?token=").unwrap();
     let addr: SocketAddr = base.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
     op.send("configure");
@@ -229,8 +229,8 @@ fn the_web_status_quotes_a_dead_components_first_error_line() {
     let trigger = dir.path().join("power-off");
     let system = system(dir.path(), &failing_component(&trigger));
     let mut op = Proc::spawn(&["run", system.to_str().unwrap(), "--web", "127.0.0.1:0"]);
-    let first = op.expect("web UI ");
-    let url = first.split("web UI ").nth(1).unwrap().trim().to_owned();
+    let first = op.expect("web UI: ");
+    let url = first.split("web UI: ").nth(1).unwrap().trim().to_owned();
     let addr: SocketAddr =
         url.split_once("?token=").unwrap().0.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
     std::fs::write(&trigger, "").unwrap();

@@ -42,6 +42,8 @@ pub fn init(default_level: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
+        // A terminal that is gone (EIO) must not make a log record panic on its report.
+        .log_internal_errors(false)
         .with_filter(filter);
     let capture = layer().with_filter(tracing_subscriber::filter::LevelFilter::INFO);
     let _ = tracing_subscriber::registry().with(fmt).with(capture).try_init();

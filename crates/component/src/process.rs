@@ -32,6 +32,11 @@
 //! command from anyone else (even with the system token, e.g. `daqflow dialog send all/stop`)
 //! is refused with a reply saying so.
 //!
+//! **A slow component** ([`Options::transition_delay`], for trying run control against
+//! transitions that take time): the process waits that long before it joins the control plane
+//! and before each transition it is asked for (`configure`, `start`, `pause`, `resume`, `stop`,
+//! `reset`), as a detector that ramps its high voltage would.
+//!
 //! ```no_run
 //! // The kinds the binary knows (`daqflow::registry::standard()` in the `daqflow` command).
 //! let registry = daqflow_component::Registry::new();
@@ -44,6 +49,7 @@
 //!     lease: Some(std::time::Duration::from_secs(15)),
 //!     end_with_stdin: false,
 //!     operator: Some("operator".into()), // commands from the operator only
+//!     transition_delay: std::time::Duration::ZERO,
 //! };
 //! let failed = daqflow_component::process::run(registry, options)?;
 //! # let _ = failed;
@@ -86,6 +92,10 @@ pub struct Options {
     /// started this one). Commands from any other process are refused, with a reply that says
     /// so; `None`: anyone's (with the system token).
     pub operator: Option<String>,
+    /// How long to wait before joining the control plane and before each transition (zero:
+    /// not at all): a slow component, for trying run control against transitions that take
+    /// time (`DAQFLOW_TRANSITION_DELAY` of `daqflow component`).
+    pub transition_delay: Duration,
 }
 
 /// A component's configuration as `daqflow component` takes it: the TOML file `config`, if
@@ -149,6 +159,7 @@ impl Options {
             lease: None,
             end_with_stdin: false,
             operator: std::env::var("DAQFLOW_OPERATOR").ok().filter(|o| !o.is_empty()),
+            transition_delay: Duration::ZERO,
         };
         let (mut sets, mut config, mut lease) = (Vec::new(), None, env_lease);
         let mut args = args.into_iter();
@@ -324,13 +335,17 @@ fn line_to_command(verb: &str, arg: Option<&str>) -> Option<Result<Command, Stri
     })
 }
 
-/// Runs a line from standard input; the answer and whether to quit.
-fn line_command(driver: &mut Driver, line: &str) -> (Value, bool) {
+/// Runs a line from standard input (a transition after `delay`); the answer and whether to
+/// quit.
+fn line_command(driver: &mut Driver, line: &str, delay: Duration) -> (Value, bool) {
     let mut words = line.split_whitespace();
     let verb = words.next().unwrap_or("");
     let arg = words.next();
     let result = match (verb, line_to_command(verb, arg)) {
-        (_, Some(Ok(command))) => driver.execute(command).map(|a| answer_json(&a)).map_err(|e| e.to_string()),
+        (_, Some(Ok(command))) => {
+            slow_down(command.verb(), delay);
+            driver.execute(command).map(|a| answer_json(&a)).map_err(|e| e.to_string())
+        }
         (_, Some(Err(usage))) => Err(usage),
         ("stats", None) => Ok(serde_json::to_value(driver.stats()).unwrap_or(Value::Null)),
         ("state", None) => Ok(json!({ "failure": driver.failure() })),
@@ -342,6 +357,14 @@ fn line_command(driver: &mut Driver, line: &str) -> (Value, bool) {
         )),
     };
     (answer(driver, result), false)
+}
+
+/// Waits `delay` before transition `verb` (a slow component: [`Options::transition_delay`]).
+fn slow_down(verb: Verb, delay: Duration) {
+    if !delay.is_zero() && Verb::TRANSITIONS.contains(&verb) {
+        tracing::info!(command = %verb, "waiting {} before {verb} (a slow component)", seconds_text(delay));
+        std::thread::sleep(delay);
+    }
 }
 
 /// A component's presence on the control plane.
@@ -360,6 +383,8 @@ struct ControlLink {
     log_published: u64,
     /// The only process whose commands are taken, if set.
     operator: Option<String>,
+    /// Waited before each transition ([`Options::transition_delay`]).
+    delay: Duration,
 }
 
 impl ControlLink {
@@ -403,6 +428,7 @@ impl ControlLink {
             seq: 0,
             log_published: 0,
             operator: None,
+            delay: Duration::ZERO,
         })
     }
 
@@ -460,6 +486,7 @@ impl ControlLink {
                     (request, Err(why))
                 }
                 _ => {
+                    slow_down(verb, self.delay);
                     let r = driver.execute(request.command.clone()).map_err(|e| e.to_string());
                     (request, r)
                 }
@@ -525,8 +552,13 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     let (tx, rx) = std::sync::mpsc::channel::<Input>();
     let mut link = match &options.control {
         Some(addr) => {
+            if !options.transition_delay.is_zero() {
+                tracing::info!("waiting {} before joining (a slow component)", seconds_text(options.transition_delay));
+                std::thread::sleep(options.transition_delay);
+            }
             let mut link = ControlLink::join(addr, &options.name, driver.schema(), tx.clone())?;
             link.operator = options.operator.clone();
+            link.delay = options.transition_delay;
             Some(link)
         }
         None => None,
@@ -558,7 +590,7 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
         (Some(_), Some(length)) => Some(Lease::new(length, Instant::now())),
         _ => None,
     };
-    let ended = event_loop(&mut driver, &rx, &mut link, &out, stop_signal, &mut lease);
+    let ended = event_loop(&mut driver, &rx, &mut link, &out, stop_signal, &mut lease, options.transition_delay);
     failed |= ended.failed;
     match ended.why {
         Why::LeaseExpired => failed = true,
@@ -610,6 +642,7 @@ fn event_loop(
     out: &Mutex<std::io::Stdout>,
     stop_signal: &AtomicBool,
     lease: &mut Option<Lease>,
+    delay: Duration,
 ) -> Ended {
     let mut next_publish = Instant::now();
     let mut reported: Option<String> = None;
@@ -649,7 +682,7 @@ fn event_loop(
                 }
             }
             Ok(Input::Line(line)) => {
-                let (v, quit) = line_command(driver, line.trim());
+                let (v, quit) = line_command(driver, line.trim(), delay);
                 if let Some(l) = link.as_mut() {
                     l.publish(driver, true);
                 }

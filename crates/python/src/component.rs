@@ -297,8 +297,20 @@ pub fn _run_component(
         python_kind = python_kind.schema(schema);
     }
     registry.add(python_kind);
-    let options =
-        daqflow_component::process::Options { kind, name, config, start, control, lease, end_with_stdin, operator };
+    // A component of Python is never slowed down (DAQFLOW_TRANSITION_DELAY is `daqflow
+    // component`'s).
+    let transition_delay = std::time::Duration::ZERO;
+    let options = daqflow_component::process::Options {
+        kind,
+        name,
+        config,
+        start,
+        control,
+        lease,
+        end_with_stdin,
+        operator,
+        transition_delay,
+    };
     let result = py.detach(|| daqflow_component::process::run(registry, options));
     result.map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }

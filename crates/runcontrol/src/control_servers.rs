@@ -110,7 +110,6 @@ impl Drop for ControlServers {
 
 /// Starts a control server on `listen`; its child and the address it listens on.
 fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Result<(Child, SocketAddr), String> {
-    use std::os::unix::process::CommandExt;
     let log_path = launch.logs.join(format!("control-server-{index}.log"));
     let log_from = crate::first_error::log_length(&log_path);
     let log = std::fs::OpenOptions::new()
@@ -125,15 +124,9 @@ fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Resu
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log);
-    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
-    // which is async-signal-safe: the server gets SIGTERM when this thread (the operator's
-    // control-server thread, as long-lived as the operator) ends.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
-            Ok(())
-        });
-    }
+    // Its own session (the terminal's signals reach only the operator), and SIGTERM when this
+    // thread (the operator's control-server thread, as long-lived as the operator) ends.
+    crate::children::own_session_ending_with_parent(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", launch.binary.display()))?;
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = channel();

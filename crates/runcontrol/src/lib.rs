@@ -29,6 +29,7 @@
 
 pub mod accounting;
 pub mod alarm;
+mod children;
 mod control_servers;
 /// The run database (the crate `daqflow-rundb`): SQLite or PostgreSQL.
 pub use daqflow_rundb as db;

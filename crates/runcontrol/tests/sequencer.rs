@@ -454,6 +454,31 @@ fn pause_goes_producers_first_and_stop_resolves_stop_arg_from_earlier_summaries(
 }
 
 #[test]
+fn a_stop_from_paused_resumes_all_but_the_trigger_first_so_that_what_it_triggered_is_read_out() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    let mark = w.log.len();
+    w.run(Transition::Start { run: None }).unwrap();
+    let start_order = w.sent(mark, Verb::Start);
+    w.run(Transition::Pause).unwrap();
+    assert_eq!(w.seq.state(), SystemState::Paused);
+    let mark = w.log.len();
+    let t = w.ask(Transition::Stop);
+    let TransitionResult::Stopped(summary) = w.done.remove(&t).unwrap().unwrap() else { panic!() };
+    assert_eq!(summary.state, RunState::Stopped);
+    // Consumers first, every component but the EVM (the paused sources hold what the builders
+    // wait for); then the stop, producers first, the sources told the EVM's last event.
+    let resumed: Vec<String> = start_order.into_iter().filter(|n| n != "evm").collect();
+    assert_eq!(w.sent(mark, Verb::Resume), resumed);
+    assert_eq!(w.sent(mark, Verb::Stop), vec!["evm", "src", "ru-0", "bu-0", "rec"]);
+    let first_stop = w.log[mark..].iter().position(|(_, c)| c.verb() == Verb::Stop).unwrap();
+    assert_eq!(w.sent(mark + first_stop, Verb::Resume), Vec::<String>::new(), "every resume before the stop");
+    let src_stop = w.log[mark..].iter().find(|(n, c)| n == "src" && c.verb() == Verb::Stop).map(|(_, c)| c.clone());
+    assert_eq!(src_stop, Some(Command::Stop { last_event: Some(42) }));
+    assert_eq!(w.seq.state(), SystemState::Configured);
+}
+
+#[test]
 fn a_component_that_never_answers_fails_the_transition_after_the_timeout() {
     let mut w = World::launched();
     w.silent.push("ru-0".into());

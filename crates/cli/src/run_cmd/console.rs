@@ -11,12 +11,16 @@
 //!   ends; a web UI): the operator says so once on standard error and goes on until Ctrl-C or
 //!   SIGTERM (without a web UI: until the run ends). Otherwise it means `quit`.
 //!
+//! - Ctrl-C and SIGTERM ([`Interrupts`]): a command under way finishes, a run in progress is
+//!   stopped with its summary; a standard input that ends because its terminal is gone is a
+//!   hangup (`--on-hangup`).
+//!
 //! The exit status is 0 when every run summarised was perfect (nothing lost or unknown, every
-//! file good, no error), else 1.
+//! file good, no error), else 1. Every line goes through `say!`: a terminal that is gone never
+//! breaks the console.
 
 use std::collections::BTreeSet;
 use std::io::BufRead;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,10 +30,12 @@ use daqflow_runcontrol::operator::Operator;
 use serde_json::Value;
 
 use super::{acknowledge_from_console, print_alarms, print_summary, stop_run, summary_of};
+use crate::terminal::{Interrupts, say, say_err};
 
 /// What the console prints summaries with and remembers of them.
 struct Shared {
     op: Operator,
+    interrupts: Interrupts,
     web_url: Option<String>,
     /// The runs whose summary was printed.
     summarised: Mutex<BTreeSet<u32>>,
@@ -83,10 +89,15 @@ enum Said {
 /// The console: until `quit`, the end of input that means it, a signal, or (with no console and
 /// no web UI) the end of the run. `started`: `--start` took a run. Whether every run it
 /// summarised was perfect.
-pub(super) fn run(op: &Operator, web_url: Option<String>, started: bool) -> anyhow::Result<bool> {
-    let stop_flag = crate::component_cmd::install_signal_flag()?;
+pub(super) fn run(
+    op: &Operator,
+    web_url: Option<String>,
+    started: bool,
+    interrupts: &Interrupts,
+) -> anyhow::Result<bool> {
     let shared = Arc::new(Shared {
         op: op.clone(),
+        interrupts: interrupts.clone(),
         web_url,
         summarised: Mutex::new(BTreeSet::new()),
         announced: Mutex::new(BTreeSet::new()),
@@ -123,22 +134,25 @@ pub(super) fn run(op: &Operator, web_url: Option<String>, started: bool) -> anyh
     if let Some(run) = following {
         shared.announce(run);
     }
+    interrupts.doing("the end to begin");
     loop {
-        if stop_flag.load(Ordering::Relaxed) {
-            // Ctrl-C or SIGTERM: the run in progress is stopped, with its summary.
+        if interrupts.requested() {
+            // Ctrl-C, SIGTERM or a hangup: a command under way finishes, then the run in
+            // progress is stopped, with its summary (a transition the web UI asked for finishes
+            // first too).
             if let Some((what, _)) = shared.busy() {
-                println!("stopping (a signal); `{what}` is under way: it ends first");
+                say!("`{what}` is under way: it ends first");
+                interrupts.doing(format!("`{what}`, under way, to end"));
             }
             while shared.busy().is_some() {
                 std::thread::sleep(Duration::from_millis(50));
             }
+            op.wait_idle();
             if op.run_open()
                 && let Some(run) = op.run_number()
+                && !shared.summarised(run)
             {
-                println!("stopping run {run} (a signal)");
-                shared.summarise(&stop_run(op, run)?);
-            } else {
-                println!("stopping (a signal)");
+                shared.summarise(&stop_run(op, run, interrupts)?);
             }
             break;
         }
@@ -148,20 +162,28 @@ pub(super) fn run(op: &Operator, web_url: Option<String>, started: bool) -> anyh
                     print_status(op);
                 } else if !line.trim().is_empty() {
                     if let Some((what, since)) = shared.busy() {
-                        println!("`{}` waits: {}", line.trim(), under_way(op, &what, since));
+                        say!("`{}` waits: {}", line.trim(), under_way(op, &what, since));
                     }
                     let _ = job_tx.send(Job::Line(line));
                 }
             }
             Ok(None) => {
                 stdin_open = false;
-                let _ = job_tx.send(Job::EndOfInput);
+                // A terminal that is gone is a hangup (`--on-hangup`): ended, or no console.
+                if interrupts.input_ended() {
+                    say_err!("daqflow: the terminal is gone: no console from here on (--on-hangup keep)");
+                    no_console = true;
+                } else if !interrupts.requested() {
+                    let _ = job_tx.send(Job::EndOfInput);
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 if stdin_open {
                     stdin_open = false;
-                    let _ = job_tx.send(Job::EndOfInput);
+                    if !interrupts.requested() {
+                        let _ = job_tx.send(Job::EndOfInput);
+                    }
                 }
             }
         }
@@ -182,8 +204,8 @@ pub(super) fn run(op: &Operator, web_url: Option<String>, started: bool) -> anyh
             if !shared.summarised(run) {
                 let summary = summary_of(op, run)?;
                 match &summary.error {
-                    Some(e) => println!("run {run} ended: {e}"),
-                    None => println!("run {run} was stopped from outside the console (the web UI)"),
+                    Some(e) => say!("run {run} ended: {e}"),
+                    None => say!("run {run} was stopped from outside the console (the web UI)"),
                 }
                 shared.summarise(&summary);
             }
@@ -193,14 +215,12 @@ pub(super) fn run(op: &Operator, web_url: Option<String>, started: bool) -> anyh
             && let Some(run) = open
         {
             if shared.announce(run) {
-                println!("run {run} started from outside the console (the web UI)");
+                say!("run {run} started from outside the console (the web UI)");
             }
             following = Some(run);
         }
         if no_console && shared.web_url.is_none() && following.is_none() && !op.run_open() {
-            eprintln!(
-                "daqflow: the run ended and nothing can start another (no console, no web UI): the operator ends"
-            );
+            say_err!("daqflow: the run ended and nothing can start another (no console, no web UI): the operator ends");
             break;
         }
     }
@@ -231,7 +251,7 @@ fn print_status(op: &Operator) {
             op.waiting_for().into_iter().map(|(n, verb)| serde_json::json!({"component": n, "for": verb})).collect();
         m.insert("waiting_for".into(), Value::Array(waiting));
     }
-    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    say!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
 }
 
 /// The commands' thread: each line in turn, until `quit` or the end of input that means it.
@@ -248,7 +268,7 @@ fn commands(shared: &Shared, jobs: &Receiver<Job>, said: &Sender<Said>, no_conso
                 } else {
                     "until Ctrl-C or SIGTERM, or until the run ends"
                 };
-                eprintln!(
+                say_err!(
                     "daqflow: standard input ended: no console from here on; the operator goes on {until} (each run's \
                      summary is printed when it ends)"
                 );
@@ -259,7 +279,7 @@ fn commands(shared: &Shared, jobs: &Receiver<Job>, said: &Sender<Said>, no_conso
                 // Nothing else can drive the system: the end of input is `quit`.
                 set_busy(Some("quit".into()));
                 if let Err(e) = quit(shared, "standard input ended") {
-                    println!("quit: {e}");
+                    say!("quit: {e}");
                 }
                 set_busy(None);
                 let _ = said.send(Said::Quit);
@@ -271,7 +291,7 @@ fn commands(shared: &Shared, jobs: &Receiver<Job>, said: &Sender<Said>, no_conso
         let quitting = matches!(verb.as_str(), "quit" | "exit");
         if quitting {
             if let Err(e) = quit(shared, &verb) {
-                println!("{verb}: {e}");
+                say!("{verb}: {e}");
             }
         } else {
             command(shared, &line);
@@ -290,8 +310,8 @@ fn quit(shared: &Shared, why: &str) -> anyhow::Result<()> {
     if op.run_open()
         && let Some(run) = op.run_number()
     {
-        println!("{why}: stopping run {run}");
-        shared.summarise(&stop_run(op, run)?);
+        say!("{why}: stopping run {run}");
+        shared.summarise(&stop_run(op, run, &shared.interrupts)?);
     }
     Ok(())
 }
@@ -308,7 +328,7 @@ fn command(shared: &Shared, line: &str) {
         "ack" => {
             match words.next() {
                 Some(name) => acknowledge_from_console(op, name),
-                None => println!("usage: ack ALARM (see `alarms`)"),
+                None => say!("usage: ack ALARM (see `alarms`)"),
             }
             return;
         }
@@ -318,33 +338,33 @@ fn command(shared: &Shared, line: &str) {
                 ("set", Some((t, v))) => (t.trim().to_owned(), Some(daqflow_component::process::parse_value(v.trim()))),
                 ("unset", None) if rest.len() == 1 => (rest[0].to_owned(), None),
                 _ => {
-                    println!("usage: set NAME.KEY=VALUE (live, or for the next configure), unset NAME.KEY");
+                    say!("usage: set NAME.KEY=VALUE (live, or for the next configure), unset NAME.KEY");
                     return;
                 }
             };
             let Some((component, key)) = target.split_once('.') else {
-                println!("{verb} {target}: expected NAME.KEY (a component's parameter)");
+                say!("{verb} {target}: expected NAME.KEY (a component's parameter)");
                 return;
             };
             match op.set(component, key, value) {
-                Ok(all) => println!(
+                Ok(all) => say!(
                     "{target} set; parameters over the system file's: {}",
                     serde_json::to_string(&all).unwrap_or_default()
                 ),
-                Err(e) => println!("{verb}: {e}"),
+                Err(e) => say!("{verb}: {e}"),
             }
             return;
         }
         "repeat" => {
             match words.next().map(str::parse::<u32>) {
                 Some(Ok(n)) => match op.repeat(n) {
-                    Ok(all) => println!(
+                    Ok(all) => say!(
                         "the configuration of run {n} for the next configure: parameters set {}",
                         serde_json::to_string(&all).unwrap_or_default()
                     ),
-                    Err(e) => println!("repeat: {e}"),
+                    Err(e) => say!("repeat: {e}"),
                 },
-                _ => println!("usage: repeat RUN (while Initial: run RUN's parameters for the next configure)"),
+                _ => say!("usage: repeat RUN (while Initial: run RUN's parameters for the next configure)"),
             }
             return;
         }
@@ -355,7 +375,7 @@ fn command(shared: &Shared, line: &str) {
                 Some(n) => match n.parse::<u64>() {
                     Ok(n) => format!("{{\"run\": {n}}}"),
                     Err(_) => {
-                        println!("usage: start [RUN] (RUN: a run number never used, 1 to 4294967295)");
+                        say!("usage: start [RUN] (RUN: a run number never used, 1 to 4294967295)");
                         return;
                     }
                 },
@@ -363,7 +383,7 @@ fn command(shared: &Shared, line: &str) {
             match Transition::parse("start", body.as_bytes()) {
                 Ok(t) => t,
                 Err(e) => {
-                    println!("{e}");
+                    say!("{e}");
                     return;
                 }
             }
@@ -371,7 +391,7 @@ fn command(shared: &Shared, line: &str) {
         other => match Transition::parse(other, b"") {
             Ok(t) => t,
             Err(e) => {
-                println!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, alarms, ack ALARM, quit");
+                say!("{e}; or set NAME.KEY=VALUE, unset NAME.KEY, status, alarms, ack ALARM, quit");
                 return;
             }
         },
@@ -381,10 +401,10 @@ fn command(shared: &Shared, line: &str) {
         Ok(TransitionResult::Stopped(summary)) => shared.summarise(&summary),
         Ok(TransitionResult::Started(run)) => {
             shared.announce(run);
-            println!("run {run} started");
+            say!("run {run} started");
         }
-        Ok(_) => println!("{verb}: done; state {}", op.state()),
-        Err(e) => println!("{verb}: {e}"),
+        Ok(_) => say!("{verb}: done; state {}", op.state()),
+        Err(e) => say!("{verb}: {e}"),
     }
     // A reset during a run closes it (as failed): its summary too.
     if let Some(run) = open_before
@@ -393,7 +413,7 @@ fn command(shared: &Shared, line: &str) {
         && let Ok(summary) = summary_of(op, run)
     {
         if let Some(e) = &summary.error {
-            println!("run {run} ended: {e}");
+            say!("run {run} ended: {e}");
         }
         shared.summarise(&summary);
     }

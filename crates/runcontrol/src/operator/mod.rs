@@ -162,6 +162,8 @@ struct Inner {
     /// The schemas the components of kinds this binary does not know published
     /// (`NAME/schema`: a program of the user's own, a Python component).
     published: Mutex<BTreeMap<String, Arc<daqflow_component::schema::Schema>>>,
+    /// Where the run database is (for the history's writer, started with the components).
+    location: Mutex<Option<crate::db::Location>>,
 }
 
 /// A running system.
@@ -227,6 +229,16 @@ impl Operator {
     /// Starts the control server, the run database and every component process, and waits
     /// until each has joined the control plane.
     pub fn launch(options: OperatorOptions) -> Result<Operator, OperatorError> {
+        let op = Operator::prepare(options)?;
+        op.launch_components()?;
+        Ok(op)
+    }
+
+    /// Starts the control servers and the run database, and joins the control plane, without
+    /// any component yet: [`launch_components`](Self::launch_components) starts them (what
+    /// [`launch`](Self::launch) does in one call). Meanwhile the operator answers (its state is
+    /// Initial), so that a web UI can be served while the components start.
+    pub fn prepare(options: OperatorOptions) -> Result<Operator, OperatorError> {
         let file = options.file;
         let data = options.data.unwrap_or_else(|| file.system.data.clone());
         let data = if data.is_absolute() {
@@ -324,6 +336,7 @@ impl Operator {
             history_reader,
             alarms: Mutex::new(alarms),
             published: Mutex::new(BTreeMap::new()),
+            location: Mutex::new(None),
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -343,23 +356,34 @@ impl Operator {
             .spawn(move || event_loop(weak, rx, seq, Supervisor::new(launch), log))
             .map_err(|e| OperatorError::Setup(e.to_string()))?;
         *lock(&op.inner.event_loop) = Some(handle);
-        if let Err(e) = op.call(Call::Launch) {
-            op.shutdown();
+        *lock(&op.inner.location) = Some(location);
+        Ok(op)
+    }
+
+    /// Starts every component process of an operator [`prepare`](Self::prepare)d and waits
+    /// until each has joined the control plane; on failure, shuts the operator down.
+    pub fn launch_components(&self) -> Result<(), OperatorError> {
+        if let Err(e) = self.call(Call::Launch) {
+            self.shutdown();
             return Err(e);
         }
-        if file.history.enabled {
+        let file = &self.inner.file;
+        let location = lock(&self.inner.location).clone();
+        if file.history.enabled
+            && let Some(location) = location
+        {
             let history =
-                history::History::start(Arc::downgrade(&op.inner), &location, &file.history, &op.inner.dialog);
+                history::History::start(Arc::downgrade(&self.inner), &location, &file.history, &self.inner.dialog);
             match history {
-                Ok(h) => *lock(&op.inner.history) = Some(h),
+                Ok(h) => *lock(&self.inner.history) = Some(h),
                 Err(e) => {
-                    op.shutdown();
+                    self.shutdown();
                     return Err(e);
                 }
             }
         }
-        tracing::info!(system = %file.system.name, control = %control, "system launched");
-        Ok(op)
+        tracing::info!(system = %file.system.name, control = %self.inner.control, "system launched");
+        Ok(())
     }
 
     /// Subscribes to every component's state and statistics, and takes the replies.
@@ -590,6 +614,22 @@ impl Operator {
         true
     }
 
+    /// Waits until no transition is under way (each of its steps is bounded by the system
+    /// file's timeouts), or the operator has shut down.
+    pub fn wait_idle(&self) {
+        let mut s = self.shown();
+        while s.snapshot.state.is_phase() && !s.closed {
+            s = self.inner.changed.wait_timeout(s, Duration::from_millis(200)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// What the transition under way (or a component being brought back) waits for, in words:
+    /// `the stop of run 3 (stage 2 of 4): the answer of ru-0, ru-1 (at most 12 s more)`; `None`
+    /// when nothing is under way.
+    pub fn waiting_text(&self) -> Option<String> {
+        self.shown().snapshot.waiting.as_ref().map(|w| w.text(Instant::now()))
+    }
+
     /// The run number (running or last).
     pub fn run_number(&self) -> Option<u32> {
         self.shown().snapshot.run
@@ -599,7 +639,7 @@ impl Operator {
     /// (`configure`, …, or `join` for a process that has not joined the control plane yet);
     /// empty when none is under way.
     pub fn waiting_for(&self) -> Vec<(String, String)> {
-        self.shown().snapshot.waiting.clone()
+        self.shown().snapshot.waiting_for.clone()
     }
 
     /// The summary of the last run stopped.
@@ -727,11 +767,13 @@ impl Operator {
         &self.inner.binary
     }
 
-    /// Stops whatever runs (a run in progress is stopped and recorded), resets every
-    /// component, ends every component process (SIGTERM, then SIGKILL after 5 s) and the
-    /// control servers.
+    /// Ends the system in order: a transition under way finishes first (a start cut short
+    /// would leave a run half started), a run in progress is stopped and recorded, every
+    /// component resets, then every component process ends (SIGTERM, then SIGKILL after 5 s)
+    /// and the control servers.
     pub fn shutdown(&self) {
-        if in_run(self.state())
+        self.wait_idle();
+        if self.run_open()
             && let Err(e) = self.stop()
         {
             tracing::error!("stopping the run at shutdown: {e}");

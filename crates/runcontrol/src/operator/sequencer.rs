@@ -367,7 +367,46 @@ pub struct Snapshot {
     pub degraded: BTreeMap<String, String>,
     /// The components the transition under way waits for (to answer, or to join), each with
     /// the command (`configure`, `join`).
-    pub waiting: Vec<(String, String)>,
+    pub waiting_for: Vec<(String, String)>,
+    /// What the transition under way (or a component being brought back) waits for; `None`
+    /// when nothing is under way.
+    pub waiting: Option<Waiting>,
+}
+
+/// What the operator waits for: the step under way, and the components it waits on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    /// The step: `the stop of run 3 (stage 2 of 4)`, `the configure`, …
+    pub what: String,
+    /// The components whose answer it waits for.
+    pub answers: Vec<String>,
+    /// The components it waits for to join the control plane (started, or started again).
+    pub joining: Vec<String>,
+    /// When the wait times out at the latest.
+    pub until: Option<Instant>,
+}
+
+impl Waiting {
+    /// In words, as of `now`: `the stop of run 3 (stage 2 of 4): the answer of ru-0, ru-1
+    /// (at most 12 s more)`.
+    pub fn text(&self, now: Instant) -> String {
+        let mut parts = Vec::new();
+        if !self.answers.is_empty() {
+            parts.push(format!("the answer of {}", self.answers.join(", ")));
+        }
+        if !self.joining.is_empty() {
+            parts.push(format!("{} to join the control plane", self.joining.join(", ")));
+        }
+        let mut text = self.what.clone();
+        if !parts.is_empty() {
+            text = format!("{text}: {}", parts.join(" and "));
+        }
+        if let Some(until) = self.until {
+            let left = until.saturating_duration_since(now).as_secs_f64().ceil();
+            text.push_str(&format!(" (at most {left:.0} s more)"));
+        }
+        text
+    }
 }
 
 /// Who waits for a request's reply.
@@ -447,6 +486,10 @@ enum Step {
     },
     /// Pause, resume or reset, stage by stage.
     Staged { verb: Verb, stages: Vec<Vec<usize>>, stage: usize, first_error: Option<OperatorError> },
+    /// A stop from Paused: every component but the triggers resumes first, stage `stage` of
+    /// the start order (consumers first), so that what was triggered before the pause is read
+    /// out and built; then `Stopping`.
+    ReadingOut { run: u32, stage: usize, errors: Vec<String> },
     /// Stopping stage `stage`.
     Stopping { run: u32, stage: usize, summaries: BTreeMap<String, Stats>, errors: Vec<String> },
     /// Waiting for the run to be closed.
@@ -592,8 +635,14 @@ impl Sequencer {
     /// (Error when one is in Error or dead, Mixed when they differ). Components being
     /// restarted do not count.
     pub fn state(&self) -> SystemState {
-        if let Some(t) = self.job.as_ref().and_then(|j| j.transition) {
-            return t.phase();
+        if let Some(job) = &self.job {
+            if let Some(t) = job.transition {
+                return t.phase();
+            }
+            // The components being started come up Initial.
+            if matches!(job.step, Step::Launching) {
+                return SystemState::Initial;
+            }
         }
         let mut states = self
             .file
@@ -633,18 +682,63 @@ impl Sequencer {
             last_summary: self.last_summary.clone(),
             overrides: self.overrides_flat(),
             degraded: self.dropped.clone(),
+            waiting_for: self.waiting_for(),
             waiting: self.waiting(),
         }
     }
 
     /// The components the job waits for, with what for.
-    fn waiting(&self) -> Vec<(String, String)> {
+    fn waiting_for(&self) -> Vec<(String, String)> {
         let Some(job) = &self.job else { return Vec::new() };
         let replies = job.batch.waiting.iter().map(|(id, name)| {
             let verb = self.pending.get(id).map_or("reply", |p| p.verb.name());
             (name.clone(), verb.to_owned())
         });
         replies.chain(job.joining.keys().map(|n| (n.clone(), "join".to_owned()))).collect()
+    }
+
+    /// What the job under way waits for (else a component being brought back).
+    fn waiting(&self) -> Option<Waiting> {
+        let Some(job) = &self.job else {
+            let (name, restart) = self.restarts.iter().next()?;
+            return Some(Waiting {
+                what: format!("bringing {name} back ({})", restart.why),
+                answers: Vec::new(),
+                joining: Vec::new(),
+                until: None,
+            });
+        };
+        let what = match &job.step {
+            Step::Launching => "the start of the system".to_owned(),
+            Step::Configuring { .. } => "the configure".to_owned(),
+            Step::Undoing { .. } => {
+                "undoing the configure, which failed (every configured component resets)".to_owned()
+            }
+            Step::Opening { .. } => "the run database, to open the run".to_owned(),
+            Step::Starting { run, stage, .. } => {
+                format!("the start of run {run} (stage {stage} of {})", self.file.stages(true).len())
+            }
+            Step::Unwinding { run, .. } => format!("undoing the start of run {run}, which failed"),
+            Step::Staged { verb, stages, stage, .. } => format!("the {verb} (stage {stage} of {})", stages.len()),
+            Step::ReadingOut { run, stage, .. } => format!(
+                "the stop of run {run}: resuming all but the trigger to read out what it triggered before the pause \
+                 (stage {stage} of {})",
+                self.file.stages(true).len()
+            ),
+            Step::Stopping { run, stage, .. } => {
+                format!("the stop of run {run} (stage {stage} of {})", self.file.stages(false).len())
+            }
+            Step::Closing { .. } => "the run database, to record the run".to_owned(),
+            Step::Respawning => "the reset".to_owned(),
+            Step::ShuttingDown => "every component to reset".to_owned(),
+        };
+        let deadlines = job.batch.waiting.keys().filter_map(|id| self.pending.get(id)).map(|p| p.deadline);
+        Some(Waiting {
+            what,
+            answers: job.batch.waiting.values().cloned().collect(),
+            joining: job.joining.keys().cloned().collect(),
+            until: deadlines.chain(job.joining.values().copied()).max(),
+        })
     }
 
     /// The earliest time something times out or must be sent again (the I/O layer ticks then
@@ -1321,6 +1415,14 @@ impl Sequencer {
                 Step::Staged { verb: Verb::Resume, stages: self.file.stages(true), stage: 0, first_error: None }
             }
             Transition::Stop => match self.run.filter(|_| self.run_open()) {
+                // A paused source holds the fragments of events triggered before the pause, which
+                // the builders wait for: it resumes first (the trigger stays paused).
+                Some(run)
+                    if state == SystemState::Paused
+                        && self.file.components.iter().any(|c| c.role == daqflow_component::Role::Trigger) =>
+                {
+                    Step::ReadingOut { run, stage: 0, errors }
+                }
                 Some(run) => Step::Stopping { run, stage: 0, summaries: BTreeMap::new(), errors },
                 None => {
                     self.target = SystemState::Configured;
@@ -1564,6 +1666,34 @@ impl Sequencer {
                 };
                 for name in names {
                     self.send_for(&mut job.batch, &name, command.clone(), timeout, now, out);
+                }
+                Flow::Continue
+            }
+            Step::ReadingOut { run, stage, errors } => {
+                for (name, r) in replies {
+                    if let Err(e) = r {
+                        errors.push(format!("{name}: resuming to read out what was triggered: {e}"));
+                    }
+                }
+                let stages = self.file.stages(true);
+                let Some(idx) = stages.get(*stage) else {
+                    let (run, errors) = (*run, std::mem::take(errors));
+                    job.step = Step::Stopping { run, stage: 0, summaries: BTreeMap::new(), errors };
+                    return Flow::Continue;
+                };
+                *stage += 1;
+                for &i in idx {
+                    let spec = &self.file.components[i];
+                    let v = &self.views[&spec.name];
+                    if spec.role == daqflow_component::Role::Trigger
+                        || self.dropped.contains_key(&spec.name)
+                        || !v.alive
+                        || v.state != Some(ComponentState::Paused)
+                    {
+                        continue;
+                    }
+                    let name = spec.name.clone();
+                    self.send_for(&mut job.batch, &name, Command::Resume, timeout, now, out);
                 }
                 Flow::Continue
             }

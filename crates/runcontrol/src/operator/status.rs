@@ -466,7 +466,8 @@ mod tests {
                 last_summary: None,
                 overrides: BTreeMap::new(),
                 degraded: BTreeMap::new(),
-                waiting: Vec::new(),
+                waiting_for: Vec::new(),
+                waiting: None,
             };
             rates.sample(&f, &snapshot, t_ms);
         }

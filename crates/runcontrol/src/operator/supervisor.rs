@@ -1,7 +1,8 @@
 //! The supervisor: the component processes the operator started. It starts them (each with
-//! its output appended to `logs/NAME.log`, the system token, its lease, and a parent-death
-//! signal so that no local component outlives a crashed operator), notices when one ends, and
-//! ends them all at shutdown. What to do when one ends is the sequencer's business (its policy).
+//! its output appended to `logs/NAME.log`, the system token, its lease, in a session of its own
+//! so that the terminal's signals reach only the operator, and with a parent-death signal so
+//! that no local component outlives a crashed operator), notices when one ends, and ends them
+//! all at shutdown. What to do when one ends is the sequencer's business (its policy).
 //!
 //! A `daqflow component` on another host (`host`, started with `remote_command`, ssh by
 //! default) gets the token on its standard input, the first line, with `--token-stdin`: ssh
@@ -174,7 +175,6 @@ fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<St
 /// local `daqflow component` also as `--token-file`, one on another host the token itself as
 /// the first line of its standard input, which stays open.
 fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Result<Running, String> {
-    use std::os::unix::process::CommandExt;
     let log_path = launch.logs.join(format!("{}.log", spec.name));
     let log_from = crate::first_error::log_length(&log_path);
     let log = std::fs::OpenOptions::new()
@@ -188,7 +188,7 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
     // path (`argv[0]`, what logs and `ps` show).
     let local_daqflow = spec.command.is_none() && spec.host.is_none();
     let mut cmd = if local_daqflow { Command::new(&launch.binary) } else { Command::new(&argv[0]) };
-    cmd.arg0(&argv[0]);
+    std::os::unix::process::CommandExt::arg0(&mut cmd, &argv[0]);
     cmd.args(&argv[1..])
         .stdin(if token_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(log)
@@ -199,16 +199,10 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
         // and its operator (the Python package's `daqflow.Component` reads them).
         .env("DAQFLOW_LEASE_S", launch.lease_s.to_string())
         .env("DAQFLOW_OPERATOR", super::DIALOG_NAME);
-    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
-    // which is async-signal-safe; it asks the kernel to send SIGTERM to the child when the
-    // thread that started it (the operator's event loop, which lives as long as the operator)
-    // ends, so that no component outlives a crashed operator.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
-            Ok(())
-        });
-    }
+    // Its own session (the terminal's Ctrl-C reaches the operator alone, which stops the run in
+    // order), ending when the thread that started it (the operator's event loop, which lives as
+    // long as the operator) ends, so that no component outlives a crashed operator.
+    crate::children::own_session_ending_with_parent(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| format!("starting {} ({}): {e}", spec.name, argv.join(" ")))?;
     tracing::info!(component = %spec.name, pid = child.id(), "started {}", argv.join(" "));
     let mut stdin = child.stdin.take();
