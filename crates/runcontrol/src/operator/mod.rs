@@ -33,6 +33,7 @@
 
 pub mod alarms;
 mod history;
+pub mod lock;
 pub mod sequencer;
 mod status;
 mod supervisor;
@@ -108,6 +109,26 @@ impl OperatorOptions {
     pub fn new(file: SystemFile, binary: PathBuf) -> OperatorOptions {
         OperatorOptions { file, binary, data: None, control: None }
     }
+
+    /// The data directory these options give (`data`, else the file's `system.data`), made
+    /// absolute against the current directory.
+    pub fn data_dir(&self) -> Result<PathBuf, OperatorError> {
+        let data = self.data.clone().unwrap_or_else(|| self.file.system.data.clone());
+        if data.is_absolute() {
+            return Ok(data);
+        }
+        Ok(std::env::current_dir().map_err(|e| OperatorError::Setup(e.to_string()))?.join(data))
+    }
+
+    /// Creates the data directory and takes its lock ([`lock::OperatorLock`]): refused while
+    /// another operator holds it, taken over from one that died
+    /// ([`lock::OperatorLock::left_behind`] says whose it was).
+    pub fn lock_data_dir(&self) -> Result<lock::OperatorLock, OperatorError> {
+        let data = self.data_dir()?;
+        std::fs::create_dir_all(&data)
+            .map_err(|e| OperatorError::Setup(format!("data directory {}: {e}", data.display())))?;
+        lock::OperatorLock::acquire(&data, &self.file.system.name).map_err(|e| OperatorError::Setup(e.to_string()))
+    }
 }
 
 /// The dialog name of the operator (and of its replies, `operator/reply`).
@@ -159,6 +180,8 @@ struct Inner {
     /// one the event loop records runs with.
     history_reader: RunDb,
     alarms: Mutex<alarms::Alarms>,
+    /// The data directory's lock, held until [`Operator::shutdown`] (or the end of the process).
+    data_lock: Mutex<Option<lock::OperatorLock>>,
 }
 
 /// A running system.
@@ -221,16 +244,33 @@ fn seconds(s: f64) -> Duration {
 }
 
 impl Operator {
-    /// Starts the control server, the run database and every component process, and waits
-    /// until each has joined the control plane.
+    /// Takes the data directory's lock ([`OperatorOptions::lock_data_dir`]: refused while
+    /// another operator holds it), then starts the control server, the run database and every
+    /// component process, and waits until each has joined the control plane.
     pub fn launch(options: OperatorOptions) -> Result<Operator, OperatorError> {
+        let data_lock = options.lock_data_dir()?;
+        if let Some(left) = data_lock.left_behind() {
+            tracing::warn!("taking over the data directory {}: {left}", data_lock.info().data.display());
+        }
+        Operator::launch_locked(options, data_lock)
+    }
+
+    /// [`Operator::launch`] with the data directory's lock taken already (by
+    /// [`OperatorOptions::lock_data_dir`] on the same options): nothing is written in the data
+    /// directory, and no run is finished as abandoned, by an operator that does not hold it.
+    pub fn launch_locked(
+        options: OperatorOptions,
+        mut data_lock: lock::OperatorLock,
+    ) -> Result<Operator, OperatorError> {
+        let data = options.data_dir()?;
+        if data_lock.info().data != data {
+            return Err(OperatorError::Setup(format!(
+                "the lock given is of {}, not of the data directory {}",
+                data_lock.info().data.display(),
+                data.display()
+            )));
+        }
         let file = options.file;
-        let data = options.data.unwrap_or_else(|| file.system.data.clone());
-        let data = if data.is_absolute() {
-            data
-        } else {
-            std::env::current_dir().map_err(|e| OperatorError::Setup(e.to_string()))?.join(data)
-        };
         std::fs::create_dir_all(data.join("logs"))
             .map_err(|e| OperatorError::Setup(format!("data directory {}: {e}", data.display())))?;
         let location = crate::db::Location::parse(&file.system.database)
@@ -269,6 +309,11 @@ impl Operator {
         )
         .map_err(|e| OperatorError::Setup(format!("starting the control server: {e}")))?;
         let control = servers.addrs()[0];
+        // The tools find the control servers in the lock file (`daqflow --data DIR dialog ls`).
+        let seen_here = servers.addrs().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",");
+        data_lock
+            .set_control(control_as_seen_from(&seen_here, None).split(',').map(str::to_owned).collect())
+            .map_err(|e| OperatorError::Setup(e.to_string()))?;
         let mut dialog_config = daqflow_dialog::DialogConfig::new(DIALOG_NAME, servers.addrs().to_vec());
         dialog_config.token = Some(token.clone());
         // With a wildcard control server and components on other hosts, the operator publishes
@@ -320,6 +365,7 @@ impl Operator {
             history: Mutex::new(None),
             history_reader,
             alarms: Mutex::new(alarms),
+            data_lock: Mutex::new(Some(data_lock)),
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -703,6 +749,17 @@ impl Operator {
         lock(&self.inner.replies).take();
         self.inner.dialog.shutdown();
         lock(&self.inner.servers).shutdown();
+        // Everything of the system has ended: the data directory is free for the next operator.
+        lock(&self.inner.data_lock).take();
+    }
+
+    /// Writes the web UI's address (`http://HOST:PORT`, without its token) into the data
+    /// directory's lock file, for the tools; none: no web UI.
+    pub fn set_web_address(&self, web: Option<String>) -> Result<(), OperatorError> {
+        match lock(&self.inner.data_lock).as_mut() {
+            Some(l) => l.set_web(web).map_err(|e| OperatorError::Setup(e.to_string())),
+            None => Ok(()),
+        }
     }
 }
 
