@@ -560,6 +560,7 @@ def test_the_et_examples_of_the_python_guide_run_and_print_what_they_say(capsys)
         "320 (5, 4)",
         "['GRAND_CENTRAL', 'monitor', 'calibration', 'all', 'ana-1', 'ana-2']",
         "100 {'Match': [1, None, None, None]}",
+        "['GRAND_CENTRAL', 'big']",
         "True [b'hello', b'hello', b'hello']",
         "SystemDeadError True",
     ]

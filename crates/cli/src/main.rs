@@ -31,6 +31,7 @@ mod soak_cmd;
     daqflow inspect --verify run000123_0001.daq       check a data file\n  \
     daqflow control-server &                          start a control plane\n  \
     daqflow dialog ls                                 list its processes\n  \
+    daqflow --data daqflow-demo dialog ls             the processes of the demo that runs there\n  \
     daqflow engine testbed --profile run.prof         run the ROB test bed, profiled\n  \
     daqflow evb local --output /dev/shm/evb           a whole event builder on this machine\n  \
     daqflow profile run.prof --out profile-out        its histograms and sequence diagram\n\n\

@@ -48,7 +48,10 @@ pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
     and the run database (SQLite), and serves the web UI. It starts a run at once; a run stopped\n\
     from the web UI (or by a policy) prints its summary and the demo goes on: runs started from\n\
     the web UI are followed the same way, until Ctrl-C or --seconds, which stop the run that is\n\
-    open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.";
+    open. Each summary's `lost:` line must read 0; the exit status is 0 only when every run's did.\n\n\
+    One operator per data directory: a demo or `daqflow run` using the directory already makes\n\
+    this one refuse, naming it (DATA/operator.lock; docs/operator-guide.md). While it runs,\n\
+    `daqflow --data DATA dialog ls` lists its processes (it prints that line).";
 
 /// Arguments of `daqflow run`.
 #[derive(clap::Args, Debug)]
