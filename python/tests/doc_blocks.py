@@ -163,10 +163,14 @@ class Running:
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         start_new_session=True)
         self.lines = []
-        threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True).start()
+        threading.Thread(target=self._read, daemon=True).start()
         if stdin:
             self.process.stdin.write(stdin)
             self.process.stdin.flush()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append(line)
 
     def output(self):
         return [l.rstrip("\n") for l in list(self.lines)]

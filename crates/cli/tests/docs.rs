@@ -408,6 +408,9 @@ fn entry_problems(b: &Block, e: &Entry, manifest: &Manifest) -> Vec<String> {
             p.push(format!("cmd = {} is not a command of the block (its commands: {lines:?})", quoted(l)));
         }
     }
+    if e.step.is_empty() {
+        p.push("every command is skipped: say not_run (with the reason) instead of by".into());
+    }
     for s in &e.step {
         // A command in the background serves the block's later steps, which check the output.
         if !s.checks_output() && s.mode != Mode::Background {
@@ -489,8 +492,7 @@ fn the_manifest_check_names_a_new_a_changed_and_a_gone_block() {
     };
     let problems = manifest_problems(&blocks, &m).join("\n");
     assert!(
-        problems
-            .contains(&format!("docs/x.md:2: the ```sh block starting \"daqflow version    # the version\" changed")),
+        problems.contains("docs/x.md:2: the ```sh block starting \"daqflow version    # the version\" changed"),
         "{problems}"
     );
     assert!(problems.contains(&format!("then set id = \"{}\"", blocks[0].id)), "{problems}");
@@ -531,7 +533,6 @@ fn substitute(cmd: &str, ctx: &Ctx) -> String {
 /// A command started by a step: its output (stdout and stderr, line by line), in its own
 /// process group, killed with it when dropped.
 struct Running {
-    cmd: String,
     child: Child,
     stdin: Option<std::process::ChildStdin>,
     lines: Arc<Mutex<Vec<String>>>,
@@ -577,7 +578,7 @@ impl Running {
             let _ = w.write_all(text.as_bytes());
             let _ = w.flush();
         }
-        Running { cmd: cmd.to_owned(), child, stdin: input, lines, exit: None }
+        Running { child, stdin: input, lines, exit: None }
     }
 
     fn output(&self) -> Vec<String> {

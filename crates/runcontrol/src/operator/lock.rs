@@ -99,13 +99,13 @@ pub enum LockError {
     #[error(
         "the data directory {} is in use by another operator: {}. Stop that one first (Ctrl-C in its terminal, `quit` on its console), or give this one another data directory (--data DIR)",
         data.display(),
-        holder.as_ref().map_or_else(|| "one that is starting (it has not written its details yet)".to_owned(), LockInfo::to_string)
+        holder.as_ref().map_or_else(|| "one that is starting (it has not written its details yet)".to_owned(), |h| h.to_string())
     )]
     Held {
         /// The data directory.
         data: PathBuf,
         /// What the holder wrote in the lock file (none while it starts).
-        holder: Option<LockInfo>,
+        holder: Option<Box<LockInfo>>,
     },
     /// Opening, locking, reading or writing the lock file failed.
     #[error("the operator's lock file {}: {source}", path.display())]
@@ -173,7 +173,10 @@ impl OperatorLock {
                     waited += STEP;
                 }
                 Err(TryLockError::WouldBlock) => {
-                    return Err(LockError::Held { data: data.to_path_buf(), holder: read_written(&file) });
+                    return Err(LockError::Held {
+                        data: data.to_path_buf(),
+                        holder: read_written(&file).map(Box::new),
+                    });
                 }
                 Err(TryLockError::Error(e)) => return Err(io(e)),
             }
@@ -348,7 +351,7 @@ mod tests {
         // Another open file description of the same file: what a second process has.
         let e = OperatorLock::acquire(dir.path(), "demo").unwrap_err();
         let LockError::Held { holder: Some(h), .. } = &e else { panic!("{e:?}") };
-        assert_eq!(h, first.info());
+        assert_eq!(**h, *first.info());
         let text = e.to_string();
         for part in [
             &format!("pid {}", std::process::id()),
