@@ -156,6 +156,7 @@ class Running:
         env = {k: v for k, v in os.environ.items()
                if k not in ("DAQFLOW_TOKEN", "DAQFLOW_TOKEN_FILE", "DAQFLOW_CONTROL", "DAQFLOW_LOG")}
         # The test's daqflow binary, then this Python (with the package) first on the PATH.
+        env["TMPDIR"] = str(Path(directory) / "tmp")
         env["PATH"] = os.pathsep.join([str(Path(daqflow_binary()).parent), str(Path(sys.executable).parent),
                                        env.get("PATH", "")])
         self.cmd = cmd
