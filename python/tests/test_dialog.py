@@ -17,7 +17,7 @@ import pytest
 import daqflow
 from daqflow import dialog
 from conftest import REPO, daqflow_binary
-from test_docs import python_blocks
+import doc_blocks
 
 WAIT = 20.0  # generous bound of every wait: a failure fails, it never hangs
 
@@ -413,23 +413,19 @@ def test_dialogs_left_open_are_closed_when_python_exits(control, token_file):
 
 
 def test_every_example_of_the_control_plane_guide_runs(control, token_file, tmp_path, monkeypatch, capsys):
-    """The examples of docs/python.md's "Control plane", in order, in one namespace, with the
-    system's control server and token in the environment and a sink component `sink-1`."""
+    """The blocks docs/blocks.toml runs in the setting "control-plane" (docs/python.md's "Control
+    plane"), in order, in one namespace, with the system's control server and token in the
+    environment and a sink component `sink-1`; each prints what the manifest says."""
     monkeypatch.setenv("DAQFLOW_CONTROL", control)
     monkeypatch.setenv("DAQFLOW_TOKEN_FILE", str(token_file))
     monkeypatch.chdir(tmp_path)
-    blocks = python_blocks(section="Control plane")
-    assert len(blocks) >= 3
+    pairs = doc_blocks.listed("control-plane")
+    assert len(pairs) >= 3
     namespace = {}
     with component("sink", "sink-1", control, token_file), contextlib.ExitStack() as cleanup:
         cleanup.callback(lambda: [v.close() for v in namespace.values() if isinstance(v, dialog.Dialog)])
-        for i, block in enumerate(blocks):
-            exec(compile(block, f"{REPO / 'docs' / 'python.md'}:control-plane-block{i}", "exec"), namespace)
-    out = capsys.readouterr().out
-    assert "b'hello' 1 True" in out
-    assert "{'channel': 3, 'volts': 1500.0} hv-1" in out
-    assert "delivered to 1 ('hv-monitor', {'volts': 1200})" in out
-    assert "sink-1 is Initial" in out and "'listen': '127.0.0.1:" in out and "sink-1 is Configured" in out
+        for block, entry in pairs:
+            doc_blocks.run_python(block, entry, namespace)
 
 
 def test_a_python_component_joins_the_control_plane_and_obeys_its_operator_only(join, control, token_file):

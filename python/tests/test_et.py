@@ -687,6 +687,7 @@ def test_the_et_examples_of_the_python_guide_run_and_print_what_they_say(in_data
         "True True",
         "['GRAND_CENTRAL', 'monitor', 'calibration', 'all', 'ana-1', 'ana-2']",
         "100 {'Match': [1, None, None, None]}",
+        "['GRAND_CENTRAL', 'big']",
         "True [b'hello', b'hello', b'hello']",
         "SystemDeadError True",
     ]

@@ -78,9 +78,12 @@ pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
 /// Arguments of `daqflow dialog`.
 #[derive(clap::Args, Debug)]
 pub struct DialogArgs {
-    /// Control server address(es), primary first then spares, comma-separated.
-    #[arg(long, global = true, env = "DAQFLOW_CONTROL", default_value = "127.0.0.1:7000")]
-    pub control: String,
+    /// Control server address(es), primary first then spares, comma-separated. Without it: the
+    /// control servers of the operator whose data directory `daqflow --data DIR` names (read
+    /// from DIR/operator.lock), else of the one whose token `--token-file DIR/token` is (when
+    /// DIR/operator.lock is there), else 127.0.0.1:7000.
+    #[arg(long, global = true, env = "DAQFLOW_CONTROL", value_name = "HOST:PORT,…")]
+    pub control: Option<String>,
     /// Process name to join as (default: derived from the command and the pid).
     #[arg(long, global = true)]
     pub name: Option<String>,
@@ -152,7 +155,13 @@ pub enum DialogCommand {
 }
 
 pub const DIALOG_AFTER_HELP: &str = "\
+Which control server: --control (or DAQFLOW_CONTROL) when given; else, with `daqflow --data DIR`,
+the one of the operator (daqflow demo, daqflow run) using the data directory DIR, as it wrote in
+DIR/operator.lock, with the token DIR/token (--token-file wins); else, with --token-file
+DIR/token, the operator of DIR when DIR/operator.lock is there; else 127.0.0.1:7000.
+
 Examples:
+  daqflow --data daqflow-demo dialog ls           the demo's processes (daqflow demo prints this)
   daqflow dialog ls
   daqflow dialog ls --filter ru-1
   daqflow dialog listen ru-1/stats
@@ -162,8 +171,49 @@ Examples:
   echo '{\"state\":\"Running\"}' | daqflow dialog publish test/state
   daqflow dialog --control host1:7000,host2:7000 ls     # primary and spare control servers";
 
-fn config(args: &DialogArgs, default_name: &str) -> anyhow::Result<DialogConfig> {
-    let control = parse_control_addrs(&args.control)?;
+/// Where the tools look for a control server when neither `--control` nor a data directory
+/// says.
+pub const DEFAULT_CONTROL: &str = "127.0.0.1:7000";
+
+/// The control servers to join: `--control`; else those of the operator of the data directory
+/// (`daqflow --data DIR`, else the directory of `--token-file DIR/token` when it holds an
+/// operator's lock file); else [`DEFAULT_CONTROL`].
+pub fn control_servers(
+    control: Option<&str>,
+    data: Option<&std::path::Path>,
+    token_file: Option<&std::path::Path>,
+) -> anyhow::Result<String> {
+    use daqflow_runcontrol::operator::lock::{Holder, LOCK_FILE, holder};
+    if let Some(c) = control {
+        return Ok(c.to_owned());
+    }
+    let (dir, how) = match (data, token_file.and_then(std::path::Path::parent)) {
+        (Some(d), _) => (d, "--data"),
+        (None, Some(d)) if d.join(LOCK_FILE).exists() => (d, "--token-file"),
+        _ => return Ok(DEFAULT_CONTROL.to_owned()),
+    };
+    let shown = dir.display();
+    match holder(dir)? {
+        Holder::Running(info) if !info.control.is_empty() => Ok(info.control.join(",")),
+        Holder::Running(info) => anyhow::bail!(
+            "{how} {shown}: its operator ({info}) has not started its control server yet; try again in a moment"
+        ),
+        Holder::Starting => anyhow::bail!("{how} {shown}: its operator is starting; try again in a moment"),
+        Holder::Died(Some(info)) => anyhow::bail!(
+            "{how} {shown}: its operator ({info}) is no longer running: it ended without releasing the directory (killed, or it crashed)"
+        ),
+        Holder::Died(None) => anyhow::bail!("{how} {shown}: its operator is no longer running"),
+        Holder::Nobody if dir.is_dir() => {
+            anyhow::bail!(
+                "{how} {shown}: no operator is running there (start one: daqflow demo, daqflow run SYSTEM.toml)"
+            )
+        }
+        Holder::Nobody => anyhow::bail!("{how} {shown}: there is no such directory"),
+    }
+}
+
+fn config(args: &DialogArgs, default_name: &str, control: &str) -> anyhow::Result<DialogConfig> {
+    let control = parse_control_addrs(control)?;
     let name = args.name.clone().unwrap_or_else(|| format!("{default_name}-{}", std::process::id()));
     // The token (`daqflow --token-file`) is the process's: DialogConfig::new takes it.
     Ok(DialogConfig::new(name, control))
@@ -188,10 +238,17 @@ fn with_problem(dialog: &Dialog, what: &str, e: impl std::fmt::Display) -> anyho
     }
 }
 
-pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
+/// `daqflow dialog …`; `data` and `token_file` are `daqflow --data`, `daqflow --token-file`.
+pub fn run(
+    args: &DialogArgs,
+    data: Option<&std::path::Path>,
+    token_file: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
+    let control = control_servers(args.control.as_deref(), data, token_file)?;
+    let joining = |default_name: &str| config(args, default_name, &control);
     match &args.command {
         DialogCommand::Ls { filter, json, timeout } => {
-            let dialog = Dialog::start(config(args, "dialog-ls")?)?;
+            let dialog = Dialog::start(joining("dialog-ls")?)?;
             let mut procs =
                 dialog.processes(*timeout).map_err(|e| with_problem(&dialog, "reading the directory", e))?;
             if let Some(f) = filter {
@@ -216,7 +273,7 @@ pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         DialogCommand::Listen { service, count, seq } => {
-            let dialog = Dialog::start(config(args, "dialog-listen")?)?;
+            let dialog = Dialog::start(joining("dialog-listen")?)?;
             let (tx, rx) = std::sync::mpsc::channel::<()>();
             let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let limit = *count;
@@ -250,7 +307,7 @@ pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         DialogCommand::Send { command, payload, timeout, raw } => {
-            let dialog = Dialog::start(config(args, "dialog-send")?)?;
+            let dialog = Dialog::start(joining("dialog-send")?)?;
             match component_verb(command).filter(|_| !raw) {
                 Some(verb) => send_to_components(&dialog, command, verb, payload, *timeout),
                 None => {
@@ -266,7 +323,7 @@ pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
             }
         }
         DialogCommand::Publish { service } => {
-            let dialog = Dialog::start(config(args, "dialog-publish")?)?;
+            let dialog = Dialog::start(joining("dialog-publish")?)?;
             let svc = match dialog.provide(service) {
                 Ok(s) => s,
                 Err(e @ DialogError::ServiceTaken { .. }) => {
@@ -285,17 +342,19 @@ pub fn run(args: &DialogArgs) -> anyhow::Result<ExitCode> {
             drop(svc);
             Ok(ExitCode::SUCCESS)
         }
-        DialogCommand::Peer { provide, subscribe, command } => run_peer(args, provide, subscribe, command),
+        DialogCommand::Peer { provide, subscribe, command } => {
+            run_peer(joining("dialog-peer")?, provide, subscribe, command)
+        }
     }
 }
 
 fn run_peer(
-    args: &DialogArgs,
+    config: DialogConfig,
     provide: &[String],
     subscribe: &[String],
     commands: &[String],
 ) -> anyhow::Result<ExitCode> {
-    let dialog = Arc::new(Dialog::start(config(args, "dialog-peer")?)?);
+    let dialog = Arc::new(Dialog::start(config)?);
     let mut services = std::collections::HashMap::new();
     for name in provide {
         match dialog.provide(name) {

@@ -33,6 +33,7 @@ mod terminal;
     daqflow inspect --verify run000123_0001.daq       check a data file\n  \
     daqflow control-server &                          start a control plane\n  \
     daqflow dialog ls                                 list its processes\n  \
+    daqflow --data daqflow-demo dialog ls             the processes of the demo that runs there\n  \
     daqflow engine testbed --profile run.prof         run the ROB test bed, profiled\n  \
     daqflow evb local --output /dev/shm/evb           a whole event builder on this machine\n  \
     daqflow profile run.prof --out profile-out        its histograms and sequence diagram\n\n\
@@ -43,6 +44,12 @@ struct Cli {
     /// `daqflow demo` make one per system when none is given.
     #[arg(long, global = true, env = "DAQFLOW_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// The data directory of a running operator (`daqflow demo`, `daqflow run`), given before
+    /// the command: `dialog` finds the control server in DIR/operator.lock and the token in
+    /// DIR/token (`daqflow --data daqflow-demo dialog ls`); `--control` and the token's own
+    /// options win over it. For `demo` and `run` it is their `--data`.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -101,7 +108,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     // Servers and components report what they do; short-lived tools only what goes wrong.
     init_logging(match cli.command {
         Command::ControlServer(_) | Command::Component(_) => "info",
@@ -111,13 +118,40 @@ fn main() -> ExitCode {
     });
     // A program of the user's own (`component --command`) reads the token line itself.
     let token_stdin = matches!(&cli.command, Command::Component(args) if args.token_stdin && args.command.is_none());
-    let token = match (&cli.token_file, std::env::var(TOKEN_ENV)) {
+    // `--data DIR` before the command: the data directory of a running operator, for the tools.
+    let data_token = match (&cli.data, &mut cli.command) {
+        (None, _) => None,
+        (Some(dir), Command::Dialog(_)) => Some(dir.join("token")),
+        (Some(dir), Command::Demo(args)) => match args.data.replace(dir.clone()) {
+            Some(own) if own != *dir => return data_twice(dir, &own),
+            _ => None,
+        },
+        (Some(dir), Command::Run(args)) => match args.data.replace(dir.clone()) {
+            Some(own) if own != *dir => return data_twice(dir, &own),
+            _ => None,
+        },
+        (Some(_), _) => {
+            eprintln!(
+                "daqflow: error: --data before the command is read by `dialog`, `demo` and `run`; give this command's own options after its name (see its --help)"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let token = match (&cli.token_file, std::env::var(TOKEN_ENV), &data_token) {
         _ if token_stdin => component_cmd::read_token_line(std::io::stdin().lock())
             .map(Some)
             .map_err(|e| format!("--token-stdin: {e:#}")),
-        (Some(path), _) => daqflow_dialog::Token::from_file(path).map(Some).map_err(|e| format!("--token-file: {e}")),
-        (None, Ok(text)) => daqflow_dialog::Token::new(&text).map(Some).map_err(|e| format!("{TOKEN_ENV}: {e}")),
-        (None, Err(_)) => Ok(None),
+        (Some(path), _, _) => {
+            daqflow_dialog::Token::from_file(path).map(Some).map_err(|e| format!("--token-file: {e}"))
+        }
+        (None, Ok(text), _) => daqflow_dialog::Token::new(&text).map(Some).map_err(|e| format!("{TOKEN_ENV}: {e}")),
+        (None, Err(_), Some(path)) => daqflow_dialog::Token::from_file(path).map(Some).map_err(|e| {
+            format!(
+                "--data: {e} (is {} the data directory of a `daqflow demo` or `daqflow run`?)",
+                path.parent().map_or_else(String::new, |d| d.display().to_string())
+            )
+        }),
+        (None, Err(_), None) => Ok(None),
     };
     match token {
         Ok(t) => daqflow_transport::auth::set_process_token(t),
@@ -136,7 +170,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args),
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::ControlServer(args) => dialog_cmd::run_server(&args),
-        Command::Dialog(args) => dialog_cmd::run(&args),
+        Command::Dialog(args) => dialog_cmd::run(&args, cli.data.as_deref(), cli.token_file.as_deref()),
         Command::Et(args) => et_cmd::run(&args),
         Command::Engine(args) => engine_cmd::run(&args),
         Command::Evb(args) => evb_cmd::run(&args),
@@ -152,6 +186,16 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `daqflow --data A demo --data B` (or `run`): two data directories.
+fn data_twice(before: &std::path::Path, after: &std::path::Path) -> ExitCode {
+    eprintln!(
+        "daqflow: error: two data directories: --data {} before the command and --data {} after it; give one",
+        before.display(),
+        after.display()
+    );
+    ExitCode::from(2)
 }
 
 /// The environment variable a launcher passes the system token in (the secret itself, for a

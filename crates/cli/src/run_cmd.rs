@@ -12,6 +12,7 @@ use daqflow_api::{
     LogQuery, LogRecord, ProcessEntry, RunDetail, RunRecord, RunState, RunSummary, SystemStatus, Transition,
     TransitionResult,
 };
+use daqflow_runcontrol::operator::lock::OperatorLock;
 use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
 use daqflow_web::{Backend, BackendError};
@@ -23,6 +24,9 @@ use crate::terminal::{Hangup, Interrupts, say, say_err, say_inline};
 
 /// The demo's system file.
 pub const DEMO_SYSTEM: &str = include_str!("demo.toml");
+
+/// The demo's data directory unless `--data` gives one.
+const DEMO_DATA: &str = "daqflow-demo";
 
 pub const RUN_AFTER_HELP: &str = "Examples:\n  \
     daqflow demo --print-config > teststand.toml     a system file to start from\n  \
@@ -59,7 +63,10 @@ pub const DEMO_AFTER_HELP: &str = "Examples:\n  \
     the oldest earlier runs beyond --keep are deleted (the demo says which).\n\n\
     Ctrl-C (or SIGTERM, or closing the terminal) ends the demo in order, whatever it is doing: a\n\
     transition under way finishes, the open run is stopped and summarised, every component\n\
-    resets and ends. A second Ctrl-C says what that waits for; a third ends at once (exit 130).";
+    resets and ends. A second Ctrl-C says what that waits for; a third ends at once (exit 130).\n\n\
+    One operator per data directory: a demo or `daqflow run` using the directory already makes\n\
+    this one refuse, naming it (DATA/operator.lock; docs/operator-guide.md). While it runs,\n\
+    `daqflow --data DATA dialog ls` lists its processes (it prints that line).";
 
 /// Arguments of `daqflow run`.
 #[derive(clap::Args, Debug)]
@@ -69,7 +76,8 @@ pub struct RunArgs {
     /// Web UI address (overrides the file's `web`); `none` for no web UI.
     #[arg(long, value_name = "ADDR")]
     pub web: Option<String>,
-    /// Data directory (overrides the file's `data`).
+    /// Data directory (overrides the file's `data`). One operator at a time: a directory
+    /// another operator is using is refused.
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// Control server address (overrides the file's `control`).
@@ -103,9 +111,10 @@ pub struct DemoArgs {
     /// End the demo after this many seconds, stopping the run that is open (default: at Ctrl-C).
     #[arg(long, value_name = "N")]
     pub seconds: Option<f64>,
-    /// Where files, logs and the run database go.
-    #[arg(long, value_name = "DIR", default_value = "daqflow-demo")]
-    pub data: PathBuf,
+    /// Where files, logs and the run database go [default: daqflow-demo]. One operator at a
+    /// time: a directory another demo or `daqflow run` is using is refused.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
     /// Web UI address (a free port is taken if this one is busy); `none` for no web UI.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub web: String,
@@ -340,6 +349,8 @@ fn start_web(addr: &str, op: &Operator, fallback: bool) -> anyhow::Result<Option
         }
         Err(e) => return Err(e.into()),
     };
+    // For the tools, beside the control servers (the token stays in `web-token`).
+    op.set_web_address(Some(handle.url().trim_end_matches('/').to_owned()))?;
     Ok(Some(Web { handle, token }))
 }
 
@@ -651,10 +662,13 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     // First: a Ctrl-C from here on ends the demo in order.
     let interrupts = Interrupts::install(args.on_hangup)?;
     let file = parse_system(DEMO_SYSTEM, "demo.toml")?;
-    say!("daqflow demo: {} components on this machine, data in {}", file.components.len(), args.data.display());
+    let data = args.data.clone().unwrap_or_else(|| PathBuf::from(DEMO_DATA));
     let mut options = OperatorOptions::new(file, binary()?);
-    options.data = Some(args.data.clone());
-    let op = Operator::prepare(options)?;
+    options.data = Some(data.clone());
+    // Before anything is written there: another operator's directory is refused.
+    let data_lock = lock_data_dir(&options)?;
+    say!("daqflow demo: {} components on this machine, data in {}", options.file.components.len(), data.display());
+    let op = Operator::prepare_locked(options, data_lock)?;
     interrupts.attach(&op);
     let result = (|| -> anyhow::Result<ExitCode> {
         // The web UI first: it shows the components as they start.
@@ -662,7 +676,8 @@ pub fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         if let Some(w) = &web {
             say!("web UI: {}", w.login_url());
         }
-        say!("control server: {}", op.control_addr());
+        say!("control server: {}; its processes, services and commands:", op.control_addr());
+        say!("  {}", tools_line(&data));
         interrupts.doing("the components to start");
         if !interrupts.requested() {
             op.launch_components()?;
@@ -718,19 +733,21 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         bail!("--seconds needs --start");
     }
     let web_addr = args.web.clone().unwrap_or_else(|| file.system.web.clone());
-    let (file, data) = match args.repeat {
-        Some(n) => {
-            let (stored, data) = repeated_system(&file, args.data.as_deref(), n)?;
-            (stored, Some(data))
-        }
-        None => (file, args.data.clone()),
-    };
+    // The data directory as given (for the line printed), that of SYSTEM.toml also when
+    // repeating a run.
+    let data = args.data.clone().unwrap_or_else(|| file.system.data.clone());
     // From here on a Ctrl-C ends the system in order.
     let interrupts = Interrupts::install(args.on_hangup)?;
     let mut options = OperatorOptions::new(file, binary()?);
-    options.data = data;
+    options.data = Some(data.clone());
     options.control = args.control.clone();
-    let op = Operator::prepare(options)?;
+    // Before anything is read or written there (the run database, the token): another
+    // operator's directory is refused.
+    let data_lock = lock_data_dir(&options)?;
+    if let Some(n) = args.repeat {
+        options.file = repeated_system(&options.file, &options.data_dir()?, n)?;
+    }
+    let op = Operator::prepare_locked(options, data_lock)?;
     interrupts.attach(&op);
     interrupts.doing("the components to start");
     if !interrupts.requested() {
@@ -752,6 +769,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             op.control_addr(),
             web.as_ref().map_or("none".into(), Web::login_url)
         );
+        say!("its processes, services and commands:");
+        say!("  {}", tools_line(&data));
         if args.start && !interrupts.requested() {
             interrupts.doing("the configure");
             op.configure()?;
@@ -782,15 +801,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     result
 }
 
-/// Run `n`'s system file from the run database of `file` (`daqflow run SYSTEM.toml --repeat N`),
-/// to run in `file`'s place: its database, and its data directory unless `--data` gives one.
-/// Refuses a run that does not exist or is of another system.
-fn repeated_system(file: &SystemFile, data: Option<&std::path::Path>, n: u32) -> anyhow::Result<(SystemFile, PathBuf)> {
-    let data = data.map_or_else(|| file.system.data.clone(), std::path::Path::to_path_buf);
-    let data = if data.is_absolute() { data } else { std::env::current_dir()?.join(data) };
+/// Run `n`'s system file from the run database of `file` (`daqflow run SYSTEM.toml --repeat N`)
+/// in the data directory `data` (absolute; its lock held), to run in `file`'s place: its
+/// database and data directory. Refuses a run that does not exist or is of another system.
+fn repeated_system(file: &SystemFile, data: &std::path::Path, n: u32) -> anyhow::Result<SystemFile> {
     let location = daqflow_runcontrol::db::Location::parse(&file.system.database)
         .map_err(|e| anyhow::anyhow!("system.database: {e}"))?
-        .under(&data);
+        .under(data);
     let db = daqflow_runcontrol::db::RunDb::connect(&location)?;
     let Some(detail) = db.run(n)? else {
         bail!("--repeat {n}: there is no run {n} in the run database {location}");
@@ -806,7 +823,53 @@ fn repeated_system(file: &SystemFile, data: Option<&std::path::Path>, n: u32) ->
     // The place is the given file's: the database run N was found in (its stored text has any
     // password redacted), the data directory.
     stored.system.database = file.system.database.clone();
-    Ok((stored, data))
+    Ok(stored)
+}
+
+/// Creates the data directory and takes its lock (`DATA/operator.lock`) before anything is
+/// written there: refused, naming the operator that holds it, while another one does; taken
+/// over, saying whose it was, from one that died.
+fn lock_data_dir(options: &OperatorOptions) -> anyhow::Result<OperatorLock> {
+    let lock = options.lock_data_dir()?;
+    if let Some(left) = lock.left_behind() {
+        say_err!("taking over the data directory {}: {left}", lock.info().data.display());
+    }
+    Ok(lock)
+}
+
+/// The command that lists the processes of the system whose data directory is `data`, ready to
+/// paste: `daqflow --data daqflow-demo dialog ls`, with this binary's path when `daqflow` on
+/// the PATH is not this binary (`cargo run`).
+fn tools_line(data: &std::path::Path) -> String {
+    format!("{} --data {} dialog ls", shell_word(&self_command()), shell_word(&data.display().to_string()))
+}
+
+/// How to run this binary from here: `daqflow` when that is what the PATH finds, else its path
+/// (relative to the current directory when it is below it).
+fn self_command() -> String {
+    let Ok(me) = std::env::current_exe().and_then(std::fs::canonicalize) else { return "daqflow".into() };
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .any(|dir| std::fs::canonicalize(dir.join("daqflow")).is_ok_and(|found| found == me))
+    });
+    if on_path {
+        return "daqflow".into();
+    }
+    let here = std::env::current_dir().and_then(std::fs::canonicalize).ok();
+    match here.as_deref().and_then(|h| me.strip_prefix(h).ok()) {
+        Some(below) => below.display().to_string(),
+        None => me.display().to_string(),
+    }
+}
+
+/// `text` as one shell word: as it is when it needs no quoting, else in single quotes.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./,:=@%+-".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }
 
 /// The console's `alarms`: every alarm with its state, then the recent events.

@@ -33,6 +33,7 @@
 
 pub mod alarms;
 mod history;
+pub mod lock;
 pub mod sequencer;
 mod status;
 mod supervisor;
@@ -108,6 +109,26 @@ impl OperatorOptions {
     pub fn new(file: SystemFile, binary: PathBuf) -> OperatorOptions {
         OperatorOptions { file, binary, data: None, control: None }
     }
+
+    /// The data directory these options give (`data`, else the file's `system.data`), made
+    /// absolute against the current directory.
+    pub fn data_dir(&self) -> Result<PathBuf, OperatorError> {
+        let data = self.data.clone().unwrap_or_else(|| self.file.system.data.clone());
+        if data.is_absolute() {
+            return Ok(data);
+        }
+        Ok(std::env::current_dir().map_err(|e| OperatorError::Setup(e.to_string()))?.join(data))
+    }
+
+    /// Creates the data directory and takes its lock ([`lock::OperatorLock`]): refused while
+    /// another operator holds it, taken over from one that died
+    /// ([`lock::OperatorLock::left_behind`] says whose it was).
+    pub fn lock_data_dir(&self) -> Result<lock::OperatorLock, OperatorError> {
+        let data = self.data_dir()?;
+        std::fs::create_dir_all(&data)
+            .map_err(|e| OperatorError::Setup(format!("data directory {}: {e}", data.display())))?;
+        lock::OperatorLock::acquire(&data, &self.file.system.name).map_err(|e| OperatorError::Setup(e.to_string()))
+    }
 }
 
 /// The dialog name of the operator (and of its replies, `operator/reply`).
@@ -164,6 +185,8 @@ struct Inner {
     published: Mutex<BTreeMap<String, Arc<daqflow_component::schema::Schema>>>,
     /// Where the run database is (for the history's writer, started with the components).
     location: Mutex<Option<crate::db::Location>>,
+    /// The data directory's lock, held until [`Operator::shutdown`] (or the end of the process).
+    data_lock: Mutex<Option<lock::OperatorLock>>,
 }
 
 /// A running system.
@@ -226,26 +249,54 @@ fn seconds(s: f64) -> Duration {
 }
 
 impl Operator {
-    /// Starts the control server, the run database and every component process, and waits
-    /// until each has joined the control plane.
+    /// Takes the data directory's lock ([`OperatorOptions::lock_data_dir`]: refused while
+    /// another operator holds it), then starts the control server, the run database and every
+    /// component process, and waits until each has joined the control plane.
     pub fn launch(options: OperatorOptions) -> Result<Operator, OperatorError> {
-        let op = Operator::prepare(options)?;
+        let data_lock = options.lock_data_dir()?;
+        if let Some(left) = data_lock.left_behind() {
+            tracing::warn!("taking over the data directory {}: {left}", data_lock.info().data.display());
+        }
+        Operator::launch_locked(options, data_lock)
+    }
+
+    /// [`Operator::launch`] with the data directory's lock taken already (by
+    /// [`OperatorOptions::lock_data_dir`] on the same options).
+    pub fn launch_locked(options: OperatorOptions, data_lock: lock::OperatorLock) -> Result<Operator, OperatorError> {
+        let op = Operator::prepare_locked(options, data_lock)?;
         op.launch_components()?;
         Ok(op)
     }
 
-    /// Starts the control servers and the run database, and joins the control plane, without
-    /// any component yet: [`launch_components`](Self::launch_components) starts them (what
-    /// [`launch`](Self::launch) does in one call). Meanwhile the operator answers (its state is
-    /// Initial), so that a web UI can be served while the components start.
+    /// Takes the data directory's lock, then starts the control servers and the run database,
+    /// and joins the control plane, without any component yet:
+    /// [`launch_components`](Self::launch_components) starts them (what [`launch`](Self::launch)
+    /// does in one call). Meanwhile the operator answers (its state is Initial), so that a web
+    /// UI can be served while the components start.
     pub fn prepare(options: OperatorOptions) -> Result<Operator, OperatorError> {
+        let data_lock = options.lock_data_dir()?;
+        if let Some(left) = data_lock.left_behind() {
+            tracing::warn!("taking over the data directory {}: {left}", data_lock.info().data.display());
+        }
+        Operator::prepare_locked(options, data_lock)
+    }
+
+    /// [`Operator::prepare`] with the data directory's lock taken already (by
+    /// [`OperatorOptions::lock_data_dir`] on the same options): nothing is written in the data
+    /// directory, and no run is finished as abandoned, by an operator that does not hold it.
+    pub fn prepare_locked(
+        options: OperatorOptions,
+        mut data_lock: lock::OperatorLock,
+    ) -> Result<Operator, OperatorError> {
+        let data = options.data_dir()?;
+        if data_lock.info().data != data {
+            return Err(OperatorError::Setup(format!(
+                "the lock given is of {}, not of the data directory {}",
+                data_lock.info().data.display(),
+                data.display()
+            )));
+        }
         let file = options.file;
-        let data = options.data.unwrap_or_else(|| file.system.data.clone());
-        let data = if data.is_absolute() {
-            data
-        } else {
-            std::env::current_dir().map_err(|e| OperatorError::Setup(e.to_string()))?.join(data)
-        };
         std::fs::create_dir_all(data.join("logs"))
             .map_err(|e| OperatorError::Setup(format!("data directory {}: {e}", data.display())))?;
         let location = crate::db::Location::parse(&file.system.database)
@@ -284,6 +335,11 @@ impl Operator {
         )
         .map_err(|e| OperatorError::Setup(format!("starting the control server: {e}")))?;
         let control = servers.addrs()[0];
+        // The tools find the control servers in the lock file (`daqflow --data DIR dialog ls`).
+        let seen_here = servers.addrs().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",");
+        data_lock
+            .set_control(control_as_seen_from(&seen_here, None).split(',').map(str::to_owned).collect())
+            .map_err(|e| OperatorError::Setup(e.to_string()))?;
         let mut dialog_config = daqflow_dialog::DialogConfig::new(DIALOG_NAME, servers.addrs().to_vec());
         dialog_config.token = Some(token.clone());
         // With a wildcard control server and components on other hosts, the operator publishes
@@ -337,6 +393,7 @@ impl Operator {
             alarms: Mutex::new(alarms),
             published: Mutex::new(BTreeMap::new()),
             location: Mutex::new(None),
+            data_lock: Mutex::new(Some(data_lock)),
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -790,6 +847,17 @@ impl Operator {
         lock(&self.inner.replies).take();
         self.inner.dialog.shutdown();
         lock(&self.inner.servers).shutdown();
+        // Everything of the system has ended: the data directory is free for the next operator.
+        lock(&self.inner.data_lock).take();
+    }
+
+    /// Writes the web UI's address (`http://HOST:PORT`, without its token) into the data
+    /// directory's lock file, for the tools; none: no web UI.
+    pub fn set_web_address(&self, web: Option<String>) -> Result<(), OperatorError> {
+        match lock(&self.inner.data_lock).as_mut() {
+            Some(l) => l.set_web(web).map_err(|e| OperatorError::Setup(e.to_string())),
+            None => Ok(()),
+        }
     }
 }
 
