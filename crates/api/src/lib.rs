@@ -22,6 +22,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use daqflow_component::log::{LogRecord, Severity};
+/// The typed schema of a kind's configuration (`GET /api/schema`).
+pub use daqflow_component::schema;
 /// The contract's types the API's carry (a client needs no other crate).
 pub use daqflow_component::{Info, Role, State, Stats, TriggerCounts, Verb};
 

@@ -255,6 +255,10 @@ impl Backend for OperatorBackend {
         self.0.histograms()
     }
 
+    fn schemas(&self) -> std::collections::BTreeMap<String, daqflow_api::schema::Schema> {
+        self.0.schemas()
+    }
+
     fn et(&self) -> Value {
         self.0.et()
     }

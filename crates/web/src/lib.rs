@@ -539,6 +539,12 @@ pub trait Backend: Send + Sync + 'static {
     /// The ET systems' stations: `[{"component", "snapshot": {…}}]` (the `et monitor --json`
     /// snapshot, the ET kind's detail).
     fn et(&self) -> Value;
+    /// Every component's typed schema, by name (`GET /api/schema`): its keys' types, ranges,
+    /// units, defaults and live states, for the Parameters form. A component whose kind
+    /// declares none is left out; the default has none.
+    fn schemas(&self) -> std::collections::BTreeMap<String, daqflow_api::schema::Schema> {
+        std::collections::BTreeMap::new()
+    }
     /// The names of the slow values the history holds, sorted (`GET /api/history/names`).
     /// A backend without a history answers [`BackendError::NotFound`] (the default).
     fn history_names(&self) -> Result<Vec<String>, BackendError> {

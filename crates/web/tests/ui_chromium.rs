@@ -450,6 +450,29 @@ fn live_parameters_and_degraded_running_in_headless_chromium() {
         let r = browser.click("#param-set");
         step("set", browser, r);
     };
+    // The form offers the keys the component's schema lets change now (Running: the live
+    // ones), and says what the key typed takes.
+    let r = browser.eval("document.querySelector('#param-component').value = 'source-1'; document.querySelector('#param-component').dispatchEvent(new Event('change'))");
+    step("choose the component", &browser, r);
+    let r = browser.wait_for(
+        "the live keys offered",
+        "Array.from(document.querySelectorAll('#param-keys option')).map((o) => o.value).join(',') === 'rate_hz'",
+    );
+    step("live keys offered", &browser, r);
+    let r = browser.fill("#param-key", "rate_hz");
+    step("type the key", &browser, r);
+    let r = browser.wait_for(
+        "what the key takes",
+        "document.querySelector('#param-about').textContent === 'rate_hz: 0 … 1,000,000,000 Hz; default 0; live while Configured, Running, Paused. Fragments per second; 0: free-running.'",
+    );
+    step("what rate_hz takes", &browser, r);
+    let r = browser.fill("#param-key", "source_id");
+    step("type another key", &browser, r);
+    let r = browser.wait_for(
+        "a key that is not live",
+        "document.querySelector('#param-about').textContent.includes('source_id: 0 … 4,294,967,295; default 0; not live')",
+    );
+    step("source_id is not live", &browser, r);
     set(&mut browser, "rate_hz", "500");
     let r = browser.wait_text("#param-result", "source-1.rate_hz = 500");
     step("the live parameter is set", &browser, r);

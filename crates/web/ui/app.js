@@ -21,6 +21,11 @@
     processes: [],
     listen: null,
     selectedRun: null,
+    // The components' typed schemas (GET /api/schema), and when they were asked for.
+    schemas: {},
+    schemaNames: null,
+    schemaAsked: 0,
+    paramState: null,
   };
 
   // ---- helpers ------------------------------------------------------------------------------
@@ -239,7 +244,9 @@
       : 'Degraded: the run goes on without ' + names.map((n) => `${n} (${degraded[n]})`).join(', ');
   }
 
-  /** The parameters form: the system's components, and the overrides in force. */
+  /** The parameters form: the system's components, the keys of the one chosen that may be set
+   * now (every key while Initial, the live ones in their states after configure: its kind's
+   * schema, `GET /api/schema`), what the key typed takes, and the overrides in force. */
   function renderParams(s) {
     const select = $('param-component');
     const names = (s.components || []).map((c) => c.name);
@@ -249,10 +256,75 @@
       select.replaceChildren(...names.map((n) => el('option', { value: n }, n)));
       if (names.includes(chosen)) select.value = chosen;
     }
+    // A component of a kind the operator does not know publishes its schema once it has
+    // joined: asked again until every component has one (at most every 5 s).
+    const missing = names.some((n) => !ui.schemas[n]);
+    if (names.join('\n') !== ui.schemaNames || (missing && Date.now() - ui.schemaAsked > 5000)) {
+      ui.schemaNames = names.join('\n');
+      loadSchemas();
+    }
+    ui.paramState = s.state;
+    renderParamKeys();
     const overrides = s.overrides || {};
     $('param-overrides').replaceChildren(...Object.keys(overrides).sort()
       .map((k) => el('li', null, `${k} = ${JSON.stringify(overrides[k])}`)));
   }
+
+  async function loadSchemas() {
+    ui.schemaAsked = Date.now();
+    try {
+      ui.schemas = await api('GET', '/api/schema') || {};
+    } catch (_) { /* watching without a session where none may: the form stays free text */ }
+    renderParamKeys();
+  }
+
+  /** A key's values as the docs' tables show them: "0 … 1,000,000,000 Hz", "`fixed`, `uniform`". */
+  function keyValues(k) {
+    const unit = k.unit ? ` ${k.unit}` : '';
+    switch (k.type) {
+      case 'integer': case 'float': return `${fmtValue(k.min)} … ${fmtValue(k.max)}${unit}`;
+      case 'bool': return 'true or false';
+      case 'choice': return (k.values || []).join(', ');
+      case 'address': return 'HOST:PORT';
+      case 'addresses': return 'HOST:PORT[,HOST:PORT…]';
+      case 'list': return 'a list';
+      default: return k.type;
+    }
+  }
+
+  /** The keys the chosen component takes now, in the key box's list, and what the key typed
+   * takes. */
+  function renderParamKeys() {
+    const schema = ui.schemas[$('param-component').value];
+    const state = ui.paramState;
+    const initial = state === 'Initial';
+    const keys = !schema ? [] : schema.keys.filter((k) => k.name !== 'system_digest'
+      && (initial || (k.live || []).includes(state)));
+    const list = keys.map((k) => k.name).join('\n');
+    if ($('param-keys').dataset.keys !== list) {
+      $('param-keys').dataset.keys = list;
+      $('param-keys').replaceChildren(...keys.map((k) => el('option', { value: k.name }, keyValues(k))));
+    }
+    const key = $('param-key').value.trim();
+    const k = schema && schema.keys.find((x) => x.name === key);
+    let about = '';
+    if (!schema) {
+      about = '';
+    } else if (!key) {
+      about = keys.length ? `${keys.length} key(s) may be set now: ${keys.map((x) => x.name).join(', ')}`
+        : `${schema.kind}: no parameter may change while ${state}`;
+    } else if (!k) {
+      about = `${schema.kind} has no key \`${key}\``;
+    } else {
+      const live = (k.live || []).length ? `live while ${k.live.join(', ')}` : 'not live: set it while Initial, for the next configure';
+      const dflt = k.default !== undefined ? `; default ${JSON.stringify(k.default)}` : '';
+      about = `${k.name}: ${keyValues(k)}${dflt}; ${live}. ${k.doc}`;
+    }
+    $('param-about').textContent = about;
+  }
+
+  $('param-component').addEventListener('change', renderParamKeys);
+  $('param-key').addEventListener('input', renderParamKeys);
 
   /** A value typed in the form: JSON when it reads as JSON (500, true, "x", [1,2]), else text. */
   function paramValue(text) {

@@ -162,6 +162,7 @@ static ROUTES: &[Route] = &[
     route!("GET", "/api/runs/{n}", Watch, run),
     route!("GET", "/api/histograms", Watch, histograms),
     route!("GET", "/api/et", Watch, et),
+    route!("GET", "/api/schema", Watch, schemas),
     route!("GET", "/api/history", Watch, history_series),
     route!("GET", "/api/history/names", Watch, history_names),
     route!("GET", "/api/alarms", Watch, alarms_status),
@@ -826,6 +827,14 @@ async fn run(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
 /// `GET /api/histograms`.
 async fn histograms(shared: &Arc<Shared>, _call: &Call<'_>) -> Reply {
     match backend_call(shared, |b| b.histograms()).await {
+        Ok(v) => Response::json(200, &v).into(),
+        Err(r) => r.into(),
+    }
+}
+
+/// `GET /api/schema`: every component's typed schema, by name.
+async fn schemas(shared: &Arc<Shared>, _call: &Call<'_>) -> Reply {
+    match backend_call(shared, |b| b.schemas()).await {
         Ok(v) => Response::json(200, &v).into(),
         Err(r) => r.into(),
     }

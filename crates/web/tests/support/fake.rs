@@ -500,6 +500,21 @@ impl Backend for FakeBackend {
         Ok(s.runs.iter().find(|r| r.record.run == run).cloned())
     }
 
+    /// A source's schema as the standard kind declares it (for the Parameters form): `rate_hz`
+    /// live in any configured state, `source_id` not live.
+    fn schemas(&self) -> std::collections::BTreeMap<String, daqflow_api::schema::Schema> {
+        use daqflow_api::schema::{ANY_STATE, Key, Schema};
+        let source = Schema::new("source")
+            .key(Key::integer("source_id", 0, u32::MAX.into(), "The source id.").default_value(0))
+            .key(
+                Key::float("rate_hz", 0.0, 1e9, "Fragments per second; 0: free-running.")
+                    .unit("Hz")
+                    .live(ANY_STATE)
+                    .default_value(0.0),
+            );
+        std::collections::BTreeMap::from([("source-1".to_owned(), source)])
+    }
+
     /// As a monitor publishes them: event sizes of 3 to 6 kB in a histogram up to 16 kB
     /// (64 bins), fragments of a fixed 512 bytes in bins of 64 bytes (whose centre is 544),
     /// and the events seen in each of the last 120 seconds.
