@@ -86,10 +86,13 @@ pub(crate) fn live(file: &SystemFile, views: &[(String, View)], run: Option<u32>
         any_built = true;
         out.events += last.events;
         out.bytes += last.bytes;
-        // Counters read after the builder left the run (stopped, failed: read after the
+        // Counters read after the builder left this run (stopped, failed: read after the
         // change of state, on its clock) or the last of a process that ended are final: they
-        // hold for any later moment and bound nothing.
-        let is_final = !v.alive || (!taking(v) && last.at_ms >= v.since_ms);
+        // hold for any later moment and bound nothing. A state that is not this run's (the
+        // Configured of before the start, its Running not heard of yet: the state and the
+        // counters come as two services) says nothing about the counters.
+        let left_this_run = !taking(v) && v.run == run && last.at_ms >= v.since_ms;
+        let is_final = !v.alive || left_this_run;
         if !is_final {
             cut = Some(cut.map_or(last.at_ms, |c| c.min(last.at_ms)));
         }
@@ -386,7 +389,7 @@ mod tests {
         // A builder that left the run (stopped at 2700 ms on its clock) bounds the recorder's
         // counters until its counters of after that come: they are final.
         v[2].1.state = Some(ComponentState::Configured);
-        v[2].1.since_ms = 2700;
+        (v[2].1.since_ms, v[2].1.run) = (2700, Some(1));
         counted(&mut v, "rec", 2800, 350, 0.0);
         counted(&mut v, "bu-0", 2900, 300, 50.0);
         assert_eq!(live(&f, &v, Some(1)).recorded, 320, "bu-1's count of 2600 ms may not be its last");
@@ -400,6 +403,27 @@ mod tests {
         let l = live(&f, &v, Some(1));
         assert_eq!((l.events, l.recorded), (610, 395));
         assert!(l.recorded <= l.events);
+    }
+
+    #[test]
+    fn a_builders_state_of_before_the_start_does_not_make_its_run_counters_final() {
+        // The operator heard the builders' counters of run 1 but not yet their Running: their
+        // views still say Configured, of no run (or the last one). Their counters are live, so
+        // they still bound the recorder's.
+        let f = file();
+        let mut v = views();
+        for run in [None, Some(0)] {
+            for b in [1, 2] {
+                v[b].1.state = Some(ComponentState::Configured);
+                (v[b].1.since_ms, v[b].1.run) = (500, run);
+            }
+            counted(&mut v, "bu-0", 1000, 100, 100.0);
+            counted(&mut v, "bu-1", 1000, 100, 100.0);
+            counted(&mut v, "rec", 900, 150, 0.0);
+            counted(&mut v, "rec", 1500, 260, 0.0);
+            let l = live(&f, &v, Some(1));
+            assert_eq!((l.events, l.recorded), (200, 150), "builders of run {run:?}");
+        }
     }
 
     #[test]
