@@ -88,7 +88,9 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     assert!(r.error().contains("no process registered"), "{}", r.text());
     let r = tester.post("/api/command", "{\"name\": ");
     assert_eq!(r.status, 400, "{}", r.text());
-    let r = get(addr, "/api/listen?service=nobody/nothing");
+    // Listening needs the login; a bare request is refused.
+    assert_eq!(get(addr, "/api/listen?service=nobody/nothing").status, 403);
+    let r = tester.get("/api/listen?service=nobody/nothing");
     assert_eq!(r.status, 404, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert!(r.error().contains("no service `nobody/nothing`"), "{}", r.text());

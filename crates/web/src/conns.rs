@@ -22,6 +22,9 @@ pub(crate) enum Phase {
     Busy,
     /// Writing a response to the client.
     Writing,
+    /// Holding back the answer to a failed login (closed first to make room: the client learns
+    /// nothing it would not have learnt from the answer).
+    HeldBack,
     /// An event stream; `spared` streams (of logged-in sessions) never make room.
     Stream {
         /// Never closed to make room.
@@ -34,7 +37,7 @@ impl Phase {
     /// early it is in line for that: 0 first, then 1; None never.
     fn eviction_rank(self) -> Option<u8> {
         match self {
-            Phase::Idle | Phase::Reading | Phase::Writing => Some(0),
+            Phase::Idle | Phase::Reading | Phase::Writing | Phase::HeldBack => Some(0),
             Phase::Stream { spared: false } => Some(1),
             Phase::Busy | Phase::Stream { spared: true } => None,
         }

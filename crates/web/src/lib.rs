@@ -201,6 +201,13 @@ pub struct WebOptions {
     /// At most this many idle or incomplete connections from one IP address; a newcomer beyond
     /// it closes that address's connection idle or incomplete the longest. Default 64.
     pub max_idle_per_ip: usize,
+    /// A login with a wrong token (`POST /api/login`, `GET /?token=…`) is answered no sooner
+    /// than this after it arrived; across all clients, such answers leave at most one per tenth
+    /// of it, and none waits longer than ten times it (a connection held back that long is
+    /// answered then). A right token is always answered at once, and a held-back connection
+    /// is the first to make room when the server is full, so a flood of wrong logins never
+    /// locks out the token holder. Default 1 s.
+    pub failed_login_delay: Duration,
 }
 
 impl std::fmt::Debug for WebOptions {
@@ -220,6 +227,7 @@ impl std::fmt::Debug for WebOptions {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_connections", &self.max_connections)
             .field("max_idle_per_ip", &self.max_idle_per_ip)
+            .field("failed_login_delay", &self.failed_login_delay)
             .finish()
     }
 }
@@ -241,6 +249,7 @@ impl Default for WebOptions {
             max_body_bytes: 1024 * 1024,
             max_connections: 256,
             max_idle_per_ip: 64,
+            failed_login_delay: Duration::from_secs(1),
         }
     }
 }

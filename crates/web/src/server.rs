@@ -2,6 +2,7 @@
 //! deadlines, the status pump, and the event streams. What each request may do and what
 //! answers it is the route table's, in [`routes`].
 
+mod failed_logins;
 mod routes;
 
 use std::future::Future;
@@ -22,6 +23,7 @@ use crate::http::{HttpError, Limits, Progress, Request, Response, parse_request}
 use crate::metrics::{Refusal, WebMetrics};
 use crate::session::{Sessions, label, new_session_id, session_cookies};
 use crate::{Backend, WebError, WebOptions};
+use failed_logins::FailedLogins;
 
 /// A client that does not take what is written to it within this time is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -77,9 +79,44 @@ struct Shared {
     metrics: WebMetrics,
     conns: Arc<Registry>,
     shutdown: watch::Receiver<bool>,
+    /// When the answers to failed logins leave, and what the log said of them.
+    failed_logins: Mutex<FailedLogins>,
 }
 
 impl Shared {
+    /// A login with a wrong token from `peer`: counted, logged (the first of a burst at once,
+    /// the rest summed up every ten seconds), and `response` held back (module
+    /// [`failed_logins`]).
+    fn login_failed(self: &Arc<Self>, peer: SocketAddr, response: Response) -> Reply {
+        self.metrics.refused(Refusal::LoginFailure, 1);
+        let now = Instant::now();
+        let (at, log) = self.failed_logins.lock().unwrap_or_else(|p| p.into_inner()).fail(now, peer.ip());
+        match log {
+            failed_logins::Log::Now => {
+                tracing::warn!(%peer, "web: a login with a wrong token was refused");
+            }
+            failed_logins::Log::SummaryAt(when) => {
+                let shared = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(when)).await;
+                    let summary =
+                        shared.failed_logins.lock().unwrap_or_else(|p| p.into_inner()).summary(Instant::now());
+                    if let Some(s) = summary {
+                        let peers: Vec<String> = s.peers.iter().map(ToString::to_string).collect();
+                        tracing::warn!(
+                            "web: {} more login(s) with a wrong token refused in the last {:.0} s (from {})",
+                            s.count,
+                            s.over.as_secs_f64(),
+                            peers.join(", ")
+                        );
+                    }
+                });
+            }
+            failed_logins::Log::Counted => {}
+        }
+        Reply::HeldBack { until: at, response }
+    }
+
     fn clients(&self) -> MutexGuard<'_, Clients> {
         // The lock is held for a few map operations that cannot panic half-way; a poisoned lock
         // still holds a consistent state.
@@ -241,6 +278,7 @@ pub(crate) async fn run(
         metrics: WebMetrics::default(),
         conns: Arc::new(Registry::default()),
         shutdown: shutdown_rx,
+        failed_logins: Mutex::new(FailedLogins::new(options.failed_login_delay)),
         options,
     });
     tracing::info!(
@@ -444,6 +482,12 @@ enum Reply {
         service: String,
         session: Option<String>,
     },
+    /// The answer to a failed login, sent at `until` (unless the connection must make room
+    /// first), then the connection closes.
+    HeldBack {
+        until: Instant,
+        response: Response,
+    },
 }
 
 impl From<Response> for Reply {
@@ -498,6 +542,18 @@ async fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr
             Reply::Events { session } => return events_stream(&shared, stream, session, &conn).await,
             Reply::Listen { service, session } => {
                 return listen_stream(&shared, stream, service, session, &conn).await;
+            }
+            Reply::HeldBack { until, response } => {
+                conn.set(Phase::HeldBack);
+                let answer = tokio::select! {
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => true,
+                    _ = conn.evicted() => false,
+                    _ = stopping(&mut shutdown) => false,
+                };
+                if answer && write_response(&mut stream, &conn, &response.to_bytes(true)).await {
+                    linger(stream).await;
+                }
+                return;
             }
         }
     }

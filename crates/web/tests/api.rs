@@ -299,7 +299,8 @@ fn the_event_stream_delivers_control_status_and_transitions() {
 fn listening_streams_a_services_values_and_unsubscribes_when_the_client_goes() {
     let (web, backend) = start(options());
     let addr = web.local_addr();
-    let mut sse = Sse::open(addr, "/api/listen?service=source-1%2Fstats");
+    let client = Client::visit(addr);
+    let mut sse = client.events("/api/listen?service=source-1%2Fstats");
     assert_eq!(sse.status, 200);
     assert_eq!(sse.next_named("subscribed").json(), json!({"service": "source-1/stats"}));
     let first = sse.next_named("value");
@@ -310,11 +311,11 @@ fn listening_streams_a_services_values_and_unsubscribes_when_the_client_goes() {
     drop(sse);
     wait_until("the subscription to be dropped", || (backend.listeners.load(Ordering::SeqCst) == 0).then_some(()));
 
-    let unknown = get(addr, "/api/listen?service=nope");
+    let unknown = client.get("/api/listen?service=nope");
     assert_eq!(unknown.status, 404);
     assert!(unknown.error().contains("no service `nope`"));
-    assert_eq!(get(addr, "/api/listen").status, 400);
-    assert_eq!(get(addr, "/api/listen?service=").status, 400);
+    assert_eq!(client.get("/api/listen").status, 400);
+    assert_eq!(client.get("/api/listen?service=").status, 400);
     web.shutdown().unwrap();
 }
 
@@ -613,7 +614,7 @@ fn shutdown_ends_the_streams_and_stops_listening() {
     let addr = web.local_addr();
     let mut events = Sse::open(addr, "/api/events");
     events.next_named("status");
-    let mut values = Sse::open(addr, "/api/listen?service=bu-1/state");
+    let mut values = Client::visit(addr).events("/api/listen?service=bu-1/state");
     values.next_named("value");
     web.shutdown().unwrap();
     while events.next().is_some() {}

@@ -18,7 +18,11 @@ use support::fake::FakeBackend;
 const TOKEN: &str = "3f9a2c0d4e5b6a7980c1d2e3f4a5b6c7";
 
 fn options() -> WebOptions {
-    WebOptions { status_interval: Duration::from_millis(200), ..WebOptions::default() }
+    WebOptions {
+        status_interval: Duration::from_millis(200),
+        failed_login_delay: Duration::from_millis(50),
+        ..WebOptions::default()
+    }
 }
 
 fn with_token() -> WebOptions {
@@ -255,6 +259,7 @@ fn with_token_to_watch_only_the_login_and_the_ui_files_are_open() {
     let events = Sse::open(addr, "/api/events");
     assert_eq!(events.status, 403);
     assert_eq!(Sse::open(addr, "/api/listen?service=bu-1/state").status, 403);
+    assert_eq!(crew_listens(addr), 200);
     for path in ["/", "/index.html", "/app.js", "/style.css"] {
         assert_eq!(stranger.get(path).status, 200, "{path}");
     }
@@ -483,7 +488,7 @@ fn a_body_that_is_not_what_the_route_takes_is_a_400_naming_the_problem() {
 fn an_unknown_service_or_command_is_a_404_and_a_post_without_the_header_a_400() {
     let (web, _) = start(options());
     let addr = web.local_addr();
-    let unknown = get(addr, "/api/listen?service=nope");
+    let unknown = Client::visit(addr).get("/api/listen?service=nope");
     assert_eq!(unknown.status, 404, "{}", unknown.text());
     assert_eq!(unknown.header("content-type"), Some("application/json"));
     assert!(unknown.error().contains("no service `nope`"), "{}", unknown.error());
@@ -531,4 +536,122 @@ fn the_options_debug_output_hides_the_token() {
     let text = format!("{:?}", with_token());
     assert!(!text.contains(TOKEN), "{text}");
     assert!(text.contains("access_token"), "{text}");
+}
+
+/// The status of `GET /api/listen` for a client logged in with [`TOKEN`].
+fn crew_listens(addr: SocketAddr) -> u16 {
+    Client::login(addr, TOKEN).events("/api/listen?service=bu-1/state").status
+}
+
+#[test]
+fn listening_to_a_service_needs_a_session_although_watching_does_not() {
+    // With a token: watching the run is open, reading a service's values needs the login.
+    let (web, _) = start(with_token());
+    let addr = web.local_addr();
+    assert_eq!(get(addr, "/api/status").status, 200);
+    assert_eq!(Sse::open(addr, "/api/events").status, 200);
+    let stranger = Sse::open(addr, "/api/listen?service=bu-1/state");
+    assert_eq!(stranger.status, 403);
+    let refused = get(addr, "/api/listen?service=bu-1/state");
+    assert!(refused.error().contains("logged in with the web token"), "{}", refused.error());
+    // A visitor of the page is no better off: it has no session that may act.
+    assert_eq!(Client::visit(addr).events("/api/listen?service=bu-1/state").status, 403);
+    assert_eq!(crew_listens(addr), 200);
+    assert_eq!(metric(addr, "daqflow_web_refused_total{reason=\"no_session\"}"), 3);
+    web.shutdown().unwrap();
+
+    // Without a token: a session (every visitor of the page gets one), not a bare request.
+    let (web, _) = start(options());
+    let addr = web.local_addr();
+    let bare = get(addr, "/api/listen?service=bu-1/state");
+    assert_eq!(bare.status, 403);
+    assert!(bare.error().contains("needs a session"), "{}", bare.error());
+    let mut visitor = Client::visit(addr).events("/api/listen?service=bu-1/state");
+    assert_eq!(visitor.status, 200);
+    visitor.next_named("value");
+    web.shutdown().unwrap();
+}
+
+/// Sends a login with `token` on a new connection and reads to the end: the status line, or
+/// None when the connection closed without an answer.
+fn login_attempt(addr: SocketAddr, token: &str) -> Option<String> {
+    use std::io::Read;
+    let body = json!({ "token": token }).to_string();
+    let mut stream = connect(addr);
+    let head = format!(
+        "POST /api/login HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nX-Daqflow-Client: 1\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.lines().next().filter(|l| !l.is_empty()).map(str::to_owned)
+}
+
+#[test]
+fn wrong_logins_are_held_back_and_spaced_but_the_right_token_gets_in_at_once() {
+    let delay = Duration::from_millis(2000);
+    let (web, _) = start(WebOptions { failed_login_delay: delay, ..with_token() });
+    let addr = web.local_addr();
+
+    // Ten guesses at once: each answered 403 no sooner than the delay, the answers a tenth of
+    // the delay apart.
+    let started = Instant::now();
+    let guesses: Vec<_> = (0..10)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let status = login_attempt(addr, &format!("guess-{i:026}"));
+                (status, started.elapsed())
+            })
+        })
+        .collect();
+    // Meanwhile the token holder logs in, at once: before any guess is answered.
+    std::thread::sleep(Duration::from_millis(200));
+    let crew = Client::login(addr, TOKEN);
+    let crew_in = started.elapsed();
+    let mut answered: Vec<Duration> = Vec::new();
+    for g in guesses {
+        let (status, at) = g.join().unwrap();
+        assert_eq!(status.as_deref(), Some("HTTP/1.1 403 Forbidden"));
+        answered.push(at);
+    }
+    answered.sort();
+    assert!(answered[0] >= delay, "a wrong login answered after {:?}", answered[0]);
+    assert!(
+        crew_in < answered[0],
+        "the token holder got in after {crew_in:?}, a guess was answered after {:?}",
+        answered[0]
+    );
+    assert!(answered[9] - answered[0] >= delay / 10 * 9 - Duration::from_millis(20), "{answered:?}");
+    assert_eq!(crew.get("/api/control").json()["may_control"], true);
+    assert_eq!(metric(addr, "daqflow_web_refused_total{reason=\"login_failure\"}"), 10);
+    web.shutdown().unwrap();
+}
+
+#[test]
+fn a_flood_of_wrong_logins_never_locks_the_token_holder_out() {
+    // Every connection is a held-back guess: the token holder's login makes room.
+    let options = WebOptions { failed_login_delay: Duration::from_secs(5), max_connections: 6, ..with_token() };
+    let (web, _) = start(options);
+    let addr = web.local_addr();
+    let guess = move |i: usize| std::thread::spawn(move || login_attempt(addr, &format!("flood-{i:026}")));
+    let mut guesses: Vec<_> = (0..5).map(guess).collect();
+    let until = Instant::now() + Duration::from_secs(60);
+    while metric(addr, "daqflow_web_refused_total{reason=\"login_failure\"}") < 5 {
+        assert!(Instant::now() < until, "the guesses were not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    guesses.push(guess(5));
+    std::thread::sleep(Duration::from_millis(1000));
+    let crew = Client::login(addr, TOKEN);
+    assert_eq!(crew.get("/api/control").json()["may_control"], true);
+    // The guesses that made room were closed unanswered; the others were refused.
+    let answers: Vec<Option<String>> = guesses.into_iter().map(|g| g.join().unwrap()).collect();
+    assert!(answers.iter().any(Option::is_none), "no guess made room: {answers:?}");
+    for a in answers.iter().flatten() {
+        assert_eq!(a, "HTTP/1.1 403 Forbidden");
+    }
+    web.shutdown().unwrap();
 }

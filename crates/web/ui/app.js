@@ -883,8 +883,13 @@
     stopListening();
     $('listen-panel').hidden = false;
     $('listen-service').textContent = service;
-    $('listen-state').textContent = 'connecting…';
     $('listen-values').replaceChildren();
+    if (ui.control.may_control === false) {
+      // The server would refuse (403): a service's values are for logged-in sessions.
+      $('listen-state').textContent = 'listening to a service needs a session logged in with the web token: log in above';
+      return;
+    }
+    $('listen-state').textContent = 'connecting…';
     const source = new EventSource(`/api/listen?service=${encodeURIComponent(service)}`);
     ui.listen = source;
     source.addEventListener('subscribed', () => { $('listen-state').textContent = 'live'; });

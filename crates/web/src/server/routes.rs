@@ -156,7 +156,7 @@ static ROUTES: &[Route] = &[
     route!("POST", "/api/set", Controller, set),
     route!("POST", "/api/repeat", Controller, repeat),
     route!("GET", "/api/processes", Watch, processes),
-    route!("GET", "/api/listen", Watch, listen),
+    route!("GET", "/api/listen", Session, listen),
     route!("GET", "/api/logs", Watch, logs),
     route!("GET", "/api/runs", Watch, runs),
     route!("GET", "/api/runs/{n}", Watch, run),
@@ -470,10 +470,9 @@ async fn ui_file(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
         if token_is_right(shared, token) {
             return token_login(shared, call.session.as_deref()).into();
         }
-        // A wrong or stale token (an earlier start's URL): refused, counted and logged as any
-        // wrong login, but a browser gets the page (with status 403), which sees the token in
-        // its address, says why it was refused and offers the login form.
-        let _ = login_refused(shared, call.peer);
+        // A wrong or stale token (an earlier start's URL): refused, counted, logged and held
+        // back as any wrong login, but a browser gets the page (with status 403), which sees
+        // the token in its address, says why it was refused and offers the login form.
         status = 403;
     }
     let mut r = Response::new(status, asset.content_type, asset.body).with_header("Cache-Control", "no-cache");
@@ -490,6 +489,9 @@ async fn ui_file(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
             }
         }
     }
+    if status == 403 {
+        return shared.login_failed(call.peer, r);
+    }
     r.into()
 }
 
@@ -498,13 +500,15 @@ fn token_is_right(shared: &Shared, given: &str) -> bool {
     shared.options.access_token.as_ref().is_none_or(|t| constant_time_eq(t.as_bytes(), given.as_bytes()))
 }
 
-/// A login with a wrong token: counted, logged, refused.
-fn login_refused(shared: &Shared, peer: SocketAddr) -> Response {
-    shared.metrics.refused(Refusal::LoginFailure, 1);
-    tracing::warn!(%peer, "web: a login with a wrong token was refused");
-    Response::error(
-        403,
-        "wrong token: use the one the operator printed in its web UI URL (also in <data dir>/web-token)",
+/// A login with a wrong token: counted, logged, refused after a while
+/// ([`Shared::login_failed`]).
+fn login_refused(shared: &Arc<Shared>, peer: SocketAddr) -> Reply {
+    shared.login_failed(
+        peer,
+        Response::error(
+            403,
+            "wrong token: use the one the operator printed in its web UI URL (also in <data dir>/web-token)",
+        ),
     )
 }
 
@@ -550,7 +554,7 @@ async fn login(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
             return Response::error(400, format!("the body must give the web token: {SHAPE}")).into();
         };
         if !token_is_right(shared, given) {
-            return login_refused(shared, call.peer).into();
+            return login_refused(shared, call.peer);
         }
     }
     match login_session(shared, call.session.as_deref()) {
