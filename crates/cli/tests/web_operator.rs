@@ -198,13 +198,18 @@ fn eval(b: &mut cdp::Browser, expression: &str) -> serde_json::Value {
 const ENABLED: &str = "['configure', 'start', 'pause', 'resume', 'stop', 'reset']\
      .filter((n) => !document.querySelector('#btn-' + n).disabled).join(' ')";
 
-/// A count as the page shows it ("23,353"), as a number.
-fn shown(b: &mut cdp::Browser, selector: &str) -> f64 {
-    let text = eval(b, &format!("document.querySelector('{selector}').textContent"));
-    let text = text.as_str().unwrap_or_default().to_owned();
-    let digits = text.split(',').collect::<Vec<_>>();
-    assert!(digits.iter().skip(1).all(|g| g.len() == 3), "{selector}: {text:?} is not thousands-separated");
-    text.replace(',', "").parse().unwrap_or_else(|_| panic!("{selector}: {text:?} is not a number"))
+/// Two counts as the page shows them at one moment (one evaluation), as numbers.
+fn shown_pair(b: &mut cdp::Browser, first: &str, second: &str) -> (f64, f64) {
+    let texts = eval(
+        b,
+        &format!("[document.querySelector('{first}').textContent, document.querySelector('{second}').textContent]"),
+    );
+    let number = |selector: &str, t: &serde_json::Value| -> f64 {
+        let text = t.as_str().unwrap_or_default();
+        assert!(text.split(',').skip(1).all(|g| g.len() == 3), "{selector}: {text:?} is not thousands-separated");
+        text.replace(',', "").parse().unwrap_or_else(|_| panic!("{selector}: {text:?} is not a number"))
+    };
+    (number(first, &texts[0]), number(second, &texts[1]))
 }
 
 /// What the run view shows of a real run as it goes (issue 26, "the web UI shows true
@@ -212,7 +217,8 @@ fn shown(b: &mut cdp::Browser, selector: &str) -> f64 {
 /// system's rate the builders'; no reset while Running; one number format.
 fn numbers_during_the_run(b: &mut cdp::Browser, addr: SocketAddr) {
     for _ in 0..20 {
-        let (events, recorded) = (shown(b, "#stat-events"), shown(b, "#stat-recorded"));
+        // Both read at one moment (one evaluation): two would straddle a status update.
+        let (events, recorded) = shown_pair(b, "#stat-events", "#stat-recorded");
         assert!(recorded <= events, "recorded {recorded} above events {events}");
         let st = get(addr, "/api/status").json();
         let (events, recorded) = (st["events"].as_u64().unwrap(), st["recorded"].as_u64().unwrap());

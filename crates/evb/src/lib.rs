@@ -68,7 +68,7 @@
 //!     "command": "configure", "config": {"streams": 0}
 //! })).unwrap();
 //! let e = ru.execute(configure).unwrap_err().to_string();
-//! assert_eq!(e, "configuration: ru-0: ru: `streams` = 0 is out of range: 1 … 4096");
+//! assert_eq!(e, "configuration: ru-0: `streams` = 0 is out of range: 1 … 4096");
 //! assert_eq!(ru.state(), State::Error);
 //! ```
 #![warn(missing_docs)]
