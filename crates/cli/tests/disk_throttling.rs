@@ -4,7 +4,9 @@
 //! and it resumes once the disk is below its low mark, with nothing lost; a disk that fills
 //! with no throttling margin makes the writer fail with an error naming the disk, and the run's
 //! accounting holds every event (built = recorded + counted lost), with no partial event in
-//! the file.
+//! the file. A recorder restarted on a full disk leaves only readable data files; a data
+//! directory that fills during a run leaves a record the next operator finishes, saying why;
+//! the run database's shared-memory file made immutable does not kill the operator (SIGBUS).
 //!
 //! Mounting needs root: as another user the test runs itself again in a user and mount
 //! namespace (`unshare --user --map-root-user --mount`), and is skipped with the reason printed
@@ -12,11 +14,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Mutex;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use daqflow_api::{RunState, RunSummary, SystemState};
+use daqflow_runcontrol::db::{Location, RunDb};
 use daqflow_runcontrol::operator::{Operator, OperatorOptions};
 use daqflow_runcontrol::system::SystemFile;
 use daqflow_wire::file::FileReader;
@@ -108,7 +112,7 @@ fn ballast(dir: &Path, mib: usize) -> PathBuf {
 /// BU writing its own files (params `bu_files`) and no ET system.
 fn system(data: &Path, writer: Writer<'_>) -> SystemFile {
     let (et, recorder, bu_output) = match writer {
-        Writer::Recorder(params) => (
+        Writer::Recorder(params) | Writer::RestartingRecorder(params) => (
             r#"
 [[component]]
 name = "et"
@@ -123,10 +127,12 @@ event_size = 16384
 [[component]]
 name = "recorder"
 kind = "recorder"
+{policy}
 [component.params]
 et = "${{et.et}}"
 {params}
-"#
+"#,
+                policy = if matches!(writer, Writer::RestartingRecorder(_)) { "policy = \"restart\"" } else { "" }
             ),
             "output = \"et\"\net = \"${et.et}\"".to_owned(),
         ),
@@ -140,6 +146,7 @@ data = "{data}"
 timeout_s = 20
 stop_timeout_s = 60
 policy = "stop"
+restart_backoff_s = 0.2
 {et}{recorder}
 [[component]]
 name = "evm"
@@ -195,6 +202,8 @@ size = {{ kind = "lognormal", mean = 2048.0, rms = 256.0 }}
 /// Which component writes the files, with its parameters (TOML lines).
 enum Writer<'a> {
     Recorder(&'a str),
+    /// The recorder, with policy `restart`.
+    RestartingRecorder(&'a str),
     Bu(&'a str),
 }
 
@@ -388,6 +397,53 @@ fn a_recorder_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted(
 }
 
 #[test]
+fn a_recorder_restarted_on_a_full_disk_leaves_only_readable_data_files() {
+    let name = "a_recorder_restarted_on_a_full_disk_leaves_only_readable_data_files";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let files = Tmpfs::mount(16).unwrap_or_else(|e| panic!("{e}"));
+    ballast(files.path(), 13);
+    let dir = tempfile::tempdir().unwrap();
+    // Throttling off, and the recorder restarted by its policy each time it fails.
+    let params = format!("directory = \"{}\"\nthrottle_high_pct = 100", files.path().display());
+    let op =
+        Operator::launch(OperatorOptions::new(system(dir.path(), Writer::RestartingRecorder(&params)), BIN.into()))
+            .unwrap_or_else(|e| panic!("launch: {e}"));
+    let summary = run_until_the_disk_is_full(&op);
+    println!("error: {:?}", summary.error);
+    op.shutdown();
+    assert_eq!(summary.state, RunState::Failed, "{summary:?}");
+    let error = summary.error.clone().unwrap_or_default();
+    assert!(error.contains("recorder") && error.contains("disk full"), "{error}");
+
+    // Every file left is a data file `daqflow inspect --verify` reads: whole events, closed
+    // or cut short by a writer that stopped (exit status 3), never one it cannot read (2).
+    let mut data_files = Vec::new();
+    for entry in std::fs::read_dir(files.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".daq") || name.ends_with(".daq.part") {
+            let size = std::fs::metadata(&path).unwrap().len();
+            FileReader::open(&path).unwrap_or_else(|e| panic!("{name} ({size} bytes) is no data file: {e}"));
+            data_files.push(path);
+        }
+    }
+    assert!(!data_files.is_empty());
+    let out = Command::new(BIN).args(["inspect", "--verify"]).args(&data_files).output().unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0 | 3)),
+        "inspect --verify: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // No partial or corrupt event in them, and every recorded event is in them.
+    assert!(whole_events(files.path()) >= summary.recorded, "{summary:?}");
+}
+
+#[test]
 fn a_builder_unit_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted() {
     let name = "a_builder_unit_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accounted";
     if !may_mount(name) {
@@ -420,4 +476,167 @@ fn a_builder_unit_on_a_full_disk_fails_naming_the_disk_and_every_event_is_accoun
     // Its files hold whole events only: at least every event it confirmed.
     let on_disk = whole_events(files.path());
     assert!(on_disk >= summary.events, "{on_disk} on disk, {} built: {summary:?}", summary.events);
+}
+
+/// Keeps the filesystem of `dir` full until `stop` is set: whatever space comes free (a
+/// writer cutting its file back, a file removed) is taken again at once.
+fn keep_full(dir: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<PathBuf> {
+    let path = dir.join("ballast");
+    std::thread::spawn(move || {
+        let mut f = std::fs::File::create(&path).unwrap();
+        let page = vec![0x5au8; 4096];
+        while !stop.load(Ordering::SeqCst) {
+            if f.write_all(&page).is_err() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        path
+    })
+}
+
+/// The data directory (run database, logs, files) on a small tmpfs that fills during a run:
+/// the operator cannot finish the run's record; the next operator finishes it as `abandoned`,
+/// saying why, on its terminal and in the record.
+#[test]
+fn a_run_record_the_full_disk_kept_open_is_finished_at_the_next_start_saying_why() {
+    let name = "a_run_record_the_full_disk_kept_open_is_finished_at_the_next_start_saying_why";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let disk = Tmpfs::mount(64).unwrap_or_else(|e| panic!("{e}"));
+    let data = disk.path().display().to_string();
+    let mut demo = Command::new(BIN)
+        .args(["demo", "--seconds", "4", "--web", "none", "--data", &data])
+        .env("DAQFLOW_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel::<String>();
+    let stdout = demo.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let _ = lines.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let stderr = demo.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    // Once the run is open, the disk fills and stays full.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let line = seen.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("run 1 to start");
+        if line.contains("run 1 started") {
+            break;
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let filler = keep_full(disk.path(), stop.clone());
+    let status = demo.wait().unwrap();
+    let (out, err) = (reader.join().unwrap(), errors.join().unwrap());
+    stop.store(true, Ordering::SeqCst);
+    std::fs::remove_file(filler.join().unwrap()).unwrap();
+    println!("first operator: {status}\n{out}{err}");
+    assert!(!status.success(), "{out}{err}");
+    assert!(out.contains("database or disk is full"), "{out}{err}");
+    assert!(out.contains("the next operator on") && out.contains("finishes it as abandoned"), "{out}{err}");
+    let db = || RunDb::connect(&Location::parse("runs.sqlite").unwrap().under(disk.path())).unwrap();
+    assert_eq!(db().run(1).unwrap().unwrap().record.state, RunState::Running, "the record was finished");
+
+    // The next operator on the directory finishes it, saying why.
+    let o = Command::new(BIN)
+        .args(["demo", "--seconds", "1", "--web", "none", "--data", &data])
+        .env("DAQFLOW_LOG", "warn")
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    println!("second operator: {}\n{out}{err}", o.status);
+    assert!(
+        err.contains("run 1 (system `demo`) could not be recorded when it ended; its record is finished now as abandoned: the operator could not finish the record: run database"),
+        "{err}"
+    );
+    assert!(err.contains("database or disk is full"), "{err}");
+    let record = db().run(1).unwrap().unwrap().record;
+    assert_eq!(record.state, RunState::Abandoned, "{record:?}");
+    let error = record.error.unwrap_or_default();
+    assert!(error.starts_with("the operator could not finish the record: run database"), "{error}");
+    assert!(error.contains("database or disk is full"), "{error}");
+    assert!(record.stopped_ms.is_some());
+    assert!(out.contains("run 2 started"), "{out}{err}");
+    assert_eq!(db().run(2).unwrap().unwrap().record.state, RunState::Stopped);
+}
+
+/// `chattr +i` (or `-i`) on `path`; why not, when it fails.
+fn chattr(flag: &str, path: &Path) -> Result<(), String> {
+    let out = Command::new("chattr").arg(flag).arg(path).output().map_err(|e| format!("chattr: {e}"))?;
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
+}
+
+/// The run database's shared-memory file made immutable while the operator runs (which killed
+/// it with SIGBUS when the database used SQLite's write-ahead log, whose index every process
+/// maps from that file): the operator is not affected, and records its runs.
+#[test]
+fn an_immutable_shared_memory_file_beside_the_run_database_does_not_kill_the_operator() {
+    let name = "an_immutable_shared_memory_file_beside_the_run_database_does_not_kill_the_operator";
+    // SAFETY: geteuid(2) has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var_os("CI").is_none(), "{name} needs root (chattr +i) in CI");
+        println!("skipped {name}: not root, so no file can be made immutable");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().display().to_string();
+    let mut demo = Command::new(BIN)
+        .args(["demo", "--seconds", "4", "--web", "none", "--data", &data])
+        .env("DAQFLOW_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(demo.stdout.take().unwrap());
+    let stderr = demo.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let mut out = String::new();
+    let mut lines = std::io::BufRead::lines(stdout).map_while(Result::ok);
+    for line in lines.by_ref() {
+        out.push_str(&line);
+        out.push('\n');
+        if line.contains("run 1 started") {
+            break;
+        }
+    }
+    assert!(out.contains("run 1 started"), "{out}");
+    // The `-shm` file made immutable while the run goes on (made first where there is none).
+    let shm = dir.path().join("runs.sqlite-shm");
+    let existed = shm.exists();
+    if !existed {
+        std::fs::write(&shm, vec![0u8; 32768]).unwrap();
+    }
+    if let Err(e) = chattr("+i", &shm) {
+        let _ = demo.kill();
+        let _ = demo.wait();
+        assert!(std::env::var_os("CI").is_none(), "{name}: chattr +i {}: {e}", shm.display());
+        println!("skipped {name}: the filesystem of {} cannot make a file immutable ({e})", shm.display());
+        return;
+    }
+    struct Mutable<'a>(&'a Path);
+    impl Drop for Mutable<'_> {
+        fn drop(&mut self) {
+            let _ = chattr("-i", self.0);
+        }
+    }
+    let _mutable = Mutable(&shm);
+    out.extend(lines.map(|l| l + "\n"));
+    let status = demo.wait().unwrap();
+    let err = errors.join().unwrap();
+    println!("the -shm file existed: {existed}\n{status}\n{out}{err}");
+    assert_eq!(status.code(), Some(0), "the operator: {status}\n{out}{err}");
+    assert!(out.contains("\nlost: 0"), "{out}{err}");
+    let db = RunDb::connect(&Location::parse("runs.sqlite").unwrap().under(dir.path())).unwrap();
+    assert_eq!(db.run(1).unwrap().unwrap().record.state, RunState::Stopped);
 }

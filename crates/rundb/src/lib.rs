@@ -5,8 +5,14 @@
 //! the same queries:
 //!
 //! - **SQLite** (the default): one file, embedded, nothing to set up. The operator and the
-//!   message logger open the same file from two processes; SQLite's write-ahead log and a busy
-//!   timeout make that safe.
+//!   message logger open the same file from two processes, and `daqflow runs` reads it while
+//!   they write; SQLite's file locks and a busy timeout make that safe. The database is kept
+//!   in SQLite's rollback-journal mode (`journal_mode = DELETE`), not its write-ahead log: the
+//!   log's index is a shared-memory file (`-shm`) that every process maps, and a mapping the
+//!   kernel refuses to write (the file made immutable or read-only, truncated) kills the
+//!   process with SIGBUS instead of failing a call. Without it every failure of the database
+//!   is an error the caller reports. A database in WAL mode (made by an earlier version) is
+//!   turned into rollback mode when it is opened with no other connection.
 //! - **PostgreSQL**: a server named by a URL, `postgres://USER@HOST:PORT/DBNAME`, for a run
 //!   history that several systems share or that other tools query while runs go on. The tables
 //!   are created on first use. Run numbers are given out under a table lock and log records
@@ -413,6 +419,19 @@ impl RunDb {
                 "UPDATE runs SET state = 'abandoned' WHERE state = 'running' AND system = ?1",
                 &[Arg::text(system)],
             )? as usize)
+        })
+    }
+
+    /// Finishes the record of run `run` of `system`, left `running` because it could not be
+    /// finished when the run ended, as `abandoned`, with `reason` as its error and `stopped_ms`
+    /// as its stop time. Whether it did: a record not `running` any more is left as it is.
+    pub fn abandon_run(&self, run: u32, system: &str, stopped_ms: u64, reason: &str) -> Result<bool, DbError> {
+        self.transact(Mode::Write, |tx| {
+            Ok(tx.execute(
+                "UPDATE runs SET state = 'abandoned', stopped_ms = ?3, error = ?4
+                 WHERE run = ?1 AND system = ?2 AND state = 'running'",
+                &[Arg::Int(run.into()), Arg::text(system), Arg::count(stopped_ms), Arg::text(reason)],
+            )? == 1)
         })
     }
 

@@ -15,9 +15,11 @@ pub(crate) enum Dialect {
 }
 
 /// The tables in SQLite: `INTEGER PRIMARY KEY` is the row id (`logs.id` counts by itself);
-/// every integer column holds 64 bits.
+/// every integer column holds 64 bits. The rollback journal, not the write-ahead log: the
+/// WAL's index is a shared-memory mapping, which fails with SIGBUS, not an error, when the
+/// kernel refuses a write into it (its `-shm` file made immutable); see the crate's docs.
 pub(crate) const SQLITE_SCHEMA: &str = "
-PRAGMA journal_mode = WAL;
+PRAGMA journal_mode = DELETE;
 CREATE TABLE IF NOT EXISTS runs (
     run INTEGER PRIMARY KEY,
     system TEXT NOT NULL,

@@ -212,7 +212,24 @@ fn alarm_events_are_stored_and_listed_newest_first_by_system(backend: Backend) {
     assert_eq!(t.open().alarm_events(Some("other"), 10).unwrap().len(), 1);
 }
 
+fn a_record_that_could_not_be_finished_is_abandoned_with_its_reason(backend: Backend) {
+    let Some(t) = TestDb::new(backend, "abandon_run") else { return };
+    let db = t.open();
+    assert_eq!(db.begin_run("s", "cfg", None).unwrap(), 1);
+    assert_eq!(db.begin_run("s", "cfg", None).unwrap(), 2);
+    db.end_run(&example_summary(2, 3)).unwrap();
+    let reason = "the operator could not finish the record: database or disk is full";
+    assert!(!db.abandon_run(1, "other", 77, reason).unwrap(), "another system's run");
+    assert!(db.abandon_run(1, "s", 77, reason).unwrap());
+    assert!(!db.abandon_run(1, "s", 78, "again").unwrap(), "finished once");
+    assert!(!db.abandon_run(2, "s", 78, reason).unwrap(), "a closed record is left as it is");
+    let one = db.run(1).unwrap().unwrap().record;
+    assert_eq!((one.state, one.stopped_ms, one.error.as_deref()), (RunState::Abandoned, Some(77), Some(reason)));
+    assert_eq!(db.run(2).unwrap().unwrap().record.state, RunState::Stopped);
+}
+
 crate::for_each_backend!(
+    a_record_that_could_not_be_finished_is_abandoned_with_its_reason,
     alarm_events_are_stored_and_listed_newest_first_by_system,
     runs_are_numbered_recorded_and_listed_newest_first,
     logs_filter_by_time_process_severity_and_text,
@@ -292,6 +309,38 @@ fn the_password_comes_from_the_url_else_the_environment_else_the_password_file()
     assert_eq!(password(&url("postgres://daq@db:6000/runs"), None, &file), None, "the port must match");
     let c = without.config_from(None, || None);
     assert_eq!((c.get_connect_timeout(), c.get_application_name()), (Some(&Duration::from_secs(10)), Some("daqflow")));
+}
+
+#[test]
+fn an_sqlite_database_uses_no_shared_memory_file_and_a_write_ahead_log_is_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    // A database an earlier version made, in WAL mode.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+    }
+    let db = RunDb::open(&path).unwrap();
+    let other = RunDb::open(&path).unwrap();
+    assert_eq!(db.begin_run("s", "cfg", None).unwrap(), 1);
+    db.end_run(&example_summary(1, 3)).unwrap();
+    assert_eq!(other.runs(10).unwrap().len(), 1, "a second connection reads what the first wrote");
+    // No file any process maps into memory: a `-shm` file made immutable (the kernel's SIGBUS
+    // on a write into its mapping) cannot touch it.
+    for suffix in ["-shm", "-wal"] {
+        let mut f = path.as_os_str().to_owned();
+        f.push(suffix);
+        assert!(!std::path::Path::new(&f).exists(), "{} is there", std::path::Path::new(&f).display());
+    }
+    let mode: String = db
+        .transact(Mode::Read, |tx| Ok(tx.query("PRAGMA journal_mode", &[])?.remove(0).0.remove(0)))
+        .map(|c| match c {
+            Cell::Text(t) => t,
+            other => format!("{other:?}"),
+        })
+        .unwrap();
+    assert_eq!(mode, "delete");
 }
 
 #[test]

@@ -238,6 +238,76 @@ fn an_unclosed_part_file_is_readable() {
 }
 
 #[test]
+fn a_writer_killed_before_its_first_flush_leaves_a_readable_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = FileWriter::new(FileWriterConfig::new(dir.path(), 6)).unwrap();
+    w.write_event(EventId(1), b"still in the buffer").unwrap();
+    let part = w.current_path().unwrap().to_path_buf();
+    std::mem::forget(w); // as if the process died: nothing flushed
+    // The header reached the file when it was created: a data file, not an empty one.
+    let mut r = FileReader::open(&part).unwrap_or_else(|e| panic!("{}: {e}", part.display()));
+    assert_eq!(r.header().run_number, 6);
+    assert_eq!(r.len().unwrap(), 0);
+}
+
+/// A writer of run 9, stream `rec`, that dies (no trailer) after `events` whole records
+/// reached its file; the `.part` path.
+fn dead_writer(dir: &std::path::Path, stream: &str, events: u64) -> std::path::PathBuf {
+    let mut cfg = FileWriterConfig::new(dir, 9);
+    cfg.stream = Some(stream.into());
+    let mut w = FileWriter::new(cfg).unwrap();
+    for i in 0..events {
+        w.write_event(EventId(i), &event_payload(i, 100)).unwrap();
+    }
+    w.flush().unwrap();
+    let part = w.current_path().unwrap().to_path_buf();
+    std::mem::forget(w);
+    part
+}
+
+#[test]
+fn a_writer_taking_over_a_stream_removes_the_part_files_that_hold_no_event_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let header_only = dead_writer(d, "rec", 0);
+    let with_events = dead_writer(d, "rec.r1", 3);
+    let other_stream = dead_writer(d, "other", 0);
+    // What an older writer left: an empty file and a header cut short; a partial first record.
+    let empty = d.join("run000009_rec_0002.daq.part");
+    fs::write(&empty, b"").unwrap();
+    let short = d.join("run000009_rec_0003.daq.part");
+    fs::write(&short, &fs::read(&header_only).unwrap()[..40]).unwrap();
+    let partial = d.join("run000009_rec_0004.daq.part");
+    let mut bytes = fs::read(&with_events).unwrap();
+    bytes.truncate(FILE_HEADER_LEN + 30);
+    fs::write(&partial, &bytes).unwrap();
+    // Not a daqflow file, a closed file, another run: never touched.
+    let foreign = d.join("run000009_rec_0005.daq.part");
+    fs::write(&foreign, vec![7u8; 200]).unwrap();
+    let mut cfg = FileWriterConfig::new(d, 9);
+    cfg.stream = Some("rec.r2".into());
+    let closed = FileWriter::new(cfg).unwrap().finish().unwrap()[0].path.clone();
+    let other_run = d.join("run000010_rec_0001.daq.part");
+    fs::write(&other_run, b"").unwrap();
+
+    let removed = remove_empty_part_files(d, 9, Some("rec")).unwrap();
+    assert_eq!(removed, vec![header_only.clone(), empty.clone(), short.clone(), partial.clone()]);
+    for gone in [&header_only, &empty, &short, &partial] {
+        assert!(!gone.exists(), "{} is left", gone.display());
+    }
+    for kept in [&with_events, &other_stream, &foreign, &closed, &other_run] {
+        assert!(kept.exists(), "{} was removed", kept.display());
+    }
+    assert_eq!(remove_empty_part_files(d, 9, Some("rec.r1")).unwrap(), Vec::<std::path::PathBuf>::new());
+    assert_eq!(FileReader::open(&with_events).unwrap().len().unwrap(), 3);
+    // The stream's name is free again.
+    let mut cfg = FileWriterConfig::new(d, 9);
+    cfg.stream = Some("rec".into());
+    assert!(FileWriter::new(cfg).is_ok());
+    assert!(remove_empty_part_files(&d.join("missing"), 9, None).unwrap().is_empty());
+}
+
+#[test]
 fn bad_stream_names_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     for bad in ["", "../x", "a/b", ".hidden", "sp ace"] {

@@ -117,3 +117,39 @@ fn a_writer_on_a_full_disk_leaves_whole_records_only_and_says_the_disk_is_full()
     assert_eq!(part.first_event, Some(EventId(1)));
     assert_eq!(part.last_event, Some(EventId(part.events)));
 }
+
+#[test]
+fn a_writer_on_a_full_disk_leaves_no_file_that_is_not_a_readable_data_file() {
+    let name = "a_writer_on_a_full_disk_leaves_no_file_that_is_not_a_readable_data_file";
+    if !may_mount(name) {
+        return;
+    }
+    let disk = Tmpfs::mount("1m");
+    let mut cfg = FileWriterConfig::new(disk.path(), 2);
+    cfg.buffer_bytes = 64 << 10;
+    cfg.stream = Some("rec".into());
+    let mut w = FileWriter::new(cfg.clone()).unwrap();
+    // The rest of the disk taken by a ballast: the first flush of the writer fails.
+    let mut ballast = std::fs::File::create(disk.path().join("ballast")).unwrap();
+    let chunk = vec![0x5au8; 4096];
+    let mut fill = || while std::io::Write::write_all(&mut ballast, &chunk).is_ok() {};
+    fill();
+    w.write_event(EventId(1), &[1u8; 10_000]).unwrap(); // more than the page the header is in
+    let error = w.flush().unwrap_err();
+    assert!(error.is_disk_full(), "{error}");
+    // The file held no whole record on disk: it is gone, not left empty or header-only.
+    assert!(w.abandoned().is_empty(), "{:?}", w.abandoned());
+    assert!(w.finish().unwrap().is_empty());
+    // A new writer (a restarted recorder) on the disk full again (the removed file's space
+    // taken) cannot write its header: it fails, leaving no file.
+    fill();
+    cfg.stream = Some("rec.r1".into());
+    let error = FileWriter::new(cfg).err().expect("a writer on a full disk");
+    assert!(error.is_disk_full(), "{error}");
+    let left: Vec<String> = std::fs::read_dir(disk.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "ballast")
+        .collect();
+    assert!(left.is_empty(), "files left on the full disk: {left:?}");
+}

@@ -50,7 +50,9 @@ use std::time::{Duration, Instant};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
 use daqflow_engine::fifo::{Consumer, Producer};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
-use daqflow_wire::file::{ClosedFile, DiskChange, DiskSpace, DiskWatcher, FileWriter, FileWriterConfig};
+use daqflow_wire::file::{
+    ClosedFile, DiskChange, DiskSpace, DiskWatcher, FileWriter, FileWriterConfig, remove_empty_part_files,
+};
 use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
 
@@ -317,6 +319,17 @@ fn open_sink(
             let stream = if config.threads > 1 { format!("{name}-t{thread}") } else { name.to_owned() };
             let stream: String =
                 stream.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+            // A builder unit restarted within the run takes its stream over: the `.part` files
+            // its predecessor left holding no whole event are removed (every file left is a
+            // readable data file, and an empty one does not block the name).
+            let removed = remove_empty_part_files(&config.directory, run, Some(&stream))
+                .map_err(|e| EvbError::Output(format!("{}: {e}", config.directory.display())))?;
+            for path in &removed {
+                tracing::warn!(
+                    "removed {}: a file of an earlier {name} of this run that holds no whole event",
+                    path.display()
+                );
+            }
             let mut fc = FileWriterConfig::new(&config.directory, run);
             fc.stream = Some(stream);
             fc.max_file_bytes = config.max_file_bytes;

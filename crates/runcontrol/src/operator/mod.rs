@@ -37,6 +37,7 @@ pub mod lock;
 pub mod sequencer;
 mod status;
 mod supervisor;
+pub mod unfinished;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -187,6 +188,9 @@ struct Inner {
     location: Mutex<Option<crate::db::Location>>,
     /// The data directory's lock, held until [`Operator::shutdown`] (or the end of the process).
     data_lock: Mutex<Option<lock::OperatorLock>>,
+    /// `DATA/unfinished-runs`, its space taken: where a run whose record the database refused
+    /// to finish is noted for the next operator (none when the file could not be made).
+    unfinished: Mutex<Option<unfinished::UnfinishedRuns>>,
 }
 
 /// A running system.
@@ -304,6 +308,8 @@ impl Operator {
             .under(&data);
         let db = RunDb::connect(&location).map_err(|e| OperatorError::Setup(e.to_string()))?;
         let history_reader = RunDb::connect(&location).map_err(|e| OperatorError::Setup(e.to_string()))?;
+        // The records an earlier operator could not finish are finished first, with its reason.
+        let unfinished = finish_unfinished(&db, &data);
         if let Ok(n) = db.abandon_open_runs(&file.system.name)
             && n > 0
         {
@@ -394,6 +400,7 @@ impl Operator {
             published: Mutex::new(BTreeMap::new()),
             location: Mutex::new(None),
             data_lock: Mutex::new(Some(data_lock)),
+            unfinished: Mutex::new(unfinished),
         });
         let op = Operator { inner };
         op.follow(&tx)?;
@@ -1024,6 +1031,9 @@ fn event_loop(
                         let mut summary = status::run_summary(&inner.file.system.name, &close, now_ms());
                         if let Err(e) = inner.db.end_run(&summary) {
                             summary.errors.push(e.to_string());
+                            if !matches!(e, crate::db::DbError::Closed(_)) {
+                                note_unfinished(&inner, &mut summary, &e);
+                            }
                         }
                         inputs.push_back(Input::RunClosed(Box::new(summary)));
                     }
@@ -1075,6 +1085,83 @@ fn event_loop(
             return;
         }
     }
+}
+
+/// At the start, by the operator holding the data directory's lock: finishes as `abandoned`
+/// the records noted in `DATA/unfinished-runs` by an operator that could not finish them, each
+/// with its reason, saying so; the notes of records still not finished stay for the next
+/// start. The file, its space taken, for this operator's own notes.
+fn finish_unfinished(db: &RunDb, data: &Path) -> Option<unfinished::UnfinishedRuns> {
+    let (mut notes, left) = match unfinished::UnfinishedRuns::open(data) {
+        Ok(opened) => opened,
+        Err(e) => {
+            tracing::warn!(
+                "{e}: a run whose record cannot be finished is not noted, and is marked abandoned without its reason"
+            );
+            return None;
+        }
+    };
+    let mut done = Vec::new();
+    for n in &left {
+        match db.abandon_run(n.run, &n.system, n.stopped_ms, &n.reason) {
+            Ok(finished) => {
+                if finished {
+                    tracing::warn!(
+                        "run {} (system `{}`) could not be recorded when it ended; its record is finished now as \
+                         abandoned: {}",
+                        n.run,
+                        n.system,
+                        n.reason
+                    );
+                }
+                done.push((n.run, n.system.clone()));
+            }
+            Err(e) => tracing::warn!(
+                "run {}: its record is still not finished ({e}); the next start tries again ({})",
+                n.run,
+                notes.path().display()
+            ),
+        }
+    }
+    if let Err(e) = notes.retain(|n| !done.contains(&(n.run, n.system.clone()))) {
+        tracing::warn!("{}: {e}", notes.path().display());
+    }
+    Some(notes)
+}
+
+/// The run database refused to finish the record of `summary`'s run (`e`): notes it in
+/// `DATA/unfinished-runs` for the next operator, which finishes it as `abandoned` with the
+/// reason; the summary says so (or why not even that worked).
+fn note_unfinished(inner: &Inner, summary: &mut RunSummary, e: &crate::db::DbError) {
+    let note = unfinished::Unfinished {
+        run: summary.run,
+        system: inner.file.system.name.clone(),
+        stopped_ms: summary.stopped_ms,
+        reason: format!("the operator could not finish the record: {e}"),
+    };
+    let path = inner.data.join(unfinished::UNFINISHED_FILE);
+    let written = match lock(&inner.unfinished).as_mut() {
+        Some(notes) => notes.note(note).map_err(|e| e.to_string()),
+        None => Err("the file could not be made at the start".into()),
+    };
+    let said = match written {
+        Ok(()) => format!(
+            "run {}'s record is left running: the next operator on {} finishes it as abandoned, saying why (noted in \
+             {})",
+            summary.run,
+            inner.data.display(),
+            path.display()
+        ),
+        Err(w) => format!(
+            "run {}'s record is left running, and could not be noted in {} ({w}): the next operator on {} marks it \
+             abandoned without the reason",
+            summary.run,
+            path.display(),
+            inner.data.display()
+        ),
+    };
+    tracing::error!("{said}");
+    summary.errors.push(said);
 }
 
 #[cfg(test)]

@@ -28,4 +28,6 @@ pub use format::{
 pub use reader::{
     FileReadError, FileReader, Problem, ReadAt, Record, Scan, ScanCursor, ScanItem, Verifier, VerifyReport, record_len,
 };
-pub use writer::{ClosedFile, FileWriteError, FileWriter, FileWriterConfig, part_path_of, writer_version};
+pub use writer::{
+    ClosedFile, FileWriteError, FileWriter, FileWriterConfig, part_path_of, remove_empty_part_files, writer_version,
+};

@@ -217,10 +217,11 @@ impl FileWriter {
     /// After a failed write: the file being written is left as `.part` without a trailer, cut
     /// back to its last whole record on disk (what was still buffered is dropped), so that no
     /// partial record is left in it; the [`FileReader`](super::FileReader) reads it as a file
-    /// whose writer stopped. It is listed in [`FileWriter::abandoned`].
+    /// whose writer stopped. It is listed in [`FileWriter::abandoned`]. A file without a whole
+    /// record on disk is removed instead: it holds no event.
     fn abandon_current(&mut self) {
         if let Some(f) = self.current.take() {
-            self.abandoned.push(abandon(f));
+            self.abandoned.extend(abandon(f));
         }
     }
 
@@ -289,12 +290,15 @@ impl FileWriter {
             config_digest: self.config.config_digest,
             writer_version: writer_version(),
         };
-        let mut out = BufWriter::with_capacity(self.config.buffer_bytes.max(4096), file);
-        out.write_all(&header.encode()).map_err(|source| FileWriteError::Io {
-            operation: "writing",
-            path: part_path.clone(),
-            source,
-        })?;
+        // The header goes to the operating system at once, not into the buffer: a file this
+        // writer leaves (killed at any moment, or failing on a full disk before its first
+        // flush) is a data file from the start. A header that cannot be written leaves no file.
+        if let Err(source) = (&file).write_all(&header.encode()) {
+            drop(file);
+            let _ = fs::remove_file(&part_path);
+            return Err(FileWriteError::Io { operation: "writing the header of", path: part_path, source });
+        }
+        let out = BufWriter::with_capacity(self.config.buffer_bytes.max(4096), file);
         self.next_sequence += 1;
         self.current = Some(OpenFile {
             out,
@@ -316,7 +320,7 @@ impl FileWriter {
         };
         if let Err(e) = write_trailer(&mut f) {
             self.failed = true;
-            self.abandoned.push(abandon(f));
+            self.abandoned.extend(abandon(f));
             return Err(e);
         }
         let file_bytes = f.bytes + (INDEX_MARKER_LEN + f.index.len() * INDEX_ENTRY_LEN + FOOTER_LEN) as u64;
@@ -378,7 +382,8 @@ impl FileWriter {
 
     /// The files left as `.part` after a write failed, each cut back to its last whole record:
     /// `path` is the `.part` file, `events` the whole records it holds on disk, `file_bytes`
-    /// its size, `last_event` the last of them (`payload_bytes` is not known: 0).
+    /// its size, `last_event` the last of them (`payload_bytes` is not known: 0). A file that
+    /// had no whole record on disk is removed, not listed: `events` is never 0 here.
     pub fn abandoned(&self) -> &[ClosedFile] {
         &self.abandoned
     }
@@ -437,8 +442,9 @@ fn write_trailer(f: &mut OpenFile) -> Result<(), FileWriteError> {
 /// Leaves `f` as a `.part` file holding whole records only: what is still buffered is
 /// dropped, and the file is cut back to the end of the last record that reached the disk
 /// whole. Best effort, on a file already in trouble: a file that cannot be cut back is one
-/// cut short, which the reader recovers anyway.
-fn abandon(f: OpenFile) -> ClosedFile {
+/// cut short, which the reader recovers anyway. A file with no whole record on disk is
+/// removed (`None`): it holds no event, and a header alone is no data worth a file.
+fn abandon(f: OpenFile) -> Option<ClosedFile> {
     let (file, _unwritten) = f.out.into_parts();
     let on_disk = file.metadata().map(|m| m.len()).unwrap_or(0);
     // The record boundaries: the end of the header, where every later record starts, the end.
@@ -451,9 +457,14 @@ fn abandon(f: OpenFile) -> ClosedFile {
     if keep != on_disk {
         let _ = file.set_len(keep);
     }
-    let _ = file.sync_all();
     let events = whole.saturating_sub(1) as u64;
-    ClosedFile {
+    if events == 0 {
+        drop(file);
+        let _ = fs::remove_file(&f.part_path);
+        return None;
+    }
+    let _ = file.sync_all();
+    Some(ClosedFile {
         path: f.part_path,
         sequence: f.sequence,
         events,
@@ -461,7 +472,65 @@ fn abandon(f: OpenFile) -> ClosedFile {
         file_bytes: keep,
         first_event: f.index.first().filter(|_| events > 0).map(|e| e.event_id),
         last_event: events.checked_sub(1).and_then(|i| f.index.get(i as usize)).map(|e| e.event_id),
+    })
+}
+
+/// Removes the `.part` files of run `run` and stream `stream` (as [`FileWriterConfig`] names
+/// them) in `directory` that hold no whole record: those a writer killed before its first
+/// record reached the disk left (older writers also left them empty, without their header).
+/// A writer that takes over a stream, e.g. one restarted within a run, calls this first, so
+/// that no file is left that is not a readable data file, and none holding data is touched: a
+/// file with a whole record, a closed file and a file that is not a daqflow data file stay.
+/// Returns the files removed.
+pub fn remove_empty_part_files(directory: &Path, run: u32, stream: Option<&str>) -> io::Result<Vec<PathBuf>> {
+    let prefix = match stream {
+        Some(s) => format!("run{run:06}_{s}_"),
+        None => format!("run{run:06}_"),
+    };
+    let mut removed = Vec::new();
+    let entries = match fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let Some(sequence) = name.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(".daq.part")) else {
+            continue;
+        };
+        if sequence.len() < 4 || !sequence.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if holds_no_record(&path)? {
+            fs::remove_file(&path)?;
+            removed.push(path);
+        }
     }
+    removed.sort();
+    Ok(removed)
+}
+
+/// Whether the data file at `path` holds no whole record and no trailer: shorter than a file
+/// header, or a header followed by nothing or by part of a record. A file whose header is
+/// not a daqflow header is not judged here (false).
+fn holds_no_record(path: &Path) -> io::Result<bool> {
+    use super::reader::{FileReader, ScanItem};
+    if fs::metadata(path)?.len() < FILE_HEADER_LEN as u64 {
+        return Ok(true);
+    }
+    let Ok(reader) = FileReader::open(path) else { return Ok(false) };
+    if reader.is_complete() {
+        return Ok(false);
+    }
+    let mut scan = reader.cursor();
+    while let Some(item) = scan.next_item(&reader) {
+        match item {
+            Ok(ScanItem::CutShort { .. }) => {}
+            Ok(_) | Err(_) => return Ok(false),
+        }
+    }
+    Ok(true)
 }
 
 /// `NAME.daq` → `NAME.daq.part`.

@@ -38,6 +38,7 @@ use daqflow_wire::EventHeader;
 use daqflow_wire::EventId;
 use daqflow_wire::file::{
     ClosedFile, DiskChange, DiskReport, DiskSpace, DiskWatcher, FileWriteError, FileWriter, FileWriterConfig,
+    remove_empty_part_files,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -287,17 +288,47 @@ impl Component for Recorder {
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
         // A recorder restarted within a run (operator policy `restart`) finds its own files:
-        // it goes on in a new stream, `NAME.r1`, `NAME.r2`, … and never overwrites data.
+        // it goes on in a new stream, `NAME.r1`, `NAME.r2`, … and never overwrites data. The
+        // `.part` files of a predecessor that hold no whole event (it died before its first
+        // event reached the disk) are removed first, so that every file left is a readable
+        // data file; a stream left with no file is taken again.
         let mut restart = 0;
+        let mut swept = false;
         let writer = loop {
+            let stream = if restart == 0 { self.name.clone() } else { format!("{}.r{restart}", self.name) };
             let mut wc = FileWriterConfig::new(&self.config.directory, run);
-            wc.stream = Some(if restart == 0 { self.name.clone() } else { format!("{}.r{restart}", self.name) });
+            wc.stream = Some(stream.clone());
             wc.max_file_bytes = self.config.max_file_bytes;
             wc.sync_on_close = self.config.sync_on_close;
             wc.config_digest = self.config.system_digest.unwrap_or_default().0;
             match FileWriter::new(wc) {
                 Ok(w) => break w,
-                Err(daqflow_wire::file::FileWriteError::FileExists { .. }) if restart < 1000 => restart += 1,
+                Err(FileWriteError::FileExists { .. }) if !swept && restart < 1000 => {
+                    swept = true;
+                    let removed = remove_empty_part_files(&self.config.directory, run, Some(&stream))
+                        .map_err(|e| ComponentError::Failed(format!("{}: {e}", self.config.directory.display())))?;
+                    for path in &removed {
+                        tracing::warn!(
+                            recorder = %self.name,
+                            "removed {}: a file of an earlier recorder of this run that holds no whole event",
+                            path.display()
+                        );
+                    }
+                    if removed.is_empty() {
+                        swept = false;
+                        restart += 1;
+                    }
+                }
+                Err(FileWriteError::FileExists { .. }) if restart < 1000 => {
+                    swept = false;
+                    restart += 1;
+                }
+                Err(e) if e.is_disk_full() => {
+                    return Err(ComponentError::Failed(format!(
+                        "disk full: {e} ({})",
+                        DiskSpace::of(&self.config.directory).map(|s| s.describe()).unwrap_or_else(|e| e.to_string())
+                    )));
+                }
                 Err(e) => return Err(ComponentError::Failed(e.to_string())),
             }
         };
