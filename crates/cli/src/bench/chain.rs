@@ -189,13 +189,11 @@ pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Ve
     let mut measure = |suite: &mut Suite, case: &str, chunk: usize, k: usize, forward: &str| {
         let params = vec![("chunk_bytes", Param::from(chunk)), ("repeaters", Param::from(k))];
         let r = suite.measure(case, params, || {
-            let raw = super::raw::one_hop_mb_per_s(chunk, raw_time)?;
+            let raw = super::raw::one_hop(chunk, raw_time)?;
             let c = run_chain(&places, chunk, k, forward, opts.check, warmup, window)?;
-            Ok(Metrics::new()
-                .with("mb_per_s", c.mb_per_s)
-                .with("chunks_per_s", c.chunks_per_s)
-                .with("raw_mb_per_s", raw)
-                .with("ratio_to_raw", c.mb_per_s / raw))
+            let raw = super::raw::settle(raw, c.mb_per_s, || super::raw::one_hop(chunk, raw_time))?;
+            let m = Metrics::new().with("mb_per_s", c.mb_per_s).with("chunks_per_s", c.chunks_per_s);
+            Ok(super::raw::with_ratio(m, "ratio_to_raw", c.mb_per_s, &raw))
         });
         if let Err(e) = r {
             eprintln!("\n  FAILED: {e:#}");
@@ -251,14 +249,11 @@ pub fn run_hosts(config: BenchConfig, opts: ChainOptions, hosts: usize) -> anyho
     for &chunk in &opts.sizes {
         let params = vec![("chunk_bytes", Param::from(chunk)), ("hosts", Param::from(hosts))];
         suite.measure_or_record("hosts", params, &mut failures, || {
-            let raw = super::hosts::raw_mb_per_s(from, to, chunk, raw_seconds)?;
+            let raw = super::hosts::raw(from, to, chunk, raw_seconds)?;
             let c = run_chain(&places, chunk, 0, "transport", opts.check, warmup, window)?;
-            Ok(Metrics::new()
-                .with("mb_per_s", c.mb_per_s)
-                .with("chunks_per_s", c.chunks_per_s)
-                .with("raw_mb_per_s", raw)
-                .with("ratio_to_raw", c.mb_per_s / raw)
-                .with("lost_chunks", 0.0))
+            let raw = super::raw::settle(raw, c.mb_per_s, || super::hosts::raw(from, to, chunk, raw_seconds))?;
+            let m = Metrics::new().with("mb_per_s", c.mb_per_s).with("chunks_per_s", c.chunks_per_s);
+            Ok(super::raw::with_ratio(m, "ratio_to_raw", c.mb_per_s, &raw).with("lost_chunks", 0.0))
         });
     }
     drop(set);
@@ -298,7 +293,7 @@ pub fn run_hosts(config: BenchConfig, opts: ChainOptions, hosts: usize) -> anyho
     ));
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one TCP connection from host 1 to host 2, a `daqflow \
-         bench-helper` process in each namespace, messages of the point's chunk size, 64 per writev (at most 4 MiB), \
+         bench-helper` process in each namespace, messages of the point's chunk size, written 1 MiB per call, \
          read 1 MiB at a time, for {raw_seconds} s."
     ));
     suite.note_failures(&failures);
@@ -397,7 +392,7 @@ fn notes(suite: &mut Suite, opts: &ChainOptions, warmup: f64, window: f64, raw_t
     ));
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one blocking TCP connection over 127.0.0.1 between \
-         two threads of the bench process, messages of the point's chunk size, 64 per writev (at most 4 MiB), read \
+         two threads of the bench process, messages of the point's chunk size, written 1 MiB per call, read \
          1 MiB at a time, for {} s: loopback's best case for one hop and two threads. A chain of k repeaters moves \
          every byte over k + 1 hops with k + 2 processes on the same cores, so the ratio falls with k.",
         raw_time.as_secs_f64()

@@ -4,7 +4,7 @@
 //! subscriber process receives them all and counts messages per second and MB/s. Every message
 //! carries the sender's own sequence number, so the subscriber counts lost and out-of-order
 //! messages. The reference, in the same run: the same 25 → 1 pattern over raw TCP sockets, the
-//! senders writing 64 messages per `writev`, the receiver reading 1 MiB at a time. Every
+//! senders writing 1 MiB per call, the receiver reading 1 MiB at a time. Every
 //! process is a child of this one (`daqflow bench-helper …`), and each reports its peak RSS.
 
 use std::io::Write;
@@ -257,7 +257,8 @@ fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> any
 }
 
 /// The reference: the same pattern over raw TCP.
-fn raw_point(senders: usize, size: usize, seconds: f64) -> anyhow::Result<(f64, f64, f64)> {
+/// The raw reference of one point: what the receiver read, and the largest peak RSS (MB).
+fn raw_point(senders: usize, size: usize, seconds: f64) -> anyhow::Result<(super::raw::Reference, f64)> {
     let mut recv = Helper::spawn(&helper_args(&["raw-receiver", "--connections", &senders.to_string()]))?;
     let line = recv.line(Duration::from_secs(30))?;
     let addr = line.trim_start_matches("listening on ").to_owned();
@@ -279,7 +280,7 @@ fn raw_point(senders: usize, size: usize, seconds: f64) -> anyhow::Result<(f64, 
         peak = peak.max(r.peak_rss_mb);
     }
     let r: RawReport = recv.json(Duration::from_secs(60))?;
-    Ok((r.bytes as f64 / size as f64 / r.seconds, r.bytes as f64 / r.seconds / 1e6, peak.max(r.peak_rss_mb)))
+    Ok((super::raw::Reference { bytes: r.bytes, seconds: r.seconds, window: seconds }, peak.max(r.peak_rss_mb)))
 }
 
 /// Options of the dialog suite.
@@ -303,18 +304,22 @@ pub fn run(config: BenchConfig, opts: DialogOptions) -> anyhow::Result<Suite> {
     let control = line.trim_start_matches("listening on ").to_owned();
     for &size in &opts.sizes {
         suite.measure("senders", vec![("senders", opts.senders.into()), ("msg_bytes", size.into())], || {
-            let (raw_msgs, raw_mb, raw_rss) = raw_point(opts.senders, size, seconds)?;
+            let (raw, mut raw_rss) = raw_point(opts.senders, size, seconds)?;
             let d = dialog_point(&control, opts.senders, size, seconds)?;
-            Ok(Metrics::new()
+            let raw = super::raw::settle(raw, d.mb_per_s, || {
+                let (r, rss) = raw_point(opts.senders, size, seconds)?;
+                raw_rss = raw_rss.max(rss);
+                Ok(r)
+            })?;
+            let m = Metrics::new()
                 .with("msgs_per_s", d.msgs_per_s)
                 .with("mb_per_s", d.mb_per_s)
                 .with("lost_msgs", d.lost as f64)
                 .with("out_of_order_msgs", d.out_of_order as f64)
                 .with("peak_rss_mb", d.peak_rss_mb)
-                .with("raw_msgs_per_s", raw_msgs)
-                .with("raw_mb_per_s", raw_mb)
-                .with("raw_peak_rss_mb", raw_rss)
-                .with("ratio_to_raw", d.mb_per_s / raw_mb))
+                .with("raw_msgs_per_s", raw.bytes as f64 / size as f64 / raw.seconds.max(1e-9))
+                .with("raw_peak_rss_mb", raw_rss);
+            Ok(super::raw::with_ratio(m, "ratio_to_raw", d.mb_per_s, &raw))
         })?;
     }
     drop(cs);
@@ -328,7 +333,7 @@ pub fn run(config: BenchConfig, opts: DialogOptions) -> anyhow::Result<Suite> {
             x_bytes: true,
             y_label: "messages per second into one process".into(),
             y_log: true,
-            series: vec![s("daqflow dialog", "msgs_per_s"), s("raw TCP, writev of 64", "raw_msgs_per_s")],
+            series: vec![s("daqflow dialog", "msgs_per_s"), s("raw TCP, 1 MiB writes", "raw_msgs_per_s")],
         },
         Plot {
             title: "data flow into one process (fig. 10)".into(),
@@ -338,7 +343,7 @@ pub fn run(config: BenchConfig, opts: DialogOptions) -> anyhow::Result<Suite> {
             x_bytes: true,
             y_label: "throughput (MB/s)".into(),
             y_log: true,
-            series: vec![s("daqflow dialog", "mb_per_s"), s("raw TCP, writev of 64", "raw_mb_per_s")],
+            series: vec![s("daqflow dialog", "mb_per_s"), s("raw TCP, 1 MiB writes", "raw_mb_per_s")],
         },
         Plot {
             title: "largest process's peak memory".into(),
@@ -356,8 +361,8 @@ pub fn run(config: BenchConfig, opts: DialogOptions) -> anyhow::Result<Suite> {
         "{} sender processes and one subscriber process (a dialog client each, with a control server process), \
          senders publishing the same value as fast as they can for {seconds} s (update_bytes: written from the sender's \
          memory, as raw TCP does); the subscriber checks every update's sequence number (gaps: lost_msgs, regressions: \
-         out_of_order_msgs) and that the data names its sender. Reference: the same processes over raw TCP, writev of \
-         64 messages per call, one receiving thread reading 1 MiB at a time. MB = 10^6 bytes.",
+         out_of_order_msgs) and that the data names its sender. Reference: the same processes over raw TCP, 1 MiB \
+         written per call, one receiving thread reading 1 MiB at a time. MB = 10^6 bytes.",
         opts.senders
     ));
     suite.note(

@@ -118,7 +118,7 @@ fn ram_disk() -> PathBuf {
 
 /// One repetition: the raw reference, then the event builder.
 fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<Metrics> {
-    let raw = super::raw::one_hop_mb_per_s(s.fragment, raw_time)?;
+    let raw = super::raw::one_hop(s.fragment, raw_time)?;
     let out = match s.task {
         Task::Write => Some(TempDir::new(&ram_disk(), &format!("out-{n}"))?),
         Task::Build | Task::Crc => None,
@@ -161,12 +161,9 @@ fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<M
         Side::Ru => r.ru_mb_per_s,
         Side::Bu => r.bu_mb_per_s,
     };
-    Ok(Metrics::new()
-        .with("events_per_s", r.events_per_s)
-        .with("mb_per_s", mb)
-        .with("raw_mb_per_s", raw)
-        .with("ratio_to_raw", mb / raw)
-        .with("lost_events", lost as f64))
+    let raw = super::raw::settle(raw, mb, || super::raw::one_hop(s.fragment, raw_time))?;
+    let m = Metrics::new().with("events_per_s", r.events_per_s).with("mb_per_s", mb);
+    Ok(super::raw::with_ratio(m, "ratio_to_raw", mb, &raw).with("lost_events", lost as f64))
 }
 
 /// Options of the event-builder suite.
@@ -318,7 +315,7 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one blocking TCP connection over 127.0.0.1 between \
          two threads of the bench process, messages of the point's fragment size (the table's mean in realistic), \
-         64 per writev, read 1 MiB at a time, for {} s. It is loopback's best case for one hop; the builder moves \
+         written 1 MiB per call, read 1 MiB at a time, for {} s. It is loopback's best case for one hop; the builder moves \
          every byte twice over loopback (source → RU, RU → BU), checks CRCs and runs 1 + RUs + BUs + sources processes \
          on the same cores, so ratio_to_raw well below 1 is expected here.",
         raw_time.as_secs_f64()
@@ -491,6 +488,6 @@ mod tests {
 
     #[test]
     fn the_raw_reference_moves_bytes() {
-        assert!(crate::bench::raw::one_hop_mb_per_s(1024, Duration::from_millis(50)).unwrap() > 0.0);
+        assert!(crate::bench::raw::one_hop(1024, Duration::from_millis(50)).unwrap().mb_per_s() > 0.0);
     }
 }

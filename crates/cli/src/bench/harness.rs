@@ -32,21 +32,36 @@ pub struct BenchConfig {
 /// The metrics of one repetition, in the order the suite lists them. Names carry their unit
 /// (`mb_per_s`, `frames_per_s`, `ns_per_op`, …); `docs/performance.md` lists them.
 #[derive(Debug, Clone, Default)]
-pub struct Metrics(pub Vec<(&'static str, f64)>);
+pub struct Metrics {
+    values: Vec<(&'static str, f64)>,
+    /// Metrics this repetition could not give, and why (a ratio to a reference that did not
+    /// measure what it says: [`super::raw::Reference::flaw`]).
+    withheld: Vec<(&'static str, String)>,
+}
 
 impl Metrics {
     /// No metric yet.
     pub fn new() -> Self {
-        Metrics(Vec::new())
+        Metrics::default()
     }
     /// Adds a metric.
     pub fn with(mut self, name: &'static str, value: f64) -> Self {
-        self.0.push((name, value));
+        self.values.push((name, value));
+        self
+    }
+    /// Withholds a metric: it is not printed or written for this repetition, and `why` is
+    /// printed under the table.
+    pub fn withhold(mut self, name: &'static str, why: String) -> Self {
+        self.withheld.push((name, why));
         self
     }
     /// A metric's value.
     pub fn get(&self, name: &str) -> Option<f64> {
-        self.0.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
+        self.values.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
+    }
+    /// Why a metric was withheld, if it was.
+    pub fn why_withheld(&self, name: &str) -> Option<&str> {
+        self.withheld.iter().find(|(n, _)| *n == name).map(|(_, w)| w.as_str())
     }
 }
 
@@ -137,6 +152,9 @@ pub struct Point {
     pub metrics: Vec<(&'static str, Summary)>,
     /// Repetitions recorded.
     pub repetitions: usize,
+    /// Metrics withheld in some repetitions (summed over the others) or in all (absent from
+    /// `metrics`): the metric, in how many repetitions, and the first reason.
+    pub withheld: Vec<(&'static str, usize, String)>,
 }
 
 impl Point {
@@ -251,15 +269,28 @@ impl Suite {
             eprint!(".");
         }
         eprintln!();
-        let names: Vec<&'static str> = samples[0].0.iter().map(|&(n, _)| n).collect();
-        let metrics = names
-            .iter()
-            .map(|&n| {
-                let mut v: Vec<f64> = samples.iter().filter_map(|m| m.get(n)).collect();
-                (n, Summary::of(&mut v))
-            })
-            .collect();
-        self.points.push(Point { case: case.to_owned(), params, metrics, repetitions: reps });
+        let mut names: Vec<&'static str> = Vec::new();
+        for m in &samples {
+            for n in m.values.iter().map(|&(n, _)| n).chain(m.withheld.iter().map(|(n, _)| *n)) {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+        let mut metrics = Vec::new();
+        let mut withheld = Vec::new();
+        for &n in &names {
+            let mut v: Vec<f64> = samples.iter().filter_map(|m| m.get(n)).collect();
+            if !v.is_empty() {
+                metrics.push((n, Summary::of(&mut v)));
+            }
+            let whys: Vec<&str> = samples.iter().filter_map(|m| m.why_withheld(n)).collect();
+            if let Some(first) = whys.first() {
+                eprint!(" ({n} withheld: {first})");
+                withheld.push((n, whys.len(), (*first).to_owned()));
+            }
+        }
+        self.points.push(Point { case: case.to_owned(), params, metrics, repetitions: reps, withheld });
         Ok(self.points.last().expect("just pushed"))
     }
 
@@ -320,15 +351,25 @@ impl Suite {
         for case in cases {
             let pts: Vec<&Point> = self.points.iter().filter(|p| p.case == case).collect();
             let param_names: Vec<&str> = pts[0].params.iter().map(|(n, _)| *n).collect();
-            let metric_names: Vec<&str> = pts[0].metrics.iter().map(|(n, _)| *n).collect();
+            let mut metric_names: Vec<&str> = Vec::new();
+            for p in &pts {
+                for n in p.metrics.iter().map(|(n, _)| *n).chain(p.withheld.iter().map(|(n, _, _)| *n)) {
+                    if !metric_names.contains(&n) {
+                        metric_names.push(n);
+                    }
+                }
+            }
             let mut rows: Vec<Vec<String>> = Vec::new();
             rows.push(param_names.iter().chain(metric_names.iter()).map(|s| s.to_string()).collect());
             for p in &pts {
                 let mut row: Vec<String> = p.params.iter().map(|(_, v)| v.text()).collect();
                 for m in &metric_names {
-                    row.push(match p.metric(m) {
-                        Some(s) => fmt_summary(s),
-                        None => "-".into(),
+                    let withheld = p.withheld.iter().find(|(n, _, _)| n == m);
+                    row.push(match (p.metric(m), withheld) {
+                        (Some(s), None) => fmt_summary(s),
+                        (Some(s), Some(_)) => format!("{} (*)", fmt_summary(s)),
+                        (None, Some(_)) => "withheld (*)".into(),
+                        (None, None) => "-".into(),
                     });
                 }
                 rows.push(row);
@@ -344,6 +385,28 @@ impl Suite {
                 }
             }
         }
+        let withheld: Vec<String> = self
+            .points
+            .iter()
+            .flat_map(|p| {
+                let at = p.params.iter().map(|(n, v)| format!("{n}={}", v.text())).collect::<Vec<_>>().join(" ");
+                p.withheld.iter().map(move |(m, k, why)| {
+                    let of = if *k == p.repetitions {
+                        "every repetition".to_owned()
+                    } else {
+                        format!("{k} of {} repetitions (the others shown)", p.repetitions)
+                    };
+                    format!("  [{}] {at}: {m} withheld in {of}: {why}", p.case)
+                })
+            })
+            .collect();
+        if !withheld.is_empty() {
+            let _ =
+                writeln!(out, "\n(*) withheld: a ratio is printed only against a reference that measured what it says");
+            for w in withheld {
+                let _ = writeln!(out, "{w}");
+            }
+        }
         if !self.notes.is_empty() {
             let _ = writeln!(out);
             for n in &self.notes {
@@ -353,7 +416,8 @@ impl Suite {
         out
     }
 
-    /// The JSON points: `[{"case", "params", "metrics", "min", "max", "repetitions"}]`.
+    /// The JSON points: `[{"case", "params", "metrics", "min", "max", "repetitions", "withheld"}]`
+    /// (`withheld`: `{metric: {"repetitions": k, "why": …}}`, empty when nothing was).
     pub fn json(&self) -> Value {
         Value::Array(
             self.points
@@ -363,6 +427,11 @@ impl Suite {
                     let pick = |f: fn(&Summary) -> f64| -> Map<String, Value> {
                         p.metrics.iter().map(|(n, s)| (n.to_string(), json!(f(s)))).collect()
                     };
+                    let withheld: Map<String, Value> = p
+                        .withheld
+                        .iter()
+                        .map(|(n, k, why)| (n.to_string(), json!({"repetitions": k, "why": why})))
+                        .collect();
                     json!({
                         "case": p.case,
                         "params": params,
@@ -370,6 +439,7 @@ impl Suite {
                         "min": pick(|s| s.min),
                         "max": pick(|s| s.max),
                         "repetitions": p.repetitions,
+                        "withheld": withheld,
                     })
                 })
                 .collect(),
@@ -490,5 +560,42 @@ mod tests {
         assert_eq!(json[0]["metrics"]["mb_per_s"], 20.0);
         assert!(s.csv().starts_with("case,frame_bytes,mb_per_s,mb_per_s_min,mb_per_s_max\nc,64,20,10,30\n"));
         assert!(s.table().contains("[c]"));
+    }
+
+    #[test]
+    fn a_withheld_metric_is_summed_over_the_other_repetitions_and_said_why() {
+        let mut s = Suite::new("t", "test", config());
+        let mut i = 0;
+        s.measure("c", vec![("frame_bytes", 64usize.into())], || {
+            i += 1;
+            let m = Metrics::new().with("mb_per_s", 100.0);
+            Ok(if i == 2 {
+                m.withhold("ratio_to_raw", "the reference stalled".into())
+            } else {
+                m.with("ratio_to_raw", 0.5)
+            })
+        })
+        .unwrap();
+        s.measure("c", vec![("frame_bytes", 128usize.into())], || {
+            Ok(Metrics::new().with("mb_per_s", 100.0).withhold("ratio_to_raw", "the reference was slower".into()))
+        })
+        .unwrap();
+        assert_eq!(s.points[0].metric("ratio_to_raw").unwrap().median, 0.5);
+        assert_eq!(s.points[1].metric("ratio_to_raw"), None);
+        let table = s.table();
+        assert!(table.contains("500m (*)") || table.contains("0.5 (*)") || table.contains(" (*)"), "{table}");
+        assert!(table.contains("withheld (*)"), "{table}");
+        assert!(
+            table.contains("ratio_to_raw withheld in 1 of 3 repetitions (the others shown): the reference stalled"),
+            "{table}"
+        );
+        assert!(
+            table.contains("frame_bytes=128: ratio_to_raw withheld in every repetition: the reference was slower"),
+            "{table}"
+        );
+        let json = s.json();
+        assert_eq!(json[1]["withheld"]["ratio_to_raw"]["repetitions"], 3);
+        assert!(json[1]["metrics"].get("ratio_to_raw").is_none());
+        assert!(s.csv().contains("c,128,100,100,100,,,\n"), "{}", s.csv());
     }
 }

@@ -39,9 +39,9 @@ pub(super) fn exe() -> anyhow::Result<PathBuf> {
 }
 
 /// The raw reference across two hosts: a `raw-receiver` helper listening on `to`'s address, a
-/// `raw-sender` in `from` writing `size`-byte messages (64 per `writev`) to it for `seconds`;
-/// the receiver's MB/s from its first byte to its last.
-pub(super) fn raw_mb_per_s(from: &Host, to: &Host, size: usize, seconds: f64) -> anyhow::Result<f64> {
+/// `raw-sender` in `from` writing `size`-byte messages (1 MiB per call) to it for `seconds`;
+/// what the receiver read from its first byte to its last.
+pub(super) fn raw(from: &Host, to: &Host, size: usize, seconds: f64) -> anyhow::Result<super::raw::Reference> {
     let exe = exe()?;
     let mut receiver = to.command(&exe);
     let listen = format!("{}:0", to.addr());
@@ -61,7 +61,7 @@ pub(super) fn raw_mb_per_s(from: &Host, to: &Host, size: usize, seconds: f64) ->
     if got.bytes == 0 {
         bail!("raw reference {} → {}: no byte arrived", from.addr(), to.addr());
     }
-    Ok(got.bytes as f64 / got.seconds / 1e6)
+    Ok(super::raw::Reference { bytes: got.bytes, seconds: got.seconds, window: seconds })
 }
 
 /// What a command run to its end wrote.
