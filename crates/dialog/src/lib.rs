@@ -41,6 +41,7 @@
 //!
 //! The protocol and the failure behaviour are specified in `docs/dialog.md`.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod client;
 mod config;

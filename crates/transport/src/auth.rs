@@ -627,7 +627,9 @@ impl ClientSide {
 }
 
 /// Entry points for the fuzz targets in `fuzz/`: the handshake's decoders on frames from a
-/// peer, without a socket. Not part of the API (hidden from the documentation).
+/// peer, without a socket. Not part of the API (hidden from the documentation; only with the
+/// cargo feature `fuzzing`, which `fuzz/` turns on).
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing {
     use super::*;

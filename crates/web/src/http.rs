@@ -436,7 +436,9 @@ impl Response {
 }
 
 /// Entry point for the fuzz target in `fuzz/`: the request parser on the bytes a client sent.
-/// Not part of the API (hidden from the documentation).
+/// Not part of the API (hidden from the documentation; only with the cargo feature `fuzzing`,
+/// which `fuzz/` turns on).
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing {
     use super::*;

@@ -121,6 +121,7 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod access;
 mod conns;
@@ -128,6 +129,7 @@ mod control;
 mod http;
 /// The HTTP request parser's entry point for the fuzz target in `fuzz/`: not part of the API.
 #[doc(hidden)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub use http::fuzzing as http_fuzzing;
 mod metrics;
 mod server;

@@ -3,6 +3,7 @@
 
 pub(crate) mod client;
 pub mod discovery;
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod protocol;
