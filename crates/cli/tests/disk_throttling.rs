@@ -111,6 +111,11 @@ fn ballast(dir: &Path, mib: usize) -> PathBuf {
 /// Sources → RU → BU → ET → recorder (`recorder` params `recorder`), or, with `bu_files`, the
 /// BU writing its own files (params `bu_files`) and no ET system.
 fn system(data: &Path, writer: Writer<'_>) -> SystemFile {
+    system_with(data, writer, "")
+}
+
+/// [`system`] with more `[system]` keys (TOML lines).
+fn system_with(data: &Path, writer: Writer<'_>, more: &str) -> SystemFile {
     let (et, recorder, bu_output) = match writer {
         Writer::Recorder(params) | Writer::RestartingRecorder(params) => (
             r#"
@@ -147,6 +152,7 @@ timeout_s = 20
 stop_timeout_s = 60
 policy = "stop"
 restart_backoff_s = 0.2
+{more}
 {et}{recorder}
 [[component]]
 name = "evm"
@@ -313,6 +319,190 @@ fn a_builder_unit_whose_disk_fills_stops_asking_for_events_and_resumes() {
         files.path().display()
     );
     throttles_and_resumes("bu-0", dir.path(), &files, |data| system(data, Writer::Bu(&params)));
+}
+
+/// Writes a ballast file `name` of `kib` KiB into `dir`.
+fn ballast_kib(dir: &Path, name: &str, kib: usize) -> PathBuf {
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0x5au8; 1024];
+    for _ in 0..kib {
+        f.write_all(&chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    path
+}
+
+/// Usage of the filesystem holding `dir` (percent), as the writers read it.
+fn used_pct(dir: &Path) -> f64 {
+    daqflow_wire::file::DiskSpace::of(dir).unwrap().used_pct()
+}
+
+/// A writer on a 24 MiB disk that frees up a little, while it has a backlog and reads the disk
+/// only every 5 s: between two readings it could write far more than the disk has (about
+/// 1.6 MB/s, the room to 100 % 4 MiB), so only the bytes it counts itself keep it at its high
+/// mark. It resumes, writes up to the high mark, throttles at once, and resumes again when the
+/// disk frees up for good: no ENOSPC, no restart, nothing lost.
+fn holds_its_high_mark_on_a_small_disk(writer: &str, make: impl Fn(&Path, &str) -> SystemFile) {
+    let files = Tmpfs::mount(24).unwrap_or_else(|e| panic!("{e}"));
+    // 22.5 MiB of 24 (94 %): above the high mark of 90 % from the start.
+    let first = ballast_kib(files.path(), "ballast-1", 20 * 1024);
+    let second = ballast_kib(files.path(), "ballast-2", 2560);
+    assert!(used_pct(files.path()) > 90.0, "{}", used_pct(files.path()));
+    let dir = tempfile::tempdir().unwrap();
+    let params = format!(
+        "directory = \"{}\"\nthrottle_high_pct = 90\nthrottle_low_pct = 85\nthrottle_check_ms = 5000",
+        files.path().display()
+    );
+    let op = Operator::launch(OperatorOptions::new(make(dir.path(), &params), BIN.into()))
+        .unwrap_or_else(|e| panic!("launch: {e}"));
+    op.configure().unwrap();
+    op.start(None).unwrap();
+    wait_until("the writer to throttle from the start", Duration::from_secs(10), || {
+        stats(&op, writer)["detail"]["throttled"] == true
+    });
+    // A backlog waits for it (the builder is held), then the disk frees up a little: 83 %,
+    // below the low mark.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(stats(&op, writer)["events"], 0, "written while throttled");
+    std::fs::remove_file(&second).unwrap();
+    let component = |op: &Operator| {
+        status(op)["components"].as_array().unwrap().iter().find(|c| c["name"] == writer).unwrap().clone()
+    };
+    let mut peak = 0f64;
+    wait_until("the writer to resume and throttle again at its high mark", Duration::from_secs(30), || {
+        peak = peak.max(used_pct(files.path()));
+        let c = component(&op);
+        assert!(c["error"].is_null() && c["state"] != "Error", "the writer failed: {c}");
+        assert!(op.run_open(), "the run ended: {}", status(&op));
+        c["stats"]["detail"]["throttle_count"].as_u64() >= Some(2) && c["stats"]["detail"]["throttled"] == true
+    });
+    let written = stats(&op, writer)["events"].as_u64().unwrap();
+    assert!(written > 0, "nothing written between the two throttles");
+    for _ in 0..20 {
+        peak = peak.max(used_pct(files.path()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The high mark holds (the file's last page and the run's metadata aside).
+    assert!(peak <= 90.5, "the disk went to {peak:.1} % used, above the high mark of 90 %");
+    // The disk frees up for good: it resumes and writes its backlog.
+    std::fs::remove_file(&first).unwrap();
+    wait_until("the writer to resume", Duration::from_secs(15), || stats(&op, writer)["detail"]["throttled"] == false);
+    wait_until("events written again", Duration::from_secs(15), || {
+        stats(&op, writer)["events"].as_u64().unwrap() > written + 300
+    });
+    let summary = op.stop().unwrap();
+    let c = component(&op);
+    op.shutdown();
+    assert_eq!(summary.state, RunState::Stopped, "{summary:?}");
+    assert_eq!(summary.lost, 0, "{:?}", summary.lost_reasons);
+    assert_eq!(c["restarts"], 0, "{c}");
+    let log = std::fs::read_to_string(dir.path().join("logs").join(format!("{writer}.log"))).unwrap();
+    assert!(!log.contains("No space left on device"), "{log}");
+    let estimated = log.lines().filter(|l| l.contains("WARN") && l.contains("by its estimate")).count();
+    assert!(estimated >= 1, "no throttle by the estimate in the log:\n{log}");
+    let on_disk = whole_events(files.path());
+    assert!(on_disk >= summary.events, "{on_disk} on disk, {} built: {summary:?}", summary.events);
+}
+
+#[test]
+fn a_recorder_on_a_small_disk_that_frees_up_holds_its_high_mark_between_readings() {
+    let name = "a_recorder_on_a_small_disk_that_frees_up_holds_its_high_mark_between_readings";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    holds_its_high_mark_on_a_small_disk("recorder", |data, params| system(data, Writer::Recorder(params)));
+}
+
+#[test]
+fn a_builder_unit_on_a_small_disk_that_frees_up_holds_its_high_mark_between_readings() {
+    let name = "a_builder_unit_on_a_small_disk_that_frees_up_holds_its_high_mark_between_readings";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    holds_its_high_mark_on_a_small_disk("bu-0", |data, params| system(data, Writer::Bu(params)));
+}
+
+/// A writer whose disk fills and never frees up: throttled for longer than
+/// `disk_full_stop_s`, the operator stops the run (producers first), and the run's record says
+/// `disk full`, naming the writer and its directory. The BU's own disk holds back only events
+/// not yet asked for: nothing is lost. Behind a recorder, the events already built and held
+/// back by ET's back-pressure are counted, each loss naming the full disk as its cause.
+fn stops_the_run_when_the_disk_never_frees_up(writer: &str, make: impl Fn(&Path, &str) -> SystemFile) -> RunSummary {
+    let files = Tmpfs::mount(24).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let params = format!(
+        "directory = \"{}\"\nthrottle_high_pct = 50\nthrottle_low_pct = 40\nthrottle_check_ms = 50",
+        files.path().display()
+    );
+    let op = Operator::launch(OperatorOptions::new(make(dir.path(), &params), BIN.into()))
+        .unwrap_or_else(|e| panic!("launch: {e}"));
+    op.configure().unwrap();
+    op.start(None).unwrap();
+    wait_until("events written", Duration::from_secs(30), || stats(&op, writer)["events"].as_u64() > Some(300));
+    // 16 MiB of 24: above the high mark for good.
+    ballast(files.path(), 16);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let summary = loop {
+        if !op.run_open()
+            && let Some(s) = op.last_summary()
+        {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the run did not stop: {}", status(&op));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let record = op.db().run(summary.run).unwrap().expect("the run's record");
+    op.shutdown();
+    println!("error: {:?}\nlost: {:?}", summary.error, summary.lost_reasons);
+    assert_eq!(summary.state, RunState::Failed, "{summary:?}");
+    let error = summary.errors.first().cloned().unwrap_or_default();
+    let expected = format!("disk full: `{writer}` was throttled by the filesystem of {}", files.path().display());
+    assert!(error.starts_with(&expected), "{:?}", summary.errors);
+    assert!(error.contains("disk_full_stop_s = 3") && error.contains("producers first"), "{error}");
+    assert_eq!(record.record.error, summary.error, "the run database keeps it");
+    assert_eq!(record.record.state, RunState::Failed);
+    assert!(summary.events > 300, "{summary:?}");
+    assert_eq!(summary.lost, summary.lost_reasons.iter().map(|r| r.events).sum::<u64>(), "{summary:?}");
+    assert!(summary.accounting_complete, "{summary:?}");
+    let on_disk = whole_events(files.path());
+    assert!(on_disk >= summary.recorded, "{on_disk} on disk: {summary:?}");
+    summary
+}
+
+#[test]
+fn a_builder_unit_whose_disk_never_frees_up_stops_the_run_as_disk_full_losing_nothing() {
+    let name = "a_builder_unit_whose_disk_never_frees_up_stops_the_run_as_disk_full_losing_nothing";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let summary = stops_the_run_when_the_disk_never_frees_up("bu-0", |data, params| {
+        system_with(data, Writer::Bu(params), "disk_full_stop_s = 3")
+    });
+    assert_eq!(summary.errors.len(), 1, "only the disk: {:?}", summary.errors);
+    assert_eq!(summary.lost, 0, "{:?}", summary.lost_reasons);
+    assert_eq!(summary.triggered, Some(summary.events + summary.rejected.unwrap_or(0)), "{summary:?}");
+}
+
+#[test]
+fn a_recorder_whose_disk_never_frees_up_stops_the_run_as_disk_full_and_names_the_disk_for_any_loss() {
+    let name = "a_recorder_whose_disk_never_frees_up_stops_the_run_as_disk_full_and_names_the_disk_for_any_loss";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Its stop waits 3 s for room, not the default 30 s.
+    let summary = stops_the_run_when_the_disk_never_frees_up("recorder", |data, params| {
+        system_with(data, Writer::Recorder(&format!("{params}\nstop_timeout_ms = 3000")), "disk_full_stop_s = 3")
+    });
+    assert_eq!(summary.events + summary.duplicates, summary.recorded + summary.not_recorded, "{summary:?}");
+    for r in &summary.lost_reasons {
+        assert!(r.reason.contains("the disk of `recorder` (") && r.reason.contains(") is full"), "{r:?}");
+        assert!(!r.reason.contains("did not confirm them") || r.reason.contains("after the disk of"), "{r:?}");
+    }
 }
 
 /// The whole events in the data files of `dir` (closed or left as `.part`), every one checked.

@@ -170,6 +170,9 @@ pub struct BuDetail {
     pub throttle_count: u64,
     /// Seconds spent throttled in the run.
     pub throttled_s: f64,
+    /// Seconds of the current throttled period (0 when not throttled): the operator stops the
+    /// run once it passes `[system] disk_full_stop_s`.
+    pub throttled_for_s: f64,
     /// Free bytes on the filesystem of `directory` at the last reading (`output = "files"`).
     pub disk_free_bytes: Option<u64>,
     /// Usage of that filesystem (percent) at the last reading (`output = "files"`).

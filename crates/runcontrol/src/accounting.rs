@@ -38,7 +38,7 @@
 //! assert!(a.accounting_complete);
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use daqflow_api::{Died, FileRecord, LostReason};
 use daqflow_component::{Role, Stats};
@@ -62,6 +62,9 @@ pub struct ComponentRun {
     pub died: Option<String>,
     /// Its error, when it ended the run alive but in Error (e.g. "disk full: …"), if it did.
     pub failed: Option<String>,
+    /// Where it writes its data files (a recorder, a builder unit writing files), if it does:
+    /// named when its disk held events back.
+    pub data: Option<PathBuf>,
 }
 
 impl ComponentRun {
@@ -76,6 +79,7 @@ impl ComponentRun {
             earlier: Vec::new(),
             died: None,
             failed: None,
+            data: None,
         }
     }
 
@@ -90,6 +94,7 @@ impl ComponentRun {
             earlier: Vec::new(),
             died: Some(why.into()),
             failed: None,
+            data: None,
         }
     }
 
@@ -97,6 +102,31 @@ impl ComponentRun {
     pub fn failed(mut self, error: &str) -> ComponentRun {
         self.failed = Some(error.into());
         self
+    }
+
+    /// The same component, writing its data files into `directory`.
+    pub fn with_data(mut self, directory: &Path) -> ComponentRun {
+        self.data = Some(directory.to_path_buf());
+        self
+    }
+
+    /// "the disk of `NAME` (DIR) is full: …" when a data writer ended the run throttled by its
+    /// disk (its counters say `detail.throttled`): the events it had no room for are why.
+    fn disk_full(&self) -> Option<String> {
+        let detail = &self.now().detail;
+        if !matches!(self.role, Role::Recorder | Role::Builder) || detail["throttled"] != true {
+            return None;
+        }
+        let dir = self.data.as_ref().map(|d| format!(" ({})", d.display())).unwrap_or_default();
+        let space = match (detail["disk_free_bytes"].as_u64(), detail["disk_used_pct"].as_f64()) {
+            (Some(free), Some(used)) => format!(", {:.1} MiB free, {used:.1} % used", free as f64 / 1048576.0),
+            _ => String::new(),
+        };
+        let seconds = detail["throttled_for_s"].as_f64().map(|s| format!(" for {s:.0} s")).unwrap_or_default();
+        Some(format!(
+            "the disk of `{}`{dir} is full: it ended the run throttled by it{seconds} (above throttle_high_pct{space})",
+            self.name
+        ))
     }
 
     /// Its counters now: the summary, or (dead) its last statistics.
@@ -250,7 +280,9 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting 
                     let in_failed: Vec<&ComponentRun> =
                         [failed(Role::Readout), failed(Role::Builder), failed(Role::Buffer), failed(Role::Recorder)]
                             .concat();
+                    let full: Vec<String> = components.iter().filter_map(|c| c.disk_full()).collect();
                     let place = match (in_dead.is_empty(), in_failed.is_empty()) {
+                        (true, true) if !full.is_empty() => format!("after {}: ", full.join(", ")),
                         (true, true) => String::new(),
                         (false, true) => format!("after {}: ", died_text(&in_dead)),
                         (true, false) => format!("after {}: ", failed_text(&in_failed)),
@@ -318,6 +350,8 @@ pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting 
                 "left in ET by the recorders that failed ({}); none of their files holds them",
                 failed_text(&failed(Role::Recorder))
             )
+        } else if let Some(full) = recorders.iter().find_map(|r| r.disk_full()) {
+            format!("still in ET, with no room for them: {full}")
         } else {
             format!("still in ET when the recorders ({}) stopped draining", names(&recorders))
         };
@@ -403,6 +437,32 @@ mod tests {
         assert!(reason.contains("recorder that died") && reason.contains("SIGKILL"), "{reason}");
         assert!(a.accounting_complete);
         assert_eq!(a.died[0].component, "rec");
+    }
+
+    #[test]
+    fn events_a_throttled_recorder_had_no_room_for_name_its_disk() {
+        let mut counts = TriggerCounts { triggered: 100, built: 90, lost: 10, ..Default::default() };
+        counts.lost_reasons.insert("BU 0 did not confirm them before the drain timeout".into(), 10);
+        let evm = ComponentRun::survived("evm", "evm", Role::Trigger, Stats::counted(100, 0).with_trigger(counts));
+        let detail = serde_json::json!({
+            "throttled": true, "throttled_for_s": 21.4, "disk_free_bytes": 2u64 << 20, "disk_used_pct": 91.7
+        });
+        let held = Stats { detail, ..Stats::counted(60, 0) };
+        let rec = ComponentRun::survived("rec", "recorder", Role::Recorder, held).with_data(Path::new("/data/run"));
+        let a = account(&[evm, rec], &[file("rec", 60, true)]);
+        assert_eq!((a.lost_in_builder, a.not_recorded, a.lost), (10, 30, 40));
+        for r in &a.lost_reasons {
+            assert!(
+                r.reason.contains("the disk of `rec` (/data/run) is full") && r.reason.contains("for 21 s"),
+                "{r:?}"
+            );
+            assert!(r.reason.contains("2.0 MiB free, 91.7 % used"), "{r:?}");
+        }
+        // Not throttled at the end: the disk is not blamed.
+        let evm = ComponentRun::survived("evm", "evm", Role::Trigger, trigger(100, 100, 0));
+        let rec = ComponentRun::survived("rec", "recorder", Role::Recorder, Stats::counted(90, 0));
+        let a = account(&[evm, rec.with_data(Path::new("/data/run"))], &[file("rec", 90, true)]);
+        assert!(a.lost_reasons[0].reason.contains("stopped draining"), "{:?}", a.lost_reasons);
     }
 
     #[test]

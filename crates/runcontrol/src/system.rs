@@ -105,6 +105,12 @@ pub struct SystemSection {
     /// Seconds a component may take to stop (stops drain data).
     #[serde(default = "default_stop_timeout")]
     pub stop_timeout_s: f64,
+    /// Seconds a data writer (a recorder, a builder unit writing files) may stay throttled by
+    /// its disk in a run: past it the disk counts as full for good, and the operator stops the
+    /// run (the normal stop, producers first) with the error `disk full: …`. 0: never. Keep it
+    /// below the event manager's `stall_timeout_ms`, which otherwise fails the run first.
+    #[serde(default = "default_disk_full_stop")]
+    pub disk_full_stop_s: f64,
     /// How components on other hosts are started: the command line before
     /// `component KIND …` (`{host}` is replaced by the host).
     #[serde(default = "default_remote")]
@@ -153,6 +159,9 @@ fn default_timeout() -> f64 {
 }
 fn default_stop_timeout() -> f64 {
     60.0
+}
+fn default_disk_full_stop() -> f64 {
+    20.0
 }
 fn default_remote() -> String {
     "ssh {host} daqflow".into()
@@ -220,9 +229,11 @@ fn check_system(text: &str, system: &SystemSection, problems: &mut Vec<String>) 
     if let Err(e) = crate::db::Location::parse(&system.database) {
         bad("database", format!("is not a database: {e}"));
     }
-    for (key, v) in
-        [("restart_backoff_s", system.restart_backoff_s), ("restart_backoff_max_s", system.restart_backoff_max_s)]
-    {
+    for (key, v) in [
+        ("restart_backoff_s", system.restart_backoff_s),
+        ("restart_backoff_max_s", system.restart_backoff_max_s),
+        ("disk_full_stop_s", system.disk_full_stop_s),
+    ] {
         if !(v.is_finite() && (0.0..=MAX_TIMEOUT_S).contains(&v)) {
             bad(key, format!("= {v} is out of range: 0 … {MAX_TIMEOUT_S} (seconds)"));
         }

@@ -1110,3 +1110,51 @@ fn transitions_asked_during_a_restart_back_off_wait_for_it_and_are_answered() {
     }
     assert_eq!(w.seq.state(), SystemState::Configured);
 }
+
+/// The live counters of a writer throttled by its disk for `seconds`, in run `run`.
+fn throttled(run: u32, seconds: f64) -> Stats {
+    let detail = json!({
+        "throttled": true, "throttled_for_s": seconds, "throttled_s": seconds,
+        "disk_free_bytes": 1u64 << 20, "disk_used_pct": 96.0
+    });
+    Stats { detail, run: Some(run), ..Stats::counted(500, 5000) }
+}
+
+#[test]
+fn a_writer_throttled_longer_than_disk_full_stop_s_stops_the_run_producers_first_as_disk_full() {
+    let text = SYSTEM.replace("name = \"sim\"", "name = \"sim\"\ndisk_full_stop_s = 20");
+    let mut w = World::new(&text);
+    let t = w.ask_launch();
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))));
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: Some(7) }).unwrap();
+    // Throttled, not yet for long: the run goes on. The counters of another run do not count.
+    w.feed(Input::Stats { name: "rec".into(), stats: throttled(7, 19.0) });
+    w.feed(Input::Stats { name: "bu-0".into(), stats: throttled(6, 300.0) });
+    let mark = w.log.len();
+    w.pass(Duration::from_secs(1));
+    assert!(w.sent(mark, Verb::Stop).is_empty(), "stopped too early");
+    assert_eq!(w.seq.state(), SystemState::Running);
+    // Past the limit: the normal stop, producers first, and the run's record says why.
+    w.feed(Input::Stats { name: "rec".into(), stats: throttled(7, 20.5) });
+    w.pass(Duration::from_secs(1));
+    assert_eq!(w.sent(mark, Verb::Stop), vec!["evm", "src", "ru-0", "bu-0", "rec"]);
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    let closed = w.closed.last().unwrap();
+    assert_eq!(closed.run, 7);
+    assert_eq!(closed.errors.len(), 1, "{:?}", closed.errors);
+    let e = &closed.errors[0];
+    assert!(e.starts_with("disk full: `rec` was throttled") && e.contains("for 20 s"), "{e}");
+    assert!(e.contains("disk_full_stop_s = 20") && e.contains("1.0 MiB free, 96.0 % used"), "{e}");
+    // Paused, or with the limit 0, nothing is stopped.
+    let text = SYSTEM.replace("name = \"sim\"", "name = \"sim\"\ndisk_full_stop_s = 0");
+    let mut w = World::new(&text);
+    let t = w.ask_launch();
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))));
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: Some(8) }).unwrap();
+    w.feed(Input::Stats { name: "rec".into(), stats: throttled(8, 1000.0) });
+    let mark = w.log.len();
+    w.pass(Duration::from_secs(1));
+    assert!(w.sent(mark, Verb::Stop).is_empty());
+}

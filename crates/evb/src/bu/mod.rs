@@ -499,6 +499,8 @@ struct BuIo {
     rates: Rates<2>,
     /// Disk throttling of the data files (`output = "files"`).
     disk: Option<DiskWatcher>,
+    /// The builders' (events, bytes) already counted as written into the disk watcher.
+    disk_counted: (u64, u64),
 }
 
 impl BuIo {
@@ -556,6 +558,7 @@ impl BuIo {
                 }
                 disk
             }),
+            disk_counted: (0, 0),
         }
     }
 
@@ -708,7 +711,10 @@ impl BuIo {
         let throttled = self.disk.as_ref().is_some_and(|d| d.throttled());
         let done_asking = self.run_end.is_some() || self.stop_requested.is_some() || throttled;
         let in_flight = self.granted.saturating_sub(self.confirmed);
-        let grant = if done_asking { 0 } else { self.credit_target().saturating_sub(in_flight) };
+        let mut grant = if done_asking { 0 } else { self.credit_target().saturating_sub(in_flight) };
+        if grant > 0 {
+            grant = grant.min(self.disk_allows(in_flight, now));
+        }
         let since = now.duration_since(self.last_request);
         let heartbeat_due = since >= Duration::from_millis(self.config.heartbeat_ms);
         let confirm_due = !self.done.is_empty() && since >= Duration::from_millis(2);
@@ -771,9 +777,48 @@ impl BuIo {
         self.publish(now);
     }
 
-    /// Reads the disk's space when due and applies the throttling marks.
+    /// The credits the disk has room for, with `in_flight` events asked for and not yet
+    /// confirmed (each counted at the mean size of the events built, as the file takes it): by
+    /// the watcher's estimate, the events built since its last reading counted. 0: the BU
+    /// throttles now, before the next reading.
+    fn disk_allows(&mut self, in_flight: u64, now: Instant) -> u64 {
+        let (events, bytes, ..) = self.totals();
+        let Some(disk) = self.disk.as_mut() else { return u64::MAX };
+        // Before the first event is built its size is not known: one request batch goes.
+        let Some(mean) = bytes.checked_div(events) else { return u64::MAX };
+        let per_event = DiskWatcher::record_bytes(mean as usize);
+        let room = disk.room();
+        let mut allowed = room.saturating_sub(in_flight.saturating_mul(per_event)) / per_event;
+        if allowed == 0 && in_flight == 0 && disk.fits(per_event) {
+            allowed = 1;
+        }
+        if allowed == 0
+            && let Some(DiskChange::Throttled(space)) = disk.throttle(now)
+        {
+            tracing::warn!(
+                bu = %self.name,
+                "disk throttling: the filesystem of {} has {} by its estimate (the last reading less the events \
+                 built since and those in flight): more would take it above throttle_high_pct; asking the EVM \
+                 for no events until it is below throttle_low_pct",
+                disk.directory().display(),
+                space.describe()
+            );
+        }
+        allowed
+    }
+
+    /// Reads the disk's space when due and applies the throttling marks; between readings,
+    /// counts the bytes the builders wrote into the watcher's estimate.
     fn watch_disk(&mut self, now: Instant) {
+        let (events, bytes, ..) = self.totals();
         let Some(disk) = self.disk.as_mut() else { return };
+        let (e0, b0) = std::mem::replace(&mut self.disk_counted, (events, bytes));
+        let new_events = events.saturating_sub(e0);
+        if new_events > 0 {
+            // Each record's header, padding and index entry, at most: record_bytes(0) + 8.
+            let overhead = DiskWatcher::record_bytes(0) + 8;
+            disk.wrote(bytes.saturating_sub(b0) + new_events * overhead);
+        }
         match disk.check(now) {
             Ok(Some(DiskChange::Throttled(space))) => tracing::warn!(
                 bu = %self.name,
@@ -855,6 +900,7 @@ impl BuIo {
             throttled: disk.is_some_and(|d| d.throttled),
             throttle_count: disk.map_or(0, |d| d.throttle_count),
             throttled_s: disk.map_or(0.0, |d| d.throttled_s),
+            throttled_for_s: disk.map_or(0.0, |d| d.throttled_for_s),
             disk_free_bytes: disk.map(|d| d.free_bytes),
             disk_used_pct: disk.map(|d| d.used_pct),
             id: self.config.id,

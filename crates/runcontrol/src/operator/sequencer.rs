@@ -1832,11 +1832,15 @@ impl Sequencer {
                 earlier: v.earlier.clone(),
                 died,
                 failed: (v.alive && v.state == Some(ComponentState::Error)).then(|| v.error.clone()).flatten(),
+                data: None,
             });
             if let Some(files) = spec.data_files
                 && let Ok(params) = self.resolved_params(spec)
                 && let Some(dir) = files(&params)
             {
+                if let Some(c) = components.last_mut() {
+                    c.data = Some(dir.clone());
+                }
                 data.push((spec.name.clone(), dir));
             }
         }
@@ -1918,6 +1922,54 @@ impl Sequencer {
             return;
         }
         self.check_failures(now, out);
+        if self.job.is_none() {
+            self.check_disks(now, out);
+        }
+    }
+
+    /// A data writer throttled by its disk for longer than `disk_full_stop_s` in a running
+    /// run: its disk is full for good, and the run stops (the normal stop, producers first)
+    /// with the error `disk full: …`, which the run's record keeps.
+    fn check_disks(&mut self, now: Now, out: &mut Vec<Output>) {
+        let limit = self.file.system.disk_full_stop_s;
+        if limit <= 0.0 || !self.run_open() || self.state() != SystemState::Running {
+            return;
+        }
+        let mut full = Vec::new();
+        for spec in &self.file.components {
+            if !matches!(spec.role, daqflow_component::Role::Recorder | daqflow_component::Role::Builder) {
+                continue;
+            }
+            let v = &self.views[&spec.name];
+            let detail = &v.stats.detail;
+            let throttled_for = detail["throttled_for_s"].as_f64().unwrap_or(0.0);
+            // Counters of this run only (a writer's last counters of the run before may say it
+            // ended throttled).
+            if !v.alive || v.stats.run != self.run || detail["throttled"] != true || throttled_for < limit {
+                continue;
+            }
+            let directory = spec
+                .data_files
+                .and_then(|files| self.resolved_params(spec).ok().and_then(|p| files(&p)))
+                .map(|d| format!(" of {}", d.display()))
+                .unwrap_or_default();
+            let space = match (detail["disk_free_bytes"].as_u64(), detail["disk_used_pct"].as_f64()) {
+                (Some(free), Some(used)) => format!(" ({:.1} MiB free, {used:.1} % used)", free as f64 / 1048576.0),
+                _ => String::new(),
+            };
+            full.push(format!(
+                "disk full: `{}` was throttled by the filesystem{directory}{space} for {throttled_for:.0} s, longer \
+                 than disk_full_stop_s = {limit}; the run was stopped, producers first",
+                spec.name
+            ));
+        }
+        if full.is_empty() {
+            return;
+        }
+        for why in &full {
+            tracing::error!("{why}");
+        }
+        self.begin(None, Transition::Stop, full, now, out);
     }
 
     fn check_failures(&mut self, now: Now, out: &mut Vec<Output>) {

@@ -9,6 +9,18 @@
 //! "Use%" is the same figure rounded up). A high mark of
 //! `100` never throttles (usage is never above 100 %).
 //!
+//! The marks hold whatever the disk's size: a reading of the filesystem is taken at most once
+//! per interval, and between two readings the watcher counts the bytes the writer hands to its
+//! file (buffered ones included, [`DiskWatcher::wrote`]), so that its estimate of the free
+//! space is `free at the last reading − written since`. A writer asks before writing an event
+//! ([`DiskWatcher::admit`], with [`DiskWatcher::record_bytes`] of it) or before asking for more
+//! ([`DiskWatcher::room`], less the bytes it has in flight) whether the estimate stays at or
+//! below the high mark with those bytes added; when it does not, the watcher throttles at
+//! once, without waiting for the next reading, and a writer keeps the events it holds until a
+//! reading shows usage below the low mark. A fresh reading replaces the estimate. A small disk
+//! that frees up therefore never fills faster than the watcher looks: the writer stops at the
+//! high mark, however fast it could write.
+//!
 //! ```
 //! use std::time::{Duration, Instant};
 //! use daqflow_wire::file::{DiskMarks, DiskWatcher};
@@ -26,6 +38,9 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use super::format::{INDEX_ENTRY_LEN, RECORD_HEADER_LEN};
+use crate::le::pad8;
 
 /// The size and the free space of a filesystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -145,6 +160,8 @@ pub struct DiskReport {
     pub throttle_count: u64,
     /// Seconds spent throttled, the current period included.
     pub throttled_s: f64,
+    /// Seconds of the current throttled period (0 when not throttled).
+    pub throttled_for_s: f64,
     /// Free bytes at the last check.
     pub free_bytes: u64,
     /// Size of the filesystem at the last check.
@@ -154,7 +171,8 @@ pub struct DiskReport {
 }
 
 /// Watches the filesystem holding a directory with high and low water marks (hysteresis):
-/// throttled once usage goes above `high_pct`, until it falls below `low_pct`.
+/// throttled once usage goes above `high_pct`, or would go above it with the bytes a writer
+/// is about to write, until a reading shows it below `low_pct`.
 #[derive(Debug)]
 pub struct DiskWatcher {
     directory: PathBuf,
@@ -165,6 +183,10 @@ pub struct DiskWatcher {
     throttled_since: Option<Instant>,
     throttle_count: u64,
     throttled_before: Duration,
+    /// Bytes handed to the writer since the last reading.
+    written: u64,
+    /// Draining at the end of a run: the space above the high mark may be used.
+    draining: bool,
 }
 
 impl DiskWatcher {
@@ -180,6 +202,8 @@ impl DiskWatcher {
             throttled_since: None,
             throttle_count: 0,
             throttled_before: Duration::ZERO,
+            written: 0,
+            draining: false,
         }
     }
 
@@ -199,9 +223,13 @@ impl DiskWatcher {
         Ok(self.apply(self.space, now))
     }
 
-    /// Applies the marks to `space`, read at `now`; the change, if the state changed.
+    /// Applies the marks to `space`, read at `now`, which replaces the estimate (the bytes
+    /// written before the reading are in it: a writer pushes them to the operating system
+    /// before the reading, or counts them in the bytes it holds in flight); the change, if
+    /// the state changed.
     pub fn apply(&mut self, space: DiskSpace, now: Instant) -> Option<DiskChange> {
         self.space = space;
+        self.written = 0;
         let used = space.used_pct();
         match self.throttled_since {
             None if self.marks.enabled() && used > self.marks.high_pct => {
@@ -223,6 +251,98 @@ impl DiskWatcher {
         self.throttled_since.is_some()
     }
 
+    /// The bytes a data file takes for an event of `payload` bytes: its record (header,
+    /// payload, padding) and its index entry.
+    pub fn record_bytes(payload: usize) -> u64 {
+        (RECORD_HEADER_LEN + pad8(payload) + INDEX_ENTRY_LEN) as u64
+    }
+
+    /// Counts `bytes` handed to the writer (written to its file, or into its buffer).
+    pub fn wrote(&mut self, bytes: u64) {
+        self.written = self.written.saturating_add(bytes);
+    }
+
+    /// The estimate of the filesystem's space now: the last reading less the bytes written
+    /// since.
+    pub fn estimate(&self) -> DiskSpace {
+        DiskSpace {
+            total_bytes: self.space.total_bytes,
+            free_bytes: self.space.free_bytes.saturating_sub(self.written),
+        }
+    }
+
+    /// The bytes that may still be written before the estimated usage goes above the high
+    /// mark: 0 when throttled, `u64::MAX` when throttling is off (or before the first
+    /// reading).
+    pub fn room(&self) -> u64 {
+        if !self.marks.enabled() || self.space.total_bytes == 0 {
+            return u64::MAX;
+        }
+        if self.throttled() && !self.draining {
+            return 0;
+        }
+        let total = self.space.total_bytes as f64;
+        // Usage at or below the mark: free ≥ total × (100 − mark) / 100.
+        let keep_free = (total * (100.0 - self.limit_pct()) / 100.0).ceil() as u64;
+        self.estimate().free_bytes.saturating_sub(keep_free)
+    }
+
+    /// Whether `bytes` more may be written now: they fit in [`DiskWatcher::room`], or nothing
+    /// was written since a reading below the low mark (an event larger than the space between
+    /// the marks is written then, rather than held for ever).
+    pub fn fits(&self, bytes: u64) -> bool {
+        if self.throttled() && !self.draining {
+            return false;
+        }
+        bytes <= self.room()
+            || (!self.throttled()
+                && self.written == 0
+                && self.space.total_bytes > 0
+                && self.space.used_pct() < self.marks.low_pct)
+    }
+
+    /// From now on (the run's end: the writer drains what is left), the writer may use half
+    /// the space above the high mark, throttled or not: usage up to `(high + 100) / 2` %. The
+    /// other half stays free for closing the files. [`DiskWatcher::room`] and
+    /// [`DiskWatcher::fits`] say so.
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// Whether the writer drains ([`DiskWatcher::drain`]).
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// The usage (percent) the writer may go up to: the high mark, or half way from it to
+    /// 100 % while draining.
+    fn limit_pct(&self) -> f64 {
+        if self.draining { (self.marks.high_pct + 100.0) / 2.0 } else { self.marks.high_pct }
+    }
+
+    /// Throttles now, before the next reading (the estimate says the disk is at its high
+    /// mark); the change, if it was not throttled.
+    pub fn throttle(&mut self, now: Instant) -> Option<DiskChange> {
+        if self.throttled() || !self.marks.enabled() {
+            return None;
+        }
+        self.throttled_since = Some(now);
+        self.throttle_count += 1;
+        Some(DiskChange::Throttled(self.estimate()))
+    }
+
+    /// Asks to write `bytes` now ([`DiskWatcher::record_bytes`] of an event): when they fit
+    /// ([`DiskWatcher::fits`]) they are counted as written and the answer is `Ok(())`; when
+    /// they do not, the watcher throttles at once and the answer is `Err` with the change, if
+    /// it was not throttled before (the writer keeps the event and writes nothing).
+    pub fn admit(&mut self, bytes: u64, now: Instant) -> Result<(), Option<DiskChange>> {
+        if self.fits(bytes) {
+            self.wrote(bytes);
+            return Ok(());
+        }
+        Err(self.throttle(now))
+    }
+
     /// The last reading of the filesystem's space.
     pub fn space(&self) -> DiskSpace {
         self.space
@@ -235,6 +355,7 @@ impl DiskWatcher {
             throttled: self.throttled(),
             throttle_count: self.throttle_count,
             throttled_s: (self.throttled_before + current).as_secs_f64(),
+            throttled_for_s: current.as_secs_f64(),
             free_bytes: self.space.free_bytes,
             total_bytes: self.space.total_bytes,
             used_pct: self.space.used_pct(),
@@ -269,6 +390,87 @@ mod tests {
         let r = w.report(t0 + Duration::from_secs(5));
         assert_eq!((r.throttled, r.throttle_count, r.free_bytes), (true, 2, 0));
         assert!((r.throttled_s - 3.0).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
+    fn bytes_written_since_the_reading_throttle_before_the_high_mark_is_passed() {
+        let t0 = Instant::now();
+        let mut w = DiskWatcher::new(Path::new("/"), DiskMarks { high_pct: 80.0, low_pct: 60.0 }, Duration::ZERO);
+        // 50 % used: 300 bytes may go before the high mark (800 used of 1000).
+        assert_eq!(w.apply(space(50), t0), None);
+        assert_eq!(w.room(), 300);
+        assert_eq!(w.admit(200, t0), Ok(()));
+        assert_eq!(w.estimate(), DiskSpace { total_bytes: 1000, free_bytes: 300 });
+        assert_eq!(w.room(), 100);
+        assert_eq!(w.admit(100, t0), Ok(()), "up to the mark exactly");
+        // One byte more would pass it: throttled now, with no reading in between.
+        let t1 = t0 + Duration::from_millis(10);
+        match w.admit(1, t1) {
+            Err(Some(DiskChange::Throttled(s))) => assert_eq!(s.free_bytes, 200, "{s:?}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(w.throttled());
+        assert_eq!((w.room(), w.admit(1, t1)), (0, Err(None)), "throttled already: nothing, and no second change");
+        // A reading between the marks keeps it throttled; one below the low mark resumes it
+        // and replaces the estimate.
+        assert_eq!(w.apply(space(70), t1 + Duration::from_secs(1)), None);
+        assert!(w.throttled());
+        assert!(matches!(w.apply(space(59), t1 + Duration::from_secs(2)), Some(DiskChange::Resumed(_))));
+        assert_eq!(w.room(), 210);
+        let r = w.report(t1 + Duration::from_secs(3));
+        assert_eq!((r.throttle_count, r.throttled), (1, false));
+        assert!((r.throttled_s - 2.0).abs() < 1e-9 && r.throttled_for_s == 0.0, "{r:?}");
+    }
+
+    #[test]
+    fn an_event_larger_than_the_space_between_the_marks_is_written_after_a_reading_below_low() {
+        let t0 = Instant::now();
+        let mut w = DiskWatcher::new(Path::new("/"), DiskMarks { high_pct: 80.0, low_pct: 60.0 }, Duration::ZERO);
+        w.apply(space(50), t0);
+        assert!(w.fits(400), "nothing written since a reading below the low mark");
+        assert_eq!(w.admit(400, t0), Ok(()));
+        assert!(!w.fits(1), "then the estimate says above the high mark");
+        assert!(w.throttle(t0).is_some());
+        // Between the marks with nothing written: the large event waits for the low mark.
+        let mut w = DiskWatcher::new(Path::new("/"), DiskMarks { high_pct: 80.0, low_pct: 60.0 }, Duration::ZERO);
+        w.apply(space(65), t0);
+        assert!(!w.fits(400) && w.fits(150));
+    }
+
+    #[test]
+    fn a_writer_draining_at_the_end_of_the_run_uses_half_the_space_above_the_high_mark() {
+        let t0 = Instant::now();
+        let mut w = DiskWatcher::new(Path::new("/"), DiskMarks { high_pct: 80.0, low_pct: 60.0 }, Duration::ZERO);
+        w.apply(space(85), t0);
+        assert!(w.throttled() && !w.fits(1));
+        w.drain();
+        assert!(w.draining() && w.throttled());
+        // Up to 90 %: 50 bytes of 1000.
+        assert_eq!(w.room(), 50);
+        assert_eq!(w.admit(50, t0), Ok(()));
+        assert_eq!(w.admit(1, t0), Err(None), "throttled already");
+    }
+
+    #[test]
+    fn the_current_throttled_period_is_reported() {
+        let t0 = Instant::now();
+        let mut w = DiskWatcher::new(Path::new("/"), DiskMarks { high_pct: 80.0, low_pct: 60.0 }, Duration::ZERO);
+        w.apply(space(90), t0);
+        let r = w.report(t0 + Duration::from_millis(1500));
+        assert!(r.throttled && (r.throttled_for_s - 1.5).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
+    fn without_throttling_or_before_a_reading_there_is_always_room() {
+        let t0 = Instant::now();
+        let mut w = DiskWatcher::new(Path::new("/"), DiskMarks { high_pct: 100.0, low_pct: 90.0 }, Duration::ZERO);
+        w.apply(space(99), t0);
+        assert_eq!(w.room(), u64::MAX);
+        assert_eq!(w.admit(1 << 40, t0), Ok(()));
+        assert_eq!(w.throttle(t0), None);
+        let w = DiskWatcher::new(Path::new("/"), DiskMarks::default(), Duration::ZERO);
+        assert_eq!(w.room(), u64::MAX);
+        assert_eq!(DiskWatcher::record_bytes(1), 24 + 8 + 16);
     }
 
     #[test]

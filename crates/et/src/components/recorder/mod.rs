@@ -106,6 +106,9 @@ pub struct RecorderDetail {
     pub throttle_count: u64,
     /// Seconds spent throttled in the run.
     pub throttled_s: f64,
+    /// Seconds of the current throttled period (0 when not throttled): the operator stops the
+    /// run once it passes `[system] disk_full_stop_s`.
+    pub throttled_for_s: f64,
     /// Free bytes on the filesystem of `directory`, at the last reading.
     pub disk_free_bytes: u64,
     /// Usage of that filesystem (percent), at the last reading.
@@ -216,6 +219,7 @@ impl Recorder {
             throttled: disk.throttled,
             throttle_count: disk.throttle_count,
             throttled_s: disk.throttled_s,
+            throttled_for_s: disk.throttled_for_s,
             disk_free_bytes: disk.free_bytes,
             disk_used_pct: disk.used_pct,
             ..RecorderDetail::default()
@@ -454,13 +458,7 @@ impl Writer<'_> {
     fn throttled(&mut self) -> Result<bool, String> {
         let now = Instant::now();
         match self.disk.check(now).map_err(|e| e.to_string())? {
-            Some(DiskChange::Throttled(space)) => tracing::warn!(
-                recorder = %self.name,
-                "disk throttling: the filesystem of {} has {}, above throttle_high_pct: taking no events until \
-                 it is below throttle_low_pct",
-                self.disk.directory().display(),
-                space.describe()
-            ),
+            Some(DiskChange::Throttled(space)) => self.warn_throttled(space, false),
             Some(DiskChange::Resumed(space)) => tracing::warn!(
                 recorder = %self.name,
                 "disk throttling ended: the filesystem of {} has {}, below throttle_low_pct: taking events again",
@@ -471,6 +469,25 @@ impl Writer<'_> {
         }
         *self.counters.disk.lock().unwrap_or_else(|p| p.into_inner()) = self.disk.report(now);
         Ok(self.disk.throttled())
+    }
+
+    /// Says that the recorder throttles: the disk (`space`, read or, when `estimated`, the
+    /// last reading less what was written since) is above `throttle_high_pct`, or would be
+    /// with its next event.
+    fn warn_throttled(&self, space: DiskSpace, estimated: bool) {
+        let why = if estimated {
+            " by its estimate (the last reading less the bytes written since): its next event would take it above \
+             throttle_high_pct"
+        } else {
+            ", above throttle_high_pct"
+        };
+        tracing::warn!(
+            recorder = %self.name,
+            "disk throttling: the filesystem of {} has {}{why}: taking no events until it is below throttle_low_pct",
+            self.disk.directory().display(),
+            space.describe()
+        );
+        *self.counters.disk.lock().unwrap_or_else(|p| p.into_inner()) = self.disk.report(Instant::now());
     }
 
     /// The error of a failed write or flush, naming the disk when it is full.
@@ -522,30 +539,49 @@ fn record_into(
     drain: Duration,
     timeout: Duration,
 ) -> Result<(), String> {
-    let mut events = Vec::with_capacity(batch);
+    // The events taken from the station and not yet written: kept across a throttle (the disk
+    // had no room for them), written once it has.
+    let mut held = Vec::with_capacity(batch);
     let mut quiet_since: Option<Instant> = None;
     let mut stop_seen: Option<Instant> = None;
     let mut last_flush = Instant::now();
     loop {
         if stop_seen.is_none() && stop.load(Ordering::SeqCst) {
             stop_seen = Some(Instant::now());
+            // The producers have stopped: what is left goes into the space above the high
+            // mark, half of it (the rest stays for closing the files).
+            w.disk.drain();
         }
-        events.clear();
-        let throttled = w.throttled()?;
-        let n = if throttled {
+        let mut throttled = w.throttled()?;
+        let taking = !throttled || (w.disk.draining() && w.disk.room() > 0);
+        let n = if !taking || !held.is_empty() {
             // Disk throttling: the events wait in the station (ET's back-pressure holds the
             // builder); a stop waits for room until `stop_timeout_ms`.
-            std::thread::sleep(Duration::from_millis(20));
             0
         } else {
-            match w.attachment.get_events_into(batch, Wait::Timed(Duration::from_millis(50)), &mut events) {
+            match w.attachment.get_events_into(batch, Wait::Timed(Duration::from_millis(50)), &mut held) {
                 Ok(n) => n,
                 Err(crate::EtError::Timeout) => 0,
                 Err(e) => return Err(format!("reading ET: {e}")),
             }
         };
-        for e in &events {
+        if taking && throttled {
+            // Draining into the space above the high mark.
+            throttled = false;
+        }
+        // Each event is written only if the disk has room for it by the watcher's estimate
+        // (the bytes written since its last reading counted): the first that has none throttles
+        // the recorder at once, and it and those after it stay held.
+        let mut written = 0;
+        for e in &held {
             let data = e.data();
+            if let Err(change) = w.disk.admit(DiskWatcher::record_bytes(data.len()), Instant::now()) {
+                if let Some(DiskChange::Throttled(space)) = change {
+                    w.warn_throttled(space, true);
+                }
+                throttled = true;
+                break;
+            }
             // The builder's header names the event; anything else is written under id 0 and
             // counted, never dropped.
             let id = match EventHeader::decode(data) {
@@ -567,21 +603,27 @@ fn record_into(
             }
             w.counters.events.fetch_add(1, Ordering::Relaxed);
             w.counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            written += 1;
         }
-        if n > 0 {
+        if written > 0 {
             // Handed to the operating system before they are given back to ET: a recorder
             // killed after this point leaves them in its file, one killed before gives them
             // back to its station for the next recorder (never neither).
             if let Err(e) = w.writer.flush() {
                 return Err(w.failed("flushing", e));
             }
-            w.attachment.put_events(&mut events).map_err(|e| format!("putting events back: {e}"))?;
+            let rest = held.split_off(written);
+            w.attachment.put_events(&mut held).map_err(|e| format!("putting events back: {e}"))?;
+            held = rest;
             quiet_since = None;
-        } else if throttled {
-            // Not drained: the station is not read.
+        } else if throttled || n > 0 || !held.is_empty() {
+            // Not drained: the station is not read, or events are held.
             quiet_since = None;
         } else if quiet_since.is_none() {
             quiet_since = Some(Instant::now());
+        }
+        if throttled {
+            std::thread::sleep(Duration::from_millis(20));
         }
         if last_flush.elapsed() >= Duration::from_secs(1) {
             if let Err(e) = w.writer.flush() {
@@ -595,7 +637,9 @@ fn record_into(
                 if !drained && throttled {
                     tracing::warn!(
                         recorder = %w.name,
-                        "stopped while throttled by its disk: the events left in its station are not recorded"
+                        "stopped while throttled by its disk: the {} events it held and those left in its station \
+                         are not recorded (they stay in the station)",
+                        held.len()
                     );
                 }
                 break;
