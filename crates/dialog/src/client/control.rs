@@ -171,6 +171,7 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
                     if silent {
                         silent = false;
                         tracing::info!(%server, "the control server answers again");
+                        inner.set_problem(None);
                         inner.connected.send_replace(true);
                     }
                     match Message::from_frame(&frame) {
@@ -202,6 +203,7 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
                     if !silent {
                         silent = true;
                         tracing::warn!(%server, "no answer from the control server for {lost_after:?}; it is the only one: waiting for it on this connection");
+                        inner.set_problem(Some(format!("the control server {server} has not answered for {lost_after:?}")));
                         inner.connected.send_replace(false);
                     }
                 }
