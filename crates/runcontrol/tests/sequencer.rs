@@ -592,6 +592,28 @@ fn a_configure_refused_or_failed_is_undone_and_says_so() {
 }
 
 #[test]
+fn a_late_reset_nobody_took_is_sent_again_and_its_component_counts_as_initial_until_it_answers() {
+    let mut w = World::launched();
+    w.silent.push("bu-0".into());
+    let t = w.ask(Transition::Configure);
+    w.pass(Duration::from_secs(21));
+    assert!(w.done.remove(&t).unwrap().is_err());
+    // bu-0 was off the control plane (declared lost while it did not run): nobody took the
+    // reset it was told to do once it is done, and the job that sent it is over.
+    let (&reset, _) =
+        w.inbox.iter().rev().find(|(_, (n, r))| n == "bu-0" && r.command == Command::Reset).expect("the late reset");
+    w.feed(Input::Undelivered { id: reset });
+    // It comes back having done the configure it did not answer in time: not Mixed.
+    let mut late = w.status("bu-0");
+    late.state = State::Configured;
+    w.feed(Input::Status(late));
+    assert_eq!(w.seq.state(), SystemState::Initial, "not Mixed while its reset is on the way");
+    let mark = w.log.len();
+    w.pass(Duration::from_millis(60));
+    assert_eq!(w.sent(mark, Verb::Reset), vec!["bu-0"], "the late reset is sent again");
+}
+
+#[test]
 fn a_request_nobody_took_is_sent_again_until_the_deadline() {
     let mut w = World::launched();
     w.auto = false;

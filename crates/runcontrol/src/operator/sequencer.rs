@@ -655,7 +655,8 @@ impl Sequencer {
 
     /// The system's state: the phase under way, else every component's when they agree
     /// (Error when one is in Error or dead, Mixed when they differ). Components being
-    /// restarted do not count.
+    /// restarted do not count; one told to reset once it is done with a configure it did not
+    /// answer in time counts as Initial until it answers that reset (what it becomes).
     pub fn state(&self) -> SystemState {
         if let Some(job) = &self.job {
             if let Some(t) = job.transition {
@@ -671,7 +672,11 @@ impl Sequencer {
             .components
             .iter()
             .filter(|c| !self.restarts.contains_key(&c.name) && !self.dropped.contains_key(&c.name))
-            .map(|c| self.views[&c.name].shown());
+            .map(|c| match self.views[&c.name].shown() {
+                ComponentState::Error | ComponentState::Dead => self.views[&c.name].shown(),
+                _ if self.resetting_late(&c.name) => ComponentState::Initial,
+                shown => shown,
+            });
         let Some(first) = states.next() else { return SystemState::Initial };
         let all: Vec<ComponentState> = std::iter::once(first).chain(states).collect();
         if all.iter().any(|s| matches!(s, ComponentState::Error | ComponentState::Dead)) {
@@ -681,6 +686,12 @@ impl Sequencer {
         } else {
             SystemState::Mixed
         }
+    }
+
+    /// Whether `name` was told to reset once it is done with a configure it did not answer in
+    /// time, and has not answered that reset yet.
+    fn resetting_late(&self, name: &str) -> bool {
+        self.pending.values().any(|p| p.name == name && p.owner == Owner::Late && p.verb == Verb::Reset)
     }
 
     /// Whether a run is open (started, not yet stopped and recorded).
