@@ -287,10 +287,12 @@ def _run_component(
     lease_s: Optional[float] = None,
     end_with_stdin: bool = False,
     operator: Optional[str] = None,
+    incarnation: Optional[int] = None,
     schema: Optional[str] = None,
 ) -> bool:
     """Runs a component as a daqflow component process (what :meth:`daqflow.Component.run`
-    calls); returns whether it failed. ``schema``: the class's parameters and outputs as JSON
+    calls); returns whether it failed. ``incarnation``: the launch its operator gave it, put
+    in every ``NAME/state``. ``schema``: the class's parameters and outputs as JSON
     (:meth:`daqflow.Component._df_schema`), the kind's typed schema."""
 
 def _use_token(token_file: Optional[Union[str, os.PathLike[str]]] = None, token_stdin: bool = False) -> bool:

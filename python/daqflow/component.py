@@ -362,6 +362,10 @@ class Component:
                        "(0: never; default $DAQFLOW_LEASE_S or 15)")
         p.add_argument("--operator", metavar="NAME", default=os.environ.get("DAQFLOW_OPERATOR") or None,
                        help="with --control: take commands only from this process (default $DAQFLOW_OPERATOR)")
+        p.add_argument("--incarnation", metavar="N", type=int,
+                       default=int(os.environ["DAQFLOW_INCARNATION"]) if os.environ.get("DAQFLOW_INCARNATION") else None,
+                       help="with --control: the incarnation the operator launched this process as, put in "
+                       "every NAME/state (default $DAQFLOW_INCARNATION)")
         p.add_argument("--token-file", metavar="FILE",
                        help="the system token's file (default $DAQFLOW_TOKEN_FILE, else $DAQFLOW_TOKEN)")
         p.add_argument("--token-stdin", action="store_true",
@@ -387,6 +391,7 @@ class Component:
         control: Optional[str] = None,
         lease: float = 15.0,
         operator: Optional[str] = None,
+        incarnation: Optional[int] = None,
         token_file: Optional[str] = None,
         token_stdin: bool = False,
         kind: Optional[str] = None,
@@ -420,5 +425,6 @@ class Component:
             lease_s=lease,
             end_with_stdin=token_stdin,
             operator=operator,
+            incarnation=incarnation,
             schema=cls._df_schema(),
         )

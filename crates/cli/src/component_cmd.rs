@@ -99,6 +99,11 @@ pub struct Args {
     /// with a reply saying so, so the operator's control lock covers every way to drive the run.
     #[arg(long, value_name = "NAME")]
     pub operator: Option<String>,
+    /// With --control: the incarnation the operator launched this process as (a number new at
+    /// every start, default `$DAQFLOW_INCARNATION`), put in every `NAME/state`: the operator
+    /// takes statuses only from the incarnation it launched.
+    #[arg(long, value_name = "N", env = "DAQFLOW_INCARNATION")]
+    pub incarnation: Option<u64>,
 }
 
 /// The longest `--lease`, in seconds (a day).
@@ -162,6 +167,9 @@ pub fn forwarded_args(args: &Args) -> Vec<String> {
     if let Some(operator) = &args.operator {
         out.extend(["--operator".to_owned(), operator.clone()]);
     }
+    if let Some(incarnation) = args.incarnation {
+        out.extend(["--incarnation".to_owned(), incarnation.to_string()]);
+    }
     if args.token_stdin {
         out.push("--token-stdin".to_owned());
     }
@@ -216,6 +224,7 @@ pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<
         lease: (args.lease > 0.0).then(|| std::time::Duration::from_secs_f64(args.lease)),
         end_with_stdin: args.token_stdin,
         operator: args.operator.clone(),
+        incarnation: args.incarnation,
         transition_delay: transition_delay(
             args.name.as_deref().unwrap_or_default(),
             std::env::var(DELAY_ENV).ok().as_deref(),

@@ -39,6 +39,14 @@ pub struct ServerArgs {
     /// A process silent for this long is declared lost.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub lost_after: Duration,
+    /// This server is one of several its processes are given (a primary and spares): when it
+    /// finds that it did not run for about --lost-after (stopped, or a host under heavy load),
+    /// its processes have moved to another one, and it ends (exit status 1) rather than serve a
+    /// second directory beside theirs. The operator gives it to each control server of a system
+    /// with spares. Without it, a server that did not run gives its processes a new grace
+    /// period and goes on.
+    #[arg(long)]
+    pub end_after_stall: bool,
 }
 
 pub const SERVER_AFTER_HELP: &str = "\
@@ -49,7 +57,12 @@ forwards commands, and watches heartbeats. Service data never passes through it.
 Examples:
   daqflow control-server
   daqflow control-server --listen 0.0.0.0:7000 --token-file /etc/daqflow/token
-  daqflow control-server --listen 127.0.0.1:7001      # a spare: give clients --control a,b";
+  daqflow control-server --listen 127.0.0.1:7001      # a spare: give clients --control a,b
+
+A server that did not run for longer than its heartbeat interval (stopped, a host under heavy
+load) declares nobody lost for it: every process gets a full --lost-after from when it runs
+again. With --end-after-stall (a primary or spare of several) it ends instead once it did not
+run for about --lost-after, since its processes have moved to another server.";
 
 pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
     // The token (`daqflow --token-file`) is the process's: ServerConfig::default() takes it.
@@ -57,6 +70,7 @@ pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         listen: args.listen,
         heartbeat_interval: args.heartbeat_interval,
         lost_after: args.lost_after,
+        end_after_stall: args.end_after_stall,
         ..ServerConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -68,7 +82,12 @@ pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
-            _ = server.wait() => {}
+            ended = server.wait() => {
+                if let Err(e) = ended {
+                    eprintln!("daqflow: {e}");
+                    return anyhow::Ok(ExitCode::FAILURE);
+                }
+            }
         }
         tracing::info!("control server stopping");
         anyhow::Ok(ExitCode::SUCCESS)

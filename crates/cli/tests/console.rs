@@ -305,3 +305,101 @@ fn a_configure_that_times_out_names_the_component_keeps_the_console_and_configur
     assert_eq!(op.expect("lost: "), "lost: 0");
     assert_eq!(op.wait_exit(), 0);
 }
+
+/// A token holder's connection to the operator's peer port under the name `as_name`, sending
+/// `value` as an update on every subscription channel from 1 to 200 (the operator's
+/// subscription to `as_name/state` is one of them).
+fn forge(operator: SocketAddr, token: &daqflow_transport::auth::Token, as_name: &str, value: &[u8]) {
+    use daqflow_dialog::protocol::{Message, PROTOCOL_VERSION};
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(operator).unwrap();
+    daqflow_transport::auth::handshake_std(&mut s, "dialog-peer", Some(token), Duration::from_secs(10)).unwrap();
+    let mut bytes = bytes::BytesMut::new();
+    let codec = daqflow_wire::frame::FrameCodec::default();
+    let hello =
+        Message::PeerHello { version: PROTOCOL_VERSION, name: as_name.into(), host: "127.0.0.1".into(), port: 9 };
+    codec.encode(&hello.to_frame(), &mut bytes);
+    for sub in 1..=200 {
+        let m = Message::ServiceMessage { sub, initial: false, seq: 1_000_000_000, data: value.to_vec().into() };
+        codec.encode(&m.to_frame(), &mut bytes);
+    }
+    s.write_all(&bytes).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+#[test]
+fn a_forged_state_of_another_incarnation_or_numbered_far_ahead_does_not_wedge_the_system() {
+    use daqflow_component::{ComponentStatus, State};
+    use daqflow_dialog::{Dialog, DialogConfig, ServiceEvent};
+    use daqflow_runcontrol::operator::lock::{Holder, holder};
+    let dir = tempfile::tempdir().unwrap();
+    let mut op = Proc::spawn(&["run", system(dir.path(), "").to_str().unwrap(), "--web", "none"]);
+    op.expect("commands: ");
+    // A token holder joins the control plane and reads the sink's real status.
+    let data = dir.path().join("data");
+    let Holder::Running(info) = holder(&data).unwrap() else { panic!("no operator holds {}", data.display()) };
+    let token = daqflow_transport::auth::Token::from_file(&data.join("token")).unwrap();
+    let control = info.control.iter().map(|a| a.parse().unwrap()).collect();
+    let mut config = DialogConfig::new("mallory", control);
+    config.token = Some(token.clone());
+    let dialog = Dialog::start(config).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _sub = dialog
+        .subscribe("sink/state", move |e| {
+            if let ServiceEvent::Update { data, .. } = e {
+                let _ = tx.send(data);
+            }
+        })
+        .unwrap();
+    let real: ComponentStatus = serde_json::from_slice(&rx.recv_timeout(Duration::from_secs(20)).unwrap()).unwrap();
+    let incarnation = real.incarnation.expect("the operator gave the sink an incarnation");
+    let operator = dialog
+        .processes(Duration::from_secs(10))
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == "operator")
+        .expect("the operator on the control plane");
+    let operator: SocketAddr = format!("{}:{}", operator.host, operator.port).parse().unwrap();
+    let forged = |incarnation: u64| {
+        let mut s = real.clone();
+        s.incarnation = Some(incarnation);
+        s.seq = 1_000_000_000;
+        s.state = State::Error;
+        s.error = Some("forged".into());
+        s.since_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        serde_json::to_vec(&s).unwrap()
+    };
+    // Another incarnation's Error is ignored, and said so once.
+    forge(operator, &token, "sink", &forged(incarnation + 1000));
+    forge(operator, &token, "sink", &forged(incarnation + 1000));
+    let said =
+        op.stderr_lines().iter().filter(|l| l.contains("ignoring the statuses of sink that name incarnation")).count();
+    assert_eq!(said, 1, "the forgery was not seen, or said more than once");
+    // The launched incarnation's Error, numbered 10^9, is shown only until the sink's next
+    // real status (once a second).
+    forge(operator, &token, "sink", &forged(incarnation));
+    assert!(op.stderr_contains("a status of sink jumps from number"), "the forgery was not seen");
+    std::thread::sleep(Duration::from_millis(1500));
+    // Every transition works, and the run is clean.
+    op.send("configure");
+    op.expect("configure: done; state Configured");
+    op.send("start");
+    op.expect("run 1 started");
+    std::thread::sleep(Duration::from_secs(1));
+    op.send("stop");
+    op.expect("run 1 of system console-test");
+    assert_eq!(op.expect("lost: "), "lost: 0");
+    op.send("reset");
+    op.expect("reset: done; state Initial");
+    forge(operator, &token, "sink", &forged(incarnation));
+    std::thread::sleep(Duration::from_millis(1500));
+    op.send("configure");
+    op.expect("configure: done; state Configured");
+    op.send("start");
+    op.expect("run 2 started");
+    std::thread::sleep(Duration::from_secs(1));
+    op.send("quit");
+    op.expect("run 2 of system console-test");
+    assert_eq!(op.expect("lost: "), "lost: 0");
+    assert_eq!(op.wait_exit(), 0);
+}

@@ -219,3 +219,87 @@ fn ls_prints_processes_with_long_names_without_panicking() {
         }
     }
 }
+
+#[test]
+fn a_control_server_stopped_longer_than_its_timeout_declares_nobody_lost_when_it_resumes() {
+    // Heartbeats every 200 ms, lost after 1 s.
+    let (mut cs, addr) = control_server(&[]);
+    let mut hv = dialog(&addr, &["--name", "hv-1", "peer", "--provide", "hv/state", "--subscribe", "mon/state"]);
+    hv.expect("ready hv-1");
+    let mut mon = dialog(&addr, &["--name", "mon", "peer", "--provide", "mon/state", "--subscribe", "hv/state"]);
+    mon.expect("ready mon");
+    hv.expect("subscribers hv/state 1");
+    mon.expect("subscribers mon/state 1");
+    // The server does not run for three times its timeout while the processes heartbeat.
+    cs.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(3));
+    cs.signal(libc::SIGCONT);
+    // More than a full timeout with the server running: nobody is lost, nobody left.
+    std::thread::sleep(Duration::from_secs(2));
+    hv.send("hv/state on");
+    mon.expect("on");
+    mon.send("mon/state watching");
+    hv.expect("watching");
+    for (name, p) in [("hv-1", &mut hv), ("mon", &mut mon)] {
+        let out = p.drain();
+        assert!(!out.contains("lost"), "{name} was told of a loss: {out}");
+        let counts: Vec<&str> = out.lines().filter(|l| l.starts_with("subscribers")).collect();
+        let first = counts.iter().position(|l| l.ends_with(" 1")).expect("subscribed");
+        assert!(counts[first..].iter().all(|l| l.ends_with(" 1")), "{name} lost its subscriber: {out}");
+        let err = p.stderr_lines().join("\n");
+        assert!(!err.contains("lost the control server"), "{name} left the server: {err}");
+    }
+    let err = cs.stderr_lines().join("\n");
+    assert!(!err.contains("declaring the process lost"), "{err}");
+    assert!(err.contains("the control server did not run for"), "the server did not notice its own stall: {err}");
+}
+
+/// The names of the processes `dialog ls` lists at the control server `addr` (none if it does
+/// not answer).
+fn listed(addr: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        .args(["dialog", "--control", addr, "ls", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let names = v.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str());
+    names.filter(|n| !n.starts_with("dialog-")).map(str::to_owned).collect()
+}
+
+#[test]
+fn with_a_spare_a_stopped_primary_loses_its_processes_to_it_and_ends_when_it_resumes() {
+    let (mut primary, a) = control_server(&["--end-after-stall"]);
+    let (_spare, b) = control_server(&["--end-after-stall"]);
+    let both = format!("{a},{b}");
+    let mut hv = dialog(&both, &["--name", "hv-1", "peer", "--provide", "hv/state"]);
+    hv.expect("ready hv-1");
+    let mut mon = dialog(&both, &["--name", "mon", "peer", "--subscribe", "hv/state"]);
+    mon.expect("ready mon");
+    hv.expect("subscribers hv/state 1");
+    // The primary does not run: the processes move to the spare meanwhile.
+    primary.signal(libc::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut on_spare = listed(&b);
+    while !(on_spare.contains(&"hv-1".to_owned()) && on_spare.contains(&"mon".to_owned())) {
+        assert!(Instant::now() < deadline, "the processes did not move to the spare: it lists {on_spare:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        on_spare = listed(&b);
+    }
+    // Resumed, the primary finds that it did not run for longer than its processes wait, and
+    // ends rather than serve a second directory beside the spare's.
+    primary.signal(libc::SIGCONT);
+    assert!(primary.stderr_contains("this one ends rather than serve a second directory"), "the primary went on");
+    assert_eq!(primary.wait_exit(), 1);
+    // A process that starts now joins the others, and values flow.
+    let mut late = dialog(&both, &["--name", "late", "peer", "--subscribe", "hv/state"]);
+    late.expect("ready late");
+    hv.expect("subscribers hv/state 2");
+    hv.send("hv/state on");
+    mon.expect("on");
+    late.expect("on");
+    let on_spare = listed(&b);
+    for name in ["hv-1", "mon", "late"] {
+        assert!(on_spare.contains(&name.to_owned()), "{name} is not with the others: {on_spare:?}");
+    }
+}

@@ -16,8 +16,8 @@
 //! assert_eq!(Request::decode(Verb::Start, b"12").unwrap().command, Command::Start { run: 12 });
 //! assert!(Request::decode(Verb::Start, b"").is_err()); // start needs its run
 //!
-//! let status = ComponentStatus { name: "ru-0".into(), kind: "ru".into(), pid: 42, seq: 7, state: State::Running,
-//!     run: Some(12), since_ms: 0, error: None };
+//! let status = ComponentStatus { name: "ru-0".into(), kind: "ru".into(), pid: 42, incarnation: Some(3), seq: 7,
+//!     state: State::Running, run: Some(12), since_ms: 0, error: None };
 //! let reply = CommandReply::new(&request, status, Ok(Answer::Run(12)));
 //! let back: CommandReply = serde_json::from_slice(&reply.to_json()).unwrap();
 //! assert_eq!(back, reply);
@@ -296,6 +296,31 @@ impl CommandReply {
     }
 }
 
+/// How far apart two statuses of one incarnation can be in `seq` and still be ordered by it:
+/// a component publishes a status on every change and once a second, and the two paths a status
+/// travels (`NAME/state`, and the reply to a command) are never that many publications apart.
+/// A status whose `seq` is more than this below the last one taken is newer, not older: the
+/// last one's number was not a real one (forged, or corrupted), and must not hide the real
+/// ones for ever.
+pub const SEQ_WINDOW: u64 = 100;
+
+impl ComponentStatus {
+    /// Whether this status is newer than one of the same incarnation numbered `last`: a
+    /// higher `seq`, or one more than [`SEQ_WINDOW`] lower (`last` was not a real number).
+    ///
+    /// ```
+    /// use daqflow_component::ComponentStatus;
+    /// let s = |seq| ComponentStatus { name: "a".into(), kind: "k".into(), pid: 1, incarnation: Some(1), seq,
+    ///     state: daqflow_component::State::Initial, run: None, since_ms: 0, error: None };
+    /// assert!(s(8).is_newer_than(7));
+    /// assert!(!s(7).is_newer_than(8));
+    /// assert!(s(8).is_newer_than(1_000_000_000)); // a forged number does not pin the view
+    /// ```
+    pub fn is_newer_than(&self, last: u64) -> bool {
+        self.seq > last || last - self.seq > SEQ_WINDOW
+    }
+}
+
 /// What a component publishes in its `NAME/state` service, on every change and once a second.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComponentStatus {
@@ -305,8 +330,15 @@ pub struct ComponentStatus {
     pub kind: String,
     /// Its process id.
     pub pid: u32,
-    /// Counts the publications of this process, from 1: of two statuses of one process, the
-    /// higher `seq` is the newer (they travel different paths).
+    /// The incarnation its operator launched it as (`--incarnation`, `DAQFLOW_INCARNATION`):
+    /// a number the operator gives each process it starts, new at every start. The operator
+    /// takes a status only from the incarnation it launched last; absent for a process nobody
+    /// gave one (started by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
+    /// Counts the publications of this incarnation, from 1: of two statuses of one
+    /// incarnation, the higher `seq` is the newer (they travel different paths), unless it is
+    /// more than [`SEQ_WINDOW`] higher (a number that far ahead was not this process's).
     pub seq: u64,
     /// Its state.
     pub state: State,

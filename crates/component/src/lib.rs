@@ -70,7 +70,7 @@ pub mod schema;
 mod state;
 mod stats;
 
-pub use command::{Answer, Command, CommandReply, ComponentStatus, Outcome, Request, Verb};
+pub use command::{Answer, Command, CommandReply, ComponentStatus, Outcome, Request, SEQ_WINDOW, Verb};
 pub use component::{Component, Driver, merge, parse_config};
 pub use error::ComponentError;
 pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role};

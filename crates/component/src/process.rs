@@ -49,6 +49,7 @@
 //!     lease: Some(std::time::Duration::from_secs(15)),
 //!     end_with_stdin: false,
 //!     operator: Some("operator".into()), // commands from the operator only
+//!     incarnation: Some(1),               // the launch its operator gave it
 //!     transition_delay: std::time::Duration::ZERO,
 //! };
 //! let failed = daqflow_component::process::run(registry, options)?;
@@ -92,6 +93,10 @@ pub struct Options {
     /// started this one). Commands from any other process are refused, with a reply that says
     /// so; `None`: anyone's (with the system token).
     pub operator: Option<String>,
+    /// The incarnation its operator launched it as (`--incarnation`, `DAQFLOW_INCARNATION`),
+    /// put in every `NAME/state` it publishes: the operator takes statuses only from the
+    /// incarnation it launched. `None`: started by hand.
+    pub incarnation: Option<u64>,
     /// How long to wait before joining the control plane and before each transition (zero:
     /// not at all): a slow component, for trying run control against transitions that take
     /// time (`DAQFLOW_TRANSITION_DELAY` of `daqflow component`).
@@ -135,10 +140,10 @@ pub fn config_table(config: Option<&std::path::Path>, sets: &[String]) -> Result
 impl Options {
     /// The options of a component program of your own, from its command line and environment
     /// as the operator starts it: the operator appends `--name NAME --control ADDR` to the
-    /// system file's `command` and sets `DAQFLOW_LEASE_S` and `DAQFLOW_OPERATOR` (and
-    /// `DAQFLOW_TOKEN_FILE`, which the control plane reads). Also taken, for running it by
-    /// hand: `--set KEY=VALUE` (repeated), `--config FILE`, `--start RUN`, `--lease SECONDS`
-    /// and `--operator NAME`. Without `--control` the process takes commands on its standard
+    /// system file's `command` and sets `DAQFLOW_LEASE_S`, `DAQFLOW_OPERATOR` and
+    /// `DAQFLOW_INCARNATION` (and `DAQFLOW_TOKEN_FILE`, which the control plane reads). Also
+    /// taken, for running it by hand: `--set KEY=VALUE` (repeated), `--config FILE`, `--start
+    /// RUN`, `--lease SECONDS`, `--operator NAME` and `--incarnation N`. Without `--control` the process takes commands on its standard
     /// input only.
     ///
     /// ```
@@ -159,16 +164,19 @@ impl Options {
             lease: None,
             end_with_stdin: false,
             operator: std::env::var("DAQFLOW_OPERATOR").ok().filter(|o| !o.is_empty()),
+            incarnation: None,
             transition_delay: Duration::ZERO,
         };
         let (mut sets, mut config, mut lease) = (Vec::new(), None, env_lease);
+        let mut incarnation = std::env::var(INCARNATION_ENV).ok().filter(|i| !i.is_empty());
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let (flag, inline) = match arg.split_once('=') {
                 Some((f, v)) if f.starts_with("--") && f != "--set" => (f.to_owned(), Some(v.to_owned())),
                 _ => (arg.clone(), None),
             };
-            let known = ["--name", "--control", "--set", "--config", "--start", "--lease", "--operator"];
+            let known =
+                ["--name", "--control", "--set", "--config", "--start", "--lease", "--operator", "--incarnation"];
             if !known.contains(&flag.as_str()) {
                 return Err(bad(format!("unknown argument `{arg}` (known: {})", known.join(", "))));
             }
@@ -186,9 +194,11 @@ impl Options {
                         Some(value.parse().map_err(|_| bad(format!("--start {value}: a run number, 1 or more")))?)
                 }
                 "--lease" => lease = Some(value),
+                "--incarnation" => incarnation = Some(value),
                 _ => options.operator = Some(value),
             }
         }
+        options.incarnation = incarnation.map(|i| parse_incarnation(&i)).transpose()?;
         options.config = config_table(config.as_deref(), &sets)?;
         if options.control.is_some() {
             let seconds = match lease {
@@ -204,6 +214,22 @@ impl Options {
         }
         Ok(options)
     }
+}
+
+/// The environment variable in which the operator gives a process it starts its incarnation
+/// (also given as `--incarnation` to `daqflow component`).
+pub const INCARNATION_ENV: &str = "DAQFLOW_INCARNATION";
+
+/// Reads an incarnation (`--incarnation`, [`INCARNATION_ENV`]): a whole number.
+///
+/// ```
+/// assert_eq!(daqflow_component::process::parse_incarnation(" 17 ").unwrap(), 17);
+/// assert!(daqflow_component::process::parse_incarnation("x").is_err());
+/// ```
+pub fn parse_incarnation(text: &str) -> Result<u64, ProcessError> {
+    text.trim()
+        .parse()
+        .map_err(|_| ProcessError::Config(format!("incarnation `{text}`: a whole number (the operator gives it)")))
 }
 
 /// A TOML value (number, boolean, array, inline table, quoted string) or else a bare string.
@@ -380,6 +406,8 @@ struct ControlLink {
     last_state: Option<State>,
     /// Statuses published so far.
     seq: u64,
+    /// The incarnation its operator launched it as, in every status.
+    incarnation: Option<u64>,
     log_published: u64,
     /// The only process whose commands are taken, if set.
     operator: Option<String>,
@@ -426,6 +454,7 @@ impl ControlLink {
             since_ms: now_ms(),
             last_state: None,
             seq: 0,
+            incarnation: None,
             log_published: 0,
             operator: None,
             delay: Duration::ZERO,
@@ -465,6 +494,7 @@ impl ControlLink {
             name: driver.name().to_owned(),
             kind: driver.kind().to_owned(),
             pid: std::process::id(),
+            incarnation: self.incarnation,
             seq: self.seq,
             state: driver.state(),
             run: driver.run(),
@@ -558,6 +588,7 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
             }
             let mut link = ControlLink::join(addr, &options.name, driver.schema(), tx.clone())?;
             link.operator = options.operator.clone();
+            link.incarnation = options.incarnation;
             link.delay = options.transition_delay;
             Some(link)
         }

@@ -160,6 +160,13 @@ pub struct ServerConfig {
     pub max_command_bytes: u32,
     /// How often the directory checks heartbeats and publishes changes. Default 100 ms.
     pub tick: Duration,
+    /// This server is one of several its processes know (a primary and spares): when it finds
+    /// that it did not run for about as long as they wait for it (`lost_after` less one
+    /// heartbeat interval), they have moved to another, and it ends
+    /// ([`ServerError::Superseded`](crate::ServerError::Superseded)) rather than serve a second
+    /// directory beside theirs. Default false: a lone server gives its processes a new grace
+    /// period and goes on.
+    pub end_after_stall: bool,
 }
 
 impl Default for ServerConfig {
@@ -171,6 +178,7 @@ impl Default for ServerConfig {
             token: daqflow_transport::auth::process_token(),
             max_command_bytes: 16 << 20,
             tick: Duration::from_millis(100),
+            end_after_stall: false,
         }
     }
 }

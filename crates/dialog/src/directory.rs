@@ -86,6 +86,12 @@ pub enum Output {
         /// Why, for the log.
         reason: String,
     },
+    /// The server found that it did not run for `gap` (its ticks that far apart): nobody was
+    /// declared lost for it, and every process got a new grace period.
+    Stalled {
+        /// How long it did not run.
+        gap: Duration,
+    },
 }
 
 #[derive(Debug)]
@@ -174,6 +180,9 @@ pub struct Directory {
     directory_subs: Vec<(String, u32, &'static str)>,
     dirty: bool,
     published: [Option<Bytes>; 3],
+    /// When [`Directory::tick`] last ran: a longer gap than [`Directory::stall_after`] means
+    /// the server itself did not run.
+    last_tick: Option<Instant>,
 }
 
 impl Directory {
@@ -187,6 +196,37 @@ impl Directory {
             directory_subs: Vec::new(),
             dirty: false,
             published: [None, None, None],
+            last_tick: None,
+        }
+    }
+
+    /// A gap between two ticks longer than this (the heartbeat interval) means that the
+    /// server itself did not run (a stopped process, an overloaded host): it read no heartbeat
+    /// meanwhile, so its silence is its own, not its processes'.
+    pub fn stall_after(&self) -> Duration {
+        self.config.heartbeat_interval
+    }
+
+    /// After a stall of the server's own (`gap` without a tick): every process and every
+    /// handshake gets a new grace period, so that nobody is declared lost until a full
+    /// `lost_after` has passed with the server running. Tells the I/O layer
+    /// ([`Output::Stalled`]).
+    fn forgive(&mut self, gap: Duration, now: Now, out: &mut Vec<Output>) {
+        out.push(Output::Stalled { gap });
+        tracing::warn!(
+            "the control server did not run for {:.1} s (a stopped process or an overloaded host): its {} \
+             process(es) get a new {:?} to be heard from before any is declared lost",
+            gap.as_secs_f64(),
+            self.processes.len(),
+            self.config.lost_after
+        );
+        for p in self.processes.values_mut() {
+            p.last_heartbeat = p.last_heartbeat.max(now.mono);
+        }
+        for c in self.conns.values_mut() {
+            if let Conn::Pending { since, .. } = c {
+                *since = (*since).max(now.mono);
+            }
         }
     }
 
@@ -252,9 +292,17 @@ impl Directory {
     }
 
     /// Clock tick: declares silent processes lost, closes stale handshakes, publishes the
-    /// directory services if anything changed.
+    /// directory services if anything changed. A tick that comes more than
+    /// [`Directory::stall_after`] after the last one finds the server itself stalled: it
+    /// declares nobody lost, and every process gets a full `lost_after` from now.
     pub fn tick(&mut self, now: Now) -> Vec<Output> {
         let mut out = Vec::new();
+        if let Some(last) = self.last_tick.replace(now.mono) {
+            let gap = now.mono.saturating_duration_since(last);
+            if gap > self.stall_after() {
+                self.forgive(gap, now, &mut out);
+            }
+        }
         let silent: Vec<String> = self
             .processes
             .iter()
@@ -736,6 +784,40 @@ mod tests {
                 location: ServiceLocation::Process { name: "evm".into(), host: "127.0.0.1".into(), port: 5002 }
             }]
         );
+    }
+
+    /// Ticks every 100 ms from `from` (exclusive) to `to` (inclusive); every output.
+    fn tick_through(d: &mut Directory, from: Now, to: Duration) -> Vec<Output> {
+        let mut out = Vec::new();
+        let mut t = Duration::from_millis(100);
+        while t <= to {
+            out.extend(d.tick(from.after(t)));
+            t += Duration::from_millis(100);
+        }
+        out
+    }
+
+    #[test]
+    fn a_server_that_did_not_run_declares_nobody_lost_until_a_full_timeout_passed_with_it_running() {
+        let t0 = Now::current();
+        let mut d = Directory::new(DirectoryConfig::default());
+        connect(&mut d, 1, "a", t0);
+        connect(&mut d, 2, "b", t0);
+        assert!(tick_through(&mut d, t0, Duration::from_millis(500)).is_empty());
+        // The server is stopped for 5 s (lost after 3 s): its first tick after that declares
+        // nobody lost, nor do the next ones for a full 3 s.
+        let resumed = t0.after(Duration::from_millis(5500));
+        let out = d.tick(resumed);
+        assert!(out.iter().all(|o| !matches!(o, Output::Close { .. })), "{out:?}");
+        // `b` is heard from again (its heartbeats waited in the socket); `a` never is.
+        d.on_message(2, Message::Heartbeat { seq: 9 }, resumed.after(Duration::from_millis(50)));
+        let out = tick_through(&mut d, resumed, Duration::from_millis(2900));
+        assert!(out.iter().all(|o| !matches!(o, Output::Close { .. })), "{out:?}");
+        d.on_message(2, Message::Heartbeat { seq: 10 }, resumed.after(Duration::from_millis(2950)));
+        let later = resumed.after(Duration::from_millis(2900));
+        let out = tick_through(&mut d, later, Duration::from_millis(300));
+        assert!(out.contains(&Output::Close { conn: 1, reason: "a: no heartbeat".into() }), "{out:?}");
+        assert!(!out.iter().any(|o| matches!(o, Output::Close { conn: 2, .. })), "{out:?}");
     }
 
     #[test]

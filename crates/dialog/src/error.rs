@@ -78,4 +78,18 @@ pub enum ServerError {
         /// The error.
         source: daqflow_transport::ListenError,
     },
+    /// The server did not run for longer than its processes wait for it, and it is one of
+    /// several ([`ServerConfig::end_after_stall`](crate::ServerConfig::end_after_stall)): its
+    /// processes have moved to another control server, so it ended rather than serve a second
+    /// directory beside theirs. Started again, it is an empty server the processes come back to
+    /// when the other one goes.
+    #[error(
+        "the control server did not run for {stalled_ms} ms, longer than its processes wait for it: they have moved to \
+         another control server, so this one ends rather than serve a second directory (start it again once they are \
+         settled there)"
+    )]
+    Superseded {
+        /// How long it did not run, in milliseconds.
+        stalled_ms: u64,
+    },
 }

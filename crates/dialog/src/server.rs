@@ -29,6 +29,9 @@ struct Shared {
     directory: Mutex<Directory>,
     conns: Mutex<HashMap<ConnId, ConnHandle>>,
     max_command_bytes: u32,
+    /// Why the server ended by itself ([`ServerError::Superseded`]), once it did.
+    ended: Mutex<Option<ServerError>>,
+    ending: Notify,
 }
 
 impl Shared {
@@ -55,6 +58,7 @@ impl Shared {
                             overloaded.push(conn);
                         }
                     }
+                    Output::Stalled { .. } => {}
                     Output::Close { conn, reason } => {
                         tracing::debug!(conn, %reason, "closing control connection");
                         if let Some(h) = conns.get(&conn) {
@@ -99,10 +103,27 @@ impl ServerHandle {
         self.shared.directory().processes()
     }
 
-    /// Runs until the accept loop ends (it does not, unless the listener fails).
-    pub async fn wait(mut self) {
-        if let Some(accept) = self.tasks.first_mut() {
-            let _ = accept.await;
+    /// Runs until the server ends by itself: with
+    /// [`ServerConfig::end_after_stall`](crate::ServerConfig::end_after_stall), when it finds
+    /// that its processes have moved to another control server while it did not run
+    /// ([`ServerError::Superseded`]); else never (unless its listener fails: `Ok`).
+    pub async fn wait(mut self) -> Result<(), ServerError> {
+        let shared = self.shared.clone();
+        let ending = shared.ending.notified();
+        tokio::pin!(ending);
+        ending.as_mut().enable();
+        if let Some(e) = shared.ended.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(e);
+        }
+        match self.tasks.first_mut() {
+            Some(accept) => {
+                tokio::select! {
+                    _ = accept => Ok(()),
+                    _ = ending => Err(shared.ended.lock().unwrap_or_else(|p| p.into_inner()).take()
+                        .unwrap_or(ServerError::Superseded { stalled_ms: 0 })),
+                }
+            }
+            None => Ok(()),
         }
     }
 }
@@ -126,7 +147,7 @@ impl Drop for ServerHandle {
 /// use daqflow_dialog::{ControlServer, ServerConfig};
 /// let server = ControlServer::start(ServerConfig::default()).await?;
 /// println!("control server on {}", server.local_addr());
-/// server.wait().await;
+/// server.wait().await?;
 /// # Ok(()) }
 /// ```
 pub struct ControlServer;
@@ -156,18 +177,41 @@ impl ControlServer {
             directory: Mutex::new(directory),
             conns: Mutex::new(HashMap::new()),
             max_command_bytes: config.max_command_bytes,
+            ended: Mutex::new(None),
+            ending: Notify::new(),
         });
         tracing::info!(%addr, token = config.token.is_some(), "control server listening");
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
         let ticker = {
             let shared = shared.clone();
             let tick = config.tick;
+            // With spares, a stall this long means the processes have moved on (they wait
+            // `lost_after` from the last answer, which came up to one heartbeat interval before).
+            let superseded_after =
+                config.end_after_stall.then(|| config.lost_after.saturating_sub(config.heartbeat_interval));
             tokio::spawn(async move {
                 let mut interval = tokio::time::interval(tick);
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     interval.tick().await;
                     let out = shared.directory().tick(Now::current());
+                    let stalled = out.iter().find_map(|o| match o {
+                        Output::Stalled { gap } => Some(*gap),
+                        _ => None,
+                    });
+                    if let (Some(gap), Some(limit)) = (stalled, superseded_after)
+                        && gap >= limit
+                    {
+                        let e = ServerError::Superseded { stalled_ms: gap.as_millis() as u64 };
+                        tracing::error!("{e}");
+                        *shared.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        for (_, h) in shared.conns().drain() {
+                            h.sender.abort();
+                            h.kill.notify_one();
+                        }
+                        shared.ending.notify_one();
+                        return;
+                    }
                     shared.apply(out);
                 }
             })

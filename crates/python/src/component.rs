@@ -248,7 +248,7 @@ fn read_token_line() -> Result<daqflow_transport::auth::Token, String> {
 /// component object (a `daqflow.Component`) at every configure, from that configuration merged
 /// with the operator's.
 #[pyfunction]
-#[pyo3(signature = (factory, *, kind, role, name, config_file=None, sets=Vec::new(), start=None, control=None, lease_s=None, end_with_stdin=false, operator=None, schema=None))]
+#[pyo3(signature = (factory, *, kind, role, name, config_file=None, sets=Vec::new(), start=None, control=None, lease_s=None, end_with_stdin=false, operator=None, incarnation=None, schema=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn _run_component(
     py: Python<'_>,
@@ -263,6 +263,7 @@ pub fn _run_component(
     lease_s: Option<f64>,
     end_with_stdin: bool,
     operator: Option<String>,
+    incarnation: Option<u64>,
     schema: Option<String>,
 ) -> PyResult<bool> {
     let role = self::role(role)?;
@@ -309,6 +310,7 @@ pub fn _run_component(
         lease,
         end_with_stdin,
         operator,
+        incarnation,
         transition_delay,
     };
     let result = py.detach(|| daqflow_component::process::run(registry, options));

@@ -5,7 +5,9 @@
 //! its address by a thread of this module, which is also the thread that started it (so that a
 //! server's parent-death signal fires only when the operator ends): at once when it was the
 //! only one, else after the processes have moved to a spare ([`SPARE_SETTLE`]), so that they
-//! never end up split between two directories.
+//! never end up split between two directories. For the same reason each server of several
+//! ends by itself when it finds that it did not run for about as long as its processes wait
+//! for it (`--end-after-stall`: they have moved to another meanwhile), and is started again.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -108,8 +110,16 @@ impl Drop for ControlServers {
     }
 }
 
-/// Starts a control server on `listen`; its child and the address it listens on.
-fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Result<(Child, SocketAddr), String> {
+/// Starts a control server on `listen`; its child and the address it listens on. One of
+/// `several` ends by itself when it finds it did not run for about as long as its processes
+/// wait for it (`--end-after-stall`): they have moved to another, and it must not serve a
+/// second directory; it is then started again like any dead one.
+fn spawn_server(
+    launch: &ServerLaunch,
+    listen: SocketAddr,
+    index: usize,
+    several: bool,
+) -> Result<(Child, SocketAddr), String> {
     let log_path = launch.logs.join(format!("control-server-{index}.log"));
     let log_from = crate::first_error::log_length(&log_path);
     let log = std::fs::OpenOptions::new()
@@ -121,6 +131,7 @@ fn spawn_server(launch: &ServerLaunch, listen: SocketAddr, index: usize) -> Resu
     cmd.arg("--token-file")
         .arg(&launch.token_file)
         .args(["control-server", "--listen", &listen.to_string()])
+        .args(several.then_some("--end-after-stall"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log);
@@ -179,7 +190,7 @@ fn supervise(
 ) {
     let mut servers: Vec<(SocketAddr, Child)> = Vec::new();
     for (i, &addr) in listen.iter().enumerate() {
-        match spawn_server(&launch, addr, i) {
+        match spawn_server(&launch, addr, i, listen.len() > 1) {
             Ok((child, bound)) => servers.push((bound, child)),
             Err(e) => {
                 for (_, mut c) in servers {
@@ -215,7 +226,7 @@ fn supervise(
             if alive > 0 && now.duration_since(since) < SPARE_SETTLE {
                 continue;
             }
-            match spawn_server(&launch, *addr, i) {
+            match spawn_server(&launch, *addr, i, listen.len() > 1) {
                 Ok((c, _)) => {
                     *child = c;
                     dead_since[i] = None;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use daqflow_api::{RunState, SystemState, Transition, TransitionResult};
+use daqflow_api::{ComponentState, RunState, SystemState, Transition, TransitionResult};
 use daqflow_component::{
     Answer, Command, CommandReply, Component, ComponentError, ComponentStatus, Info, Kind, Outcome, Registry, Request,
     Role, State, Stats, TriggerCounts, Verb,
@@ -150,6 +150,7 @@ impl World {
             name: name.into(),
             kind: "k".into(),
             pid,
+            incarnation: Some(u64::from(pid) * 10),
             seq,
             state,
             run,
@@ -165,7 +166,8 @@ impl World {
                 self.pid += 1;
                 self.states.insert(name.clone(), (self.pid, 0, State::Initial, None));
                 let status = self.status(&name);
-                vec![Input::Spawned { name, pid: self.pid }, Input::Status(status)]
+                let incarnation = Some(u64::from(self.pid) * 10);
+                vec![Input::Spawned { name, pid: self.pid, incarnation }, Input::Status(status)]
             }
             Output::Send { to, request } => {
                 self.log.push((to.clone(), request.command.clone()));
@@ -501,6 +503,24 @@ fn a_component_that_never_answers_fails_the_transition_after_the_timeout() {
 }
 
 #[test]
+fn an_operator_that_did_not_run_gives_what_it_waits_for_a_full_timeout_with_it_running() {
+    let mut w = World::launched();
+    w.silent.push("ru-0".into());
+    let t = w.ask(Transition::Configure);
+    w.pass(Duration::from_secs(5));
+    // The operator is stopped for 30 s (its timeout is 20 s): on resuming, it says so first.
+    w.now = w.now.after(Duration::from_secs(30));
+    w.feed(Input::Stalled(Duration::from_secs(30)));
+    w.feed(Input::Tick);
+    assert!(!w.done.contains_key(&t), "configure failed at once after the operator's own stall");
+    w.pass(Duration::from_secs(14));
+    assert!(!w.done.contains_key(&t));
+    w.pass(Duration::from_secs(2));
+    let e = w.done.remove(&t).unwrap().unwrap_err().to_string();
+    assert!(e.starts_with("ru-0: configure: no answer within 20 s"), "{e}");
+}
+
+#[test]
 fn a_configure_that_times_out_is_undone_and_configure_or_reset_work_at_once() {
     let mut w = World::launched();
     w.silent.push("bu-0".into());
@@ -569,6 +589,28 @@ fn a_configure_refused_or_failed_is_undone_and_says_so() {
     assert!(e.starts_with("bu-0: configure: `${evm.nowhere}`: evm gave no `nowhere`"), "{e}");
     assert!(e.ends_with("(configure undone: rec, evm reset to Initial; configure again)"), "{e}");
     assert_eq!(w.seq.state(), SystemState::Initial);
+}
+
+#[test]
+fn a_late_reset_nobody_took_is_sent_again_and_its_component_counts_as_initial_until_it_answers() {
+    let mut w = World::launched();
+    w.silent.push("bu-0".into());
+    let t = w.ask(Transition::Configure);
+    w.pass(Duration::from_secs(21));
+    assert!(w.done.remove(&t).unwrap().is_err());
+    // bu-0 was off the control plane (declared lost while it did not run): nobody took the
+    // reset it was told to do once it is done, and the job that sent it is over.
+    let (&reset, _) =
+        w.inbox.iter().rev().find(|(_, (n, r))| n == "bu-0" && r.command == Command::Reset).expect("the late reset");
+    w.feed(Input::Undelivered { id: reset });
+    // It comes back having done the configure it did not answer in time: not Mixed.
+    let mut late = w.status("bu-0");
+    late.state = State::Configured;
+    w.feed(Input::Status(late));
+    assert_eq!(w.seq.state(), SystemState::Initial, "not Mixed while its reset is on the way");
+    let mark = w.log.len();
+    w.pass(Duration::from_millis(60));
+    assert_eq!(w.sent(mark, Verb::Reset), vec!["bu-0"], "the late reset is sent again");
 }
 
 #[test]
@@ -720,6 +762,43 @@ fn stale_and_foreign_messages_change_nothing() {
     assert_eq!(w.seq.state(), SystemState::Configured);
     // The statistics of a process that has not joined yet are the old life's.
     w.feed(Input::Stats { name: "nobody".into(), stats: Stats::counted(1, 1) });
+}
+
+#[test]
+fn a_forged_status_neither_of_another_incarnation_nor_numbered_far_ahead_wedges_the_system() {
+    let mut w = World::launched();
+    w.run(Transition::Configure).unwrap();
+    let shown = |w: &World| w.seq.view("evm").map(|v| v.shown());
+    // Another incarnation's status (a forger's, or an earlier life's) is not taken.
+    let mut forged = w.status("evm");
+    forged.incarnation = Some(7);
+    forged.seq = 1_000_000_000;
+    forged.state = State::Error;
+    w.feed(Input::Status(forged.clone()));
+    assert_eq!(shown(&w), Some(ComponentState::Configured));
+    forged.incarnation = None;
+    w.feed(Input::Status(forged.clone()));
+    assert_eq!(shown(&w), Some(ComponentState::Configured));
+    // The launched incarnation's, numbered far ahead: taken, but the next real status is
+    // taken after it, and every transition works.
+    forged.incarnation = w.status("evm").incarnation;
+    w.feed(Input::Status(forged.clone()));
+    assert_eq!(shown(&w), Some(ComponentState::Error));
+    let real = w.status("evm");
+    w.feed(Input::Status(real));
+    assert_eq!(shown(&w), Some(ComponentState::Configured));
+    w.run(Transition::Start { run: None }).unwrap();
+    assert_eq!(shown(&w), Some(ComponentState::Running));
+    w.run(Transition::Stop).unwrap();
+    w.run(Transition::Reset).unwrap();
+    w.run(Transition::Configure).unwrap();
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    // An older real status (within the window) is still older.
+    let mut old = w.status("evm");
+    old.seq -= 3;
+    old.state = State::Initial;
+    w.feed(Input::Status(old));
+    assert_eq!(shown(&w), Some(ComponentState::Configured));
 }
 
 #[test]

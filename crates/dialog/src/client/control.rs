@@ -15,13 +15,17 @@ use crate::protocol::{Message, PROTOCOL_VERSION, RefuseReason, ServiceLocation};
 pub(super) async fn run(inner: Arc<Inner>) {
     let mut shutdown = inner.shutdown.subscribe();
     let mut refusals = 0u32;
+    // The server that went silent, if the last one did: the next connection tries the
+    // addresses after it first (a stopped server accepts connections that then wait).
+    let mut silent: Option<SocketAddr> = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
         let options = inner.config.control_options();
+        let order = addresses_after(&inner.config.control, silent.take());
         let connected = tokio::select! {
-            c = AsyncConnection::connect_with_retry(&inner.config.control, &options, &inner.config.retry) => c,
+            c = AsyncConnection::connect_with_retry(&order, &options, &inner.config.retry) => c,
             _ = stopped(&mut shutdown) => return,
         };
         let conn = match connected {
@@ -69,7 +73,21 @@ pub(super) async fn run(inner: Arc<Inner>) {
                 refusals = 0;
                 tracing::warn!(%server, "lost the control server ({why}); reconnecting (peer connections stay up)");
             }
+            Ended::Silent(why) => {
+                refusals = 0;
+                silent = Some(server);
+                tracing::warn!(%server, "lost the control server ({why}); moving to the next one (peer connections stay up)");
+            }
         }
+    }
+}
+
+/// The control servers in the order to try them: from the one after `silent` (a server that
+/// stopped answering: tried last), else as given (the primary first).
+fn addresses_after(all: &[SocketAddr], silent: Option<SocketAddr>) -> Vec<SocketAddr> {
+    match silent.and_then(|s| all.iter().position(|a| *a == s)) {
+        Some(i) => all[i + 1..].iter().chain(&all[..=i]).copied().collect(),
+        None => all.to_vec(),
     }
 }
 
@@ -77,6 +95,8 @@ enum Ended {
     Shutdown,
     Refused(RefuseReason, String),
     Lost(String),
+    /// The server stopped answering (it may still accept connections).
+    Silent(String),
 }
 
 async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> Ended {
@@ -116,6 +136,9 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
         }
         other => {
             tx.abort();
+            if other.is_err() {
+                return Ended::Silent("no answer to the handshake".to_owned());
+            }
             let why = match other {
                 Err(_) => "no answer to the handshake".to_owned(),
                 Ok(Err(e)) => e.to_string(),
@@ -134,11 +157,23 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seq = 0u64;
     let mut last_heard = Instant::now();
+    let mut last_tick = Instant::now();
+    // With one control server only there is nowhere else to go: a silent one is waited for on
+    // its connection (a stopped server that resumes finds every process where it was), and
+    // meanwhile the process counts as not connected (its lease runs, commands wait).
+    let alone = inner.config.control.len() == 1;
+    let mut silent = false;
     let ended = loop {
         tokio::select! {
             r = rx.recv() => match r {
                 Ok(frame) => {
                     last_heard = Instant::now();
+                    if silent {
+                        silent = false;
+                        tracing::info!(%server, "the control server answers again");
+                        inner.set_problem(None);
+                        inner.connected.send_replace(true);
+                    }
                     match Message::from_frame(&frame) {
                         Ok(msg) => {
                             if let Some(why) = on_message(inner, msg).await {
@@ -151,8 +186,26 @@ async fn serve(inner: &Arc<Inner>, conn: AsyncConnection, shutdown: &mut tokio::
                 Err(e) => break Ended::Lost(e.to_string()),
             },
             _ = ticker.tick() => {
+                let now = Instant::now();
+                let gap = now.saturating_duration_since(last_tick);
+                last_tick = now;
+                if gap > heartbeat * 2 {
+                    // This process did not run (stopped, or an overloaded host): what it did
+                    // not hear meanwhile is its own silence, not the server's. The server gets
+                    // a new grace period.
+                    tracing::warn!(%server, "this process did not run for {:.1} s: the control server gets a new {lost_after:?} to be heard from", gap.as_secs_f64());
+                    last_heard = last_heard.max(now);
+                }
                 if last_heard.elapsed() > lost_after {
-                    break Ended::Lost(format!("no answer for {lost_after:?}"));
+                    if !alone {
+                        break Ended::Silent(format!("no answer for {lost_after:?}"));
+                    }
+                    if !silent {
+                        silent = true;
+                        tracing::warn!(%server, "no answer from the control server for {lost_after:?}; it is the only one: waiting for it on this connection");
+                        inner.set_problem(Some(format!("the control server {server} has not answered for {lost_after:?}")));
+                        inner.connected.send_replace(false);
+                    }
                 }
                 seq += 1;
                 let _ = tx.start_send(Message::Heartbeat { seq }.to_frame());
@@ -331,4 +384,19 @@ async fn resolve(host: &str, port: u16) -> Option<SocketAddr> {
 /// Resolves once shutdown was requested.
 async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_server_is_tried_last() {
+        let a: Vec<SocketAddr> =
+            ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"].iter().map(|s| s.parse().unwrap()).collect();
+        assert_eq!(addresses_after(&a, None), a);
+        assert_eq!(addresses_after(&a, Some(a[0])), [a[1], a[2], a[0]]);
+        assert_eq!(addresses_after(&a, Some(a[2])), a);
+        assert_eq!(addresses_after(&a, Some("127.0.0.1:9".parse().unwrap())), a);
+    }
 }

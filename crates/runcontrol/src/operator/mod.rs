@@ -927,6 +927,10 @@ fn check_alarms(inner: &Inner, snapshot: &Snapshot) {
     }
 }
 
+/// A gap this long between two rounds of the event loop (which goes round at least every
+/// 100 ms) means that the operator did not run.
+const OWN_STALL: Duration = Duration::from_secs(1);
+
 /// The operator's event loop: feeds the sequencer and does what it says, until shutdown.
 fn event_loop(
     inner: std::sync::Weak<Inner>,
@@ -945,12 +949,25 @@ fn event_loop(
     // The open run's live changes already in the run database (`run_changes`).
     let mut changes_recorded: (u32, usize) = (0, 0);
     let mut alarm_check: Option<Snapshot> = None;
+    // When the loop last went round (at least every 100 ms while it runs): a longer gap means
+    // the operator itself did not run, and its deadlines move by that much.
+    let mut last_round = Instant::now();
     loop {
         let wait =
             seq.next_deadline().map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
         let event = rx.recv_timeout(wait.clamp(Duration::from_millis(1), Duration::from_millis(100)));
         let Some(inner) = inner.upgrade() else { return };
         let mut inputs = VecDeque::new();
+        let round = Instant::now();
+        let gap = round.saturating_duration_since(last_round);
+        last_round = round;
+        if gap > OWN_STALL {
+            tracing::warn!(
+                "the operator did not go round its loop for {:.1} s (a stopped process, an overloaded host, or a slow call): what it waits for gets that much longer",
+                gap.as_secs_f64()
+            );
+            inputs.push_back(Input::Stalled(gap));
+        }
         match event {
             Ok(Event::Input(i)) => inputs.push_back(*i),
             Ok(Event::Call(call, reply)) => {
@@ -1011,7 +1028,7 @@ fn event_loop(
                         let far = inner.file.components.iter().find_map(|c| c.host.as_deref());
                         let reachable = control_as_seen_from(&control, spec.host.as_deref().or(far));
                         inputs.push_back(match sup.spawn(spec, &reachable) {
-                            Ok(pid) => Input::Spawned { name, pid },
+                            Ok(started) => Input::Spawned { name, pid: started.pid, incarnation: started.incarnation },
                             Err(error) => Input::SpawnFailed { name, error },
                         });
                     }

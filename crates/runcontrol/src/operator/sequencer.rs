@@ -178,6 +178,9 @@ pub enum Input {
         name: String,
         /// Its process id.
         pid: u32,
+        /// The incarnation it was launched as (`None`: it was given none, a program of the
+        /// user's own on another host): only statuses of this incarnation are taken.
+        incarnation: Option<u64>,
     },
     /// A component's process could not be started.
     SpawnFailed {
@@ -202,6 +205,10 @@ pub enum Input {
     Control(String),
     /// Time passed.
     Tick,
+    /// The operator itself did not run for this long (a stopped process, an overloaded host):
+    /// what it waits for gets that much longer, so that nothing is late until a full timeout
+    /// has passed with the operator running.
+    Stalled(Duration),
 }
 
 /// What to do.
@@ -291,7 +298,18 @@ pub struct View {
     stale_pid: Option<u32>,
     /// The newest status of this life taken.
     seq: u64,
+    /// The incarnation of this life: the one the operator launched last.
+    incarnation: Option<u64>,
+    /// The other incarnations whose statuses came and were ignored (each logged once; at most
+    /// [`FOREIGN_LOGGED`]).
+    foreign: Vec<Option<u64>>,
+    /// Whether a status's number jumping far ahead was logged (once per launch).
+    jump_logged: bool,
 }
+
+/// How many foreign incarnations of one component are logged (then no more, until its next
+/// launch).
+const FOREIGN_LOGGED: usize = 8;
 
 /// How many of a component's last counters a [`View`] keeps (a few seconds' worth: they are
 /// published about once a second).
@@ -413,6 +431,10 @@ impl Waiting {
 #[derive(Debug, Clone, PartialEq)]
 enum Owner {
     Job,
+    /// Nobody waits for it, but it must still reach the component, before anything sent to it
+    /// later (the reset of a component that did not answer a configure in time, which it takes
+    /// once it is done): it outlives the job that sent it.
+    Late,
     Restart(String),
     /// A live parameter.
     Live(LiveSet),
@@ -633,7 +655,8 @@ impl Sequencer {
 
     /// The system's state: the phase under way, else every component's when they agree
     /// (Error when one is in Error or dead, Mixed when they differ). Components being
-    /// restarted do not count.
+    /// restarted do not count; one told to reset once it is done with a configure it did not
+    /// answer in time counts as Initial until it answers that reset (what it becomes).
     pub fn state(&self) -> SystemState {
         if let Some(job) = &self.job {
             if let Some(t) = job.transition {
@@ -649,7 +672,11 @@ impl Sequencer {
             .components
             .iter()
             .filter(|c| !self.restarts.contains_key(&c.name) && !self.dropped.contains_key(&c.name))
-            .map(|c| self.views[&c.name].shown());
+            .map(|c| match self.views[&c.name].shown() {
+                ComponentState::Error | ComponentState::Dead => self.views[&c.name].shown(),
+                _ if self.resetting_late(&c.name) => ComponentState::Initial,
+                shown => shown,
+            });
         let Some(first) = states.next() else { return SystemState::Initial };
         let all: Vec<ComponentState> = std::iter::once(first).chain(states).collect();
         if all.iter().any(|s| matches!(s, ComponentState::Error | ComponentState::Dead)) {
@@ -659,6 +686,12 @@ impl Sequencer {
         } else {
             SystemState::Mixed
         }
+    }
+
+    /// Whether `name` was told to reset once it is done with a configure it did not answer in
+    /// time, and has not answered that reset yet.
+    fn resetting_late(&self, name: &str) -> bool {
+        self.pending.values().any(|p| p.name == name && p.owner == Owner::Late && p.verb == Verb::Reset)
     }
 
     /// Whether a run is open (started, not yet stopped and recorded).
@@ -789,7 +822,7 @@ impl Sequencer {
                     p.resend_at = Some(now.mono + self.config.resend_after);
                 }
             }
-            Input::Spawned { name, pid } => self.on_spawned(&name, pid, now),
+            Input::Spawned { name, pid, incarnation } => self.on_spawned(&name, pid, incarnation, now),
             Input::SpawnFailed { name, error } => self.on_spawn_failed(&name, error, now, &mut out),
             Input::Exited { name, status } => self.on_exited(&name, status, now, &mut out),
             Input::RunOpened(r) => self.on_run_opened(r, now, &mut out),
@@ -798,6 +831,7 @@ impl Sequencer {
                 self.system.insert("control".into(), json!(list));
             }
             Input::Tick => self.on_tick(now, &mut out),
+            Input::Stalled(gap) => self.forgive(gap),
         }
         if self.job.is_none() {
             self.after_job(now, &mut out);
@@ -1098,7 +1132,15 @@ impl Sequencer {
                 owner,
             },
         );
-        out.push(Output::Send { to: name.to_owned(), request });
+        if self.pending.values().any(|p| p.name == name && p.resend_at.is_some()) {
+            // An earlier request to it waits to be delivered again (it was off the control
+            // plane): this one goes after it, so that it takes them in order.
+            if let Some(p) = self.pending.get_mut(&id) {
+                p.resend_at = Some(now.mono);
+            }
+        } else {
+            out.push(Output::Send { to: name.to_owned(), request });
+        }
         id
     }
 
@@ -1128,6 +1170,11 @@ impl Sequencer {
                     }
                 }
             }
+            Owner::Late => {
+                if let Err(e) = result {
+                    tracing::warn!("{e}");
+                }
+            }
             Owner::Restart(name) => self.restart_step_done(&name, result, now, out),
             Owner::Live(set) => self.live_done(&p.name, set, result, now, out),
         }
@@ -1139,14 +1186,42 @@ impl Sequencer {
         self.finish_request(id, Err(e), now, out);
     }
 
-    /// Takes a status; whether the component joined the control plane with it.
+    /// Takes a status; whether the component joined the control plane with it. Only a status
+    /// of the incarnation launched last is taken (others are logged once each), and of those
+    /// one newer than the last taken ([`ComponentStatus::is_newer_than`]: a number far ahead
+    /// of the real ones, forged or corrupted, does not hide them).
     fn take_status(&mut self, s: &ComponentStatus) -> bool {
         let Some(v) = self.views.get_mut(&s.name) else { return false };
         if !v.alive || Some(s.pid) == v.stale_pid {
             return false;
         }
-        if v.pid == Some(s.pid) && v.state.is_some() && s.seq <= v.seq {
+        if s.incarnation != v.incarnation {
+            if !v.foreign.contains(&s.incarnation) && v.foreign.len() < FOREIGN_LOGGED {
+                v.foreign.push(s.incarnation);
+                let shown = |i: Option<u64>| i.map_or_else(|| "none".to_owned(), |i| i.to_string());
+                tracing::warn!(
+                    component = %s.name,
+                    "ignoring the statuses of {} that name incarnation {} (pid {}): the operator launched incarnation {}",
+                    s.name,
+                    shown(s.incarnation),
+                    s.pid,
+                    shown(v.incarnation)
+                );
+            }
+            return false;
+        }
+        if v.state.is_some() && !s.is_newer_than(v.seq) {
             return false; // older than what we have
+        }
+        if v.state.is_some() && s.seq > v.seq.saturating_add(daqflow_component::SEQ_WINDOW) && !v.jump_logged {
+            v.jump_logged = true;
+            tracing::warn!(
+                component = %s.name,
+                "a status of {} jumps from number {} to {}: taken, but it does not hide the next real ones (logged once)",
+                s.name,
+                v.seq,
+                s.seq
+            );
         }
         let was = v.joined();
         v.state = Some(s.state.into());
@@ -1209,13 +1284,16 @@ impl Sequencer {
         self.finish_request(id, result, now, out);
     }
 
-    fn on_spawned(&mut self, name: &str, pid: u32, now: Now) {
+    fn on_spawned(&mut self, name: &str, pid: u32, incarnation: Option<u64>, now: Now) {
         if let Some(v) = self.views.get_mut(name) {
             v.alive = true;
             v.exit = None;
             v.pid = Some(pid);
             v.state = None;
             v.seq = 0;
+            v.incarnation = incarnation;
+            v.foreign.clear();
+            v.jump_logged = false;
             v.since_ms = now.wall_ms;
         }
         if let Some(r) = self.restarts.get_mut(name)
@@ -1265,6 +1343,26 @@ impl Sequencer {
         self.end_job(job, Err(e), out);
     }
 
+    /// After a stall of the operator's own: every deadline it waits for moves by `gap`.
+    fn forgive(&mut self, gap: Duration) {
+        for p in self.pending.values_mut() {
+            p.deadline += gap;
+            if let Some(t) = p.resend_at.as_mut() {
+                *t += gap;
+            }
+        }
+        if let Some(job) = self.job.as_mut() {
+            for d in job.joining.values_mut() {
+                *d += gap;
+            }
+        }
+        for r in self.restarts.values_mut() {
+            if let RestartStep::Joining { deadline } = &mut r.step {
+                *deadline += gap;
+            }
+        }
+    }
+
     fn on_tick(&mut self, now: Now, out: &mut Vec<Output>) {
         let due: Vec<(u64, bool)> = self
             .pending
@@ -1272,9 +1370,21 @@ impl Sequencer {
             .filter(|(_, p)| p.deadline <= now.mono || p.resend_at.is_some_and(|t| t <= now.mono))
             .map(|(&id, p)| (id, p.deadline <= now.mono))
             .collect();
+        // Of the requests to one component that wait to be delivered again, only the oldest
+        // goes in one round: the next ones once it was delivered (a component that joins again
+        // registers its commands one by one, and must take them in the order they were sent).
+        let mut oldest_waiting: BTreeMap<&str, u64> = BTreeMap::new();
+        for (&id, p) in self.pending.iter().filter(|(_, p)| p.resend_at.is_some()) {
+            oldest_waiting.entry(p.name.as_str()).or_insert(id);
+        }
+        let oldest_waiting: BTreeMap<String, u64> =
+            oldest_waiting.into_iter().map(|(n, id)| (n.to_owned(), id)).collect();
         for (id, expired) in due {
             let Some(p) = self.pending.get(&id) else { continue };
             let alive = self.views.get(&p.name).is_some_and(|v| v.alive);
+            if !expired && p.resend_at.is_some() && alive && oldest_waiting.get(&p.name).is_some_and(|&o| o != id) {
+                continue;
+            }
             if p.resend_at.is_some() && (expired || !alive) {
                 self.fail_request(id, "not on the control plane".into(), now, out);
             } else if expired {
@@ -1583,7 +1693,7 @@ impl Sequencer {
                     if silent.as_deref() == Some(name.as_str()) {
                         // It takes the reset once it is done with the configure it did not
                         // answer in time: nobody waits for that.
-                        self.send(&name, Command::Reset, Owner::Job, timeout, now, out);
+                        self.send(&name, Command::Reset, Owner::Late, timeout, now, out);
                     } else {
                         self.send_for(&mut job.batch, &name, Command::Reset, timeout, now, out);
                     }

@@ -68,25 +68,45 @@ struct Running {
 pub(crate) struct Supervisor {
     launch: Launch,
     children: HashMap<String, Running>,
+    /// The incarnation the next process started gets: the operator's start time in
+    /// microseconds, counted up by one per start, so that no two starts of one operator, nor of
+    /// two operators one after the other, share one.
+    next_incarnation: u64,
+}
+
+/// A process the supervisor started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Started {
+    /// Its process id.
+    pub pid: u32,
+    /// The incarnation it was given (`None`: a program of the user's own on another host,
+    /// which gets nothing but `--name` and `--control`).
+    pub incarnation: Option<u64>,
 }
 
 impl Supervisor {
     pub(crate) fn new(launch: Launch) -> Supervisor {
-        Supervisor { launch, children: HashMap::new() }
+        let micros =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_micros() as u64);
+        Supervisor { launch, children: HashMap::new(), next_incarnation: micros }
     }
 
     /// Starts the process of `spec` (ending a process of it that still runs, whose end is then
-    /// not reported); its pid. The parent-death signal fires when the calling thread ends: the
-    /// operator calls this from its event loop, which lives as long as the operator.
-    pub(crate) fn spawn(&mut self, spec: &ComponentSpec, control: &str) -> Result<u32, String> {
+    /// not reported) as a new incarnation. The parent-death signal fires when the calling
+    /// thread ends: the operator calls this from its event loop, which lives as long as the
+    /// operator.
+    pub(crate) fn spawn(&mut self, spec: &ComponentSpec, control: &str) -> Result<Started, String> {
         if let Some(mut old) = self.children.remove(&spec.name) {
             let _ = old.child.kill();
             let _ = old.child.wait();
         }
-        let running = spawn_component(&self.launch, spec, control)?;
+        self.next_incarnation += 1;
+        let incarnation = self.next_incarnation;
+        let running = spawn_component(&self.launch, spec, control, incarnation)?;
         let pid = running.child.id();
         self.children.insert(spec.name.clone(), running);
-        Ok(pid)
+        let given = !(spec.command.is_some() && spec.host.is_some());
+        Ok(Started { pid, incarnation: given.then_some(incarnation) })
     }
 
     /// The processes that ended since the last call: name and how, with the first error line
@@ -134,16 +154,23 @@ impl Supervisor {
 
 /// The command line of one component's process: a program of the user's own (run through
 /// `remote_command` with a host), else `daqflow component KIND` (the same) with its lease, its
-/// operator and,
+/// operator, its incarnation and,
 /// locally, the token's file, on another host `--token-stdin`; then `--name NAME --control
 /// ADDR`. Whether the token goes to its standard input.
-fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<String>, bool) {
+fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str, incarnation: u64) -> (Vec<String>, bool) {
     let remote = |host: &str| -> Vec<String> {
         launch.remote.replace("{host}", host).split_whitespace().map(str::to_owned).collect()
     };
-    // Its lease, and its operator: the only process whose commands it takes.
-    let lease =
-        ["--lease".to_owned(), launch.lease_s.to_string(), "--operator".to_owned(), super::DIALOG_NAME.to_owned()];
+    // Its lease, its operator (the only process whose commands it takes), and the incarnation
+    // it is (the operator takes statuses only from it).
+    let lease = [
+        "--lease".to_owned(),
+        launch.lease_s.to_string(),
+        "--operator".to_owned(),
+        super::DIALOG_NAME.to_owned(),
+        "--incarnation".to_owned(),
+        incarnation.to_string(),
+    ];
     let (mut argv, token_stdin) = match (&spec.command, &spec.host) {
         (Some(cmd), None) => (cmd.clone(), false),
         (Some(cmd), Some(host)) => (remote(host).into_iter().chain(cmd.iter().cloned()).collect(), false),
@@ -171,10 +198,10 @@ fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str) -> (Vec<St
 
 /// Starts one component's process, its output appended to `logs/NAME.log`. It gets the system
 /// token's file in `DAQFLOW_TOKEN_FILE` (a user's own command reads it from there too, and its
-/// lease and operator from `DAQFLOW_LEASE_S` and `DAQFLOW_OPERATOR`), a
-/// local `daqflow component` also as `--token-file`, one on another host the token itself as
-/// the first line of its standard input, which stays open.
-fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Result<Running, String> {
+/// lease, operator and incarnation from `DAQFLOW_LEASE_S`, `DAQFLOW_OPERATOR` and
+/// `DAQFLOW_INCARNATION`), a local `daqflow component` also as `--token-file`, one on another
+/// host the token itself as the first line of its standard input, which stays open.
+fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str, incarnation: u64) -> Result<Running, String> {
     let log_path = launch.logs.join(format!("{}.log", spec.name));
     let log_from = crate::first_error::log_length(&log_path);
     let log = std::fs::OpenOptions::new()
@@ -183,7 +210,7 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
         .open(&log_path)
         .map_err(|e| format!("{}: {e}", log_path.display()))?;
     let err_log = log.try_clone().map_err(|e| e.to_string())?;
-    let (argv, token_stdin) = command_line(launch, spec, control);
+    let (argv, token_stdin) = command_line(launch, spec, control, incarnation);
     // A local `daqflow component` runs the operator's binary (`launch.binary`), named by its
     // path (`argv[0]`, what logs and `ps` show).
     let local_daqflow = spec.command.is_none() && spec.host.is_none();
@@ -198,7 +225,8 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str) -> Resu
         // For a program of the user's own, which gets only `--name` and `--control`: its lease
         // and its operator (the Python package's `daqflow.Component` reads them).
         .env("DAQFLOW_LEASE_S", launch.lease_s.to_string())
-        .env("DAQFLOW_OPERATOR", super::DIALOG_NAME);
+        .env("DAQFLOW_OPERATOR", super::DIALOG_NAME)
+        .env(daqflow_component::process::INCARNATION_ENV, incarnation.to_string());
     // Its own session (the terminal's Ctrl-C reaches the operator alone, which stops the run in
     // order), ending when the thread that started it (the operator's event loop, which lives as
     // long as the operator) ends, so that no component outlives a crashed operator.
@@ -255,21 +283,21 @@ mod tests {
     #[test]
     fn a_remote_component_takes_the_token_on_standard_input_and_never_on_its_command_line() {
         let control = "10.0.0.1:7000,10.0.0.1:7001";
-        let (argv, token_stdin) = command_line(&launch(), &spec(Some("10.0.0.2"), None), control);
+        let (argv, token_stdin) = command_line(&launch(), &spec(Some("10.0.0.2"), None), control, 42);
         assert!(token_stdin);
         assert_eq!(
             argv.join(" "),
             "ssh -i /k 10.0.0.2 /usr/bin/daqflow component sink --token-stdin --lease 7.5 \
-             --operator operator --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+             --operator operator --incarnation 42 --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
         );
-        let (argv, token_stdin) = command_line(&launch(), &spec(None, None), control);
+        let (argv, token_stdin) = command_line(&launch(), &spec(None, None), control, 42);
         assert!(!token_stdin);
         assert_eq!(
             argv.join(" "),
-            "/opt/daqflow --token-file /data/token component sink --lease 7.5 --operator operator --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+            "/opt/daqflow --token-file /data/token component sink --lease 7.5 --operator operator --incarnation 42 --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
         );
         // A program of the user's own gets neither: only its name and the control address.
-        let (argv, token_stdin) = command_line(&launch(), &spec(Some("h2"), Some(&["mine", "-v"])), control);
+        let (argv, token_stdin) = command_line(&launch(), &spec(Some("h2"), Some(&["mine", "-v"])), control, 42);
         assert!(!token_stdin);
         assert_eq!(
             argv.join(" "),
@@ -277,11 +305,11 @@ mod tests {
         );
         // The binary at `/proc/self/exe` (the running one) is shown by its path.
         let own = Launch { binary: "/proc/self/exe".into(), ..launch() };
-        let (argv, _) = command_line(&own, &spec(None, None), control);
+        let (argv, _) = command_line(&own, &spec(None, None), control, 42);
         assert_eq!(argv[0], std::env::current_exe().unwrap().display().to_string());
         assert!(!argv.join(" ").contains("/proc/self"), "{argv:?}");
         for (host, command) in [(Some("h2"), None), (None, None), (None, Some(&["mine"][..]))] {
-            let (argv, _) = command_line(&launch(), &spec(host, command), control);
+            let (argv, _) = command_line(&launch(), &spec(host, command), control, 42);
             assert!(!argv.iter().any(|a| a.contains("secret-token")), "{argv:?}");
         }
     }
