@@ -35,8 +35,14 @@ fn bench_chain_quick_runs_every_chain_as_processes_and_writes_the_files() {
     assert_eq!(seen, want, "{json}");
     assert_eq!(points.iter().filter(|p| p["case"] == "splice").count(), 1, "{json}");
     for p in points {
-        for m in ["mb_per_s", "raw_mb_per_s", "ratio_to_raw", "chunks_per_s"] {
+        for m in ["mb_per_s", "raw_mb_per_s", "chunks_per_s"] {
             assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+        // The ratio, or, against a reference that did not measure the path's limit (a loaded
+        // machine can cause one), the reason it was withheld.
+        match p["metrics"]["ratio_to_raw"].as_f64() {
+            Some(r) => assert!(r > 0.0, "ratio_to_raw in {p}"),
+            None => assert!(p["withheld"]["ratio_to_raw"]["why"].as_str().unwrap().contains("the reference"), "{p}"),
         }
     }
     let csv = std::fs::read_to_string(out.join("chain.csv")).unwrap();

@@ -294,7 +294,7 @@ pub fn run_hosts(config: BenchConfig, opts: ChainOptions, hosts: usize) -> anyho
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one TCP connection from host 1 to host 2, a `daqflow \
          bench-helper` process in each namespace, messages of the point's chunk size, written 1 MiB per call, \
-         read 1 MiB at a time, for {raw_seconds} s."
+         read 4 MiB at a time, for {raw_seconds} s after a 0.1 s warm-up."
     ));
     suite.note_failures(&failures);
     Ok((suite, failures))
@@ -393,7 +393,7 @@ fn notes(suite: &mut Suite, opts: &ChainOptions, warmup: f64, window: f64, raw_t
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one blocking TCP connection over 127.0.0.1 between \
          two threads of the bench process, messages of the point's chunk size, written 1 MiB per call, read \
-         1 MiB at a time, for {} s: loopback's best case for one hop and two threads. A chain of k repeaters moves \
+         4 MiB at a time, for {} s after a 0.1 s warm-up: loopback's best case for one hop and two threads. A chain of k repeaters moves \
          every byte over k + 1 hops with k + 2 processes on the same cores, so the ratio falls with k.",
         raw_time.as_secs_f64()
     ));

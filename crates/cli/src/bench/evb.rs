@@ -315,7 +315,7 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one blocking TCP connection over 127.0.0.1 between \
          two threads of the bench process, messages of the point's fragment size (the table's mean in realistic), \
-         written 1 MiB per call, read 1 MiB at a time, for {} s. It is loopback's best case for one hop; the builder moves \
+         written 1 MiB per call, read 4 MiB at a time, for {} s after a 0.1 s warm-up. It is loopback's best case for one hop; the builder moves \
          every byte twice over loopback (source → RU, RU → BU), checks CRCs and runs 1 + RUs + BUs + sources processes \
          on the same cores, so ratio_to_raw well below 1 is expected here.",
         raw_time.as_secs_f64()

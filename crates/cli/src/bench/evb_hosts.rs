@@ -244,7 +244,7 @@ fn notes(suite: &mut Suite, opts: &EvbHostsOptions, layout: &Layout, window: f64
     suite.note(format!(
         "raw reference (raw_mb_per_s), measured before each run: one TCP connection from {} (RU) to {} (BU), a \
          `daqflow bench-helper` process in each namespace, messages of the point's fragment size, written 1 MiB per call, read \
-         1 MiB at a time, for {raw_seconds} s.",
+         4 MiB at a time, for {raw_seconds} s after a 0.1 s warm-up.",
         Layout::range(&layout.ru_hosts[..1]),
         Layout::range(&layout.bu_hosts[..1])
     ));

@@ -52,7 +52,8 @@ pub(super) fn raw(from: &Host, to: &Host, size: usize, seconds: f64) -> anyhow::
         bail!("raw receiver in {}: said `{line}`", to.addr());
     };
     let mut sender = from.command(&exe);
-    let (size_text, seconds_text) = (size.to_string(), seconds.to_string());
+    // The sender runs the receiver's warm-up longer than the window.
+    let (size_text, seconds_text) = (size.to_string(), (seconds + super::raw::WARMUP.as_secs_f64()).to_string());
     sender.args(helper_args(&["raw-sender", "--connect", addr, "--size", &size_text, "--seconds", &seconds_text]));
     let mut sender = Helper::spawn_command(sender)?;
     let wait = Duration::from_secs_f64(seconds + 60.0);

@@ -13,6 +13,11 @@ use super::harness::Metrics;
 /// dips on some kernels, and the reference would be low at that one size.
 pub const BYTES_PER_WRITE: usize = 1 << 20;
 
+/// Bytes a raw receiver asks for per `read`: as much as the largest receive buffers of the
+/// software it is compared with (the sink's 4 MiB), so that it is not the one that makes more
+/// system calls.
+pub const READ_BYTES: usize = 4 << 20;
+
 /// The messages of `size` bytes a raw sender writes per call: as many as make
 /// [`BYTES_PER_WRITE`], at least one.
 pub fn messages_per_write(size: usize) -> usize {
@@ -33,23 +38,31 @@ pub fn send_until(mut s: TcpStream, size: usize, mut done: impl FnMut() -> bool)
 
 /// What [`receive_all`] read.
 pub struct Received {
-    /// Bytes read.
+    /// Bytes read after the warm-up.
     pub bytes: u64,
-    /// Seconds from the first byte to the last.
+    /// Seconds from the end of the warm-up to the last byte.
     pub seconds: f64,
 }
 
-/// Reads every socket from one thread, 1 MiB at a time, until all are closed; `tick` runs after
-/// each pass (a suite stops its senders from there).
+/// How long a raw reference runs before it counts: TCP's windows and the sockets' buffers grow
+/// over the first tens of milliseconds of a connection, which the software it is compared with
+/// has behind it (its own warm-up). A sender runs this much longer than its window.
+pub const WARMUP: Duration = Duration::from_millis(100);
+
+/// Reads every socket from one thread, [`READ_BYTES`] at a time, until all are closed; `tick`
+/// runs after each pass (a suite stops its senders from there). Counts what arrives from
+/// [`WARMUP`] after the first byte on (everything, if the stream ends before: the
+/// [`Reference::flaw`] then sees a window not filled).
 pub fn receive_all(mut socks: Vec<TcpStream>, mut tick: impl FnMut()) -> std::io::Result<Received> {
     let many = socks.len() > 1;
     for s in &socks {
         s.set_nonblocking(many)?;
     }
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; READ_BYTES];
     let mut open = vec![true; socks.len()];
     let mut bytes = 0u64;
     let mut first: Option<Instant> = None;
+    let mut counting: Option<(Instant, u64)> = None;
     let mut last = Instant::now();
     while open.iter().any(|&o| o) {
         let mut got = false;
@@ -60,10 +73,13 @@ pub fn receive_all(mut socks: Vec<TcpStream>, mut tick: impl FnMut()) -> std::io
             match s.read(&mut buf) {
                 Ok(0) => open[i] = false,
                 Ok(n) => {
-                    bytes += n as u64;
                     got = true;
                     last = Instant::now();
-                    first.get_or_insert(last);
+                    let since = *first.get_or_insert(last);
+                    if counting.is_none() && last.duration_since(since) >= WARMUP {
+                        counting = Some((last, bytes));
+                    }
+                    bytes += n as u64;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -76,8 +92,8 @@ pub fn receive_all(mut socks: Vec<TcpStream>, mut tick: impl FnMut()) -> std::io
         }
         tick();
     }
-    let seconds = first.map_or(1e-9, |f| (last - f).as_secs_f64().max(1e-9));
-    Ok(Received { bytes, seconds })
+    let (from, before) = counting.or(first.map(|f| (f, 0))).unwrap_or((last, 0));
+    Ok(Received { bytes: bytes - before, seconds: (last - from).as_secs_f64().max(1e-9) })
 }
 
 /// A reference's measurement: what it moved, from its first byte to its last, and the window
@@ -171,7 +187,7 @@ pub fn with_ratio(metrics: Metrics, name: &'static str, point_mb_per_s: f64, ref
 
 /// The raw one-hop reference of the evb and chain suites: one blocking TCP connection over 127.0.0.1 between two threads of this
 /// process, the sender writing `chunk`-byte messages ([`send_until`]), the receiver reading
-/// 1 MiB at a time, for `duration`.
+/// [`READ_BYTES`] at a time, for `duration` after the [`WARMUP`].
 pub(super) fn one_hop(chunk: usize, duration: std::time::Duration) -> anyhow::Result<Reference> {
     use anyhow::Context;
     use std::net::{TcpListener, TcpStream};
@@ -188,7 +204,7 @@ pub(super) fn one_hop(chunk: usize, duration: std::time::Duration) -> anyhow::Re
     let (sock, _) = listener.accept().context("raw reference: accept")?;
     let start = Instant::now();
     let got = receive_all(vec![sock], || {
-        if start.elapsed() >= duration {
+        if start.elapsed() >= duration + WARMUP {
             stop.store(true, Ordering::Relaxed);
         }
     });
