@@ -205,7 +205,10 @@ fn a_provider_holds_no_more_than_its_budget_of_a_strangers_large_values() {
         b.to_vec()
     }
     let hello = flood(peer, 20, Start::Hello("dialog-peer", peer_hello), 22, 15 << 20, 15 << 20);
-    assert_bounded("provider", pid, before, 32.0 + 16.0);
+    // The budget (32 MiB) plus what 40 connections and the runtime's threads cost besides it
+    // (buffers, the allocator's per-thread arenas; up to about 17 MiB seen), far below the
+    // 300 MiB the strangers sent.
+    assert_bounded("provider", pid, before, 32.0 + 32.0);
     drop((raw, hello));
     provider.send("v2");
 }
