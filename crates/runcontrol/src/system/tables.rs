@@ -119,7 +119,12 @@ fn scan_value(line: &str, in_string: &mut Option<&'static str>, depth: &mut usiz
     let bytes = line.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        let rest = &line[i..];
+        // Inside a character of several bytes (after an escape or a plain step): none of the
+        // characters looked for is one, so step on to the next whole character.
+        let Some(rest) = line.get(i..) else {
+            i += 1;
+            continue;
+        };
         if let Some(close) = *in_string {
             match rest.find(close) {
                 Some(at) => {
@@ -202,6 +207,20 @@ mod tests {
             p[0].starts_with("line 1: unknown table `[[detector]]`; a system file has [system], [[component]]"),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn characters_of_several_bytes_anywhere_in_a_line_are_stepped_over() {
+        // Found by the fuzzer: a plain step, or an escape, into the middle of `─` panicked.
+        for line in [
+            "source = \"${gen.address}\" 2 RUs ─▶ 2 BUs ─▶ ET ─┬─▶ recorder (files)",
+            "a = \"\\é\" ─ [x]",
+            "b = 'ü' # ─",
+            "c = [ \"─\", 'é' ]",
+        ] {
+            let text = format!("[system]\n{line}\n[[compnent]]\n");
+            assert_eq!(check(&text).len(), 1, "{line}");
+        }
     }
 
     #[test]
