@@ -93,10 +93,12 @@ fn main() {
         Dialog::Disconnect,
     ];
     let peer = [
-        Dialog::PeerHello { version: 1, name: "bu-1".into(), host: "127.0.0.1".into(), port: 7002 },
-        Dialog::SubscribeService { sub: 5, name: "ru-1/state".into() },
+        Dialog::PeerHello { version: 3, name: "bu-1".into(), host: "127.0.0.1".into(), port: 7002 },
+        Dialog::SubscribeService { sub: 5, key: [7; 16], name: "ru-1/state".into() },
+        Dialog::SubscriptionProof { sub: 5, key: [7; 16] },
         Dialog::ServiceMessage { sub: 5, initial: true, seq: 1, data: Bytes::from_static(b"Running") },
-        Dialog::ServiceUnknown { sub: 6, name: "ru-9/state".into() },
+        Dialog::ServiceUnknown { sub: 6, key: [8; 16], name: "ru-9/state".into() },
+        Dialog::UnsubscribeService { sub: 5, key: [7; 16] },
         Dialog::PeerBye,
     ];
     write("dialog", "control", &wire(&control.iter().map(Dialog::to_frame).collect::<Vec<_>>()));

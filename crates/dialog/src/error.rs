@@ -54,6 +54,9 @@ pub enum DialogError {
     /// The client was shut down.
     #[error("the dialog client is shut down")]
     Shutdown,
+    /// The system's random number source failed (a subscription's key could not be drawn).
+    #[error("the system's random number source failed: {0}")]
+    Random(String),
     /// The configuration is unusable.
     #[error("configuration: {0}")]
     Config(String),

@@ -11,8 +11,17 @@ use daqflow_wire::frame::Frame;
 
 /// Version of the protocol spoken by this build, sent in every handshake. Version 2: the
 /// shared secret is proven by the transport's handshake before any DIALOG message (`docs/security.md`),
-/// no longer sent in `CONNECT_TO_CONTROL_SERVER` and `PEER_HELLO`.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// no longer sent in `CONNECT_TO_CONTROL_SERVER` and `PEER_HELLO`. Version 3: a subscription
+/// carries a random key that its provider proves it received (`SUBSCRIPTION_PROOF`) before the
+/// subscriber takes any value of it: values are taken only from the process the control server
+/// named, whatever a `PEER_HELLO` claims.
+pub const PROTOCOL_VERSION: u16 = 3;
+
+/// A subscription's key: 16 random bytes chosen by the subscriber, sent only to the provider
+/// the control server named (in `SUBSCRIBE_SERVICE`, on a connection the subscriber opened to
+/// that provider's address), and proven by the provider in `SUBSCRIPTION_PROOF` on each
+/// connection it sends the subscription's values on.
+pub type SubscriptionKey = [u8; 16];
 
 /// The protocol name of connections to the control server, in the transport's handshake.
 pub const CONTROL_PROTOCOL: &str = "dialog-control";
@@ -78,6 +87,10 @@ pub mod kind {
     pub const DISCONNECT: u16 = 27;
     /// Last message on a connection between two processes closed on purpose (idle, exit).
     pub const PEER_BYE: u16 = 28;
+    /// Provider → subscriber: the subscription's key, proving that this connection comes from
+    /// the process the subscriber sent `SUBSCRIBE_SERVICE` to; before the subscription's first
+    /// value on every connection.
+    pub const SUBSCRIPTION_PROOF: u16 = 29;
 }
 
 /// Flag of a `SERVICE_MESSAGE`: the value is the current one, sent on subscribing.
@@ -186,12 +199,13 @@ pub enum Message {
     LostReceiver { process: String, reason: LostReason },
     ConnectionLost { message: String },
     ServiceMessage { sub: u32, initial: bool, seq: u64, data: Bytes },
-    SubscribeService { sub: u32, name: String },
-    UnsubscribeService { sub: u32 },
+    SubscribeService { sub: u32, key: SubscriptionKey, name: String },
+    UnsubscribeService { sub: u32, key: SubscriptionKey },
     PeerHello { version: u16, name: String, host: String, port: u16 },
-    ServiceUnknown { sub: u32, name: String },
+    ServiceUnknown { sub: u32, key: SubscriptionKey, name: String },
     Disconnect,
     PeerBye,
+    SubscriptionProof { sub: u32, key: SubscriptionKey },
 }
 
 /// A payload that does not decode.
@@ -237,6 +251,7 @@ fn what(kind: u16) -> &'static str {
         SERVICE_UNKNOWN => "SERVICE_UNKNOWN",
         DISCONNECT => "DISCONNECT",
         PEER_BYE => "PEER_BYE",
+        SUBSCRIPTION_PROOF => "SUBSCRIPTION_PROOF",
         _ => "DIALOG message",
     }
 }
@@ -274,6 +289,7 @@ impl Message {
             Message::ServiceUnknown { .. } => SERVICE_UNKNOWN,
             Message::Disconnect => DISCONNECT,
             Message::PeerBye => PEER_BYE,
+            Message::SubscriptionProof { .. } => SUBSCRIPTION_PROOF,
         }
     }
 
@@ -317,11 +333,18 @@ impl Message {
             Message::UnregisterService { name }
             | Message::RegisterCommand { name }
             | Message::UnregisterCommand { name } => w.text(name),
-            Message::RequestService { sub, name }
-            | Message::SubscribeService { sub, name }
-            | Message::ServiceUnknown { sub, name } => {
+            Message::RequestService { sub, name } => {
                 channel = *sub;
                 w.text(name);
+            }
+            Message::SubscribeService { sub, key, name } | Message::ServiceUnknown { sub, key, name } => {
+                channel = *sub;
+                w.bytes(key);
+                w.text(name);
+            }
+            Message::UnsubscribeService { sub, key } | Message::SubscriptionProof { sub, key } => {
+                channel = *sub;
+                w.bytes(key);
             }
             Message::InfoService { sub, name, location } => {
                 channel = *sub;
@@ -338,7 +361,7 @@ impl Message {
                     }
                 }
             }
-            Message::CancelRequest { sub } | Message::UnsubscribeService { sub } => channel = *sub,
+            Message::CancelRequest { sub } => channel = *sub,
             Message::SendCommand { request, name, data } => {
                 w.u32(*request);
                 w.text(name);
@@ -448,17 +471,18 @@ impl Message {
                     data: frame.payload.slice(8..),
                 });
             }
-            SUBSCRIBE_SERVICE => Message::SubscribeService { sub: ch, name: r.text("name")? },
-            UNSUBSCRIBE_SERVICE => Message::UnsubscribeService { sub: ch },
+            SUBSCRIBE_SERVICE => Message::SubscribeService { sub: ch, key: r.array("key")?, name: r.text("name")? },
+            UNSUBSCRIBE_SERVICE => Message::UnsubscribeService { sub: ch, key: r.array("key")? },
             PEER_HELLO => Message::PeerHello {
                 version: r.u16("version")?,
                 name: r.text("name")?,
                 host: r.text("host")?,
                 port: r.u16("port")?,
             },
-            SERVICE_UNKNOWN => Message::ServiceUnknown { sub: ch, name: r.text("name")? },
+            SERVICE_UNKNOWN => Message::ServiceUnknown { sub: ch, key: r.array("key")?, name: r.text("name")? },
             DISCONNECT => Message::Disconnect,
             PEER_BYE => Message::PeerBye,
+            SUBSCRIPTION_PROOF => Message::SubscriptionProof { sub: ch, key: r.array("key")? },
             other => return Err(ProtocolError::UnknownKind(other)),
         };
         r.finish()?;
@@ -598,17 +622,26 @@ mod tests {
             name().prop_map(|message| Message::ConnectionLost { message }),
             (any::<u32>(), any::<bool>(), any::<u64>(), data)
                 .prop_map(|(sub, initial, seq, data)| Message::ServiceMessage { sub, initial, seq, data }),
-            (any::<u32>(), name()).prop_map(|(sub, name)| Message::SubscribeService { sub, name }),
-            any::<u32>().prop_map(|sub| Message::UnsubscribeService { sub }),
+            (any::<u32>(), any::<SubscriptionKey>(), name()).prop_map(|(sub, key, name)| Message::SubscribeService {
+                sub,
+                key,
+                name
+            }),
+            (any::<u32>(), any::<SubscriptionKey>()).prop_map(|(sub, key)| Message::UnsubscribeService { sub, key }),
             (any::<u16>(), name(), name(), any::<u16>()).prop_map(|(version, name, host, port)| Message::PeerHello {
                 version,
                 name,
                 host,
                 port
             }),
-            (any::<u32>(), name()).prop_map(|(sub, name)| Message::ServiceUnknown { sub, name }),
+            (any::<u32>(), any::<SubscriptionKey>(), name()).prop_map(|(sub, key, name)| Message::ServiceUnknown {
+                sub,
+                key,
+                name
+            }),
             Just(Message::Disconnect),
             Just(Message::PeerBye),
+            (any::<u32>(), any::<SubscriptionKey>()).prop_map(|(sub, key)| Message::SubscriptionProof { sub, key }),
         ]
     }
 
@@ -641,11 +674,11 @@ mod tests {
     #[test]
     fn every_kind_is_in_the_dialog_range_of_the_registry() {
         use kind::*;
-        for k in [CONNECT_TO_CONTROL_SERVER, SERVICE_MESSAGE, PEER_HELLO, PEER_BYE] {
+        for k in [CONNECT_TO_CONTROL_SERVER, SERVICE_MESSAGE, PEER_HELLO, PEER_BYE, SUBSCRIPTION_PROOF] {
             assert!(daqflow_wire::kinds::DIALOG.contains(k), "{k}");
         }
-        // The messages are numbered 1 … 28 without gaps.
-        for k in 1..=PEER_BYE {
+        // The messages are numbered 1 … 29 without gaps.
+        for k in 1..=SUBSCRIPTION_PROOF {
             assert_ne!(what(k), "DIALOG message", "kind {k} has no name");
         }
     }

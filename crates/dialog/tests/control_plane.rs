@@ -300,15 +300,25 @@ fn a_process_of_another_protocol_version_is_refused_with_reason_version_not_as_m
     v1.text("127.0.0.1");
     v1.u16(4000);
     v1.u64(0);
-    let v3 = Message::ConnectToControlServer {
-        version: 3,
-        name: "newcomer".into(),
-        pid: 43,
-        host: "127.0.0.1".into(),
-        port: 4001,
-        start_time_ns: 0,
+    // Then version 2 (this layout, without subscription keys) and a later version.
+    let later = daqflow_dialog::protocol::PROTOCOL_VERSION + 1;
+    let same_layout = |version: u16| {
+        Message::ConnectToControlServer {
+            version,
+            name: "newcomer".into(),
+            pid: 43,
+            host: "127.0.0.1".into(),
+            port: 4001,
+            start_time_ns: 0,
+        }
+        .to_frame()
     };
-    for (version, frame) in [(1, Frame::new(kind::CONNECT_TO_CONTROL_SERVER, v1.finish())), (3, v3.to_frame())] {
+    let tries = [
+        (1, Frame::new(kind::CONNECT_TO_CONTROL_SERVER, v1.finish())),
+        (2, same_layout(2)),
+        (later, same_layout(later)),
+    ];
+    for (version, frame) in tries {
         let mut raw = Connection::connect(server.addr, &opts).unwrap();
         raw.send(frame).unwrap();
         raw.flush().unwrap();
@@ -564,6 +574,68 @@ fn a_stranger_cannot_subscribe_to_a_provider_nor_inject_values_into_a_subscriber
     assert_eq!(svc.subscriber_count(), 1);
 }
 
+/// A process that names itself after a provider in its `PEER_HELLO` (a stranger on a control
+/// plane without a token, or a token holder) cannot make a subscriber take a value, lose its
+/// provider, or ask the control server again: values are taken only over a connection that
+/// proved the subscription's key, which only the named provider received.
+#[test]
+fn a_peer_naming_itself_after_the_provider_cannot_make_a_subscriber_take_a_value() {
+    for token in [None, Some(daqflow_transport::auth::Token::generate())] {
+        let server = TestServer::start(ServerConfig { token: token.clone(), ..TestServer::fast() });
+        let join_as = |name: &str| {
+            let mut c = config(name, &[server.addr]);
+            c.token = token.clone();
+            let d = Dialog::start(c).unwrap();
+            assert!(d.wait_connected(Duration::from_secs(10)));
+            d
+        };
+        let provider = join_as("ru-1");
+        let svc = provider.provide("ru-1/state").unwrap();
+        svc.update(br#"{"state":"Running"}"#).unwrap();
+        let operator = join_as("operator");
+        let (events, handler) = collector();
+        let _sub = operator.subscribe("ru-1/state", handler).unwrap();
+        wait_until("subscribed", || svc.subscriber_count() == 1 && updates(&events).len() == 1);
+        // The forger: the provider's name and its real address, a guessed key, values numbered
+        // far ahead on every subscription id, a "service unknown", and an end without goodbye.
+        let real = provider.client().listen_addr();
+        let opts = ConnectionOptions { token: token.clone(), ..ConnectionOptions::for_protocol(PEER_PROTOCOL) };
+        let mut raw = Connection::connect(operator.client().listen_addr(), &opts).unwrap();
+        let hello = Message::PeerHello {
+            version: daqflow_dialog::protocol::PROTOCOL_VERSION,
+            name: "ru-1".into(),
+            host: real.ip().to_string(),
+            port: real.port(),
+        };
+        raw.send(hello.to_frame()).unwrap();
+        for sub in 1..=20 {
+            raw.send(Message::SubscriptionProof { sub, key: [0; 16] }.to_frame()).unwrap();
+            let forged = br#"{"state":"Error"}"#.to_vec().into();
+            raw.send(Message::ServiceMessage { sub, initial: false, seq: 1_000_000_000, data: forged }.to_frame())
+                .unwrap();
+            raw.send(Message::ServiceUnknown { sub, key: [0; 16], name: "ru-1/state".into() }.to_frame()).unwrap();
+        }
+        raw.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(raw);
+        std::thread::sleep(Duration::from_millis(300));
+        // The real provider's values go on arriving, and nothing else happened.
+        svc.update(br#"{"state":"Paused"}"#).unwrap();
+        wait_until("the real update", || updates(&events).last().is_some_and(|u| u.0 == br#"{"state":"Paused"}"#));
+        std::thread::sleep(Duration::from_millis(200));
+        // Only real values, in order (a wrong proof makes the subscriber subscribe again, so
+        // the provider may send its current value once more, flagged initial, same counter).
+        let got = updates(&events);
+        for (data, seq, initial) in &got[..got.len() - 1] {
+            assert_eq!((&data[..], *seq, *initial), (&br#"{"state":"Running"}"#[..], 1, true), "token {token:?}");
+        }
+        assert_eq!(got.last().unwrap(), &(br#"{"state":"Paused"}"#.to_vec(), 2, false), "token {token:?}");
+        let lost = events.lock().unwrap().iter().filter(|e| matches!(e, ServiceEvent::Lost { .. })).count();
+        assert_eq!(lost, 0, "a forger's closed connection is not the provider's death");
+        assert_eq!(svc.subscriber_count(), 1);
+    }
+}
+
 #[test]
 fn without_a_token_a_peer_must_still_say_hello_before_anything_and_may_send_only_small_frames() {
     let server = TestServer::start(TestServer::fast());
@@ -571,7 +643,7 @@ fn without_a_token_a_peer_must_still_say_hello_before_anything_and_may_send_only
     let svc = provider.provide("guarded").unwrap();
     let opts = ConnectionOptions { token: None, ..ConnectionOptions::for_protocol(PEER_PROTOCOL) };
     let mut raw = Connection::connect(provider.client().listen_addr(), &opts).unwrap();
-    raw.send(Message::SubscribeService { sub: 1, name: "guarded".into() }.to_frame()).unwrap();
+    raw.send(Message::SubscribeService { sub: 1, key: [0; 16], name: "guarded".into() }.to_frame()).unwrap();
     raw.flush().unwrap();
     let reply = raw.recv_timeout(Duration::from_secs(10)).unwrap().expect("an answer");
     assert_eq!(reply.kind, kind::NOT_CONNECTED);

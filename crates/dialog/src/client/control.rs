@@ -347,7 +347,9 @@ async fn on_info(inner: &Arc<Inner>, sub: u32, name: String, location: ServiceLo
             }
             entry.set_provider(Provider::Process { name: provider.clone(), addr });
             let link = peers::link(inner, &provider, addr);
-            if matches!(link.enqueue(Message::SubscribeService { sub, name }.to_frame()), super::Enqueued::Failed) {
+            let key = entry.key;
+            if matches!(link.enqueue(Message::SubscribeService { sub, key, name }.to_frame()), super::Enqueued::Failed)
+            {
                 peers::on_link_failed(inner, &link);
             }
         }

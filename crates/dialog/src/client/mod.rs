@@ -110,6 +110,9 @@ enum Provider {
 pub(crate) struct SubEntry {
     id: u32,
     name: String,
+    /// The subscription's key: sent only to the provider the control server named, and
+    /// proven by it on each connection before any of its values is taken.
+    key: crate::protocol::SubscriptionKey,
     handler: Mutex<ServiceHandler>,
     provider: Mutex<Provider>,
     /// Bumped whenever `provider` changes, so that readers can cache their check.
@@ -203,6 +206,8 @@ enum Status {
 struct Subscriber {
     process: String,
     sub: u32,
+    /// The key its `SUBSCRIBE_SERVICE` carried (proven on the link, needed to unsubscribe).
+    key: crate::protocol::SubscriptionKey,
     link: Arc<PeerLink>,
 }
 
@@ -541,6 +546,8 @@ impl Client {
         if !valid_name(name) {
             return Err(DialogError::InvalidName(name.into()));
         }
+        let mut key = [0u8; 16];
+        getrandom::fill(&mut key).map_err(|e| DialogError::Random(e.to_string()))?;
         let mut st = self.inner.state();
         let id = st.next_sub;
         st.next_sub = st.next_sub.wrapping_add(1).max(1);
@@ -549,6 +556,7 @@ impl Client {
             Arc::new(SubEntry {
                 id,
                 name: name.to_owned(),
+                key,
                 handler: Mutex::new(Box::new(handler)),
                 provider: Mutex::new(Provider::Waiting),
                 generation: AtomicU64::new(0),
@@ -841,7 +849,7 @@ impl Drop for Subscription {
             && let Provider::Process { name, addr } = entry.provider().clone()
         {
             let link = peers::link(&inner, &name, addr);
-            let _ = link.enqueue(Message::UnsubscribeService { sub: self.id }.to_frame());
+            let _ = link.enqueue(Message::UnsubscribeService { sub: self.id, key: entry.key }.to_frame());
         }
     }
 }

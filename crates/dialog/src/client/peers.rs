@@ -19,7 +19,7 @@ use daqflow_wire::frame::{FRAME_HEADER_LEN, Frame, FrameLimits};
 use tokio::sync::Notify;
 
 use super::{Inner, LostCause, Provider, ServiceEvent, Status, SubEntry, Subscriber};
-use crate::protocol::{Message, PROTOCOL_VERSION};
+use crate::protocol::{Message, PROTOCOL_VERSION, SubscriptionKey};
 
 /// A peer: its name and listening address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -84,6 +84,9 @@ struct LinkInner {
     state: LinkState,
     /// Reaper passes since the link was last used.
     idle_passes: u32,
+    /// The peer's subscriptions to our services and their keys: proven (`SUBSCRIPTION_PROOF`)
+    /// first on every connection the link opens, before any value.
+    grants: HashMap<u32, SubscriptionKey>,
 }
 
 /// The outgoing connection to one peer.
@@ -189,6 +192,18 @@ impl PeerLink {
         }
     }
 
+    /// Records the peer's subscription `sub` with its `key` and queues its proof: on this
+    /// connection now, and first on every later one.
+    pub(crate) fn grant(self: &Arc<Self>, sub: u32, key: SubscriptionKey) -> Enqueued {
+        self.lock().grants.insert(sub, key);
+        self.enqueue(Message::SubscriptionProof { sub, key }.to_frame())
+    }
+
+    /// Forgets the peer's subscription `sub` (no more proofs of it).
+    pub(crate) fn revoke(&self, sub: u32) {
+        self.lock().grants.remove(&sub);
+    }
+
     pub(crate) fn is_failed(&self) -> bool {
         matches!(self.lock().state, LinkState::Failed)
     }
@@ -218,7 +233,7 @@ pub(crate) fn link(inner: &Arc<Inner>, name: &str, addr: SocketAddr) -> Arc<Peer
     }
     let l = Arc::new(PeerLink {
         key: key.clone(),
-        inner: Mutex::new(LinkInner { state: LinkState::Down, idle_passes: 0 }),
+        inner: Mutex::new(LinkInner { state: LinkState::Down, idle_passes: 0, grants: HashMap::new() }),
         changed: Notify::new(),
         client: Arc::downgrade(inner),
     });
@@ -247,6 +262,12 @@ async fn connect(link: Arc<PeerLink>) {
             );
             {
                 let mut l = link.lock();
+                if matches!(l.state, LinkState::Connecting { .. }) {
+                    // The proofs of the peer's subscriptions come before any value.
+                    for (&sub, &key) in &l.grants {
+                        let _ = tx.start_send(Message::SubscriptionProof { sub, key }.to_frame());
+                    }
+                }
                 if let LinkState::Connecting { pending, .. } = &mut l.state {
                     for f in pending.drain(..) {
                         let _ = f.send(&tx);
@@ -336,7 +357,12 @@ pub(crate) fn forget_peer(inner: &Arc<Inner>, name: &str) {
 pub(crate) fn drop_subscriber(inner: &Arc<Inner>, name: &str) {
     let slots: Vec<_> = inner.state().services.values().cloned().collect();
     for slot in slots {
-        slot.lock().subscribers.retain(|s| s.process != name);
+        slot.lock().subscribers.retain(|s| {
+            if s.process == name {
+                s.link.revoke(s.sub);
+            }
+            s.process != name
+        });
     }
 }
 
@@ -440,10 +466,22 @@ fn peer_limits(inner: &Inner) -> FrameLimits {
 /// Serves one incoming connection: the peer's subscriptions to our services, and the updates
 /// of services we subscribe to. The transport's handshake has proven the system token (if one
 /// is set); until `PEER_HELLO` the connection takes only small frames.
+///
+/// A `PEER_HELLO` only claims a name. A value is taken for a subscription only once this
+/// connection has proven the subscription's key (`SUBSCRIPTION_PROOF`), which went only to the
+/// provider the control server named, on the connection we opened to its address: a process
+/// naming itself after another cannot make us take a value, nor make us drop or re-ask a
+/// subscription.
 async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
     let from = conn.peer_addr();
     let (tx, mut rx) = conn.split();
     let mut hello: Option<Hello> = None;
+    // The subscriptions this connection proved, with the key it proved.
+    let mut proven: HashMap<u32, SubscriptionKey> = HashMap::new();
+    // The subscriptions to our services the peer made on this connection.
+    let mut subscribed: Vec<u32> = Vec::new();
+    // Values refused for want of a proof (said once per connection).
+    let mut refused: u64 = 0;
     let mut cache: HashMap<u32, (Arc<SubEntry>, u64)> = HashMap::new();
     // A connection usually carries one subscription: remember the last one.
     let mut last: Option<(u32, Arc<SubEntry>, u64)> = None;
@@ -482,7 +520,7 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
                     match e {
                         Some(e) => {
                             let generation = e.generation.load(Ordering::Acquire);
-                            if e.accepts_from(&peer.name) {
+                            if proven.get(&sub) == Some(&e.key) && e.accepts_from(&peer.name) {
                                 cache.insert(sub, (e.clone(), generation));
                                 Some((e, generation))
                             } else {
@@ -503,6 +541,12 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
                 last = Some((sub, e, generation));
             } else {
                 last = None;
+                if !proven.contains_key(&sub) {
+                    refused += 1;
+                    if refused == 1 {
+                        tracing::warn!(%from, peer = %peer.name, sub, "values for a subscription this connection has not proven (a sender naming itself `{}` that is not the provider the control server named): ignored", peer.name);
+                    }
+                }
             }
             continue;
         }
@@ -556,15 +600,47 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
                 tracing::warn!(peer = %peer.name, "closing peer connection: malformed service message");
                 break;
             }
-            Message::SubscribeService { sub, name } => on_subscribe(&inner, peer, sub, name),
-            Message::UnsubscribeService { sub } => {
+            Message::SubscribeService { sub, key, name } => {
+                if !subscribed.contains(&sub) {
+                    subscribed.push(sub);
+                }
+                on_subscribe(&inner, peer, sub, key, name)
+            }
+            Message::UnsubscribeService { sub, key } => {
                 let slots: Vec<_> = inner.state().services.values().cloned().collect();
                 for slot in slots {
-                    slot.lock().subscribers.retain(|s| !(s.process == peer.name && s.sub == sub));
+                    slot.lock().subscribers.retain(|s| {
+                        let gone = s.process == peer.name && s.sub == sub && s.key == key;
+                        if gone {
+                            s.link.revoke(sub);
+                        }
+                        !gone
+                    });
                 }
             }
-            Message::ServiceUnknown { sub, name } => {
+            Message::SubscriptionProof { sub, key } => {
                 let entry = inner.state().subs.get(&sub).cloned();
+                match entry {
+                    Some(e) if e.key == key => {
+                        proven.insert(sub, key);
+                    }
+                    Some(e) => {
+                        tracing::warn!(%from, peer = %peer.name, service = %e.name, "a wrong key for our subscription: none of its values is taken from this connection");
+                        // Our provider holds another key (someone subscribed in our name):
+                        // give it ours again.
+                        if let Provider::Process { name, addr } = e.provider().clone()
+                            && name == peer.name
+                        {
+                            let _ = link(&inner, &name, addr).enqueue(
+                                Message::SubscribeService { sub, key: e.key, name: e.name.clone() }.to_frame(),
+                            );
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Message::ServiceUnknown { sub, key, name } => {
+                let entry = inner.state().subs.get(&sub).cloned().filter(|e| e.key == key);
                 if let Some(e) = entry {
                     tracing::debug!(service = %name, peer = %peer.name, "provider does not know the service; asking the control server again");
                     e.set_provider(Provider::Waiting);
@@ -586,8 +662,12 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
     }
     // The connection closed. Losses deferred until its updates were delivered are reported
     // now. Without a goodbye, the peer died: where it was our provider, tell the subscription
-    // now (the control server will confirm); drop its subscriptions.
+    // now (the control server will confirm); drop the subscriptions it made here. Only a
+    // connection that proved a subscription speaks for its provider.
     if let (Some(peer), Some(inner)) = (hello, inner.upgrade()) {
+        if refused > 1 {
+            tracing::warn!(%from, peer = %peer.name, refused, "values refused on this connection for want of a proof");
+        }
         {
             let mut incoming = inner.incoming.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(n) = incoming.get_mut(&peer.name) {
@@ -597,7 +677,7 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
                 }
             }
         }
-        let subs: Vec<_> = inner.state().subs.values().cloned().collect();
+        let subs: Vec<_> = inner.state().subs.values().filter(|e| proven.get(&e.id) == Some(&e.key)).cloned().collect();
         for entry in &subs {
             entry.report_deferred_loss(&peer.name);
         }
@@ -605,7 +685,16 @@ async fn serve_incoming(inner: Weak<Inner>, conn: AsyncConnection) {
             for entry in subs {
                 entry.lose_provider(&peer.name, LostCause::ConnectionClosed);
             }
-            drop_subscriber(&inner, &peer.name);
+            let slots: Vec<_> = inner.state().services.values().cloned().collect();
+            for slot in slots {
+                slot.lock().subscribers.retain(|s| {
+                    let gone = s.process == peer.name && subscribed.contains(&s.sub);
+                    if gone {
+                        s.link.revoke(s.sub);
+                    }
+                    !gone
+                });
+            }
         }
     }
 }
@@ -624,7 +713,7 @@ pub(crate) fn has_incoming(inner: &Inner, name: &str) -> bool {
     inner.incoming.lock().unwrap_or_else(|p| p.into_inner()).contains_key(name)
 }
 
-fn on_subscribe(inner: &Arc<Inner>, peer: &Hello, sub: u32, name: String) {
+fn on_subscribe(inner: &Arc<Inner>, peer: &Hello, sub: u32, key: SubscriptionKey, name: String) {
     let Some(addr) = peer.addr else {
         tracing::warn!(peer = %peer.name, "subscription from a peer without a usable address ignored");
         return;
@@ -632,17 +721,19 @@ fn on_subscribe(inner: &Arc<Inner>, peer: &Hello, sub: u32, name: String) {
     let slot = inner.state().services.get(&name).cloned();
     let link = link(inner, &peer.name, addr);
     let Some(slot) = slot else {
-        let _ = link.enqueue(Message::ServiceUnknown { sub, name }.to_frame());
+        let _ = link.enqueue(Message::ServiceUnknown { sub, key, name }.to_frame());
         return;
     };
     let mut p = slot.lock();
     if matches!(p.status, Status::Revoked(_)) {
         drop(p);
-        let _ = link.enqueue(Message::ServiceUnknown { sub, name }.to_frame());
+        let _ = link.enqueue(Message::ServiceUnknown { sub, key, name }.to_frame());
         return;
     }
     p.subscribers.retain(|s| !(s.process == peer.name && s.sub == sub));
-    p.subscribers.push(Subscriber { process: peer.name.clone(), sub, link: link.clone() });
+    p.subscribers.push(Subscriber { process: peer.name.clone(), sub, key, link: link.clone() });
+    // The proof first: the subscriber takes no value of this subscription before it.
+    let _ = link.grant(sub, key);
     if let Some((seq, data)) = &p.value {
         // The current value first; later updates are queued after it under the same lock.
         let _ = link.enqueue(Outgoing::Update { sub, initial: true, seq: *seq, data: data.clone() });
