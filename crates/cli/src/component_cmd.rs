@@ -109,7 +109,7 @@ pub struct Args {
 /// The longest `--lease`, in seconds (a day).
 const MAX_LEASE_S: f64 = 86_400.0;
 
-fn parse_lease(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_lease(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if s.is_finite() && (0.0..=MAX_LEASE_S).contains(&s) => Ok(s),
         _ => Err(format!("`{text}` is not a number of seconds from 0 (never) to {MAX_LEASE_S}")),

@@ -47,6 +47,23 @@ pub struct ServerArgs {
     /// period and goes on.
     #[arg(long)]
     pub end_after_stall: bool,
+    /// The other control servers of this system (its primary or spares), comma-separated:
+    /// every second this one asks each how many processes it serves, and when the system's
+    /// processes are split between two of them (after a network partition healed) the one
+    /// serving fewer ends (exit status 1) so that they join the other. The operator gives it
+    /// to each server of a system with spares whose ports are fixed.
+    #[arg(long, value_name = "HOST:PORT,…", value_delimiter = ',')]
+    pub siblings: Vec<std::net::SocketAddr>,
+    /// Read the system token from the first line of standard input (what the operator does
+    /// when it starts a control server on another host over ssh). The server then ends when
+    /// its standard input ends (the operator ended) or, with --lease, when no further line came
+    /// for that long (the operator writes one every second).
+    #[arg(long)]
+    pub token_stdin: bool,
+    /// With --token-stdin: seconds without a line on standard input after which the server
+    /// ends (its operator's host or the network to it is gone); 0: never.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::component_cmd::parse_lease)]
+    pub lease: f64,
 }
 
 pub const SERVER_AFTER_HELP: &str = "\
@@ -62,26 +79,51 @@ Examples:
 A server that did not run for longer than its heartbeat interval (stopped, a host under heavy
 load) declares nobody lost for it: every process gets a full --lost-after from when it runs
 again. With --end-after-stall (a primary or spare of several) it ends instead once it did not
-run for about --lost-after, since its processes have moved to another server.";
+run for about --lost-after, since its processes have moved to another server. With --siblings
+(the other servers of the system) it asks each every second how many processes it serves, and
+ends when the processes are split between them and the other serves more (a healed network
+partition). With --token-stdin (how the operator starts a server on another host over ssh) the
+first input line is the token, and the server ends when its input ends or, with --lease S, when
+no line came for S seconds.";
 
 pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
-    // The token (`daqflow --token-file`) is the process's: ServerConfig::default() takes it.
-    let config = ServerConfig {
+    // The token (`daqflow --token-file`) is the process's: ServerConfig::default() takes it,
+    // unless it comes on standard input.
+    let mut config = ServerConfig {
         listen: args.listen,
         heartbeat_interval: args.heartbeat_interval,
         lost_after: args.lost_after,
         end_after_stall: args.end_after_stall,
+        siblings: args.siblings.clone(),
         ..ServerConfig::default()
     };
+    let mut operator_gone = None;
+    if args.token_stdin {
+        let mut input = std::io::stdin().lock();
+        let token = crate::component_cmd::read_token_line(&mut input)?;
+        daqflow_transport::auth::set_process_token(Some(token.clone()));
+        config.token = Some(token);
+        operator_gone = Some(watch_operator_input(args.lease));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let server = ControlServer::start(config).await?;
         println!("listening on {}", server.local_addr());
         std::io::stdout().flush()?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let gone = async {
+            match operator_gone {
+                Some(mut rx) => rx.recv().await.unwrap_or_else(|| "standard input ended".into()),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
+            why = gone => {
+                eprintln!("daqflow: {why}: ending");
+                return anyhow::Ok(ExitCode::FAILURE);
+            }
             ended = server.wait() => {
                 if let Err(e) = ended {
                     eprintln!("daqflow: {e}");
@@ -92,6 +134,46 @@ pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("control server stopping");
         anyhow::Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Watches standard input after the token's line (`--token-stdin`): says why the server must
+/// end once it ends (the operator ended) or, with a lease, once no line came for that long
+/// (the operator writes one every second; its host or the network to it is gone).
+fn watch_operator_input(lease_s: f64) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let start = std::time::Instant::now();
+    let last_ms = Arc::new(AtomicU64::new(0));
+    let ended = Arc::new(AtomicBool::new(false));
+    let (last2, ended2) = (last_ms.clone(), ended.clone());
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let mut input = std::io::stdin().lock();
+        loop {
+            line.clear();
+            match input.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => last2.store(start.elapsed().as_millis() as u64, Ordering::Relaxed),
+            }
+        }
+        ended2.store(true, Ordering::Relaxed);
+    });
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            if ended.load(Ordering::Relaxed) {
+                let _ = tx.send("standard input ended (the operator that started this control server is gone)".into());
+                return;
+            }
+            let silent = start.elapsed().as_secs_f64() - last_ms.load(Ordering::Relaxed) as f64 / 1000.0;
+            if lease_s > 0.0 && silent > lease_s {
+                let _ = tx
+                    .send(format!("nothing from the operator for {silent:.0} s, longer than the lease of {lease_s} s"));
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// Arguments of `daqflow dialog`.

@@ -152,10 +152,15 @@ fn dropping_hosts_removes_their_namespaces_and_processes_also_when_a_test_panics
 /// a chain generator on the second sending to a sink on the third (its address given in full),
 /// and the message logger on the second, every remote component started over ssh.
 fn remote_system(dir: &Path, remote_command: &str) -> PathBuf {
+    remote_system_with(dir, remote_command, "10.77.0.1:0")
+}
+
+/// [`remote_system`] with the control servers `control`.
+fn remote_system_with(dir: &Path, remote_command: &str, control: &str) -> PathBuf {
     let text = format!(
         r#"[system]
 name = "hosts"
-control = "10.77.0.1:0"
+control = "{control}"
 web = "none"
 lease_s = {LEASE_S}
 remote_command = "{remote_command}"
@@ -314,6 +319,88 @@ fn an_operator_starts_components_on_other_hosts_over_ssh_and_they_end_with_it() 
     for p in ["operator", "sink", "generator"] {
         assert!(logs.iter().any(|r| r.process == p), "no log record of {p}");
     }
+}
+
+/// A spare control server on another host, started over ssh like a component: when the
+/// primary's host (the operator's) drops off the network mid-run, the remote components move
+/// to the spare and the run goes on; when the link is back, the primary finds them there and
+/// ends rather than serve a second directory, the operator moves to the spare too, and the run
+/// ends with nothing lost.
+#[test]
+fn a_spare_control_server_on_another_host_carries_the_run_while_the_primarys_host_is_cut_off() {
+    if !available(true) {
+        return;
+    }
+    let _one = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hosts = Hosts::create(3).unwrap();
+    hosts.start_sshd().unwrap();
+    let (primary, spare) = ("10.77.0.1:7100", "10.77.0.2:7100");
+    let system =
+        remote_system_with(dir.path(), &hosts.remote_command(Path::new(BIN)).unwrap(), &format!("{primary},{spare}"));
+    let mut op = operator(&hosts, &system, &data, &["--start", "--seconds", "20"]);
+    op.expect("run 1 started");
+    // The spare runs on host 2, started over ssh, the token on its input, knowing the primary.
+    let servers: Vec<(u32, String)> =
+        daqflow_processes(hosts.host(1)).into_iter().filter(|(_, c)| c.contains(" control-server ")).collect();
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let cmd = &servers[0].1;
+    assert!(cmd.contains(&format!("--listen {spare}")) && cmd.contains(&format!("--siblings {primary}")), "{cmd}");
+    assert!(cmd.contains("--token-stdin") && cmd.contains(&format!("--lease {LEASE_S}")), "{cmd}");
+    // The operator's host is cut off for 5 s (shorter than the lease): the components find
+    // their control server silent after 3 s and move to the spare.
+    let link = |state: &str| {
+        let done = ip().args(["-n", hosts.host(0).namespace(), "link", "set", "eth0", state]).status().unwrap();
+        assert!(done.success(), "ip link set eth0 {state}: {done}");
+    };
+    link("down");
+    std::thread::sleep(Duration::from_secs(5));
+    link("up");
+    // Back: the primary, left with the operator alone, ends; the operator joins the others.
+    let log = data.join("logs/control-server-0.log");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("split between this control server") {
+        assert!(
+            Instant::now() < deadline,
+            "the primary never ended:
+{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let token = data.join("token");
+        let ls = hosts
+            .host(1)
+            .run(BIN, ["--token-file", token.to_str().unwrap(), "dialog", "--control", spare, "ls"])
+            .unwrap();
+        if ["operator", "sink", "generator", "msglogger"].iter().all(|n| ls.contains(n)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the spare's directory lacks processes:
+{ls}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The run ends by itself (--seconds) through the spare: nothing lost, every chunk counted.
+    let (code, out) = finish(op);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("lost: 0"), "{out}");
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let summary = db.run(1).unwrap().unwrap().summary.expect("run 1 has a summary");
+    let sink = summary.components["sink"].summary.clone().expect("the sink's stop summary");
+    assert!(sink.events > 1000, "{sink:?}");
+    for key in ["sequence_errors", "crc_errors", "missing"] {
+        assert_eq!(sink.detail[key].as_u64(), Some(0), "{key}: {sink:?}");
+    }
+    assert_eq!(summary.components["generator"].summary.as_ref().map(|s| s.events), Some(sink.events));
+    let spare_gone = wait_gone(&servers, Duration::from_secs(15));
+    assert!(spare_gone.is_some(), "the spare still runs after the operator ended");
+    assert_no_daqflow_left(&hosts);
 }
 
 /// Collects the operator's output until it exits; (exit code, stdout).

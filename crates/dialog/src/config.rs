@@ -167,6 +167,13 @@ pub struct ServerConfig {
     /// directory beside theirs. Default false: a lone server gives its processes a new grace
     /// period and goes on.
     pub end_after_stall: bool,
+    /// The other control servers of the same system (its spares, or its primary): each second
+    /// this server asks each how many processes it serves (`SERVER_PROBE`); when both serve
+    /// some — the system's processes are split between two directories, after a network
+    /// partition healed — the one serving fewer (on a tie, the one with the higher address)
+    /// ends ([`ServerError::Split`](crate::ServerError::Split)), so that its processes move to
+    /// the other. Default: none.
+    pub siblings: Vec<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -179,6 +186,7 @@ impl Default for ServerConfig {
             max_command_bytes: 16 << 20,
             tick: Duration::from_millis(100),
             end_after_stall: false,
+            siblings: Vec::new(),
         }
     }
 }

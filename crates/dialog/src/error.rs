@@ -95,4 +95,19 @@ pub enum ServerError {
         /// How long it did not run, in milliseconds.
         stalled_ms: u64,
     },
+    /// The system's processes are split between this server and another of its set (after a
+    /// network partition healed, say), and the other serves more of them (or as many, and has
+    /// the lower address): this one ends, so that its processes move to the other.
+    #[error(
+        "the processes of this system are split between this control server ({here} of them) and {sibling} \
+         ({there}): this one ends so that they join the other (start it again once they are settled there)"
+    )]
+    Split {
+        /// The other server.
+        sibling: SocketAddr,
+        /// The processes this one served.
+        here: u32,
+        /// The processes the other serves.
+        there: u32,
+    },
 }

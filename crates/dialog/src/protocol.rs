@@ -91,6 +91,11 @@ pub mod kind {
     /// the process the subscriber sent `SUBSCRIBE_SERVICE` to; before the subscription's first
     /// value on every connection.
     pub const SUBSCRIPTION_PROOF: u16 = 29;
+    /// Control server → control server of the same system (on a control connection, instead of
+    /// `CONNECT_TO_CONTROL_SERVER`): how many processes do you serve? Answered `SERVER_STATUS`.
+    pub const SERVER_PROBE: u16 = 30;
+    /// Control server → control server: the answer to `SERVER_PROBE`.
+    pub const SERVER_STATUS: u16 = 31;
 }
 
 /// Flag of a `SERVICE_MESSAGE`: the value is the current one, sent on subscribing.
@@ -206,6 +211,8 @@ pub enum Message {
     Disconnect,
     PeerBye,
     SubscriptionProof { sub: u32, key: SubscriptionKey },
+    ServerProbe { processes: u32, started_ns: u64 },
+    ServerStatus { processes: u32, started_ns: u64 },
 }
 
 /// A payload that does not decode.
@@ -252,6 +259,8 @@ fn what(kind: u16) -> &'static str {
         DISCONNECT => "DISCONNECT",
         PEER_BYE => "PEER_BYE",
         SUBSCRIPTION_PROOF => "SUBSCRIPTION_PROOF",
+        SERVER_PROBE => "SERVER_PROBE",
+        SERVER_STATUS => "SERVER_STATUS",
         _ => "DIALOG message",
     }
 }
@@ -290,6 +299,8 @@ impl Message {
             Message::Disconnect => DISCONNECT,
             Message::PeerBye => PEER_BYE,
             Message::SubscriptionProof { .. } => SUBSCRIPTION_PROOF,
+            Message::ServerProbe { .. } => SERVER_PROBE,
+            Message::ServerStatus { .. } => SERVER_STATUS,
         }
     }
 
@@ -385,6 +396,10 @@ impl Message {
                 w.text(name);
                 w.text(host);
                 w.u16(*port);
+            }
+            Message::ServerProbe { processes, started_ns } | Message::ServerStatus { processes, started_ns } => {
+                w.u32(*processes);
+                w.u64(*started_ns);
             }
             Message::Disconnect | Message::PeerBye => {}
             Message::ServiceMessage { .. } => unreachable!("handled above"),
@@ -483,6 +498,8 @@ impl Message {
             DISCONNECT => Message::Disconnect,
             PEER_BYE => Message::PeerBye,
             SUBSCRIPTION_PROOF => Message::SubscriptionProof { sub: ch, key: r.array("key")? },
+            SERVER_PROBE => Message::ServerProbe { processes: r.u32("processes")?, started_ns: r.u64("start time")? },
+            SERVER_STATUS => Message::ServerStatus { processes: r.u32("processes")?, started_ns: r.u64("start time")? },
             other => return Err(ProtocolError::UnknownKind(other)),
         };
         r.finish()?;
@@ -642,6 +659,10 @@ mod tests {
             Just(Message::Disconnect),
             Just(Message::PeerBye),
             (any::<u32>(), any::<SubscriptionKey>()).prop_map(|(sub, key)| Message::SubscriptionProof { sub, key }),
+            (any::<u32>(), any::<u64>())
+                .prop_map(|(processes, started_ns)| Message::ServerProbe { processes, started_ns }),
+            (any::<u32>(), any::<u64>())
+                .prop_map(|(processes, started_ns)| Message::ServerStatus { processes, started_ns }),
         ]
     }
 
@@ -677,8 +698,8 @@ mod tests {
         for k in [CONNECT_TO_CONTROL_SERVER, SERVICE_MESSAGE, PEER_HELLO, PEER_BYE, SUBSCRIPTION_PROOF] {
             assert!(daqflow_wire::kinds::DIALOG.contains(k), "{k}");
         }
-        // The messages are numbered 1 … 29 without gaps.
-        for k in 1..=SUBSCRIPTION_PROOF {
+        // The messages are numbered 1 … 31 without gaps.
+        for k in 1..=SERVER_STATUS {
             assert_ne!(what(k), "DIALOG message", "kind {k} has no name");
         }
     }

@@ -29,9 +29,13 @@ struct Shared {
     directory: Mutex<Directory>,
     conns: Mutex<HashMap<ConnId, ConnHandle>>,
     max_command_bytes: u32,
-    /// Why the server ended by itself ([`ServerError::Superseded`]), once it did.
+    /// Why the server ended by itself ([`ServerError::Superseded`], [`ServerError::Split`]),
+    /// once it did.
     ended: Mutex<Option<ServerError>>,
     ending: Notify,
+    /// When it started (ns since the epoch): on a split with as many processes on both sides,
+    /// the server started later ends.
+    started_ns: u64,
 }
 
 impl Shared {
@@ -41,6 +45,18 @@ impl Shared {
 
     fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<ConnId, ConnHandle>> {
         self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the server by itself: every connection is cut (its processes move to another
+    /// server of their list) and [`ServerHandle::wait`] returns `why`.
+    fn end(&self, why: ServerError) {
+        tracing::error!("{why}");
+        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        for (_, h) in self.conns().drain() {
+            h.sender.abort();
+            h.kill.notify_one();
+        }
+        self.ending.notify_one();
     }
 
     fn apply(self: &Arc<Self>, outputs: Vec<Output>) {
@@ -179,6 +195,9 @@ impl ControlServer {
             max_command_bytes: config.max_command_bytes,
             ended: Mutex::new(None),
             ending: Notify::new(),
+            started_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
         });
         tracing::info!(%addr, token = config.token.is_some(), "control server listening");
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -202,21 +221,69 @@ impl ControlServer {
                     if let (Some(gap), Some(limit)) = (stalled, superseded_after)
                         && gap >= limit
                     {
-                        let e = ServerError::Superseded { stalled_ms: gap.as_millis() as u64 };
-                        tracing::error!("{e}");
-                        *shared.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                        for (_, h) in shared.conns().drain() {
-                            h.sender.abort();
-                            h.kill.notify_one();
-                        }
-                        shared.ending.notify_one();
+                        shared.end(ServerError::Superseded { stalled_ms: gap.as_millis() as u64 });
                         return;
                     }
                     shared.apply(out);
                 }
             })
         };
-        Ok(ServerHandle { addr, shared, tasks: vec![accept, ticker] })
+        let mut tasks = vec![accept, ticker];
+        if !config.siblings.is_empty() {
+            let opts = ConnectionOptions {
+                protocol: crate::protocol::CONTROL_PROTOCOL,
+                token: config.token.clone(),
+                ..ConnectionOptions::default()
+            };
+            tasks.push(tokio::spawn(watch_siblings(shared.clone(), config.siblings.clone(), opts)));
+        }
+        Ok(ServerHandle { addr, shared, tasks })
+    }
+}
+
+/// Every second, asks each other server of the system how many processes it serves; ends this
+/// one when the processes are split and the other has the better claim (more processes; as
+/// many, and started earlier). A sibling that does not answer (down, or cut off) is skipped.
+async fn watch_siblings(shared: Arc<Shared>, siblings: Vec<SocketAddr>, opts: ConnectionOptions) {
+    let mut interval = tokio::time::interval(std::time::Duration::from_secs(1));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        for &sibling in &siblings {
+            let here = shared.directory().process_count() as u32;
+            if here == 0 {
+                break;
+            }
+            let probe = Message::ServerProbe { processes: here, started_ns: shared.started_ns };
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(2), ask(sibling, &opts, probe)).await;
+            let Ok(Some((there, their_start))) = answer else { continue };
+            if there > 0 && (there > here || (there == here && their_start < shared.started_ns)) {
+                shared.end(ServerError::Split { sibling, here, there });
+                return;
+            }
+        }
+    }
+}
+
+/// One `SERVER_PROBE` to `sibling`: its processes and start time, or None.
+async fn ask(sibling: SocketAddr, opts: &ConnectionOptions, probe: Message) -> Option<(u32, u64)> {
+    let conn = match AsyncConnection::connect(sibling, opts).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(%sibling, error = %e, "the other control server does not answer");
+            return None;
+        }
+    };
+    let (tx, mut rx) = conn.split();
+    tx.start_send(probe.to_frame()).ok()?;
+    let frame = rx.recv().await.ok()?;
+    tx.abort();
+    match Message::from_frame(&frame) {
+        Ok(Message::ServerStatus { processes, started_ns }) => Some((processes, started_ns)),
+        other => {
+            tracing::warn!(%sibling, answer = ?other.map(|m| m.kind()), "the other control server answered its probe with something else");
+            None
+        }
     }
 }
 
@@ -250,6 +317,16 @@ async fn serve(shared: Arc<Shared>, id: ConnId, conn: AsyncConnection) {
         };
         match frame {
             Ok(frame) => match Message::from_frame(&frame) {
+                Ok(Message::ServerProbe { .. }) => {
+                    // Another control server of the system asks how many processes we serve.
+                    let status = Message::ServerStatus {
+                        processes: shared.directory().process_count() as u32,
+                        started_ns: shared.started_ns,
+                    };
+                    if let Some(h) = shared.conns().get(&id) {
+                        let _ = h.sender.try_send(status.to_frame());
+                    }
+                }
                 Ok(msg) => {
                     if matches!(msg, Message::ConnectToControlServer { .. }) {
                         // The process said who it is: commands may be large, everything else

@@ -681,3 +681,32 @@ fn a_slow_command_handler_does_not_make_the_process_look_dead() {
     assert!(server.processes().iter().any(|p| p.name == "slow-configure"), "never declared lost");
     assert!(comp.is_connected());
 }
+
+/// After a partition heals, a system's processes may be split between two of its control
+/// servers. The server that serves fewer of them (here the primary, left with one) ends, and
+/// its process moves to the other: one directory again.
+#[test]
+fn of_two_control_servers_serving_a_split_system_the_one_with_fewer_processes_ends() {
+    let spare = TestServer::start(TestServer::fast());
+    let primary = TestServer::start(ServerConfig { siblings: vec![spare.addr], ..TestServer::fast() });
+    // Two processes on the spare (their list names only it, as if the primary were cut off
+    // from them), one on the primary that knows both.
+    let ru = join("ru-1", &[spare.addr]);
+    let bu = join("bu-1", &[spare.addr]);
+    let operator = join("operator", &[primary.addr, spare.addr]);
+    assert_eq!(operator.client().control_server(), Some(primary.addr));
+    let mut primary = primary;
+    let handle = primary.handle.take().unwrap();
+    let ended = primary.rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(15), handle.wait()).await.expect("the primary ends")
+    });
+    match ended {
+        Err(ServerError::Split { sibling, here, there }) => assert_eq!((sibling, here, there), (spare.addr, 1, 2)),
+        other => panic!("expected a split, got {other:?}"),
+    }
+    wait_until("the operator moved to the spare", || operator.client().control_server() == Some(spare.addr));
+    let mut names: Vec<String> = spare.processes().into_iter().map(|p| p.name).collect();
+    names.sort();
+    assert_eq!(names, ["bu-1", "operator", "ru-1"]);
+    drop((ru, bu));
+}

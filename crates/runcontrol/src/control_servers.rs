@@ -8,6 +8,13 @@
 //! never end up split between two directories. For the same reason each server of several
 //! ends by itself when it finds that it did not run for about as long as its processes wait
 //! for it (`--end-after-stall`: they have moved to another meanwhile), and is started again.
+//! And when the processes end up split anyway (a network partition that healed), the server
+//! serving fewer ends (`--siblings`: each asks the others every second), and is started again.
+//!
+//! A server whose address is not one of this host's is started on the host of that address
+//! with `remote_command` (ssh by default), as a remote component is: the token on its standard
+//! input, which stays open; a line every second keeps its lease (`--lease`, the system's
+//! `lease_s`), so that it ends when the operator, its host or the network to it is gone.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -32,6 +39,48 @@ pub(crate) struct ServerLaunch {
     pub token_file: PathBuf,
     /// Where the servers' output goes (`control-server-N.log`).
     pub logs: PathBuf,
+    /// How to run `daqflow` on another host (`system.remote_command`, `{host}` in it).
+    pub remote: String,
+    /// The system token, for a server on another host (on its standard input).
+    pub token: daqflow_transport::auth::Token,
+    /// The lease of a server on another host: it ends when it hears nothing from the operator
+    /// for this long.
+    pub lease_s: f64,
+}
+
+/// Whether `ip` is an address of this host (a control server on it is started here; on any
+/// other, on that host with `remote_command`).
+pub(crate) fn is_local(ip: std::net::IpAddr) -> bool {
+    ip.is_loopback() || ip.is_unspecified() || std::net::TcpListener::bind((ip, 0)).is_ok()
+}
+
+/// The command line of the control server on `listen`: `daqflow control-server …` here, or
+/// `remote_command` on the host of `listen` with `--token-stdin --lease`; and whether the
+/// token goes to its standard input.
+fn server_command(
+    launch: &ServerLaunch,
+    listen: SocketAddr,
+    several: bool,
+    siblings: &[SocketAddr],
+) -> (Vec<String>, bool) {
+    let remote = !is_local(listen.ip());
+    let mut argv: Vec<String> = if remote {
+        launch.remote.replace("{host}", &listen.ip().to_string()).split_whitespace().map(str::to_owned).collect()
+    } else {
+        vec![launch.binary.display().to_string(), "--token-file".into(), launch.token_file.display().to_string()]
+    };
+    argv.extend(["control-server".to_owned(), "--listen".to_owned(), listen.to_string()]);
+    if several {
+        argv.push("--end-after-stall".into());
+    }
+    if !siblings.is_empty() {
+        argv.push("--siblings".into());
+        argv.push(siblings.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(","));
+    }
+    if remote {
+        argv.extend(["--token-stdin".to_owned(), "--lease".to_owned(), launch.lease_s.to_string()]);
+    }
+    (argv, remote)
 }
 
 /// The running control servers.
@@ -119,6 +168,7 @@ fn spawn_server(
     listen: SocketAddr,
     index: usize,
     several: bool,
+    siblings: &[SocketAddr],
 ) -> Result<(Child, SocketAddr), String> {
     let log_path = launch.logs.join(format!("control-server-{index}.log"));
     let log_from = crate::first_error::log_length(&log_path);
@@ -127,18 +177,24 @@ fn spawn_server(
         .append(true)
         .open(&log_path)
         .map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let mut cmd = Command::new(&launch.binary);
-    cmd.arg("--token-file")
-        .arg(&launch.token_file)
-        .args(["control-server", "--listen", &listen.to_string()])
-        .args(several.then_some("--end-after-stall"))
-        .stdin(Stdio::null())
+    let (argv, token_stdin) = server_command(launch, listen, several, siblings);
+    let mut cmd = if token_stdin { Command::new(&argv[0]) } else { Command::new(&launch.binary) };
+    cmd.args(&argv[1..])
+        .stdin(if token_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(log);
     // Its own session (the terminal's signals reach only the operator), and SIGTERM when this
     // thread (the operator's control-server thread, as long-lived as the operator) ends.
     crate::children::own_session_ending_with_parent(&mut cmd);
-    let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", launch.binary.display()))?;
+    let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", argv[0]))?;
+    if let Some(pipe) = child.stdin.as_mut() {
+        use std::io::Write;
+        // The token's line; the pipe stays open (the server's lease: a line every second).
+        let line = [launch.token.as_bytes(), b"\n"].concat();
+        if let Err(e) = pipe.write_all(&line).and_then(|()| pipe.flush()) {
+            tracing::warn!(%listen, "giving the control server the system token on its standard input: {e}");
+        }
+    }
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = channel();
     std::thread::spawn(move || {
@@ -158,7 +214,7 @@ fn spawn_server(
         .strip_prefix("listening on ")
         .and_then(|a| a.trim().parse::<SocketAddr>().ok())
         .ok_or_else(|| format!("the control server on {listen} said {line:?}"))?;
-    tracing::info!(%addr, pid = child.id(), "control server started");
+    tracing::info!(%addr, pid = child.id(), "control server started: {}", argv.join(" "));
     Ok((child, addr))
 }
 
@@ -188,9 +244,13 @@ fn supervise(
     pids: Arc<Mutex<Vec<u32>>>,
     restarts: Arc<Mutex<u64>>,
 ) {
+    // Each server's siblings: the others with a fixed port (port 0 is known only once bound).
+    let siblings = |i: usize| -> Vec<SocketAddr> {
+        listen.iter().enumerate().filter(|&(j, a)| j != i && a.port() != 0).map(|(_, a)| *a).collect()
+    };
     let mut servers: Vec<(SocketAddr, Child)> = Vec::new();
     for (i, &addr) in listen.iter().enumerate() {
-        match spawn_server(&launch, addr, i, listen.len() > 1) {
+        match spawn_server(&launch, addr, i, listen.len() > 1, &siblings(i)) {
             Ok((child, bound)) => servers.push((bound, child)),
             Err(e) => {
                 for (_, mut c) in servers {
@@ -207,8 +267,19 @@ fn supervise(
     let (_never, idle): (Sender<()>, Receiver<()>) = channel();
     // When each server was seen dead (None: alive).
     let mut dead_since: Vec<Option<Instant>> = vec![None; servers.len()];
+    let mut last_ping = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         let now = Instant::now();
+        if now.duration_since(last_ping) >= Duration::from_secs(1) {
+            // The lease of the servers on other hosts: a line every second.
+            last_ping = now;
+            for (_, child) in servers.iter_mut() {
+                if let Some(pipe) = child.stdin.as_mut() {
+                    use std::io::Write;
+                    let _ = pipe.write_all(b"\n").and_then(|()| pipe.flush());
+                }
+            }
+        }
         for (i, (addr, child)) in servers.iter_mut().enumerate() {
             if dead_since[i].is_none()
                 && let Ok(Some(status)) = child.try_wait()
@@ -226,7 +297,7 @@ fn supervise(
             if alive > 0 && now.duration_since(since) < SPARE_SETTLE {
                 continue;
             }
-            match spawn_server(&launch, *addr, i, listen.len() > 1) {
+            match spawn_server(&launch, *addr, i, listen.len() > 1, &siblings(i)) {
                 Ok((c, _)) => {
                     *child = c;
                     dead_since[i] = None;
@@ -255,6 +326,50 @@ fn supervise(
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch() -> ServerLaunch {
+        ServerLaunch {
+            binary: "/opt/daqflow".into(),
+            token_file: "/data/token".into(),
+            logs: "/data/logs".into(),
+            remote: "ssh -i /k {host} /usr/bin/daqflow".into(),
+            token: daqflow_transport::auth::Token::new("secret-token-0123").unwrap(),
+            lease_s: 7.5,
+        }
+    }
+
+    #[test]
+    fn a_server_on_another_host_is_started_there_with_the_token_on_its_input_and_knows_its_siblings() {
+        // 192.0.2.1 (TEST-NET-1) is no address of this host.
+        let spare: SocketAddr = "192.0.2.1:7001".parse().unwrap();
+        let primary: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        assert!(is_local(primary.ip()) && !is_local(spare.ip()));
+        let (argv, token_stdin) = server_command(&launch(), spare, true, &[primary]);
+        assert!(token_stdin);
+        assert_eq!(
+            argv.join(" "),
+            "ssh -i /k 192.0.2.1 /usr/bin/daqflow control-server --listen 192.0.2.1:7001 --end-after-stall \
+             --siblings 127.0.0.1:7000 --token-stdin --lease 7.5"
+        );
+        let (argv, token_stdin) = server_command(&launch(), primary, true, &[spare]);
+        assert!(!token_stdin);
+        assert_eq!(
+            argv.join(" "),
+            "/opt/daqflow --token-file /data/token control-server --listen 127.0.0.1:7000 --end-after-stall \
+             --siblings 192.0.2.1:7001"
+        );
+        let (argv, _) = server_command(&launch(), primary, false, &[]);
+        assert_eq!(argv.join(" "), "/opt/daqflow --token-file /data/token control-server --listen 127.0.0.1:7000");
+        for addr in [primary, spare] {
+            let (argv, _) = server_command(&launch(), addr, true, &[]);
+            assert!(!argv.iter().any(|a| a.contains("secret-token")), "{argv:?}");
         }
     }
 }

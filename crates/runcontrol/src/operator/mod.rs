@@ -337,6 +337,9 @@ impl Operator {
                 binary: options.binary.clone(),
                 token_file: token_path.clone(),
                 logs: data.join("logs"),
+                remote: file.system.remote_command.clone(),
+                token: token.clone(),
+                lease_s: file.system.lease_s,
             },
         )
         .map_err(|e| OperatorError::Setup(format!("starting the control server: {e}")))?;
