@@ -25,6 +25,24 @@ pub enum EngineCommand {
     /// fragments, a TRG deciding accept / reject / ROI (1:100:10), an EBIF-like collector and a
     /// level-2 consumer; print what happened, and optionally write a time-stamp profile.
     Testbed(TestbedArgs),
+    /// The ATLAS DAQ-Unit paper's dummy sub-farm event handler: takes one connection from an SFI
+    /// on --listen, forwards every event to the SFO at --to, and grants the SFI a credit for each
+    /// (--window to begin with). `engine testbed --subfarm` starts it; prints `listening on ADDR`.
+    Handler(HandlerArgs),
+}
+
+/// Arguments of `daqflow engine handler`.
+#[derive(clap::Args, Debug)]
+pub struct HandlerArgs {
+    /// Where the SFI connects.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
+    /// The SFO's address.
+    #[arg(long)]
+    pub to: std::net::SocketAddr,
+    /// Events the SFI may inject ahead of what was forwarded.
+    #[arg(long, default_value_t = 16)]
+    pub window: u32,
 }
 
 /// How the modules are spread over threads.
@@ -76,6 +94,15 @@ pub struct TestbedArgs {
     /// With --profile: stamps kept per scheduler thread (the latest ones; 16 bytes each).
     #[arg(long, value_name = "STAMPS", default_value_t = 4 << 20)]
     pub ring: usize,
+    /// Put the paper's sub-farm behind the collector: an SFI buffering the crate fragments in an
+    /// event manager and formatting events, the dummy event handler (a process of its own, over
+    /// TCP), and an SFO.
+    #[arg(long)]
+    pub subfarm: bool,
+    /// With --subfarm: the SFO writes data files here (else it drops the events, as in the
+    /// paper's measurement).
+    #[arg(long, value_name = "DIR", requires = "subfarm")]
+    pub sfo_dir: Option<PathBuf>,
 }
 
 pub const AFTER_HELP: &str = "\
@@ -87,12 +114,28 @@ Examples:
   daqflow engine testbed --seconds 2
   daqflow engine testbed --layout one --robs 1 --seconds 1
   daqflow engine testbed --layout apart --pin 0,1 --idle busy --seconds 5
-  daqflow engine testbed --events 20200 --profile run.prof && daqflow profile run.prof --out profile-out";
+  daqflow engine testbed --events 20200 --profile run.prof && daqflow profile run.prof --out profile-out
+  daqflow engine testbed --subfarm --seconds 2           # ROB → EBIF → SFI → handler → SFO
+
+With --subfarm every built crate fragment goes on to the SFI, which formats the event and
+injects it into the dummy event handler (a process of its own), which forwards it to the SFO;
+the run fails unless every built event reached the SFO.";
 
 pub fn run(args: &EngineArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         EngineCommand::Testbed(a) => testbed(a),
+        EngineCommand::Handler(a) => handler(a),
     }
+}
+
+fn handler(a: &HandlerArgs) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
+    println!("listening on {}", listener.local_addr()?);
+    std::io::stdout().flush()?;
+    let forwarded = crate::bench::subfarm::run_handler(listener, a.to, a.window).context("the event handler")?;
+    eprintln!("event handler: {forwarded} events forwarded");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn testbed(a: &TestbedArgs) -> anyhow::Result<ExitCode> {
@@ -119,7 +162,15 @@ fn testbed(a: &TestbedArgs) -> anyhow::Result<ExitCode> {
         IdleArg::Busy => IdleStrategy::BUSY,
         IdleArg::Lazy => IdleStrategy::LAZY,
     };
-    let config = TestbedConfig { robs: a.robs, events: a.events, ..Default::default() };
+    let subfarm = a.subfarm.then(|| -> anyhow::Result<_> {
+        Ok(crate::bench::testbed::SubfarmConfig {
+            handler: crate::bench::subfarm::HandlerMode::Process(std::env::current_exe()?),
+            sfo_directory: a.sfo_dir.clone(),
+            ..Default::default()
+        })
+    });
+    let subfarm = subfarm.transpose()?;
+    let config = TestbedConfig { robs: a.robs, events: a.events, subfarm, ..Default::default() };
     let fifo_capacity = config.fifo_capacity;
     let testbed = Testbed::new(config.clone()).context("setting up the test bed")?;
     let sizes: Vec<String> = config.fragment_sizes.iter().map(|(s, w)| format!("{s} B ×{w}")).collect();
@@ -210,6 +261,18 @@ fn print_report(r: &TestbedReport) {
         format::bytes(r.built_bytes as f64),
         r.roi_received
     );
+    if let Some(f) = &r.subfarm {
+        println!(
+            "  sub-farm: SFI received {} crate fragments, formatted {} events, injected {} into the event handler; \
+             SFO received {} ({}), wrote or dropped {}",
+            f.received,
+            f.built,
+            f.sent,
+            f.sfo_received,
+            format::bytes(f.sfo_bytes as f64),
+            f.sfo_done
+        );
+    }
     for s in &r.schedulers {
         let busy = s.cycles.saturating_sub(s.idle_cycles);
         let tasks: Vec<String> =

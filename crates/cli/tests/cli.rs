@@ -459,6 +459,46 @@ fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
     assert!(std::fs::read_to_string(out.join("evb.csv")).unwrap().starts_with("case,fragment_bytes,streams,"));
 }
 
+/// The paper's sub-farm behind the test bed's collector: every built event goes through the SFI,
+/// the dummy event handler (a process of its own) and the SFO into a data file, checked event
+/// by event; the profile has the SFI's and the SFO's tasks.
+#[test]
+fn engine_testbed_with_a_subfarm_carries_every_built_event_through_the_event_handler_into_the_sfos_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prof, sfo) = (dir.path().join("run.prof"), dir.path().join("sfo"));
+    let o = daqflow(&[
+        "engine",
+        "testbed",
+        "--subfarm",
+        "--sfo-dir",
+        sfo.to_str().unwrap(),
+        "--events",
+        "20200",
+        "--ring",
+        "200000",
+        "--profile",
+        prof.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("collector: 200 crate fragments built"), "{t}");
+    assert!(
+        t.contains("sub-farm: SFI received 200 crate fragments, formatted 200 events, injected 200 into the event handler; SFO received 200"),
+        "{t}"
+    );
+    assert!(t.contains("wrote or dropped 200") && t.contains("event handler: 200 events forwarded"), "{t}");
+    let files: Vec<_> = std::fs::read_dir(&sfo).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let o = daqflow(&["inspect", "--verify", files[0].to_str().unwrap()]);
+    assert!(o.status.success() && text(&o).contains("200 events checked fragment by fragment"), "{}", text(&o));
+    let o = daqflow(&["profile", prof.to_str().unwrap()]);
+    for want in
+        ["sfi.receive.action", "sfi.end_of_event.action", "sfi.output.poll", "sfo.input.action", "sfo.output.action"]
+    {
+        assert!(text(&o).contains(want), "{want} missing from:\n{}", text(&o));
+    }
+}
+
 #[test]
 fn engine_testbed_profile_then_profile_draws_histograms_and_a_sequence() {
     let dir = tempfile::tempdir().unwrap();

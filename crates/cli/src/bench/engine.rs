@@ -13,6 +13,13 @@
 //!   measurement time, on one scheduler thread or with the ROBs apart: events decided and freed
 //!   at every ROB per second (the paper: 190 kHz, 5.8 µs per event).
 //!
+//! - `subfarm`: the paper's sub-farm (sections 4.7, 4.8): an SFI generating two crate fragments
+//!   of 256 bytes per event, buffering them in its event manager, formatting each event and
+//!   injecting it into the dummy event handler (a process of its own, over TCP), which forwards
+//!   it to the SFO; events through the SFO per second, and each task's mean action time from a
+//!   profiled run (the paper: ~8.5 ms per event, dominated by the handler's API over a 10 Mbit
+//!   network; ~300 µs to generate and build).
+//!
 //! The PNG shows the distributions (figs. 2, 3 and, from a profiled test-bed run, the ROB's
 //! loop time of fig. 11) next to the metrics and the paper's values.
 
@@ -214,6 +221,66 @@ fn rob_loop(time: Duration, calibration: &Calibration) -> anyhow::Result<Vec<(f6
     Ok(profile_cmd::loop_intervals(&dump, thread, probe as u32))
 }
 
+/// The sub-farm case: SFI → event handler (a process) → SFO for `time`, both schedulers
+/// profiled; events per second through the SFO and each task's mean action time.
+fn subfarm_point(time: Duration, calibration: &Calibration) -> anyhow::Result<Metrics> {
+    use super::subfarm::{Handler, HandlerMode, Sfi, SfiInput, Sfo, SubfarmShared};
+    use std::sync::Arc;
+    let boxed = |e: daqflow_engine::BoxError| anyhow!("{e}");
+    let shared = Arc::new(SubfarmShared::default());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let handler =
+        Handler::start(&HandlerMode::Process(std::env::current_exe()?), listener.local_addr()?, 16).map_err(boxed)?;
+    let em = EventManagerConfig { page_size: 1024, pages: 200, ..Default::default() };
+    let input = SfiInput::Generate { crates: 2, size: 256, limit: u64::MAX };
+    let sfi = Sfi::new(input, em, 1, handler.addr, shared.clone()).map_err(boxed)?;
+    let sfo = Sfo::accept(&listener, 4 << 20, None, 1, shared.clone()).map_err(boxed)?;
+    let mut a = Scheduler::new("sfi").with_profiling(1 << 20);
+    a.add_module(sfi);
+    let mut b = Scheduler::new("sfo").with_profiling(1 << 20);
+    b.add_module(sfo);
+    let (stop_a, stop_b) = (a.stop_handle(), b.stop_handle());
+    let start = Instant::now();
+    let (a, b) = (a.spawn()?, b.spawn()?);
+    std::thread::sleep(time);
+    stop_a.stop();
+    let ra = a.join()?;
+    let elapsed = start.elapsed();
+    // What the SFI injected reaches the SFO (bounded).
+    let until = Instant::now() + Duration::from_secs(5);
+    while shared.counts().sfo_done < shared.counts().sent && Instant::now() < until && !b.is_finished() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop_b.stop();
+    let rb = b.join()?;
+    handler.join().map_err(boxed)?;
+    let c = shared.counts();
+    ensure!(
+        c.sent == c.sfo_received && c.sfo_received == c.sfo_done && c.received >= 2 * c.built && c.built >= c.sent,
+        "the sub-farm's counts do not add up: {c:?}"
+    );
+    ensure!(c.sfo_done > 0, "no event went through the sub-farm in {time:?}");
+    let dump = ProfileDump::new(calibration.clone(), [ra.stamps, rb.stamps].into_iter().flatten().collect());
+    let intervals = dump.intervals();
+    let mean = |probe: &str| -> f64 {
+        intervals
+            .iter()
+            .find(|(p, _)| dump.probe_name(*p) == probe)
+            .and_then(|(_, v)| Stats::of(v))
+            .map_or(0.0, |s| s.mean)
+    };
+    let events_per_s = c.sfo_done as f64 / elapsed.as_secs_f64();
+    Ok(Metrics::new()
+        .with("events_per_s", events_per_s)
+        .with("us_per_event", 1e6 / events_per_s)
+        .with("receive_action_ns", mean("sfi/sfi.receive.action"))
+        .with("end_of_event_action_ns", mean("sfi/sfi.end_of_event.action"))
+        .with("output_poll_ns", mean("sfi/sfi.output.poll"))
+        .with("output_action_ns", mean("sfi/sfi.output.action"))
+        .with("sfo_input_action_ns", mean("sfo/sfo.input.action"))
+        .with("sfo_output_action_ns", mean("sfo/sfo.output.action")))
+}
+
 pub fn run(config: BenchConfig) -> anyhow::Result<(Suite, Figures)> {
     let mut suite = Suite::new(
         "engine",
@@ -254,6 +321,9 @@ pub fn run(config: BenchConfig) -> anyhow::Result<(Suite, Figures)> {
             rob_point(robs, l, time)
         })?;
     }
+    suite.measure("subfarm", vec![("crates", 2usize.into()), ("crate_bytes", 256usize.into())], || {
+        subfarm_point(time, &calibration)
+    })?;
     eprintln!("  rob loop, profiled (fig. 11)");
     figures.rob_loop = rob_loop(time.min(Duration::from_millis(200)), &calibration)?;
 

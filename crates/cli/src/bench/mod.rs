@@ -16,6 +16,7 @@ pub mod helper;
 mod hosts;
 mod plot;
 mod raw;
+pub mod subfarm;
 pub mod testbed;
 mod transport;
 

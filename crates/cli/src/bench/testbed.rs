@@ -51,6 +51,8 @@ use daqflow_wire::crc::crc32c;
 use daqflow_wire::frame::Frame;
 use daqflow_wire::{EventId, Fragment, FragmentFlags, FragmentHeader, SuperFragment, SuperFragmentFlags};
 
+use super::subfarm::{Handler, HandlerMode, Sfi, SfiInput, Sfo, SubfarmCounts, SubfarmShared};
+
 /// Decisions per block of the TRG: accepts, rejects, and ROIs (sent before the reject of as many
 /// rejected events).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -90,6 +92,28 @@ pub struct TestbedConfig {
     pub events: Option<u64>,
     /// The run number written into fragment headers.
     pub run_number: u32,
+    /// The sub-farm after the collector (the paper's SFI → event handler → SFO), if any.
+    pub subfarm: Option<SubfarmConfig>,
+}
+
+/// The sub-farm behind the collector ([`super::subfarm`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubfarmConfig {
+    /// How the dummy event handler runs.
+    pub handler: HandlerMode,
+    /// Events the handler lets the SFI inject ahead of what it forwarded.
+    pub window: u32,
+    /// The SFO's buffer, bytes.
+    pub sfo_buffer: usize,
+    /// Where the SFO writes data files (`None`: it drops the events, as in the paper's
+    /// measurement).
+    pub sfo_directory: Option<std::path::PathBuf>,
+}
+
+impl Default for SubfarmConfig {
+    fn default() -> Self {
+        SubfarmConfig { handler: HandlerMode::Thread, window: 16, sfo_buffer: 4 << 20, sfo_directory: None }
+    }
 }
 
 impl Default for TestbedConfig {
@@ -108,6 +132,7 @@ impl Default for TestbedConfig {
             fifo_capacity: 256,
             events: None,
             run_number: 1,
+            subfarm: None,
         }
     }
 }
@@ -415,6 +440,8 @@ struct Ebif {
     shared: Arc<EbifShared>,
     built: u64,
     bytes: u64,
+    /// The crate fragments to the SFI, with a sub-farm.
+    to_sfi: Option<Producer<Bytes>>,
 }
 
 impl Ebif {
@@ -440,7 +467,11 @@ impl Module for Ebif {
     fn poll(&mut self, task: usize) -> bool {
         match task {
             0 => !self.from_trg.is_empty() && self.robs_have_room() && self.collecting.len() < 64,
-            1 => self.robs_have_room() && self.from_robs.iter().any(|r| !r.is_empty()),
+            1 => {
+                self.robs_have_room()
+                    && self.to_sfi.as_ref().is_none_or(|t| t.slots() > 0)
+                    && self.from_robs.iter().any(|r| !r.is_empty())
+            }
             _ => {
                 self.discards.pending() > 0
                     && self.from_trg.is_empty()
@@ -480,6 +511,9 @@ impl Module for Ebif {
                             SuperFragment::assemble(0, EventId(c.event_id), SuperFragmentFlags::default(), &fragments);
                         self.built += 1;
                         self.bytes += crate_fragment.len() as u64;
+                        if let Some(to_sfi) = self.to_sfi.as_mut() {
+                            to_sfi.push(crate_fragment.clone()).map_err(|_| "collector: the SFI's FIFO is full")?;
+                        }
                         publish(&self.shared.built, self.built);
                         publish(&self.shared.bytes, self.bytes);
                         if let Some(frame) = self.discards.push(ControlMessage::Discard { event_id: c.event_id }) {
@@ -538,6 +572,15 @@ pub struct Testbed {
     trg_shared: Arc<TrgShared>,
     ebif_shared: Arc<EbifShared>,
     l2_received: Arc<AtomicU64>,
+    subfarm: Option<Subfarm>,
+}
+
+/// The sub-farm's modules, its handler and its counts.
+struct Subfarm {
+    sfi: Sfi,
+    sfo: Sfo,
+    handler: Handler,
+    shared: Arc<SubfarmShared>,
 }
 
 impl std::fmt::Debug for Testbed {
@@ -575,6 +618,8 @@ pub struct TestbedReport {
     pub built_bytes: u64,
     /// Each scheduler's report (counters, stamps if profiling).
     pub schedulers: Vec<Report>,
+    /// The sub-farm's counts, with one.
+    pub subfarm: Option<SubfarmCounts>,
 }
 
 impl TestbedReport {
@@ -592,6 +637,7 @@ impl TestbedReport {
                 && self.discarded[i] <= self.built
         }) && self.built <= self.accepts
             && self.roi_sent.iter().sum::<u64>() == self.roi_received
+            && self.subfarm.is_none_or(|s| s.received == self.built && s.is_drained(1))
     }
 
     /// Stamps of every scheduler that profiled.
@@ -673,7 +719,29 @@ impl Testbed {
             counts: [0; 3],
         };
         let ebif_shared = Arc::new(EbifShared::default());
+        let (to_sfi, subfarm) = match &config.subfarm {
+            None => (None, None),
+            Some(sc) => {
+                let (tx, rx) = fifo(cap);
+                let shared = Arc::new(SubfarmShared::default());
+                let listener = std::net::TcpListener::bind("127.0.0.1:0")
+                    .map_err(|e| ConfigError::Invalid(format!("the SFO's listener: {e}")))?;
+                let sfo_addr =
+                    listener.local_addr().map_err(|e| ConfigError::Invalid(format!("the SFO's listener: {e}")))?;
+                let handler = Handler::start(&sc.handler, sfo_addr, sc.window)
+                    .map_err(|e| ConfigError::Invalid(format!("the event handler: {e}")))?;
+                let em =
+                    EventManagerConfig { page_size: 4096, pages: 512, large_bytes: Some(8 << 20), max_fragments: None };
+                let sfi = Sfi::new(SfiInput::Crates(vec![rx]), em, config.run_number, handler.addr, shared.clone())
+                    .map_err(|e| ConfigError::Invalid(format!("the SFI: {e}")))?;
+                let sfo =
+                    Sfo::accept(&listener, sc.sfo_buffer, sc.sfo_directory.clone(), config.run_number, shared.clone())
+                        .map_err(|e| ConfigError::Invalid(format!("the SFO: {e}")))?;
+                (Some(tx), Some(Subfarm { sfi, sfo, handler, shared }))
+            }
+        };
         let ebif = Ebif {
+            to_sfi,
             from_trg: a_rx,
             from_robs: rob_to_ebif,
             to_robs: ebif_to_rob,
@@ -685,7 +753,7 @@ impl Testbed {
         };
         let l2_received = Arc::new(AtomicU64::new(0));
         let l2 = Level2 { from_robs: rob_to_l2, received: l2_received.clone(), count: 0 };
-        Ok(Testbed { config, robs, trg, ebif, l2, rob_shared, trg_shared, ebif_shared, l2_received })
+        Ok(Testbed { config, robs, trg, ebif, l2, rob_shared, trg_shared, ebif_shared, l2_received, subfarm })
     }
 
     /// Runs until `config.events` events are decided and freed at every ROB, or for `duration`
@@ -703,7 +771,11 @@ impl Testbed {
         profile: Option<usize>,
         idle: IdleStrategy,
     ) -> Result<TestbedReport, SchedulerError> {
-        let Testbed { config, robs, trg, ebif, l2, rob_shared, trg_shared, ebif_shared, l2_received } = self;
+        let Testbed { config, robs, trg, ebif, l2, rob_shared, trg_shared, ebif_shared, l2_received, subfarm } = self;
+        let (sfi_sfo, handler, subfarm_shared) = match subfarm {
+            Some(Subfarm { sfi, sfo, handler, shared }) => (Some((sfi, sfo)), Some(handler), Some(shared)),
+            None => (None, None, None),
+        };
         let setup = |name: &str, core: Option<usize>| {
             let mut s = Scheduler::new(name).with_idle(idle);
             if let Some(c) = core {
@@ -722,6 +794,9 @@ impl Testbed {
                     s.add_module(r);
                 }
                 s.add_module(trg).add_module(ebif).add_module(l2);
+                if let Some((sfi, sfo)) = sfi_sfo {
+                    s.add_module(sfi).add_module(sfo);
+                }
                 schedulers.push(s);
             }
             Layout::RobsApart(cores) => {
@@ -731,6 +806,9 @@ impl Testbed {
                 }
                 let mut b = setup("trg-ebif", cores.map(|c| c.1));
                 b.add_module(trg).add_module(ebif).add_module(l2);
+                if let Some((sfi, sfo)) = sfi_sfo {
+                    b.add_module(sfi).add_module(sfo);
+                }
                 schedulers.extend([a, b]);
             }
         }
@@ -769,6 +847,17 @@ impl Testbed {
                 std::thread::sleep(Duration::from_micros(100));
             }
         }
+        // The sub-farm drains what the collector built (bounded).
+        if let Some(shared) = &subfarm_shared {
+            let built = || ebif_shared.built.load(Ordering::Acquire);
+            let drain_until = Instant::now() + Duration::from_secs(5);
+            while !(shared.counts().is_drained(1) && shared.counts().received == built())
+                && Instant::now() < drain_until
+                && !running.iter().any(|r| r.is_finished())
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
         for s in &stops {
             s.stop();
         }
@@ -784,6 +873,12 @@ impl Testbed {
         }
         if let Some(e) = first_error {
             return Err(e);
+        }
+        // The SFI's connection closed with its scheduler: the handler ends.
+        if let Some(h) = handler
+            && let Err(e) = h.join()
+        {
+            tracing::warn!("the event handler: {e}");
         }
         let load = |c: &AtomicU64| c.load(Ordering::Acquire);
         let generated: Vec<u64> = rob_shared.iter().map(|r| load(&r.generated)).collect();
@@ -804,6 +899,7 @@ impl Testbed {
             built: load(&ebif_shared.built),
             built_bytes: load(&ebif_shared.bytes),
             schedulers: reports,
+            subfarm: subfarm_shared.map(|s| s.counts()),
         })
     }
 }
