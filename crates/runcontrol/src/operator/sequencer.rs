@@ -1038,6 +1038,8 @@ impl Sequencer {
         if live && live_key.is_none() {
             let keys: Vec<String> = schema
                 .live_keys()
+                // The operator's own (refused above), not one to offer.
+                .filter(|k| k.name != DRAIN_INTO_RESERVE_KEY)
                 .map(|k| format!("{} ({})", k.name, k.live.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")))
                 .collect();
             let list = if keys.is_empty() {
