@@ -46,6 +46,13 @@ use crate::checks::{SEPARATOR, check_address};
 /// the component is configured (`Key::live(ANY_STATE)`).
 pub const ANY_STATE: &[State] = &[State::Configured, State::Running, State::Paused];
 
+/// The live boolean key of a data writer whose disk has a reserve above its throttling high
+/// mark (the `recorder`'s): set `true` in a run, the writer writes into that reserve now,
+/// throttled or not, until the run ends. The operator sets it, before the producers' stop, on
+/// every writer throttled by its disk when a run stops (for a full disk, `[system]
+/// disk_full_stop_s`, or by hand) whose kind declares the key live; `set` may not.
+pub const DRAIN_INTO_RESERVE_KEY: &str = "drain_into_reserve";
+
 /// The type of a key's value, with its range.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]

@@ -147,3 +147,79 @@ fn the_kinds_have_the_roles_stages_and_data_files_of_the_system_file() {
     assert_eq!(data_files(&table("et = 'daq'")), None);
     assert!(r.kind("et").unwrap().data_files.is_none() && r.kind("monitor").unwrap().data_files.is_none());
 }
+
+/// A recorder throttled by its disk from the start (its high mark below the disk's usage) takes
+/// nothing from its station; told `drain_into_reserve = true` (what the operator does when the
+/// run stops while it is throttled), it writes what waits into the space above its high mark,
+/// throttled still; the key is refused in the configuration and cannot be taken back in the run.
+#[test]
+fn a_throttled_recorder_told_to_drain_into_its_reserve_writes_what_waits() {
+    let et_name = format!("et-reserve-{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("daqflow-et-reserve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // A high mark below the disk's usage, by a quarter of the space free: throttled from the
+    // start, and half the space above the mark (up to `(high + 100) / 2`, above the usage)
+    // holds far more than a few events.
+    let used = daqflow_wire::file::DiskSpace::of(&dir).unwrap().used_pct();
+    let high = used - (100.0 - used) / 4.0;
+    if high < 2.0 {
+        println!("skipped: the disk of {} is {used:.1} % used, too little for a high mark below it", dir.display());
+        return;
+    }
+    let mut et =
+        Driver::new(standard(), "et", "et", table(&format!("name = '{et_name}'\nevents = 64\nevent_size = 4096")));
+    et.configure(None).unwrap();
+    let keys = format!(
+        "et = '{et_name}'\ndirectory = '{}'\ndrain_ms = 100\nthrottle_high_pct = {high}\nthrottle_low_pct = {}",
+        dir.display(),
+        high / 2.0
+    );
+    let refused = Driver::new(standard(), "recorder", "rec", table(&format!("{keys}\ndrain_into_reserve = true")))
+        .configure(None)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("`drain_into_reserve` is set live in a run"), "{refused}");
+    let mut recorder = Driver::new(standard(), "recorder", "rec", table(&keys));
+    recorder.configure(None).unwrap();
+    let e = recorder.set("drain_into_reserve", &serde_json::json!(true)).unwrap_err().to_string();
+    assert!(e.contains("Running") && e.contains("Paused"), "live in a run only: {e}");
+    et.start(1).unwrap();
+    recorder.start(1).unwrap();
+    wait_until("the recorder throttles", || detail::<RecorderDetail>(&recorder.stats()).throttled);
+
+    let client = EtClient::connect(&et_name).unwrap();
+    let producer = client.attach(GRAND_CENTRAL).unwrap();
+    let n = 20u64;
+    for id in 1..=n {
+        let data = built_event(id, 2);
+        let mut events = producer.new_events(1, data.len(), Wait::Sleep).unwrap();
+        events[0].write(&data).unwrap();
+        producer.put_events(&mut events).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(recorder.stats().events, 0, "written while throttled");
+
+    recorder.set("drain_into_reserve", &serde_json::json!(true)).unwrap();
+    wait_until("the recorder wrote what waited", || recorder.stats().events == n);
+    assert!(detail::<RecorderDetail>(&recorder.stats()).throttled, "it drains throttled still");
+    let e = recorder.set("drain_into_reserve", &serde_json::json!(false)).unwrap_err().to_string();
+    assert!(e.contains("cannot be taken back in the run"), "{e}");
+    let rec = recorder.stop(None).unwrap();
+    assert_eq!(rec.events, n, "{rec:?}");
+    assert_eq!(detail::<RecorderDetail>(&rec).files.unwrap().iter().map(|f| f.events).sum::<u64>(), n);
+    // The next run starts without the reserve: throttled, it writes nothing.
+    recorder.start(2).unwrap();
+    let data = built_event(n + 1, 2);
+    let mut events = producer.new_events(1, data.len(), Wait::Sleep).unwrap();
+    events[0].write(&data).unwrap();
+    producer.put_events(&mut events).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(recorder.stats().events, 0, "written while throttled in the next run");
+
+    drop((producer, client));
+    for d in [&mut recorder, &mut et] {
+        d.reset().unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use daqflow_api::{ComponentState, RunState, SystemState, Transition, TransitionResult};
+use daqflow_component::schema::{DRAIN_INTO_RESERVE_KEY, Key, Schema};
 use daqflow_component::{
     Answer, Command, CommandReply, Component, ComponentError, ComponentStatus, Info, Kind, Outcome, Registry, Request,
     Role, State, Stats, TriggerCounts, Verb,
@@ -36,6 +37,13 @@ fn registry() -> Registry {
         let k = Kind::new(name, "stub", role, |_, _| Ok(Box::new(Stub)));
         r.add(if name == "source" { k.stages(7, 1) } else { k });
     }
+    // A recorder with a reserve above its high mark on its disk: the live key the operator
+    // sets when it declares the disk full.
+    let reserve = Key::bool(DRAIN_INTO_RESERVE_KEY, "drain into the reserve").live(&[State::Running, State::Paused]);
+    r.add(
+        Kind::new("reserve-recorder", "stub", Role::Recorder, |_, _| Ok(Box::new(Stub)))
+            .schema(Schema::new("reserve-recorder").key(reserve)),
+    );
     r
 }
 
@@ -212,8 +220,9 @@ impl World {
             Err(format!("{verb} refused"))
         } else if let Command::Set { key, .. } = &request.command
             && key != "rate_hz"
+            && key != DRAIN_INTO_RESERVE_KEY
         {
-            // The stub's one live parameter is `rate_hz`.
+            // The stub's live parameters are `rate_hz` (and a recorder's reserve).
             Err(format!("`{key}` cannot change after configure; the live parameters of {name} are: rate_hz"))
         } else if self.fail.contains(&(name.clone(), verb)) {
             self.states.get_mut(&name).unwrap().2 = State::Error;
@@ -1225,6 +1234,61 @@ fn a_writer_throttled_longer_than_disk_full_stop_s_stops_the_run_producers_first
     let e = &closed.errors[0];
     assert!(e.starts_with("disk full: `rec` was throttled") && e.contains("for 20 s"), "{e}");
     assert!(e.contains("disk_full_stop_s = 20") && e.contains("1.0 MiB free, 96.0 % used"), "{e}");
+    // A recorder whose kind declares no reserve is told nothing more.
+    assert!(w.sent(mark, Verb::Set).is_empty(), "{:?}", &w.log[mark..]);
+    assert!(!e.contains("reserve"), "{e}");
+    // One that has a reserve is told to drain into it before the producers stop, so that
+    // what is in flight drains through ET.
+    let text = SYSTEM
+        .replace("name = \"sim\"", "name = \"sim\"\ndisk_full_stop_s = 20")
+        .replace("kind = \"recorder\"", "kind = \"reserve-recorder\"");
+    let mut w = World::new(&text);
+    let t = w.ask_launch();
+    assert!(matches!(w.done.remove(&t), Some(Ok(_))));
+    w.run(Transition::Configure).unwrap();
+    w.run(Transition::Start { run: Some(7) }).unwrap();
+    let mark = w.log.len();
+    w.feed(Input::Stats { name: "rec".into(), stats: throttled(7, 20.5) });
+    w.pass(Duration::from_secs(1));
+    assert_eq!(
+        w.log[mark],
+        ("rec".to_owned(), Command::Set { key: DRAIN_INTO_RESERVE_KEY.into(), value: json!(true) }),
+        "{:?}",
+        &w.log[mark..]
+    );
+    assert_eq!(w.sent(mark, Verb::Set), vec!["rec"]);
+    assert_eq!(w.sent(mark, Verb::Stop), vec!["evm", "src", "ru-0", "bu-0", "rec"]);
+    assert_eq!(w.seq.state(), SystemState::Configured);
+    let e = &w.closed.last().unwrap().errors[0];
+    assert!(e.starts_with("disk full: `rec` was throttled") && e.contains("producers first"), "{e}");
+    assert!(
+        e.ends_with("`rec` was told to write what was in flight into its disk's reserve above throttle_high_pct"),
+        "{e}"
+    );
+    // A stop by hand while it is throttled (not yet for long) tells it the same; the key is
+    // the operator's, not for `set`.
+    w.run(Transition::Start { run: Some(8) }).unwrap();
+    w.ticket += 1;
+    let ticket = w.ticket;
+    let key = DRAIN_INTO_RESERVE_KEY.to_owned();
+    w.feed(Input::Set { ticket, component: "rec".into(), key, value: Some(toml::Value::Boolean(true)) });
+    let e = w.done.remove(&ticket).expect("answered").unwrap_err().to_string();
+    assert!(e.contains("is set by the operator, not by `set`"), "{e}");
+    w.feed(Input::Stats { name: "rec".into(), stats: throttled(8, 2.0) });
+    let mark = w.log.len();
+    w.pass(Duration::from_secs(1));
+    assert!(w.log[mark..].is_empty(), "{:?}", &w.log[mark..]);
+    w.run(Transition::Stop).unwrap();
+    assert_eq!(w.sent(mark, Verb::Set), vec!["rec"]);
+    assert_eq!(w.sent(mark, Verb::Stop), vec!["evm", "src", "ru-0", "bu-0", "rec"]);
+    assert!(matches!(&w.log[mark].1, Command::Set { key, .. } if key == DRAIN_INTO_RESERVE_KEY), "{:?}", w.log[mark]);
+    assert!(w.closed.last().unwrap().errors.is_empty(), "{:?}", w.closed.last().unwrap().errors);
+    // Not throttled: a stop tells it nothing.
+    w.run(Transition::Start { run: Some(9) }).unwrap();
+    w.feed(Input::Stats { name: "rec".into(), stats: Stats { run: Some(9), ..Stats::counted(5, 50) } });
+    let mark = w.log.len();
+    w.run(Transition::Stop).unwrap();
+    assert!(w.sent(mark, Verb::Set).is_empty(), "{:?}", &w.log[mark..]);
     // Paused, or with the limit 0, nothing is stopped.
     let text = SYSTEM.replace("name = \"sim\"", "name = \"sim\"\ndisk_full_stop_s = 0");
     let mut w = World::new(&text);

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use daqflow_api::{ComponentState, ParameterChange, Policy, RunSummary, SystemState, Transition, TransitionResult};
 use daqflow_component::provenance::SYSTEM_DIGEST_KEY;
+use daqflow_component::schema::DRAIN_INTO_RESERVE_KEY;
 use daqflow_component::{Answer, Command, CommandReply, ComponentStatus, Info, Request, Stats, Verb};
 use serde_json::{Value, json};
 
@@ -1006,6 +1007,12 @@ impl Sequencer {
                 "`{SYSTEM_DIGEST_KEY}` is set by the operator (the system file's digest), not by `set`"
             )));
         }
+        if key == DRAIN_INTO_RESERVE_KEY {
+            return Err(OperatorError::Invalid(format!(
+                "`{DRAIN_INTO_RESERVE_KEY}` is set by the operator, not by `set`: a stop while a writer is throttled \
+                 by its disk tells it to drain into its disk's reserve"
+            )));
+        }
         // The key must not cross a value that is not a table in the system file's parameters.
         let mut table = &self.file.components[i].params;
         let parts: Vec<&str> = key.split('.').collect();
@@ -1031,6 +1038,8 @@ impl Sequencer {
         if live && live_key.is_none() {
             let keys: Vec<String> = schema
                 .live_keys()
+                // The operator's own (refused above), not one to offer.
+                .filter(|k| k.name != DRAIN_INTO_RESERVE_KEY)
                 .map(|k| format!("{} ({})", k.name, k.live.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")))
                 .collect();
             let list = if keys.is_empty() {
@@ -1531,9 +1540,13 @@ impl Sequencer {
                     if state == SystemState::Paused
                         && self.file.components.iter().any(|c| c.role == daqflow_component::Role::Trigger) =>
                 {
+                    self.drain_throttled_writers(now, out);
                     Step::ReadingOut { run, stage: 0, errors }
                 }
-                Some(run) => Step::Stopping { run, stage: 0, summaries: BTreeMap::new(), errors },
+                Some(run) => {
+                    self.drain_throttled_writers(now, out);
+                    Step::Stopping { run, stage: 0, summaries: BTreeMap::new(), errors }
+                }
                 None => {
                     self.target = SystemState::Configured;
                     if let Some(ticket) = ticket {
@@ -2039,7 +2052,10 @@ impl Sequencer {
 
     /// A data writer throttled by its disk for longer than `disk_full_stop_s` in a running
     /// run: its disk is full for good, and the run stops (the normal stop, producers first)
-    /// with the error `disk full: …`, which the run's record keeps.
+    /// with the error `disk full: …`, which the run's record keeps. A writer whose kind
+    /// declares the live key [`DRAIN_INTO_RESERVE_KEY`] (the recorder) is first told to drain
+    /// into its disk's reserve, so that what is in flight towards it (in ET, in the builder
+    /// units) drains while the producers stop.
     fn check_disks(&mut self, now: Now, out: &mut Vec<Output>) {
         let limit = self.file.system.disk_full_stop_s;
         if limit <= 0.0 || !self.run_open() || self.state() != SystemState::Running {
@@ -2067,9 +2083,17 @@ impl Sequencer {
                 (Some(free), Some(used)) => format!(" ({:.1} MiB free, {used:.1} % used)", free as f64 / 1048576.0),
                 _ => String::new(),
             };
+            let drains = if self.has_reserve(spec) {
+                format!(
+                    "; `{}` was told to write what was in flight into its disk's reserve above throttle_high_pct",
+                    spec.name
+                )
+            } else {
+                String::new()
+            };
             full.push(format!(
                 "disk full: `{}` was throttled by the filesystem{directory}{space} for {throttled_for:.0} s, longer \
-                 than disk_full_stop_s = {limit}; the run was stopped, producers first",
+                 than disk_full_stop_s = {limit}; the run was stopped, producers first{drains}",
                 spec.name
             ));
         }
@@ -2080,6 +2104,41 @@ impl Sequencer {
             tracing::error!("{why}");
         }
         self.begin(None, Transition::Stop, full, now, out);
+    }
+
+    /// Whether `spec` is a data writer whose kind declares the live key
+    /// [`DRAIN_INTO_RESERVE_KEY`] while Running: its disk has a reserve above its high mark.
+    fn has_reserve(&self, spec: &ComponentSpec) -> bool {
+        let published = self.published.get(&spec.name);
+        spec.schema
+            .as_deref()
+            .or(published.map(|s| &**s))
+            .and_then(|s| s.key_named(DRAIN_INTO_RESERVE_KEY))
+            .is_some_and(|k| k.live.contains(&daqflow_component::State::Running))
+    }
+
+    /// At the start of a run's stop: every data writer throttled by its disk now (its
+    /// counters of this run say so) whose disk has a reserve ([`Self::has_reserve`]) is told
+    /// to write into it (`DRAIN_INTO_RESERVE_KEY = true`), before the producers' stop, so that
+    /// what is in flight towards it (in ET, in the builder units) drains while they stop.
+    /// Nobody waits for the answer (a refusal is logged); it reaches the writer before its stop.
+    fn drain_throttled_writers(&mut self, now: Now, out: &mut Vec<Output>) {
+        let mut drain = Vec::new();
+        for spec in &self.file.components {
+            let v = &self.views[&spec.name];
+            if v.alive && v.stats.run == self.run && v.stats.detail["throttled"] == true && self.has_reserve(spec) {
+                drain.push(spec.name.clone());
+            }
+        }
+        for name in drain {
+            tracing::warn!(
+                component = %name,
+                "{name}.{DRAIN_INTO_RESERVE_KEY} = true: the run stops while {name} is throttled by its disk; what is \
+                 in flight goes into its disk's reserve above throttle_high_pct"
+            );
+            let command = Command::Set { key: DRAIN_INTO_RESERVE_KEY.to_owned(), value: Value::Bool(true) };
+            self.send(&name, command, Owner::Late, self.config.timeout, now, out);
+        }
     }
 
     fn check_failures(&mut self, now: Now, out: &mut Vec<Output>) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use daqflow_component::ComponentError;
 use daqflow_component::State;
 use daqflow_component::provenance::Digest;
-use daqflow_component::schema::{ANY_STATE, Key, Schema};
+use daqflow_component::schema::{ANY_STATE, DRAIN_INTO_RESERVE_KEY, Key, Schema};
 use serde::{Deserialize, Serialize};
 
 /// Configuration of a `recorder`.
@@ -58,6 +58,14 @@ pub struct RecorderConfig {
     /// How often (ms) the free space is read.
     #[serde(default = "default_throttle_check_ms")]
     pub throttle_check_ms: u64,
+    /// Live in a run only, set by the operator: `true` makes the recorder write into its
+    /// disk's reserve now, throttled or not (the space above `throttle_high_pct`, down to the
+    /// floor: half of it stays free), until the run ends. The operator sets it on a recorder
+    /// throttled by its disk when the run stops (for a full disk, `[system]
+    /// disk_full_stop_s`, or by hand), before the producers' stop, so that what is in flight
+    /// drains through ET; `false` in the configuration (refused otherwise).
+    #[serde(default)]
+    pub drain_into_reserve: bool,
 }
 
 fn default_throttle_high_pct() -> f64 {
@@ -116,6 +124,10 @@ pub fn schema() -> Schema {
         .key(Key::float("throttle_high_pct", 0.0, 100.0, "Disk throttling: above this usage of `directory`'s filesystem it takes no events; 100: off.").unit("%"))
         .key(Key::float("throttle_low_pct", 0.0, 100.0, "A throttled recorder takes events again below this usage (below `throttle_high_pct`).").unit("%"))
         .key(Key::integer("throttle_check_ms", 1, 60_000, "How often the free space is read.").unit("ms"))
+        .key(
+            Key::bool(DRAIN_INTO_RESERVE_KEY, "Set by the operator, not by `set`, when a run stops while the recorder is throttled by its disk: `true` writes into the disk's reserve above `throttle_high_pct` now, throttled or not, until the run ends (half of the reserve stays free).")
+                .live(&[State::Running, State::Paused]),
+        )
         .output(Key::text("station", "Its ET station."))
         .output(Key::path("directory", "Where its data files go."))
         .defaults_from(&sample)

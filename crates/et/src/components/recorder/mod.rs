@@ -14,7 +14,11 @@
 //! (they wait in ET, whose back-pressure holds the builder) until usage falls below
 //! `throttle_low_pct`. A write that fails anyway (a full disk) puts it in Error with a message
 //! naming the disk; its file is left as `.part` with whole events only, and the events it had
-//! not written go back to its station.
+//! not written go back to its station. The space above `throttle_high_pct` is the disk's
+//! reserve for the end of a run: from its stop, or from the live `drain_into_reserve` (the
+//! operator sets it when a run stops while the recorder is throttled, before the producers'
+//! stop), the recorder writes into half of it, throttled or not; the other half stays free
+//! (the floor).
 //!
 //! Its statistics: `events` recorded and their `bytes`, and a [`RecorderDetail`]; the summary
 //! of a run adds every file (`detail.files`: `path`, `events`, `bytes`, `first_event`,
@@ -55,6 +59,13 @@ pub use config::{RecorderConfig, schema};
 pub fn factory(name: &str, table: toml::Table) -> Result<Box<dyn Component>, ComponentError> {
     let c: RecorderConfig = daqflow_component::parse_config(name, table)?;
     c.check(name)?;
+    if c.drain_into_reserve {
+        return Err(ComponentError::Config(format!(
+            "{name}: `drain_into_reserve` is set live in a run (the operator sets it when a run stops while the \
+             recorder is throttled by its disk), not in the configuration: the reserve above throttle_high_pct is \
+             for the end of a run"
+        )));
+    }
     Ok(Box::new(Recorder::new(name, c)))
 }
 
@@ -160,6 +171,9 @@ pub struct Recorder {
     station: String,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
+    /// `drain_into_reserve` was set in the run: the writer thread drains into the disk's
+    /// reserve.
+    reserve: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<String>>>,
     worker: Option<JoinHandle<Result<Vec<ClosedFile>, String>>>,
     run: u32,
@@ -180,6 +194,7 @@ impl Recorder {
             station,
             counters: Arc::default(),
             stop: Arc::default(),
+            reserve: Arc::default(),
             failure: Arc::default(),
             worker: None,
             run: 0,
@@ -227,6 +242,32 @@ impl Recorder {
         (Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s), detail)
     }
 
+    /// The live `drain_into_reserve`: `true` lets the writer thread use the disk's reserve
+    /// (the space above `throttle_high_pct`, half of it) from now until the run ends; `false`
+    /// is refused once it drains (the reserve's bytes are written).
+    fn drain_into_reserve(&mut self, value: &toml::Value) -> Result<(), ComponentError> {
+        let Some(on) = value.as_bool() else {
+            return Err(ComponentError::Refused(format!("`drain_into_reserve` = {value} is not true or false")));
+        };
+        if on {
+            if !self.reserve.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    recorder = %self.name,
+                    "drain_into_reserve: writing into the reserve of the filesystem of {} (up to half the space above \
+                     throttle_high_pct) until the run ends",
+                    self.config.directory.display()
+                );
+            }
+        } else if self.reserve.load(Ordering::SeqCst) {
+            return Err(ComponentError::Refused(
+                "`drain_into_reserve` cannot be taken back in the run: the recorder drains into its reserve until \
+                 the run ends"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn station_config(&self) -> Result<StationConfig, ComponentError> {
         let selection = crate::Selection::parse(&self.config.select)
             .map_err(|e| ComponentError::Config(format!("select = {:?}: {e}", self.config.select)))?;
@@ -256,6 +297,9 @@ impl Component for Recorder {
     fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ComponentError> {
         let mut c = self.config.clone();
         let bad = || ComponentError::Refused(format!("`{key}` = {value} is not a whole number"));
+        if key == daqflow_component::schema::DRAIN_INTO_RESERVE_KEY {
+            return self.drain_into_reserve(value);
+        }
         match key {
             "max_file_bytes" => {
                 c.max_file_bytes = value.as_integer().and_then(|v| u64::try_from(v).ok()).ok_or_else(bad)?
@@ -340,6 +384,7 @@ impl Component for Recorder {
         let attachment = client.attach(&self.station)?;
         self.counters = Arc::default();
         self.stop = Arc::default();
+        self.reserve = Arc::default();
         set(&self.failure, None);
         self.run = run;
         self.started_ms = Some(now_ms());
@@ -347,6 +392,7 @@ impl Component for Recorder {
         self.stopped = None;
         self.recent = Recent::new();
         let (counters, stop, failure) = (self.counters.clone(), self.stop.clone(), self.failure.clone());
+        let reserve = self.reserve.clone();
         let (batch, drain, timeout) = (
             self.config.batch,
             Duration::from_millis(self.config.drain_ms),
@@ -373,7 +419,7 @@ impl Component for Recorder {
         let name = self.name.clone();
         let worker = std::thread::Builder::new().name(format!("{}-write", self.name)).spawn(move || {
             let _client = client;
-            let w = Writer { attachment: &attachment, writer, counters: &counters, disk, name };
+            let w = Writer { attachment: &attachment, writer, counters: &counters, disk, reserve: &reserve, name };
             let r = record(w, &stop, batch, drain, timeout);
             if let Err(e) = &r {
                 set(&failure, Some(e.clone()));
@@ -449,6 +495,8 @@ struct Writer<'a> {
     writer: FileWriter,
     counters: &'a Counters,
     disk: DiskWatcher,
+    /// Set live (`drain_into_reserve`): drain into the disk's reserve before the stop.
+    reserve: &'a AtomicBool,
     name: String,
 }
 
@@ -550,6 +598,11 @@ fn record_into(
             stop_seen = Some(Instant::now());
             // The producers have stopped: what is left goes into the space above the high
             // mark, half of it (the rest stays for closing the files).
+            w.disk.drain();
+        }
+        if !w.disk.draining() && w.reserve.load(Ordering::SeqCst) {
+            // The run is being stopped for a full disk: what is in flight (in ET, in the
+            // builder units) goes into the reserve now, so that the producers' stop drains.
             w.disk.drain();
         }
         let mut throttled = w.throttled()?;
