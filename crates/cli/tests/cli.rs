@@ -459,6 +459,51 @@ fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
     assert!(std::fs::read_to_string(out.join("evb.csv")).unwrap().starts_with("case,fragment_bytes,streams,"));
 }
 
+/// `evb local --profile DIR`: the EVM, each RU and each BU write a time-stamp profile at the
+/// run's end, and `daqflow profile` shows where an event's time went through the builder.
+#[test]
+fn evb_local_profile_writes_each_components_time_stamps_for_daqflow_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("prof");
+    let o = daqflow(&[
+        "evb",
+        "local",
+        "--rus",
+        "1",
+        "--bus",
+        "1",
+        "--streams",
+        "2",
+        "--seconds",
+        "1",
+        "--profile",
+        prof.to_str().unwrap(),
+        "--data",
+        dir.path().join("data").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let probes = [
+        ("evm-run1.prof", &["evm.trigger", "evm.assign", "evm-evm/links.action"][..]),
+        ("ru-0-run1.prof", &["ru.receive", "ru.assemble", "ru.send"][..]),
+        ("bu-0-run1.prof", &["bu.request", "bu.receive", "bu.build", "bu.write", "bu-0-build0/build-0.action"][..]),
+    ];
+    for (file, wanted) in probes {
+        let path = prof.join(file);
+        assert!(path.is_file(), "{file} missing: {:?}", std::fs::read_dir(&prof).map(|d| d.count()));
+        let o = daqflow(&["profile", path.to_str().unwrap()]);
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        for w in wanted {
+            let line = t
+                .lines()
+                .find(|l| l.trim_start().starts_with(w))
+                .unwrap_or_else(|| panic!("{w} missing from {file}:\n{t}"));
+            let count: u64 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+            assert!(count > 0, "{w} never stamped in {file}: {line}");
+        }
+    }
+}
+
 /// The paper's sub-farm behind the test bed's collector: every built event goes through the SFI,
 /// the dummy event handler (a process of its own) and the SFO into a data file, checked event
 /// by event; the profile has the SFI's and the SFO's tasks.

@@ -137,6 +137,121 @@ impl Checks {
     }
 }
 
+/// The schema's profiling keys of `what` (`profile`, `profile_stamps`).
+pub(crate) fn profile_keys(what: &str) -> [daqflow_component::schema::Key; 2] {
+    use daqflow_component::schema::Key;
+    [
+        Key::path(
+            "profile",
+            &format!(
+                "Time-stamp {what}'s scheduler tasks and the event builder's probes (receive, assemble, request, build, write) and write the profile here at each stop (`{{run}}` is replaced by the run number, `{{name}}` by the component's name); read it with `daqflow profile FILE`. Empty: no profiling."
+            ),
+        ),
+        Key::integer(
+            "profile_stamps",
+            2,
+            1 << 28,
+            "With `profile`: time stamps kept per thread (the latest; 16 bytes each).",
+        )
+        .unit("stamps"),
+    ]
+}
+
+/// The event builder's probes: where an event's time goes through the builder, stamped only in
+/// threads that record (`profile = PATH`); one relaxed load and a branch otherwise.
+pub(crate) struct Probes {
+    /// RU: reading a source stream's fragments.
+    pub(crate) ru_receive: daqflow_engine::profile::Probe,
+    /// RU: assembling a super-fragment for a BU.
+    pub(crate) ru_assemble: daqflow_engine::profile::Probe,
+    /// RU: handing a super-fragment to a BU's connection.
+    pub(crate) ru_send: daqflow_engine::profile::Probe,
+    /// EVM: triggering (taking events in).
+    pub(crate) evm_trigger: daqflow_engine::profile::Probe,
+    /// EVM: assigning events to BUs.
+    pub(crate) evm_assign: daqflow_engine::profile::Probe,
+    /// BU: asking the EVM for events (credits and confirmations).
+    pub(crate) bu_request: daqflow_engine::profile::Probe,
+    /// BU: receiving super-fragments from the RUs.
+    pub(crate) bu_receive: daqflow_engine::profile::Probe,
+    /// BU: building an event from its super-fragments (checks included).
+    pub(crate) bu_build: daqflow_engine::profile::Probe,
+    /// BU: writing a built event to its output (file or ET).
+    pub(crate) bu_write: daqflow_engine::profile::Probe,
+}
+
+/// The probes, registered once per process.
+pub(crate) static PROBES: std::sync::LazyLock<Probes> = std::sync::LazyLock::new(|| {
+    use daqflow_engine::profile::Probe;
+    Probes {
+        ru_receive: Probe::new("ru.receive"),
+        ru_assemble: Probe::new("ru.assemble"),
+        ru_send: Probe::new("ru.send"),
+        evm_trigger: Probe::new("evm.trigger"),
+        evm_assign: Probe::new("evm.assign"),
+        bu_request: Probe::new("bu.request"),
+        bu_receive: Probe::new("bu.receive"),
+        bu_build: Probe::new("bu.build"),
+        bu_write: Probe::new("bu.write"),
+    }
+});
+
+/// Runs `f` between `probe`'s entry and exit stamps.
+#[inline]
+pub(crate) fn stamped<T>(probe: &daqflow_engine::profile::Probe, f: impl FnOnce() -> T) -> T {
+    probe.enter();
+    let r = f();
+    probe.exit();
+    r
+}
+
+/// Time-stamp profiling of a component's schedulers (`profile = PATH`).
+pub(crate) struct Profiling {
+    name: String,
+    path: std::path::PathBuf,
+    stamps: usize,
+    calibration: daqflow_engine::profile::Calibration,
+}
+
+impl Profiling {
+    /// Profiling to `path` with rings of `stamps`, or None without a path. Calibrates the
+    /// time-stamp counter (50 ms): call it at configure, not in the run.
+    pub(crate) fn new(name: &str, path: Option<&std::path::Path>, stamps: usize) -> Option<Profiling> {
+        let path = path.filter(|p| !p.as_os_str().is_empty())?;
+        std::sync::LazyLock::force(&PROBES);
+        Some(Profiling {
+            name: name.to_owned(),
+            path: path.to_path_buf(),
+            stamps,
+            calibration: daqflow_engine::profile::calibrate(Duration::from_millis(50), 10_000),
+        })
+    }
+
+    /// `scheduler`, recording its stamps.
+    pub(crate) fn scheduler(&self, scheduler: daqflow_engine::Scheduler) -> daqflow_engine::Scheduler {
+        scheduler.with_profiling(self.stamps)
+    }
+
+    /// Writes the stamps of run `run`'s threads; the file written.
+    pub(crate) fn write(
+        &self,
+        run: u32,
+        threads: Vec<daqflow_engine::profile::ThreadStamps>,
+    ) -> Result<std::path::PathBuf, EvbError> {
+        let path = std::path::PathBuf::from(
+            self.path.to_string_lossy().replace("{run}", &run.to_string()).replace("{name}", &self.name),
+        );
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| EvbError::io(format!("creating {}", dir.display()), e))?;
+        }
+        daqflow_engine::profile::ProfileDump::new(self.calibration.clone(), threads)
+            .write(&path)
+            .map_err(|e| EvbError::Failed(format!("writing the profile {}: {e}", path.display())))?;
+        tracing::info!("profile of run {run} written to {} (read it with `daqflow profile`)", path.display());
+        Ok(path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -144,6 +144,11 @@ pub struct LocalArgs {
     /// failed.
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
+    /// Time-stamp the EVM, the RUs and the BUs (their scheduler tasks and the builder's probes:
+    /// receive, assemble, request, build, write); each writes DIR/NAME-runN.prof at the run's
+    /// end, for `daqflow profile`.
+    #[arg(long, value_name = "DIR")]
+    pub profile: Option<PathBuf>,
     /// Print the system file these arguments make and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -189,6 +194,7 @@ impl Default for LocalArgs {
             json: false,
             set: Vec::new(),
             data: None,
+            profile: None,
             print_config: false,
             ru_hosts: Vec::new(),
             bu_hosts: Vec::new(),

@@ -72,6 +72,13 @@ impl Plan {
             }
             sets.push((kind.to_owned(), key.to_owned(), whole(crate::component_cmd::parse_value(value.trim()))));
         }
+        if let Some(dir) = &args.profile {
+            // Each of the EVM, the RUs and the BUs writes its own profile at the run's stop.
+            let path = absolute(dir)?.join("{name}-run{run}.prof").display().to_string();
+            for kind in ["evm", "ru", "bu"] {
+                sets.push((kind.to_owned(), "profile".to_owned(), toml::Value::String(path.clone())));
+            }
+        }
         let output = args.output.as_deref().map(absolute).transpose()?;
         let stream_table = args.stream_table.as_deref().map(absolute).transpose()?;
         Ok(Plan { size, kill, corrupt, sets, output, stream_table })

@@ -79,6 +79,10 @@ pub struct BuConfig {
     pub connect_timeout_ms: u64,
     /// Idle strategy of the BU's schedulers.
     pub idle: Idle,
+    /// Time-stamp profiling: the profile written here at each stop (`{run}`: the run number, `{name}`: the component's name).
+    pub profile: Option<std::path::PathBuf>,
+    /// With `profile`: time stamps kept per thread.
+    pub profile_stamps: usize,
     /// The digest of the system file the run was configured from (64 hex digits), written in
     /// every data file's header. Reserved: the operator sets it (`docs/operator-guide.md`,
     /// "Provenance"); without it the headers hold zeros.
@@ -152,6 +156,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("end_timeout_ms", 1, 3_600_000, "How long `stop` waits for the EVM's end of run.").unit("ms"))
         .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM and the RUs.").unit("ms"))
         .key(crate::common::idle_key("the BU's schedulers"))
+        .keys(crate::common::profile_keys("the BU"))
         .key(daqflow_component::provenance::schema_key())
         .key(Key::float("throttle_high_pct", 0.0, 100.0, "Disk throttling (`output = \"files\"`): above this usage of `directory`'s filesystem the BU asks for no more events; 100: off.").unit("%"))
         .key(Key::float("throttle_low_pct", 0.0, 100.0, "A throttled BU asks for events again below this usage (below `throttle_high_pct`).").unit("%"))
@@ -179,6 +184,8 @@ impl Default for BuConfig {
             end_timeout_ms: 30_000,
             connect_timeout_ms: 10_000,
             idle: Idle::Lazy,
+            profile: None,
+            profile_stamps: 1 << 20,
             system_digest: None,
             throttle_high_pct: daqflow_wire::file::DiskMarks::DEFAULT.high_pct,
             throttle_low_pct: daqflow_wire::file::DiskMarks::DEFAULT.low_pct,

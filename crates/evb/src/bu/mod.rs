@@ -109,6 +109,8 @@ struct Shared {
     builders: Vec<BuilderCounters>,
     /// Why a builder thread's output failed (the first one), naming the disk when it is full.
     output_failed: Mutex<Option<String>>,
+    /// The builder threads' time stamps, once joined (`profile = PATH`).
+    builder_stamps: Mutex<Vec<daqflow_engine::profile::ThreadStamps>>,
 }
 
 /// The builder unit component.
@@ -120,6 +122,8 @@ pub struct Bu {
     running: Option<Running>,
     run: u32,
     et: Option<EtOpener>,
+    /// Time-stamp profiling (`profile = PATH`), set up at configure.
+    profiling: Option<crate::common::Profiling>,
 }
 
 /// Opens the output of a builder thread on the ET system of the given name (`output = "et"`).
@@ -146,7 +150,16 @@ struct BuilderThread {
 impl Bu {
     /// A builder unit named `name`; with `output = "et"` it also needs [`Bu::with_et`].
     pub fn new(name: &str, config: BuConfig) -> Bu {
-        Bu { name: name.into(), config, configured: false, shared: Arc::default(), running: None, run: 0, et: None }
+        Bu {
+            name: name.into(),
+            config,
+            configured: false,
+            shared: Arc::default(),
+            running: None,
+            run: 0,
+            et: None,
+            profiling: None,
+        }
     }
 
     /// Gives the BU the way to open an ET system as its output.
@@ -186,6 +199,9 @@ impl Bu {
         let sink = open_sink(&self.config, self.et.as_ref(), &self.name, t, run)?;
         let durable_at_once = sink.durable_at_once();
         let mut s = Scheduler::new(format!("{}-build{t}", self.name)).with_idle(self.config.idle.strategy());
+        if let Some(p) = &self.profiling {
+            s = p.scheduler(s);
+        }
         s.add(Builder {
             name: format!("build-{t}"),
             rx,
@@ -231,6 +247,8 @@ impl Component for Bu {
             }
             _ => {}
         }
+        self.profiling =
+            crate::common::Profiling::new(&self.name, self.config.profile.as_deref(), self.config.profile_stamps);
         self.configured = true;
         Ok(Info::new())
     }
@@ -261,6 +279,9 @@ impl Component for Bu {
         // Builder threads first, then the links.
         let builders = self.spawn_builders(run)?;
         let mut s = Scheduler::new(format!("{}-bu", self.name)).with_idle(self.config.idle.strategy());
+        if let Some(p) = &self.profiling {
+            s = p.scheduler(s);
+        }
         let io = BuIo::new(self, evm, builders, s.stop_handle());
         s.add_module(io);
         self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
@@ -270,7 +291,12 @@ impl Component for Bu {
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
         let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
         self.shared.stop.store(true, Ordering::SeqCst);
-        running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        if let Some(p) = &self.profiling {
+            let mut threads: Vec<_> = report.stamps.into_iter().collect();
+            threads.append(&mut self.shared.builder_stamps.lock().unwrap_or_else(|p| p.into_inner()));
+            p.write(self.run, threads)?;
+        }
         let summary = read(&self.shared.summary);
         Ok(summary.ok_or_else(|| EvbError::Failed("the BU ended without a summary".into()))?)
     }
@@ -428,7 +454,8 @@ impl Task for Builder {
         for _ in 0..64 {
             let Ok(ev) = self.rx.pop() else { break };
             let trigger_type = ev.trigger.trigger_type;
-            let built = build(ev, self.bu_id, self.run, self.level);
+            let probes = &*crate::common::PROBES;
+            let built = crate::common::stamped(&probes.bu_build, || build(ev, self.bu_id, self.run, self.level));
             if built.flags != EventFlags::empty() {
                 c.flagged.fetch_add(1, Ordering::Relaxed);
                 c.crc_errors.fetch_add(u64::from(built.crc_errors), Ordering::Relaxed);
@@ -436,7 +463,11 @@ impl Task for Builder {
             }
             let control = [trigger_type as i32, built.flags.0 as i32, 0, 0];
             let sink = self.sink.as_mut().expect("open until the end");
-            if let Err(e) = sink.put(EventId(built.event_id), &built.parts, built.len, control, &self.shared.stop) {
+            let stop = &self.shared.stop;
+            let put = crate::common::stamped(&probes.bu_write, || {
+                sink.put(EventId(built.event_id), &built.parts, built.len, control, stop)
+            });
+            if let Err(e) = put {
                 return Err(self.output_failed(&format!("writing event {}", built.event_id), e));
             }
             c.events.fetch_add(1, Ordering::Relaxed);
@@ -726,7 +757,11 @@ impl BuIo {
         }
         if self.requested_first && (grant_due || confirm_due || heartbeat_due) {
             let credits = grant.min(u64::from(u32::MAX)) as u32;
-            self.evm.send(Message::Request { credits, done: std::mem::take(&mut self.done) }.to_frame());
+            let done = std::mem::take(&mut self.done);
+            let evm = &mut self.evm;
+            crate::common::stamped(&crate::common::PROBES.bu_request, || {
+                evm.send(Message::Request { credits, done }.to_frame())
+            });
             self.granted += u64::from(credits);
             self.last_request = now;
         }
@@ -858,8 +893,13 @@ impl BuIo {
         let mut errors = Vec::new();
         for (stop, running) in self.builders.drain(..) {
             stop.stop();
-            if let Err(e) = running.join() {
-                errors.push(e.to_string());
+            match running.join() {
+                Ok(report) => {
+                    if let Some(stamps) = report.stamps {
+                        self.shared.builder_stamps.lock().unwrap_or_else(|p| p.into_inner()).push(stamps);
+                    }
+                }
+                Err(e) => errors.push(e.to_string()),
             }
         }
         // The builders' outputs were finished when their tasks were dropped.
@@ -975,7 +1015,7 @@ impl Module for BuIo {
     fn action(&mut self, task: usize) -> Result<(), BoxError> {
         match task {
             TASK_EVM => self.read_evm(),
-            TASK_RUS => self.read_rus(),
+            TASK_RUS => crate::common::stamped(&crate::common::PROBES.bu_receive, || self.read_rus()),
             _ => self.tick(Instant::now()),
         }
         Ok(())

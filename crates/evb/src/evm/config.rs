@@ -58,6 +58,10 @@ pub struct EvmConfig {
     pub seed: u64,
     /// Idle strategy of the EVM's scheduler.
     pub idle: Idle,
+    /// Time-stamp profiling: the profile written here at each stop (`{run}`: the run number, `{name}`: the component's name).
+    pub profile: Option<std::path::PathBuf>,
+    /// With `profile`: time stamps kept per thread.
+    pub profile_stamps: usize,
 }
 
 impl Default for EvmConfig {
@@ -79,6 +83,8 @@ impl Default for EvmConfig {
             max_pending: 1 << 20,
             seed: 1,
             idle: Idle::Lazy,
+            profile: None,
+            profile_stamps: 1 << 20,
         }
     }
 }
@@ -103,6 +109,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("max_pending", 1, 1 << 26, "Most triggers waiting for a BU; a trigger source is not read beyond it."))
         .key(Key::integer("seed", 0, i64::MAX, "Seed of the level-2 emulation."))
         .key(crate::common::idle_key("the EVM's scheduler"))
+        .keys(crate::common::profile_keys("the EVM"))
         .output(Key::address("listen", "The address RUs, BUs and a trigger source are configured with (`advertise`, or the bound address)."))
         .summary(Key::integer("last_event", 0, i64::MAX, "The last event id triggered in the run (a source's `stop_arg`)."))
         .defaults_from(&EvmConfig::default())

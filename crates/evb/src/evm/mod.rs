@@ -81,12 +81,24 @@ pub struct Evm {
     listener: Option<Arc<Listener>>,
     shared: Arc<Shared>,
     running: Option<Running>,
+    /// Time-stamp profiling (`profile = PATH`), set up at configure.
+    profiling: Option<crate::common::Profiling>,
+    /// The run under way.
+    run: u32,
 }
 
 impl Evm {
     /// An EVM named `name`.
     pub fn new(name: &str, config: EvmConfig) -> Evm {
-        Evm { name: name.into(), config, listener: None, shared: Arc::default(), running: None }
+        Evm {
+            name: name.into(),
+            config,
+            listener: None,
+            shared: Arc::default(),
+            running: None,
+            profiling: None,
+            run: 0,
+        }
     }
 
     /// The listening address, once configured.
@@ -114,6 +126,8 @@ impl Component for Evm {
             return Err(EvbError::refused("configure", IN_RUN).into());
         }
         self.config.validate()?;
+        self.profiling =
+            crate::common::Profiling::new(&self.name, self.config.profile.as_deref(), self.config.profile_stamps);
         // Configured again: the old socket is closed first, so that a fixed port is free.
         self.listener = None;
         let listener = bind(&self.config.listen, control_options())?;
@@ -135,6 +149,10 @@ impl Component for Evm {
         }
         self.shared = Arc::default();
         let mut s = Scheduler::new(format!("{}-evm", self.name)).with_idle(self.config.idle.strategy());
+        if let Some(p) = &self.profiling {
+            s = p.scheduler(s);
+        }
+        self.run = run;
         let io =
             EvmIo::new(self.name.clone(), self.config.clone(), run, listener, self.shared.clone(), s.stop_handle());
         s.add_module(io);
@@ -146,7 +164,10 @@ impl Component for Evm {
         let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
         self.shared.stop.store(true, Ordering::SeqCst);
         // The listener stays bound: the EVM is ready for the next run on the same address.
-        running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        if let Some(p) = &self.profiling {
+            p.write(self.run, report.stamps.into_iter().collect())?;
+        }
         let summary = read(&self.shared.summary);
         Ok(summary.ok_or_else(|| EvbError::Failed("the EVM ended without a summary".into()))?)
     }
@@ -522,6 +543,8 @@ impl EvmIo {
             self.paced_from = None;
         }
         self.watch_progress(now, paused);
+        let probes = &*crate::common::PROBES;
+        probes.evm_trigger.enter();
         if self.ready && self.config.trigger == TriggerMode::Emulated && self.core.stopped_at().is_none() && !paused {
             let ts = unix_ns();
             if self.config.rate_hz > 0.0 {
@@ -536,8 +559,9 @@ impl EvmIo {
                 self.core.trigger_on_demand(now, ts, self.config.max_pending, &mut self.out);
             }
         }
+        probes.evm_trigger.exit();
         if self.ready {
-            self.core.assign(now, &mut self.out);
+            crate::common::stamped(&probes.evm_assign, || self.core.assign(now, &mut self.out));
         }
         // Stop: freeze triggering, then drain.
         if self.shared.stop.load(Ordering::Relaxed) && self.stop_at.is_none() {

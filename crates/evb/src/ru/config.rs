@@ -45,6 +45,10 @@ pub struct RuConfig {
     pub connect_timeout_ms: u64,
     /// Idle strategy of the RU's scheduler.
     pub idle: Idle,
+    /// Time-stamp profiling: the profile written here at each stop (`{run}`: the run number, `{name}`: the component's name).
+    pub profile: Option<std::path::PathBuf>,
+    /// With `profile`: time stamps kept per thread.
+    pub profile_stamps: usize,
 }
 
 /// The typed schema of the `ru` kind's configuration: every key's type, range, unit and
@@ -65,6 +69,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("end_timeout_ms", 1, 3_600_000, "How long `stop` waits for the EVM's end of run.").unit("ms"))
         .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM, and a BU's early connection is held.").unit("ms"))
         .key(crate::common::idle_key("the RU's scheduler"))
+        .keys(crate::common::profile_keys("the RU"))
         .output(Key::address("listen", "The address sources and BUs are configured with (`advertise`, or the bound address)."))
         .defaults_from(&RuConfig::default())
 }
@@ -109,6 +114,8 @@ impl Default for RuConfig {
             end_timeout_ms: 30_000,
             connect_timeout_ms: 10_000,
             idle: Idle::Lazy,
+            profile: None,
+            profile_stamps: 1 << 20,
         }
     }
 }

@@ -80,6 +80,10 @@ pub struct Ru {
     bound: Option<std::net::SocketAddr>,
     /// The address told to the EVM (and through it the BUs) and answered at configure.
     advertised: Option<String>,
+    /// Time-stamp profiling (`profile = PATH`), set up at configure.
+    profiling: Option<crate::common::Profiling>,
+    /// The run under way.
+    run: u32,
 }
 
 impl Ru {
@@ -93,6 +97,8 @@ impl Ru {
             running: None,
             bound: None,
             advertised: None,
+            profiling: None,
+            run: 0,
         }
     }
 
@@ -110,6 +116,8 @@ impl Component for Ru {
         // send_queue_bytes at most 16 MiB: above the data link's own queue, a send could wait
         // inside the RU's only thread.
         self.config.validate()?;
+        self.profiling =
+            crate::common::Profiling::new(&self.name, self.config.profile.as_deref(), self.config.profile_stamps);
         self.listener = None;
         let want = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
         let listener = bind(&want, ru_data_options())?;
@@ -147,6 +155,10 @@ impl Component for Ru {
         )?;
         self.shared = Arc::default();
         let mut s = Scheduler::new(format!("{}-ru", self.name)).with_idle(self.config.idle.strategy());
+        if let Some(p) = &self.profiling {
+            s = p.scheduler(s);
+        }
+        self.run = run;
         let io =
             RuIo::new(self.name.clone(), self.config.clone(), run, listener, evm, self.shared.clone(), s.stop_handle());
         s.add_module(io);
@@ -158,7 +170,10 @@ impl Component for Ru {
         let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
         self.shared.stop.store(true, Ordering::SeqCst);
         // The listener stays bound: the RU is ready for the next run on the same address.
-        running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
+        if let Some(p) = &self.profiling {
+            p.write(self.run, report.stamps.into_iter().collect())?;
+        }
         let summary = read(&self.shared.summary);
         Ok(summary.ok_or_else(|| EvbError::Failed("the RU ended without a summary".into()))?)
     }
@@ -507,8 +522,13 @@ impl RuIo {
                 if queued > 0 && queued + size > limit {
                     break;
                 }
-                let header = self.core.next_into(bu, &mut self.scratch).expect("next_ready said so");
-                if !peer.send_parts(KIND_SUPER_FRAGMENT, &header.encode(), &self.scratch) {
+                let probes = &*crate::common::PROBES;
+                let header = crate::common::stamped(&probes.ru_assemble, || self.core.next_into(bu, &mut self.scratch))
+                    .expect("next_ready said so");
+                let scratch = &self.scratch;
+                if !crate::common::stamped(&probes.ru_send, || {
+                    peer.send_parts(KIND_SUPER_FRAGMENT, &header.encode(), scratch)
+                }) {
                     break;
                 }
             }
@@ -698,7 +718,7 @@ impl Module for RuIo {
                 self.tick(Instant::now());
             }
             TASK_SEND => self.send(),
-            s => self.read_stream(s - FIRST_STREAM),
+            s => crate::common::stamped(&crate::common::PROBES.ru_receive, || self.read_stream(s - FIRST_STREAM)),
         }
         if self.failure.is_some() && self.stop_requested.is_none() {
             // Keep answering `stop` with the error; the EVM was told.
