@@ -80,21 +80,10 @@ impl Observation {
     }
 }
 
-/// The bytes free for an unprivileged user on the file system of `dir` (statvfs), if it can be
-/// read.
+/// The bytes free for an unprivileged user on the file system of `dir` (statvfs, through the
+/// one reading of it, `daqflow_wire::file::DiskSpace`), if it can be read.
 pub fn free_bytes(dir: &Path) -> Option<f64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `path` is a NUL-terminated string that lives through the call, and `s` is
-    // memory for one `statvfs` that the call fills when it returns 0.
-    let rc = unsafe { libc::statvfs(path.as_ptr(), s.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0: it filled `s`.
-    let s = unsafe { s.assume_init() };
-    Some(s.f_bavail as f64 * s.f_frsize as f64)
+    daqflow_wire::file::DiskSpace::of(dir).ok().map(|s| s.free_bytes as f64)
 }
 
 /// A size for people: `82.7 GB`, `512 B` (decimal units, as the conditions take them).
