@@ -34,22 +34,9 @@ pub fn si(n: f64) -> String {
     }
 }
 
-/// A UTC date and time from nanoseconds since the Unix epoch: `2026-11-22 03:15:09 UTC`.
+/// A time for people: [`daqflow_api::utc`].
 pub fn utc(ns: u64) -> String {
-    let secs = ns / 1_000_000_000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem / 60 % 60, rem % 60)
+    daqflow_api::utc(ns)
 }
 
 #[cfg(test)]

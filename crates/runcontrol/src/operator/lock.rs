@@ -189,7 +189,7 @@ impl OperatorLock {
         let info = LockInfo {
             pid: std::process::id(),
             host: host_name(),
-            started: utc_text(started_ms),
+            started: daqflow_api::utc(started_ms.saturating_mul(1_000_000)),
             started_ms,
             system: system.to_owned(),
             data: data.to_path_buf(),
@@ -319,24 +319,6 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// Milliseconds since the Unix epoch as UTC text: `2026-05-01 14:50:12 UTC`.
-fn utc_text(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem / 60 % 60, rem % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +411,7 @@ mod tests {
 
     #[test]
     fn the_start_time_is_utc_text() {
+        let utc_text = |ms: u64| daqflow_api::utc(ms * 1_000_000);
         assert_eq!(utc_text(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc_text(1_795_317_309_000), "2026-11-22 03:15:09 UTC");
         assert_eq!(utc_text(951_782_400_999), "2000-02-29 00:00:00 UTC");
