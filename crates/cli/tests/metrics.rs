@@ -276,3 +276,25 @@ fn a_component_serves_its_state_run_and_counters_in_the_operators_names() {
     sink.expect("\"state\":\"Configured\"");
     until(&sink_metrics, &format!("daqflow_component_state{{{labels},state=\"Configured\"}}"), "1", |v| v == 1.0);
 }
+
+#[test]
+fn a_component_the_operator_launches_serves_at_the_address_of_its_system_file_entry() {
+    use daqflow_runcontrol::operator::{Operator, OperatorOptions};
+    use daqflow_runcontrol::system::SystemFile;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_addr();
+    let text = format!(
+        "[system]\nname = \"t\"\ncontrol = \"127.0.0.1:0\"\ndata = \"{}\"\ntimeout_s = 20\n\n\
+         [[component]]\nname = \"sink\"\nkind = \"sink\"\nmetrics = \"{metrics}\"\n\
+         [component.params]\nlisten = \"127.0.0.1:0\"\n",
+        dir.path().display()
+    );
+    let file = SystemFile::parse(&text, &daqflow::registry::standard()).unwrap_or_else(|e| panic!("{e}"));
+    let op = Operator::launch(OperatorOptions::new(file, env!("CARGO_BIN_EXE_daqflow").into()))
+        .unwrap_or_else(|e| panic!("launch: {e}"));
+    let labels = "component=\"sink\",kind=\"sink\"";
+    until(&metrics, &format!("daqflow_component_state{{{labels},state=\"Initial\"}}"), "1", |v| v == 1.0);
+    op.configure().unwrap();
+    until(&metrics, &format!("daqflow_component_state{{{labels},state=\"Configured\"}}"), "1", |v| v == 1.0);
+    op.shutdown();
+}
