@@ -119,9 +119,12 @@ fn et_start_serves_its_pool_stations_and_attachments_and_the_counts_move() {
     assert_eq!(value(&text, &format!("daqflow_et_station_queued{mon}")), Some(0.0), "{text}");
     until(&metrics, &format!("daqflow_et_free_events{{{sys}}}"), "200 again", |v| v == 200.0);
 
-    // A consumer holding events shows as an attachment with what it holds.
+    // A consumer holding events shows as an attachment with what it holds. (Attached before the
+    // events come: a station nobody is attached to lets them flow past.)
+    until(&metrics, &format!("daqflow_et_attachments{{{sys}}}"), "0", |v| v == 0.0);
     let _holder =
         Proc::spawn(&["et", "consume", "--name", &name, "--station", "mon", "--count", "5", "--batch", "5", "--hold"]);
+    until(&metrics, &format!("daqflow_et_station_attachments{mon}"), "1 again", |v| v == 1.0);
     let mut producer =
         Proc::spawn(&["et", "produce", "--name", &name, "--count", "5", "--size", "100", "--batch", "5"]);
     assert_eq!(producer.wait_exit(), 0);
