@@ -180,50 +180,37 @@ pub struct AlarmsStatus {
     pub events: Vec<AlarmEvent>,
 }
 
-/// A Prometheus label value: `\`, `"` and newlines escaped.
-fn label(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
 impl AlarmsStatus {
     /// The alarms in Prometheus' text exposition format (`docs/web.md`, "Metrics"):
     /// `daqflow_alarm_active` and `daqflow_alarm_unacknowledged`, one sample per alarm (0 or 1),
     /// and `daqflow_alarms_active`, how many are active. Empty for a system without alarms.
     pub fn to_prometheus(&self) -> String {
-        use std::fmt::Write as _;
-        let mut m = String::new();
+        use daqflow_metrics::{Exposition, MetricType};
+        let mut e = Exposition::new();
         if self.alarms.is_empty() {
-            return m;
+            return e.into_string();
         }
-        let one = |b: bool| if b { 1 } else { 0 };
-        let mut metric = |name: &str, help: &str, f: &dyn Fn(&AlarmView) -> u8| {
-            let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let mut metric = |name: &'static str, help: &str, f: &dyn Fn(&AlarmView) -> bool| {
+            let mut family = e.family(name, help, MetricType::Gauge);
             for a in &self.alarms {
-                let _ = writeln!(
-                    m,
-                    "{name}{{system=\"{}\",name=\"{}\",severity=\"{}\"}} {}",
-                    label(&self.system),
-                    label(&a.name),
-                    a.severity.name(),
-                    f(a)
+                family.sample(
+                    &[("system", self.system.as_str()), ("name", &a.name), ("severity", a.severity.name())],
+                    f(a),
                 );
             }
         };
         metric("daqflow_alarm_active", "1 while the alarm's condition holds (raised or acknowledged).", &|a| {
-            one(a.state.active())
+            a.state.active()
         });
         metric(
             "daqflow_alarm_unacknowledged",
             "1 while the alarm waits for a person (raised, or cleared before anybody acknowledged it).",
-            &|a| one(a.state.unacknowledged()),
+            &|a| a.state.unacknowledged(),
         );
         let active = self.alarms.iter().filter(|a| a.state.active()).count();
-        let _ = writeln!(
-            m,
-            "# HELP daqflow_alarms_active Alarms whose condition holds.\n# TYPE daqflow_alarms_active gauge\ndaqflow_alarms_active{{system=\"{}\"}} {active}",
-            label(&self.system)
-        );
-        m
+        e.family("daqflow_alarms_active", "Alarms whose condition holds.", MetricType::Gauge)
+            .sample(&[("system", self.system.as_str())], active);
+        e.into_string()
     }
 }
 

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use daqflow_metrics::{Exposition, MetricType, Value};
 use serde::{Deserialize, Serialize};
 
 pub use daqflow_component::log::{LogRecord, Severity};
@@ -484,94 +485,124 @@ pub struct ProcessEntry {
 
 impl SystemStatus {
     /// The status in Prometheus' text exposition format (names prefixed `daqflow_`,
-    /// `docs/web.md`, "Metrics").
+    /// `docs/web.md`, "Metrics"): the system's figures labelled `system`, then every
+    /// component's ([`component_metrics`]) and how often the operator restarted it.
     pub fn to_prometheus(&self) -> String {
-        use std::fmt::Write as _;
-        let mut m = String::new();
-        let mut metric = |name: &str, help: &str, kind: &str, samples: Vec<(String, f64)>| {
-            let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, v) in samples {
-                let _ = writeln!(m, "{name}{labels} {v}");
-            }
-        };
-        let sys = format!("{{system=\"{}\"}}", esc(&self.system));
-        let one = |v: f64| vec![(sys.clone(), v)];
-        metric("daqflow_run_number", "The run taken or last taken.", "gauge", one(self.run.map_or(0.0, f64::from)));
-        metric("daqflow_running", "1 while a run is on.", "gauge", one(if self.running { 1.0 } else { 0.0 }));
-        metric("daqflow_events_built_total", "Events built in the current run.", "counter", one(self.events as f64));
-        metric("daqflow_bytes_built_total", "Bytes built in the current run.", "counter", one(self.bytes as f64));
-        metric(
-            "daqflow_events_recorded_total",
-            "Events recorded in the current run.",
-            "counter",
-            one(self.recorded as f64),
-        );
-        metric("daqflow_events_per_second", "Events built per second (last second).", "gauge", one(self.events_per_s));
-        metric("daqflow_megabytes_per_second", "MB built per second (last second).", "gauge", one(self.mb_per_s));
-        let label = |c: &ComponentView| format!("component=\"{}\",kind=\"{}\"", esc(&c.name), esc(&c.kind));
-        let per = |f: &dyn Fn(&ComponentView) -> f64| -> Vec<(String, f64)> {
-            self.components.iter().map(|c| (format!("{{{}}}", label(c)), f(c))).collect()
-        };
-        metric(
-            "daqflow_component_up",
-            "1 while the component's process runs.",
-            "gauge",
-            per(&|c| f64::from(u8::from(c.alive))),
-        );
-        metric(
-            "daqflow_component_state",
-            "1 for the state each component is in.",
-            "gauge",
-            self.components.iter().map(|c| (format!("{{{},state=\"{}\"}}", label(c), c.state), 1.0)).collect(),
-        );
-        metric(
+        let mut e = Exposition::new();
+        let sys = [("system", self.system.as_str())];
+        e.family("daqflow_run_number", "The run taken or last taken.", MetricType::Gauge)
+            .sample(&sys, self.run.unwrap_or(0));
+        e.family("daqflow_running", "1 while a run is on.", MetricType::Gauge).sample(&sys, self.running);
+        e.family("daqflow_events_built_total", "Events built in the current run.", MetricType::Counter)
+            .sample(&sys, self.events);
+        e.family("daqflow_bytes_built_total", "Bytes built in the current run.", MetricType::Counter)
+            .sample(&sys, self.bytes);
+        e.family("daqflow_events_recorded_total", "Events recorded in the current run.", MetricType::Counter)
+            .sample(&sys, self.recorded);
+        e.family("daqflow_events_per_second", "Events built per second (last second).", MetricType::Gauge)
+            .sample(&sys, self.events_per_s);
+        e.family("daqflow_megabytes_per_second", "MB built per second (last second).", MetricType::Gauge)
+            .sample(&sys, self.mb_per_s);
+        let views: Vec<ComponentMetrics<'_>> = self
+            .components
+            .iter()
+            .map(|c| ComponentMetrics {
+                name: &c.name,
+                kind: &c.kind,
+                state: c.state.name(),
+                up: c.alive,
+                run: c.run,
+                stats: &c.stats,
+            })
+            .collect();
+        component_metrics(&mut e, &views);
+        let mut restarts = e.family(
             "daqflow_component_restarts_total",
             "Times the operator restarted the component.",
-            "counter",
-            per(&|c| f64::from(c.restarts)),
+            MetricType::Counter,
         );
-        metric(
-            "daqflow_component_events_total",
-            "Events the component handled in the run, in the sense of its role.",
-            "counter",
-            per(&|c| c.stats.events as f64),
-        );
-        metric("daqflow_component_bytes_total", "Bytes of those events.", "counter", per(&|c| c.stats.bytes as f64));
-        metric(
-            "daqflow_component_events_per_second",
-            "The component's event rate (last second).",
-            "gauge",
-            per(&|c| c.stats.events_per_s),
-        );
-        metric(
-            "daqflow_component_megabytes_per_second",
-            "The component's data rate (last second).",
-            "gauge",
-            per(&|c| c.stats.mb_per_s),
-        );
-        let mut detail = Vec::new();
         for c in &self.components {
-            if let Some(o) = c.stats.detail.as_object() {
-                for (k, v) in o {
-                    if let Some(x) = v.as_f64() {
-                        detail.push((format!("{{{},stat=\"{}\"}}", label(c), esc(k)), x));
-                    }
-                }
-            }
+            restarts.sample(&[("component", &c.name), ("kind", &c.kind)], c.restarts);
         }
-        metric(
-            "daqflow_component_stat",
-            "Each numeric figure of the kind's own statistics (`detail` in NAME/stats).",
-            "gauge",
-            detail,
-        );
-        m
+        e.into_string()
     }
 }
 
-/// Escapes a Prometheus label value.
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+/// A component as its metrics show it: its labels and what it counts ([`component_metrics`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ComponentMetrics<'a> {
+    /// Its name (label `component`).
+    pub name: &'a str,
+    /// Its kind (label `kind`).
+    pub kind: &'a str,
+    /// Its state's name (label `state` of `daqflow_component_state`).
+    pub state: &'a str,
+    /// Whether its process runs.
+    pub up: bool,
+    /// The run it takes or last took.
+    pub run: Option<u32>,
+    /// Its counters.
+    pub stats: &'a Stats,
+}
+
+/// Writes the families every component has, one sample per component labelled `component` and
+/// `kind`: `daqflow_component_up`, `daqflow_component_state` (1, with `state`),
+/// `daqflow_component_run`, `daqflow_component_events_total`, `daqflow_component_bytes_total`,
+/// `daqflow_component_events_per_second`, `daqflow_component_megabytes_per_second` and
+/// `daqflow_component_stat` (with `stat`: each number of the kind's `detail`). The operator's
+/// `/metrics` writes them for every component of its system, `daqflow component --metrics`
+/// for itself: the same names either way.
+pub fn component_metrics(e: &mut Exposition, components: &[ComponentMetrics<'_>]) {
+    fn labels<'a>(c: &ComponentMetrics<'a>) -> [(&'static str, &'a str); 2] {
+        [("component", c.name), ("kind", c.kind)]
+    }
+    let mut per = |name: &'static str, help: &str, kind: MetricType, f: &dyn Fn(&ComponentMetrics<'_>) -> Value| {
+        let mut family = e.family(name, help, kind);
+        for c in components {
+            family.sample(&labels(c), f(c));
+        }
+    };
+    per("daqflow_component_up", "1 while the component's process runs.", MetricType::Gauge, &|c| c.up.into());
+    per("daqflow_component_run", "The run the component takes or last took (0: none yet).", MetricType::Gauge, &|c| {
+        c.run.unwrap_or(0).into()
+    });
+    per(
+        "daqflow_component_events_total",
+        "Events the component handled in the run, in the sense of its role.",
+        MetricType::Counter,
+        &|c| c.stats.events.into(),
+    );
+    per("daqflow_component_bytes_total", "Bytes of those events.", MetricType::Counter, &|c| c.stats.bytes.into());
+    per("daqflow_component_events_per_second", "The component's event rate (last second).", MetricType::Gauge, &|c| {
+        c.stats.events_per_s.into()
+    });
+    per(
+        "daqflow_component_megabytes_per_second",
+        "The component's data rate (last second).",
+        MetricType::Gauge,
+        &|c| c.stats.mb_per_s.into(),
+    );
+    let mut state = e.family("daqflow_component_state", "1 for the state each component is in.", MetricType::Gauge);
+    for c in components {
+        state.sample(&[("component", c.name), ("kind", c.kind), ("state", c.state)], 1u32);
+    }
+    let mut stat = e.family(
+        "daqflow_component_stat",
+        "Each numeric figure of the kind's own statistics (`detail` in NAME/stats).",
+        MetricType::Gauge,
+    );
+    for c in components {
+        if let Some(o) = c.stats.detail.as_object() {
+            for (k, v) in o {
+                let value = match (v.as_u64(), v.as_f64()) {
+                    (Some(n), _) => Value::Unsigned(n),
+                    (None, Some(x)) => Value::Float(x),
+                    _ => continue,
+                };
+                stat.sample(&[("component", c.name), ("kind", c.kind), ("stat", k)], value);
+            }
+        }
+    }
 }
 
 /// How a run ended.

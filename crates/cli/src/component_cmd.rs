@@ -104,6 +104,12 @@ pub struct Args {
     /// takes statuses only from the incarnation it launched.
     #[arg(long, value_name = "N", env = "DAQFLOW_INCARNATION")]
     pub incarnation: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics: the component's state, run, counters
+    /// and each number of its kind's statistics, labelled with its name and kind, in the names
+    /// of the operator's /metrics (docs/operator-guide.md, "Monitoring with Prometheus"). Not
+    /// with --command (a program of your own serves its own).
+    #[arg(long, value_name = "ADDR", conflicts_with = "command")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// The longest `--lease`, in seconds (a day).
@@ -230,7 +236,17 @@ pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<
             std::env::var(DELAY_ENV).ok().as_deref(),
         )?,
     };
-    let failed = daqflow_component::process::run(registry, options)?;
+    let (seen, mut observer) = crate::metrics::observe(&options.name, &options.kind);
+    let _metrics = match args.metrics {
+        Some(addr) => {
+            let what = format!("component {}", options.name);
+            Some(crate::metrics::serve(addr, &what, move || {
+                crate::metrics::component(&seen.lock().unwrap_or_else(|p| p.into_inner()))
+            })?)
+        }
+        None => None,
+    };
+    let failed = daqflow_component::process::run_observed(registry, options, &mut observer)?;
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 

@@ -64,6 +64,10 @@ pub struct ServerArgs {
     /// ends (its operator's host or the network to it is gone); 0: never.
     #[arg(long, default_value_t = 0.0, value_parser = crate::component_cmd::parse_lease)]
     pub lease: f64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (processes, services, subscriptions,
+    /// heartbeat ages, processes lost: docs/operator-guide.md, "Monitoring with Prometheus").
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 pub const SERVER_AFTER_HELP: &str = "\
@@ -75,6 +79,7 @@ Examples:
   daqflow control-server
   daqflow control-server --listen 0.0.0.0:7000 --token-file /etc/daqflow/token
   daqflow control-server --listen 127.0.0.1:7001      # a spare: give clients --control a,b
+  daqflow control-server --metrics 127.0.0.1:9100     # Prometheus: http://127.0.0.1:9100/metrics
 
 A server that did not run for longer than its heartbeat interval (stopped, a host under heavy
 load) declares nobody lost for it: every process gets a full --lost-after from when it runs
@@ -108,6 +113,14 @@ pub fn run_server(args: &ServerArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let server = ControlServer::start(config).await?;
+        let _metrics = match args.metrics {
+            Some(addr) => {
+                let (view, name) = (server.view(), server.local_addr().to_string());
+                let what = format!("control server {name}");
+                Some(crate::metrics::serve(addr, &what, move || crate::metrics::control_server(&name, &view))?)
+            }
+            None => None,
+        };
         println!("listening on {}", server.local_addr());
         std::io::stdout().flush()?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

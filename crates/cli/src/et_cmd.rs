@@ -78,6 +78,10 @@ pub enum EtCommand {
         /// An attachment silent for this long is declared dead (a local one is killed).
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         heartbeat_timeout: Duration,
+        /// Serve Prometheus metrics at http://ADDR/metrics (the pool, every station's queue and
+        /// counts, every attachment: docs/operator-guide.md, "Monitoring with Prometheus").
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<SocketAddr>,
     },
     /// Produce events: fill and put batches from GrandCentral.
     Produce {
@@ -195,6 +199,7 @@ pub enum EtCommand {
 pub const AFTER_HELP: &str = "\
 Examples:
   daqflow et start --name daq --events 3000 --event-size 65536 --listen 127.0.0.1:11111
+  daqflow et start --name daq --metrics 127.0.0.1:9101   (Prometheus: http://127.0.0.1:9101/metrics)
   daqflow et start --name daq --max-event-bytes 256MiB --max-temp-bytes 2GiB --allow-uid 1001,1002
   daqflow et consume --name daq --station mon --create nonblocking --cue 50 --select match:1,*,*,*
   daqflow et produce --name daq --size 4096 --batch 100 --count 1000000 --control 1
@@ -297,6 +302,7 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
             max_attachments_per_connection,
             allow_uid,
             heartbeat_timeout,
+            metrics,
         } => {
             let mut config = SystemConfig::new(name, *events, *event_size);
             config.listen = *listen;
@@ -309,7 +315,16 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
             config.allowed_uids = allow_uid.clone();
             config.heartbeat_timeout = *heartbeat_timeout;
             let stop = stop_flag();
-            let system = EtSystem::create(config)?;
+            let system = Arc::new(EtSystem::create(config)?);
+            let _metrics = match metrics {
+                Some(addr) => {
+                    let s = system.clone();
+                    Some(crate::metrics::serve(*addr, &format!("ET system {name}"), move || {
+                        crate::metrics::et(&s.snapshot())
+                    })?)
+                }
+                None => None,
+            };
             match system.remote_addr() {
                 Some(a) => out_line(&format!("ready {name} remote {a}")),
                 None => out_line(&format!("ready {name}")),

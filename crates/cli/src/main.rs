@@ -16,6 +16,7 @@ mod et_cmd;
 mod evb_cmd;
 mod format;
 mod inspect;
+mod metrics;
 mod profile_cmd;
 mod retention;
 mod run_cmd;

@@ -563,6 +563,19 @@ fn reply(out: &Mutex<std::io::Stdout>, v: &Value) {
 /// [`Options::end_with_stdin`]), a signal or the end of its lease. Returns whether the component
 /// failed during its life (an expired lease counts as a failure).
 pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
+    run_observed(registry, options, &mut |_| {})
+}
+
+/// [`run`], showing the component to `observe` once it exists, after every command, at least
+/// once a second while it runs, and once more at its end: how a binary exports what the
+/// component counts (`daqflow component --metrics`, a Prometheus listener the binary links)
+/// without the runtime knowing how. `observe` runs on the run loop's thread: it should only copy
+/// what it needs (`Driver::state`, `Driver::run`, `Driver::stats`).
+pub fn run_observed(
+    registry: Registry,
+    options: Options,
+    observe: &mut dyn FnMut(&Driver),
+) -> Result<bool, ProcessError> {
     set_process_name(&options.name);
     if let Some(control) = &options.control {
         // A wildcard listener advertises this host's address towards the control server.
@@ -617,11 +630,13 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
     if let Some(l) = link.as_mut() {
         l.publish(&driver, true);
     }
+    observe(&driver);
     let mut lease = match (&link, options.lease) {
         (Some(_), Some(length)) => Some(Lease::new(length, Instant::now())),
         _ => None,
     };
-    let ended = event_loop(&mut driver, &rx, &mut link, &out, stop_signal, &mut lease, options.transition_delay);
+    let ended =
+        event_loop(&mut driver, &rx, &mut link, &out, stop_signal, &mut lease, options.transition_delay, observe);
     failed |= ended.failed;
     match ended.why {
         Why::LeaseExpired => failed = true,
@@ -639,6 +654,7 @@ pub fn run(registry: Registry, options: Options) -> Result<bool, ProcessError> {
         reply(&out, &answer(&driver, r));
     }
     let _ = driver.reset();
+    observe(&driver);
     tracing::info!("component ends");
     if let Some(l) = link.as_mut() {
         l.publish(&driver, true);
@@ -666,6 +682,7 @@ struct Ended {
     failed: bool,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn event_loop(
     driver: &mut Driver,
     rx: &Receiver<Input>,
@@ -674,6 +691,7 @@ fn event_loop(
     stop_signal: &AtomicBool,
     lease: &mut Option<Lease>,
     delay: Duration,
+    observe: &mut dyn FnMut(&Driver),
 ) -> Ended {
     let mut next_publish = Instant::now();
     let mut reported: Option<String> = None;
@@ -704,12 +722,13 @@ fn event_loop(
                 if stop_signal.load(Ordering::Relaxed) {
                     return Ended { why: Why::Signal, failed };
                 }
+                let force = Instant::now() >= next_publish;
                 if let Some(l) = link.as_mut() {
-                    let force = Instant::now() >= next_publish;
                     l.publish(driver, force);
-                    if force {
-                        next_publish = Instant::now() + Duration::from_secs(1);
-                    }
+                }
+                if force {
+                    observe(driver);
+                    next_publish = Instant::now() + Duration::from_secs(1);
                 }
             }
             Ok(Input::Line(line)) => {
@@ -717,6 +736,7 @@ fn event_loop(
                 if let Some(l) = link.as_mut() {
                     l.publish(driver, true);
                 }
+                observe(driver);
                 if !v.is_null() {
                     reply(out, &v);
                 }
@@ -728,6 +748,7 @@ fn event_loop(
                 if let Some(l) = link.as_mut() {
                     l.command(driver, verb, &from, &payload);
                 }
+                observe(driver);
             }
         }
     }

@@ -183,6 +183,20 @@ pub struct Directory {
     /// When [`Directory::tick`] last ran: a longer gap than [`Directory::stall_after`] means
     /// the server itself did not run.
     last_tick: Option<Instant>,
+    /// Processes lost so far ([`Directory::lost`]).
+    lost: LostCounts,
+}
+
+/// How many processes the directory lost since it started, by why (the control server's
+/// `--metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LostCounts {
+    /// Declared lost for want of a heartbeat ([`LostReason::Heartbeat`]).
+    pub heartbeat: u64,
+    /// Their connection closed without a goodbye ([`LostReason::ConnectionClosed`]).
+    pub connection_closed: u64,
+    /// They said goodbye ([`LostReason::Disconnected`]).
+    pub disconnected: u64,
 }
 
 impl Directory {
@@ -197,6 +211,7 @@ impl Directory {
             dirty: false,
             published: [None, None, None],
             last_tick: None,
+            lost: LostCounts::default(),
         }
     }
 
@@ -573,6 +588,11 @@ impl Directory {
     /// sender) and the providers of the services it subscribed (lost receiver).
     fn lose(&mut self, name: &str, reason: LostReason, _now: Now, out: &mut Vec<Output>) {
         let Some(p) = self.processes.remove(name) else { return };
+        match reason {
+            LostReason::Heartbeat => self.lost.heartbeat += 1,
+            LostReason::ConnectionClosed => self.lost.connection_closed += 1,
+            LostReason::Disconnected => self.lost.disconnected += 1,
+        }
         if reason != LostReason::Disconnected {
             tracing::warn!(process = %name, %reason, "process lost");
         }
@@ -696,6 +716,11 @@ impl Directory {
     /// Number of connected processes.
     pub fn process_count(&self) -> usize {
         self.processes.len()
+    }
+
+    /// How many processes were lost so far, by why.
+    pub fn lost(&self) -> LostCounts {
+        self.lost
     }
 }
 
@@ -836,8 +861,10 @@ mod tests {
         d.on_message(2, Message::Heartbeat { seq: 1 }, t);
         d.on_message(3, Message::Heartbeat { seq: 1 }, t);
         assert!(d.tick(t).iter().all(|o| !matches!(o, Output::Close { .. })), "not lost yet");
+        assert_eq!(d.lost(), LostCounts::default());
         let t = t0.after(Duration::from_millis(3100));
         let out = d.tick(t);
+        assert_eq!(d.lost(), LostCounts { heartbeat: 1, ..LostCounts::default() }, "counted as lost");
         assert!(sent_to(&out, 1).iter().any(|m| matches!(m, Message::ConnectionLost { .. })));
         assert!(out.contains(&Output::Close { conn: 1, reason: "provider: no heartbeat".into() }));
         assert!(

@@ -60,7 +60,7 @@ pub use config::{
 };
 pub use daqflow_transport::WhenFull;
 pub use daqflow_transport::auth::Token;
-pub use directory::{CommandInfo, ProcessInfo, ServiceInfo};
+pub use directory::{CommandInfo, LostCounts, ProcessInfo, ServiceInfo};
 pub use error::{DialogError, ServerError};
-pub use server::{ControlServer, ServerHandle};
+pub use server::{ControlServer, ServerHandle, ServerView};
 pub use sync::Dialog;

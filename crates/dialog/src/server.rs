@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::config::ServerConfig;
-use crate::directory::{ConnId, Directory, DirectoryConfig, Now, Output, ProcessInfo};
+use crate::directory::{ConnId, Directory, DirectoryConfig, LostCounts, Now, Output, ProcessInfo, ServiceInfo};
 use crate::error::ServerError;
 use crate::protocol::Message;
 
@@ -119,6 +119,12 @@ impl ServerHandle {
         self.shared.directory().processes()
     }
 
+    /// A view of the directory for monitoring, usable from any thread while
+    /// [`ServerHandle::wait`] runs the server (the control server's `--metrics`).
+    pub fn view(&self) -> ServerView {
+        ServerView { shared: self.shared.clone() }
+    }
+
     /// Runs until the server ends by itself: with
     /// [`ServerConfig::end_after_stall`](crate::ServerConfig::end_after_stall), when it finds
     /// that its processes have moved to another control server while it did not run
@@ -141,6 +147,36 @@ impl ServerHandle {
             }
             None => Ok(()),
         }
+    }
+}
+
+/// A running control server's directory as it is now ([`ServerHandle::view`]). It keeps
+/// nothing running: once the server is dropped, it shows the directory as the server left it.
+#[derive(Clone)]
+pub struct ServerView {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ServerView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerView").finish_non_exhaustive()
+    }
+}
+
+impl ServerView {
+    /// The connected processes, as `dialog/processes` publishes them.
+    pub fn processes(&self) -> Vec<ProcessInfo> {
+        self.shared.directory().processes()
+    }
+
+    /// The services, provided or requested, as `dialog/services` publishes them.
+    pub fn services(&self) -> Vec<ServiceInfo> {
+        self.shared.directory().services()
+    }
+
+    /// How many processes were lost so far, by why.
+    pub fn lost(&self) -> LostCounts {
+        self.shared.directory().lost()
     }
 }
 

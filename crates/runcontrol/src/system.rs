@@ -189,6 +189,8 @@ struct RawComponent {
     #[serde(default)]
     stop_arg: Option<Spanned<String>>,
     #[serde(default)]
+    metrics: Option<Spanned<String>>,
+    #[serde(default)]
     params: Option<Spanned<toml::Table>>,
 }
 
@@ -395,6 +397,8 @@ pub struct ComponentSpec {
     pub stop_order: i64,
     /// The stop command's argument: a number, or a reference such as `${evm.last_event}`.
     pub stop_arg: Option<String>,
+    /// Where its process serves Prometheus metrics (`daqflow component --metrics`).
+    pub metrics: Option<std::net::SocketAddr>,
     /// Its parameters, with `${…}` references still in.
     pub params: toml::Table,
     /// The line of the `[[component]]` entry's name.
@@ -717,6 +721,8 @@ impl SystemFile {
         history::check(text, &raw.history, &mut problems);
         let mut components = Vec::new();
         let mut lines: HashMap<String, usize> = HashMap::new();
+        // `metrics` addresses by host: two components of a host cannot listen on one.
+        let mut metrics_at: HashMap<(String, std::net::SocketAddr), usize> = HashMap::new();
         let mut entries = Vec::new();
         let no_params = toml::Table::new();
         for c in &raw.component {
@@ -800,6 +806,34 @@ impl SystemFile {
                     ));
                 }
             }
+            let metrics = c.metrics.as_ref().and_then(|m| {
+                let at = line_of(text, m.span().start);
+                if c.command.is_some() {
+                    problems.push(format!(
+                        "line {at}: `metrics` is for `daqflow component` (a program of your own given by `command` \
+                         serves its own)"
+                    ));
+                    return None;
+                }
+                match m.get_ref().parse::<std::net::SocketAddr>() {
+                    Ok(addr) => {
+                        let host = c.host.as_ref().map_or("", |h| h.get_ref().as_str());
+                        if let Some(first) = metrics_at.insert((host.to_owned(), addr), at) {
+                            problems.push(format!(
+                                "line {at}: `metrics = \"{addr}\"` is already given on line {first} for the same host"
+                            ));
+                        }
+                        Some(addr)
+                    }
+                    Err(_) => {
+                        problems.push(format!(
+                            "line {at}: `metrics = {:?}` is not an address to listen on (IP:PORT, e.g. \"127.0.0.1:9102\")",
+                            m.get_ref()
+                        ));
+                        None
+                    }
+                }
+            });
             let mut needs: Vec<String> = refs.iter().map(|(a, _)| a.clone()).filter(|a| a != "system").collect();
             needs.sort();
             needs.dedup();
@@ -847,6 +881,7 @@ impl SystemFile {
                 command: c.command.as_ref().map(|c| c.get_ref().clone()),
                 policy: c.policy.unwrap_or(raw.system.policy),
                 stop_arg: c.stop_arg.as_ref().map(|s| s.get_ref().clone()),
+                metrics,
                 params,
                 line,
                 needs,
@@ -1048,6 +1083,37 @@ streamz = 4
         assert!(e.starts_with("line 2:"), "{e}");
         let e = parse("[system]\nname = 'x'\ncolour = 'red'\n").unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn a_metrics_address_is_an_address_one_per_host_and_not_for_a_program_of_ones_own() {
+        let sink = |name: &str, extra: &str| format!("[[component]]\nname = '{name}'\nkind = 'sink'\n{extra}\n");
+        let f = parse(&format!("[system]\nname = 't'\n{}{}", sink("a", "metrics = '127.0.0.1:9102'"), sink("b", "")))
+            .unwrap();
+        assert_eq!(f.components[0].metrics, Some("127.0.0.1:9102".parse().unwrap()));
+        assert_eq!(f.components[1].metrics, None);
+        // Two hosts may use one port; one host may not.
+        let f = parse(&format!(
+            "[system]\nname = 't'\n{}{}",
+            sink("a", "metrics = '0.0.0.0:9102'"),
+            sink("b", "metrics = '0.0.0.0:9102'\nhost = 'h2'")
+        ));
+        assert!(f.is_ok(), "{f:?}");
+        let e = parse(&format!(
+            "[system]\nname = 't'\n{}{}",
+            sink("a", "metrics = '127.0.0.1:9102'"),
+            sink("b", "metrics = '127.0.0.1:9102'")
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 10: `metrics = \"127.0.0.1:9102\"` is already given on line 6"), "{e}");
+        let e =
+            parse(&format!("[system]\nname = 't'\n{}", sink("a", "metrics = 'localhost'"))).unwrap_err().to_string();
+        assert!(e.contains("line 6: `metrics = \"localhost\"` is not an address to listen on"), "{e}");
+        let e = parse(&format!("[system]\nname = 't'\n{}", sink("a", "metrics = '127.0.0.1:1'\ncommand = ['mine']")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 6: `metrics` is for `daqflow component`"), "{e}");
     }
 
     #[test]

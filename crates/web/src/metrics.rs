@@ -1,7 +1,7 @@
 //! The web server's own counters, named once here; they go to `/metrics` (after the backend's)
 //! and to the `web` object of `/api/status`.
 
-use std::fmt::Write as _;
+use daqflow_metrics::{Exposition, MetricType};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Requests answered (including refused ones).
@@ -96,23 +96,19 @@ impl WebMetrics {
 
     /// The Prometheus text exposition of the counters.
     pub fn prometheus(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "# HELP {REQUESTS_TOTAL} HTTP requests the web server answered.");
-        let _ = writeln!(out, "# TYPE {REQUESTS_TOTAL} counter");
-        let _ = writeln!(out, "{REQUESTS_TOTAL} {}", self.requests_total());
-        let _ = writeln!(out, "# HELP {SSE_CLIENTS} Open server-sent-event streams.");
-        let _ = writeln!(out, "# TYPE {SSE_CLIENTS} gauge");
-        let _ = writeln!(out, "{SSE_CLIENTS} {}", self.sse_clients());
-        let _ = writeln!(
-            out,
-            "# HELP {REFUSED_TOTAL} Requests the web server refused and connections it closed, by reason."
+        let mut e = Exposition::new();
+        e.family(REQUESTS_TOTAL, "HTTP requests the web server answered.", MetricType::Counter)
+            .sample(&[], self.requests_total());
+        e.family(SSE_CLIENTS, "Open server-sent-event streams.", MetricType::Gauge).sample(&[], self.sse_clients());
+        let mut refused = e.family(
+            REFUSED_TOTAL,
+            "Requests the web server refused and connections it closed, by reason.",
+            MetricType::Counter,
         );
-        let _ = writeln!(out, "# TYPE {REFUSED_TOTAL} counter");
         for reason in Refusal::ALL {
-            let n = self.refused[reason as usize].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{REFUSED_TOTAL}{{reason=\"{}\"}} {n}", reason.label());
+            refused.sample(&[("reason", reason.label())], self.refused[reason as usize].load(Ordering::Relaxed));
         }
-        out
+        e.into_string()
     }
 }
 

@@ -192,6 +192,9 @@ fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str, incarnatio
             (argv, true)
         }
     };
+    if let (Some(addr), None) = (spec.metrics, &spec.command) {
+        argv.extend(["--metrics".to_owned(), addr.to_string()]);
+    }
     argv.extend(["--name".into(), spec.name.clone(), "--control".into(), control.to_owned()]);
     (argv, token_stdin)
 }
@@ -259,6 +262,7 @@ mod tests {
             start_order: 0,
             stop_order: 0,
             stop_arg: None,
+            metrics: None,
             params: toml::Table::new(),
             line: 1,
             needs: Vec::new(),
@@ -295,6 +299,15 @@ mod tests {
         assert_eq!(
             argv.join(" "),
             "/opt/daqflow --token-file /data/token component sink --lease 7.5 --operator operator --incarnation 42 --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+        );
+        // With a metrics address, `daqflow component` serves there.
+        let mut served = spec(None, None);
+        served.metrics = Some("127.0.0.1:9102".parse().unwrap());
+        let (argv, _) = command_line(&launch(), &served, control, 42);
+        assert!(
+            argv.join(" ").ends_with(
+                "--incarnation 42 --metrics 127.0.0.1:9102 --name c-1 --control 10.0.0.1:7000,10.0.0.1:7001"
+            )
         );
         // A program of the user's own gets neither: only its name and the control address.
         let (argv, token_stdin) = command_line(&launch(), &spec(Some("h2"), Some(&["mine", "-v"])), control, 42);
