@@ -225,6 +225,16 @@ fn a_farm_member_killed_mid_run_leaves_its_events_to_the_others_and_nothing_is_l
     assert!(twice.iter().all(|i| dead.contains(i)), "a duplicate the dead member did not write: {twice:?}");
     assert!(twice.len() <= 20, "more duplicates than the dead member held: {twice:?}");
     assert_eq!(summary.duplicates, twice.len() as u64, "{summary:?}");
+    // The events the dead member held reached the survivors flagged possibly corrupt, and the
+    // record counts them in their summaries: every duplicate among them.
+    let corrupt: u64 = ["rec-0", "rec-2"]
+        .iter()
+        .map(|m| {
+            let s = summary.components[*m].summary.as_ref().unwrap_or_else(|| panic!("{m} gave no summary"));
+            s.detail["possibly_corrupt"].as_u64().unwrap_or_else(|| panic!("{m}: {:?}", s.detail))
+        })
+        .sum();
+    assert!(twice.len() as u64 <= corrupt && corrupt <= 20, "{} duplicates, {corrupt} flagged", twice.len());
     assert_eq!(summary.recorded, summary.events + summary.duplicates, "{summary:?}");
     // After the kill the survivors took rec-1's share: together they recorded more than two
     // thirds of the run.
@@ -236,7 +246,7 @@ fn a_farm_member_killed_mid_run_leaves_its_events_to_the_others_and_nothing_is_l
         summary.events
     );
     eprintln!(
-        "farm: {} events, rec-0 {}, rec-1 {} (killed), rec-2 {}, {} in two files",
+        "farm: {} events, rec-0 {}, rec-1 {} (killed), rec-2 {}, {} in two files, {corrupt} flagged",
         summary.events,
         count("rec-0"),
         count("rec-1"),

@@ -120,7 +120,7 @@ fn selects(s: &StationView, ev: &EventHead, env: &impl RouteEnv) -> Option<bool>
 /// Whether station `s` takes `ev`: attached (or, when `idle` is true, keeping its events while
 /// idle), selected, prescaled in, and with room.
 fn takes(s: &StationView, ev: &EventHead, idle: bool, env: &impl RouteEnv) -> Option<bool> {
-    if !s.attached && !(idle && s.keeps) {
+    if !(s.attached || (idle && s.keeps)) {
         return Some(false);
     }
     if !selects(s, ev, env)? {

@@ -140,22 +140,6 @@ fn socket_addr(text: &str) -> Option<SocketAddr> {
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wildcards_overlap_every_address_of_their_port() {
-        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
-        assert!(overlap(a("0.0.0.0:7000"), a("127.0.0.1:7000")));
-        assert!(overlap(a("127.0.0.1:7000"), a("127.0.0.1:7000")));
-        assert!(!overlap(a("127.0.0.1:7000"), a("127.0.0.2:7000")));
-        assert!(!overlap(a("0.0.0.0:7000"), a("0.0.0.0:7001")));
-        assert_eq!(socket_addr("localhost:80"), Some(a("127.0.0.1:80")));
-        assert_eq!(socket_addr("daq-ru-1:80"), None);
-    }
-}
-
 /// The keys every member of one parallel group of ET stations (`group`) must agree on: the
 /// group picks its member by one policy, and a farm shares one flow of events.
 const GROUP_KEYS: [&str; 3] = ["group_policy", "select", "prescale"];
@@ -223,5 +207,21 @@ pub(super) fn groups(text: &str, entries: &[Entry<'_>], registry: &Registry, pro
                 first.insert((et, group.to_owned()), (e.name, line, values));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_overlap_every_address_of_their_port() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(overlap(a("0.0.0.0:7000"), a("127.0.0.1:7000")));
+        assert!(overlap(a("127.0.0.1:7000"), a("127.0.0.1:7000")));
+        assert!(!overlap(a("127.0.0.1:7000"), a("127.0.0.2:7000")));
+        assert!(!overlap(a("0.0.0.0:7000"), a("0.0.0.0:7001")));
+        assert_eq!(socket_addr("localhost:80"), Some(a("127.0.0.1:80")));
+        assert_eq!(socket_addr("daq-ru-1:80"), None);
     }
 }

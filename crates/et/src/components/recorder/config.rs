@@ -118,7 +118,7 @@ pub fn schema() -> Schema {
         toml::from_str("et = \"et\"\ndirectory = \"data\"").expect("a recorder's smallest configuration");
     Schema::new("recorder")
         .key(Key::text("et", "The ET system's name.").required())
-        .key(Key::text("station", "Its station (blocking; the events of a dead recorder go back to its input); default: the component's name."))
+        .key(Key::text("station", "Its station (blocking; the events of a dead recorder go back to its input, in a `group` to the other members); default: the component's name."))
         .key(Key::text("group", "A farm: the parallel group of stations its station joins (each event to one member; a dead member's events go to the others); the group's first station is named after it. Default: a station of its own."))
         .key(Key::choice("group_policy", &["round_robin", "shortest_queue"], "How the group picks the member of each event: in turn, or the fewest events waiting; the same for every member."))
         .key(Key::path("directory", "Where the data files go.").required())
