@@ -1,8 +1,8 @@
 //! A farm of recorders on one parallel ET station group, declared in the system file
 //! (`group = "farm"` on each recorder), run by the operator with real processes: sources → RU →
-//! BU → ET → three recorders, each event to one of them. One recorder is killed with SIGKILL in
-//! the middle of the run; the events it held and those waiting in its station go to the other
-//! two, and its share from then on too. At the end every event id of the run is in the files,
+//! BU → ET → three recorders, each event to one of them. One recorder is frozen in the middle of
+//! the run (its station fills with its share) and killed with SIGKILL; the events it held and
+//! those waiting in its station go to the other two, and its share from then on too. At the end every event id of the run is in the files,
 //! the only events in two files are among those the dead recorder had written and not given back,
 //! and the run's record counts exactly those as `duplicates`, with nothing lost.
 
@@ -189,9 +189,14 @@ fn a_farm_member_killed_mid_run_leaves_its_events_to_the_others_and_nothing_is_l
     let mut op = Proc::spawn(&[&args[..], &[data.to_str().unwrap()]].concat());
     op.expect("run 1 started");
     wait_events(&mut op, 3000);
-    let pid = component_pid(op.child.id(), "rec-1").expect("rec-1 runs");
+    let pid = component_pid(op.child.id(), "rec-1").expect("rec-1 runs") as i32;
+    // Frozen first, so that its station fills with its share (the builder then waits on ET's
+    // back-pressure), then killed: its backlog, and whatever it held, must reach the others.
     // SAFETY: kill(2) on a process the operator under test started; no memory is involved.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let (code, out) = finish(op);
     assert_eq!(code, 0, "{out}");
     assert!(out.lines().any(|l| l == "lost: 0"), "{out}");
