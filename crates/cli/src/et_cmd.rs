@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use daqflow_et::{
-    Attachment, EtClient, EtError, EtSystem, Position, Priority, RemoteClient, RestoreMode, Selection, Snapshot,
-    StationConfig, SystemConfig, Wait,
+    Attachment, EtClient, EtError, EtSystem, GroupPolicy, Position, Priority, RemoteClient, RestoreMode, Selection,
+    Snapshot, StationConfig, SystemConfig, Wait,
 };
 
 use crate::dialog_cmd::parse_duration;
@@ -173,6 +173,11 @@ pub enum EtCommand {
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
         interval: Duration,
     },
+    /// Create or remove a station: at a place in the chain, or in a parallel group with another.
+    Station {
+        #[command(subcommand)]
+        command: StationCommand,
+    },
     /// Move events from a station of one ET system into another ET system.
     Bridge {
         /// The source system (local).
@@ -196,6 +201,62 @@ pub enum EtCommand {
     },
 }
 
+/// `daqflow et station …`.
+#[derive(clap::Subcommand, Debug)]
+pub enum StationCommand {
+    /// Create a station (at the end of the chain unless told otherwise).
+    Add {
+        #[command(flatten)]
+        reach: Reach,
+        /// The new station's name.
+        station: String,
+        /// Non-blocking: it takes events only while fewer than --cue wait in it.
+        #[arg(long)]
+        nonblocking: bool,
+        /// Cue of a non-blocking station.
+        #[arg(long, default_value_t = 100)]
+        cue: u32,
+        /// Selection: all, high, match:A,B,C,D (* for any), range:I:LO:HI, mask-any:I:MASK,
+        /// mask-all:I:MASK.
+        #[arg(long, default_value = "all")]
+        select: String,
+        /// Take one selected event in this many.
+        #[arg(long, default_value_t = 1)]
+        prescale: u32,
+        /// Where the events of an attachment that ends go: output, input, grand-central,
+        /// redistribute (default: redistribute in a parallel group, else output).
+        #[arg(long)]
+        restore: Option<String>,
+        /// Keep the events it selects while nobody is attached, for the next consumer.
+        #[arg(long)]
+        keep_when_idle: bool,
+        /// Refuse a second attachment.
+        #[arg(long)]
+        single_user: bool,
+        /// Right after GrandCentral.
+        #[arg(long, conflicts_with_all = ["after", "parallel_with"])]
+        first: bool,
+        /// Right after this station (after its whole group).
+        #[arg(long, value_name = "STATION", conflicts_with = "parallel_with")]
+        after: Option<String>,
+        /// In a parallel group with this station (a new group if it was alone): each event goes to
+        /// one member.
+        #[arg(long, value_name = "STATION")]
+        parallel_with: Option<String>,
+        /// How the group picks the member of each event: round-robin or shortest-queue; set on
+        /// every member (default: the group's, round-robin for a new group).
+        #[arg(long, requires = "parallel_with")]
+        policy: Option<String>,
+    },
+    /// Remove a station (refused while it has attachments).
+    Remove {
+        #[command(flatten)]
+        reach: Reach,
+        /// The station's name.
+        station: String,
+    },
+}
+
 pub const AFTER_HELP: &str = "\
 Examples:
   daqflow et start --name daq --events 3000 --event-size 65536 --listen 127.0.0.1:11111
@@ -204,6 +265,8 @@ Examples:
   daqflow et consume --name daq --station mon --create nonblocking --cue 50 --select match:1,*,*,*
   daqflow et produce --name daq --size 4096 --batch 100 --count 1000000 --control 1
   daqflow et monitor daq
+  daqflow et station add --name daq ana-1 --keep-when-idle
+  daqflow et station add --name daq ana-2 --parallel-with ana-1 --policy shortest-queue --keep-when-idle
   daqflow et consume --name daq --remote 10.0.0.5:11111 --station mon --count 1000
   daqflow et bridge --from daq --station export --to-remote monitor-host:11111";
 
@@ -231,9 +294,27 @@ impl Conn {
     }
 
     fn create_station(&self, name: &str, config: StationConfig) -> Result<(), EtError> {
+        self.create_station_at(name, config, Position::End)
+    }
+
+    fn create_station_at(&self, name: &str, config: StationConfig, position: Position) -> Result<(), EtError> {
         match self {
-            Conn::Local(c) => c.create_station(name, config, Position::End),
-            Conn::Remote(c) => c.create_station(name, config, Position::End),
+            Conn::Local(c) => c.create_station(name, config, position),
+            Conn::Remote(c) => c.create_station(name, config, position),
+        }
+    }
+
+    fn configure_station(&self, name: &str, config: StationConfig) -> Result<(), EtError> {
+        match self {
+            Conn::Local(c) => c.configure_station(name, config),
+            Conn::Remote(c) => c.configure_station(name, config),
+        }
+    }
+
+    fn remove_station(&self, name: &str) -> Result<(), EtError> {
+        match self {
+            Conn::Local(c) => c.remove_station(name),
+            Conn::Remote(c) => c.remove_station(name),
         }
     }
 
@@ -400,15 +481,7 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
                     "nonblocking" | "non-blocking" => false,
                     other => anyhow::bail!("--create takes blocking or nonblocking, not {other:?}"),
                 };
-                let restore = match restore.as_str() {
-                    "output" => RestoreMode::Output,
-                    "input" => RestoreMode::Input,
-                    "grand-central" | "gc" => RestoreMode::GrandCentral,
-                    "redistribute" => RestoreMode::Redistribute,
-                    other => {
-                        anyhow::bail!("--restore takes output, input, grand-central or redistribute, not {other:?}")
-                    }
-                };
+                let restore = parse_restore(restore)?;
                 let config = StationConfig {
                     blocking,
                     cue: *cue,
@@ -486,6 +559,7 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
                 std::thread::sleep(*interval);
             }
         }
+        EtCommand::Station { command } => station_command(command),
         EtCommand::Bridge { from, station, to, to_remote, batch, count } => {
             let src_client = EtClient::connect(from)?;
             // The bridge's station is an ordinary blocking one at the end of the chain, made if
@@ -510,6 +584,117 @@ pub fn run(args: &EtArgs) -> anyhow::Result<ExitCode> {
                 (None, None) => anyhow::bail!("give --to NAME or --to-remote ADDR"),
             };
             out_line(&format!("bridged {} events, {}", stats.events, format::bytes(stats.bytes as f64)));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A restore mode as the command line writes it.
+fn parse_restore(s: &str) -> anyhow::Result<RestoreMode> {
+    Ok(match s {
+        "output" => RestoreMode::Output,
+        "input" => RestoreMode::Input,
+        "grand-central" | "gc" => RestoreMode::GrandCentral,
+        "redistribute" => RestoreMode::Redistribute,
+        other => anyhow::bail!("--restore takes output, input, grand-central or redistribute, not {other:?}"),
+    })
+}
+
+/// A group policy as the command line writes it.
+fn parse_policy(s: &str) -> anyhow::Result<GroupPolicy> {
+    Ok(match s {
+        "round-robin" | "round_robin" => GroupPolicy::RoundRobin,
+        "shortest-queue" | "shortest_queue" => GroupPolicy::ShortestQueue,
+        other => anyhow::bail!("--policy takes round-robin or shortest-queue, not {other:?}"),
+    })
+}
+
+fn policy_text(p: GroupPolicy) -> &'static str {
+    match p {
+        GroupPolicy::RoundRobin => "round-robin",
+        GroupPolicy::ShortestQueue => "shortest-queue",
+    }
+}
+
+/// `daqflow et station add|remove`.
+fn station_command(command: &StationCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        StationCommand::Remove { reach, station } => {
+            Conn::open(reach)?.remove_station(station)?;
+            out_line(&format!("removed station {station}"));
+            Ok(ExitCode::SUCCESS)
+        }
+        StationCommand::Add {
+            reach,
+            station,
+            nonblocking,
+            cue,
+            select,
+            prescale,
+            restore,
+            keep_when_idle,
+            single_user,
+            first,
+            after,
+            parallel_with,
+            policy,
+        } => {
+            let conn = Conn::open(reach)?;
+            let position = match (first, after, parallel_with) {
+                (true, _, _) => Position::First,
+                (_, Some(a), _) => Position::After(a.clone()),
+                (_, _, Some(p)) => Position::ParallelWith(p.clone()),
+                _ => Position::End,
+            };
+            let default_restore = if parallel_with.is_some() { RestoreMode::Redistribute } else { RestoreMode::Output };
+            let restore = restore.as_deref().map(parse_restore).transpose()?.unwrap_or(default_restore);
+            let policy = policy.as_deref().map(parse_policy).transpose()?;
+            // A new member takes the group's policy unless told another, which then becomes
+            // every member's (the group follows its first member's).
+            let before = conn.snapshot()?;
+            let group_policy = match (policy, parallel_with) {
+                (Some(p), _) => p,
+                (None, Some(other)) => before
+                    .stations
+                    .iter()
+                    .find(|s| &s.name == other)
+                    .filter(|s| s.group.is_some())
+                    .map_or(GroupPolicy::RoundRobin, |s| s.config.group_policy),
+                (None, None) => GroupPolicy::RoundRobin,
+            };
+            let config = StationConfig {
+                blocking: !nonblocking,
+                cue: *cue,
+                prescale: *prescale,
+                selection: Selection::parse(select).map_err(anyhow::Error::msg)?,
+                single_user: *single_user,
+                restore,
+                keep_when_idle: *keep_when_idle,
+                group_policy,
+            };
+            conn.create_station_at(station, config, position)?;
+            let snap = conn.snapshot()?;
+            let group = snap.stations.iter().find(|s| &s.name == station).and_then(|s| s.group);
+            let Some(g) = group else {
+                out_line(&format!("created station {station}"));
+                return Ok(ExitCode::SUCCESS);
+            };
+            let members: Vec<&daqflow_et::StationStatus> =
+                snap.stations.iter().filter(|s| s.group == Some(g)).collect();
+            for m in &members {
+                // A closure station's selection lives in the ET process: a client cannot give it
+                // back, so its settings are left as they are.
+                if m.config.group_policy != group_policy && !m.closure {
+                    let config = StationConfig { group_policy, ..m.config.clone() };
+                    conn.configure_station(&m.name, config)?;
+                }
+            }
+            let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+            out_line(&format!(
+                "created station {station} in parallel group g{g} ({}; {})",
+                names.join(", "),
+                policy_text(group_policy)
+            ));
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -608,7 +608,11 @@ fn print_summary(summary: &RunSummary, op: &Operator, web_url: Option<&str>) -> 
         per_s(s.bytes as f64) / 1e6
     );
     if s.duplicates > 0 {
-        say!("  duplicates: {} (events built again after a builder unit died; see docs/evb.md)", s.duplicates);
+        say!(
+            "  duplicates: {} (events recorded twice: built again after a builder unit died, or written by a recorder \
+             that died before giving them back to ET; see docs/operator-guide.md, \"What a run's record holds\")",
+            s.duplicates
+        );
     }
     let open_note = if left_open.is_empty() {
         String::new()

@@ -827,3 +827,50 @@ fn ratio_or_withheld(p: &serde_json::Value) {
         None => assert!(p["withheld"]["ratio_to_raw"]["why"].as_str().unwrap_or("").contains("the reference"), "{p}"),
     }
 }
+
+#[test]
+fn run_check_refuses_a_farm_whose_members_disagree_or_an_unknown_group_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "[system]\nname = \"t\"\ncontrol = \"127.0.0.1:7000\"\n";
+    let rec = |name: &str, extra: &str| {
+        format!(
+            "\n[[component]]\nname = \"{name}\"\nkind = \"recorder\"\n[component.params]\net = \"daq\"\ndirectory = \
+             \"/tmp/d-{name}\"\ngroup = \"farm\"\n{extra}"
+        )
+    };
+    // Three members agreeing: fine.
+    let policy = "group_policy = \"shortest_queue\"\n";
+    let text = format!("{head}{}{}{}", rec("rec-0", policy), rec("rec-1", policy), rec("rec-2", policy));
+    let (code, out) = check_text(dir.path(), &text);
+    assert_eq!(code, Some(0), "{out}");
+    // One member with another policy (the default): named with its line and the first member's.
+    let text = format!("{head}{}{}", rec("rec-0", policy), rec("rec-1", ""));
+    let (code, out) = check_text(dir.path(), &text);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(
+            "`rec-1`: group_policy = \"round_robin\" differs from group_policy = \"shortest_queue\" of `rec-0` (line 11), \
+             in the same group \"farm\""
+        ),
+        "{out}"
+    );
+    // Another selection, two members on one station, a group named like a member's station.
+    let text = format!(
+        "{head}{}{}{}",
+        rec("rec-0", ""),
+        rec("rec-1", "select = \"match:1\"\nstation = \"rec-0\"\n"),
+        rec("farm", "")
+    );
+    let (_, out) = check_text(dir.path(), &text);
+    assert!(out.contains("`rec-1`: select = \"match:1\" differs from select = \"all\" of `rec-0`"), "{out}");
+    assert!(out.contains("`rec-1`: station = \"rec-0\" is also the station of `rec-0` in group \"farm\""), "{out}");
+    assert!(out.contains("`farm`: group = \"farm\" is also the name of its station"), "{out}");
+    // The same group name on another ET system is another group.
+    let text = format!("{head}{}{}", rec("rec-0", policy), rec("rec-1", "").replace("\"daq\"", "\"daq2\""));
+    let (code, out) = check_text(dir.path(), &text);
+    assert_eq!(code, Some(0), "{out}");
+    // An unknown policy names the key and the values it takes.
+    let (code, out) = check_text(dir.path(), &format!("{head}{}", rec("rec-0", "group_policy = \"fastest\"\n")));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("group_policy") && out.contains("round_robin") && out.contains("shortest_queue"), "{out}");
+}

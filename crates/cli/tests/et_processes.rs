@@ -562,3 +562,86 @@ fn a_remote_user_of_a_system_with_a_token_must_prove_it() {
     crew.expect("attached to mon");
     system.signal(libc::SIGTERM);
 }
+
+/// `daqflow et station add …`: one line of output.
+fn station_add(name: &str, args: &[&str]) -> String {
+    let mut a = vec!["et", "station", "add", "--name", name];
+    a.extend_from_slice(args);
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow")).args(&a).output().unwrap();
+    assert!(out.status.success(), "{a:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_farm_member_killed_holding_events_leaves_them_to_the_other_members() {
+    let name = unique("farm");
+    let (mut system, _) = et_start(&name, &[]);
+    // The farm from the command line: three members of one group, by shortest queue.
+    assert_eq!(
+        station_add(&name, &["ana-1", "--keep-when-idle", "--restore", "redistribute"]),
+        "created station ana-1"
+    );
+    assert_eq!(
+        station_add(&name, &["ana-2", "--parallel-with", "ana-1", "--policy", "shortest-queue", "--keep-when-idle"]),
+        "created station ana-2 in parallel group g1 (ana-1, ana-2; shortest-queue)"
+    );
+    assert_eq!(
+        station_add(&name, &["ana-3", "--parallel-with", "ana-1", "--keep-when-idle"]),
+        "created station ana-3 in parallel group g1 (ana-1, ana-2, ana-3; shortest-queue)"
+    );
+    let snap = snapshot(&name);
+    for m in ["ana-1", "ana-2", "ana-3"] {
+        let s = station(&snap, m);
+        assert_eq!(
+            (s["group"].as_u64(), s["config"]["group_policy"].as_str()),
+            (Some(1), Some("ShortestQueue")),
+            "{s}"
+        );
+        assert_eq!(s["config"]["restore"], "Redistribute", "{s}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_daqflow")).args(["et", "monitor", &name, "--once"]).output().unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(listing.lines().any(|l| l.contains("ana-3") && l.contains("blocking g1")), "{listing}");
+    // ana-1 holds what it gets; ana-2 and ana-3 consume until stopped.
+    let mut holder = et(&["consume", "--name", &name, "--station", "ana-1", "--count", "20", "--hold"]);
+    holder.expect("attached to ana-1");
+    let mut others: Vec<Proc> = ["ana-2", "ana-3"]
+        .iter()
+        .map(|m| {
+            let mut p = et(&["consume", "--name", &name, "--station", m, "--json"]);
+            p.expect(&format!("attached to {m}"));
+            p
+        })
+        .collect();
+    let mut producer = et(&["produce", "--name", &name, "--count", "300", "--size", "200", "--batch", "10", "--json"]);
+    assert_eq!(summary(&mut producer, "produced")["produced"], 300);
+    holder.expect("holding 20 events");
+    holder.signal(libc::SIGKILL);
+    // Its 20 and whatever waited in its station go to the other two; nothing stays in ana-1.
+    let snap = wait_for(&name, "every event back in GrandCentral", |s| {
+        s["free_events"] == 200 && s["attachments"].as_array().unwrap().len() == 2
+    });
+    assert_accounted(&snap);
+    assert_eq!(station(&snap, "ana-1")["queued"], 0);
+    let (mut consumed, mut corrupt) = (0, 0);
+    for p in &mut others {
+        p.signal(libc::SIGTERM);
+        let s = summary(p, "consumed");
+        consumed += s["consumed"].as_u64().unwrap();
+        corrupt += s["possibly_corrupt"].as_u64().unwrap();
+    }
+    assert_eq!(consumed, 300, "every event reached a living member once");
+    assert_eq!(corrupt, 20, "the dead member's events, marked possibly corrupt");
+    // ana-1, with no attachment left, can be removed.
+    let rm = |s: &str| {
+        Command::new(env!("CARGO_BIN_EXE_daqflow"))
+            .args(["et", "station", "remove", "--name", &name, s])
+            .output()
+            .unwrap()
+    };
+    let out = rm("ana-1");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "removed station ana-1");
+    system.signal(libc::SIGTERM);
+    assert_eq!(system.wait_exit(), 0);
+}

@@ -422,8 +422,10 @@ impl Pool {
             } else {
                 routing::GroupPolicy::RoundRobin
             },
-            // A station that keeps its events while idle takes them as if attached.
-            attached: r(&s.attachments) > 0 || r(&s.keep_idle) != 0,
+            attached: r(&s.attachments) > 0,
+            // A station that keeps its events while idle takes them as if attached (in a
+            // parallel group: only those no attached member takes).
+            keeps: r(&s.keep_idle) != 0,
             blocking: r(&s.blocking) != 0,
             cue: r(&s.cue),
             queued: self.queue(slot).count.load(Ordering::Relaxed),

@@ -13,7 +13,9 @@
 //! - a blocking station takes every event it selects; a non-blocking one only while fewer than
 //!   its cue are queued, the others flow past;
 //! - a parallel group (consecutive stations with the same group id) takes the event into one
-//!   member that would take it: round-robin, or the one with the shortest queue;
+//!   member that would take it: round-robin, or the one with the shortest queue; a member that
+//!   keeps its events while idle but has no attachment is a candidate only when no attached
+//!   member takes the event (a farm member that died leaves its share to the others);
 //! - an event no station takes returns to GrandCentral.
 
 /// How a parallel group picks its member.
@@ -61,7 +63,10 @@ pub(crate) struct StationView {
     /// Parallel group id; 0 for a station on its own.
     pub group: u32,
     pub policy: GroupPolicy,
+    /// It has at least one attachment.
     pub attached: bool,
+    /// It keeps its events while it has no attachment (`StationConfig::keep_when_idle`).
+    pub keeps: bool,
     pub blocking: bool,
     pub cue: u32,
     pub queued: u32,
@@ -112,9 +117,10 @@ fn selects(s: &StationView, ev: &EventHead, env: &impl RouteEnv) -> Option<bool>
     })
 }
 
-/// Whether station `s` takes `ev`: attached, selected, prescaled in, and with room.
-fn takes(s: &StationView, ev: &EventHead, env: &impl RouteEnv) -> Option<bool> {
-    if !s.attached {
+/// Whether station `s` takes `ev`: attached (or, when `idle` is true, keeping its events while
+/// idle), selected, prescaled in, and with room.
+fn takes(s: &StationView, ev: &EventHead, idle: bool, env: &impl RouteEnv) -> Option<bool> {
+    if !(s.attached || (idle && s.keeps)) {
         return Some(false);
     }
     if !selects(s, ev, env)? {
@@ -132,25 +138,34 @@ pub(crate) fn route(chain: &[StationView], from: usize, ev: &EventHead, env: &im
     while p < chain.len() {
         let s = &chain[p];
         if s.group == 0 {
-            match takes(s, ev, env) {
+            match takes(s, ev, true, env) {
                 Some(true) => return Dest::Station(s.slot),
                 Some(false) => p += 1,
                 None => return Dest::Conductor(p),
             }
             continue;
         }
-        // A parallel group: every member that would take the event is a candidate.
+        // A parallel group: every attached member that would take the event is a candidate;
+        // if none would, every member without an attachment that keeps its events while idle.
         let end = chain[p..].iter().position(|m| m.group != s.group).map_or(chain.len(), |n| p + n);
         let mut candidates = [0usize; 64];
         let mut n = 0;
-        for (i, m) in chain[p..end].iter().enumerate() {
-            match takes(m, ev, env) {
-                Some(true) if n < candidates.len() => {
-                    candidates[n] = p + i;
-                    n += 1;
+        for idle in [false, true] {
+            for (i, m) in chain[p..end].iter().enumerate() {
+                if idle && m.attached {
+                    continue;
                 }
-                Some(_) => {}
-                None => return Dest::Conductor(p),
+                match takes(m, ev, idle, env) {
+                    Some(true) if n < candidates.len() => {
+                        candidates[n] = p + i;
+                        n += 1;
+                    }
+                    Some(_) => {}
+                    None => return Dest::Conductor(p),
+                }
+            }
+            if n > 0 {
+                break;
             }
         }
         if n > 0 {
@@ -170,7 +185,7 @@ pub(crate) fn route(chain: &[StationView], from: usize, ev: &EventHead, env: &im
 /// is routed at once.
 pub(crate) fn uniform(chain: &[StationView], from: usize) -> Option<Dest> {
     for s in &chain[from.min(chain.len())..] {
-        if !s.attached {
+        if !s.attached && !s.keeps {
             continue;
         }
         let simple = s.group == 0 && s.select == Select::All && s.prescale <= 1 && s.blocking;
@@ -214,6 +229,7 @@ mod tests {
             group: 0,
             policy: GroupPolicy::RoundRobin,
             attached: true,
+            keeps: false,
             blocking: true,
             cue: 10,
             queued: 0,
@@ -289,6 +305,25 @@ mod tests {
         assert_eq!(route(&mixed, 0, &ev([0; 4]), &env), S(2));
         let none = [StationView { attached: false, ..g(1, 0) }, StationView { attached: false, ..g(2, 0) }, station(4)];
         assert_eq!(route(&none, 0, &ev([0; 4]), &env), S(4));
+    }
+
+    #[test]
+    fn a_group_member_keeping_its_events_while_idle_takes_only_what_no_attached_member_takes() {
+        let g = |slot| StationView { group: 7, keeps: true, ..station(slot) };
+        let away = StationView { attached: false, ..g(2) };
+        let chain = [g(1), away, g(3), station(4)];
+        let env = Env::default();
+        use Dest::Station as S;
+        let got: Vec<Dest> = (0..4).map(|_| route(&chain, 0, &ev([0; 4]), &env)).collect();
+        assert_eq!(got, [S(1), S(3), S(1), S(3)]);
+        // Every member away: the events wait in the members, none flows past the group.
+        let all_away = [StationView { attached: false, ..g(1) }, away, station(4)];
+        let got: Vec<Dest> = (0..2).map(|_| route(&all_away, 0, &ev([0; 4]), &env)).collect();
+        assert_eq!(got.iter().filter(|d| **d == S(4)).count(), 0, "{got:?}");
+        // A station on its own that keeps its events takes them without an attachment.
+        let alone = [StationView { attached: false, keeps: true, ..station(1) }, station(2)];
+        assert_eq!(route(&alone, 0, &ev([0; 4]), &env), S(1));
+        assert_eq!(uniform(&alone, 0), Some(S(1)));
     }
 
     #[test]

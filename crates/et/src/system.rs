@@ -383,8 +383,16 @@ impl SystemInner {
             let into_input = station != 0
                 && station_alive
                 && (restore == RestoreMode::Input || (restore == RestoreMode::Redistribute && others));
+            // Redistribute, in a parallel group, with no other attachment here: to the group's
+            // other members (routed again from the group's first member).
+            let group_start = match (restore, others, station_alive) {
+                (RestoreMode::Redistribute, false, true) => self.group_start(station),
+                _ => None,
+            };
             if restore == RestoreMode::GrandCentral || station == 0 {
                 route_and_push(&self.pool, 0, Some(usize::MAX), &batch, &ProcessEnv(self), OWNER_SYSTEM);
+            } else if let Some(start) = group_start {
+                route_and_push(&self.pool, station, Some(start), &batch, &ProcessEnv(self), OWNER_SYSTEM);
             } else if into_input {
                 #[allow(clippy::type_complexity)]
                 let (h, l): (Vec<&(u32, [i32; 4], bool, bool)>, Vec<_>) = batch.iter().partition(|x| x.2);
@@ -435,21 +443,60 @@ impl SystemInner {
 
     /// Passes the events queued at station `slot`, which has no attachment any more, on to the
     /// stations after it (an idle station lets events flow past).
+    ///
+    /// A member of a parallel group whose restore mode is `Redistribute` hands them to the
+    /// group's other members instead (routed again from the group's first member), also when it
+    /// keeps its events while idle, as long as another member is attached: what none of them
+    /// takes comes back to it (kept) or flows on after the group.
     fn flush_idle(&self, slot: u32) {
-        if self.pool.station(slot).keep_idle.load(Ordering::Acquire) != 0 {
+        let redistribute = match self.pool.load_config(slot).restore {
+            RestoreMode::Redistribute => self.group_start(slot).filter(|_| self.group_attached(slot)),
+            _ => None,
+        };
+        if redistribute.is_none() && self.pool.station(slot).keep_idle.load(Ordering::Acquire) != 0 {
             return;
         }
         let mut idx = Vec::new();
         let q = self.pool.queue(slot);
         let marks = self.pool.marks(slot, OWNER_SYSTEM);
-        while self.pool.station(slot).attachments.load(Ordering::Acquire) == 0
-            && q.pop(1024, &mut idx, Block::No, &marks, &|| false).is_ok()
+        // At most what is queued now: events routed back here are not taken again.
+        let mut left = q.count.load(Ordering::Acquire) as usize;
+        while left > 0
+            && self.pool.station(slot).attachments.load(Ordering::Acquire) == 0
+            && q.pop(left.min(1024), &mut idx, Block::No, &marks, &|| false).is_ok()
         {
+            left = left.saturating_sub(idx.len());
             let batch = self.held_batch(&idx, false);
             self.pool.station(slot).events_out.fetch_add(idx.len() as u64, Ordering::Relaxed);
-            route_and_push(&self.pool, slot, None, &batch, &ProcessEnv(self), OWNER_SYSTEM);
+            route_and_push(&self.pool, slot, redistribute, &batch, &ProcessEnv(self), OWNER_SYSTEM);
             idx.clear();
         }
+    }
+
+    /// The chain position of the first member of station `slot`'s parallel group; `None` when
+    /// it is in no group (or not in the chain).
+    fn group_start(&self, slot: u32) -> Option<usize> {
+        let group = self.pool.station(slot).group.load(Ordering::Acquire);
+        if group == 0 {
+            return None;
+        }
+        let mut chain = Vec::new();
+        self.pool.chain(&mut chain);
+        chain.iter().position(|&s| self.pool.station(s).group.load(Ordering::Acquire) == group)
+    }
+
+    /// Whether another member of station `slot`'s parallel group has an attachment.
+    fn group_attached(&self, slot: u32) -> bool {
+        let group = self.pool.station(slot).group.load(Ordering::Acquire);
+        let mut chain = Vec::new();
+        self.pool.chain(&mut chain);
+        chain.iter().any(|&s| {
+            let rec = self.pool.station(s);
+            s != slot
+                && group != 0
+                && rec.group.load(Ordering::Acquire) == group
+                && rec.attachments.load(Ordering::Acquire) > 0
+        })
     }
 
     /// Checks that `n` more large events of `size` bytes, for attachment `att`, fit every limit

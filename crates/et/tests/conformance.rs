@@ -221,6 +221,7 @@ both!(
     consumers_share_a_station,
     chain_of_stations,
     parallel_groups,
+    a_parallel_group_member_leaving_redistributes_its_events_to_the_others,
     configure_while_running,
     dump_skips_the_rest,
     idle_stations_let_events_pass,
@@ -755,6 +756,63 @@ fn parallel_groups(kind: Kind) {
     drop(backlog);
     drop(p);
     drop(after);
+    s.assert_all_free();
+}
+
+/// A member of a parallel group (restore `Redistribute`, keeping its events while idle: a farm
+/// of recorders) that leaves holding events hands them and its queue to the group's other
+/// members; while it is away its share goes to them; nothing flows past the group unrecorded.
+fn a_parallel_group_member_leaving_redistributes_its_events_to_the_others(kind: Kind) {
+    let s = Setup::new(kind, "farm", 300, 64);
+    let member = || {
+        station(|c| {
+            c.restore = RestoreMode::Redistribute;
+            c.keep_when_idle = true;
+        })
+    };
+    s.conn.create("f1", member(), Position::End);
+    s.conn.create("f2", member(), Position::ParallelWith("f1".into()));
+    s.conn.create("f3", member(), Position::ParallelWith("f1".into()));
+    s.conn.create("end", StationConfig::default(), Position::End);
+    let f1 = s.conn.attach("f1");
+    let f2 = s.conn.attach("f2");
+    let f3 = s.conn.attach("f3");
+    let end = s.conn.attach("end");
+    let producer = s.conn.attach(GRAND_CENTRAL);
+    produce(&*producer, 0, 30, 30, 64, plain);
+    // f2 holds 5 of its 10 and leaves the other 5 in its queue.
+    let held = f2.get_events(5, Wait::Timed(Duration::from_secs(5))).unwrap();
+    assert_eq!(held.len(), 5);
+    let held_seqs: Vec<u64> = held.iter().map(seq).collect();
+    drop(held);
+    drop(f2);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.conn.station("f2").attachments > 0 || s.conn.station("f2").queued > 0 {
+        assert!(Instant::now() < deadline, "f2's queue did not go to the others: {:?}", s.conn.station("f2"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // While it is away, its share goes to the others.
+    produce(&*producer, 30, 30, 30, 64, plain);
+    let mut got = drain(&*f1, QUIET);
+    got.extend(drain(&*f3, QUIET));
+    for h in &held_seqs {
+        assert!(got.contains(h), "event {h}, held by the member that left, went to another member");
+    }
+    got.sort_unstable();
+    assert_eq!(got, (0..60).collect::<Vec<_>>(), "every event once, to the members still there");
+    assert_eq!(drain(&*end, QUIET).len(), 60, "and on down the chain once");
+    // Every member away: the events wait in the members, none flows past the group.
+    drop((f1, f3));
+    produce(&*producer, 60, 10, 10, 64, plain);
+    assert_eq!(drain(&*end, Duration::from_millis(200)), Vec::<u64>::new(), "nothing flows past the group");
+    // A member back takes them all: those kept by the others come to it within the watchdog's
+    // 100 ms.
+    let back = s.conn.attach("f2");
+    let mut got = drain(&*back, QUIET);
+    got.sort_unstable();
+    assert_eq!(got, (60..70).collect::<Vec<_>>());
+    assert_eq!(drain(&*end, QUIET).len(), 10);
+    drop((back, end, producer));
     s.assert_all_free();
 }
 

@@ -902,6 +902,7 @@ impl SystemFile {
         }
         unique::identities(text, &entries, registry, &mut problems);
         unique::ports(text, &raw.system, &entries, &mut problems);
+        unique::groups(text, &entries, registry, &mut problems);
         let alarms = check_alarms(text, &raw.alarm, &components, &mut problems);
         if let Some(path) = &raw.system.web_token_file
             && let Err(e) = read_web_token(path)

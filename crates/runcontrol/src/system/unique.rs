@@ -140,6 +140,76 @@ fn socket_addr(text: &str) -> Option<SocketAddr> {
     None
 }
 
+/// The keys every member of one parallel group of ET stations (`group`) must agree on: the
+/// group picks its member by one policy, and a farm shares one flow of events.
+const GROUP_KEYS: [&str; 3] = ["group_policy", "select", "prescale"];
+
+/// The members of each parallel group (`group = "NAME"` on one ET system, `et`) of the kinds
+/// whose schema has a `group` key: they must agree on [`GROUP_KEYS`] and have stations of their
+/// own, none named after the group. Each problem names the key and the first member.
+pub(super) fn groups(text: &str, entries: &[Entry<'_>], registry: &Registry, problems: &mut Vec<String>) {
+    // (et, group) → the first member: its name, line, and its value of each key.
+    let mut first: HashMap<(String, String), (&str, usize, Vec<String>)> = HashMap::new();
+    // (et, station) → the member whose station it is.
+    let mut stations: HashMap<(String, String), &str> = HashMap::new();
+    for e in entries {
+        let Some(schema) = registry.kind(e.kind).and_then(|k| k.schema.as_deref()) else { continue };
+        if schema.key_named("group").is_none() {
+            continue;
+        }
+        let text_of = |key: &str| {
+            e.params.get(key).or(schema.key_named(key).and_then(|k| k.default.as_ref())).map(|v| match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        };
+        let (Some(group), Some(et)) = (e.params.get("group").and_then(|g| g.as_str()), text_of("et")) else {
+            continue;
+        };
+        if !references(group).is_empty() || !references(&et).is_empty() {
+            continue;
+        }
+        let station = text_of("station").unwrap_or_else(|| e.name.to_owned());
+        let line = key_line(text, e, "group");
+        if station == group {
+            problems.push(format!(
+                "line {line}: `{}`: group = {group:?} is also the name of its station: the group's first station is \
+                 named after the group; give the group another name",
+                e.name
+            ));
+        }
+        match stations.get(&(et.clone(), station.clone())) {
+            Some(other) => problems.push(format!(
+                "line {}: `{}`: station = {station:?} is also the station of `{other}` in group {group:?}: each \
+                 member of a group needs a station of its own",
+                key_line(text, e, "station"),
+                e.name
+            )),
+            None => {
+                stations.insert((et.clone(), station), e.name);
+            }
+        }
+        let values: Vec<String> = GROUP_KEYS.iter().map(|k| text_of(k).unwrap_or_default()).collect();
+        match first.get(&(et.clone(), group.to_owned())) {
+            Some((other, other_line, theirs)) => {
+                for (k, (mine, theirs)) in GROUP_KEYS.iter().zip(values.iter().zip(theirs)) {
+                    if mine != theirs {
+                        problems.push(format!(
+                            "line {}: `{}`: {k} = {mine:?} differs from {k} = {theirs:?} of `{other}` (line \
+                             {other_line}), in the same group {group:?}: every member of a group must have the same {k}",
+                            key_line(text, e, k),
+                            e.name
+                        ));
+                    }
+                }
+            }
+            None => {
+                first.insert((et, group.to_owned()), (e.name, line, values));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -428,7 +428,7 @@ impl Component for Monitor {
             prescale: self.config.prescale.max(1),
             ..StationConfig::default()
         };
-        ensure_station(&client, &self.station, config)?;
+        ensure_station(&client, &self.station, config, crate::Position::End)?;
         let mut info = Info::new();
         info.insert("station".into(), self.station.clone().into());
         Ok(info)

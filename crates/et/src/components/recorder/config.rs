@@ -17,6 +17,17 @@ pub struct RecorderConfig {
     /// The station (created if missing; default: the component's name).
     #[serde(default)]
     pub station: Option<String>,
+    /// A farm: the name of a parallel group of stations that this recorder's station joins, with
+    /// the other recorders (and ET consumers) naming the same group on the same ET system; each
+    /// event goes to one member, and the events of a member that dies go to the others
+    /// (`RestoreMode::Redistribute`). The group's first station, named after the group, holds
+    /// its policy and takes no events. None: a station of its own.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// How the group picks its member: `round_robin` (in turn) or `shortest_queue` (the fewest
+    /// events waiting). The same for every member of the group.
+    #[serde(default = "default_group_policy")]
+    pub group_policy: String,
     /// Where the files go (created if missing).
     pub directory: PathBuf,
     /// A file is closed and the next opened before it would grow beyond this.
@@ -78,6 +89,14 @@ fn default_throttle_check_ms() -> u64 {
     100
 }
 
+fn default_group_policy() -> String {
+    "round_robin".into()
+}
+
+/// The values of `group_policy`, as the ET system calls them.
+pub const GROUP_POLICIES: [(&str, crate::GroupPolicy); 2] =
+    [("round_robin", crate::GroupPolicy::RoundRobin), ("shortest_queue", crate::GroupPolicy::ShortestQueue)];
+
 fn default_max_file_bytes() -> u64 {
     1 << 30
 }
@@ -107,7 +126,9 @@ pub fn schema() -> Schema {
         toml::from_str("et = \"et\"\ndirectory = \"data\"").expect("a recorder's smallest configuration");
     Schema::new("recorder")
         .key(Key::text("et", "The ET system's name.").required())
-        .key(Key::text("station", "Its station (blocking; the events of a dead recorder go back to its input); default: the component's name."))
+        .key(Key::text("station", "Its station (blocking; the events of a dead recorder go back to its input, in a `group` to the other members); default: the component's name."))
+        .key(Key::text("group", "A farm: the parallel group of stations its station joins (each event to one member; a dead member's events go to the others); the group's first station is named after it. Default: a station of its own."))
+        .key(Key::choice("group_policy", &["round_robin", "shortest_queue"], "How the group picks the member of each event: in turn, or the fewest events waiting; the same for every member."))
         .key(Key::path("directory", "Where the data files go.").required())
         .key(
             Key::integer("max_file_bytes", 1 << 16, 1 << 40, "A data file is closed and the next opened at this size; live: from the next run.")
@@ -139,10 +160,26 @@ impl RecorderConfig {
         daqflow_wire::file::DiskMarks { high_pct: self.throttle_high_pct, low_pct: self.throttle_low_pct }
     }
 
+    /// The ET group policy of `group_policy`.
+    pub fn group_policy(&self) -> crate::GroupPolicy {
+        GROUP_POLICIES.iter().find(|(n, _)| *n == self.group_policy).map_or_else(Default::default, |p| p.1)
+    }
+
     /// Range-checks every key (`docs/operator-guide.md` has the ranges).
     pub fn check(&self, name: &str) -> Result<(), ComponentError> {
         let mut c = daqflow_component::checks::Checks::new(name);
         c.schema(&schema(), self);
+        if let Some(g) = &self.group {
+            let station = self.station.as_deref().unwrap_or(name);
+            if g.is_empty() || g.len() > 64 || g == crate::GRAND_CENTRAL {
+                c.problem("group", format!("= {g:?}: a station name (1 to 64 bytes, not {})", crate::GRAND_CENTRAL));
+            } else if g == station {
+                c.problem(
+                    "group",
+                    format!("= {g:?} is also its station's name: the group's first station is named after the group"),
+                );
+            }
+        }
         if let Err(e) = crate::Selection::parse(&self.select) {
             c.problem("select", format!("= {:?}: {e}", self.select));
         }

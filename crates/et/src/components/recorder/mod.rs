@@ -4,7 +4,12 @@
 //!
 //! The recorder has its own station (blocking, so it gets every event the selection takes;
 //! events of a recorder that dies go back to the station's input, and the station keeps the
-//! events that come while no recorder is attached, so a restarted recorder writes them all). At `stop` it goes on reading until its station stayed empty for `drain_ms`
+//! events that come while no recorder is attached, so a restarted recorder writes them all).
+//! Recorders naming one `group` form a farm: their stations are a parallel group (ET's
+//! `Position::ParallelWith`) after a first station named after the group, each event goes to
+//! one of them (`group_policy`), and the events of a member that dies go to the others
+//! (`RestoreMode::Redistribute`); those it had written but not given back are then in two
+//! files, counted as `duplicates` in the run's accounting. At `stop` it goes on reading until its station stayed empty for `drain_ms`
 //! (the operator stops the producers first), then closes the files and writes
 //! `runNNNNNN_NAME.meta.json`: run, start and stop time, events, bytes and every file with
 //! its events, size and first and last event id.
@@ -275,17 +280,62 @@ impl Recorder {
             blocking: true,
             prescale: self.config.prescale.max(1),
             selection,
-            restore: crate::RestoreMode::Input,
-            // Across its own restart too: the events wait in its station, none flows past.
+            // In a farm, the events of a member that dies go to the others; alone, they wait
+            // in its station for its next life.
+            restore: if self.config.group.is_some() {
+                crate::RestoreMode::Redistribute
+            } else {
+                crate::RestoreMode::Input
+            },
+            // Across its own restart too: the events wait in its station, none flows past (in
+            // a farm: only those no other member takes).
             keep_when_idle: true,
+            group_policy: self.config.group_policy(),
             ..StationConfig::default()
         })
     }
+
+    /// Creates its station (in its group, if it has one) or, when it exists, gives it its
+    /// settings.
+    fn ensure_stations(&self, client: &EtClient) -> Result<(), ComponentError> {
+        let config = self.station_config()?;
+        let Some(group) = &self.config.group else {
+            return ensure_station(client, &self.station, config, crate::Position::End);
+        };
+        // The group's first station: named after the group, it holds the group's policy and
+        // round-robin counter, and takes no events (nobody attaches to it, it keeps none).
+        let head = StationConfig {
+            blocking: true,
+            restore: crate::RestoreMode::Redistribute,
+            group_policy: config.group_policy,
+            ..StationConfig::default()
+        };
+        ensure_station(client, group, head.clone(), crate::Position::End)?;
+        ensure_station(client, &self.station, config, crate::Position::ParallelWith(group.clone()))?;
+        // Once more now that it is in a group: a station alone keeps round-robin whatever it is
+        // given, so another member configuring it before it had a member could have reset it.
+        client.configure_station(group, head)?;
+        let snapshot = client.snapshot()?;
+        let group_of = |n: &str| snapshot.stations.iter().find(|s| s.name == n).and_then(|s| s.group);
+        if group_of(group).is_none() || group_of(group) != group_of(&self.station) {
+            return Err(ComponentError::Config(format!(
+                "group = {group:?}: station `{}` exists in the ET system `{}` outside the group (made before it joined \
+                 one): remove it (`daqflow et station remove --name {} {}`) or restart the ET system",
+                self.station, self.config.et, self.config.et, self.station
+            )));
+        }
+        Ok(())
+    }
 }
 
-/// Creates station `name` or, when it exists, gives it `config`.
-pub(crate) fn ensure_station(client: &EtClient, name: &str, config: StationConfig) -> Result<(), ComponentError> {
-    match client.create_station(name, config.clone(), crate::Position::End) {
+/// Creates station `name` at `position` or, when it exists, gives it `config`.
+pub(crate) fn ensure_station(
+    client: &EtClient,
+    name: &str,
+    config: StationConfig,
+    position: crate::Position,
+) -> Result<(), ComponentError> {
+    match client.create_station(name, config.clone(), position) {
         Ok(()) => Ok(()),
         Err(crate::EtError::StationExists(_)) => Ok(client.configure_station(name, config)?),
         Err(e) => Err(e.into()),
@@ -327,7 +377,7 @@ impl Component for Recorder {
         std::fs::create_dir_all(&self.config.directory)
             .map_err(|e| ComponentError::Config(format!("directory {}: {e}", self.config.directory.display())))?;
         let client = EtClient::connect(&self.config.et)?;
-        ensure_station(&client, &self.station, self.station_config()?)?;
+        self.ensure_stations(&client)?;
         let mut info = Info::new();
         info.insert("station".into(), self.station.clone().into());
         info.insert("directory".into(), self.config.directory.to_string_lossy().into_owned().into());
