@@ -104,6 +104,12 @@ pub struct Args {
     /// takes statuses only from the incarnation it launched.
     #[arg(long, value_name = "N", env = "DAQFLOW_INCARNATION")]
     pub incarnation: Option<u64>,
+    /// Pin the whole process to these CPUs first thing, before any thread starts (every
+    /// thread inherits them): the kernel's list form, `0`, `0,2`, `0-3,8`. What the operator
+    /// gives from a component's `cpus = [..]`. A CPU this process may not use is refused.
+    /// With --command the program runs pinned.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<daqflow_wire::affinity::CpuSet>,
 }
 
 /// The longest `--lease`, in seconds (a day).
@@ -193,6 +199,9 @@ fn exec_command(command: &str, args: &Args, token_file: Option<&std::path::Path>
 }
 
 pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    if let Some(cpus) = &args.cpus {
+        daqflow_wire::affinity::pin_process(cpus).with_context(|| format!("--cpus {cpus}"))?;
+    }
     if let Some(command) = &args.command {
         return Err(exec_command(command, args, token_file));
     }

@@ -30,6 +30,8 @@ pub(crate) struct Plan {
     pub output: Option<PathBuf>,
     /// `--stream-table`, absolute.
     pub stream_table: Option<PathBuf>,
+    /// `--cpus KIND=LIST`: the CPUs of every component of a kind.
+    pub cpus: Vec<(String, daqflow_wire::affinity::CpuSet)>,
 }
 
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
@@ -72,9 +74,19 @@ impl Plan {
             }
             sets.push((kind.to_owned(), key.to_owned(), whole(crate::component_cmd::parse_value(value.trim()))));
         }
+        let mut cpus = Vec::new();
+        for c in &args.cpus {
+            let bad = || anyhow::anyhow!("--cpus {c}: expected KIND=LIST with KIND one of {}", KINDS.join(", "));
+            let (kind, list) = c.split_once('=').ok_or_else(bad)?;
+            if !KINDS.contains(&kind.trim()) {
+                return Err(bad());
+            }
+            let set = list.parse::<daqflow_wire::affinity::CpuSet>().map_err(|e| anyhow::anyhow!("--cpus {c}: {e}"))?;
+            cpus.push((kind.trim().to_owned(), set));
+        }
         let output = args.output.as_deref().map(absolute).transpose()?;
         let stream_table = args.stream_table.as_deref().map(absolute).transpose()?;
-        Ok(Plan { size, kill, corrupt, sets, output, stream_table })
+        Ok(Plan { size, kill, corrupt, sets, output, stream_table, cpus })
     }
 }
 
@@ -218,8 +230,19 @@ pub(crate) fn component_names(args: &LocalArgs) -> Vec<String> {
     names
 }
 
-fn component(out: &mut String, name: &str, kind: &str, stop_arg: Option<&str>, host: Option<&str>, params: &Params) {
+fn component(
+    out: &mut String,
+    plan: &Plan,
+    (name, kind): (&str, &str),
+    stop_arg: Option<&str>,
+    host: Option<&str>,
+    params: &Params,
+) {
     let _ = writeln!(out, "\n[[component]]\nname = \"{name}\"\nkind = \"{kind}\"");
+    if let Some((_, cpus)) = plan.cpus.iter().rev().find(|(k, _)| k == kind) {
+        let list: Vec<String> = cpus.cpus().iter().map(usize::to_string).collect();
+        let _ = writeln!(out, "cpus = [{}]", list.join(", "));
+    }
     if let Some(h) = host {
         let _ = writeln!(out, "host = {}", toml::Value::String(h.to_owned()));
     }
@@ -261,14 +284,14 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
          # before the run ends (docs/evb.md, \"evb local\").\npolicy = \"stop\"\n",
     );
     let evm = Params::default().with("rus", int(args.rus)).with("reject_fraction", args.reject).with_sets("evm", plan);
-    component(&mut out, "evm", "evm", None, None, &listen(evm));
+    component(&mut out, plan, ("evm", "evm"), None, None, &listen(evm));
     for r in 0..args.rus {
         let ru = Params::default()
             .with("id", int(r))
             .with("evm", "${evm.listen}")
             .with("streams", int(args.streams))
             .with_sets("ru", plan);
-        component(&mut out, &format!("ru-{r}"), "ru", None, on(&args.ru_hosts, r), &listen(ru));
+        component(&mut out, plan, (&format!("ru-{r}"), "ru"), None, on(&args.ru_hosts, r), &listen(ru));
         for k in 0..args.streams {
             let id = r * args.streams + k;
             let mut src = Params::default()
@@ -292,8 +315,8 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
             }
             component(
                 &mut out,
-                &format!("src-{id}"),
-                "source",
+                plan,
+                (&format!("src-{id}"), "source"),
                 Some("${evm.last_event}"),
                 on(&args.ru_hosts, r),
                 &src.with_sets("source", plan),
@@ -303,8 +326,8 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
     for b in 0..args.bus {
         component(
             &mut out,
-            &format!("bu-{b}"),
-            "bu",
+            plan,
+            (&format!("bu-{b}"), "bu"),
             None,
             on(&args.bu_hosts, b),
             &bu_params(args, plan, b, "${evm.listen}"),

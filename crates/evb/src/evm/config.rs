@@ -58,6 +58,8 @@ pub struct EvmConfig {
     pub seed: u64,
     /// Idle strategy of the EVM's scheduler.
     pub idle: Idle,
+    /// CPUs the EVM's thread is pinned to (`[0, 1]`): it takes triggers, assigns events to BUs and tells every RU. None: not pinned.
+    pub io_cpus: Option<Vec<usize>>,
 }
 
 impl Default for EvmConfig {
@@ -79,6 +81,7 @@ impl Default for EvmConfig {
             max_pending: 1 << 20,
             seed: 1,
             idle: Idle::Lazy,
+            io_cpus: None,
         }
     }
 }
@@ -103,6 +106,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("max_pending", 1, 1 << 26, "Most triggers waiting for a BU; a trigger source is not read beyond it."))
         .key(Key::integer("seed", 0, i64::MAX, "Seed of the level-2 emulation."))
         .key(crate::common::idle_key("the EVM's scheduler"))
+        .key(crate::common::cpus_key("io_cpus", "the EVM's thread (triggers, assignments, credits)"))
         .output(Key::address("listen", "The address RUs, BUs and a trigger source are configured with (`advertise`, or the bound address)."))
         .summary(Key::integer("last_event", 0, i64::MAX, "The last event id triggered in the run (a source's `stop_arg`)."))
         .defaults_from(&EvmConfig::default())

@@ -134,7 +134,9 @@ impl Component for Evm {
             return Err(EvbError::refused("start", IN_RUN).into());
         }
         self.shared = Arc::default();
-        let mut s = Scheduler::new(format!("{}-evm", self.name)).with_idle(self.config.idle.strategy());
+        let mut s = Scheduler::new(format!("{}-evm", self.name))
+            .with_idle(self.config.idle.strategy())
+            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
         let io =
             EvmIo::new(self.name.clone(), self.config.clone(), run, listener, self.shared.clone(), s.stop_handle());
         s.add_module(io);

@@ -45,6 +45,8 @@ pub struct RuConfig {
     pub connect_timeout_ms: u64,
     /// Idle strategy of the RU's scheduler.
     pub idle: Idle,
+    /// CPUs the RU's thread is pinned to (`[0, 1]`): it receives the sources' fragments and sends super-fragments to the BUs. None: not pinned.
+    pub io_cpus: Option<Vec<usize>>,
 }
 
 /// The typed schema of the `ru` kind's configuration: every key's type, range, unit and
@@ -65,6 +67,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("end_timeout_ms", 1, 3_600_000, "How long `stop` waits for the EVM's end of run.").unit("ms"))
         .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM, and a BU's early connection is held.").unit("ms"))
         .key(crate::common::idle_key("the RU's scheduler"))
+        .key(crate::common::cpus_key("io_cpus", "the RU's thread (receives the sources' fragments, sends super-fragments)"))
         .output(Key::address("listen", "The address sources and BUs are configured with (`advertise`, or the bound address)."))
         .defaults_from(&RuConfig::default())
 }
@@ -109,6 +112,7 @@ impl Default for RuConfig {
             end_timeout_ms: 30_000,
             connect_timeout_ms: 10_000,
             idle: Idle::Lazy,
+            io_cpus: None,
         }
     }
 }

@@ -146,7 +146,9 @@ impl Component for Ru {
             &hello,
         )?;
         self.shared = Arc::default();
-        let mut s = Scheduler::new(format!("{}-ru", self.name)).with_idle(self.config.idle.strategy());
+        let mut s = Scheduler::new(format!("{}-ru", self.name))
+            .with_idle(self.config.idle.strategy())
+            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
         let io =
             RuIo::new(self.name.clone(), self.config.clone(), run, listener, evm, self.shared.clone(), s.stop_handle());
         s.add_module(io);
