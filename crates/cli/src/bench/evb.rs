@@ -521,6 +521,19 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
             )],
         },
         Plot {
+            title: "(e) one BU (1 RU × 8 streams, CRC check): unpinned vs pinned (CMS DAQ2's binding)".into(),
+            x: "event_bytes",
+            x_label: "event size (bytes of payload)".into(),
+            x_log: true,
+            x_bytes: true,
+            y_label: "MB/s out of the BU".into(),
+            y_log: false,
+            series: ["unpinned", "pinned"]
+                .iter()
+                .map(|&m| s(m, "pinning", "mb_per_s", vec![("pinning", m.into())]))
+                .collect(),
+        },
+        Plot {
             title: "(c) N RUs × N BUs, 2 streams per RU: aggregate throughput (fig. 6)".into(),
             x: "rus",
             x_label: "RUs = BUs (all on this host)".into(),
@@ -546,6 +559,14 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pinned_layout_puts_the_bus_on_cpus_of_their_own() {
+        let set = |s: &str| s.parse::<daqflow_wire::affinity::CpuSet>().unwrap();
+        assert_eq!(pinned_layout(&set("0")), None);
+        assert_eq!(pinned_layout(&set("0-1")).unwrap(), ["evm=0", "ru=0", "source=0", "bu=1"]);
+        assert_eq!(pinned_layout(&set("2-4,8")).unwrap(), ["evm=2,3", "ru=2,3", "source=2,3", "bu=4,8"]);
+    }
 
     #[test]
     fn the_stream_table_spans_500_b_to_8_kib() {

@@ -403,6 +403,17 @@ mod tests {
     }
 
     #[test]
+    fn cpus_pin_every_component_of_a_kind() {
+        let first = daqflow_wire::affinity::allowed().unwrap().cpus()[0];
+        let args = LocalArgs { cpus: vec![format!("ru={first}"), format!("bu={first}")], ..LocalArgs::default() };
+        let f = file(&args);
+        for c in &f.components {
+            let expected = ["ru", "bu"].contains(&c.kind.as_str()).then(|| first.to_string());
+            assert_eq!(c.cpus.as_ref().map(ToString::to_string), expected, "{}", c.name);
+        }
+    }
+
+    #[test]
     fn a_late_bu_gets_the_same_parameters_with_the_evms_address() {
         let args =
             LocalArgs { et: Some("my-et".into()), set: vec!["bu.request_batch=4".into()], ..LocalArgs::default() };
@@ -426,6 +437,8 @@ mod tests {
             (LocalArgs { set: vec!["rus=3".into()], ..LocalArgs::default() }, "--set rus=3"),
             (LocalArgs { set: vec!["et.events=3".into()], ..LocalArgs::default() }, "KIND one of"),
             (LocalArgs { size: Some("normal:1".into()), ..LocalArgs::default() }, "size model"),
+            (LocalArgs { cpus: vec!["et=0".into()], ..LocalArgs::default() }, "--cpus et=0: expected KIND=LIST"),
+            (LocalArgs { cpus: vec!["ru=0,0".into()], ..LocalArgs::default() }, "--cpus ru=0,0: names CPU 0 twice"),
         ] {
             let e = Plan::new(&args).unwrap_err().to_string();
             assert!(e.contains(why), "{e}");
