@@ -346,8 +346,8 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
     suite.note(match &layout {
         Some(l) => format!(
             "pinning: as bu (crc, 1 RU × 8 streams → 1 BU, mb_per_s out of the BU), unpinned (every process where the \
-             OS puts it, on CPUs {allowed}) and pinned with each component's `cpus` ({}); the rows alternate per \
-             size. On a machine shared with other work the difference is within the spread unless the medians' \
+             OS puts it, on CPUs {allowed}) and pinned with each component's `cpus` ({}); at each size the \
+             unpinned repetitions run first, then the pinned ones. On a machine shared with other work the difference is within the spread unless the medians' \
              ranges do not overlap.",
             l.join(" ")
         ),
@@ -521,19 +521,6 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
             )],
         },
         Plot {
-            title: "(e) one BU (1 RU × 8 streams, CRC check): unpinned vs pinned (CMS DAQ2's binding)".into(),
-            x: "event_bytes",
-            x_label: "event size (bytes of payload)".into(),
-            x_log: true,
-            x_bytes: true,
-            y_label: "MB/s out of the BU".into(),
-            y_log: false,
-            series: ["unpinned", "pinned"]
-                .iter()
-                .map(|&m| s(m, "pinning", "mb_per_s", vec![("pinning", m.into())]))
-                .collect(),
-        },
-        Plot {
             title: "(c) N RUs × N BUs, 2 streams per RU: aggregate throughput (fig. 6)".into(),
             x: "rus",
             x_label: "RUs = BUs (all on this host)".into(),
@@ -552,6 +539,19 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
             y_label: "events per second".into(),
             y_log: false,
             series: scale("events_per_s"),
+        },
+        Plot {
+            title: "(e) one BU (1 RU × 8 streams, CRC check): unpinned vs pinned (CMS DAQ2's binding)".into(),
+            x: "event_bytes",
+            x_label: "event size (bytes of payload)".into(),
+            x_log: true,
+            x_bytes: true,
+            y_label: "MB/s out of the BU".into(),
+            y_log: false,
+            series: ["unpinned", "pinned"]
+                .iter()
+                .map(|&m| s(m, "pinning", "mb_per_s", vec![("pinning", m.into())]))
+                .collect(),
         },
     ]
 }
