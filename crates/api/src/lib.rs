@@ -380,6 +380,10 @@ pub struct ComponentView {
     pub host: String,
     /// Its process id (the last one).
     pub pid: Option<u32>,
+    /// The CPUs its process may run on, as it last reported them (the kernel's list form
+    /// `0-3,8`: what its `cpus` pinned it to, or all the operator's); absent before it joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
     /// Whether its process runs.
     pub alive: bool,
     /// Its state.
@@ -903,6 +907,7 @@ mod tests {
             role: Role::Builder,
             host: "localhost".into(),
             pid: Some(7),
+            cpus: None,
             alive: true,
             state: ComponentState::Running,
             run: Some(3),

@@ -110,6 +110,12 @@ pub struct Args {
     /// with --command (a program of your own serves its own).
     #[arg(long, value_name = "ADDR", conflicts_with = "command")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Pin the whole process to these CPUs first thing, before any thread starts (every
+    /// thread inherits them): the kernel's list form, `0`, `0,2`, `0-3,8`. What the operator
+    /// gives from a component's `cpus = [..]`. A CPU this process may not use is refused.
+    /// With --command the program runs pinned.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<daqflow_wire::affinity::CpuSet>,
 }
 
 /// The longest `--lease`, in seconds (a day).
@@ -199,6 +205,9 @@ fn exec_command(command: &str, args: &Args, token_file: Option<&std::path::Path>
 }
 
 pub fn run(args: &Args, token_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    if let Some(cpus) = &args.cpus {
+        daqflow_wire::affinity::pin_process(cpus).with_context(|| format!("--cpus {cpus}"))?;
+    }
     if let Some(command) = &args.command {
         return Err(exec_command(command, args, token_file));
     }

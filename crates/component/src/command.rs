@@ -17,7 +17,7 @@
 //! assert!(Request::decode(Verb::Start, b"").is_err()); // start needs its run
 //!
 //! let status = ComponentStatus { name: "ru-0".into(), kind: "ru".into(), pid: 42, incarnation: Some(3), seq: 7,
-//!     state: State::Running, run: Some(12), since_ms: 0, error: None };
+//!     state: State::Running, run: Some(12), since_ms: 0, error: None, cpus: None };
 //! let reply = CommandReply::new(&request, status, Ok(Answer::Run(12)));
 //! let back: CommandReply = serde_json::from_slice(&reply.to_json()).unwrap();
 //! assert_eq!(back, reply);
@@ -311,7 +311,7 @@ impl ComponentStatus {
     /// ```
     /// use daqflow_component::ComponentStatus;
     /// let s = |seq| ComponentStatus { name: "a".into(), kind: "k".into(), pid: 1, incarnation: Some(1), seq,
-    ///     state: daqflow_component::State::Initial, run: None, since_ms: 0, error: None };
+    ///     state: daqflow_component::State::Initial, run: None, since_ms: 0, error: None, cpus: None };
     /// assert!(s(8).is_newer_than(7));
     /// assert!(!s(7).is_newer_than(8));
     /// assert!(s(8).is_newer_than(1_000_000_000)); // a forged number does not pin the view
@@ -348,6 +348,11 @@ pub struct ComponentStatus {
     pub since_ms: u64,
     /// Why it is in Error, if it is.
     pub error: Option<String>,
+    /// The CPUs its process may run on (its main thread's affinity, the kernel's list form
+    /// `0-3,8`): what the component's `cpus` pinned it to, or what it inherited; absent where
+    /// the OS cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
 }
 
 #[cfg(test)]

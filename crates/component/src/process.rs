@@ -500,6 +500,7 @@ impl ControlLink {
             run: driver.run(),
             since_ms: self.since_ms,
             error: driver.failure(),
+            cpus: daqflow_wire::affinity::allowed().ok().map(|c| c.to_string()),
         }
     }
 

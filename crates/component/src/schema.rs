@@ -97,6 +97,10 @@ pub enum Type {
     },
     /// A table of the kind's own shape, not checked here (the kind checks it).
     Table,
+    /// A set of CPUs a process or a thread is pinned to (`[0, 1]`): not empty, no CPU twice,
+    /// each one the checking process may use (`sched_getaffinity`: the operator's in
+    /// `daqflow run --check`, the component's own at configure).
+    Cpus,
 }
 
 impl Type {
@@ -158,6 +162,7 @@ impl Type {
                 Ok(())
             }
             (Type::Table, toml::Value::Table(_)) => Ok(()),
+            (Type::Cpus, toml::Value::Array(items)) => check_cpus(items).map(|_| ()),
             _ => Err(format!("= {shown} is not {}", self.article())),
         }
     }
@@ -175,6 +180,7 @@ impl Type {
             Type::Choice { values } => format!("one of {}", words(values)),
             Type::List { of } => format!("a list of {}", plural(&of.article())),
             Type::Table => "a table".into(),
+            Type::Cpus => "a list of CPU numbers".into(),
         }
     }
 
@@ -192,6 +198,7 @@ impl Type {
             Type::Choice { values } => values.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", "),
             Type::List { of } => format!("list of {}", of.range_text()),
             Type::Table => "table".into(),
+            Type::Cpus => "CPUs `[0, 1]`".into(),
         }
     }
 
@@ -207,8 +214,25 @@ impl Type {
             Type::Choice { values } => toml::Value::String(values.first().cloned().unwrap_or_default()),
             Type::List { .. } => toml::Value::Array(Vec::new()),
             Type::Table => toml::Value::Table(toml::Table::new()),
+            Type::Cpus => toml::Value::Array(vec![toml::Value::Integer(
+                daqflow_wire::affinity::allowed().map_or(0, |a| a.cpus()[0] as i64),
+            )]),
         }
     }
+}
+
+/// A configuration's list of CPUs (`cpus = [0, 1]`) as a set the checking process may use:
+/// `Err` says what is wrong, after the key (`= [999] names CPU 999, outside the CPUs …`).
+pub fn check_cpus(items: &[toml::Value]) -> Result<daqflow_wire::affinity::CpuSet, String> {
+    use daqflow_wire::affinity::{self, CpuSet};
+    let shown = show(&toml::Value::Array(items.to_vec()));
+    let numbers: Option<Vec<i64>> = items.iter().map(toml::Value::as_integer).collect();
+    let numbers = numbers.ok_or_else(|| format!("= {shown} is not a list of CPU numbers"))?;
+    let set = CpuSet::from_integers(numbers).map_err(|e| format!("= {shown} {e}"))?;
+    if let Ok(allowed) = affinity::allowed() {
+        set.check_within(&allowed, "the process checking it").map_err(|e| format!("= {shown} {e}"))?;
+    }
+    Ok(set)
 }
 
 /// One key of a kind's configuration.
@@ -277,6 +301,10 @@ impl Key {
     /// A path.
     pub fn path(name: &str, doc: &str) -> Key {
         Key::new(name, Type::Path, doc)
+    }
+    /// A set of CPUs ([`Type::Cpus`]): a thread role's `*_cpus`.
+    pub fn cpus(name: &str, doc: &str) -> Key {
+        Key::new(name, Type::Cpus, doc)
     }
     /// One of `values`.
     pub fn choice(name: &str, values: &[&str], doc: &str) -> Key {

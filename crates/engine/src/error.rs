@@ -34,17 +34,16 @@ pub enum SchedulerError {
         #[source]
         source: std::io::Error,
     },
-    /// Pinning to the requested core failed (no such core, not in the process's CPU set, or not
-    /// supported on this platform).
-    #[error("cannot pin scheduler `{scheduler}` to core {core}: {source}")]
+    /// Pinning to the requested CPUs failed (outside the process's allowed set, beyond what
+    /// the affinity call takes, or not supported on this platform).
+    #[error("cannot pin scheduler `{scheduler}` to CPUs {cpus}: {reason}")]
     Pin {
         /// The scheduler's name.
         scheduler: String,
-        /// The core asked for.
-        core: usize,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The CPUs asked for (the kernel's list form).
+        cpus: String,
+        /// Why ([`daqflow_wire::affinity::PinError`] in words).
+        reason: String,
     },
 }
 

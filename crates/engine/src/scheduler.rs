@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::error::SchedulerError;
 use crate::profile::{self, Probe, ThreadStamps};
 use crate::task::{Module, Single, Task};
+use daqflow_wire::affinity::{CpuSet, CpuSetError};
 
 /// What an idle cycle (no poll succeeded) costs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,7 +253,7 @@ pub struct Scheduler {
     tasks: Vec<(usize, usize)>,
     names: Vec<String>,
     idle: IdleStrategy,
-    core: Option<usize>,
+    cpus: Option<Result<CpuSet, CpuSetError>>,
     profile: Option<usize>,
     shared: Arc<Shared>,
 }
@@ -263,7 +264,7 @@ impl std::fmt::Debug for Scheduler {
             .field("name", &self.name)
             .field("tasks", &self.names)
             .field("idle", &self.idle)
-            .field("core", &self.core)
+            .field("cpus", &self.cpus)
             .field("profile", &self.profile)
             .finish()
     }
@@ -278,7 +279,7 @@ impl Scheduler {
             tasks: Vec::new(),
             names: Vec::new(),
             idle: IdleStrategy::default(),
-            core: None,
+            cpus: None,
             profile: None,
             shared: Arc::default(),
         }
@@ -292,7 +293,14 @@ impl Scheduler {
 
     /// Pins the scheduler's thread to `core` when it starts.
     pub fn pinned_to(mut self, core: usize) -> Scheduler {
-        self.core = Some(core);
+        self.cpus = Some(CpuSet::single(core));
+        self
+    }
+
+    /// Pins the scheduler's thread to `cpus` when it starts (a thread role's `*_cpus` key);
+    /// `None`: not pinned (it runs where the process may).
+    pub fn pinned_to_cpus(mut self, cpus: Option<CpuSet>) -> Scheduler {
+        self.cpus = cpus.map(Ok);
         self
     }
 
@@ -361,12 +369,17 @@ impl Scheduler {
 
     fn run_with(mut self, counters: Counters, tasks: Arc<[TaskCounters]>) -> Result<Report, SchedulerError> {
         let _ = self.shared.thread.set(std::thread::current());
-        if let Some(core) = self.core {
-            pin_current_thread(core).map_err(|source| SchedulerError::Pin {
-                scheduler: self.name.clone(),
-                core,
-                source,
-            })?;
+        if let Some(cpus) = self.cpus.take() {
+            let pin = |name: &str, cpus: String, reason: String| SchedulerError::Pin {
+                scheduler: name.to_owned(),
+                cpus,
+                reason,
+            };
+            match cpus {
+                Ok(cpus) => daqflow_wire::affinity::pin_current_thread(&cpus)
+                    .map_err(|e| pin(&self.name, cpus.to_string(), e.to_string()))?,
+                Err(e) => return Err(pin(&self.name, "?".into(), e.to_string())),
+            }
         }
         let result = match self.profile {
             Some(capacity) => {
@@ -537,31 +550,5 @@ impl Running {
     pub fn stop(self) -> Result<Report, SchedulerError> {
         self.stop.stop();
         self.join()
-    }
-}
-
-/// Pins the calling thread to one core.
-pub fn pin_current_thread(core: usize) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        if core >= libc::CPU_SETSIZE as usize {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "core number beyond CPU_SETSIZE"));
-        }
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it (core checked
-        // against CPU_SETSIZE above); sched_setaffinity reads `size_of::<cpu_set_t>()` bytes of it.
-        let rc = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(core, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = core;
-        Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "pinning is implemented on Linux only"))
     }
 }

@@ -205,7 +205,8 @@ fn pinning_to_an_allowed_core_works_and_to_a_missing_core_fails_clearly() {
     let mut s = Scheduler::new("nowhere").pinned_to(1000);
     s.add(task::from_fn("never", (), |_| false, |_| Ok(())));
     let err = s.spawn().unwrap().join().unwrap_err();
-    assert!(matches!(err, SchedulerError::Pin { core: 1000, .. }), "{err:?}");
+    assert!(matches!(&err, SchedulerError::Pin { cpus, .. } if cpus == "1000"), "{err:?}");
+    assert!(err.to_string().contains("outside the CPUs this process may use"), "{err}");
 }
 
 #[test]

@@ -53,6 +53,13 @@ pub struct SystemConfig {
     /// An attachment whose process stops heartbeating for this long is declared dead (a
     /// local one is killed: a stuck process may hold a queue lock). Default 5 s.
     pub heartbeat_timeout: Duration,
+    /// CPUs the conductor thread (it moves events from station to station) is pinned to;
+    /// `None`: not pinned.
+    pub conductor_cpus: Option<daqflow_wire::affinity::CpuSet>,
+    /// CPUs the serving threads are pinned to: the control thread, each local client's thread
+    /// (started by it, so pinned alike), the remote server, discovery, the watchdog and the
+    /// reaper of large events; `None`: not pinned.
+    pub server_cpus: Option<daqflow_wire::affinity::CpuSet>,
 }
 
 impl SystemConfig {
@@ -73,6 +80,8 @@ impl SystemConfig {
             listen: None,
             discovery_port: None,
             heartbeat_timeout: Duration::from_secs(5),
+            conductor_cpus: None,
+            server_cpus: None,
         }
     }
 }

@@ -698,6 +698,13 @@ impl EtSystem {
         if config.events == 0 || config.event_size == 0 {
             return Err(EtError::Refused("an ET system needs at least one event of at least one byte".into()));
         }
+        if let Ok(allowed) = daqflow_wire::affinity::allowed() {
+            for (key, cpus) in [("conductor_cpus", &config.conductor_cpus), ("server_cpus", &config.server_cpus)] {
+                if let Some(Err(e)) = cpus.as_ref().map(|c| c.check_within(&allowed, "this process")) {
+                    return Err(EtError::Refused(format!("`{key}` {e}")));
+                }
+            }
+        }
         let max_stations = config.max_stations.clamp(2, MAX_STATIONS);
         let addr = ipc::address(&config.name).map_err(|e| EtError::io("naming the control socket", e))?;
         let listener = match UnixListener::bind_addr(&addr) {
@@ -740,10 +747,25 @@ impl EtSystem {
             config,
         });
         let mut threads = Vec::new();
+        // Pinned as each thread's first act; the sets were checked against the process's
+        // allowed set above, so a failure here is the OS's (logged, the thread runs unpinned).
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            let cpus = if name == "conductor" {
+                inner.config.conductor_cpus.clone()
+            } else {
+                inner.config.server_cpus.clone()
+            };
+            let thread = format!("et-{name}");
             std::thread::Builder::new()
-                .name(format!("et-{name}"))
-                .spawn(f)
+                .name(thread.clone())
+                .spawn(move || {
+                    if let Some(cpus) = cpus
+                        && let Err(e) = daqflow_wire::affinity::pin_current_thread(&cpus)
+                    {
+                        tracing::warn!("{thread}: not pinned to CPUs {cpus}: {e}");
+                    }
+                    f()
+                })
                 .map_err(|e| EtError::io("starting a thread", e))
         };
         {
@@ -1121,6 +1143,47 @@ mod tests {
         let mut c = SystemConfig::new(format!("sys-{test}-{}", std::process::id()), 20, 1024);
         tweak(&mut c);
         EtSystem::create(c).unwrap()
+    }
+
+    /// Whether a thread of this process named `name` may run on `cpus` alone (other tests'
+    /// systems have threads of the same names, unpinned).
+    fn a_thread_pinned(name: &str, cpus: &str) -> bool {
+        std::fs::read_dir("/proc/self/task").unwrap().flatten().any(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            comm.trim() == name
+                && status
+                    .lines()
+                    .any(|l| l.starts_with("Cpus_allowed_list:") && l.split_whitespace().nth(1) == Some(cpus))
+        })
+    }
+
+    #[test]
+    fn the_conductor_and_the_serving_threads_are_pinned_to_their_roles_cpus() {
+        use daqflow_wire::affinity::{CpuSet, allowed};
+        let cpus = allowed().unwrap().cpus();
+        let (first, last) = (CpuSet::single(cpus[0]).unwrap(), CpuSet::single(*cpus.last().unwrap()).unwrap());
+        let s = system("pinned", |c| {
+            c.conductor_cpus = Some(last.clone());
+            c.server_cpus = Some(first.clone());
+        });
+        // The threads pin themselves first thing: wait for the kernel to show it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // (Unpinned threads may run on every CPU: on a one-CPU machine this cannot tell.)
+        while !a_thread_pinned("et-conductor", &last.to_string()) || !a_thread_pinned("et-control", &first.to_string())
+        {
+            assert!(Instant::now() < deadline, "the ET system's threads were not pinned");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(s);
+        // A CPU this process may not use: refused before anything is created.
+        let mut c = SystemConfig::new(format!("sys-unpinnable-{}", std::process::id()), 20, 1024);
+        c.conductor_cpus = Some(CpuSet::single(1000).unwrap());
+        let Err(e) = EtSystem::create(c) else { panic!("a CPU outside the allowed set was taken") };
+        assert!(
+            e.to_string().contains("`conductor_cpus` names CPU 1000, outside the CPUs this process may use"),
+            "{e}"
+        );
     }
 
     /// A raw control connection that has said hello.

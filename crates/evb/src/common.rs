@@ -98,6 +98,24 @@ pub(crate) fn idle_key(what: &str) -> daqflow_component::schema::Key {
     )
 }
 
+/// A thread role's `*_cpus` key: the CPUs the threads of `role` are pinned to.
+pub(crate) fn cpus_key(name: &str, role: &str) -> daqflow_component::schema::Key {
+    daqflow_component::schema::Key::cpus(
+        name,
+        &format!(
+            "CPUs {role} is pinned to, inside the component's `cpus`; default: not pinned (it runs where the process may)."
+        ),
+    )
+}
+
+/// A validated `*_cpus` value as the set a scheduler is pinned to (`None`: not pinned).
+pub(crate) fn cpu_set(cpus: &Option<Vec<usize>>) -> Result<Option<daqflow_wire::affinity::CpuSet>, EvbError> {
+    cpus.as_ref()
+        .map(|c| daqflow_wire::affinity::CpuSet::new(c.iter().copied()))
+        .transpose()
+        .map_err(|e| EvbError::Config(format!("cpus {e}")))
+}
+
 pub(crate) struct Checks {
     kind: &'static str,
     problems: Vec<String>,

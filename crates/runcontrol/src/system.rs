@@ -190,6 +190,7 @@ struct RawComponent {
     stop_arg: Option<Spanned<String>>,
     #[serde(default)]
     metrics: Option<Spanned<String>>,
+    cpus: Option<Spanned<toml::Value>>,
     #[serde(default)]
     params: Option<Spanned<toml::Table>>,
 }
@@ -416,6 +417,9 @@ pub struct ComponentSpec {
     /// Its kind's typed schema, when this binary knows the kind and the kind declares one:
     /// what `set` checks while Initial, and what references to it may name.
     pub schema: Option<std::sync::Arc<daqflow_component::schema::Schema>>,
+    /// The CPUs its whole process is pinned to from its start (`cpus = [0, 1]`; every thread
+    /// inherits them); `None`: not pinned.
+    pub cpus: Option<daqflow_wire::affinity::CpuSet>,
 }
 
 /// A validated system file.
@@ -698,6 +702,43 @@ fn check_references(text: &str, raw: &[RawComponent], components: &[ComponentSpe
     }
 }
 
+/// A component's `cpus`: a list of CPUs the operator may use (its own `sched_getaffinity`,
+/// the set `taskset`, cgroups or a container gave it), not empty, none twice.
+fn check_cpus(name: &str, value: &toml::Value) -> Result<daqflow_wire::affinity::CpuSet, String> {
+    let what = |e: String| format!("`{name}`: `cpus` {e}");
+    let toml::Value::Array(items) = value else {
+        return Err(what(format!("= {value} is not a list of CPU numbers like [0, 1]")));
+    };
+    let numbers: Option<Vec<i64>> = items.iter().map(toml::Value::as_integer).collect();
+    let numbers = numbers.ok_or_else(|| what(format!("= {value} is not a list of CPU numbers like [0, 1]")))?;
+    let set = daqflow_wire::affinity::CpuSet::from_integers(numbers).map_err(|e| what(format!("= {value} {e}")))?;
+    if let Ok(allowed) = daqflow_wire::affinity::allowed() {
+        set.check_within(&allowed, "the operator").map_err(|e| what(format!("= {value} {e}")))?;
+    }
+    Ok(set)
+}
+
+/// Every thread role's `*_cpus` inside the component's `cpus`: a thread is pinned only inside
+/// its process's set.
+fn check_role_cpus(text: &str, components: &[ComponentSpec], problems: &mut Vec<String>) {
+    for c in components {
+        let (Some(cpus), Some(schema)) = (&c.cpus, &c.schema) else { continue };
+        for key in schema.keys.iter().filter(|k| k.ty == daqflow_component::schema::Type::Cpus) {
+            let Some(toml::Value::Array(items)) = c.params.get(&key.name) else { continue };
+            let Ok(role) = daqflow_component::schema::check_cpus(items) else { continue };
+            if let Err(e) = role.check_within(cpus, &format!("`{}`'s `cpus`", c.name)) {
+                let at = text
+                    .lines()
+                    .enumerate()
+                    .skip(c.line)
+                    .find(|(_, l)| l.trim_start().starts_with(&key.name))
+                    .map_or(c.line, |(i, _)| i + 1);
+                problems.push(format!("line {at}: parameters of `{}`: `{}` {e}", c.name, key.name));
+            }
+        }
+    }
+}
+
 /// A resolved reference's JSON value as TOML (`lookup` never gives null).
 fn json_to_toml(v: &Value) -> toml::Value {
     daqflow_component::schema::json_to_toml(v).unwrap_or_else(|_| toml::Value::String(v.to_string()))
@@ -758,6 +799,15 @@ impl SystemFile {
             let line = line_of(text, c.name.span().start);
             let name = c.name.get_ref().clone();
             let kind = c.kind.get_ref().clone();
+            let cpus = c.cpus.as_ref().and_then(|v| {
+                let at = line_of(text, v.span().start);
+                check_cpus(&name, v.get_ref()).map_err(|e| problems.push(format!("line {at}: {e}"))).ok()
+            });
+            if c.cpus.is_some() && c.command.is_some() && c.host.is_some() {
+                problems.push(format!(
+                    "line {line}: `{name}`: `cpus` pins a program of your own only on this host (on another host pin it in the program, or run it with `taskset -c`)"
+                ));
+            }
             let ok_name = !name.is_empty()
                 && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' || ch == '.');
             if !ok_name {
@@ -885,6 +935,7 @@ impl SystemFile {
                 params,
                 line,
                 needs,
+                cpus,
             });
         }
         for c in &components {
@@ -897,6 +948,7 @@ impl SystemFile {
             }
         }
         check_references(text, &raw.component, &components, &mut problems);
+        check_role_cpus(text, &components, &mut problems);
         if components.is_empty() {
             problems.push("the system has no [[component]]".into());
         }

@@ -164,6 +164,7 @@ impl World {
             run,
             since_ms: self.now.wall_ms,
             error: None,
+            cpus: None,
         }
     }
 

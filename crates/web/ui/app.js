@@ -219,6 +219,7 @@
       const restarts = c.restarts > 0 ? ` (restarted ${c.restarts}×)` : '';
       const out = c.name in degraded ? el('span', { className: 'out-of-run', title: degraded[c.name] }, 'out of the run') : null;
       const title = [`role: ${c.role}`, `policy: ${c.policy}`, `process ${c.alive ? 'runs' : 'ended'}`,
+        ...(c.cpus ? [`CPUs: ${c.cpus}`] : []),
         `in ${c.state} since ${fmtTime(c.since_ms)}`, JSON.stringify(stats, null, 1)].join('\n');
       return el('tr', { className: c.error ? 'error' : '', title },
         el('td', null, c.name),
@@ -288,6 +289,7 @@
       case 'address': return 'HOST:PORT';
       case 'addresses': return 'HOST:PORT[,HOST:PORT…]';
       case 'list': return 'a list';
+      case 'cpus': return 'CPUs [0, 1]';
       default: return k.type;
     }
   }

@@ -13,6 +13,8 @@
 //! - [`file`](mod@file): the data file format, a [`FileWriter`](file::FileWriter) that rotates by size and a
 //!   [`FileReader`](file::FileReader) that verifies every CRC and recovers files cut short.
 //! - [`crc`]: CRC32C, hardware accelerated.
+//! - [`affinity`]: core pinning, a typed [`CpuSet`](affinity::CpuSet) and the OS's affinity
+//!   call (the one place a process or a thread is pinned).
 //! - [`sink`]: [`EventSink`](sink::EventSink), where a builder's events go (data files, an ET
 //!   system, nothing).
 //!
@@ -46,6 +48,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod affinity;
 pub mod codec;
 pub mod crc;
 mod error;

@@ -19,6 +19,11 @@
 //! - (d) `realistic`: log-normal fragment sizes per stream from a stream table, means 500 B … 8 KiB
 //!   and relative RMS 0.5, through 2 RUs × 2 BUs (fig. 7).
 //!
+//! - (e) `pinning`: one BU fed by 1 RU × 8 streams checking CRCs (as (b)), unpinned and
+//!   pinned the way CMS DAQ2 pins its event builder: the EVM, the RU and the sources on the
+//!   first half of the CPUs this process may use, the BU on the other half (`cpus = [..]` of
+//!   each component; needs at least two CPUs).
+//!
 //! Every repetition first measures the raw reference, one blocking TCP connection over
 //! 127.0.0.1 between two threads moving fragment-sized messages, so that `ratio_to_raw`
 //! compares two numbers taken under the same load.
@@ -79,12 +84,37 @@ struct Setup {
     /// Per-stream log-normal sizes (overrides `fragment` in the sources).
     table: Option<PathBuf>,
     side: Side,
+    /// `evb local --cpus KIND=LIST` for each kind: the components pinned (empty: none).
+    cpus: Vec<String>,
 }
 
 impl Setup {
     fn new(rus: u32, bus: u32, streams: u32, fragment: usize) -> Setup {
-        Setup { rus, bus, streams, fragment, task: Task::Build, threads: 1, table: None, side: Side::Ru }
+        Setup {
+            rus,
+            bus,
+            streams,
+            fragment,
+            task: Task::Build,
+            threads: 1,
+            table: None,
+            side: Side::Ru,
+            cpus: Vec::new(),
+        }
     }
+}
+
+/// The pinned layout of (e): the EVM, the RUs and the sources on the first half of `allowed`,
+/// the BUs on the rest; none with fewer than two CPUs.
+fn pinned_layout(allowed: &daqflow_wire::affinity::CpuSet) -> Option<Vec<String>> {
+    let cpus = allowed.cpus();
+    if cpus.len() < 2 {
+        return None;
+    }
+    let (front, back) = cpus.split_at(cpus.len() / 2);
+    let list = |c: &[usize]| c.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let (front, back) = (list(front), list(back));
+    Some(vec![format!("evm={front}"), format!("ru={front}"), format!("source={front}"), format!("bu={back}")])
 }
 
 /// A directory removed, with everything in it, when dropped.
@@ -134,6 +164,7 @@ fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<M
         threads: s.threads,
         no_crc: s.task == Task::Build,
         cached_payload: true,
+        cpus: s.cpus.clone(),
         ..LocalArgs::default()
     };
     let r = run_local(&args, WARMUP_S, false)?;
@@ -171,6 +202,8 @@ fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<M
 pub struct EvbOptions {
     /// Fragment sizes of (a).
     pub sizes: Vec<usize>,
+    /// Only these cases (`None`: all).
+    pub cases: Option<Vec<String>>,
 }
 
 /// Means of the `realistic` stream table: 500 B … 8 KiB, evenly spaced on a log scale.
@@ -193,7 +226,11 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
     let mut failures: Vec<String> = Vec::new();
     // A failing point (lost events, a component error) is reported and the suite goes on; the
     // command fails at the end, after writing the files.
+    let cases = opts.cases.clone();
     let mut measure = |suite: &mut Suite, case: &str, params: Vec<(&'static str, Param)>, s: Setup| {
+        if cases.as_ref().is_some_and(|c| !c.iter().any(|c| c == case)) {
+            return;
+        }
         let r = suite.measure(case, params, || {
             n += 1;
             point(&s, window, raw_time, n)
@@ -283,8 +320,39 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
     measure(&mut suite, "realistic", p, s);
     drop(table_dir);
 
+    // (e) Pinning: the same builder unpinned and pinned, alternating so that both see the
+    // machine's load alike.
+    let allowed = daqflow_wire::affinity::allowed().context("the CPUs this process may use")?;
+    let layout = pinned_layout(&allowed);
+    let pin_sizes: &[usize] = if quick { &[16384] } else { &[4096, 16384] };
+    if let Some(layout) = &layout {
+        for &f in pin_sizes {
+            for pinned in [false, true] {
+                let mut p = bu_params(f, Task::Crc, 1);
+                p.insert(0, ("pinning", if pinned { "pinned" } else { "unpinned" }.into()));
+                let s = Setup {
+                    task: Task::Crc,
+                    side: Side::Bu,
+                    cpus: if pinned { layout.clone() } else { Vec::new() },
+                    ..Setup::new(1, 1, bu_streams, f)
+                };
+                measure(&mut suite, "pinning", p, s);
+            }
+        }
+    }
+
     suite.plots = plots(ru_streams, threads_fragment, scale_sizes);
     notes(&mut suite, window, raw_time, &means);
+    suite.note(match &layout {
+        Some(l) => format!(
+            "pinning: as bu (crc, 1 RU × 8 streams → 1 BU, mb_per_s out of the BU), unpinned (every process where the \
+             OS puts it, on CPUs {allowed}) and pinned with each component's `cpus` ({}); at each size the \
+             unpinned repetitions run first, then the pinned ones. On a machine shared with other work the difference is within the spread unless the medians' \
+             ranges do not overlap.",
+            l.join(" ")
+        ),
+        None => format!("pinning: not measured (this process may use only CPU {allowed}; pinning needs two)"),
+    });
     suite.note_failures(&failures);
     Ok((suite, failures))
 }
@@ -472,12 +540,33 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
             y_log: false,
             series: scale("events_per_s"),
         },
+        Plot {
+            title: "(e) one BU (1 RU × 8 streams, CRC check): unpinned vs pinned (CMS DAQ2's binding)".into(),
+            x: "event_bytes",
+            x_label: "event size (bytes of payload)".into(),
+            x_log: true,
+            x_bytes: true,
+            y_label: "MB/s out of the BU".into(),
+            y_log: false,
+            series: ["unpinned", "pinned"]
+                .iter()
+                .map(|&m| s(m, "pinning", "mb_per_s", vec![("pinning", m.into())]))
+                .collect(),
+        },
     ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pinned_layout_puts_the_bus_on_cpus_of_their_own() {
+        let set = |s: &str| s.parse::<daqflow_wire::affinity::CpuSet>().unwrap();
+        assert_eq!(pinned_layout(&set("0")), None);
+        assert_eq!(pinned_layout(&set("0-1")).unwrap(), ["evm=0", "ru=0", "source=0", "bu=1"]);
+        assert_eq!(pinned_layout(&set("2-4,8")).unwrap(), ["evm=2,3", "ru=2,3", "source=2,3", "bu=4,8"]);
+    }
 
     #[test]
     fn the_stream_table_spans_500_b_to_8_kib() {

@@ -88,6 +88,10 @@ pub struct Args {
     /// machine's cores: this measures the software path across hosts, not a network.
     #[arg(long, value_name = "N")]
     pub hosts: Option<usize>,
+    /// evb: run only these cases (ru, target_1ru_1bu, bu, scaling, realistic, pinning)
+    /// [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "CASE,CASE…")]
+    pub cases: Option<Vec<String>>,
 }
 
 pub const AFTER_HELP: &str = "\
@@ -164,7 +168,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .sizes
                 .clone()
                 .unwrap_or_else(|| if args.quick { vec![1024, 16384] } else { vec![256, 1024, 4096, 16384, 65536] });
-            let (suite, failures) = evb::run(config, evb::EvbOptions { sizes })?;
+            let (suite, failures) = evb::run(config, evb::EvbOptions { sizes, cases: args.cases.clone() })?;
             return suite.finish_unless_failed(&failures);
         }
         SuiteName::Chain => {

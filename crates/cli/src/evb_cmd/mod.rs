@@ -139,6 +139,11 @@ pub struct LocalArgs {
     /// KIND.KEY=VALUE (e.g. ru.buffer_bytes=1e8, source.size.rms=256).
     #[arg(long = "set", value_name = "KIND.KEY=VALUE")]
     pub set: Vec<String>,
+    /// Pin every component of a kind (evm, ru, bu, source) to CPUs: KIND=LIST in the kernel's
+    /// list form (e.g. `--cpus ru=0 --cpus bu=1`): the system file's `cpus = [..]`. A thread
+    /// role inside it: `--set ru.io_cpus=[0]`, `--set bu.build_cpus=[1]`.
+    #[arg(long = "cpus", value_name = "KIND=LIST")]
+    pub cpus: Vec<String>,
     /// The operator's data directory (logs/NAME.log, runs.sqlite, the system file), kept;
     /// default: a fresh one under the system's temporary directory, removed unless the run
     /// failed.
@@ -193,6 +198,7 @@ impl Default for LocalArgs {
             corrupt: None,
             json: false,
             set: Vec::new(),
+            cpus: Vec::new(),
             data: None,
             profile: None,
             print_config: false,

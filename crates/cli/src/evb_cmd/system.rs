@@ -30,6 +30,8 @@ pub(crate) struct Plan {
     pub output: Option<PathBuf>,
     /// `--stream-table`, absolute.
     pub stream_table: Option<PathBuf>,
+    /// `--cpus KIND=LIST`: the CPUs of every component of a kind.
+    pub cpus: Vec<(String, daqflow_wire::affinity::CpuSet)>,
 }
 
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
@@ -79,9 +81,19 @@ impl Plan {
                 sets.push((kind.to_owned(), "profile".to_owned(), toml::Value::String(path.clone())));
             }
         }
+        let mut cpus = Vec::new();
+        for c in &args.cpus {
+            let bad = || anyhow::anyhow!("--cpus {c}: expected KIND=LIST with KIND one of {}", KINDS.join(", "));
+            let (kind, list) = c.split_once('=').ok_or_else(bad)?;
+            if !KINDS.contains(&kind.trim()) {
+                return Err(bad());
+            }
+            let set = list.parse::<daqflow_wire::affinity::CpuSet>().map_err(|e| anyhow::anyhow!("--cpus {c}: {e}"))?;
+            cpus.push((kind.trim().to_owned(), set));
+        }
         let output = args.output.as_deref().map(absolute).transpose()?;
         let stream_table = args.stream_table.as_deref().map(absolute).transpose()?;
-        Ok(Plan { size, kill, corrupt, sets, output, stream_table })
+        Ok(Plan { size, kill, corrupt, sets, output, stream_table, cpus })
     }
 }
 
@@ -225,8 +237,19 @@ pub(crate) fn component_names(args: &LocalArgs) -> Vec<String> {
     names
 }
 
-fn component(out: &mut String, name: &str, kind: &str, stop_arg: Option<&str>, host: Option<&str>, params: &Params) {
+fn component(
+    out: &mut String,
+    plan: &Plan,
+    (name, kind): (&str, &str),
+    stop_arg: Option<&str>,
+    host: Option<&str>,
+    params: &Params,
+) {
     let _ = writeln!(out, "\n[[component]]\nname = \"{name}\"\nkind = \"{kind}\"");
+    if let Some((_, cpus)) = plan.cpus.iter().rev().find(|(k, _)| k == kind) {
+        let list: Vec<String> = cpus.cpus().iter().map(usize::to_string).collect();
+        let _ = writeln!(out, "cpus = [{}]", list.join(", "));
+    }
     if let Some(h) = host {
         let _ = writeln!(out, "host = {}", toml::Value::String(h.to_owned()));
     }
@@ -268,14 +291,14 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
          # before the run ends (docs/evb.md, \"evb local\").\npolicy = \"stop\"\n",
     );
     let evm = Params::default().with("rus", int(args.rus)).with("reject_fraction", args.reject).with_sets("evm", plan);
-    component(&mut out, "evm", "evm", None, None, &listen(evm));
+    component(&mut out, plan, ("evm", "evm"), None, None, &listen(evm));
     for r in 0..args.rus {
         let ru = Params::default()
             .with("id", int(r))
             .with("evm", "${evm.listen}")
             .with("streams", int(args.streams))
             .with_sets("ru", plan);
-        component(&mut out, &format!("ru-{r}"), "ru", None, on(&args.ru_hosts, r), &listen(ru));
+        component(&mut out, plan, (&format!("ru-{r}"), "ru"), None, on(&args.ru_hosts, r), &listen(ru));
         for k in 0..args.streams {
             let id = r * args.streams + k;
             let mut src = Params::default()
@@ -299,8 +322,8 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
             }
             component(
                 &mut out,
-                &format!("src-{id}"),
-                "source",
+                plan,
+                (&format!("src-{id}"), "source"),
                 Some("${evm.last_event}"),
                 on(&args.ru_hosts, r),
                 &src.with_sets("source", plan),
@@ -310,8 +333,8 @@ pub(crate) fn system_text(args: &LocalArgs, plan: &Plan) -> String {
     for b in 0..args.bus {
         component(
             &mut out,
-            &format!("bu-{b}"),
-            "bu",
+            plan,
+            (&format!("bu-{b}"), "bu"),
             None,
             on(&args.bu_hosts, b),
             &bu_params(args, plan, b, "${evm.listen}"),
@@ -387,6 +410,17 @@ mod tests {
     }
 
     #[test]
+    fn cpus_pin_every_component_of_a_kind() {
+        let first = daqflow_wire::affinity::allowed().unwrap().cpus()[0];
+        let args = LocalArgs { cpus: vec![format!("ru={first}"), format!("bu={first}")], ..LocalArgs::default() };
+        let f = file(&args);
+        for c in &f.components {
+            let expected = ["ru", "bu"].contains(&c.kind.as_str()).then(|| first.to_string());
+            assert_eq!(c.cpus.as_ref().map(ToString::to_string), expected, "{}", c.name);
+        }
+    }
+
+    #[test]
     fn a_late_bu_gets_the_same_parameters_with_the_evms_address() {
         let args =
             LocalArgs { et: Some("my-et".into()), set: vec!["bu.request_batch=4".into()], ..LocalArgs::default() };
@@ -410,6 +444,8 @@ mod tests {
             (LocalArgs { set: vec!["rus=3".into()], ..LocalArgs::default() }, "--set rus=3"),
             (LocalArgs { set: vec!["et.events=3".into()], ..LocalArgs::default() }, "KIND one of"),
             (LocalArgs { size: Some("normal:1".into()), ..LocalArgs::default() }, "size model"),
+            (LocalArgs { cpus: vec!["et=0".into()], ..LocalArgs::default() }, "--cpus et=0: expected KIND=LIST"),
+            (LocalArgs { cpus: vec!["ru=0,0".into()], ..LocalArgs::default() }, "--cpus ru=0,0: names CPU 0 twice"),
         ] {
             let e = Plan::new(&args).unwrap_err().to_string();
             assert!(e.contains(why), "{e}");

@@ -83,6 +83,12 @@ pub struct BuConfig {
     pub profile: Option<std::path::PathBuf>,
     /// With `profile`: time stamps kept per thread.
     pub profile_stamps: usize,
+    /// CPUs the BU's I/O thread is pinned to (`[0, 1]`): it receives super-fragments from the
+    /// RUs and talks with the EVM. None: not pinned.
+    pub io_cpus: Option<Vec<usize>>,
+    /// CPUs the builder threads are pinned to (each of the `threads` may run on any of them):
+    /// they build and check events and write them to the output. None: not pinned.
+    pub build_cpus: Option<Vec<usize>>,
     /// The digest of the system file the run was configured from (64 hex digits), written in
     /// every data file's header. Reserved: the operator sets it (`docs/operator-guide.md`,
     /// "Provenance"); without it the headers hold zeros.
@@ -157,6 +163,8 @@ pub fn schema() -> Schema {
         .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM and the RUs.").unit("ms"))
         .key(crate::common::idle_key("the BU's schedulers"))
         .keys(crate::common::profile_keys("the BU"))
+        .key(crate::common::cpus_key("io_cpus", "the BU's I/O thread (receives super-fragments, talks with the EVM)"))
+        .key(crate::common::cpus_key("build_cpus", "every builder thread (builds, checks and writes events; each may run on any of them)"))
         .key(daqflow_component::provenance::schema_key())
         .key(Key::float("throttle_high_pct", 0.0, 100.0, "Disk throttling (`output = \"files\"`): above this usage of `directory`'s filesystem the BU asks for no more events; 100: off.").unit("%"))
         .key(Key::float("throttle_low_pct", 0.0, 100.0, "A throttled BU asks for events again below this usage (below `throttle_high_pct`).").unit("%"))
@@ -186,6 +194,8 @@ impl Default for BuConfig {
             idle: Idle::Lazy,
             profile: None,
             profile_stamps: 1 << 20,
+            io_cpus: None,
+            build_cpus: None,
             system_digest: None,
             throttle_high_pct: daqflow_wire::file::DiskMarks::DEFAULT.high_pct,
             throttle_low_pct: daqflow_wire::file::DiskMarks::DEFAULT.low_pct,

@@ -198,7 +198,9 @@ impl Bu {
         let (done_tx, done_rx) = fifo::<u64>(1 << 16);
         let sink = open_sink(&self.config, self.et.as_ref(), &self.name, t, run)?;
         let durable_at_once = sink.durable_at_once();
-        let mut s = Scheduler::new(format!("{}-build{t}", self.name)).with_idle(self.config.idle.strategy());
+        let mut s = Scheduler::new(format!("{}-build{t}", self.name))
+            .with_idle(self.config.idle.strategy())
+            .pinned_to_cpus(crate::common::cpu_set(&self.config.build_cpus)?);
         if let Some(p) = &self.profiling {
             s = p.scheduler(s);
         }
@@ -278,7 +280,9 @@ impl Component for Bu {
         self.run = run;
         // Builder threads first, then the links.
         let builders = self.spawn_builders(run)?;
-        let mut s = Scheduler::new(format!("{}-bu", self.name)).with_idle(self.config.idle.strategy());
+        let mut s = Scheduler::new(format!("{}-bu", self.name))
+            .with_idle(self.config.idle.strategy())
+            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
         if let Some(p) = &self.profiling {
             s = p.scheduler(s);
         }

@@ -62,6 +62,8 @@ pub struct EvmConfig {
     pub profile: Option<std::path::PathBuf>,
     /// With `profile`: time stamps kept per thread.
     pub profile_stamps: usize,
+    /// CPUs the EVM's thread is pinned to (`[0, 1]`): it takes triggers, assigns events to BUs and tells every RU. None: not pinned.
+    pub io_cpus: Option<Vec<usize>>,
 }
 
 impl Default for EvmConfig {
@@ -85,6 +87,7 @@ impl Default for EvmConfig {
             idle: Idle::Lazy,
             profile: None,
             profile_stamps: 1 << 20,
+            io_cpus: None,
         }
     }
 }
@@ -110,6 +113,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("seed", 0, i64::MAX, "Seed of the level-2 emulation."))
         .key(crate::common::idle_key("the EVM's scheduler"))
         .keys(crate::common::profile_keys("the EVM"))
+        .key(crate::common::cpus_key("io_cpus", "the EVM's thread (triggers, assignments, credits)"))
         .output(Key::address("listen", "The address RUs, BUs and a trigger source are configured with (`advertise`, or the bound address)."))
         .summary(Key::integer("last_event", 0, i64::MAX, "The last event id triggered in the run (a source's `stop_arg`)."))
         .defaults_from(&EvmConfig::default())

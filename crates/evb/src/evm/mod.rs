@@ -148,7 +148,9 @@ impl Component for Evm {
             return Err(EvbError::refused("start", IN_RUN).into());
         }
         self.shared = Arc::default();
-        let mut s = Scheduler::new(format!("{}-evm", self.name)).with_idle(self.config.idle.strategy());
+        let mut s = Scheduler::new(format!("{}-evm", self.name))
+            .with_idle(self.config.idle.strategy())
+            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
         if let Some(p) = &self.profiling {
             s = p.scheduler(s);
         }

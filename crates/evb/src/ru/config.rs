@@ -49,6 +49,8 @@ pub struct RuConfig {
     pub profile: Option<std::path::PathBuf>,
     /// With `profile`: time stamps kept per thread.
     pub profile_stamps: usize,
+    /// CPUs the RU's thread is pinned to (`[0, 1]`): it receives the sources' fragments and sends super-fragments to the BUs. None: not pinned.
+    pub io_cpus: Option<Vec<usize>>,
 }
 
 /// The typed schema of the `ru` kind's configuration: every key's type, range, unit and
@@ -70,6 +72,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM, and a BU's early connection is held.").unit("ms"))
         .key(crate::common::idle_key("the RU's scheduler"))
         .keys(crate::common::profile_keys("the RU"))
+        .key(crate::common::cpus_key("io_cpus", "the RU's thread (receives the sources' fragments, sends super-fragments)"))
         .output(Key::address("listen", "The address sources and BUs are configured with (`advertise`, or the bound address)."))
         .defaults_from(&RuConfig::default())
 }
@@ -116,6 +119,7 @@ impl Default for RuConfig {
             idle: Idle::Lazy,
             profile: None,
             profile_stamps: 1 << 20,
+            io_cpus: None,
         }
     }
 }

@@ -154,7 +154,9 @@ impl Component for Ru {
             &hello,
         )?;
         self.shared = Arc::default();
-        let mut s = Scheduler::new(format!("{}-ru", self.name)).with_idle(self.config.idle.strategy());
+        let mut s = Scheduler::new(format!("{}-ru", self.name))
+            .with_idle(self.config.idle.strategy())
+            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
         if let Some(p) = &self.profiling {
             s = p.scheduler(s);
         }

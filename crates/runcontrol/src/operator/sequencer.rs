@@ -279,6 +279,8 @@ pub struct View {
     pub error: Option<String>,
     /// Its process id.
     pub pid: Option<u32>,
+    /// The CPUs its process may run on, as it last reported them.
+    pub cpus: Option<String>,
     /// Whether its process runs.
     pub alive: bool,
     /// How its process ended.
@@ -1238,6 +1240,7 @@ impl Sequencer {
         v.since_ms = s.since_ms;
         v.error = s.error.clone();
         v.pid = Some(s.pid);
+        v.cpus = s.cpus.clone();
         v.seq = s.seq;
         !was && v.joined()
     }

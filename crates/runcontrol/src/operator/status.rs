@@ -190,6 +190,7 @@ pub(crate) fn system_status(place: &Place<'_>, s: &Snapshot, rates: &Rates, now_
             role: c.role,
             host: c.host.clone().unwrap_or_else(|| "localhost".into()),
             pid: v.pid,
+            cpus: v.cpus.clone(),
             alive: v.alive,
             state: v.shown(),
             run: v.run,

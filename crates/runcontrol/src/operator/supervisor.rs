@@ -195,6 +195,11 @@ fn command_line(launch: &Launch, spec: &ComponentSpec, control: &str, incarnatio
     if let (Some(addr), None) = (spec.metrics, &spec.command) {
         argv.extend(["--metrics".to_owned(), addr.to_string()]);
     }
+    // `daqflow component` pins its whole process first thing (here or on another host); a
+    // program of the user's own on this host is pinned from its start (`spawn_component`).
+    if let (None, Some(cpus)) = (&spec.command, &spec.cpus) {
+        argv.extend(["--cpus".to_owned(), cpus.to_string()]);
+    }
     argv.extend(["--name".into(), spec.name.clone(), "--control".into(), control.to_owned()]);
     (argv, token_stdin)
 }
@@ -234,6 +239,9 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str, incarna
     // order), ending when the thread that started it (the operator's event loop, which lives as
     // long as the operator) ends, so that no component outlives a crashed operator.
     crate::children::own_session_ending_with_parent(&mut cmd);
+    if let (Some(_), None, Some(cpus)) = (&spec.command, &spec.host, &spec.cpus) {
+        daqflow_wire::affinity::pin_command(&mut cmd, cpus).map_err(|e| format!("pinning {}: {e}", spec.name))?;
+    }
     let mut child = cmd.spawn().map_err(|e| format!("starting {} ({}): {e}", spec.name, argv.join(" ")))?;
     tracing::info!(component = %spec.name, pid = child.id(), "started {}", argv.join(" "));
     let mut stdin = child.stdin.take();
@@ -269,6 +277,7 @@ mod tests {
             role: daqflow_component::Role::Other,
             data_files: None,
             system_digest: false,
+            cpus: None,
             schema: None,
         }
     }

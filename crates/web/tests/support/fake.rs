@@ -224,6 +224,7 @@ impl Backend for FakeBackend {
             role,
             host: "localhost".into(),
             pid: Some(pid),
+            cpus: Some("0-1".into()),
             alive: true,
             state: component_state,
             run: s.run,

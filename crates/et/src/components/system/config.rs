@@ -36,6 +36,12 @@ pub struct EtConfig {
     pub advertise: Option<String>,
     /// An attachment silent for this long is declared dead and its events are recovered.
     pub heartbeat_timeout_ms: u64,
+    /// CPUs the conductor thread is pinned to (it moves events from station to station);
+    /// none: not pinned.
+    pub conductor_cpus: Option<Vec<usize>>,
+    /// CPUs the serving threads are pinned to (the control thread and each local client's,
+    /// the remote server, discovery, the watchdog); none: not pinned.
+    pub server_cpus: Option<Vec<usize>>,
 }
 
 impl Default for EtConfig {
@@ -55,6 +61,8 @@ impl Default for EtConfig {
             listen: None,
             advertise: None,
             heartbeat_timeout_ms: 5000,
+            conductor_cpus: None,
+            server_cpus: None,
         }
     }
 }
@@ -75,6 +83,8 @@ pub fn schema() -> Schema {
         .key(Key::address("listen", "Serve remote attachments on this TCP address (e.g. `127.0.0.1:11111`); none by default."))
         .key(Key::text("advertise", "The remote address `configure` gives (`HOST` or `HOST:PORT`) for consumers on other hosts; default: the bound address, or for a wildcard `listen` this host's address towards the control server."))
         .key(Key::integer("heartbeat_timeout_ms", 100, 3_600_000, "An attachment silent this long is declared dead and its events are recovered.").unit("ms"))
+        .key(Key::cpus("conductor_cpus", "CPUs the conductor thread (moves events from station to station) is pinned to, inside the component's `cpus`; default: not pinned."))
+        .key(Key::cpus("server_cpus", "CPUs the serving threads (control and each local client's, remote server, discovery, watchdog) are pinned to, inside the component's `cpus`; default: not pinned."))
         .output(Key::text("et", "The ET system's name."))
         .output(Key::text("remote", "Its remote address (`listen` as advertised), or empty without `listen`."))
         .defaults_from(&EtConfig::default())

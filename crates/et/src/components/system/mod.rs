@@ -118,6 +118,14 @@ impl Component for EtComponent {
         c.max_attachments_per_connection = self.config.max_attachments_per_connection;
         c.allowed_uids = self.config.allowed_uids.clone();
         c.heartbeat_timeout = std::time::Duration::from_millis(self.config.heartbeat_timeout_ms.max(100));
+        let cpu_set = |key: &str, cpus: &Option<Vec<usize>>| {
+            cpus.as_ref()
+                .map(|c| daqflow_wire::affinity::CpuSet::new(c.iter().copied()))
+                .transpose()
+                .map_err(|e| ComponentError::Config(format!("{}: `{key}` {e}", self.name)))
+        };
+        c.conductor_cpus = cpu_set("conductor_cpus", &self.config.conductor_cpus)?;
+        c.server_cpus = cpu_set("server_cpus", &self.config.server_cpus)?;
         if let Some(l) = &self.config.listen {
             c.listen = Some(l.parse().map_err(|e| ComponentError::Config(format!("listen = {l:?}: {e}")))?);
         }
