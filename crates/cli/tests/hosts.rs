@@ -303,14 +303,7 @@ fn an_operator_starts_components_on_other_hosts_over_ssh_and_they_end_with_it() 
     assert_no_daqflow_left(&hosts);
 
     // The chain ran across the hosts: the sink counted the generator's chunks, none missing.
-    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
-    let summary = db.run(1).unwrap().unwrap().summary.expect("run 1 has a summary");
-    let sink = summary.components["sink"].summary.clone().expect("the sink's stop summary");
-    assert!(sink.events > 1000, "{sink:?}");
-    for key in ["sequence_errors", "crc_errors", "missing"] {
-        assert_eq!(sink.detail[key].as_u64(), Some(0), "{key}: {sink:?}");
-    }
-    assert_eq!(summary.components["generator"].summary.as_ref().map(|s| s.events), Some(sink.events));
+    let db = chain_counted_every_chunk(&data);
     // Their output landed in the operator's logs directory, their records in the database
     // (the message logger on host 2 subscribed to the logs of host 3).
     let sink_log = std::fs::read_to_string(data.join("logs/sink.log")).unwrap();
@@ -390,6 +383,15 @@ fn a_spare_control_server_on_another_host_carries_the_run_while_the_primarys_hos
     let (code, out) = finish(op);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("lost: 0"), "{out}");
+    chain_counted_every_chunk(&data);
+    let spare_gone = wait_gone(&servers, Duration::from_secs(15));
+    assert!(spare_gone.is_some(), "the spare still runs after the operator ended");
+    assert_no_daqflow_left(&hosts);
+}
+
+/// Run 1 of [`remote_system`] in the run database of `data`: the sink counted every chunk the
+/// generator sent, none missing, out of order or corrupt. The database, for more checks.
+fn chain_counted_every_chunk(data: &Path) -> RunDb {
     let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
     let summary = db.run(1).unwrap().unwrap().summary.expect("run 1 has a summary");
     let sink = summary.components["sink"].summary.clone().expect("the sink's stop summary");
@@ -398,9 +400,7 @@ fn a_spare_control_server_on_another_host_carries_the_run_while_the_primarys_hos
         assert_eq!(sink.detail[key].as_u64(), Some(0), "{key}: {sink:?}");
     }
     assert_eq!(summary.components["generator"].summary.as_ref().map(|s| s.events), Some(sink.events));
-    let spare_gone = wait_gone(&servers, Duration::from_secs(15));
-    assert!(spare_gone.is_some(), "the spare still runs after the operator ended");
-    assert_no_daqflow_left(&hosts);
+    db
 }
 
 /// Collects the operator's output until it exits; (exit code, stdout).
