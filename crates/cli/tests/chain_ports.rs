@@ -1,0 +1,97 @@
+//! DAQ-Middleware's standard components under the operator, each a process of its own: a
+//! generator into a dispatcher that copies every chunk to a logger (a blocking output: nothing
+//! dropped) and to a monitor that takes 10 ms per chunk (a sampling output: it takes what it
+//! can, the dispatcher counts the drops), from a system file with `daqflow run`.
+
+use std::path::Path;
+use std::process::Command;
+
+use daqflow_runcontrol::db::RunDb;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_daqflow");
+
+fn system_file(data: &Path) -> String {
+    format!(
+        r#"[system]
+name = "ports-test"
+control = "127.0.0.1:0"
+data = "{data}"
+web = "none"
+
+[[component]]
+name = "log"
+kind = "logger"
+[component.params]
+directory = "{files}"
+sync_on_close = false
+
+[[component]]
+name = "mon"
+kind = "chain_monitor"
+[component.params]
+work_us = 10000
+socket_buffer_bytes = 65536
+
+[[component]]
+name = "dispatch"
+kind = "dispatcher"
+[component.params]
+policy = "copy"
+outputs = [
+  {{ downstream = "${{log.listen}}", mode = "blocking" }},
+  {{ downstream = "${{mon.listen}}", mode = "sampling", queue_bytes = 65536 }},
+]
+
+[[component]]
+name = "gen"
+kind = "generator"
+[component.params]
+downstream = "${{dispatch.listen}}"
+chunk_bytes = 16384
+rate_hz = 2000.0
+"#,
+        data = data.display(),
+        files = data.join("files").display(),
+    )
+}
+
+#[test]
+fn a_slow_sampling_monitor_drops_and_the_blocking_logger_gets_every_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("system.toml");
+    std::fs::write(&file, system_file(&data)).unwrap();
+    let check = Command::new(BIN).arg("run").arg(&file).arg("--check").output().unwrap();
+    assert!(check.status.success(), "--check: {}", String::from_utf8_lossy(&check.stderr));
+    let out = Command::new(BIN).arg("run").arg(&file).args(["--start", "--seconds", "2"]).output().unwrap();
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "daqflow run failed:\n{text}");
+
+    let db = RunDb::open(&data.join("runs.sqlite")).unwrap();
+    let summary = db.run(1).unwrap().unwrap().summary.unwrap();
+    let stats = |name: &str| summary.components[name].summary.clone().unwrap_or_else(|| panic!("{name}: {text}"));
+    let (sent, dispatch, log, mon) = (stats("gen"), stats("dispatch"), stats("log"), stats("mon"));
+    let d: &Value = &dispatch.detail;
+    assert!(sent.events > 100, "{sent:?}");
+    assert_eq!(dispatch.events, sent.events, "the dispatcher received every chunk: {d}");
+    assert_eq!((d["end_seen"].as_bool(), d["error"].as_str()), (Some(true), None), "{d}");
+    let (to_log, to_mon) = (&d["outputs"][0], &d["outputs"][1]);
+    assert_eq!((to_log["passed"].as_u64(), to_log["dropped"].as_u64()), (Some(sent.events), Some(0)), "{d}");
+    let (passed, dropped) = (to_mon["passed"].as_u64().unwrap(), to_mon["dropped"].as_u64().unwrap());
+    assert!(dropped > 0, "the slow monitor's drops are counted: {d}");
+    assert_eq!(passed + dropped, sent.events, "every chunk accounted for at the monitor's output: {d}");
+
+    assert_eq!(log.events, sent.events, "the logger lost nothing: {log:?}");
+    assert_eq!((log.detail["missing"].as_u64(), log.detail["sequence_errors"].as_u64()), (Some(0), Some(0)));
+    let mut records = 0;
+    for f in log.detail["files"].as_array().unwrap() {
+        let mut r = daqflow_wire::file::FileReader::open(f["path"].as_str().unwrap()).unwrap();
+        records += r.len().unwrap();
+    }
+    assert_eq!(records, sent.events, "every chunk is a record of the logger's files");
+
+    assert_eq!(mon.events, passed, "the monitor looked at what it was given: {mon:?}");
+    assert_eq!(mon.detail["end_seen"].as_bool(), Some(true), "the end marker was copied to the monitor too");
+    assert_eq!(mon.detail["histograms"][0]["entries"].as_u64(), Some(passed));
+}
