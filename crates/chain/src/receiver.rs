@@ -4,6 +4,7 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use daqflow_transport::{Listener, RecvError};
 
@@ -34,6 +35,7 @@ pub(crate) fn receive_chunks(
                 return Ok(false);
             }
             let mut got = false;
+            let mut published = Instant::now();
             for _ in 0..BATCH {
                 let frame = match up.try_recv() {
                     Ok(Some(f)) => f,
@@ -60,6 +62,12 @@ pub(crate) fn receive_chunks(
                 }
                 if live.abandon.load(Ordering::Relaxed) {
                     break;
+                }
+                // A kind that takes its time per chunk (a monitor's `work_us`) still publishes
+                // its counters every TICK, not only after a batch.
+                if published.elapsed() >= TICK {
+                    live.observe(&check);
+                    published = Instant::now();
                 }
             }
             live.observe(&check);
