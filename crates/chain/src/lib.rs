@@ -21,7 +21,8 @@
 //! all or to one in turn; each output blocking, losing nothing, or sampling, dropping what it
 //! cannot take and counting it), a [`logger`](logger::Logger) (every chunk a record of a
 //! daqflow data file) and a [`chain_monitor`](chain_monitor::ChainMonitor) (histograms of the
-//! chunks it is given). [`framing`] cuts a raw readout link's byte stream into events by a
+//! chunks it is given). [`ports`] is the model for components of your own: named, typed input
+//! and output ports, the logic per chunk, the rest the framework's. [`framing`] cuts a raw readout link's byte stream into events by a
 //! length field in their headers.
 //!
 //! ```text
@@ -81,6 +82,7 @@ pub mod framing;
 pub mod generator;
 mod link;
 pub mod logger;
+pub mod ports;
 pub mod protocol;
 mod receiver;
 pub mod repeater;

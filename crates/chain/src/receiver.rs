@@ -6,22 +6,26 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use bytes::Bytes;
 use daqflow_transport::{Listener, RecvError};
 
 use crate::link::{BATCH, Live, TICK, accept, wait};
 use crate::protocol::{CHUNK_HEADER_LEN, ChunkHeader, StreamCheck, StreamEvent};
 
 /// Receives the stream of run `run` from the upstream that connects to `listener`, checks it
-/// (CRCs too if `check_crc`), and calls `on_chunk` with each chunk's header and data, in order.
+/// (CRCs too if `check_crc`; its data type if `data_type` is not 0: an untyped stream is taken,
+/// one of another type refused), and calls `on_chunk` with each chunk's header and data, in
+/// order.
 /// What it counted is in `live`; a failure (the upstream's, or the text `on_chunk` returned)
 /// too. `Ok(true)`: the end marker came; `Ok(false)`: abandoned before it.
 pub(crate) fn receive_chunks(
     name: &str,
     run: u32,
     check_crc: bool,
+    data_type: u32,
     listener: &Listener,
     live: &Live,
-    mut on_chunk: impl FnMut(&ChunkHeader, &[u8]) -> Result<(), String>,
+    mut on_chunk: impl FnMut(&ChunkHeader, Bytes) -> Result<(), String>,
 ) -> bool {
     let mut check = StreamCheck::new(run, check_crc);
     let mut upstream: Option<String> = None;
@@ -56,9 +60,16 @@ pub(crate) fn receive_chunks(
                     StreamEvent::Chunk { .. } => {
                         // The check decoded the header: it is there.
                         let header = ChunkHeader::decode(&frame.payload).unwrap_or_default();
-                        on_chunk(&header, &frame.payload[CHUNK_HEADER_LEN..])?;
+                        on_chunk(&header, frame.payload.slice(CHUNK_HEADER_LEN..))?;
                     }
-                    StreamEvent::Begin => {}
+                    StreamEvent::Begin => {
+                        let found = check.data_type();
+                        if data_type != 0 && found != 0 && found != data_type {
+                            return Err(format!(
+                                "upstream {peer} sends data of type tag {found:#010x}, this input takes {data_type:#010x}"
+                            ));
+                        }
+                    }
                 }
                 if live.abandon.load(Ordering::Relaxed) {
                     break;

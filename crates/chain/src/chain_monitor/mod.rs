@@ -146,7 +146,7 @@ impl Component for ChainMonitor {
             (self.name.clone(), self.live.clone(), self.plots.clone(), self.config.check);
         let work = Duration::from_micros(self.config.work_us);
         self.thread = Some(spawn(&self.name, "monitor", move || {
-            crate::receiver::receive_chunks(&name, run, check_crc, &listener, &live, |header, data| {
+            crate::receiver::receive_chunks(&name, run, check_crc, 0, &listener, &live, |header, data| {
                 {
                     let mut p = plots.lock().unwrap_or_else(|p| p.into_inner());
                     p[0].fill(f64::from(header.len));
