@@ -16,8 +16,9 @@
 //! repeater passes every frame on without copying its payload; the sink checks and counts
 //! everything and accounts for every chunk.
 //!
-//! Besides, the paper's other standard components, each a kind of its own process:
-//! a [`dispatcher`](dispatcher::Dispatcher) (one input, several outputs: each chunk copied to
+//! Besides, the paper's other standard components, each a kind of its own process: a
+//! [`gatherer`](gatherer::Gatherer) (reads readout links, raw TCP cut by [`framing`], data files
+//! or a source, into one stream), a [`dispatcher`](dispatcher::Dispatcher) (one input, several outputs: each chunk copied to
 //! all or to one in turn; each output blocking, losing nothing, or sampling, dropping what it
 //! cannot take and counting it), a [`logger`](logger::Logger) (every chunk a record of a
 //! daqflow data file) and a [`chain_monitor`](chain_monitor::ChainMonitor) (histograms of the
@@ -79,6 +80,7 @@
 pub mod chain_monitor;
 pub mod dispatcher;
 pub mod framing;
+pub mod gatherer;
 pub mod generator;
 mod link;
 pub mod logger;

@@ -1,5 +1,5 @@
 //! DAQ-Middleware's standard components under the operator, each a process of its own: a
-//! generator into a dispatcher that copies every chunk to a logger (a blocking output: nothing
+//! gatherer (its link a source) into a dispatcher that copies every chunk to a logger (a blocking output: nothing
 //! dropped) and to a monitor that takes 10 ms per chunk (a sampling output: it takes what it
 //! can, the dispatcher counts the drops), from a system file with `daqflow run`.
 
@@ -45,11 +45,10 @@ outputs = [
 
 [[component]]
 name = "gen"
-kind = "generator"
+kind = "gatherer"
 [component.params]
 downstream = "${{dispatch.listen}}"
-chunk_bytes = 16384
-rate_hz = 2000.0
+inputs = [{{ kind = "source", chunk_bytes = 16384, rate_hz = 2000.0 }}]
 "#,
         data = data.display(),
         files = data.join("files").display(),
