@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::DEFAULT_RECV_CHUNK_BYTES;
 use crate::link::{Tuning, resolve};
 use daqflow_component::ComponentError;
 use daqflow_component::schema::{Key, Schema};
@@ -27,7 +26,8 @@ pub struct ChainMonitorConfig {
     pub check: bool,
     /// How long (ms) `stop` waits for the end marker.
     pub stop_timeout_ms: u64,
-    /// Size of the buffers the upstream is read into.
+    /// Size of the buffers the upstream is read into: 256 KiB, so that a slow monitor holds
+    /// little backlog in its own memory.
     pub recv_chunk_bytes: usize,
     /// `SO_RCVBUF` (and `SO_SNDBUF`) of the connection; unset: the kernel's default.
     pub socket_buffer_bytes: Option<usize>,
@@ -43,7 +43,7 @@ impl Default for ChainMonitorConfig {
             work_us: 0,
             check: true,
             stop_timeout_ms: 10_000,
-            recv_chunk_bytes: DEFAULT_RECV_CHUNK_BYTES,
+            recv_chunk_bytes: 256 << 10,
             socket_buffer_bytes: None,
         }
     }

@@ -7,7 +7,8 @@
 //!   than 4 bytes are not filled), 0 … 2³².
 //!
 //! Then it spends `work_us` on the chunk (it sleeps), standing for an analysis that takes its
-//! time. The histograms are published with its statistics (`<name>/stats`, key
+//! time; once `stop` is called it fills the histograms of what is left without the work, so
+//! that the end marker comes soon (`drained_at_stop` counts those chunks). The histograms are published with its statistics (`<name>/stats`, key
 //! `detail.histograms`, the ET monitor's shape: `docs/operator-guide.md`, "Statistics of the
 //! standard kinds"), so the operator's `GET /api/histograms` and the web UI show them.
 //!
@@ -29,7 +30,7 @@
 
 mod config;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -49,6 +50,9 @@ pub struct ChainMonitor {
     listener: Option<Arc<Listener>>,
     live: Arc<Live>,
     plots: Arc<Mutex<Vec<Histogram>>>,
+    /// Set by `stop`: what is left is taken without the work.
+    draining: Arc<AtomicBool>,
+    drained: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -73,6 +77,8 @@ pub struct ChainMonitorDetail {
     pub end_seen: bool,
     /// The histograms: `chunk_size`, `first_word`.
     pub histograms: Vec<Histogram>,
+    /// Chunks taken after `stop` was called, filled without `work_us`.
+    pub drained_at_stop: u64,
     /// Why the run failed or ended without the end marker, if it did.
     pub error: Option<String>,
 }
@@ -102,7 +108,16 @@ impl ChainMonitor {
     /// A chain monitor named `name`.
     pub fn new(name: &str, config: ChainMonitorConfig) -> ChainMonitor {
         let plots = Arc::new(Mutex::new(fresh_plots(&config)));
-        ChainMonitor { name: name.into(), config, listener: None, live: Live::new(), plots, thread: None }
+        ChainMonitor {
+            name: name.into(),
+            config,
+            listener: None,
+            live: Live::new(),
+            plots,
+            draining: Arc::new(AtomicBool::new(false)),
+            drained: Arc::new(AtomicU64::new(0)),
+            thread: None,
+        }
     }
 
     fn report(&self, summary: bool) -> Stats {
@@ -116,6 +131,7 @@ impl ChainMonitor {
             crc_errors: self.live.crc_errors.load(Ordering::Relaxed),
             end_seen: read(&self.live.end).is_some(),
             histograms: read(&self.plots),
+            drained_at_stop: self.drained.load(Ordering::Relaxed),
             error: self.live.failure(),
         })
     }
@@ -145,6 +161,9 @@ impl Component for ChainMonitor {
         let (name, live, plots, check_crc) =
             (self.name.clone(), self.live.clone(), self.plots.clone(), self.config.check);
         let work = Duration::from_micros(self.config.work_us);
+        self.draining = Arc::new(AtomicBool::new(false));
+        self.drained = Arc::new(AtomicU64::new(0));
+        let (draining, drained) = (self.draining.clone(), self.drained.clone());
         self.thread = Some(spawn(&self.name, "monitor", move || {
             crate::receiver::receive_chunks(&name, run, check_crc, 0, &listener, &live, |header, data| {
                 {
@@ -154,7 +173,9 @@ impl Component for ChainMonitor {
                         p[1].fill(f64::from(u32::from_le_bytes(*w)));
                     }
                 }
-                if !work.is_zero() {
+                if draining.load(Ordering::Relaxed) {
+                    drained.fetch_add(1, Ordering::Relaxed);
+                } else if !work.is_zero() {
                     std::thread::sleep(work);
                 }
                 Ok(())
@@ -166,6 +187,7 @@ impl Component for ChainMonitor {
     /// Waits (at most `stop_timeout_ms`) for the end marker; the summary's detail is a
     /// [`ChainMonitorDetail`] with the histograms.
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        self.draining.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
         }
@@ -221,5 +243,25 @@ mod tests {
         assert_eq!(d.histograms[1].entries(), 50);
         let published = m.stats().detail["histograms"][0]["name"].clone();
         assert_eq!(published, "chunk_size");
+    }
+
+    #[test]
+    fn at_stop_what_is_left_is_taken_without_the_work() {
+        let config = ChainMonitorConfig { work_us: 100_000, ..Default::default() };
+        let mut m = ChainMonitor::new("mon", config);
+        let listen = m.configure().unwrap()["listen"].as_str().unwrap().to_owned();
+        m.start(1).unwrap();
+        let mut g = Generator::new(
+            "gen",
+            GeneratorConfig { downstream: listen, chunk_bytes: 100, rate_hz: 1000.0, ..Default::default() },
+        );
+        g.configure().unwrap();
+        g.start(1).unwrap();
+        g.stop(Some(60)).unwrap();
+        let summary = m.stop(None).unwrap();
+        let d: ChainMonitorDetail = summary.detail_as().unwrap();
+        assert!(d.end_seen && d.error.is_none(), "{d:?}");
+        assert_eq!((summary.events, d.histograms[0].entries()), (60, 60));
+        assert!(d.drained_at_stop > 0 && d.drained_at_stop < 60, "{d:?}");
     }
 }

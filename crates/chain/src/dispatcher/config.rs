@@ -7,9 +7,14 @@ use crate::{DEFAULT_RECV_CHUNK_BYTES, DEFAULT_SEND_QUEUE_BYTES};
 use daqflow_component::ComponentError;
 use daqflow_component::schema::{Key, Schema, Type};
 
-/// Default queue of a sampling output (`queue_bytes` unset): 1 MiB, so that a slow monitor
-/// sees recent chunks rather than a long backlog.
-pub const DEFAULT_SAMPLING_QUEUE_BYTES: usize = 1 << 20;
+/// Default queue of a sampling output (`queue_bytes` unset): 256 KiB, so that a slow monitor
+/// sees recent chunks rather than a long backlog, and the end marker reaches it soon after the
+/// input's.
+pub const DEFAULT_SAMPLING_QUEUE_BYTES: usize = 256 << 10;
+
+/// `SO_SNDBUF` of a sampling output's connection when `socket_buffer_bytes` is unset: the
+/// kernel holds little more than the queue, for the same reason.
+pub const SAMPLING_SOCKET_BUFFER_BYTES: usize = 256 << 10;
 
 /// What a dispatcher does with a chunk when an output's queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -45,7 +50,7 @@ pub struct OutputConfig {
     /// `"blocking"` (default: nothing dropped) or `"sampling"` (takes what it can, drops counted).
     pub mode: Mode,
     /// Most bytes waiting to be written to this output; default `send_queue_bytes` for a
-    /// blocking output, 1 MiB for a sampling one. A sampling output drops chunks beyond.
+    /// blocking output, 256 KiB for a sampling one. A sampling output drops chunks beyond.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_bytes: Option<usize>,
 }

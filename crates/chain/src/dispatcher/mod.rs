@@ -6,7 +6,7 @@
 //! Each output is declared **blocking** or **sampling**. A blocking output (a logger) loses
 //! nothing: when its queue is full the dispatcher stops reading its input, and back-pressure
 //! travels up the chain. A sampling output (a monitor) never holds the input up: when its
-//! queue (`queue_bytes`, 1 MiB by default) is full, the chunk is dropped for that output and
+//! queue (`queue_bytes`, 256 KiB by default; its socket's send buffer too) is full, the chunk is dropped for that output and
 //! counted. A sampling output whose connection breaks is given up for the rest of the run
 //! (its chunks counted as dropped, the reason in its detail); a blocking one that breaks fails
 //! the dispatcher.
@@ -228,6 +228,9 @@ impl Component for Dispatcher {
             let queue = o.queue_bytes(c.send_queue_bytes);
             let mut tuning = c.tuning();
             tuning.send_queue_bytes = queue;
+            if o.mode == Mode::Sampling && tuning.socket_buffer_bytes.is_none() {
+                tuning.socket_buffer_bytes = Some(config::SAMPLING_SOCKET_BUFFER_BYTES);
+            }
             let conn = Connection::connect_with_retry(&[addr], &tuning.options(), &policy)
                 .map_err(|e| ComponentError::Failed(format!("{}: output {} ({}): {e}", self.name, i, o.downstream)))?;
             outs.push(Out {

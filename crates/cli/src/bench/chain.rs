@@ -395,7 +395,14 @@ fn fanout_notes(suite: &mut Suite, sizes: &[usize]) {
         return;
     }
     suite.note(
-        "Fan-out cases (DAQ-Middleware's dispatcher), processes on loopback as above, the generator free-running:          fanout_copy and fanout_round_robin: generator → dispatcher → 2 sinks (mb_per_s: copy, the slower sink's          rate, each sink receiving every chunk; round robin, the two sinks' rates summed); logger: generator →          dispatcher → a logger writing data files into the temporary directory (sync_on_close = false);          logger_monitor: the same logger as a blocking output and a chain monitor taking 10 ms per chunk          (work_us = 10000) as a sampling output (mb_per_s: the logger's; monitor_chunks_per_s and monitor_dropped:          what the monitor took and what the dispatcher dropped for it). Every run checks that the blocking outputs          received every chunk and that each sampling output's passed and dropped chunks add up to the chunks sent.",
+        "Fan-out cases (DAQ-Middleware's dispatcher), processes on loopback as above, the generator free-running: \
+         fanout_copy and fanout_round_robin: generator → dispatcher → 2 sinks (mb_per_s: copy, the slower sink's \
+         rate, each sink receiving every chunk; round robin, the two sinks' rates summed); logger: generator → \
+         dispatcher → a logger writing data files into the temporary directory (sync_on_close = false); \
+         logger_monitor: the same logger as a blocking output and a chain monitor taking 10 ms per chunk \
+         (work_us = 10000) as a sampling output (mb_per_s: the logger's; monitor_chunks_per_s and monitor_dropped: \
+         what the monitor took and what the dispatcher dropped for it). Every run checks that the blocking outputs \
+         received every chunk and that each sampling output's passed and dropped chunks add up to the chunks sent.",
     );
     let median = |case: &str, chunk: usize| {
         suite
