@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use daqflow_et::components::monitor::Histogram;
+use daqflow_component::histogram::Histogram;
 use daqflow_transport::Listener;
 use serde::{Deserialize, Serialize};
 
