@@ -16,6 +16,22 @@
 //! repeater passes every frame on without copying its payload; the sink checks and counts
 //! everything and accounts for every chunk.
 //!
+//! Besides, the paper's other standard components, each a kind of its own process: a
+//! [`gatherer`](gatherer::Gatherer) (reads readout links, raw TCP cut by [`framing`], data files
+//! or a source, into one stream), a [`dispatcher`](dispatcher::Dispatcher) (one input, several outputs: each chunk copied to
+//! all or to one in turn; each output blocking, losing nothing, or sampling, dropping what it
+//! cannot take and counting it), a [`logger`](logger::Logger) (every chunk a record of a
+//! daqflow data file) and a [`chain_monitor`](chain_monitor::ChainMonitor) (histograms of the
+//! chunks it is given). [`ports`] is the model for components of your own: named, typed input
+//! and output ports, the logic per chunk, the rest the framework's. [`framing`] cuts a raw readout link's byte stream into events by a
+//! length field in their headers.
+//!
+//! ```text
+//!                               ┌─blocking──▶ logger   (files)
+//!  generator ──▶ dispatcher ────┤
+//!                               └─sampling──▶ chain_monitor (histograms; drops counted)
+//! ```
+//!
 //! Configure the receivers first (their `listen` addresses go into the senders'
 //! `downstream`), start them in any order, and stop the **generator first**: its end marker
 //! then flows down the chain and each repeater's and the sink's `stop` returns as soon as the
@@ -61,9 +77,16 @@
 
 #![warn(missing_docs)]
 
+pub mod chain_monitor;
+pub mod dispatcher;
+pub mod framing;
+pub mod gatherer;
 pub mod generator;
 mod link;
+pub mod logger;
+pub mod ports;
 pub mod protocol;
+mod receiver;
 pub mod repeater;
 pub mod sink;
 

@@ -82,11 +82,16 @@ pub(crate) fn bind(
 
 /// Waits at most `timeout` until `read` is readable or `write` writable (either may be absent).
 pub(crate) fn wait(read: Option<RawFd>, write: Option<RawFd>, timeout: Duration) -> std::io::Result<()> {
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(2);
+    wait_any(read, write.as_slice(), timeout)
+}
+
+/// Waits at most `timeout` until `read` is readable or one of `writes` writable.
+pub(crate) fn wait_any(read: Option<RawFd>, writes: &[RawFd], timeout: Duration) -> std::io::Result<()> {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(1 + writes.len());
     if let Some(fd) = read {
         fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
     }
-    if let Some(fd) = write {
+    for &fd in writes {
         fds.push(libc::pollfd { fd, events: libc::POLLOUT, revents: 0 });
     }
     let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);

@@ -4,7 +4,7 @@
 //!
 //! | frame kind | payload (little-endian) |
 //! | --- | --- |
-//! | [`KIND_BEGIN`] `0x0D01` | run number `u32`, reserved `u32` (zero) |
+//! | [`KIND_BEGIN`] `0x0D01` | run number `u32`, data type `u32` (0: untyped; else [`data_type_tag`] of the sending port's type) |
 //! | [`KIND_CHUNK`] `0x0D02` | [`ChunkHeader`] (sequence `u64`, data length `u32`, CRC32C `u32`), then the data |
 //! | [`KIND_END`] `0x0D03` | last sequence number `u64`, data bytes sent `u64` |
 //!
@@ -146,6 +146,8 @@ pub enum Message {
     Begin {
         /// Run number.
         run: u32,
+        /// The data type of the stream ([`data_type_tag`]; 0: untyped).
+        data_type: u32,
     },
     /// A chunk.
     Chunk {
@@ -188,7 +190,8 @@ impl Message {
             KIND_BEGIN => {
                 // The exact length is checked first: the reads cannot fail.
                 let mut r = Reader::new("begin", whole("begin", BEGIN_LEN)?);
-                Ok(Message::Begin { run: r.u32("run").unwrap_or_default() })
+                let run = r.u32("run").unwrap_or_default();
+                Ok(Message::Begin { run, data_type: r.u32("data type").unwrap_or_default() })
             }
             KIND_CHUNK => {
                 let header = ChunkHeader::decode(head)
@@ -216,12 +219,27 @@ impl Message {
     }
 }
 
-/// The begin marker of run `run`.
+/// The begin marker of run `run`, untyped.
 pub fn begin_frame(run: u32) -> Frame {
+    begin_frame_typed(run, 0)
+}
+
+/// The begin marker of run `run` for a stream of data type `data_type` ([`data_type_tag`]).
+pub fn begin_frame_typed(run: u32, data_type: u32) -> Frame {
     let mut w = Writer::with_capacity(BEGIN_LEN);
     w.u32(run);
-    w.zeros(4);
+    w.u32(data_type);
     Frame::new(KIND_BEGIN, w.finish())
+}
+
+/// The tag of a named data type in a begin marker: the CRC32C of the name, never 0 (0 is an
+/// untyped stream, as the generator sends). A typed input port refuses a stream of another
+/// type ([`crate::ports`]).
+pub fn data_type_tag(name: &str) -> u32 {
+    match crc32c(name.as_bytes()) {
+        0 => 1,
+        t => t,
+    }
 }
 
 /// The end marker after `last_sequence` chunks holding `bytes` bytes of data.
@@ -297,6 +315,7 @@ pub struct StreamCheck {
     run: u32,
     check_crc: bool,
     begun: bool,
+    data_type: u32,
     end: Option<(u64, u64)>,
     last_sequence: u64,
     chunks: u64,
@@ -313,6 +332,7 @@ impl StreamCheck {
             run,
             check_crc,
             begun: false,
+            data_type: 0,
             end: None,
             last_sequence: 0,
             chunks: 0,
@@ -354,7 +374,7 @@ impl StreamCheck {
             return Err(StreamError::AfterEnd { kind });
         }
         match Message::decode_head(kind, flags, head, payload_len)? {
-            Message::Begin { run } => {
+            Message::Begin { run, data_type } => {
                 if self.begun {
                     return Err(StreamError::BegunTwice { run });
                 }
@@ -362,6 +382,7 @@ impl StreamCheck {
                     return Err(StreamError::WrongRun { found: run, expected: self.run });
                 }
                 self.begun = true;
+                self.data_type = data_type;
                 Ok(StreamEvent::Begin)
             }
             Message::Chunk { header, has_crc } => {
@@ -417,6 +438,10 @@ impl StreamCheck {
     pub fn begun(&self) -> bool {
         self.begun
     }
+    /// The stream's data type from its begin marker (0: untyped, or no begin marker yet).
+    pub fn data_type(&self) -> u32 {
+        self.data_type
+    }
     /// The end marker's (last sequence number, bytes), once it came.
     pub fn end(&self) -> Option<(u64, u64)> {
         self.end
@@ -439,7 +464,12 @@ mod tests {
 
     #[test]
     fn messages_round_trip() {
-        assert_eq!(Message::decode(&begin_frame(42)), Ok(Message::Begin { run: 42 }));
+        assert_eq!(Message::decode(&begin_frame(42)), Ok(Message::Begin { run: 42, data_type: 0 }));
+        let typed = begin_frame_typed(42, data_type_tag("adc"));
+        assert_eq!(Message::decode(&typed), Ok(Message::Begin { run: 42, data_type: crc32c(b"adc") }));
+        let mut c = StreamCheck::new(42, false);
+        c.on_frame(&typed).unwrap();
+        assert_eq!(c.data_type(), data_type_tag("adc"));
         assert_eq!(Message::decode(&end_frame(9, 1 << 40)), Ok(Message::End { last_sequence: 9, bytes: 1 << 40 }));
         let f = chunk(5, b"abc", true);
         let Ok(Message::Chunk { header, has_crc: true }) = Message::decode(&f) else { panic!("{f:?}") };

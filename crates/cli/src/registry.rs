@@ -13,7 +13,7 @@
 use daqflow_component::Registry;
 
 /// Every standard kind: the event builder's `source`, `evm`, `ru`, `bu`, the ET system's `et`,
-/// `recorder`, `monitor`, the chain's `generator`, `repeater`, `sink`, and the message logger.
+/// `recorder`, `monitor`, the chain's `generator`, `repeater`, `sink`, `gatherer`, `dispatcher`, `logger`, `chain_monitor`, and the message logger.
 /// Each kind's configuration is range-checked when it is made (so by `daqflow run --check` and
 /// at every configure), every problem naming its key.
 pub fn standard() -> Registry {
@@ -28,6 +28,10 @@ pub fn standard() -> Registry {
     r.add(daqflow_chain::generator::kind());
     r.add(daqflow_chain::repeater::kind());
     r.add(daqflow_chain::sink::kind());
+    r.add(daqflow_chain::gatherer::kind());
+    r.add(daqflow_chain::dispatcher::kind());
+    r.add(daqflow_chain::logger::kind());
+    r.add(daqflow_chain::chain_monitor::kind());
     r.add(daqflow_runcontrol::msglogger::kind());
     r
 }

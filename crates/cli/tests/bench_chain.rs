@@ -14,7 +14,17 @@ fn bench_chain_quick_runs_every_chain_as_processes_and_writes_the_files() {
     let t = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     // The suite fails (exit 1) if a chunk was lost or a component reported an error.
     assert!(o.status.success(), "{t}");
-    for want in ["[chain]", "[splice]", "raw reference", "target: generator → repeater → sink"] {
+    for want in [
+        "[chain]",
+        "[splice]",
+        "[fanout_copy]",
+        "[fanout_round_robin]",
+        "[logger]",
+        "[logger_monitor]",
+        "raw reference",
+        "target: generator → repeater → sink",
+        "target: the logger's rate beside a 10 ms/chunk sampling monitor ≥ 90% of its rate alone — measured 64 KiB",
+    ] {
         assert!(t.contains(want), "{want} missing from:\n{t}");
     }
     let json: serde_json::Value =
@@ -34,7 +44,17 @@ fn bench_chain_quick_runs_every_chain_as_processes_and_writes_the_files() {
     }
     assert_eq!(seen, want, "{json}");
     assert_eq!(points.iter().filter(|p| p["case"] == "splice").count(), 1, "{json}");
-    for p in points {
+    // The dispatcher's fan-out cases, at 64 KiB in a quick run: every chunk accounted for
+    // (the run fails otherwise), the slow monitor's drops counted.
+    for case in ["fanout_copy", "fanout_round_robin", "logger", "logger_monitor"] {
+        let p: Vec<_> = points.iter().filter(|p| p["case"] == case).collect();
+        assert_eq!(p.len(), 1, "{case}: {json}");
+        assert_eq!(p[0]["params"]["chunk_bytes"].as_u64(), Some(65536), "{case}: {json}");
+        assert!(p[0]["metrics"]["mb_per_s"].as_f64().unwrap() > 0.0, "{case}: {json}");
+    }
+    let slow = points.iter().find(|p| p["case"] == "logger_monitor").unwrap();
+    assert!(slow["metrics"]["monitor_dropped"].as_f64().unwrap() > 0.0, "{slow}");
+    for p in points.iter().filter(|p| p["case"] == "chain" || p["case"] == "splice") {
         for m in ["mb_per_s", "raw_mb_per_s", "chunks_per_s"] {
             assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
         }
@@ -46,7 +66,7 @@ fn bench_chain_quick_runs_every_chain_as_processes_and_writes_the_files() {
         }
     }
     let csv = std::fs::read_to_string(out.join("chain.csv")).unwrap();
-    assert!(csv.starts_with("case,chunk_bytes,repeaters,mb_per_s,"), "{csv}");
+    assert!(csv.starts_with("case,chunk_bytes,repeaters,outputs,mb_per_s,"), "{csv}");
     let png = std::fs::read(out.join("chain.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 }

@@ -62,6 +62,7 @@ pub mod checks;
 mod command;
 mod component;
 mod error;
+pub mod histogram;
 mod kind;
 pub mod log;
 pub mod process;

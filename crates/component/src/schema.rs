@@ -536,6 +536,24 @@ impl Schema {
                             .map_or(toml::Value::String("127.0.0.1:9".into()), |key| key.ty.placeholder());
                     }
                     toml::Value::Table(inner) => walk(s, &name, inner, is_reference),
+                    toml::Value::Array(items) => {
+                        let element = s.key_named(&name).and_then(|key| match &key.ty {
+                            Type::List { of } => Some(of.placeholder()),
+                            _ => None,
+                        });
+                        for item in items.iter_mut() {
+                            match item {
+                                // A list of tables (a dispatcher's `outputs`): the kind checks
+                                // their keys; a reference in them stands for an address.
+                                toml::Value::Table(inner) => walk(s, &name, inner, is_reference),
+                                toml::Value::String(text) if is_reference(text) => {
+                                    *item =
+                                        element.clone().unwrap_or_else(|| toml::Value::String("127.0.0.1:9".into()));
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -857,6 +875,19 @@ mod tests {
         assert_eq!(p["source_id"], toml::Value::Integer(0));
         assert_eq!(p["ru"].as_str(), Some("127.0.0.1:9"));
         assert!(schema().check(&p).is_empty());
+    }
+
+    #[test]
+    fn references_in_a_list_of_tables_stand_in_too() {
+        let s = Schema::new("dispatcher")
+            .key(Key::new("outputs", Type::List { of: Box::new(Type::Table) }, "Outputs."))
+            .key(Key::new("ports", Type::List { of: Box::new(Type::Integer { min: 1, max: 9 }) }, "Ports."));
+        let t = table("outputs = [{ downstream = '${log.listen}', mode = 'sampling' }]\nports = ['${a.port}', 3]");
+        let p = s.with_placeholders(&t, &|s: &str| s.contains("${"));
+        assert_eq!(p["outputs"][0]["downstream"].as_str(), Some("127.0.0.1:9"));
+        assert_eq!(p["outputs"][0]["mode"].as_str(), Some("sampling"));
+        assert_eq!(p["ports"][0], toml::Value::Integer(1));
+        assert_eq!(p["ports"][1], toml::Value::Integer(3));
     }
 
     #[test]

@@ -53,6 +53,13 @@ impl ChainOptions {
         ChainOptions { sizes, repeaters, check: false, quick }
     }
 
+    /// Chunk sizes of the fan-out cases: 4 KiB, 64 KiB and 1 MiB of the sweep; only 64 KiB in a
+    /// quick run.
+    fn fanout_sizes(&self) -> Vec<usize> {
+        let wanted: &[usize] = if self.quick { &[64 << 10] } else { &[4 << 10, 64 << 10, 1 << 20] };
+        self.sizes.iter().copied().filter(|c| wanted.contains(c)).collect()
+    }
+
     /// Chunk sizes of the `splice` case: those of at least 16 KiB (the repeater's default
     /// `splice_min_bytes`); only 64 KiB in a quick run.
     fn splice_sizes(&self) -> &[usize] {
@@ -171,6 +178,165 @@ fn run_chain(
     Ok(ChainRun { mb_per_s: db as f64 / dt / 1e6, chunks_per_s: dc as f64 / dt })
 }
 
+/// One output of a fan-out run: the kind of its process, its mode at the dispatcher, its
+/// `--set`s.
+struct FanOut {
+    kind: &'static str,
+    mode: &'static str,
+    sets: Vec<String>,
+}
+
+/// What a fan-out run measured at each output: data MB/s and chunks per second in the
+/// window, and the chunks the dispatcher dropped for it over the run.
+struct FanOutRun {
+    mb_per_s: Vec<f64>,
+    chunks_per_s: Vec<f64>,
+    dropped: Vec<u64>,
+}
+
+/// One fan-out run: the `outputs` as processes, a dispatcher (`policy`) feeding them, a
+/// free-running generator; `warmup` seconds, then the window; then the generator stops and
+/// every chunk is accounted for: the dispatcher received every chunk sent, a blocking output
+/// got every chunk passed to it (all of them with `copy`), and a sampling output's passed and
+/// dropped chunks add up.
+fn run_fanout(chunk: usize, policy: &str, outputs: &[FanOut], warmup: f64, window: f64) -> anyhow::Result<FanOutRun> {
+    let mut children = Vec::with_capacity(outputs.len());
+    let mut declared = Vec::with_capacity(outputs.len());
+    for (i, o) in outputs.iter().enumerate() {
+        let mut c = Child::launch(&Launch::Here, o.kind, &format!("fanout-out-{i}"), &o.sets, None)?;
+        let listen = c.call("configure", CALL)?["listen"].as_str().context("output: no listen address")?.to_owned();
+        declared.push(format!("{{ downstream = \"{listen}\", mode = \"{}\" }}", o.mode));
+        children.push(c);
+    }
+    let sets = [format!("outputs=[{}]", declared.join(", ")), format!("policy={policy}")];
+    let mut dispatcher = Child::launch(&Launch::Here, "dispatcher", "fanout-dispatch", &sets, None)?;
+    let listen = dispatcher.call("configure", CALL)?["listen"].as_str().context("dispatcher: no listen")?.to_owned();
+    let sets = [format!("downstream={listen}"), format!("chunk_bytes={chunk}"), "check=false".to_owned()];
+    let mut generator = Child::launch(&Launch::Here, "generator", "fanout-gen", &sets, None)?;
+    generator.call("configure", CALL)?;
+    for c in &mut children {
+        c.call("start 1", CALL)?;
+    }
+    dispatcher.call("start 1", CALL)?;
+    generator.call("start 1", CALL)?;
+    thread::sleep(Duration::from_secs_f64(warmup));
+    let s0: Vec<Value> = children.iter_mut().map(|c| c.call("stats", CALL)).collect::<Result<_, _>>()?;
+    thread::sleep(Duration::from_secs_f64(window));
+    let s1: Vec<Value> = children.iter_mut().map(|c| c.call("stats", CALL)).collect::<Result<_, _>>()?;
+    let g = generator.call("stop", CALL)?;
+    let d = dispatcher.call("stop", CALL)?;
+    let ends: Vec<Value> = children.iter_mut().map(|c| c.call("stop", CALL)).collect::<Result<_, _>>()?;
+    let mut errors: Vec<String> = Vec::new();
+    for p in std::iter::once(&mut generator).chain(std::iter::once(&mut dispatcher)).chain(children.iter_mut()) {
+        p.drain_events();
+        errors.extend(p.errors.iter().map(|e| format!("{}: {e}", p.name)));
+    }
+    for (who, summary) in [("generator", &g), ("dispatcher", &d)].into_iter().chain(ends.iter().map(|e| ("output", e)))
+    {
+        if let Some(e) = summary["detail"]["error"].as_str() {
+            errors.push(format!("{who}: {e}"));
+        }
+    }
+    generator.finish();
+    dispatcher.finish();
+    for mut c in children {
+        c.finish();
+    }
+    if !errors.is_empty() {
+        bail!("{}", errors.join("; "));
+    }
+    let sent = counter(&g, "events")?;
+    if counter(&d, "events")? != sent {
+        bail!("the dispatcher received {} of {sent} chunks: {d}", counter(&d, "events")?);
+    }
+    let per_output = d["detail"]["outputs"].as_array().context("dispatcher: no outputs in its summary")?;
+    let mut dropped = Vec::with_capacity(outputs.len());
+    for (i, (o, end)) in outputs.iter().zip(&ends).enumerate() {
+        let (passed, lost) = (counter(&per_output[i], "passed")?, counter(&per_output[i], "dropped")?);
+        let got = counter(end, "events")?;
+        if got != passed {
+            bail!("output {i} ({}) received {got} of the {passed} chunks passed to it: {end}", o.kind);
+        }
+        if o.mode == "blocking" && lost != 0 {
+            bail!("the blocking output {i} dropped {lost} chunks: {d}");
+        }
+        if policy == "copy" && passed + lost != sent {
+            bail!("output {i}: {passed} passed + {lost} dropped is not the {sent} chunks sent: {d}");
+        }
+        dropped.push(lost);
+    }
+    if policy == "round_robin" && per_output.iter().map(|o| o["passed"].as_u64().unwrap_or(0)).sum::<u64>() != sent {
+        bail!("round robin: the outputs' chunks do not add up to the {sent} sent: {d}");
+    }
+    let (mut mb_per_s, mut chunks_per_s) = (Vec::new(), Vec::new());
+    for ((a, b), o) in s0.iter().zip(&s1).zip(outputs) {
+        let dt = b["detail"]["seconds"].as_f64().unwrap_or(0.0) - a["detail"]["seconds"].as_f64().unwrap_or(0.0);
+        let db = counter(b, "bytes")?.saturating_sub(counter(a, "bytes")?);
+        let dc = counter(b, "events")?.saturating_sub(counter(a, "events")?);
+        if dt <= 0.0 || dc == 0 {
+            // A slow sampling output may take nothing in a short window; a blocking one must.
+            if o.mode == "blocking" {
+                bail!("no data reached the {} output in the measurement window", o.kind);
+            }
+            mb_per_s.push(0.0);
+            chunks_per_s.push(0.0);
+            continue;
+        }
+        mb_per_s.push(db as f64 / dt / 1e6);
+        chunks_per_s.push(dc as f64 / dt);
+    }
+    Ok(FanOutRun { mb_per_s, chunks_per_s, dropped })
+}
+
+/// The dispatcher's fan-out cases at chunk size `chunk`: `fanout_copy` and
+/// `fanout_round_robin` (generator → dispatcher → 2 sinks), `logger` (→ a logger alone) and
+/// `logger_monitor` (→ the logger, blocking, and a chain monitor taking 10 ms per chunk,
+/// sampling).
+fn measure_fanout(suite: &mut Suite, failures: &mut Vec<String>, chunk: usize, warmup: f64, window: f64) {
+    let sink = || FanOut { kind: "sink", mode: "blocking", sets: vec!["check=false".into()] };
+    let params = |outputs: usize| vec![("chunk_bytes", Param::from(chunk)), ("outputs", Param::from(outputs))];
+    for policy in ["copy", "round_robin"] {
+        suite.measure_or_record(&format!("fanout_{policy}"), params(2), failures, || {
+            let r = run_fanout(chunk, policy, &[sink(), sink()], warmup, window)?;
+            // Copy: each sink takes every chunk, the slower sets the pace; round robin: they share.
+            let (mb, chunks) = if policy == "copy" {
+                (
+                    r.mb_per_s.iter().copied().fold(f64::MAX, f64::min),
+                    r.chunks_per_s.iter().copied().fold(f64::MAX, f64::min),
+                )
+            } else {
+                (r.mb_per_s.iter().sum(), r.chunks_per_s.iter().sum())
+            };
+            Ok(Metrics::new().with("mb_per_s", mb).with("chunks_per_s", chunks))
+        });
+    }
+    let directory = std::env::temp_dir().join(format!("daqflow-bench-logger-{}", std::process::id()));
+    let logger = || FanOut {
+        kind: "logger",
+        mode: "blocking",
+        sets: vec![format!("directory={}", directory.display()), "sync_on_close=false".into(), "check=false".into()],
+    };
+    let monitor =
+        FanOut { kind: "chain_monitor", mode: "sampling", sets: vec!["work_us=10000".into(), "check=false".into()] };
+    suite.measure_or_record("logger", params(1), failures, || {
+        let r = run_fanout(chunk, "copy", &[logger()], warmup, window);
+        let _ = std::fs::remove_dir_all(&directory);
+        let r = r?;
+        Ok(Metrics::new().with("mb_per_s", r.mb_per_s[0]).with("chunks_per_s", r.chunks_per_s[0]))
+    });
+    suite.measure_or_record("logger_monitor", params(2), failures, || {
+        let r =
+            run_fanout(chunk, "copy", &[logger(), FanOut { sets: monitor.sets.clone(), ..monitor }], warmup, window);
+        let _ = std::fs::remove_dir_all(&directory);
+        let r = r?;
+        Ok(Metrics::new()
+            .with("mb_per_s", r.mb_per_s[0])
+            .with("chunks_per_s", r.chunks_per_s[0])
+            .with("monitor_chunks_per_s", r.chunks_per_s[1])
+            .with("monitor_dropped", r.dropped[1] as f64))
+    });
+}
+
 /// Runs the suite: the results and the failed points.
 pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Vec<String>)> {
     // Every chain run has its own warm-up before its window.
@@ -210,10 +376,58 @@ pub fn run(config: BenchConfig, opts: ChainOptions) -> anyhow::Result<(Suite, Ve
     for &chunk in opts.splice_sizes() {
         measure(&mut suite, "splice", chunk, 1, "splice");
     }
+    // DAQ-Middleware's dispatcher: fan-out to two sinks, and a logger with and without a slow
+    // sampling monitor beside it.
+    for chunk in opts.fanout_sizes() {
+        measure_fanout(&mut suite, &mut failures, chunk, warmup, window);
+    }
     suite.plots = plots(&opts.repeaters, &opts.sizes);
     notes(&mut suite, &opts, warmup, window, raw_time);
+    fanout_notes(&mut suite, &opts.fanout_sizes());
     suite.note_failures(&failures);
     Ok((suite, failures))
+}
+
+/// What the fan-out cases are, and the logger's rate beside a slow monitor against its rate
+/// alone (the target: at least 90%).
+fn fanout_notes(suite: &mut Suite, sizes: &[usize]) {
+    if sizes.is_empty() {
+        return;
+    }
+    suite.note(
+        "Fan-out cases (DAQ-Middleware's dispatcher), processes on loopback as above, the generator free-running: \
+         fanout_copy and fanout_round_robin: generator → dispatcher → 2 sinks (mb_per_s: copy, the slower sink's \
+         rate, each sink receiving every chunk; round robin, the two sinks' rates summed); logger: generator → \
+         dispatcher → a logger writing data files into the temporary directory (sync_on_close = false); \
+         logger_monitor: the same logger as a blocking output and a chain monitor taking 10 ms per chunk \
+         (work_us = 10000) as a sampling output (mb_per_s: the logger's; monitor_chunks_per_s and monitor_dropped: \
+         what the monitor took and what the dispatcher dropped for it). Every run checks that the blocking outputs \
+         received every chunk and that each sampling output's passed and dropped chunks add up to the chunks sent.",
+    );
+    let median = |case: &str, chunk: usize| {
+        suite
+            .points
+            .iter()
+            .find(|p| p.case == case && p.param("chunk_bytes").and_then(Param::num) == Some(chunk as f64))
+            .and_then(|p| p.metric("mb_per_s"))
+            .map(|m| m.median)
+    };
+    let ratios: Vec<(usize, f64)> =
+        sizes.iter().filter_map(|&c| Some((c, median("logger_monitor", c)? / median("logger", c)?))).collect();
+    if ratios.is_empty() {
+        suite.note(
+            "target: the logger's rate beside a 10 ms/chunk sampling monitor ≥ 90% of its rate alone — not measured",
+        );
+    } else {
+        let list: Vec<String> =
+            ratios.iter().map(|(c, r)| format!("{} {:.0}%", crate::format::bytes(*c as f64), r * 100.0)).collect();
+        let met = ratios.iter().all(|(_, r)| *r >= 0.9);
+        suite.note(format!(
+            "target: the logger's rate beside a 10 ms/chunk sampling monitor ≥ 90% of its rate alone — measured {} ({})",
+            list.join(", "),
+            if met { "met" } else { "NOT met" }
+        ));
+    }
 }
 
 /// Runs the chain across two test hosts (`bench chain --hosts 2`, DAQ-Middleware figs. 4–5):

@@ -37,7 +37,6 @@ use std::time::{Duration, Instant};
 use crate::{Attachment, EtClient, StationConfig, Wait};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::components::recorder::ensure_station;
 use crate::components::{Recent, per_second, read, set};
@@ -76,119 +75,9 @@ pub struct MonitorDetail {
     pub histograms: Vec<Histogram>,
 }
 
-/// A one-dimensional histogram with fixed bins, and the true sum, extremes and mean of what
-/// was filled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Histogram {
-    name: String,
-    title: String,
-    x_label: String,
-    low: f64,
-    high: f64,
-    bins: Vec<u64>,
-    underflow: u64,
-    overflow: u64,
-    entries: u64,
-    /// The sum of the values filled (each `n` times), under- and overflow included.
-    #[serde(default)]
-    sum: f64,
-    /// The smallest value filled (none while empty).
-    #[serde(default)]
-    min: Option<f64>,
-    /// The largest value filled (none while empty).
-    #[serde(default)]
-    max: Option<f64>,
-    /// `sum / entries` (none while empty).
-    #[serde(default)]
-    mean: Option<f64>,
-    /// What `mean`, `min` and `max` count (`bytes`, `events/s`).
-    #[serde(default)]
-    unit: String,
-    /// Whether the bins are a time series (a count per second), not a distribution.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    series: bool,
-}
-
-impl Histogram {
-    /// `bins` equal bins from `low` to `high`.
-    pub fn new(name: &str, title: &str, x_label: &str, low: f64, high: f64, bins: usize) -> Histogram {
-        Histogram {
-            name: name.into(),
-            title: title.into(),
-            x_label: x_label.into(),
-            low,
-            high: if high > low { high } else { low + 1.0 },
-            bins: vec![0; bins.max(1)],
-            underflow: 0,
-            overflow: 0,
-            entries: 0,
-            sum: 0.0,
-            min: None,
-            max: None,
-            mean: None,
-            unit: x_label.into(),
-            series: false,
-        }
-    }
-
-    /// Its name (`event_size`, `fragment_size_src3`, `rate`).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The counts of its bins, from `low` to `high`.
-    pub fn bins(&self) -> &[u64] {
-        &self.bins
-    }
-
-    /// Entries counted, under- and overflow included.
-    pub fn entries(&self) -> u64 {
-        self.entries
-    }
-
-    /// Counts one entry at `x`.
-    pub fn fill(&mut self, x: f64) {
-        self.fill_n(x, 1);
-    }
-
-    /// The mean of the values filled (none while empty).
-    pub fn mean(&self) -> Option<f64> {
-        self.mean
-    }
-
-    /// The smallest and the largest value filled (none while empty).
-    pub fn extremes(&self) -> Option<(f64, f64)> {
-        self.min.zip(self.max)
-    }
-
-    /// Counts `n` entries at `x`.
-    pub fn fill_n(&mut self, x: f64, n: u64) {
-        if n == 0 {
-            return;
-        }
-        self.entries += n;
-        if !x.is_nan() {
-            self.sum += x * n as f64;
-            self.min = Some(self.min.map_or(x, |m| m.min(x)));
-            self.max = Some(self.max.map_or(x, |m| m.max(x)));
-            self.mean = Some(self.sum / self.entries as f64);
-        }
-        if x.is_nan() || x < self.low {
-            self.underflow += n;
-        } else if x >= self.high {
-            self.overflow += n;
-        } else {
-            let i = ((x - self.low) / (self.high - self.low) * self.bins.len() as f64) as usize;
-            let last = self.bins.len() - 1;
-            self.bins[i.min(last)] += n;
-        }
-    }
-
-    /// The histogram as published.
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
+/// The histograms' type lives in `daqflow-component`, shared by every kind that publishes
+/// histograms (the chain's monitor too).
+pub use daqflow_component::histogram::Histogram;
 
 /// What the monitor has filled.
 struct Plots {
