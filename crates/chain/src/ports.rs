@@ -218,24 +218,12 @@ pub fn kind<L: Logic>(
 }
 
 /// The whole `main` of a component program of your own: logs to standard error (and the
-/// `NAME/log` service), takes the system token from `DAQFLOW_TOKEN_FILE` (as the operator gives
-/// it) or `DAQFLOW_TOKEN`, reads `--name NAME --control ADDR --set KEY=VALUE …` and runs the
-/// component of `registry` (the run loop of `daqflow_component::process`). Returns the exit
+/// `NAME/log` service), reads `--name NAME --control ADDR --set KEY=VALUE …` and runs the
+/// component of `registry` (the run loop of `daqflow_component::process`, which takes the
+/// system token from `DAQFLOW_TOKEN_FILE` or `DAQFLOW_TOKEN`, as the operator gives it). Returns the exit
 /// status: 0, 1 if the component failed, 2 if it could not run.
 pub fn run_process(program: &str, registry: daqflow_component::Registry) -> i32 {
     daqflow_component::log::init("info");
-    let token = match (std::env::var_os("DAQFLOW_TOKEN_FILE"), std::env::var("DAQFLOW_TOKEN")) {
-        (Some(file), _) => daqflow_transport::auth::Token::from_file(std::path::Path::new(&file)).map(Some),
-        (None, Ok(text)) => daqflow_transport::auth::Token::new(&text).map(Some),
-        (None, Err(_)) => Ok(None),
-    };
-    match token {
-        Ok(t) => daqflow_transport::auth::set_process_token(t),
-        Err(e) => {
-            eprintln!("{program}: the system token: {e}");
-            return 2;
-        }
-    }
     let options = daqflow_component::process::Options::from_args(program, std::env::args().skip(1));
     match options.and_then(|o| daqflow_component::process::run(registry, o)) {
         Ok(failed) => i32::from(failed),

@@ -302,6 +302,28 @@ pub enum ProcessError {
     /// A thread or signal handler could not be set up.
     #[error("setting up the process: {0}")]
     Setup(String),
+    /// The system token in the environment (`DAQFLOW_TOKEN_FILE`, `DAQFLOW_TOKEN`) is unusable.
+    #[error("the system token: {0}")]
+    Token(String),
+}
+
+/// The system token a component program finds in its environment, as the operator gives it
+/// (`DAQFLOW_TOKEN_FILE`, else `DAQFLOW_TOKEN`), unless the process already has one (`daqflow
+/// --token-file`): [`run`] takes it, so that a program of your own joins a system with a token
+/// without code of its own for it.
+fn take_token_from_environment() -> Result<(), ProcessError> {
+    if daqflow_transport::auth::process_token().is_some() {
+        return Ok(());
+    }
+    let token = match (std::env::var_os("DAQFLOW_TOKEN_FILE"), std::env::var("DAQFLOW_TOKEN")) {
+        (Some(file), _) => daqflow_transport::auth::Token::from_file(std::path::Path::new(&file))
+            .map_err(|e| ProcessError::Token(format!("DAQFLOW_TOKEN_FILE: {e}")))?,
+        (None, Ok(text)) => daqflow_transport::auth::Token::new(&text)
+            .map_err(|e| ProcessError::Token(format!("DAQFLOW_TOKEN: {e}")))?,
+        (None, Err(_)) => return Ok(()),
+    };
+    daqflow_transport::auth::set_process_token(Some(token));
+    Ok(())
 }
 
 /// One command for the driver.
@@ -578,6 +600,7 @@ pub fn run_observed(
     observe: &mut dyn FnMut(&Driver),
 ) -> Result<bool, ProcessError> {
     set_process_name(&options.name);
+    take_token_from_environment()?;
     if let Some(control) = &options.control {
         // A wildcard listener advertises this host's address towards the control server.
         daqflow_transport::advertise::set_route_target_from(control);
