@@ -51,6 +51,10 @@ pub fn registry() -> daqflow_component::Registry {
     r.add(daqflow_chain::generator::kind());
     r.add(daqflow_chain::repeater::kind());
     r.add(daqflow_chain::sink::kind());
+    r.add(daqflow_chain::gatherer::kind());
+    r.add(daqflow_chain::dispatcher::kind());
+    r.add(daqflow_chain::logger::kind());
+    r.add(daqflow_chain::chain_monitor::kind());
     r.add(daqflow_runcontrol::msglogger::kind());
     r
 }

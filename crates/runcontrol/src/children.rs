@@ -53,3 +53,15 @@ mod tests {
         assert_eq!(fields[4], "0", "no controlling terminal: {stat}");
     }
 }
+
+/// How a launched binary is named in logs and `ps`: `/proc/self/exe` (the running operator's
+/// own binary) as the path it stands for, never as `/proc/self/exe`.
+pub(crate) fn shown_binary(binary: &std::path::Path) -> String {
+    if binary == std::path::Path::new("/proc/self/exe")
+        && let Ok(path) = std::fs::read_link(binary)
+    {
+        let text = path.display().to_string();
+        return text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned();
+    }
+    binary.display().to_string()
+}

@@ -67,7 +67,9 @@ fn server_command(
     let mut argv: Vec<String> = if remote {
         launch.remote.replace("{host}", &listen.ip().to_string()).split_whitespace().map(str::to_owned).collect()
     } else {
-        vec![launch.binary.display().to_string(), "--token-file".into(), launch.token_file.display().to_string()]
+        // Named by the path it stands for (logs and `ps`), never `/proc/self/exe`.
+        let shown = crate::children::shown_binary(&launch.binary);
+        vec![shown, "--token-file".into(), launch.token_file.display().to_string()]
     };
     argv.extend(["control-server".to_owned(), "--listen".to_owned(), listen.to_string()]);
     if several {

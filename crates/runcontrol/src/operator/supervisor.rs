@@ -43,13 +43,7 @@ impl Launch {
     /// The binary as people read it, in logs and `ps`: `/proc/self/exe` (what is run: it stays
     /// valid when a rebuild replaces the file) is the path of the file it names.
     fn binary_shown(&self) -> String {
-        if self.binary == std::path::Path::new("/proc/self/exe")
-            && let Ok(path) = std::fs::read_link(&self.binary)
-        {
-            let text = path.display().to_string();
-            return text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned();
-        }
-        self.binary.display().to_string()
+        crate::children::shown_binary(&self.binary)
     }
 }
 
