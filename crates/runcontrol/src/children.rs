@@ -34,6 +34,18 @@ pub(crate) fn own_session_ending_with_parent(cmd: &mut Command) {
     }
 }
 
+/// How a launched binary is named in logs and `ps`: `/proc/self/exe` (the running operator's
+/// own binary) as the path it stands for, never as `/proc/self/exe`.
+pub(crate) fn shown_binary(binary: &std::path::Path) -> String {
+    if binary == std::path::Path::new("/proc/self/exe")
+        && let Ok(path) = std::fs::read_link(binary)
+    {
+        let text = path.display().to_string();
+        return text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned();
+    }
+    binary.display().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,16 +64,4 @@ mod tests {
         assert_eq!(fields[3], pid, "its own session: {stat}");
         assert_eq!(fields[4], "0", "no controlling terminal: {stat}");
     }
-}
-
-/// How a launched binary is named in logs and `ps`: `/proc/self/exe` (the running operator's
-/// own binary) as the path it stands for, never as `/proc/self/exe`.
-pub(crate) fn shown_binary(binary: &std::path::Path) -> String {
-    if binary == std::path::Path::new("/proc/self/exe")
-        && let Ok(path) = std::fs::read_link(binary)
-    {
-        let text = path.display().to_string();
-        return text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned();
-    }
-    binary.display().to_string()
 }
