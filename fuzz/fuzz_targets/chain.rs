@@ -3,7 +3,7 @@
 //! Each decoded message round-trips.
 #![no_main]
 
-use daqflow_chain::protocol::{CHUNK_HEADER_LEN, Message, StreamCheck, begin_frame, chunk_frame, end_frame};
+use daqflow_chain::protocol::{CHUNK_HEADER_LEN, Message, StreamCheck, begin_frame_typed, chunk_frame, end_frame};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     for frame in &frames {
         if let Ok(m) = Message::decode(frame) {
             let again = match m {
-                Message::Begin { run } => begin_frame(run),
+                Message::Begin { run, data_type } => begin_frame_typed(run, data_type),
                 Message::Chunk { header, has_crc } => chunk_frame(&header, has_crc, &frame.payload[CHUNK_HEADER_LEN..]),
                 Message::End { last_sequence, bytes } => end_frame(last_sequence, bytes),
             };
