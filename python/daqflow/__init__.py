@@ -28,6 +28,7 @@ from ._native import (
     open,
 )
 from .component import STATES_CONFIGURED, Component, Parameter
+from .ports import InPort, OutPort, PortComponent
 from .operator import Operator, OperatorError
 from . import dialog
 
@@ -35,7 +36,10 @@ __all__ = [
     "Arrays",
     "Buffer",
     "Component",
+    "InPort",
+    "OutPort",
     "Parameter",
+    "PortComponent",
     "STATES_CONFIGURED",
     "CorruptDataError",
     "Error",

@@ -279,21 +279,40 @@ def _run_component(
     *,
     kind: str,
     role: str,
-    name: str,
-    config_file: Optional[Union[str, os.PathLike[str]]] = None,
-    sets: list[str] = ...,
-    start: Optional[int] = None,
-    control: Optional[str] = None,
-    lease_s: Optional[float] = None,
-    end_with_stdin: bool = False,
-    operator: Optional[str] = None,
-    incarnation: Optional[int] = None,
+    process: dict[str, Any],
     schema: Optional[str] = None,
 ) -> bool:
     """Runs a component as a daqflow component process (what :meth:`daqflow.Component.run`
-    calls); returns whether it failed. ``incarnation``: the launch its operator gave it, put
-    in every ``NAME/state``. ``schema``: the class's parameters and outputs as JSON
+    calls); returns whether it failed. ``process``: the command line, a dict with ``name``,
+    ``config_file``, ``sets``, ``start``, ``control``, ``lease_s``, ``end_with_stdin``,
+    ``operator``, ``incarnation`` (the launch its operator gave it, put in every
+    ``NAME/state``). ``schema``: the class's parameters and outputs as JSON
     (:meth:`daqflow.Component._df_schema`), the kind's typed schema."""
+
+def _run_port_component(
+    factory: Any,
+    *,
+    kind: str,
+    inputs: list[tuple[str, Optional[str]]],
+    outputs: list[tuple[str, Optional[str]]],
+    process: dict[str, Any],
+    schema: Optional[str] = None,
+) -> bool:
+    """Runs a chain component with ports as a daqflow component process (what
+    :meth:`daqflow.PortComponent.run` calls); returns whether it failed. ``inputs`` and
+    ``outputs``: the class's ports as ``(name, data type or None)``; ``factory(name,
+    config_json)`` makes the object from its own keys; ``process`` and ``schema`` as for
+    :func:`_run_component`."""
+
+class Outputs:
+    """The ``out`` of :meth:`daqflow.PortComponent.on_chunk` and ``end``, lent for the call."""
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the output ports."""
+    def send(self, port: str, data: Any) -> None:
+        """Sends ``data`` (any bytes-like object) as the next chunk on output ``port``; waits
+        while its queue is full (nothing is dropped). Raises after the hook returned."""
 
 def _use_token(token_file: Optional[Union[str, os.PathLike[str]]] = None, token_stdin: bool = False) -> bool:
     """Sets the process's system token: from standard input's first line, ``token_file``,

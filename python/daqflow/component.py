@@ -413,18 +413,20 @@ class Component:
         def factory(component_name: str, config_json: str) -> Component:
             return cls(component_name, cls._df_defaults(json.loads(config_json)))
 
-        return _native._run_component(
-            factory,
-            kind=kind or cls.kind,
-            role=cls.role,
-            name=name,
-            config_file=config,
-            sets=list(sets),
-            start=start,
-            control=control,
-            lease_s=lease,
-            end_with_stdin=token_stdin,
-            operator=operator,
-            incarnation=incarnation,
-            schema=cls._df_schema(),
-        )
+        process = {
+            "name": name,
+            "config_file": config,
+            "sets": list(sets),
+            "start": start,
+            "control": control,
+            "lease_s": lease,
+            "end_with_stdin": token_stdin,
+            "operator": operator,
+            "incarnation": incarnation,
+        }
+        return cls._df_run(factory, kind or cls.kind, process)
+
+    @classmethod
+    def _df_run(cls, factory: Any, kind: str, process: Dict[str, Any]) -> bool:
+        """The process loop of this class (a subclass of another model overrides it)."""
+        return _native._run_component(factory, kind=kind, role=cls.role, process=process, schema=cls._df_schema())

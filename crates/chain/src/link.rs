@@ -339,11 +339,24 @@ pub(crate) fn end_thread(
     live: &Live,
     patience: Duration,
 ) -> Result<(), ComponentError> {
+    end_thread_and(name, thread, live, patience, || {})
+}
+
+/// [`end_thread`], calling `abandon_also` with the abandon flag raised (for threads of the
+/// component's own that the thread joins).
+pub(crate) fn end_thread_and(
+    name: &str,
+    thread: JoinHandle<()>,
+    live: &Live,
+    patience: Duration,
+    abandon_also: impl FnOnce(),
+) -> Result<(), ComponentError> {
     let deadline = Instant::now() + patience;
     while !thread.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
     live.abandon.store(true, Ordering::SeqCst);
+    abandon_also();
     thread.join().map_err(|_| ComponentError::Failed(format!("{name}: the component's thread panicked")))
 }
 

@@ -48,8 +48,9 @@ use bytes::Bytes;
 use daqflow_transport::{Connection, Listener, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
-use crate::link::{Cut, Live, Outlet, TICK, Tuning, abandon_thread, bind, end_thread, read, resolve, spawn};
+use crate::link::{Cut, Live, Outlet, TICK, Tuning, abandon_thread, bind, end_thread_and, read, resolve, spawn};
 use crate::protocol::{ChunkHeader, KIND_CHUNK, begin_frame_typed, data_type_tag, end_frame};
+use daqflow_component::schema::{Key, Schema};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
 /// An input port: a name, and the type of data it takes (`None`: any).
@@ -113,6 +114,11 @@ pub trait Logic: Send + 'static {
     /// Figures of its own for its statistics' `detail.logic`.
     fn detail(&self) -> serde_json::Value {
         serde_json::Value::Null
+    }
+    /// Why the logic failed outside a call (a thread of its own), if it did: the component is
+    /// then in Error with this text. Asked between chunks.
+    fn failure(&self) -> Option<String> {
+        None
     }
 }
 
@@ -271,6 +277,75 @@ impl Outputs {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.ports.iter().map(|(p, _)| p.name.as_str())
     }
+
+    /// Outputs with no port: what a binding to another language leaves in the logic's place
+    /// while it lends the real ones to a call (`std::mem::replace`); a send on it fails,
+    /// naming the port.
+    pub fn placeholder() -> Outputs {
+        Outputs { ports: Vec::new(), counters: Arc::new(Vec::new()), live: Live::new(), sent: Vec::new() }
+    }
+}
+
+/// A schema of a component of your own with these ports: `own` (its kind's own keys) with the
+/// port keys every such kind takes (`listen.PORT` for each input, `downstream.PORT`, required,
+/// for each output, `connect_timeout_ms`, `stop_timeout_ms`, `send_queue_bytes`), and what
+/// `configure` answers (`listen` and each input's name: addresses), so that `daqflow run
+/// --check` checks every key and `${NAME.PORT}`.
+pub fn port_schema(own: Schema, inputs: &[InPort], outputs: &[OutPort]) -> Schema {
+    let d = PortConfig::default();
+    let typed = |t: &Option<String>| t.as_deref().map(|t| format!(" (data type `{t}`)")).unwrap_or_default();
+    let mut schema = own;
+    for p in inputs {
+        schema = schema.key(Key::address(
+            &format!("listen.{}", p.name),
+            &format!(
+                "The address input `{}`{} listens on; default 127.0.0.1:0, a free port (configure gives it as \
+                 `${{NAME.{}}}`).",
+                p.name,
+                typed(&p.data_type),
+                p.name
+            ),
+        ));
+    }
+    for p in outputs {
+        schema = schema.key(
+            Key::address(
+                &format!("downstream.{}", p.name),
+                &format!(
+                    "The address of the component output `{}`{} feeds; connected at `start`.",
+                    p.name,
+                    typed(&p.data_type)
+                ),
+            )
+            .required(),
+        );
+    }
+    schema = schema
+        .key(
+            Key::integer("connect_timeout_ms", 1, 86_400_000, "How long `start` retries connecting each output.")
+                .unit("ms")
+                .default_value(d.connect_timeout_ms as i64),
+        )
+        .key(
+            Key::integer("stop_timeout_ms", 1, 86_400_000, "How long `stop` waits for every input's end marker.")
+                .unit("ms")
+                .default_value(d.stop_timeout_ms as i64),
+        )
+        .key(
+            Key::integer(
+                "send_queue_bytes",
+                4096,
+                1 << 34,
+                "Most bytes waiting for each output; beyond, the logic waits.",
+            )
+            .unit("bytes")
+            .default_value(d.send_queue_bytes as i64),
+        )
+        .output(Key::address("listen", "The address of its first input."));
+    for p in inputs {
+        schema = schema.output(Key::address(&p.name, &format!("The address of its input `{}`.", p.name)));
+    }
+    schema
 }
 
 #[derive(Default)]
@@ -437,9 +512,9 @@ impl<L: Logic> Component for PortComponent<L> {
                 self.input_live[i].clone(),
                 format!("{}.{}", self.name, p.name),
             );
-            let tag = p.data_type.as_deref().map_or(0, data_type_tag);
+            let data_type = p.data_type.clone();
             threads.push(spawn(&self.name, &format!("in-{}", p.name), move || {
-                receive(i, &name, run, tag, &listener, &live, &tx)
+                receive(i, &name, run, data_type.as_deref(), &listener, &live, &tx)
             })?);
         }
         let mut out = Outputs {
@@ -453,12 +528,20 @@ impl<L: Logic> Component for PortComponent<L> {
         let names: Vec<String> = self.inputs.iter().map(|p| p.name.clone()).collect();
         self.thread = Some(spawn(&self.name, "logic", move || {
             let result = drive(run, &names, &rx, &mut out, &live, &inputs_live, &logic);
+            // Failed: said at once, and the inputs end (a thread waiting for room in the
+            // channel gets an error once it is dropped), before they are joined.
+            if let Err(e) = &result {
+                live.fail(&name, e.clone());
+                for l in &inputs_live {
+                    l.abandon.store(true, Ordering::SeqCst);
+                }
+            }
+            drop(rx);
             for t in threads {
                 let _ = t.join();
             }
-            match result {
-                Ok(()) => ended.store(1, Ordering::Relaxed),
-                Err(e) => live.fail(&name, e),
+            if result.is_ok() {
+                ended.store(1, Ordering::Relaxed);
             }
         })?);
         Ok(())
@@ -473,8 +556,9 @@ impl<L: Logic> Component for PortComponent<L> {
                 let inputs = self.input_live.clone();
                 move || inputs.iter().for_each(|l| l.abandon.store(true, Ordering::SeqCst))
             };
-            let r = end_thread(&self.name, thread, &self.live, patience);
-            abandon_inputs();
+            // The inputs are abandoned with the logic once the patience is over: the logic
+            // thread joins them.
+            let r = end_thread_and(&self.name, thread, &self.live, patience, abandon_inputs);
             r?;
         }
         Ok(self.report(true))
@@ -495,7 +579,10 @@ impl<L: Logic> Component for PortComponent<L> {
     }
 
     fn failure(&self) -> Option<String> {
-        self.live.failure().or_else(|| self.input_live.iter().find_map(|l| l.failure()))
+        self.live
+            .failure()
+            .or_else(|| self.input_live.iter().find_map(|l| l.failure()))
+            .or_else(|| self.logic.try_lock().ok().and_then(|l| l.failure()))
     }
 }
 
@@ -510,7 +597,7 @@ fn receive(
     i: usize,
     name: &str,
     run: u32,
-    data_type: u32,
+    data_type: Option<&str>,
     listener: &Listener,
     live: &Live,
     tx: &SyncSender<FromInput>,
@@ -664,7 +751,61 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let f = c.failure().expect("refused");
-        assert!(f.contains(&format!("takes {:#010x}", data_type_tag("tdc"))), "{f}");
+        assert!(f.contains(&format!("this input takes `tdc` (tag {:#010x})", data_type_tag("tdc"))), "{f}");
+    }
+
+    #[test]
+    fn a_logic_that_fails_while_its_upstream_keeps_sending_ends_at_once_and_stop_says_why() {
+        struct Fails;
+        impl Logic for Fails {
+            fn inputs(&self) -> Vec<InPort> {
+                vec![InPort::new("in")]
+            }
+            fn outputs(&self) -> Vec<OutPort> {
+                Vec::new()
+            }
+            fn on_chunk(&mut self, _: &str, _: Bytes, _: &mut Outputs) -> Result<(), String> {
+                Err("no calibration".into())
+            }
+        }
+        let config = PortConfig { stop_timeout_ms: 60_000, ..PortConfig::default() };
+        let mut c = PortComponent::new("fails", config, Fails);
+        let listen = c.configure().unwrap()["in"].as_str().unwrap().to_owned();
+        c.start(1).unwrap();
+        // Fast enough to fill the channel to the logic (1024 chunks) many times over.
+        let mut g = Generator::new(
+            "gen",
+            GeneratorConfig { downstream: listen, chunk_bytes: 64, rate_hz: 1e6, ..Default::default() },
+        );
+        g.configure().unwrap();
+        g.start(1).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while c.failure().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(c.failure().is_some_and(|f| f.contains("no calibration")), "{:?}", c.failure());
+        std::thread::sleep(Duration::from_millis(300));
+        // Its stop does not wait for the 60 s patience: the logic thread has ended.
+        let t = std::time::Instant::now();
+        let summary = c.stop(None).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "stop took {:?}", t.elapsed());
+        let d: PortsDetail = summary.detail_as().unwrap();
+        assert!(d.error.is_some_and(|e| e.contains("no calibration")));
+        let _ = g.stop(Some(1));
+    }
+
+    #[test]
+    fn a_port_schema_has_the_port_keys_and_checks_them() {
+        let own = Schema::new("cut").key(Key::integer("threshold", 0, 65535, "The cut."));
+        let schema = port_schema(own, &[InPort::typed("raw", "adc")], &[OutPort::new("accepted")]);
+        let table: toml::Table =
+            "threshold = 3\ndownstream.accepted = '127.0.0.1:7000'\nlisten.raw = '127.0.0.1:0'".parse().unwrap();
+        assert!(schema.check(&table).is_empty(), "{:?}", schema.check(&table));
+        let bad: toml::Table = "threshold = 70000\ndownstream.acepted = '127.0.0.1:7000'".parse().unwrap();
+        let problems = schema.check(&bad).join("\n");
+        assert!(problems.contains("threshold"), "{problems}");
+        assert!(problems.contains("downstream.accepted"), "{problems}");
+        assert!(schema.output_named("raw").is_some() && schema.output_named("listen").is_some());
     }
 
     #[test]

@@ -13,8 +13,8 @@ use crate::link::{BATCH, Live, TICK, accept, wait};
 use crate::protocol::{CHUNK_HEADER_LEN, ChunkHeader, StreamCheck, StreamEvent};
 
 /// Receives the stream of run `run` from the upstream that connects to `listener`, checks it
-/// (CRCs too if `check_crc`; its data type if `data_type` is not 0: an untyped stream is taken,
-/// one of another type refused), and calls `on_chunk` with each chunk's header and data, in
+/// (CRCs too if `check_crc`; its data type if `data_type` names one: an untyped stream is
+/// taken, one of another type refused), and calls `on_chunk` with each chunk's header and data, in
 /// order.
 /// What it counted is in `live`; a failure (the upstream's, or the text `on_chunk` returned)
 /// too. `Ok(true)`: the end marker came; `Ok(false)`: abandoned before it.
@@ -22,7 +22,7 @@ pub(crate) fn receive_chunks(
     name: &str,
     run: u32,
     check_crc: bool,
-    data_type: u32,
+    data_type: Option<&str>,
     listener: &Listener,
     live: &Live,
     mut on_chunk: impl FnMut(&ChunkHeader, Bytes) -> Result<(), String>,
@@ -64,9 +64,14 @@ pub(crate) fn receive_chunks(
                     }
                     StreamEvent::Begin => {
                         let found = check.data_type();
-                        if data_type != 0 && found != 0 && found != data_type {
+                        if let Some(wanted) = data_type
+                            && found != 0
+                            && found != crate::protocol::data_type_tag(wanted)
+                        {
                             return Err(format!(
-                                "upstream {peer} sends data of type tag {found:#010x}, this input takes {data_type:#010x}"
+                                "upstream {peer} sends data of another type (tag {found:#010x} in its begin marker); \
+                                 this input takes `{wanted}` (tag {:#010x}) or untyped data",
+                                crate::protocol::data_type_tag(wanted)
                             ));
                         }
                     }

@@ -385,13 +385,65 @@ fn progress_line(st: &SystemStatus, t: f64) -> String {
     )
 }
 
-/// Prints the progress line at `t` s: over the last one on a terminal, else as a new line.
-fn show_progress(op: &Operator, t: f64, tty: bool) {
-    let line = progress_line(&op.status(), t);
+/// Prints the progress line at `t` s: over the last one on a terminal, else as a new line;
+/// before it, a line for each data writer that its disk began or ceased to throttle
+/// ([`throttle_notices`]), so that "recorded 0" never stands there unexplained.
+fn show_progress(op: &Operator, t: f64, tty: bool, throttled: &mut std::collections::BTreeSet<String>) {
+    let status = op.status();
+    let notices = throttle_notices(&status, throttled);
+    if tty && !notices.is_empty() {
+        say!();
+    }
+    for notice in notices {
+        say!("{notice}");
+    }
+    let line = progress_line(&status, t);
     if tty {
         say_inline!("\r{line}");
     } else {
         say!("{line}");
+    }
+}
+
+/// The data writers of the open run (recorders, builder units writing files) whose disk began
+/// to throttle them since the last call (their counters of this run say `detail.throttled`,
+/// with the filesystem's fill) and those it ceased to; `throttled` holds who is throttled now.
+/// A throttled writer takes no events, so ET's back-pressure holds the builder: the progress
+/// line's `recorded` stops, and this says why.
+fn throttle_notices(st: &SystemStatus, throttled: &mut std::collections::BTreeSet<String>) -> Vec<String> {
+    let mut notices = Vec::new();
+    for c in &st.components {
+        let detail = &c.stats.detail;
+        let now = c.alive && st.run.is_some() && c.stats.run == st.run && detail["throttled"] == true;
+        let space = match (detail["disk_used_pct"].as_f64(), detail["disk_free_bytes"].as_u64()) {
+            (Some(used), Some(free)) => format!(" ({used:.1} % used, {})", human_bytes(free)),
+            (Some(used), None) => format!(" ({used:.1} % used)"),
+            _ => String::new(),
+        };
+        if now && throttled.insert(c.name.clone()) {
+            notices.push(format!(
+                "  {} takes no events: the disk of its files is above its throttle_high_pct{space}; ET's \
+                 back-pressure holds the builder until the disk is below throttle_low_pct",
+                c.name
+            ));
+        } else if !now && throttled.remove(&c.name) {
+            let why = if c.alive && c.stats.run == st.run {
+                format!(": its disk is below throttle_low_pct{space}")
+            } else {
+                String::new()
+            };
+            notices.push(format!("  {} takes events again{why}", c.name));
+        }
+    }
+    notices
+}
+
+/// `n` bytes as MiB or GiB, for people.
+fn human_bytes(n: u64) -> String {
+    if n >= 1 << 30 {
+        format!("{:.1} GiB free", n as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB free", n as f64 / 1048576.0)
     }
 }
 
@@ -423,6 +475,7 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool, interrupts: &Interr
     let t0 = Instant::now();
     let tty = live && std::io::stdout().is_terminal();
     let mut next = Instant::now() + Duration::from_secs(1);
+    let mut throttled = std::collections::BTreeSet::new();
     interrupts.doing(format!("the stop of run {run} to begin"));
     loop {
         let t = t0.elapsed().as_secs_f64();
@@ -436,7 +489,7 @@ fn take_run(op: &Operator, seconds: Option<f64>, live: bool, interrupts: &Interr
         }
         if Instant::now() >= next {
             next += Duration::from_secs(1);
-            show_progress(op, t, tty);
+            show_progress(op, t, tty, &mut throttled);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -508,6 +561,7 @@ fn demo_session(
         Ok(())
     };
     let mut following = None;
+    let mut throttled = std::collections::BTreeSet::new();
     if !interrupts.requested() {
         let first = op.start(None)?;
         say!("run {first} started{}", seconds.map_or(" (Ctrl-C stops it)".into(), |s| format!(" for {s} s")));
@@ -547,7 +601,7 @@ fn demo_session(
         }
         if following.is_some() && Instant::now() >= next {
             next = Instant::now() + Duration::from_secs(1);
-            show_progress(op, t, tty);
+            show_progress(op, t, tty, &mut throttled);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -922,6 +976,45 @@ fn acknowledge_from_console(op: &Operator, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writer_throttled_by_its_disk_is_said_once_when_it_begins_and_once_when_it_ends() {
+        let writer = |name: &str, run: u32, throttled: bool| {
+            let mut c: daqflow_api::ComponentView = serde_json::from_value(json!({
+                "name": name, "kind": "recorder", "role": "recorder", "host": "localhost", "pid": 1, "alive": true,
+                "state": "Running", "run": run, "since_ms": 0, "restarts": 0, "policy": "stop",
+                "stats": {"run": run, "state": "Running"}
+            }))
+            .unwrap();
+            c.stats.run = Some(run);
+            c.stats.detail = json!({"throttled": throttled, "disk_used_pct": 96.25, "disk_free_bytes": 4u64 << 30, "throttled_for_s": 1.0});
+            c
+        };
+        let mut st: SystemStatus = serde_json::from_value(json!({
+            "system": "s", "state": "Running", "run": 2, "running": true, "events": 0, "bytes": 0, "recorded": 0,
+            "events_per_s": 0.0, "mb_per_s": 0.0, "control": "", "data": "/d", "components": [], "rates": []
+        }))
+        .unwrap();
+        let mut shown = std::collections::BTreeSet::new();
+        // Counters of the run before that ended throttled say nothing of this run.
+        st.components = vec![writer("rec-0", 1, true), writer("rec-1", 2, false)];
+        assert!(throttle_notices(&st, &mut shown).is_empty());
+        st.components = vec![writer("rec-0", 2, true), writer("rec-1", 2, false)];
+        let begun = throttle_notices(&st, &mut shown);
+        assert_eq!(begun.len(), 1, "{begun:?}");
+        assert!(begun[0].starts_with("  rec-0 takes no events: the disk of its files is above its throttle_high_pct (96.2 % used, 4.0 GiB free)"), "{begun:?}");
+        assert!(throttle_notices(&st, &mut shown).is_empty(), "said once");
+        st.components = vec![writer("rec-0", 2, false), writer("rec-1", 2, false)];
+        assert_eq!(
+            throttle_notices(&st, &mut shown),
+            ["  rec-0 takes events again: its disk is below throttle_low_pct (96.2 % used, 4.0 GiB free)"]
+        );
+        // A writer that dies throttled: said to take events again, without a disk.
+        st.components = vec![writer("rec-0", 2, true)];
+        assert_eq!(throttle_notices(&st, &mut shown).len(), 1);
+        st.components[0].alive = false;
+        assert_eq!(throttle_notices(&st, &mut shown), ["  rec-0 takes events again"]);
+    }
 
     #[test]
     fn a_parameter_from_json_is_the_toml_value_it_says() {

@@ -98,6 +98,12 @@ fn may_mount(name: &str) -> bool {
     false
 }
 
+/// A writer's keys for files in `dir`, throttled above 50 % and resuming below 40 %, the disk
+/// read every 50 ms.
+fn half_marks(dir: &Path) -> String {
+    format!("directory = \"{}\"\nthrottle_high_pct = 50\nthrottle_low_pct = 40\nthrottle_check_ms = 50", dir.display())
+}
+
 /// Writes a ballast file of `mib` MiB into `dir`.
 fn ballast(dir: &Path, mib: usize) -> PathBuf {
     let path = dir.join("ballast");
@@ -118,6 +124,12 @@ fn system(data: &Path, writer: Writer<'_>) -> SystemFile {
 
 /// [`system`] with more `[system]` keys (TOML lines).
 fn system_with(data: &Path, writer: Writer<'_>, more: &str) -> SystemFile {
+    let text = system_text(data, writer, more);
+    SystemFile::parse(&text, &daqflow::registry::standard()).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// The text of [`system_with`]'s system file.
+fn system_text(data: &Path, writer: Writer<'_>, more: &str) -> String {
     let (et, recorder, bu_output) = match writer {
         Writer::Recorder(params) | Writer::RestartingRecorder(params) => (
             r#"
@@ -145,7 +157,7 @@ et = "${{et.et}}"
         ),
         Writer::Bu(params) => ("", String::new(), format!("output = \"files\"\n{params}")),
     };
-    let text = format!(
+    format!(
         r#"[system]
 name = "disk"
 control = "127.0.0.1:0"
@@ -203,8 +215,7 @@ rate_hz = 400.0
 size = {{ kind = "lognormal", mean = 2048.0, rms = 256.0 }}
 "#,
         data = data.display()
-    );
-    SystemFile::parse(&text, &daqflow::registry::standard()).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    )
 }
 
 /// Which component writes the files, with its parameters (TOML lines).
@@ -297,14 +308,58 @@ fn a_recorder_whose_disk_fills_throttles_and_resumes_without_losing_events() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let files = Tmpfs::mount(64).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    let params = format!(
-        "directory = \"{}\"\nthrottle_high_pct = 50\nthrottle_low_pct = 40\nthrottle_check_ms = 50",
-        files.path().display()
-    );
+    let params = half_marks(files.path());
     throttles_and_resumes("recorder", dir.path(), &files, |data| system(data, Writer::Recorder(&params)));
     // Every event of the run is in the recorder's files.
     let on_disk = whole_events(files.path());
     assert!(on_disk > 600, "{on_disk}");
+}
+
+/// `daqflow run` in a terminal: the progress line's `recorded` stops while the recorder is
+/// throttled, and a line says why when it begins and when it ends.
+#[test]
+fn the_terminal_says_when_a_recorder_is_throttled_by_its_disk_and_when_it_takes_events_again() {
+    let name = "the_terminal_says_when_a_recorder_is_throttled_by_its_disk_and_when_it_takes_events_again";
+    if !may_mount(name) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let files = Tmpfs::mount(64).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let params = half_marks(files.path());
+    let path = dir.path().join("system.toml");
+    std::fs::write(&path, system_text(&dir.path().join("data"), Writer::Recorder(&params), "")).unwrap();
+    // 40 MiB of 64 from the start: throttled at once.
+    let ballast = ballast(files.path(), 40);
+    let mut op = Command::new(BIN)
+        .arg("run")
+        .arg(&path)
+        .args(["--start", "--seconds", "8", "--web", "none"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(op.stdout.take().unwrap()));
+    let mut seen = Vec::new();
+    let mut removed = false;
+    for line in lines {
+        let line = line.unwrap();
+        if !removed && line.contains("recorder takes no events") {
+            std::fs::remove_file(&ballast).unwrap();
+            removed = true;
+        }
+        seen.push(line);
+    }
+    assert!(op.wait().unwrap().success(), "{seen:#?}");
+    let text = seen.join("\n");
+    let throttled = seen.iter().position(|l| {
+        l.starts_with("  recorder takes no events: the disk of its files is above its throttle_high_pct (")
+    });
+    let again =
+        seen.iter().position(|l| l.starts_with("  recorder takes events again: its disk is below throttle_low_pct ("));
+    assert!(throttled.is_some() && again.is_some() && throttled < again, "{text}");
+    assert_eq!(seen.iter().filter(|l| l.contains("takes no events")).count(), 1, "said once: {text}");
+    assert!(seen.iter().any(|l| l == "lost: 0"), "{text}");
 }
 
 #[test]
@@ -316,10 +371,7 @@ fn a_builder_unit_whose_disk_fills_stops_asking_for_events_and_resumes() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let files = Tmpfs::mount(64).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    let params = format!(
-        "directory = \"{}\"\nthrottle_high_pct = 50\nthrottle_low_pct = 40\nthrottle_check_ms = 50",
-        files.path().display()
-    );
+    let params = half_marks(files.path());
     throttles_and_resumes("bu-0", dir.path(), &files, |data| system(data, Writer::Bu(&params)));
 }
 
@@ -440,10 +492,7 @@ fn stops_the_run_when_the_disk_never_frees_up(
 ) -> (RunSummary, u64) {
     let files = Tmpfs::mount(24).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    let params = format!(
-        "directory = \"{}\"\nthrottle_high_pct = 50\nthrottle_low_pct = 40\nthrottle_check_ms = 50",
-        files.path().display()
-    );
+    let params = half_marks(files.path());
     let op = Operator::launch(OperatorOptions::new(make(dir.path(), &params), BIN.into()))
         .unwrap_or_else(|e| panic!("launch: {e}"));
     op.configure().unwrap();

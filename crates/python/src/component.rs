@@ -29,7 +29,7 @@ use crate::Error;
 
 /// A Python exception as a component's error: its type and message (the traceback goes to the
 /// process's log).
-fn hook_error(py: Python<'_>, what: &str, e: PyErr) -> ComponentError {
+pub(crate) fn hook_error(py: Python<'_>, what: &str, e: PyErr) -> ComponentError {
     let text = e.value(py).str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
     let kind = e.get_type(py).name().map(|s| s.to_string()).unwrap_or_else(|_| "Exception".into());
     let traceback = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
@@ -140,7 +140,7 @@ impl Component for PyComponent {
 /// The schema of a Python component's class: its `parameters` (and `outputs`), as
 /// `daqflow.Component._df_schema` gives them in JSON (a list of keys in the form of
 /// `daqflow_component::schema::Key`).
-fn schema_of(kind: &str, json: &str) -> PyResult<Schema> {
+pub(crate) fn schema_of(kind: &str, json: &str) -> PyResult<Schema> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Declared {
@@ -242,46 +242,76 @@ fn read_token_line() -> Result<daqflow_transport::auth::Token, String> {
     daqflow_transport::auth::Token::new(text.trim_end_matches('\r')).map_err(|e| e.to_string())
 }
 
-/// Runs a Python component as a daqflow component process until it ends; returns whether it
-/// failed. Its configuration is the TOML file `config_file` with `sets` (`KEY=VALUE`) over it,
-/// as `daqflow component --config --set` reads them; `factory(name, config_json)` makes the
-/// component object (a `daqflow.Component`) at every configure, from that configuration merged
-/// with the operator's.
-#[pyfunction]
-#[pyo3(signature = (factory, *, kind, role, name, config_file=None, sets=Vec::new(), start=None, control=None, lease_s=None, end_with_stdin=false, operator=None, incarnation=None, schema=None))]
-#[allow(clippy::too_many_arguments)]
-pub fn _run_component(
-    py: Python<'_>,
-    factory: Py<PyAny>,
-    kind: String,
-    role: &str,
+/// The command line of a component process, as `daqflow.Component.run` passes it (a dict with
+/// every key): the name, the configuration (the TOML file `config_file` with `sets`
+/// (`KEY=VALUE`) over it, as `daqflow component --config --set` reads them), and the process
+/// loop's options.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct ProcessArgs {
     name: String,
     config_file: Option<std::path::PathBuf>,
     sets: Vec<String>,
     start: Option<u32>,
     control: Option<String>,
+    /// Seconds without a control server before the process ends (0: never; None: 15).
     lease_s: Option<f64>,
     end_with_stdin: bool,
     operator: Option<String>,
     incarnation: Option<u64>,
+}
+
+impl ProcessArgs {
+    /// The process loop's options for a component of kind `kind`.
+    pub(crate) fn options(self, kind: String) -> PyResult<daqflow_component::process::Options> {
+        let config = daqflow_component::process::config_table(self.config_file.as_deref(), &self.sets)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let lease = match self.lease_s {
+            Some(s) if !(s.is_finite() && (0.0..=86_400.0).contains(&s)) => {
+                return Err(PyValueError::new_err(format!("lease {s}: seconds from 0 (never) to 86400")));
+            }
+            Some(s) if s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(_) => None,
+            None => Some(Duration::from_secs(15)),
+        };
+        Ok(daqflow_component::process::Options {
+            kind,
+            name: self.name,
+            config,
+            start: self.start,
+            control: self.control,
+            lease,
+            end_with_stdin: self.end_with_stdin,
+            operator: self.operator,
+            incarnation: self.incarnation,
+            // A component of Python is never slowed down (DAQFLOW_TRANSITION_DELAY is `daqflow
+            // component`'s).
+            transition_delay: Duration::ZERO,
+        })
+    }
+}
+
+/// Runs a Python component as a daqflow component process until it ends; returns whether it
+/// failed. `process` is its command line ([`ProcessArgs`]); `factory(name, config_json)` makes
+/// the component object (a `daqflow.Component`) at every configure, from its configuration
+/// merged with the operator's.
+#[pyfunction]
+#[pyo3(signature = (factory, *, kind, role, process, schema=None))]
+pub fn _run_component(
+    py: Python<'_>,
+    factory: Py<PyAny>,
+    kind: String,
+    role: &str,
+    process: ProcessArgs,
     schema: Option<String>,
 ) -> PyResult<bool> {
     let role = self::role(role)?;
     let schema = schema.map(|json| schema_of(&kind, &json)).transpose()?;
-    let config = daqflow_component::process::config_table(config_file.as_deref(), &sets)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let lease = match lease_s {
-        Some(s) if !(s.is_finite() && (0.0..=86_400.0).contains(&s)) => {
-            return Err(PyValueError::new_err(format!("lease {s}: seconds from 0 (never) to 86400")));
-        }
-        Some(s) if s > 0.0 => Some(Duration::from_secs_f64(s)),
-        Some(_) => None,
-        None => Some(Duration::from_secs(15)),
-    };
+    let options = process.options(kind.clone())?;
     init_logging();
     // A kind's name lives as long as the process (the registry keeps `&'static str`s); one
     // per component process.
-    let kind_name: &'static str = Box::leak(kind.clone().into_boxed_str());
+    let kind_name: &'static str = Box::leak(kind.into_boxed_str());
     let mut registry = Registry::new();
     let mut python_kind = Kind::new(kind_name, "a component written in Python", role, move |name, table| {
         let json = serde_json::to_string(&table)
@@ -298,21 +328,6 @@ pub fn _run_component(
         python_kind = python_kind.schema(schema);
     }
     registry.add(python_kind);
-    // A component of Python is never slowed down (DAQFLOW_TRANSITION_DELAY is `daqflow
-    // component`'s).
-    let transition_delay = std::time::Duration::ZERO;
-    let options = daqflow_component::process::Options {
-        kind,
-        name,
-        config,
-        start,
-        control,
-        lease,
-        end_with_stdin,
-        operator,
-        incarnation,
-        transition_delay,
-    };
     let result = py.detach(|| daqflow_component::process::run(registry, options));
     result.map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
@@ -332,7 +347,7 @@ pub fn _log(level: &str, message: &str) {
 
 /// The process's log: standard error (filtered by `DAQFLOW_LOG`, info by default) and the
 /// records kept for its `NAME/log` service, as the `daqflow` binary sets it up.
-fn init_logging() {
+pub(crate) fn init_logging() {
     daqflow_component::log::init("info");
 }
 

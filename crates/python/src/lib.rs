@@ -43,6 +43,7 @@ use pyo3::{create_exception, ffi};
 
 mod component;
 mod et;
+mod ports;
 
 create_exception!(daqflow, Error, PyException, "Base class of the errors daqflow raises about data.");
 create_exception!(
@@ -782,6 +783,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<component::SourceStream>()?;
     m.add_function(wrap_pyfunction!(component::_run_component, m)?)?;
+    m.add_function(wrap_pyfunction!(ports::_run_port_component, m)?)?;
+    m.add_class::<ports::PyOutputs>()?;
     m.add_function(wrap_pyfunction!(component::_use_token, m)?)?;
     m.add_function(wrap_pyfunction!(component::_log, m)?)?;
     dialog::register(m)?;

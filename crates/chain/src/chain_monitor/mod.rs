@@ -165,7 +165,7 @@ impl Component for ChainMonitor {
         self.drained = Arc::new(AtomicU64::new(0));
         let (draining, drained) = (self.draining.clone(), self.drained.clone());
         self.thread = Some(spawn(&self.name, "monitor", move || {
-            crate::receiver::receive_chunks(&name, run, check_crc, 0, &listener, &live, |header, data| {
+            crate::receiver::receive_chunks(&name, run, check_crc, None, &listener, &live, |header, data| {
                 {
                     let mut p = plots.lock().unwrap_or_else(|p| p.into_inner());
                     p[0].fill(f64::from(header.len));

@@ -174,11 +174,12 @@ impl Component for Logger {
         let (name, live, files, check_crc) =
             (self.name.clone(), self.live.clone(), self.files.clone(), self.config.check);
         self.thread = Some(spawn(&self.name, "log", move || {
-            let ended = crate::receiver::receive_chunks(&name, run, check_crc, 0, &listener, &live, |header, data| {
-                writer
-                    .write_event(EventId(header.sequence), &data)
-                    .map_err(|e| format!("writing chunk {}: {e}", header.sequence))
-            });
+            let ended =
+                crate::receiver::receive_chunks(&name, run, check_crc, None, &listener, &live, |header, data| {
+                    writer
+                        .write_event(EventId(header.sequence), &data)
+                        .map_err(|e| format!("writing chunk {}: {e}", header.sequence))
+                });
             match writer.finish() {
                 Ok(closed) => {
                     *files.lock().unwrap_or_else(|p| p.into_inner()) = closed

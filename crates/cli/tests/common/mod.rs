@@ -69,11 +69,7 @@ impl Proc {
                     }
                 }
                 Err(_) => {
-                    let status = self.child.try_wait().ok().flatten();
-                    let mut err = Vec::new();
-                    while let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(200)) {
-                        err.push(l);
-                    }
+                    let (status, err) = self.exit_and_stderr();
                     panic!("no line containing {text:?}; got {:?}; exit {status:?}; stderr {err:#?}", self.seen)
                 }
             }
@@ -87,8 +83,21 @@ impl Proc {
                 self.seen.push(l.clone());
                 l
             }
-            Err(_) => panic!("no line within 20 s; got {:?}; exit {:?}", self.seen, self.child.try_wait()),
+            Err(_) => {
+                let (status, err) = self.exit_and_stderr();
+                panic!("no line within 20 s; got {:?}; exit {status:?}; stderr {err:#?}", self.seen)
+            }
         }
+    }
+
+    /// Its exit status if it ended, and its standard error so far (for a failure's message).
+    fn exit_and_stderr(&mut self) -> (Option<std::process::ExitStatus>, Vec<String>) {
+        let status = self.child.try_wait().ok().flatten();
+        let mut err = Vec::new();
+        while let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(200)) {
+            err.push(l);
+        }
+        (status, err)
     }
 
     /// Every stdout line so far (those already read included), one text.
