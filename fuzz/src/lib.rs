@@ -37,24 +37,7 @@ pub fn bytes(data: &[u8]) -> Bytes {
     Bytes::copy_from_slice(data)
 }
 
-/// The kinds of the `daqflow` binary's standard registry (`crates/cli/src/registry.rs`), with
-/// builder units writing files (the binary's ET output needs the binary).
+/// The kinds of the `daqflow` binary: its one registry (`crates/kinds`).
 pub fn registry() -> daqflow_component::Registry {
-    let mut r = daqflow_component::Registry::new();
-    r.add(daqflow_evb::source::kind());
-    r.add(daqflow_evb::evm::kind());
-    r.add(daqflow_evb::ru::kind());
-    r.add(daqflow_evb::bu::kind(None));
-    r.add(daqflow_et::components::system::kind());
-    r.add(daqflow_et::components::recorder::kind());
-    r.add(daqflow_et::components::monitor::kind());
-    r.add(daqflow_chain::generator::kind());
-    r.add(daqflow_chain::repeater::kind());
-    r.add(daqflow_chain::sink::kind());
-    r.add(daqflow_chain::gatherer::kind());
-    r.add(daqflow_chain::dispatcher::kind());
-    r.add(daqflow_chain::logger::kind());
-    r.add(daqflow_chain::chain_monitor::kind());
-    r.add(daqflow_runcontrol::msglogger::kind());
-    r
+    daqflow_kinds::standard()
 }

@@ -69,7 +69,7 @@ def test_a_python_component_declares_its_parameters_and_changes_the_live_ones_in
     assert live["ok"] and live["state"] == "Running", live
     assert "counting in steps of 7 from now on" in err
     # Refused by the schema before the component sees the value, the run going on.
-    assert not too_small["ok"] and too_small["state"] == "Running"
+    assert not too_small["ok"] and too_small["state"] == "Running" and too_small["kind"] == "refused", too_small
     assert "`step` = 0 is out of range: 1 … 1000" in too_small["error"], too_small
     assert not misspelt["ok"] and "`stepp`: no such key; did you mean `step`?" in misspelt["error"], misspelt
     assert stop["ok"] and stop["result"]["events"] > 0, stop
@@ -77,6 +77,7 @@ def test_a_python_component_declares_its_parameters_and_changes_the_live_ones_in
     code, answers, err = drive([sys.executable, str(EXAMPLES / "counter.py"), "--name", "c1", "--set", "step=5000"],
                                ["configure"])
     assert not answers[0]["ok"] and "`step` = 5000 is out of range: 1 … 1000" in answers[0]["error"], answers
+    assert answers[0]["kind"] == "config", answers
     # Without --set, the declared default fills the configuration.
     code, answers, err = drive([sys.executable, str(EXAMPLES / "counter.py"), "--name", "c1"], ["configure"])
     assert answers[0]["result"] == {"step": 1}, answers
@@ -124,6 +125,7 @@ def test_a_hook_that_raises_fails_its_transition_and_reset_recovers(tmp_path):
         ["configure", "reset", "state"],
     )
     assert answers[0]["ok"] is False and "no hardware on this crate" in answers[0]["error"], answers
+    assert answers[0]["kind"] in ("config", "failed"), answers
     assert answers[0]["state"] == "Error"
     assert answers[1]["state"] == "Initial"
     assert "ValueError" in err  # the traceback is in the log

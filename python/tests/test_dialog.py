@@ -452,6 +452,9 @@ def test_a_python_component_joins_the_control_plane_and_obeys_its_operator_only(
         intruder.send_json("py-counter/configure", {"id": 1, "reply_to": "intruder"})
         refused = replies["intruder"].get(timeout=WAIT)
         assert "py-op" in json.dumps(refused["outcome"]) and refused["status"]["state"] == "Initial", refused
+        # Typed on the wire: its kind, and the text a person reads.
+        assert refused["outcome"]["error"]["kind"] == "refused", refused
+        assert "takes commands from its operator `py-op` only" in refused["outcome"]["error"]["message"], refused
         op.send_json("py-counter/configure", {"id": 2, "reply_to": "py-op", "config": {"step": 7}})
         done = replies["py-op"].get(timeout=WAIT)
         assert done["outcome"]["ok"]["info"] == {"step": 7}, done

@@ -11,7 +11,7 @@
 //! use daqflow_api::{SystemState, Transition};
 //! let t = Transition::parse("start", br#"{"run": 12}"#).unwrap();
 //! assert_eq!(t, Transition::Start { run: Some(12) });
-//! assert_eq!(t.allowed_from(), &[SystemState::Configured]);
+//! assert_eq!(t.allowed_from(), [SystemState::Configured]);
 //! assert!(Transition::parse("launch", b"").is_err());
 //! ```
 #![forbid(unsafe_code)]
@@ -172,17 +172,31 @@ impl Transition {
         }
     }
 
-    /// The system states it may be requested in.
-    pub fn allowed_from(self) -> &'static [SystemState] {
+    /// Whether it may be requested while the system is in `state`. Where the components agree
+    /// (Initial, Configured, Running, Paused), the components' own table
+    /// ([`Verb::transition`], the one table of the state machine), with one rule of the
+    /// operator's: an open run (Running, Paused) is stopped, and so recorded, before the
+    /// system is reset. A system in Error or Mixed may be stopped (what runs ends, what failed
+    /// is collected) or reset, nothing else; nothing while a transition is under way.
+    pub fn allowed_in(self, state: SystemState) -> bool {
         use SystemState::*;
-        match self {
-            Transition::Configure => &[Initial],
-            Transition::Start { .. } => &[Configured],
-            Transition::Pause => &[Running],
-            Transition::Resume => &[Paused],
-            Transition::Stop => &[Running, Paused, Error, Mixed],
-            Transition::Reset => &[Initial, Configured, Error, Mixed],
-        }
+        let verb = self.verb();
+        let component = match state {
+            Error | Mixed => return matches!(verb, Verb::Stop | Verb::Reset),
+            Running | Paused if verb == Verb::Reset => return false,
+            Initial => State::Initial,
+            Configured => State::Configured,
+            Running => State::Running,
+            Paused => State::Paused,
+            Configuring | Starting | Pausing | Resuming | Stopping | Resetting => return false,
+        };
+        verb.allowed_in(component)
+    }
+
+    /// The system states it may be requested in ([`Transition::allowed_in`]), in
+    /// [`SystemState::ALL`]'s order.
+    pub fn allowed_from(self) -> Vec<SystemState> {
+        SystemState::ALL.into_iter().filter(|s| self.allowed_in(*s)).collect()
     }
 
     /// The phase the system is in while the transition is under way.
@@ -242,6 +256,22 @@ pub enum SystemState {
 }
 
 impl SystemState {
+    /// Every state: the settled ones, then the phases.
+    pub const ALL: [SystemState; 12] = [
+        SystemState::Initial,
+        SystemState::Configured,
+        SystemState::Running,
+        SystemState::Paused,
+        SystemState::Error,
+        SystemState::Mixed,
+        SystemState::Configuring,
+        SystemState::Starting,
+        SystemState::Pausing,
+        SystemState::Resuming,
+        SystemState::Stopping,
+        SystemState::Resetting,
+    ];
+
     /// The state's name (`Running`, …).
     pub fn name(self) -> &'static str {
         match self {
@@ -875,6 +905,23 @@ impl LogQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The system's table, as docs/operator-guide.md gives it: derived from the components'
+    /// table, it must say exactly this.
+    #[test]
+    fn the_systems_transitions_are_the_components_table_with_the_operators_rules() {
+        use SystemState::*;
+        for (t, from) in [
+            (Transition::Configure, &[Initial][..]),
+            (Transition::Start { run: None }, &[Configured]),
+            (Transition::Pause, &[Running]),
+            (Transition::Resume, &[Paused]),
+            (Transition::Stop, &[Running, Paused, Error, Mixed]),
+            (Transition::Reset, &[Initial, Configured, Error, Mixed]),
+        ] {
+            assert_eq!(t.allowed_from(), from, "{}", t.name());
+        }
+    }
 
     #[test]
     fn transitions_parse_from_their_name_and_body() {

@@ -222,10 +222,7 @@ pub(crate) struct Flow {
     pub mean_mb_per_s: f64,
 }
 
-/// A copy of what a mutex holds, even if a thread panicked while holding it.
-pub(crate) fn read<T: Clone>(m: &Mutex<T>) -> T {
-    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
+pub(crate) use daqflow_component::sync::read;
 
 impl Live {
     pub(crate) fn new() -> Arc<Live> {

@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use daqflow_component::stdin::{Line, LineEvent, LineOutput};
 use serde_json::Value;
 
 /// The running binary, for starting components: `/proc/self/exe` stays valid when the file is
@@ -62,7 +63,7 @@ pub(crate) struct Child {
     pub(crate) name: String,
     process: std::process::Child,
     stdin: Option<ChildStdin>,
-    lines: Receiver<Value>,
+    lines: Receiver<LineOutput>,
     /// Failures the component reported by itself (`{"event":"error"}` lines).
     pub(crate) errors: Vec<String>,
     killed: bool,
@@ -135,7 +136,7 @@ impl Child {
         std::thread::Builder::new().name(format!("{name}-out")).spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                match serde_json::from_str::<Value>(&line) {
+                match serde_json::from_str::<LineOutput>(&line) {
                     Ok(v) => {
                         if tx.send(v).is_err() {
                             break;
@@ -169,13 +170,14 @@ impl Child {
         self.killed
     }
 
-    /// Sends a command and waits for its answer.
-    pub(crate) fn call(&mut self, command: &str, timeout: Duration) -> anyhow::Result<Value> {
-        self.send(command)?;
-        self.answer(command, timeout)
+    /// Sends a command and waits for its answer: its result (null for none).
+    pub(crate) fn call(&mut self, command: Line, timeout: Duration) -> anyhow::Result<Value> {
+        let text = command.to_string();
+        self.send(&text)?;
+        self.answer(&text, timeout)
     }
 
-    /// Sends a command without waiting for the answer ([`Child::answer`]).
+    /// Sends a line without waiting for the answer ([`Child::answer`]).
     fn send(&mut self, command: &str) -> anyhow::Result<()> {
         let stdin = self.stdin.as_mut().ok_or_else(|| anyhow::anyhow!("{}: input closed", self.name))?;
         writeln!(stdin, "{command}")
@@ -189,12 +191,9 @@ impl Child {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(v) if v.get("event").is_some() => self.note_event(&v),
-                Ok(v) => {
-                    if v["ok"] == true {
-                        return Ok(v["result"].clone());
-                    }
-                    bail!("{}: {command}: {}", self.name, v["error"].as_str().unwrap_or("failed"));
+                Ok(LineOutput::Event(e)) => self.note_event(e),
+                Ok(LineOutput::Answer(a)) => {
+                    return a.into_result().map_err(|why| anyhow::anyhow!("{}: {command}: {why}", self.name));
                 }
                 Err(RecvTimeoutError::Timeout) => bail!("{}: no answer to `{command}` within {timeout:?}", self.name),
                 Err(RecvTimeoutError::Disconnected) => {
@@ -205,18 +204,17 @@ impl Child {
         }
     }
 
-    fn note_event(&mut self, v: &Value) {
-        let e = v["error"].as_str().unwrap_or("?").to_owned();
-        if !self.errors.contains(&e) {
-            self.errors.push(e);
+    fn note_event(&mut self, event: LineEvent) {
+        if !self.errors.contains(&event.error) {
+            self.errors.push(event.error);
         }
     }
 
     /// Collects the errors the component reported by itself since the last call.
     pub(crate) fn drain_events(&mut self) {
-        while let Ok(v) = self.lines.try_recv() {
-            if v.get("event").is_some() {
-                self.note_event(&v);
+        while let Ok(line) = self.lines.try_recv() {
+            if let LineOutput::Event(e) = line {
+                self.note_event(e);
             }
         }
     }

@@ -2,4 +2,5 @@
 #![warn(missing_docs)]
 
 pub mod hosts;
-pub mod registry;
+/// The standard component kinds ([`daqflow_kinds`]), as `daqflow::registry`.
+pub use daqflow_kinds as registry;

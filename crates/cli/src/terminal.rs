@@ -262,9 +262,7 @@ fn ignored(sig: libc::c_int) -> bool {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use daqflow_component::sync::lock;
 
 /// What the ordered end will do, from the operator's state.
 fn plan(op: Option<&Operator>) -> String {

@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use common::Proc;
-use daqflow_component::{Answer, Command, CommandReply, Outcome, Request, State};
+use daqflow_component::{Answer, Command, CommandReply, ComponentError, Outcome, Request, State, Verb};
 use daqflow_dialog::{Dialog, ServiceEvent, Subscription};
 use serde_json::Value;
 
@@ -136,13 +136,20 @@ fn a_builder_driven_only_by_dialog_commands_takes_a_run_and_accounts_for_every_e
     }
     // An illegal transition is refused, with the reason, in the reply.
     let refused = ask("evm", Command::Resume);
-    assert_eq!(refused.outcome, Outcome::Error("cannot resume in state Configured".into()));
+    // Typed on the wire: the kind, the command and the state, not only the words.
+    assert_eq!(
+        refused.outcome,
+        Outcome::Error(ComponentError::IllegalTransition { command: Verb::Resume, state: State::Configured })
+    );
     assert_eq!(refused.status.state, State::Configured);
     // A payload that is not a request is refused too, and nothing changes.
     send("evm/start", b"{\"id\": 99, \"reply_to\": \"test-operator\", \"run\": \"twelve\"}");
     let bad = replies.recv_timeout(Duration::from_secs(30)).unwrap();
     assert_eq!(bad.id, 99);
-    assert!(matches!(&bad.outcome, Outcome::Error(e) if e.starts_with("bad command: start")), "{bad:?}");
+    assert!(
+        matches!(&bad.outcome, Outcome::Error(ComponentError::BadCommand(e)) if e.starts_with("start: ")),
+        "{bad:?}"
+    );
 
     // One command from a person (a bare payload, no reply wanted) starts everybody (in any
     // order: peers connect with retries).

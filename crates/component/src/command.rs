@@ -73,6 +73,74 @@ impl Verb {
     pub fn parse(name: &str) -> Option<Verb> {
         Verb::ALL.into_iter().find(|v| v.name() == name)
     }
+
+    /// The component state machine, the one table of it: the states a command may be given in,
+    /// and the state it leads to. `stop` is also taken in Error, from a component that failed
+    /// during its run (to collect what it has; it stays in Error); `reset` from any state; `set`
+    /// changes no state (each live key says in which states it may change: its schema's `live`).
+    ///
+    /// ```
+    /// use daqflow_component::{State, Verb};
+    /// assert_eq!(Verb::Start.transition(), Some((&[State::Configured][..], State::Running)));
+    /// assert!(Verb::Stop.allowed_in(State::Paused) && !Verb::Stop.allowed_in(State::Initial));
+    /// assert!(State::ALL.iter().all(|s| Verb::Reset.allowed_in(*s)));
+    /// assert_eq!(Verb::Set.transition(), None);
+    /// ```
+    pub const fn transition(self) -> Option<(&'static [State], State)> {
+        use State::*;
+        Some(match self {
+            Verb::Configure => (&[Initial], Configured),
+            Verb::Start => (&[Configured], Running),
+            Verb::Pause => (&[Running], Paused),
+            Verb::Resume => (&[Paused], Running),
+            Verb::Stop => (&[Running, Paused, Error], Configured),
+            Verb::Reset => (&[Initial, Configured, Running, Paused, Error], Initial),
+            Verb::Set => return None,
+        })
+    }
+
+    /// The commands that take a component from state `from` to state `to` by the table
+    /// ([`Verb::transition`]), fewest first: empty when it is there, `None` when no command
+    /// leads there (Error). How the operator brings a restarted component back to where the
+    /// system is.
+    ///
+    /// ```
+    /// use daqflow_component::{State, Verb};
+    /// assert_eq!(Verb::path(State::Initial, State::Paused), Some(vec![Verb::Configure, Verb::Start, Verb::Pause]));
+    /// assert_eq!(Verb::path(State::Running, State::Running), Some(vec![]));
+    /// assert_eq!(Verb::path(State::Initial, State::Error), None);
+    /// ```
+    pub fn path(from: State, to: State) -> Option<Vec<Verb>> {
+        let mut paths: Vec<(State, Vec<Verb>)> = vec![(from, Vec::new())];
+        let mut seen = vec![from];
+        let mut i = 0;
+        while let Some((state, path)) = paths.get(i).cloned() {
+            if state == to {
+                return Some(path);
+            }
+            for verb in Verb::TRANSITIONS {
+                if let Some((_, next)) = verb.transition().filter(|_| verb.allowed_in(state))
+                    && !seen.contains(&next)
+                {
+                    seen.push(next);
+                    let mut longer = path.clone();
+                    longer.push(verb);
+                    paths.push((next, longer));
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Whether the command may be given to a component in `state` (by [`Verb::transition`];
+    /// `set` in any configured state, its key deciding).
+    pub fn allowed_in(self, state: State) -> bool {
+        match self.transition() {
+            Some((from, _)) => from.contains(&state),
+            None => !matches!(state, State::Initial | State::Error),
+        }
+    }
 }
 
 impl std::fmt::Display for Verb {
@@ -250,8 +318,9 @@ pub enum Answer {
 pub enum Outcome {
     /// Done.
     Ok(Answer),
-    /// Refused (illegal in the state, a bad request) or failed; the text says why.
-    Error(String),
+    /// Refused (illegal in the state, a bad request) or failed: the error whole, its kind and
+    /// its text ([`crate::WireError`] is its JSON).
+    Error(ComponentError),
 }
 
 /// The answer to one [`Request`].
@@ -270,7 +339,7 @@ pub struct CommandReply {
 
 impl CommandReply {
     /// The reply of a component, whose status is now `status`, to `request`.
-    pub fn new(request: &Request, status: ComponentStatus, result: Result<Answer, String>) -> CommandReply {
+    pub fn new(request: &Request, status: ComponentStatus, result: Result<Answer, ComponentError>) -> CommandReply {
         CommandReply {
             id: request.id,
             command: request.command.verb(),
@@ -288,7 +357,7 @@ impl CommandReply {
     }
 
     /// The result, as a `Result`.
-    pub fn result(self) -> Result<Answer, String> {
+    pub fn result(self) -> Result<Answer, ComponentError> {
         match self.outcome {
             Outcome::Ok(a) => Ok(a),
             Outcome::Error(e) => Err(e),

@@ -1,7 +1,7 @@
 //! The [`Component`] trait and the [`Driver`]: the state machine of the [crate docs](crate).
 
 use crate::schema::Schema;
-use crate::{Answer, Command, ComponentError, Info, Registry, State, Stats};
+use crate::{Answer, Command, ComponentError, Info, Registry, State, Stats, Verb};
 
 /// What a component does in each transition. Every hook but `start` and `stop` has a default
 /// that does nothing, so a component implements only what it needs; the [`Driver`] checks the
@@ -116,8 +116,8 @@ impl Driver {
         self.error.clone().or_else(|| self.component.as_ref().and_then(|c| c.failure()))
     }
 
-    fn refuse(&self, command: &'static str) -> ComponentError {
-        ComponentError::IllegalTransition { command, state: self.state().name() }
+    fn refuse(&self, command: Verb) -> ComponentError {
+        ComponentError::IllegalTransition { command, state: self.state() }
     }
 
     fn fail(&mut self, e: ComponentError) -> ComponentError {
@@ -131,8 +131,8 @@ impl Driver {
     /// Initial → Configured. `overrides` (from the operator) are merged over the base
     /// configuration, key by key; the component is built anew from the result.
     pub fn configure(&mut self, overrides: Option<toml::Table>) -> Result<Info, ComponentError> {
-        if self.state() != State::Initial {
-            return Err(self.refuse("configure"));
+        if !Verb::Configure.allowed_in(self.state()) {
+            return Err(self.refuse(Verb::Configure));
         }
         let mut table = self.base.clone();
         if let Some(o) = overrides {
@@ -145,7 +145,7 @@ impl Driver {
         match c.configure() {
             Ok(info) => {
                 self.component = Some(c);
-                self.state = State::Configured;
+                self.state = Verb::Configure.transition().map_or(State::Configured, |(_, to)| to);
                 self.counting = None;
                 Ok(info)
             }
@@ -156,18 +156,25 @@ impl Driver {
         }
     }
 
+    /// Runs the hook of transition `verb` ([`Verb::transition`], the one table): refused
+    /// outside its states, its target state on success, Error on failure.
     fn hook<T>(
         &mut self,
-        command: &'static str,
-        from: &[State],
-        to: State,
+        verb: Verb,
         f: impl FnOnce(&mut dyn Component) -> Result<T, ComponentError>,
     ) -> Result<T, ComponentError> {
-        if !from.contains(&self.state()) {
-            return Err(self.refuse(command));
-        }
-        let Some(c) = self.component.as_mut() else { return Err(self.refuse(command)) };
+        let Some((_, to)) = verb.transition().filter(|_| verb.allowed_in(self.state())) else {
+            return Err(self.refuse(verb));
+        };
+        // Stopped after it failed in its run: it stays in Error, with why.
+        let failed_in_run = self.state() == State::Error && self.state.in_run();
+        let Some(c) = self.component.as_mut() else { return Err(self.refuse(verb)) };
         match f(c.as_mut()) {
+            Ok(v) if failed_in_run => {
+                self.error = self.failure();
+                self.state = State::Error;
+                Ok(v)
+            }
             Ok(v) => {
                 self.state = to;
                 Ok(v)
@@ -178,7 +185,7 @@ impl Driver {
 
     /// Configured → Running.
     pub fn start(&mut self, run: u32) -> Result<(), ComponentError> {
-        self.hook("start", &[State::Configured], State::Running, |c| c.start(run))?;
+        self.hook(Verb::Start, |c| c.start(run))?;
         self.run = Some(run);
         self.counting = Some(run);
         Ok(())
@@ -187,24 +194,17 @@ impl Driver {
     /// Running or Paused → Configured, with the run's summary. A component that failed
     /// during the run (state Error) can be stopped too, to collect what it has.
     pub fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        let failed_in_run = self.state() == State::Error && matches!(self.state, State::Running | State::Paused);
-        let to = if failed_in_run { State::Error } else { State::Configured };
-        let from = [State::Running, State::Paused, State::Error];
-        let v = self.hook("stop", &from, to, |c| c.stop(last_event))?;
-        if failed_in_run {
-            self.error = self.failure();
-        }
-        Ok(v)
+        self.hook(Verb::Stop, |c| c.stop(last_event))
     }
 
     /// Running → Paused.
     pub fn pause(&mut self) -> Result<(), ComponentError> {
-        self.hook("pause", &[State::Running], State::Paused, |c| c.pause())
+        self.hook(Verb::Pause, |c| c.pause())
     }
 
     /// Paused → Running.
     pub fn resume(&mut self) -> Result<(), ComponentError> {
-        self.hook("resume", &[State::Paused], State::Running, |c| c.resume())
+        self.hook(Verb::Resume, |c| c.resume())
     }
 
     /// Any state → Initial: the component is reset and dropped.
@@ -361,7 +361,7 @@ mod tests {
         d.configure(None).unwrap();
         assert!(matches!(
             d.configure(None),
-            Err(ComponentError::IllegalTransition { command: "configure", state: "Configured" })
+            Err(ComponentError::IllegalTransition { command: Verb::Configure, state: State::Configured })
         ));
         d.start(3).unwrap();
         assert!(d.resume().is_err());

@@ -70,10 +70,12 @@ pub mod provenance;
 pub mod schema;
 mod state;
 mod stats;
+pub mod stdin;
+pub mod sync;
 
 pub use command::{Answer, Command, CommandReply, ComponentStatus, Outcome, Request, SEQ_WINDOW, Verb};
 pub use component::{Component, Driver, merge, parse_config};
-pub use error::ComponentError;
+pub use error::{ComponentError, ErrorKind, WireError};
 pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role};
 pub use state::State;
 pub use stats::{Info, Stats, TriggerCounts};

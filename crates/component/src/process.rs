@@ -67,7 +67,8 @@ use serde_json::{Value, json};
 
 use crate::log::now_ms;
 use crate::schema::Schema;
-use crate::{Answer, Command, CommandReply, ComponentStatus, Driver, Registry, Request, State, Verb};
+use crate::stdin::{Line, LineAnswer, LineEvent, LineFailure, answer_json};
+use crate::{Command, CommandReply, ComponentError, ComponentStatus, Driver, Registry, Request, State, Verb};
 
 /// How a component process runs.
 #[derive(Debug, Clone)]
@@ -337,74 +338,24 @@ enum Input {
     End,
 }
 
-/// A command's answer as the JSON of a standard-input answer line's `result`: what configure
-/// tells the others, `{"run": N}` for start, the summary for stop, null otherwise.
-pub fn answer_json(answer: &Answer) -> Value {
-    match answer {
-        Answer::Nothing => Value::Null,
-        Answer::Info(i) => Value::Object(i.clone()),
-        Answer::Run(run) => json!({ "run": run }),
-        Answer::Summary(s) => serde_json::to_value(s).unwrap_or(Value::Null),
-    }
-}
-
-/// The answer line of one command.
-fn answer(driver: &Driver, result: Result<Value, String>) -> Value {
-    let state = driver.state().name();
-    match result {
-        Ok(r) => json!({ "ok": true, "state": state, "result": r }),
-        Err(e) => json!({ "ok": false, "state": state, "error": e }),
-    }
-}
-
-/// The command of a line from standard input, or what is wrong with it.
-fn line_to_command(verb: &str, arg: Option<&str>) -> Option<Result<Command, String>> {
-    Some(match verb {
-        "configure" => Ok(Command::Configure { config: None }),
-        "start" => match arg.map(str::parse::<u32>) {
-            Some(Ok(run)) => Ok(Command::Start { run }),
-            _ => Err("usage: start RUN".into()),
-        },
-        "stop" => match arg.map(str::parse::<u64>).transpose() {
-            Ok(last_event) => Ok(Command::Stop { last_event }),
-            Err(_) => Err("usage: stop [LAST_EVENT]".into()),
-        },
-        "pause" => Ok(Command::Pause),
-        "resume" => Ok(Command::Resume),
-        "reset" => Ok(Command::Reset),
-        "set" => match arg.and_then(|a| a.split_once('=')) {
-            Some((key, value)) if !key.is_empty() => Ok(Command::Set {
-                key: key.to_owned(),
-                value: serde_json::to_value(parse_value(value)).unwrap_or(Value::Null),
-            }),
-            _ => Err("usage: set KEY=VALUE".into()),
-        },
-        _ => return None,
-    })
-}
-
 /// Runs a line from standard input (a transition after `delay`); the answer and whether to
-/// quit.
-fn line_command(driver: &mut Driver, line: &str, delay: Duration) -> (Value, bool) {
-    let mut words = line.split_whitespace();
-    let verb = words.next().unwrap_or("");
-    let arg = words.next();
-    let result = match (verb, line_to_command(verb, arg)) {
-        (_, Some(Ok(command))) => {
+/// quit (an empty line has no answer).
+fn line_command(driver: &mut Driver, line: &str, delay: Duration) -> (Option<LineAnswer>, bool) {
+    if line.trim().is_empty() {
+        return (None, false);
+    }
+    let result = match line.parse::<Line>() {
+        Ok(Line::Command(command)) => {
             slow_down(command.verb(), delay);
-            driver.execute(command).map(|a| answer_json(&a)).map_err(|e| e.to_string())
+            driver.execute(command).map(|a| Some(answer_json(&a))).map_err(LineFailure::Component)
         }
-        (_, Some(Err(usage))) => Err(usage),
-        ("stats", None) => Ok(serde_json::to_value(driver.stats()).unwrap_or(Value::Null)),
-        ("state", None) => Ok(json!({ "failure": driver.failure() })),
-        ("schema", None) => Ok(serde_json::to_value(driver.schema()).unwrap_or(Value::Null)),
-        ("quit", None) => return (json!({ "ok": true, "state": driver.state().name() }), true),
-        ("", None) => return (Value::Null, false),
-        (other, None) => Err(format!(
-            "unknown command `{other}` (configure, start RUN, pause, resume, stop [N], set KEY=VALUE, stats, state, schema, reset, quit)"
-        )),
+        Ok(Line::Stats) => Ok(serde_json::to_value(driver.stats()).ok()),
+        Ok(Line::State) => Ok(Some(json!({ "failure": driver.failure() }))),
+        Ok(Line::Schema) => Ok(serde_json::to_value(driver.schema()).ok()),
+        Ok(Line::Quit) => return (Some(LineAnswer::of(driver.state(), Ok(None))), true),
+        Err(e) => Err(LineFailure::Line(e)),
     };
-    (answer(driver, result), false)
+    (Some(LineAnswer::of(driver.state(), result)), false)
 }
 
 /// Waits `delay` before transition `verb` (a slow component: [`Options::transition_delay`]).
@@ -536,11 +487,11 @@ impl ControlLink {
                          its console); `{from}` sent `{verb}`",
                         driver.name()
                     );
-                    (request, Err(why))
+                    (request, Err(ComponentError::Refused(why)))
                 }
                 _ => {
                     slow_down(verb, self.delay);
-                    let r = driver.execute(request.command.clone()).map_err(|e| e.to_string());
+                    let r = driver.execute(request.command.clone());
                     (request, r)
                 }
             },
@@ -555,7 +506,7 @@ impl ControlLink {
                 }
                 let ids = serde_json::from_slice::<Ids>(payload).unwrap_or(Ids { id: 0, reply_to: None });
                 let request = Request { id: ids.id, reply_to: ids.reply_to, command: Command::Reset };
-                (request, Err(e.to_string()))
+                (request, Err(e))
             }
         };
         match &result {
@@ -576,9 +527,11 @@ impl ControlLink {
     }
 }
 
-fn reply(out: &Mutex<std::io::Stdout>, v: &Value) {
-    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = writeln!(o, "{v}");
+/// Writes one line of the standard-input protocol's output (an answer or an event).
+fn reply(out: &Mutex<std::io::Stdout>, line: &impl serde::Serialize) {
+    let text = serde_json::to_string(line).unwrap_or_default();
+    let mut o = crate::sync::lock(out);
+    let _ = writeln!(o, "{text}");
     let _ = o.flush();
 }
 
@@ -614,7 +567,7 @@ pub fn run_observed(
             |e: crate::ComponentError| ProcessError::Start { name: options.name.clone(), reason: e.to_string() };
         let info = driver.configure(None).map_err(start)?;
         driver.start(run).map_err(start)?;
-        reply(&out, &json!({ "ok": true, "state": driver.state().name(), "result": info }));
+        reply(&out, &LineAnswer::of(driver.state(), Ok(Some(Value::Object(info)))));
     }
     let (tx, rx) = std::sync::mpsc::channel::<Input>();
     let mut link = match &options.control {
@@ -674,8 +627,8 @@ pub fn run_observed(
     if matches!(driver.state(), State::Running | State::Paused)
         || driver.run().is_some() && driver.state() == State::Error
     {
-        let r = driver.stop(None).map(|s| serde_json::to_value(s).unwrap_or(Value::Null)).map_err(|e| e.to_string());
-        reply(&out, &answer(&driver, r));
+        let r = driver.stop(None).map(|s| serde_json::to_value(s).ok()).map_err(LineFailure::Component);
+        reply(&out, &LineAnswer::of(driver.state(), r));
     }
     let _ = driver.reset();
     observe(&driver);
@@ -726,7 +679,7 @@ fn event_loop(
         let f = driver.failure();
         if f.is_some() && f != reported {
             tracing::error!(error = f.as_deref().unwrap_or(""), "component failed");
-            reply(out, &json!({ "event": "error", "error": f }));
+            reply(out, &LineEvent { event: "error".into(), error: f.clone().unwrap_or_default() });
             reported = f;
             failed = true;
         }
@@ -756,13 +709,13 @@ fn event_loop(
                 }
             }
             Ok(Input::Line(line)) => {
-                let (v, quit) = line_command(driver, line.trim(), delay);
+                let (answer, quit) = line_command(driver, &line, delay);
                 if let Some(l) = link.as_mut() {
                     l.publish(driver, true);
                 }
                 observe(driver);
-                if !v.is_null() {
-                    reply(out, &v);
+                if let Some(answer) = answer {
+                    reply(out, &answer);
                 }
                 if quit {
                     return Ended { why: Why::Quit, failed };
@@ -810,15 +763,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_become_commands_or_say_how_to_write_them() {
-        assert_eq!(line_to_command("start", Some("4")), Some(Ok(Command::Start { run: 4 })));
-        assert_eq!(line_to_command("stop", None), Some(Ok(Command::Stop { last_event: None })));
-        assert_eq!(line_to_command("start", Some("x")), Some(Err("usage: start RUN".into())));
-        assert_eq!(line_to_command("stop", Some("-1")), Some(Err("usage: stop [LAST_EVENT]".into())));
-        assert_eq!(line_to_command("stats", None), None);
-    }
-
-    #[test]
     fn a_lease_expires_only_after_being_unreachable_for_longer_than_it() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
@@ -852,15 +796,5 @@ mod tests {
         assert_eq!(seconds_text(Duration::from_millis(12_400)), "12 s");
         assert_eq!(seconds_text(Duration::from_millis(2_140)), "2.1 s");
         assert_eq!(seconds_text(Duration::from_secs(2)), "2 s");
-    }
-
-    #[test]
-    fn answers_keep_the_shapes_of_the_standard_input_protocol() {
-        assert_eq!(answer_json(&Answer::Run(3)), json!({"run": 3}));
-        assert_eq!(answer_json(&Answer::Nothing), Value::Null);
-        let mut info = crate::Info::new();
-        info.insert("listen".into(), json!("127.0.0.1:1"));
-        assert_eq!(answer_json(&Answer::Info(info)), json!({"listen": "127.0.0.1:1"}));
-        assert_eq!(answer_json(&Answer::Summary(crate::Stats::counted(2, 9)))["events"], 2);
     }
 }

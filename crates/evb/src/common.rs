@@ -11,15 +11,7 @@ use daqflow_component::ComponentError;
 
 use crate::EvbError;
 
-/// A copy of what a mutex holds, even if a thread panicked while holding it.
-pub(crate) fn read<T: Clone>(m: &std::sync::Mutex<T>) -> T {
-    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// Replaces what a mutex holds, even if a thread panicked while holding it.
-pub(crate) fn set<T>(m: &std::sync::Mutex<T>, value: T) {
-    *m.lock().unwrap_or_else(|p| p.into_inner()) = value;
-}
+pub(crate) use daqflow_component::sync::{read, set};
 
 /// A configuration that passed its range checks, or the framework's configuration error naming
 /// the component: `NAME: KIND: `key` … ; `key` …`.

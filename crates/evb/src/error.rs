@@ -8,16 +8,6 @@ pub enum EvbError {
     /// The configuration is not usable.
     #[error("configuration: {0}")]
     Config(String),
-    /// The component cannot carry out the command now: `start` before `configure` or during a
-    /// run, `stop` or `pause` with no run. Called through the component contract's `Driver`,
-    /// which refuses illegal transitions before any hook runs, a component never says this.
-    #[error("cannot {command}: {why}")]
-    Refused {
-        /// The command.
-        command: &'static str,
-        /// Why not.
-        why: &'static str,
-    },
     /// A socket could not be opened, connected or used.
     #[error("{what}: {source}")]
     Io {
@@ -46,18 +36,7 @@ impl EvbError {
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> EvbError {
         EvbError::Io { what: what.into(), source }
     }
-
-    pub(crate) fn refused(command: &'static str, why: &'static str) -> EvbError {
-        EvbError::Refused { command, why }
-    }
 }
-
-/// Why a command cannot be carried out now.
-pub(crate) const NOT_CONFIGURED: &str = "the component is not configured";
-/// Why a command cannot be carried out now.
-pub(crate) const IN_RUN: &str = "a run is taken";
-/// Why a command cannot be carried out now.
-pub(crate) const NO_RUN: &str = "no run is taken";
 
 impl From<EvbError> for daqflow_component::ComponentError {
     fn from(e: EvbError) -> Self {

@@ -28,7 +28,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -107,9 +107,7 @@ fn closed(what: &str) -> PyErr {
     DialogClosedError::new_err(format!("{what} is closed"))
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use daqflow_component::sync::lock;
 
 /// The bytes of `data`: `bytes`, `str` (as UTF-8) or any object with a byte buffer
 /// (`bytearray`, `memoryview`, a numpy `uint8` array).

@@ -29,7 +29,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use daqflow_et::{
@@ -118,9 +118,7 @@ fn et_error(e: RustEtError) -> PyErr {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use daqflow_component::sync::lock;
 
 /// How long one blocking call waits without the GIL before Python checks for signals
 /// (Ctrl-C): a `sleep` wait is a series of these.

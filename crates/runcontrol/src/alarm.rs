@@ -273,22 +273,7 @@ fn component_state(w: &str) -> Option<ComponentState> {
 }
 
 fn system_state(w: &str) -> Option<SystemState> {
-    [
-        SystemState::Initial,
-        SystemState::Configured,
-        SystemState::Running,
-        SystemState::Paused,
-        SystemState::Error,
-        SystemState::Mixed,
-        SystemState::Configuring,
-        SystemState::Starting,
-        SystemState::Pausing,
-        SystemState::Resuming,
-        SystemState::Stopping,
-        SystemState::Resetting,
-    ]
-    .into_iter()
-    .find(|s| s.name() == w)
+    SystemState::ALL.into_iter().find(|s| s.name() == w)
 }
 
 /// `NAME,NAME,…` from `words[*at]` on, each read by `one`.

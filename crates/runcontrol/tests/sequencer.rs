@@ -218,16 +218,18 @@ impl World {
         let verb = request.command.verb();
         let (state, run) = (self.states[&name].2, self.states[&name].3);
         let result = if self.refuse.contains(&(name.clone(), verb)) {
-            Err(format!("{verb} refused"))
+            Err(ComponentError::Refused(format!("{verb} refused")))
         } else if let Command::Set { key, .. } = &request.command
             && key != "rate_hz"
             && key != DRAIN_INTO_RESERVE_KEY
         {
             // The stub's live parameters are `rate_hz` (and a recorder's reserve).
-            Err(format!("`{key}` cannot change after configure; the live parameters of {name} are: rate_hz"))
+            Err(ComponentError::Refused(format!(
+                "`{key}` cannot change after configure; the live parameters of {name} are: rate_hz"
+            )))
         } else if self.fail.contains(&(name.clone(), verb)) {
             self.states.get_mut(&name).unwrap().2 = State::Error;
-            Err(format!("{verb} failed"))
+            Err(ComponentError::Failed(format!("{verb} failed")))
         } else {
             let (next, answer) = match &request.command {
                 Command::Configure { .. } => {

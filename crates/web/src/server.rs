@@ -234,12 +234,12 @@ impl Shared {
 }
 
 /// The names of the transitions a system in `state` may be asked for
-/// ([`Transition::allowed_from`]), in the state machine's order.
+/// ([`Transition::allowed_in`]), in the state machine's order.
 pub(crate) fn allowed_transitions(state: SystemState) -> Vec<&'static str> {
     Transition::NAMES
         .iter()
         .filter_map(|name| Transition::parse(name, b"").ok())
-        .filter(|t| t.allowed_from().contains(&state))
+        .filter(|t| t.allowed_in(state))
         .map(Transition::name)
         .collect()
 }

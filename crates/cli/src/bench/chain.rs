@@ -17,6 +17,8 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use daqflow_component::Command;
+use daqflow_component::stdin::Line;
 use serde_json::Value;
 
 use crate::child::{Child, Launch};
@@ -115,33 +117,39 @@ fn run_chain(
     let mut sets = vec![format!("check={check}")];
     sets.extend(places.sink_listen.iter().map(|l| format!("listen={l}")));
     let mut sink = Child::launch(&places.sink, "sink", "chain-sink", &sets, None)?;
-    let mut next = sink.call("configure", CALL)?["listen"].as_str().context("sink: no listen address")?.to_owned();
+    let mut next = sink.call(Line::Command(Command::Configure { config: None }), CALL)?["listen"]
+        .as_str()
+        .context("sink: no listen address")?
+        .to_owned();
     let mut reps = Vec::with_capacity(repeaters);
     // From the sink upwards: repeater k-1 feeds the sink, repeater 0 is fed by the generator.
     for i in (0..repeaters).rev() {
         let sets = [format!("downstream={next}"), format!("forward={forward}")];
         let mut r = Child::launch(&places.repeaters, "repeater", &format!("chain-rep-{i}"), &sets, None)?;
-        next = r.call("configure", CALL)?["listen"].as_str().context("repeater: no listen address")?.to_owned();
+        next = r.call(Line::Command(Command::Configure { config: None }), CALL)?["listen"]
+            .as_str()
+            .context("repeater: no listen address")?
+            .to_owned();
         reps.push(r);
     }
     let sets = [format!("downstream={next}"), format!("chunk_bytes={chunk}"), format!("check={check}")];
     let mut generator = Child::launch(&places.generator, "generator", "chain-gen", &sets, None)?;
-    generator.call("configure", CALL)?;
-    sink.call("start 1", CALL)?;
+    generator.call(Line::Command(Command::Configure { config: None }), CALL)?;
+    sink.call(Line::Command(Command::Start { run: 1 }), CALL)?;
     for r in &mut reps {
-        r.call("start 1", CALL)?;
+        r.call(Line::Command(Command::Start { run: 1 }), CALL)?;
     }
-    generator.call("start 1", CALL)?;
+    generator.call(Line::Command(Command::Start { run: 1 }), CALL)?;
     thread::sleep(Duration::from_secs_f64(warmup));
-    let s0 = sink.call("stats", CALL)?;
+    let s0 = sink.call(Line::Stats, CALL)?;
     thread::sleep(Duration::from_secs_f64(window));
-    let s1 = sink.call("stats", CALL)?;
-    let g = generator.call("stop", CALL)?;
+    let s1 = sink.call(Line::Stats, CALL)?;
+    let g = generator.call(Line::Command(Command::Stop { last_event: None }), CALL)?;
     let mut passed = Vec::new();
     for r in reps.iter_mut().rev() {
-        passed.push(r.call("stop", CALL)?);
+        passed.push(r.call(Line::Command(Command::Stop { last_event: None }), CALL)?);
     }
-    let s = sink.call("stop", CALL)?;
+    let s = sink.call(Line::Command(Command::Stop { last_event: None }), CALL)?;
     let mut errors: Vec<String> = Vec::new();
     for p in std::iter::once(&mut generator).chain(reps.iter_mut()).chain(std::iter::once(&mut sink)) {
         p.drain_events();
@@ -204,28 +212,37 @@ fn run_fanout(chunk: usize, policy: &str, outputs: &[FanOut], warmup: f64, windo
     let mut declared = Vec::with_capacity(outputs.len());
     for (i, o) in outputs.iter().enumerate() {
         let mut c = Child::launch(&Launch::Here, o.kind, &format!("fanout-out-{i}"), &o.sets, None)?;
-        let listen = c.call("configure", CALL)?["listen"].as_str().context("output: no listen address")?.to_owned();
+        let listen = c.call(Line::Command(Command::Configure { config: None }), CALL)?["listen"]
+            .as_str()
+            .context("output: no listen address")?
+            .to_owned();
         declared.push(format!("{{ downstream = \"{listen}\", mode = \"{}\" }}", o.mode));
         children.push(c);
     }
     let sets = [format!("outputs=[{}]", declared.join(", ")), format!("policy={policy}")];
     let mut dispatcher = Child::launch(&Launch::Here, "dispatcher", "fanout-dispatch", &sets, None)?;
-    let listen = dispatcher.call("configure", CALL)?["listen"].as_str().context("dispatcher: no listen")?.to_owned();
+    let listen = dispatcher.call(Line::Command(Command::Configure { config: None }), CALL)?["listen"]
+        .as_str()
+        .context("dispatcher: no listen")?
+        .to_owned();
     let sets = [format!("downstream={listen}"), format!("chunk_bytes={chunk}"), "check=false".to_owned()];
     let mut generator = Child::launch(&Launch::Here, "generator", "fanout-gen", &sets, None)?;
-    generator.call("configure", CALL)?;
+    generator.call(Line::Command(Command::Configure { config: None }), CALL)?;
     for c in &mut children {
-        c.call("start 1", CALL)?;
+        c.call(Line::Command(Command::Start { run: 1 }), CALL)?;
     }
-    dispatcher.call("start 1", CALL)?;
-    generator.call("start 1", CALL)?;
+    dispatcher.call(Line::Command(Command::Start { run: 1 }), CALL)?;
+    generator.call(Line::Command(Command::Start { run: 1 }), CALL)?;
     thread::sleep(Duration::from_secs_f64(warmup));
-    let s0: Vec<Value> = children.iter_mut().map(|c| c.call("stats", CALL)).collect::<Result<_, _>>()?;
+    let s0: Vec<Value> = children.iter_mut().map(|c| c.call(Line::Stats, CALL)).collect::<Result<_, _>>()?;
     thread::sleep(Duration::from_secs_f64(window));
-    let s1: Vec<Value> = children.iter_mut().map(|c| c.call("stats", CALL)).collect::<Result<_, _>>()?;
-    let g = generator.call("stop", CALL)?;
-    let d = dispatcher.call("stop", CALL)?;
-    let ends: Vec<Value> = children.iter_mut().map(|c| c.call("stop", CALL)).collect::<Result<_, _>>()?;
+    let s1: Vec<Value> = children.iter_mut().map(|c| c.call(Line::Stats, CALL)).collect::<Result<_, _>>()?;
+    let g = generator.call(Line::Command(Command::Stop { last_event: None }), CALL)?;
+    let d = dispatcher.call(Line::Command(Command::Stop { last_event: None }), CALL)?;
+    let ends: Vec<Value> = children
+        .iter_mut()
+        .map(|c| c.call(Line::Command(Command::Stop { last_event: None }), CALL))
+        .collect::<Result<_, _>>()?;
     let mut errors: Vec<String> = Vec::new();
     for p in std::iter::once(&mut generator).chain(std::iter::once(&mut dispatcher)).chain(children.iter_mut()) {
         p.drain_events();

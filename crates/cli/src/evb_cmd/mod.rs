@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use daqflow_api::{RunSummary, SystemState, SystemStatus};
-use daqflow_component::Stats;
+use daqflow_component::stdin::Line;
+use daqflow_component::{Command, Stats};
 use daqflow_evb::model::SizeModel;
 use daqflow_evb::stats::{BuDetail, EvmDetail, RuDetail};
 use daqflow_runcontrol::operator::{Operator, OperatorError, OperatorOptions};
@@ -424,7 +425,7 @@ fn take_run(
         let status = op.status();
         window.observe_status(&status);
         let late_stats = late.as_mut().filter(|l| !l.child.killed()).and_then(|l| {
-            let s = l.child.call("stats", CALL).ok().and_then(|v| serde_json::from_value::<Stats>(v).ok())?;
+            let s = l.child.call(Line::Stats, CALL).ok().and_then(|v| serde_json::from_value::<Stats>(v).ok())?;
             window.observe(&l.child.name, Quantity::EventBytes, Some(l.child.pid()), true, &s);
             Some(s)
         });
@@ -457,8 +458,8 @@ fn take_run(
             let evm = evm_addr.as_deref().context("the EVM told no address at configure")?;
             let sets = system::bu_params(args, plan, args.bus, evm).to_sets();
             let mut child = Child::spawn_with_control("bu", name, &sets, Some(&op.control_list()))?;
-            child.call("configure", CALL)?;
-            child.call(&format!("start {run}"), CALL)?;
+            child.call(Line::Command(Command::Configure { config: None }), CALL)?;
+            child.call(Line::Command(Command::Start { run }), CALL)?;
             if progress {
                 println!("{t:5.1} s  {name} joined (pid {})", child.pid());
             }
@@ -483,7 +484,7 @@ fn take_run(
         let summary = if l.child.killed() {
             None
         } else {
-            match l.child.call("stop", Duration::from_secs(60)) {
+            match l.child.call(Line::Command(Command::Stop { last_event: None }), Duration::from_secs(60)) {
                 Ok(v) => serde_json::from_value::<Stats>(v).ok(),
                 Err(e) => {
                     errors.push(e.to_string());

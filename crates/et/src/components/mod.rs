@@ -19,15 +19,7 @@ pub mod system;
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// A copy of what a mutex holds, even if a thread panicked while holding it.
-pub(crate) fn read<T: Clone>(m: &Mutex<T>) -> T {
-    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// Sets what a mutex holds.
-pub(crate) fn set<T>(m: &Mutex<T>, v: T) {
-    *m.lock().unwrap_or_else(|p| p.into_inner()) = v;
-}
+pub(crate) use daqflow_component::sync::{read, set};
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {

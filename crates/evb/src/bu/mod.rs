@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, Verb, parse_config};
 use daqflow_engine::fifo::{Consumer, Producer};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
 use daqflow_wire::file::{
@@ -60,7 +60,6 @@ pub use self::config::{BuConfig, EtConfirm, Output, schema};
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
-use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{Peer, connect, control_options, data_options};
 use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
 pub use crate::stats::{BuDetail, BuFile};
@@ -231,9 +230,6 @@ impl Bu {
 
 impl Component for Bu {
     fn configure(&mut self) -> Result<Info, ComponentError> {
-        if self.running.is_some() {
-            return Err(EvbError::refused("configure", IN_RUN).into());
-        }
         let c = &self.config;
         c.validate()?;
         match c.output {
@@ -257,10 +253,7 @@ impl Component for Bu {
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
         if !self.configured {
-            return Err(EvbError::refused("start", NOT_CONFIGURED).into());
-        }
-        if self.running.is_some() {
-            return Err(EvbError::refused("start", IN_RUN).into());
+            return Err(ComponentError::out_of_order(Verb::Start, "not configured"));
         }
         // The EVM gives the BU its generation, in the RU list.
         let hello = Message::Hello {
@@ -293,7 +286,9 @@ impl Component for Bu {
     }
 
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
+        let Some(running) = self.running.take() else {
+            return Err(ComponentError::out_of_order(Verb::Stop, "no run is taken"));
+        };
         self.shared.stop.store(true, Ordering::SeqCst);
         let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
         if let Some(p) = &self.profiling {

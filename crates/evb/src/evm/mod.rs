@@ -32,7 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, TriggerCounts, parse_config};
+use daqflow_component::{
+    Component, ComponentError, Info, Kind, Role as KindRole, Stats, TriggerCounts, Verb, parse_config,
+};
 use daqflow_engine::messages::{ControlMessage, GroupSizes, Grouper};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::Listener;
@@ -42,7 +44,6 @@ pub use self::config::{EvmConfig, TriggerMode, schema};
 pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
-use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{Peer, bind, control_options, unix_ns};
 use crate::protocol::{KIND_FRAGMENT, Message, Role, Trigger};
 pub use crate::stats::{EvmBu, EvmDetail};
@@ -111,9 +112,9 @@ impl Evm {
         read(&self.shared.last_event)
     }
 
-    fn set_paused(&mut self, command: &'static str, paused: bool) -> Result<(), ComponentError> {
+    fn set_paused(&mut self, command: Verb, paused: bool) -> Result<(), ComponentError> {
         if self.running.is_none() {
-            return Err(EvbError::refused(command, NO_RUN).into());
+            return Err(ComponentError::out_of_order(command, "no run is taken"));
         }
         self.shared.paused.store(paused, Ordering::SeqCst);
         Ok(())
@@ -122,9 +123,6 @@ impl Evm {
 
 impl Component for Evm {
     fn configure(&mut self) -> Result<Info, ComponentError> {
-        if self.running.is_some() {
-            return Err(EvbError::refused("configure", IN_RUN).into());
-        }
         self.config.validate()?;
         self.profiling =
             crate::common::Profiling::new(&self.name, self.config.profile.as_deref(), self.config.profile_stamps);
@@ -142,11 +140,8 @@ impl Component for Evm {
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
         let Some(listener) = self.listener.clone() else {
-            return Err(EvbError::refused("start", NOT_CONFIGURED).into());
+            return Err(ComponentError::out_of_order(Verb::Start, "not configured"));
         };
-        if self.running.is_some() {
-            return Err(EvbError::refused("start", IN_RUN).into());
-        }
         self.shared = Arc::default();
         let mut s = Scheduler::new(format!("{}-evm", self.name))
             .with_idle(self.config.idle.strategy())
@@ -163,7 +158,9 @@ impl Component for Evm {
     }
 
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
+        let Some(running) = self.running.take() else {
+            return Err(ComponentError::out_of_order(Verb::Stop, "no run is taken"));
+        };
         self.shared.stop.store(true, Ordering::SeqCst);
         // The listener stays bound: the EVM is ready for the next run on the same address.
         let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
@@ -175,11 +172,11 @@ impl Component for Evm {
     }
 
     fn pause(&mut self) -> Result<(), ComponentError> {
-        self.set_paused("pause", true)
+        self.set_paused(Verb::Pause, true)
     }
 
     fn resume(&mut self) -> Result<(), ComponentError> {
-        self.set_paused("resume", false)
+        self.set_paused(Verb::Resume, false)
     }
 
     fn reset(&mut self) -> Result<(), ComponentError> {

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, Verb, parse_config};
 use daqflow_engine::messages::{self, MessageKind};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::{Connection, Listener};
@@ -39,7 +39,6 @@ pub use self::config::{RuConfig, schema};
 pub use self::core::{BuAdmission, OutgoingSf, RuCore, RuCounters};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
-use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{Peer, bind, connect, control_options, ru_data_options};
 use crate::protocol::{KIND_END, KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
 pub use crate::stats::RuDetail;
@@ -110,9 +109,6 @@ impl Ru {
 
 impl Component for Ru {
     fn configure(&mut self) -> Result<Info, ComponentError> {
-        if self.running.is_some() {
-            return Err(EvbError::refused("configure", IN_RUN).into());
-        }
         // send_queue_bytes at most 16 MiB: above the data link's own queue, a send could wait
         // inside the RU's only thread.
         self.config.validate()?;
@@ -134,11 +130,8 @@ impl Component for Ru {
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
         let Some(listener) = self.listener.clone() else {
-            return Err(EvbError::refused("start", NOT_CONFIGURED).into());
+            return Err(ComponentError::out_of_order(Verb::Start, "not configured"));
         };
-        if self.running.is_some() {
-            return Err(EvbError::refused("start", IN_RUN).into());
-        }
         let hello = Message::Hello {
             role: Role::Ru,
             id: self.config.id,
@@ -169,7 +162,9 @@ impl Component for Ru {
     }
 
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        let Some(running) = self.running.take() else { return Err(EvbError::refused("stop", NO_RUN).into()) };
+        let Some(running) = self.running.take() else {
+            return Err(ComponentError::out_of_order(Verb::Stop, "no run is taken"));
+        };
         self.shared.stop.store(true, Ordering::SeqCst);
         // The listener stays bound: the RU is ready for the next run on the same address.
         let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;

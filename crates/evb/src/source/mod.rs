@@ -41,7 +41,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, parse_config};
+use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, Verb, parse_config};
 use daqflow_transport::Connection;
 use daqflow_wire::{EventId, FRAGMENT_HEADER_LEN, FragmentFlags, FragmentHeader, pad8};
 
@@ -49,7 +49,6 @@ pub use self::config::{Payload, SourceConfig, SourceRole, schema};
 pub use self::stream::{MAX_FRAGMENT_PAYLOAD, SourceStream};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
-use crate::error::{IN_RUN, NO_RUN, NOT_CONFIGURED};
 use crate::link::{connect, data_options, unix_ns};
 use crate::model::{Rng, SizeModel, StreamTable, fill_pattern};
 use crate::protocol::{KIND_FRAGMENT, Message, Role};
@@ -160,9 +159,6 @@ impl Component for Source {
     }
 
     fn configure(&mut self) -> Result<Info, ComponentError> {
-        if self.thread.is_some() {
-            return Err(EvbError::refused("configure", IN_RUN).into());
-        }
         self.config.validate()?;
         let mut model = self.config.size;
         if let Some(path) = &self.config.stream_table {
@@ -188,10 +184,7 @@ impl Component for Source {
     }
 
     fn start(&mut self, run: u32) -> Result<(), ComponentError> {
-        let Some(model) = self.model else { return Err(EvbError::refused("start", NOT_CONFIGURED).into()) };
-        if self.thread.is_some() {
-            return Err(EvbError::refused("start", IN_RUN).into());
-        }
+        let Some(model) = self.model else { return Err(ComponentError::out_of_order(Verb::Start, "not configured")) };
         let role = match self.config.role {
             SourceRole::Data => Role::Source,
             SourceRole::Trigger => Role::Trigger,
@@ -226,7 +219,7 @@ impl Component for Source {
 
     fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError> {
         if self.thread.is_none() {
-            return Err(EvbError::refused("stop", NO_RUN).into());
+            return Err(ComponentError::out_of_order(Verb::Stop, "no run is taken"));
         }
         let sent = self.shared.sent.load(Ordering::SeqCst);
         let patience = Duration::from_millis(self.config.stop_timeout_ms);
@@ -234,11 +227,11 @@ impl Component for Source {
     }
 
     fn pause(&mut self) -> Result<(), ComponentError> {
-        self.set_paused("pause", true)
+        self.set_paused(Verb::Pause, true)
     }
 
     fn resume(&mut self) -> Result<(), ComponentError> {
-        self.set_paused("resume", false)
+        self.set_paused(Verb::Resume, false)
     }
 
     fn reset(&mut self) -> Result<(), ComponentError> {
@@ -265,9 +258,9 @@ impl Component for Source {
 
 impl Source {
     /// Holds the stream back (`pause`) or lets it go on.
-    fn set_paused(&mut self, command: &'static str, paused: bool) -> Result<(), ComponentError> {
+    fn set_paused(&mut self, command: Verb, paused: bool) -> Result<(), ComponentError> {
         if self.thread.is_none() {
-            return Err(EvbError::refused(command, NO_RUN).into());
+            return Err(ComponentError::out_of_order(command, "no run is taken"));
         }
         self.shared.paused.store(paused, Ordering::SeqCst);
         Ok(())

@@ -61,15 +61,7 @@ pub struct MsgLoggerDetail {
     pub processes: u64,
 }
 
-/// A copy of what a mutex holds, even if a thread panicked while holding it.
-fn read<T: Clone>(m: &Mutex<T>) -> T {
-    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// Sets what a mutex holds.
-fn set<T>(m: &Mutex<T>, v: T) {
-    *m.lock().unwrap_or_else(|p| p.into_inner()) = v;
-}
+use daqflow_component::sync::{read, set};
 
 #[derive(Default)]
 struct Counters {

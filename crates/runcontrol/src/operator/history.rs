@@ -359,21 +359,7 @@ mod tests {
 
     #[test]
     fn every_system_state_has_its_own_number() {
-        let states = [
-            SystemState::Initial,
-            SystemState::Configured,
-            SystemState::Running,
-            SystemState::Paused,
-            SystemState::Error,
-            SystemState::Mixed,
-            SystemState::Configuring,
-            SystemState::Starting,
-            SystemState::Pausing,
-            SystemState::Resuming,
-            SystemState::Stopping,
-            SystemState::Resetting,
-        ];
-        let numbers: Vec<f64> = states.iter().map(|s| state_number(*s)).collect();
+        let numbers: Vec<f64> = SystemState::ALL.iter().map(|s| state_number(*s)).collect();
         assert_eq!(numbers, (0..12).map(f64::from).collect::<Vec<_>>());
     }
 }

@@ -199,9 +199,7 @@ pub struct Operator {
     inner: Arc<Inner>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use daqflow_component::sync::lock;
 
 /// The control servers for a process started now: the one the operator uses first (the spare,
 /// after the primary died), so that a restarted component joins the processes already there

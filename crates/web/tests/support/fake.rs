@@ -269,7 +269,7 @@ impl Backend for FakeBackend {
         std::thread::sleep(self.transition_delay);
         let mut s = self.state.lock().unwrap();
         FakeBackend::advance(&mut s);
-        if !t.allowed_from().contains(&s.state) {
+        if !t.allowed_in(s.state) {
             return Err(BackendError::Conflict(format!("cannot {} the system in state {}", t.name(), s.state)));
         }
         let (next, result) = match t {

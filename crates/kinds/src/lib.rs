@@ -1,14 +1,18 @@
-//! The component kinds the `daqflow` binary runs: one line per kind. Each kind lives in a folder
-//! of its subsystem's crate (its component, its `config.rs`) and describes itself with a
+//! The component kinds the `daqflow` binary runs: one line per kind, the only list of them (the
+//! binary, its tests and the fuzz targets take it from here). Each kind lives in a folder of its
+//! subsystem's crate (its component, its `config.rs`) and describes itself with a
 //! [`Kind`](daqflow_component::Kind): its role in the run's accounting, its start and stop
 //! stages, where it writes data files, its factory. A new kind is a new folder and a new line
 //! here.
 //!
 //! ```
-//! let registry = daqflow::registry::standard();
+//! let registry = daqflow_kinds::standard();
 //! assert!(registry.kinds().contains(&"ru"));
 //! assert_eq!(registry.kind("evm").unwrap().role, daqflow_component::Role::Trigger);
 //! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use daqflow_component::Registry;
 
