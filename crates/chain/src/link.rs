@@ -366,6 +366,126 @@ pub(crate) fn abandon_thread(thread: Option<JoinHandle<()>>, live: &Live) {
     }
 }
 
+/// What a chain kind whose run is one thread of its own does (its configuration, the thread's
+/// body, its report); [`Worker`] is the rest of the component, the same for every such kind:
+/// the thread started at `start`, waited for at `stop` (at most [`Work::stop_timeout`], then
+/// abandoned), abandoned at `reset` and on drop, the counters of [`Live`] reported.
+pub(crate) trait Work: Send + 'static {
+    /// The thread's role, in its name (`send`, `forward`, `receive`).
+    const THREAD: &'static str;
+    /// Checks the configuration and binds what the kind listens on; what it tells the others.
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError>;
+    /// Connects what the kind sends to; the thread's body for run `run`, counting into `live`.
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError>;
+    /// How long `stop` waits for the thread to end by itself.
+    fn stop_timeout(&self) -> Duration;
+    /// At `stop`, before waiting for the thread (a generator says where its stream ends).
+    fn stopping(&mut self, _live: &Live, _last_event: Option<u64>) {}
+    /// The counters with the kind's detail: live (rates over the last interval) or as the
+    /// run's summary (rates over the run).
+    fn report(&self, live: &Live, summary: bool) -> Stats;
+    /// At `reset`: releases what `configure` made.
+    fn release(&mut self) {}
+}
+
+/// A [`Work`] as a component: the kind's struct holds one and [`worker_component!`] gives it
+/// the component's hooks.
+pub(crate) struct Worker<W> {
+    name: String,
+    work: W,
+    live: Arc<Live>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<W: Work> Worker<W> {
+    /// A component named `name` doing `work`.
+    pub(crate) fn new(name: &str, work: W) -> Worker<W> {
+        Worker { name: name.into(), work, live: Live::new(), thread: None }
+    }
+
+    pub(crate) fn configure(&mut self) -> Result<Info, ComponentError> {
+        self.work.configure(&self.name)
+    }
+
+    pub(crate) fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+        let live = Live::new();
+        let body = self.work.start(&self.name, run, &live)?;
+        self.live = live;
+        self.thread = Some(spawn(&self.name, W::THREAD, body)?);
+        Ok(())
+    }
+
+    pub(crate) fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError> {
+        if let Some(thread) = self.thread.take() {
+            self.work.stopping(&self.live, last_event);
+            end_thread(&self.name, thread, &self.live, self.work.stop_timeout())?;
+        }
+        Ok(self.work.report(&self.live, true))
+    }
+
+    /// Holds a producer back (its thread reads [`Live::paused`]); nothing for the others.
+    pub(crate) fn pause(&mut self, paused: bool) -> Result<(), ComponentError> {
+        self.live.paused.store(paused, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub(crate) fn reset(&mut self) -> Result<(), ComponentError> {
+        abandon_thread(self.thread.take(), &self.live);
+        self.work.release();
+        Ok(())
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.work.report(&self.live, false)
+    }
+
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.live.failure()
+    }
+}
+
+impl<W> Drop for Worker<W> {
+    fn drop(&mut self) {
+        abandon_thread(self.thread.take(), &self.live);
+    }
+}
+
+/// The component hooks of a kind whose struct is a [`Worker`] (`Kind(Worker<…>)`).
+macro_rules! worker_component {
+    ($kind:ty) => {
+        impl daqflow_component::Component for $kind {
+            fn configure(&mut self) -> Result<daqflow_component::Info, daqflow_component::ComponentError> {
+                self.0.configure()
+            }
+            fn start(&mut self, run: u32) -> Result<(), daqflow_component::ComponentError> {
+                self.0.start(run)
+            }
+            fn stop(
+                &mut self,
+                last_event: Option<u64>,
+            ) -> Result<daqflow_component::Stats, daqflow_component::ComponentError> {
+                self.0.stop(last_event)
+            }
+            fn pause(&mut self) -> Result<(), daqflow_component::ComponentError> {
+                self.0.pause(true)
+            }
+            fn resume(&mut self) -> Result<(), daqflow_component::ComponentError> {
+                self.0.pause(false)
+            }
+            fn reset(&mut self) -> Result<(), daqflow_component::ComponentError> {
+                self.0.reset()
+            }
+            fn stats(&self) -> daqflow_component::Stats {
+                self.0.stats()
+            }
+            fn failure(&self) -> Option<String> {
+                self.0.failure()
+            }
+        }
+    };
+}
+pub(crate) use worker_component;
+
 /// Spawns a component's thread.
 pub(crate) fn spawn(
     name: &str,

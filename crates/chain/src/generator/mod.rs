@@ -24,7 +24,6 @@ mod config;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -32,17 +31,12 @@ use daqflow_transport::{Connection, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
 pub use self::config::{GeneratorConfig, schema};
-use super::link::{Cut, Live, Outlet, abandon_thread, end_thread, resolve, spawn};
+use super::link::{Cut, Live, Outlet, Work, Worker, resolve, worker_component};
 use super::protocol::{CHUNK_HEADER_LEN, ChunkHeader, FLAG_CRC, KIND_CHUNK, begin_frame, end_frame};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
-/// The generator component.
-pub struct Generator {
-    name: String,
-    config: GeneratorConfig,
-    live: Arc<Live>,
-    thread: Option<JoinHandle<()>>,
-}
+/// The generator component (its hooks are the chain's one worker's: the thread, the stop, the report).
+pub struct Generator(Worker<Sending>);
 
 /// The generator's own figures, the `detail` of its [`Stats`]; its `events` are the chunks
 /// sent, its `bytes` their data bytes (headers not counted).
@@ -80,87 +74,64 @@ pub fn kind() -> Kind {
 impl Generator {
     /// A generator named `name`.
     pub fn new(name: &str, config: GeneratorConfig) -> Generator {
-        Generator { name: name.into(), config, live: Live::new(), thread: None }
-    }
-
-    /// The counters: live (rates over the last interval) or as a summary (rates over the run).
-    fn report(&self, summary: bool) -> Stats {
-        let (stats, flow) = self.live.counted(summary);
-        stats.with_detail(&GeneratorDetail {
-            chunk_bytes: self.config.chunk_bytes,
-            seconds: flow.seconds,
-            mean_events_per_s: flow.mean_events_per_s,
-            mean_mb_per_s: flow.mean_mb_per_s,
-            error: self.live.failure(),
-        })
+        Generator(Worker::new(name, Sending { config }))
     }
 }
 
-impl Component for Generator {
+/// What a generator does; [`Worker`] runs it.
+struct Sending {
+    config: GeneratorConfig,
+}
+
+impl Work for Sending {
+    const THREAD: &'static str = "send";
+
     /// Checks the configuration; answers `{"chunk_bytes": N}`.
-    fn configure(&mut self) -> Result<Info, ComponentError> {
-        self.config.validate(&self.name)?;
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError> {
+        self.config.validate(name)?;
         let mut info = Info::new();
         info.insert("chunk_bytes".into(), self.config.chunk_bytes.into());
         Ok(info)
     }
 
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError> {
         let c = &self.config;
-        let addr = resolve(&self.name, "downstream", &c.downstream)?;
+        let addr = resolve(name, "downstream", &c.downstream)?;
         let policy = RetryPolicy::for_duration(Duration::from_millis(c.connect_timeout_ms));
         let conn = Connection::connect_with_retry(&[addr], &c.tuning().options(), &policy)
-            .map_err(|e| ComponentError::Failed(format!("{}: downstream: {e}", self.name)))?;
-        self.live = Live::new();
-        let (name, config, live) = (self.name.clone(), self.config.clone(), self.live.clone());
+            .map_err(|e| ComponentError::Failed(format!("{name}: downstream: {e}")))?;
+        let (name, config, live) = (name.to_owned(), self.config.clone(), live.clone());
         let outlet = Outlet::new(conn, config.send_queue_bytes);
-        self.thread = Some(spawn(&self.name, "send", move || produce(&name, &config, run, outlet, &live))?);
-        Ok(())
+        Ok(Box::new(move || produce(&name, &config, run, outlet, &live)))
+    }
+
+    fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.stop_timeout_ms)
     }
 
     /// Ends the stream after chunk `last_event` (if more were sent already: at once) with an
-    /// end marker; the summary's rates are the means over the run, its detail a
-    /// [`GeneratorDetail`] (`error` set if the stream was cut).
-    fn stop(&mut self, last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        if let Some(thread) = self.thread.take() {
-            let sent = self.live.chunks.load(Ordering::SeqCst);
-            self.live.stop_at.store(last_event.unwrap_or(sent), Ordering::SeqCst);
-            self.live.paused.store(false, Ordering::SeqCst);
-            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
-        }
-        Ok(self.report(true))
+    /// end marker.
+    fn stopping(&mut self, live: &Live, last_event: Option<u64>) {
+        let sent = live.chunks.load(Ordering::SeqCst);
+        live.stop_at.store(last_event.unwrap_or(sent), Ordering::SeqCst);
+        live.paused.store(false, Ordering::SeqCst);
     }
 
-    fn pause(&mut self) -> Result<(), ComponentError> {
-        self.live.paused.store(true, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn resume(&mut self) -> Result<(), ComponentError> {
-        self.live.paused.store(false, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        abandon_thread(self.thread.take(), &self.live);
-        Ok(())
-    }
-
-    /// Chunks sent, their bytes, the rates since the previous call; a [`GeneratorDetail`].
-    fn stats(&self) -> Stats {
-        self.report(false)
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.live.failure()
+    /// Chunks sent, their bytes, the rates; a [`GeneratorDetail`] (`error` set if the stream
+    /// was cut).
+    fn report(&self, live: &Live, summary: bool) -> Stats {
+        let (stats, flow) = live.counted(summary);
+        stats.with_detail(&GeneratorDetail {
+            chunk_bytes: self.config.chunk_bytes,
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            mean_mb_per_s: flow.mean_mb_per_s,
+            error: live.failure(),
+        })
     }
 }
 
-impl Drop for Generator {
-    fn drop(&mut self) {
-        let _ = self.reset();
-    }
-}
+worker_component!(Generator);
 
 /// The pattern of the generator's data: a byte counter, so that a corrupted or shifted chunk
 /// does not look like a good one.
@@ -331,7 +302,19 @@ mod tests {
         let mut g = Generator::new("gen", config);
         g.start(1).unwrap();
         let _conn = l.accept().unwrap(); // never read
-        std::thread::sleep(Duration::from_millis(100));
+        // Until the generator is blocked (the socket's buffers and its queue full): a stop
+        // before would end a stream that still fits in them (a loaded machine is slow to fill
+        // them).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut last = u64::MAX;
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = g.stats().events;
+            if now == last && now > 0 || std::time::Instant::now() > deadline {
+                break;
+            }
+            last = now;
+        }
         let summary = g.stop(None).unwrap();
         let e = summary.detail_as::<GeneratorDetail>().unwrap().error.unwrap_or_default();
         assert!(e.contains("stopped reading") && e.contains("before its end marker"), "{summary:?}");

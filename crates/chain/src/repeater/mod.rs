@@ -35,7 +35,6 @@ mod splice;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use daqflow_transport::{Connection, Listener, RecvError, RetryPolicy};
@@ -43,20 +42,12 @@ use daqflow_wire::frame::Frame;
 use serde::{Deserialize, Serialize};
 
 pub use self::config::{Forward, RepeaterConfig, schema};
-use super::link::{
-    BATCH, Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, read, resolve, spawn, wait,
-};
+use super::link::{BATCH, Cut, Live, Outlet, TICK, Work, Worker, accept, bind, read, resolve, wait, worker_component};
 use super::protocol::{StreamCheck, StreamEvent};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
-/// The repeater component.
-pub struct Repeater {
-    name: String,
-    config: RepeaterConfig,
-    listener: Option<Arc<Listener>>,
-    live: Arc<Live>,
-    thread: Option<JoinHandle<()>>,
-}
+/// The repeater component (its hooks are the chain's one worker's: the thread, the stop, the report).
+pub struct Repeater(Worker<Forwarding>);
 
 /// The repeater's own figures, the `detail` of its [`Stats`]; its `events` are the chunks
 /// passed on, its `bytes` their data bytes (headers not counted).
@@ -102,81 +93,67 @@ pub fn kind() -> Kind {
 impl Repeater {
     /// A repeater named `name`.
     pub fn new(name: &str, config: RepeaterConfig) -> Repeater {
-        Repeater { name: name.into(), config, listener: None, live: Live::new(), thread: None }
-    }
-
-    /// The counters: live (rates over the last interval) or as a summary (rates over the run).
-    fn report(&self, summary: bool) -> Stats {
-        let (stats, flow) = self.live.counted(summary);
-        stats.with_detail(&RepeaterDetail {
-            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
-            upstream: read(&self.live.upstream),
-            forward: self.config.forward,
-            seconds: flow.seconds,
-            mean_events_per_s: flow.mean_events_per_s,
-            mean_mb_per_s: flow.mean_mb_per_s,
-            sequence_errors: self.live.sequence_errors.load(Ordering::Relaxed),
-            end_seen: read(&self.live.end).is_some(),
-            error: self.live.failure(),
-        })
+        Repeater(Worker::new(name, Forwarding { config, listener: None }))
     }
 }
 
-impl Component for Repeater {
+/// What a repeater does; [`Worker`] runs it.
+struct Forwarding {
+    config: RepeaterConfig,
+    listener: Option<Arc<Listener>>,
+}
+
+impl Work for Forwarding {
+    const THREAD: &'static str = "forward";
+
     /// Binds `listen`; answers `{"listen": ADDR}`.
-    fn configure(&mut self) -> Result<Info, ComponentError> {
-        self.config.validate(&self.name)?;
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError> {
+        self.config.validate(name)?;
         let (listener, answer) =
-            bind(&self.name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
+            bind(name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
         self.listener = Some(listener);
         Ok(answer)
     }
 
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError> {
         let c = &self.config;
         let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
-        let addr = resolve(&self.name, "downstream", &c.downstream)?;
+        let addr = resolve(name, "downstream", &c.downstream)?;
         let policy = RetryPolicy::for_duration(Duration::from_millis(c.connect_timeout_ms));
         let conn = Connection::connect_with_retry(&[addr], &c.tuning().options(), &policy)
-            .map_err(|e| ComponentError::Failed(format!("{}: downstream: {e}", self.name)))?;
-        self.live = Live::new();
-        let (name, live, config) = (self.name.clone(), self.live.clone(), self.config.clone());
+            .map_err(|e| ComponentError::Failed(format!("{name}: downstream: {e}")))?;
+        let (name, live, config) = (name.to_owned(), live.clone(), self.config.clone());
         let outlet = Outlet::new(conn, c.send_queue_bytes);
-        self.thread =
-            Some(spawn(&self.name, "forward", move || forward(&name, run, &config, &listener, outlet, &live))?);
-        Ok(())
+        Ok(Box::new(move || forward(&name, run, &config, &listener, outlet, &live)))
     }
 
-    /// Waits (at most `stop_timeout_ms`) for the end marker to pass; the summary's rates are
-    /// the means over the run, its detail a [`RepeaterDetail`].
-    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        if let Some(thread) = self.thread.take() {
-            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
-        }
-        Ok(self.report(true))
+    /// How long `stop` waits for the end marker to pass.
+    fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.stop_timeout_ms)
     }
 
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        abandon_thread(self.thread.take(), &self.live);
+    /// Chunks passed on, their bytes, the rates; a [`RepeaterDetail`].
+    fn report(&self, live: &Live, summary: bool) -> Stats {
+        let (stats, flow) = live.counted(summary);
+        stats.with_detail(&RepeaterDetail {
+            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
+            upstream: read(&live.upstream),
+            forward: self.config.forward,
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            mean_mb_per_s: flow.mean_mb_per_s,
+            sequence_errors: live.sequence_errors.load(Ordering::Relaxed),
+            end_seen: read(&live.end).is_some(),
+            error: live.failure(),
+        })
+    }
+
+    fn release(&mut self) {
         self.listener = None;
-        Ok(())
-    }
-
-    /// Chunks passed on, their bytes, the rates since the previous call; a [`RepeaterDetail`].
-    fn stats(&self) -> Stats {
-        self.report(false)
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.live.failure()
     }
 }
 
-impl Drop for Repeater {
-    fn drop(&mut self) {
-        let _ = self.reset();
-    }
-}
+worker_component!(Repeater);
 
 /// Why forwarding ended early.
 pub(super) enum Broken {

@@ -29,25 +29,18 @@ mod config;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use daqflow_transport::{Listener, RecvError};
 use serde::{Deserialize, Serialize};
 
 pub use self::config::{SinkConfig, schema};
-use super::link::{BATCH, Live, TICK, abandon_thread, accept, bind, end_thread, read, spawn, wait};
+use super::link::{BATCH, Live, TICK, Work, Worker, accept, bind, read, wait, worker_component};
 use super::protocol::{StreamCheck, StreamEvent};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
-/// The sink component.
-pub struct Sink {
-    name: String,
-    config: SinkConfig,
-    listener: Option<Arc<Listener>>,
-    live: Arc<Live>,
-    thread: Option<JoinHandle<()>>,
-}
+/// The sink component (its hooks are the chain's one worker's: the thread, the stop, the report).
+pub struct Sink(Worker<Receiving>);
 
 /// The sink's own figures, the `detail` of its [`Stats`]; its `events` are the chunks
 /// received, its `bytes` their data bytes (headers not counted).
@@ -101,80 +94,67 @@ pub fn kind() -> Kind {
 impl Sink {
     /// A sink named `name`.
     pub fn new(name: &str, config: SinkConfig) -> Sink {
-        Sink { name: name.into(), config, listener: None, live: Live::new(), thread: None }
-    }
-
-    /// The counters: live (rates over the last interval) or as a summary (rates over the run).
-    fn report(&self, summary: bool) -> Stats {
-        let (stats, flow) = self.live.counted(summary);
-        let end = read(&self.live.end);
-        let detail = SinkDetail {
-            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
-            upstream: read(&self.live.upstream),
-            seconds: flow.seconds,
-            mean_events_per_s: flow.mean_events_per_s,
-            mean_mb_per_s: flow.mean_mb_per_s,
-            sequence_errors: self.live.sequence_errors.load(Ordering::Relaxed),
-            crc_errors: self.live.crc_errors.load(Ordering::Relaxed),
-            crc_checked: self.live.crc_checked.load(Ordering::Relaxed),
-            chunks_announced: end.map(|(last, _)| last),
-            bytes_announced: end.map(|(_, bytes)| bytes),
-            missing: end.map_or(0, |(last, _)| last.saturating_sub(stats.events)),
-            end_seen: end.is_some(),
-            error: self.live.failure(),
-        };
-        stats.with_detail(&detail)
+        Sink(Worker::new(name, Receiving { config, listener: None }))
     }
 }
 
-impl Component for Sink {
+/// What a sink does; [`Worker`] runs it.
+struct Receiving {
+    config: SinkConfig,
+    listener: Option<Arc<Listener>>,
+}
+
+impl Work for Receiving {
+    const THREAD: &'static str = "receive";
+
     /// Binds `listen`; answers `{"listen": ADDR}`.
-    fn configure(&mut self) -> Result<Info, ComponentError> {
-        self.config.validate(&self.name)?;
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError> {
+        self.config.validate(name)?;
         let (listener, answer) =
-            bind(&self.name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
+            bind(name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
         self.listener = Some(listener);
         Ok(answer)
     }
 
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError> {
         let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
-        self.live = Live::new();
-        let (name, live, check_crc) = (self.name.clone(), self.live.clone(), self.config.check);
-        self.thread = Some(spawn(&self.name, "receive", move || receive(&name, run, check_crc, &listener, &live))?);
-        Ok(())
+        let (name, live, check_crc) = (name.to_owned(), live.clone(), self.config.check);
+        Ok(Box::new(move || receive(&name, run, check_crc, &listener, &live)))
     }
 
-    /// Waits (at most `stop_timeout_ms`) for the end marker; the summary's rates are the means
-    /// over the run, its detail a [`SinkDetail`].
-    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        if let Some(thread) = self.thread.take() {
-            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
-        }
-        Ok(self.report(true))
+    /// How long `stop` waits for the end marker.
+    fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.stop_timeout_ms)
     }
 
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        abandon_thread(self.thread.take(), &self.live);
+    /// Chunks received, their bytes, the rates; a [`SinkDetail`].
+    fn report(&self, live: &Live, summary: bool) -> Stats {
+        let (stats, flow) = live.counted(summary);
+        let end = read(&live.end);
+        let detail = SinkDetail {
+            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
+            upstream: read(&live.upstream),
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            mean_mb_per_s: flow.mean_mb_per_s,
+            sequence_errors: live.sequence_errors.load(Ordering::Relaxed),
+            crc_errors: live.crc_errors.load(Ordering::Relaxed),
+            crc_checked: live.crc_checked.load(Ordering::Relaxed),
+            chunks_announced: end.map(|(last, _)| last),
+            bytes_announced: end.map(|(_, bytes)| bytes),
+            missing: end.map_or(0, |(last, _)| last.saturating_sub(stats.events)),
+            end_seen: end.is_some(),
+            error: live.failure(),
+        };
+        stats.with_detail(&detail)
+    }
+
+    fn release(&mut self) {
         self.listener = None;
-        Ok(())
-    }
-
-    /// Chunks received, their bytes, the rates since the previous call; a [`SinkDetail`].
-    fn stats(&self) -> Stats {
-        self.report(false)
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.live.failure()
     }
 }
 
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.reset();
-    }
-}
+worker_component!(Sink);
 
 /// The receiving thread: accept the upstream, count and check until the end marker. What it
 /// counted is in `live`, a failure too.
