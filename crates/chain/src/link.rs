@@ -384,13 +384,14 @@ pub(crate) trait Work: Send + 'static {
     /// The counters with the kind's detail: live (rates over the last interval) or as the
     /// run's summary (rates over the run).
     fn report(&self, live: &Live, summary: bool) -> Stats;
-    /// At `reset`: releases what `configure` made.
+    /// At `reset` and on drop, before the thread is abandoned: releases what `configure` made
+    /// (and tells threads of the kind's own to end).
     fn release(&mut self) {}
 }
 
 /// A [`Work`] as a component: the kind's struct holds one and [`worker_component!`] gives it
 /// the component's hooks.
-pub(crate) struct Worker<W> {
+pub(crate) struct Worker<W: Work> {
     name: String,
     work: W,
     live: Arc<Live>,
@@ -430,8 +431,8 @@ impl<W: Work> Worker<W> {
     }
 
     pub(crate) fn reset(&mut self) -> Result<(), ComponentError> {
-        abandon_thread(self.thread.take(), &self.live);
         self.work.release();
+        abandon_thread(self.thread.take(), &self.live);
         Ok(())
     }
 
@@ -444,9 +445,9 @@ impl<W: Work> Worker<W> {
     }
 }
 
-impl<W> Drop for Worker<W> {
+impl<W: Work> Drop for Worker<W> {
     fn drop(&mut self) {
-        abandon_thread(self.thread.take(), &self.live);
+        let _ = self.reset();
     }
 }
 

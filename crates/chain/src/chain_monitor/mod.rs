@@ -32,7 +32,6 @@ mod config;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use daqflow_component::histogram::Histogram;
@@ -40,21 +39,13 @@ use daqflow_transport::Listener;
 use serde::{Deserialize, Serialize};
 
 pub use self::config::{ChainMonitorConfig, schema};
-use super::link::{Live, abandon_thread, bind, end_thread, read, spawn};
+use super::link::{Live, Work, Worker, bind, read, worker_component};
+use daqflow_component::sync::{lock, set};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
-/// The chain monitor component.
-pub struct ChainMonitor {
-    name: String,
-    config: ChainMonitorConfig,
-    listener: Option<Arc<Listener>>,
-    live: Arc<Live>,
-    plots: Arc<Mutex<Vec<Histogram>>>,
-    /// Set by `stop`: what is left is taken without the work.
-    draining: Arc<AtomicBool>,
-    drained: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
-}
+/// The chain monitor component (its hooks are the chain's one worker's: the thread, the stop,
+/// the report).
+pub struct ChainMonitor(Worker<Monitoring>);
 
 /// The chain monitor's own figures, the `detail` of its [`Stats`]; its `events` are the chunks
 /// it looked at, its `bytes` theirs.
@@ -108,33 +99,22 @@ impl ChainMonitor {
     /// A chain monitor named `name`.
     pub fn new(name: &str, config: ChainMonitorConfig) -> ChainMonitor {
         let plots = Arc::new(Mutex::new(fresh_plots(&config)));
-        ChainMonitor {
-            name: name.into(),
-            config,
-            listener: None,
-            live: Live::new(),
-            plots,
-            draining: Arc::new(AtomicBool::new(false)),
-            drained: Arc::new(AtomicU64::new(0)),
-            thread: None,
-        }
+        let draining = Arc::new(AtomicBool::new(false));
+        ChainMonitor(Worker::new(
+            name,
+            Monitoring { config, listener: None, plots, draining, drained: Arc::new(AtomicU64::new(0)) },
+        ))
     }
+}
 
-    fn report(&self, summary: bool) -> Stats {
-        let (stats, flow) = self.live.counted(summary);
-        stats.with_detail(&ChainMonitorDetail {
-            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
-            upstream: read(&self.live.upstream),
-            seconds: flow.seconds,
-            mean_events_per_s: flow.mean_events_per_s,
-            sequence_errors: self.live.sequence_errors.load(Ordering::Relaxed),
-            crc_errors: self.live.crc_errors.load(Ordering::Relaxed),
-            end_seen: read(&self.live.end).is_some(),
-            histograms: read(&self.plots),
-            drained_at_stop: self.drained.load(Ordering::Relaxed),
-            error: self.live.failure(),
-        })
-    }
+/// What a chain monitor does; [`Worker`] runs it.
+struct Monitoring {
+    config: ChainMonitorConfig,
+    listener: Option<Arc<Listener>>,
+    plots: Arc<Mutex<Vec<Histogram>>>,
+    /// Set by `stop`: what is left is taken without the work.
+    draining: Arc<AtomicBool>,
+    drained: Arc<AtomicU64>,
 }
 
 fn fresh_plots(c: &ChainMonitorConfig) -> Vec<Histogram> {
@@ -144,30 +124,30 @@ fn fresh_plots(c: &ChainMonitorConfig) -> Vec<Histogram> {
     ]
 }
 
-impl Component for ChainMonitor {
+impl Work for Monitoring {
+    const THREAD: &'static str = "monitor";
+
     /// Binds `listen`; answers `{"listen": ADDR}`.
-    fn configure(&mut self) -> Result<Info, ComponentError> {
-        self.config.validate(&self.name)?;
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError> {
+        self.config.validate(name)?;
         let (listener, answer) =
-            bind(&self.name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
+            bind(name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
         self.listener = Some(listener);
         Ok(answer)
     }
 
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError> {
         let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
-        self.live = Live::new();
-        *self.plots.lock().unwrap_or_else(|p| p.into_inner()) = fresh_plots(&self.config);
-        let (name, live, plots, check_crc) =
-            (self.name.clone(), self.live.clone(), self.plots.clone(), self.config.check);
+        set(&self.plots, fresh_plots(&self.config));
+        let (name, live, plots, check_crc) = (name.to_owned(), live.clone(), self.plots.clone(), self.config.check);
         let work = Duration::from_micros(self.config.work_us);
         self.draining = Arc::new(AtomicBool::new(false));
         self.drained = Arc::new(AtomicU64::new(0));
         let (draining, drained) = (self.draining.clone(), self.drained.clone());
-        self.thread = Some(spawn(&self.name, "monitor", move || {
+        Ok(Box::new(move || {
             crate::receiver::receive_chunks(&name, run, check_crc, None, &listener, &live, |header, data| {
                 {
-                    let mut p = plots.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut p = lock(&plots);
                     p[0].fill(f64::from(header.len));
                     if let Some(w) = data.first_chunk::<4>() {
                         p[1].fill(f64::from(u32::from_le_bytes(*w)));
@@ -180,41 +160,42 @@ impl Component for ChainMonitor {
                 }
                 Ok(())
             });
-        })?);
-        Ok(())
+        }))
     }
 
-    /// Waits (at most `stop_timeout_ms`) for the end marker; the summary's detail is a
-    /// [`ChainMonitorDetail`] with the histograms.
-    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+    /// How long `stop` waits for the end marker.
+    fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.stop_timeout_ms)
+    }
+
+    /// What is left is taken without the work.
+    fn stopping(&mut self, _live: &Live, _last_event: Option<u64>) {
         self.draining.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
-        }
-        Ok(self.report(true))
     }
 
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        abandon_thread(self.thread.take(), &self.live);
+    /// Chunks looked at, their bytes, and the histograms so far; a [`ChainMonitorDetail`].
+    fn report(&self, live: &Live, summary: bool) -> Stats {
+        let (stats, flow) = live.counted(summary);
+        stats.with_detail(&ChainMonitorDetail {
+            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
+            upstream: read(&live.upstream),
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            sequence_errors: live.sequence_errors.load(Ordering::Relaxed),
+            crc_errors: live.crc_errors.load(Ordering::Relaxed),
+            end_seen: read(&live.end).is_some(),
+            histograms: read(&self.plots),
+            drained_at_stop: self.drained.load(Ordering::Relaxed),
+            error: live.failure(),
+        })
+    }
+
+    fn release(&mut self) {
         self.listener = None;
-        Ok(())
-    }
-
-    /// Chunks looked at, their bytes, and the histograms so far.
-    fn stats(&self) -> Stats {
-        self.report(false)
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.live.failure()
     }
 }
 
-impl Drop for ChainMonitor {
-    fn drop(&mut self) {
-        let _ = self.reset();
-    }
-}
+worker_component!(ChainMonitor);
 
 #[cfg(test)]
 mod tests {

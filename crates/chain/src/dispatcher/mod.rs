@@ -42,7 +42,6 @@ mod config;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use daqflow_transport::{Connection, Listener, RecvError, RetryPolicy};
@@ -53,21 +52,15 @@ pub use self::config::{
     DEFAULT_SAMPLING_QUEUE_BYTES, DispatcherConfig, MAX_OUTPUTS, Mode, OutputConfig, Policy, schema,
 };
 use super::link::{
-    BATCH, Cut, Live, Outlet, TICK, abandon_thread, accept, bind, end_thread, read, resolve, spawn, wait_any,
+    BATCH, Cut, Live, Outlet, TICK, Work, Worker, accept, bind, read, resolve, wait_any, worker_component,
 };
 use super::protocol::{CHUNK_HEADER_LEN, ChunkHeader, KIND_CHUNK, Message, StreamCheck, StreamEvent, end_frame};
 use crate::repeater::Broken;
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
-/// The dispatcher component.
-pub struct Dispatcher {
-    name: String,
-    config: DispatcherConfig,
-    listener: Option<Arc<Listener>>,
-    live: Arc<Live>,
-    outputs: Arc<Vec<OutputCounters>>,
-    thread: Option<JoinHandle<()>>,
-}
+/// The dispatcher component (its hooks are the chain's one worker's: the thread, the stop, the
+/// report).
+pub struct Dispatcher(Worker<Dispatching>);
 
 /// What one output was given, published by the dispatching thread.
 #[derive(Default)]
@@ -159,19 +152,69 @@ pub fn kind() -> Kind {
 impl Dispatcher {
     /// A dispatcher named `name`.
     pub fn new(name: &str, config: DispatcherConfig) -> Dispatcher {
-        Dispatcher {
-            name: name.into(),
-            config,
-            listener: None,
-            live: Live::new(),
-            outputs: Arc::new(Vec::new()),
-            thread: None,
-        }
+        Dispatcher(Worker::new(name, Dispatching { config, listener: None, outputs: Arc::new(Vec::new()) }))
+    }
+}
+
+/// What a dispatcher does; [`Worker`] runs it.
+struct Dispatching {
+    config: DispatcherConfig,
+    listener: Option<Arc<Listener>>,
+    outputs: Arc<Vec<OutputCounters>>,
+}
+
+impl Work for Dispatching {
+    const THREAD: &'static str = "dispatch";
+
+    /// Binds `listen`; answers `{"listen": ADDR}`.
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError> {
+        self.config.validate(name)?;
+        let (listener, answer) =
+            bind(name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
+        self.listener = Some(listener);
+        Ok(answer)
     }
 
-    /// The counters: live (rates over the last interval) or as a summary (rates over the run).
-    fn report(&self, summary: bool) -> Stats {
-        let (stats, flow) = self.live.counted(summary);
+    /// Connects every output, then accepts the upstream.
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError> {
+        let c = &self.config;
+        let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
+        let policy = RetryPolicy::for_duration(Duration::from_millis(c.connect_timeout_ms));
+        let mut outs = Vec::with_capacity(c.outputs.len());
+        for (i, o) in c.outputs.iter().enumerate() {
+            let addr = resolve(name, &format!("outputs[{i}].downstream"), &o.downstream)?;
+            let queue = o.queue_bytes(c.send_queue_bytes);
+            let mut tuning = c.tuning();
+            tuning.send_queue_bytes = queue;
+            if o.mode == Mode::Sampling && tuning.socket_buffer_bytes.is_none() {
+                tuning.socket_buffer_bytes = Some(config::SAMPLING_SOCKET_BUFFER_BYTES);
+            }
+            let conn = Connection::connect_with_retry(&[addr], &tuning.options(), &policy)
+                .map_err(|e| ComponentError::Failed(format!("{name}: output {i} ({}): {e}", o.downstream)))?;
+            outs.push(Out {
+                outlet: Outlet::new(conn, queue),
+                mode: o.mode,
+                sequence: 0,
+                bytes: 0,
+                dropped: 0,
+                dropped_bytes: 0,
+                broken: None,
+            });
+        }
+        self.outputs = Arc::new(c.outputs.iter().map(|_| OutputCounters::default()).collect());
+        let (name, live, counters, policy) = (name.to_owned(), live.clone(), self.outputs.clone(), c.policy);
+        Ok(Box::new(move || dispatch(&name, run, policy, &listener, outs, &live, &counters)))
+    }
+
+    /// How long `stop` waits for the end marker to reach every output.
+    fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.stop_timeout_ms)
+    }
+
+    /// Chunks received, their bytes, the rates; a [`DispatcherDetail`] with each output's
+    /// passed and dropped chunks.
+    fn report(&self, live: &Live, summary: bool) -> Stats {
+        let (stats, flow) = live.counted(summary);
         let received = stats.events;
         let outputs: Vec<OutputDetail> = self
             .config
@@ -188,10 +231,10 @@ impl Dispatcher {
                 broken: read(&c.broken),
             })
             .collect();
-        let end = read(&self.live.end);
+        let end = read(&live.end);
         stats.with_detail(&DispatcherDetail {
             listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
-            upstream: read(&self.live.upstream),
+            upstream: read(&live.upstream),
             policy: self.config.policy,
             seconds: flow.seconds,
             mean_events_per_s: flow.mean_events_per_s,
@@ -199,90 +242,20 @@ impl Dispatcher {
             passed: outputs.iter().map(|o| o.passed).sum(),
             dropped: outputs.iter().map(|o| o.dropped).sum(),
             outputs,
-            sequence_errors: self.live.sequence_errors.load(Ordering::Relaxed),
+            sequence_errors: live.sequence_errors.load(Ordering::Relaxed),
             chunks_announced: end.map(|(last, _)| last),
             missing: end.map_or(0, |(last, _)| last.saturating_sub(received)),
             end_seen: end.is_some(),
-            error: self.live.failure(),
+            error: live.failure(),
         })
     }
-}
 
-impl Component for Dispatcher {
-    /// Binds `listen`; answers `{"listen": ADDR}`.
-    fn configure(&mut self) -> Result<Info, ComponentError> {
-        self.config.validate(&self.name)?;
-        let (listener, answer) =
-            bind(&self.name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
-        self.listener = Some(listener);
-        Ok(answer)
-    }
-
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
-        let c = &self.config;
-        let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
-        let policy = RetryPolicy::for_duration(Duration::from_millis(c.connect_timeout_ms));
-        let mut outs = Vec::with_capacity(c.outputs.len());
-        for (i, o) in c.outputs.iter().enumerate() {
-            let addr = resolve(&self.name, &format!("outputs[{i}].downstream"), &o.downstream)?;
-            let queue = o.queue_bytes(c.send_queue_bytes);
-            let mut tuning = c.tuning();
-            tuning.send_queue_bytes = queue;
-            if o.mode == Mode::Sampling && tuning.socket_buffer_bytes.is_none() {
-                tuning.socket_buffer_bytes = Some(config::SAMPLING_SOCKET_BUFFER_BYTES);
-            }
-            let conn = Connection::connect_with_retry(&[addr], &tuning.options(), &policy)
-                .map_err(|e| ComponentError::Failed(format!("{}: output {} ({}): {e}", self.name, i, o.downstream)))?;
-            outs.push(Out {
-                outlet: Outlet::new(conn, queue),
-                mode: o.mode,
-                sequence: 0,
-                bytes: 0,
-                dropped: 0,
-                dropped_bytes: 0,
-                broken: None,
-            });
-        }
-        self.live = Live::new();
-        self.outputs = Arc::new(c.outputs.iter().map(|_| OutputCounters::default()).collect());
-        let (name, live, counters, policy) = (self.name.clone(), self.live.clone(), self.outputs.clone(), c.policy);
-        self.thread = Some(spawn(&self.name, "dispatch", move || {
-            dispatch(&name, run, policy, &listener, outs, &live, &counters)
-        })?);
-        Ok(())
-    }
-
-    /// Waits (at most `stop_timeout_ms`) for the end marker to reach every output; the
-    /// summary's rates are the means over the run, its detail a [`DispatcherDetail`].
-    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        if let Some(thread) = self.thread.take() {
-            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
-        }
-        Ok(self.report(true))
-    }
-
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        abandon_thread(self.thread.take(), &self.live);
+    fn release(&mut self) {
         self.listener = None;
-        Ok(())
-    }
-
-    /// Chunks received, their bytes, the rates since the previous call; a [`DispatcherDetail`]
-    /// with each output's passed and dropped chunks.
-    fn stats(&self) -> Stats {
-        self.report(false)
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.live.failure()
     }
 }
 
-impl Drop for Dispatcher {
-    fn drop(&mut self) {
-        let _ = self.reset();
-    }
-}
+worker_component!(Dispatcher);
 
 /// One output as the dispatching thread holds it: its connection and the stream it was given.
 struct Out {
@@ -642,7 +615,7 @@ mod tests {
 
     /// A consumer that takes `per_frame` for each frame it reads, and gives up after
     /// `give_up_after` frames if set; returns the frames it read.
-    fn slow_reader(per_frame: Duration, give_up_after: Option<usize>) -> (String, JoinHandle<Vec<Frame>>) {
+    fn slow_reader(per_frame: Duration, give_up_after: Option<usize>) -> (String, std::thread::JoinHandle<Vec<Frame>>) {
         let listener =
             Listener::bind("127.0.0.1:0".parse().unwrap(), ConnectionOptions::for_protocol(PROTOCOL)).unwrap();
         let addr = listener.local_addr().to_string();

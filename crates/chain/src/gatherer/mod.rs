@@ -26,7 +26,6 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -35,22 +34,13 @@ use serde::{Deserialize, Serialize};
 
 pub use self::config::{FileInput, GathererConfig, InputConfig, SourceInput, TcpInput, schema};
 use crate::framing::Deframer;
-use crate::link::{Cut, Live, Outlet, TICK, abandon_thread, end_thread, read, resolve, spawn};
+use crate::link::{Cut, Live, Outlet, TICK, Work, Worker, read, resolve, spawn, worker_component};
 use crate::protocol::{CHUNK_HEADER_LEN, ChunkHeader, FLAG_CRC, KIND_CHUNK, begin_frame, end_frame};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
-/// The gatherer component.
-pub struct Gatherer {
-    name: String,
-    config: GathererConfig,
-    /// The TCP links' listeners, by input index.
-    listeners: Vec<Option<Arc<TcpListener>>>,
-    live: Arc<Live>,
-    links: Arc<Vec<LinkCounters>>,
-    /// Raised by `stop`: sources end, TCP links get `stop_timeout_ms` to close.
-    ending: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+/// The gatherer component (its hooks are the chain's one worker's: the thread, the stop, the
+/// report).
+pub struct Gatherer(Worker<Gathering>);
 
 #[derive(Default)]
 struct LinkCounters {
@@ -115,19 +105,115 @@ pub fn kind() -> Kind {
 impl Gatherer {
     /// A gatherer named `name`.
     pub fn new(name: &str, config: GathererConfig) -> Gatherer {
-        Gatherer {
-            name: name.into(),
-            config,
-            listeners: Vec::new(),
-            live: Live::new(),
-            links: Arc::new(Vec::new()),
-            ending: Arc::new(AtomicBool::new(false)),
-            thread: None,
+        Gatherer(Worker::new(
+            name,
+            Gathering {
+                config,
+                listeners: Vec::new(),
+                links: Arc::new(Vec::new()),
+                ending: Arc::new(AtomicBool::new(false)),
+            },
+        ))
+    }
+}
+
+/// What a gatherer does; [`Worker`] runs it.
+struct Gathering {
+    config: GathererConfig,
+    /// The TCP links' listeners, by input index.
+    listeners: Vec<Option<Arc<TcpListener>>>,
+    links: Arc<Vec<LinkCounters>>,
+    /// Raised by `stop`: sources end, TCP links get `stop_timeout_ms` to close.
+    ending: Arc<AtomicBool>,
+}
+
+impl Work for Gathering {
+    const THREAD: &'static str = "gather";
+
+    /// Binds the TCP links; answers `{"listen": ADDR}` (the first TCP link's) and `{"inputs":
+    /// [ADDR or null, …]}`.
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError> {
+        self.config.validate(name)?;
+        self.listeners.clear();
+        let mut answer = Info::new();
+        let mut addresses = Vec::new();
+        for (i, input) in self.config.inputs.iter().enumerate() {
+            let InputConfig::Tcp(t) = input else {
+                self.listeners.push(None);
+                addresses.push(serde_json::Value::Null);
+                continue;
+            };
+            let addr = resolve(name, &format!("inputs[{i}].listen"), &t.listen)?;
+            let l = TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| ComponentError::Failed(format!("{name}: inputs[{i}]: binding {addr}: {e}")))?;
+            let bound = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            answer.entry("listen").or_insert_with(|| bound.clone().into());
+            addresses.push(bound.into());
+            self.listeners.push(Some(Arc::new(l)));
         }
+        answer.insert("inputs".into(), addresses.into());
+        Ok(answer)
     }
 
-    fn report(&self, summary: bool) -> Stats {
-        let (stats, flow) = self.live.counted(summary);
+    /// Connects `downstream`, starts a thread per link; the gathering thread merges them.
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError> {
+        if self.listeners.len() != self.config.inputs.len() {
+            return Err(ComponentError::Failed("not configured".into()));
+        }
+        let c = &self.config;
+        let addr = resolve(name, "downstream", &c.downstream)?;
+        let policy = RetryPolicy::for_duration(Duration::from_millis(c.connect_timeout_ms));
+        let conn = Connection::connect_with_retry(&[addr], &c.tuning().options(), &policy)
+            .map_err(|e| ComponentError::Failed(format!("{name}: downstream: {e}")))?;
+        let mut out = Outlet::new(conn, c.send_queue_bytes);
+        self.links = Arc::new(c.inputs.iter().map(|_| LinkCounters::default()).collect());
+        self.ending = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = sync_channel::<FromLink>(1024);
+        let mut threads = Vec::new();
+        for (i, input) in c.inputs.iter().enumerate() {
+            let (tx, live, links, ending) = (tx.clone(), live.clone(), self.links.clone(), self.ending.clone());
+            let input = input.clone();
+            let listener = self.listeners[i].clone();
+            let patience = Duration::from_millis(c.stop_timeout_ms);
+            threads.push(spawn(name, &format!("link-{i}"), move || {
+                let result = match (&input, listener) {
+                    (InputConfig::Tcp(t), Some(l)) => read_tcp(i, t, &l, &tx, &live, &links[i], &ending, patience),
+                    (InputConfig::File(f), _) => read_file(i, f, &tx),
+                    (InputConfig::Source(s), _) => read_source(i, s, &tx, &live, &ending),
+                    (InputConfig::Tcp(_), None) => Err("not configured".into()),
+                };
+                let _ = tx.send(FromLink::Ended(i, result.err()));
+            })?);
+        }
+        let (name, live, links) = (name.to_owned(), live.clone(), self.links.clone());
+        let n = c.inputs.len();
+        Ok(Box::new(move || {
+            let result = gather(run, n, &rx, &mut out, &live, &links);
+            drop(rx);
+            for t in threads {
+                let _ = t.join();
+            }
+            if let Err(e) = result {
+                live.fail(&name, e);
+            }
+        }))
+    }
+
+    /// The TCP links have their own patience (`stop_timeout_ms`); the end marker needs a
+    /// little more.
+    fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.stop_timeout_ms.saturating_mul(2))
+    }
+
+    /// Ends the sources; the other links get `stop_timeout_ms` to end.
+    fn stopping(&mut self, _live: &Live, _last_event: Option<u64>) {
+        self.ending.store(true, Ordering::SeqCst);
+    }
+
+    /// Chunks sent on, their bytes; a [`GathererDetail`] with each link's.
+    fn report(&self, live: &Live, summary: bool) -> Stats {
+        let (stats, flow) = live.counted(summary);
         let inputs = self
             .config
             .inputs
@@ -158,117 +244,18 @@ impl Gatherer {
             seconds: flow.seconds,
             mean_events_per_s: flow.mean_events_per_s,
             mean_mb_per_s: flow.mean_mb_per_s,
-            end_sent: read(&self.live.end).is_some(),
-            error: self.live.failure(),
+            end_sent: read(&live.end).is_some(),
+            error: live.failure(),
         })
     }
-}
 
-impl Component for Gatherer {
-    /// Binds the TCP links; answers `{"listen": ADDR}` (the first TCP link's) and `{"inputs":
-    /// [ADDR or null, …]}`.
-    fn configure(&mut self) -> Result<Info, ComponentError> {
-        self.config.validate(&self.name)?;
-        self.listeners.clear();
-        let mut answer = Info::new();
-        let mut addresses = Vec::new();
-        for (i, input) in self.config.inputs.iter().enumerate() {
-            let InputConfig::Tcp(t) = input else {
-                self.listeners.push(None);
-                addresses.push(serde_json::Value::Null);
-                continue;
-            };
-            let addr = resolve(&self.name, &format!("inputs[{i}].listen"), &t.listen)?;
-            let l = TcpListener::bind(addr)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|e| ComponentError::Failed(format!("{}: inputs[{i}]: binding {addr}: {e}", self.name)))?;
-            let bound = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-            answer.entry("listen").or_insert_with(|| bound.clone().into());
-            addresses.push(bound.into());
-            self.listeners.push(Some(Arc::new(l)));
-        }
-        answer.insert("inputs".into(), addresses.into());
-        Ok(answer)
-    }
-
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
-        if self.listeners.len() != self.config.inputs.len() {
-            return Err(ComponentError::Failed("not configured".into()));
-        }
-        let c = &self.config;
-        let addr = resolve(&self.name, "downstream", &c.downstream)?;
-        let policy = RetryPolicy::for_duration(Duration::from_millis(c.connect_timeout_ms));
-        let conn = Connection::connect_with_retry(&[addr], &c.tuning().options(), &policy)
-            .map_err(|e| ComponentError::Failed(format!("{}: downstream: {e}", self.name)))?;
-        let mut out = Outlet::new(conn, c.send_queue_bytes);
-        self.live = Live::new();
-        self.links = Arc::new(c.inputs.iter().map(|_| LinkCounters::default()).collect());
-        self.ending = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = sync_channel::<FromLink>(1024);
-        let mut threads = Vec::new();
-        for (i, input) in c.inputs.iter().enumerate() {
-            let (tx, live, links, ending) = (tx.clone(), self.live.clone(), self.links.clone(), self.ending.clone());
-            let input = input.clone();
-            let listener = self.listeners[i].clone();
-            let patience = Duration::from_millis(c.stop_timeout_ms);
-            threads.push(spawn(&self.name, &format!("link-{i}"), move || {
-                let result = match (&input, listener) {
-                    (InputConfig::Tcp(t), Some(l)) => read_tcp(i, t, &l, &tx, &live, &links[i], &ending, patience),
-                    (InputConfig::File(f), _) => read_file(i, f, &tx),
-                    (InputConfig::Source(s), _) => read_source(i, s, &tx, &live, &ending),
-                    (InputConfig::Tcp(_), None) => Err("not configured".into()),
-                };
-                let _ = tx.send(FromLink::Ended(i, result.err()));
-            })?);
-        }
-        let (name, live, links) = (self.name.clone(), self.live.clone(), self.links.clone());
-        let n = c.inputs.len();
-        self.thread = Some(spawn(&self.name, "gather", move || {
-            let result = gather(run, n, &rx, &mut out, &live, &links);
-            drop(rx);
-            for t in threads {
-                let _ = t.join();
-            }
-            if let Err(e) = result {
-                live.fail(&name, e);
-            }
-        })?);
-        Ok(())
-    }
-
-    /// Ends the sources, waits (at most `stop_timeout_ms`) for the other links to end, sends
-    /// the end marker; the summary's detail is a [`GathererDetail`].
-    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
+    fn release(&mut self) {
         self.ending.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            // The TCP links have their own patience; the end marker needs a little more.
-            let patience = Duration::from_millis(self.config.stop_timeout_ms.saturating_mul(2));
-            end_thread(&self.name, thread, &self.live, patience)?;
-        }
-        Ok(self.report(true))
-    }
-
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        self.ending.store(true, Ordering::SeqCst);
-        abandon_thread(self.thread.take(), &self.live);
         self.listeners.clear();
-        Ok(())
-    }
-
-    fn stats(&self) -> Stats {
-        self.report(false)
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.live.failure()
     }
 }
 
-impl Drop for Gatherer {
-    fn drop(&mut self) {
-        let _ = self.reset();
-    }
-}
+worker_component!(Gatherer);
 
 /// What a link's thread hands to the gathering thread.
 enum FromLink {
@@ -500,10 +487,10 @@ mod tests {
         a.join().unwrap();
         b.join().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while read(&g.live.end).is_none() && Instant::now() < deadline {
+        while g.stats().detail["end_sent"] != true && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(read(&g.live.end).is_some(), "the end marker went out once every link ended, before stop");
+        assert!(g.stats().detail["end_sent"] == true, "the end marker went out once every link ended, before stop");
         let summary = g.stop(None).unwrap();
         let d: GathererDetail = summary.detail_as().unwrap();
         assert!(d.error.is_none() && d.end_sent, "{d:?}");

@@ -30,7 +30,6 @@ mod config;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use daqflow_transport::Listener;
@@ -39,18 +38,13 @@ use daqflow_wire::file::{FileWriter, FileWriterConfig};
 use serde::{Deserialize, Serialize};
 
 pub use self::config::{LoggerConfig, schema};
-use super::link::{Live, abandon_thread, bind, end_thread, read, spawn};
+use super::link::{Live, Work, Worker, bind, read, worker_component};
+use daqflow_component::sync::set;
 use daqflow_component::{Component, ComponentError, Info, Kind, Role, Stats};
 
-/// The logger component.
-pub struct Logger {
-    name: String,
-    config: LoggerConfig,
-    listener: Option<Arc<Listener>>,
-    live: Arc<Live>,
-    files: Arc<Mutex<Vec<LoggedFile>>>,
-    thread: Option<JoinHandle<()>>,
-}
+/// The logger component (its hooks are the chain's one worker's: the thread, the stop, the
+/// report).
+pub struct Logger(Worker<Logging>);
 
 /// A file the logger closed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -120,60 +114,40 @@ pub fn kind() -> Kind {
 impl Logger {
     /// A logger named `name`.
     pub fn new(name: &str, config: LoggerConfig) -> Logger {
-        Logger {
-            name: name.into(),
-            config,
-            listener: None,
-            live: Live::new(),
-            files: Arc::new(Mutex::new(Vec::new())),
-            thread: None,
-        }
-    }
-
-    fn report(&self, summary: bool) -> Stats {
-        let (stats, flow) = self.live.counted(summary);
-        let received = stats.events;
-        let end = read(&self.live.end);
-        stats.with_detail(&LoggerDetail {
-            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
-            upstream: read(&self.live.upstream),
-            seconds: flow.seconds,
-            mean_events_per_s: flow.mean_events_per_s,
-            mean_mb_per_s: flow.mean_mb_per_s,
-            sequence_errors: self.live.sequence_errors.load(Ordering::Relaxed),
-            crc_errors: self.live.crc_errors.load(Ordering::Relaxed),
-            chunks_announced: end.map(|(last, _)| last),
-            missing: end.map_or(0, |(last, _)| last.saturating_sub(received)),
-            end_seen: end.is_some(),
-            files: read(&self.files),
-            error: self.live.failure(),
-        })
+        Logger(Worker::new(name, Logging { config, listener: None, files: Arc::new(Mutex::new(Vec::new())) }))
     }
 }
 
-impl Component for Logger {
+/// What a logger does; [`Worker`] runs it.
+struct Logging {
+    config: LoggerConfig,
+    listener: Option<Arc<Listener>>,
+    files: Arc<Mutex<Vec<LoggedFile>>>,
+}
+
+impl Work for Logging {
+    const THREAD: &'static str = "log";
+
     /// Binds `listen`; answers `{"listen": ADDR}`.
-    fn configure(&mut self) -> Result<Info, ComponentError> {
-        self.config.validate(&self.name)?;
+    fn configure(&mut self, name: &str) -> Result<Info, ComponentError> {
+        self.config.validate(name)?;
         let (listener, answer) =
-            bind(&self.name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
+            bind(name, &self.config.listen, self.config.advertise.as_deref(), self.config.tuning())?;
         self.listener = Some(listener);
         Ok(answer)
     }
 
     /// Opens the run's file writer (an error names the directory) and accepts the upstream.
-    fn start(&mut self, run: u32) -> Result<(), ComponentError> {
+    fn start(&mut self, name: &str, run: u32, live: &Arc<Live>) -> Result<Box<dyn FnOnce() + Send>, ComponentError> {
         let listener = self.listener.clone().ok_or_else(|| ComponentError::Failed("not configured".into()))?;
         let mut fw = FileWriterConfig::new(&self.config.directory, run);
-        fw.stream = Some(self.name.clone());
+        fw.stream = Some(name.to_owned());
         fw.max_file_bytes = self.config.max_file_bytes;
         fw.sync_on_close = self.config.sync_on_close;
-        let mut writer = FileWriter::new(fw).map_err(|e| ComponentError::Failed(format!("{}: {e}", self.name)))?;
-        self.live = Live::new();
+        let mut writer = FileWriter::new(fw).map_err(|e| ComponentError::Failed(format!("{name}: {e}")))?;
         self.files = Arc::new(Mutex::new(Vec::new()));
-        let (name, live, files, check_crc) =
-            (self.name.clone(), self.live.clone(), self.files.clone(), self.config.check);
-        self.thread = Some(spawn(&self.name, "log", move || {
+        let (name, live, files, check_crc) = (name.to_owned(), live.clone(), self.files.clone(), self.config.check);
+        Ok(Box::new(move || {
             let ended =
                 crate::receiver::receive_chunks(&name, run, check_crc, None, &listener, &live, |header, data| {
                     writer
@@ -181,48 +155,51 @@ impl Component for Logger {
                         .map_err(|e| format!("writing chunk {}: {e}", header.sequence))
                 });
             match writer.finish() {
-                Ok(closed) => {
-                    *files.lock().unwrap_or_else(|p| p.into_inner()) = closed
+                Ok(closed) => set(
+                    &files,
+                    closed
                         .into_iter()
                         .map(|f| LoggedFile { path: f.path, events: f.events, bytes: f.payload_bytes })
-                        .collect();
-                }
+                        .collect(),
+                ),
                 Err(e) if ended => live.fail(&name, format!("closing the last file: {e}")),
                 Err(e) => tracing::warn!(component = %name, "closing the last file: {e}"),
             }
-        })?);
-        Ok(())
+        }))
     }
 
-    /// Waits (at most `stop_timeout_ms`) for the end marker and the last file to be closed;
-    /// the summary's detail is a [`LoggerDetail`] with the files.
-    fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        if let Some(thread) = self.thread.take() {
-            end_thread(&self.name, thread, &self.live, Duration::from_millis(self.config.stop_timeout_ms))?;
-        }
-        Ok(self.report(true))
+    /// How long `stop` waits for the end marker and the last file to be closed.
+    fn stop_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.stop_timeout_ms)
     }
 
-    fn reset(&mut self) -> Result<(), ComponentError> {
-        abandon_thread(self.thread.take(), &self.live);
+    /// Chunks written, their bytes; a [`LoggerDetail`] with the files.
+    fn report(&self, live: &Live, summary: bool) -> Stats {
+        let (stats, flow) = live.counted(summary);
+        let received = stats.events;
+        let end = read(&live.end);
+        stats.with_detail(&LoggerDetail {
+            listen: self.listener.as_ref().map(|l| l.local_addr().to_string()),
+            upstream: read(&live.upstream),
+            seconds: flow.seconds,
+            mean_events_per_s: flow.mean_events_per_s,
+            mean_mb_per_s: flow.mean_mb_per_s,
+            sequence_errors: live.sequence_errors.load(Ordering::Relaxed),
+            crc_errors: live.crc_errors.load(Ordering::Relaxed),
+            chunks_announced: end.map(|(last, _)| last),
+            missing: end.map_or(0, |(last, _)| last.saturating_sub(received)),
+            end_seen: end.is_some(),
+            files: read(&self.files),
+            error: live.failure(),
+        })
+    }
+
+    fn release(&mut self) {
         self.listener = None;
-        Ok(())
-    }
-
-    fn stats(&self) -> Stats {
-        self.report(false)
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.live.failure()
     }
 }
 
-impl Drop for Logger {
-    fn drop(&mut self) {
-        let _ = self.reset();
-    }
-}
+worker_component!(Logger);
 
 #[cfg(test)]
 mod tests {
