@@ -31,6 +31,52 @@ pub(crate) fn advertise_key() -> daqflow_component::schema::Key {
     )
 }
 
+/// `recv_chunk_bytes`, the same key in every kind that reads an upstream.
+pub(crate) fn recv_chunk_key() -> daqflow_component::schema::Key {
+    daqflow_component::schema::Key::integer(
+        "recv_chunk_bytes",
+        4096,
+        1 << 30,
+        "Size of the buffers the upstream is read into.",
+    )
+    .unit("bytes")
+}
+
+/// The keys of a kind that ends a chain (sink, logger, chain monitor): how long `stop` waits for
+/// the end marker, the receive buffers, the socket buffers of its one connection.
+pub(crate) fn end_receiver_keys() -> [daqflow_component::schema::Key; 3] {
+    use daqflow_component::schema::Key;
+    [
+        Key::integer(
+            "stop_timeout_ms",
+            1,
+            86_400_000,
+            "How long `stop` waits for the end marker; then the run ends without it and the summary says so.",
+        )
+        .unit("ms"),
+        recv_chunk_key(),
+        Key::integer(
+            "socket_buffer_bytes",
+            1024,
+            1 << 30,
+            "`SO_RCVBUF` (and `SO_SNDBUF`) of the connection; unset: the kernel's default and auto-tuning.",
+        )
+        .unit("bytes"),
+    ]
+}
+
+/// What `configure` answers for a kind with one upstream: `listen`.
+pub(crate) fn listen_output() -> daqflow_component::schema::Key {
+    daqflow_component::schema::Key::address("listen", "The address its upstream is configured with.")
+}
+
+/// Adds the problem of an `advertise` that is no `HOST` or `HOST:PORT` to `c`.
+pub(crate) fn check_advertise(c: &mut daqflow_component::checks::Checks, advertise: Option<&str>) {
+    if let Some(Err(e)) = advertise.map(daqflow_transport::advertise::check) {
+        c.problem("advertise", e.to_string().trim_start_matches("advertise "));
+    }
+}
+
 pub(crate) fn resolve(name: &str, key: &str, addr: &str) -> Result<SocketAddr, ComponentError> {
     if addr.is_empty() {
         return Err(ComponentError::Config(format!("{name}: `{key}` is required (HOST:PORT)")));

@@ -155,10 +155,7 @@ pub fn schema() -> Schema {
             )
             .unit("bytes"),
         )
-        .key(
-            Key::integer("recv_chunk_bytes", 4096, 1 << 30, "Size of the buffers the upstream is read into.")
-                .unit("bytes"),
-        )
+        .key(crate::link::recv_chunk_key())
         .key(
             Key::integer(
                 "socket_buffer_bytes",
@@ -168,7 +165,7 @@ pub fn schema() -> Schema {
             )
             .unit("bytes"),
         )
-        .output(Key::address("listen", "The address its upstream is configured with."))
+        .output(crate::link::listen_output())
         .defaults_from(&DispatcherConfig::default())
 }
 
@@ -207,9 +204,7 @@ impl DispatcherConfig {
         }
         probe.outputs.clear();
         c.schema(&schema(), &probe);
-        if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
-            c.problem("advertise", e.to_string().trim_start_matches("advertise "));
-        }
+        crate::link::check_advertise(&mut c, self.advertise.as_deref());
         c.finish()
     }
 

@@ -74,29 +74,8 @@ pub fn schema() -> Schema {
             "check",
             "Check the CRC32C of every chunk that carries one (sequence numbers are always checked).",
         ))
-        .key(
-            Key::integer(
-                "stop_timeout_ms",
-                1,
-                86_400_000,
-                "How long `stop` waits for the end marker; then the run ends without it and the summary says so.",
-            )
-            .unit("ms"),
-        )
-        .key(
-            Key::integer("recv_chunk_bytes", 4096, 1 << 30, "Size of the buffers the upstream is read into.")
-                .unit("bytes"),
-        )
-        .key(
-            Key::integer(
-                "socket_buffer_bytes",
-                1024,
-                1 << 30,
-                "`SO_RCVBUF` (and `SO_SNDBUF`) of the connection; unset: the kernel's default and auto-tuning.",
-            )
-            .unit("bytes"),
-        )
-        .output(Key::address("listen", "The address its upstream is configured with."))
+        .keys(crate::link::end_receiver_keys())
+        .output(crate::link::listen_output())
         .defaults_from(&LoggerConfig::default())
 }
 
@@ -117,9 +96,7 @@ impl LoggerConfig {
             probe.directory = PathBuf::from(".");
         }
         c.schema(&schema(), &probe);
-        if let Some(Err(e)) = self.advertise.as_deref().map(daqflow_transport::advertise::check) {
-            c.problem("advertise", e.to_string().trim_start_matches("advertise "));
-        }
+        crate::link::check_advertise(&mut c, self.advertise.as_deref());
         c.finish()
     }
 
