@@ -71,17 +71,10 @@ pub(crate) struct Peer {
     pub role: Option<Role>,
     pub id: u32,
     pub name: String,
-    pub addr: String,
     pub since: Instant,
-    pub last_heard: Instant,
     /// A frame taken off the socket by a poll and not handled yet.
     pub stash: Option<Frame>,
     pub closed: Option<String>,
-    /// A hello that waits for its id to be free (a successor racing its predecessor's
-    /// departure): since when. Nothing is read from the peer meanwhile.
-    pub waiting: Option<Instant>,
-    /// A BU's generation (its hello's, at an RU).
-    pub generation: u32,
     /// Frames received so far.
     pub frames: u64,
 }
@@ -89,20 +82,7 @@ pub(crate) struct Peer {
 impl Peer {
     pub fn new(conn: Connection) -> Peer {
         let now = Instant::now();
-        Peer {
-            conn,
-            role: None,
-            id: 0,
-            name: String::new(),
-            addr: String::new(),
-            since: now,
-            last_heard: now,
-            stash: None,
-            closed: None,
-            waiting: None,
-            generation: 0,
-            frames: 0,
-        }
+        Peer { conn, role: None, id: 0, name: String::new(), since: now, stash: None, closed: None, frames: 0 }
     }
 
     pub fn label(&self) -> String {
@@ -226,25 +206,6 @@ impl Peer {
             self.closed = Some(format!("sending failed: {e}"));
         }
     }
-}
-
-/// A component's run loop failed: logs `reason` once, keeps it (in `failure` and in the
-/// component's `shared` slot that `Component::failure` reads), and tells the EVM to abort.
-pub(crate) fn fail_run(
-    name: &str,
-    failure: &mut Option<String>,
-    shared: &std::sync::Mutex<Option<String>>,
-    evm: &mut Peer,
-    reason: String,
-) {
-    if failure.is_some() {
-        return;
-    }
-    tracing::error!(component = %name, "{reason}");
-    *failure = Some(reason.clone());
-    *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
-    evm.send(crate::protocol::Message::Abort { reason }.to_frame());
-    evm.try_flush();
 }
 
 pub(crate) fn role_name(r: Role) -> &'static str {

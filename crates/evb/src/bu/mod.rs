@@ -41,6 +41,7 @@
 
 mod config;
 mod core;
+mod machine;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,18 +51,17 @@ use std::time::{Duration, Instant};
 use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, Verb, parse_config};
 use daqflow_engine::fifo::{Consumer, Producer};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
-use daqflow_wire::file::{
-    ClosedFile, DiskChange, DiskSpace, DiskWatcher, FileWriter, FileWriterConfig, remove_empty_part_files,
-};
+use daqflow_wire::file::{ClosedFile, DiskSpace, DiskWatcher, FileWriter, FileWriterConfig, remove_empty_part_files};
 use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
 
 pub use self::config::{BuConfig, EtConfirm, Output, schema};
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
+pub use self::machine::{BuMachine, BuOutput, BuSettings, CONFIRM_EVERY, Step};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
 use crate::link::{Peer, connect, control_options, data_options};
-use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
+use crate::protocol::{Message, Role};
 pub use crate::stats::{BuDetail, BuFile};
 
 /// The `bu` kind: a builder unit, with `et` the way to open an ET system as its output
@@ -492,45 +492,27 @@ impl Drop for Builder {
     }
 }
 
+/// The BU's I/O: the link to the EVM, the links to the RUs, the builder threads' queues and
+/// the disk's `statvfs`, around the [`BuMachine`] that makes every decision.
 struct BuIo {
-    name: String,
     config: BuConfig,
     run: u32,
     evm: Peer,
     rus: Vec<Peer>,
-    core: BuCore,
-    ready: Vec<ReadyEvent>,
+    machine: BuMachine,
     backlog: VecDeque<ReadyEvent>,
     to_builders: Vec<Producer<ReadyEvent>>,
     from_builders: Vec<Consumer<u64>>,
     builders: Vec<(StopHandle, Running)>,
     outputs: Vec<Closed>,
     next_builder: usize,
-    done: Vec<u64>,
-    requested_first: bool,
     shared: Arc<Shared>,
     stopper: StopHandle,
     started: Instant,
     next_tick: Instant,
-    last_request: Instant,
-    run_end: Option<u64>,
-    stop_requested: Option<Instant>,
-    failure: Option<String>,
-    dispatched: u64,
-    confirmed: u64,
-    /// Credits given to the EVM so far.
-    granted: u64,
-    /// Stopped while the run went on.
-    left_during_run: bool,
-    /// Which admission of its id this BU is (from the EVM's RU list).
-    generation: u32,
     last_publish: Instant,
     /// Rates of (events built, their bytes).
     rates: Rates<2>,
-    /// Disk throttling of the data files (`output = "files"`).
-    disk: Option<DiskWatcher>,
-    /// The builders' (events, bytes) already counted as written into the disk watcher.
-    disk_counted: (u64, u64),
 }
 
 impl BuIo {
@@ -538,165 +520,116 @@ impl BuIo {
         let now = Instant::now();
         let mut evm = Peer::new(evm);
         evm.role = Some(Role::Bu);
-        BuIo {
-            name: bu.name.clone(),
+        let disk = (bu.config.output == Output::Files).then(|| {
+            DiskWatcher::new(
+                &bu.config.directory,
+                bu.config.disk_marks(),
+                Duration::from_millis(bu.config.throttle_check_ms),
+            )
+        });
+        let mut io = BuIo {
             config: bu.config.clone(),
             run: bu.run,
             evm,
             rus: Vec::new(),
-            core: BuCore::new(),
-            ready: Vec::new(),
+            machine: BuMachine::new(BuSettings::of(&bu.config, bu.run, &bu.name), disk, now),
             backlog: VecDeque::new(),
             to_builders: builders.to,
             from_builders: builders.from,
             builders: builders.running,
             outputs: builders.outputs,
             next_builder: 0,
-            done: Vec::new(),
-            requested_first: false,
             shared: bu.shared.clone(),
             stopper,
             started: now,
             next_tick: now,
-            last_request: now,
-            run_end: None,
-            stop_requested: None,
-            failure: None,
-            dispatched: 0,
-            confirmed: 0,
-            granted: 0,
-            left_during_run: false,
-            generation: 0,
             last_publish: now,
             rates: Rates::new(now),
-            disk: (bu.config.output == Output::Files).then(|| {
-                let mut disk = DiskWatcher::new(
-                    &bu.config.directory,
-                    bu.config.disk_marks(),
-                    Duration::from_millis(bu.config.throttle_check_ms),
-                );
-                // Read now, so that the first request already knows; an error is reported by
-                // the first tick after `throttle_check_ms`.
-                if let Ok(Some(DiskChange::Throttled(space))) = disk.check(now) {
-                    tracing::warn!(
-                        bu = %bu.name,
-                        "disk throttling from the start: the filesystem of {} has {}, above throttle_high_pct: \
-                         asking the EVM for no events until it is below throttle_low_pct",
-                        bu.config.directory.display(),
-                        space.describe()
-                    );
-                }
-                disk
-            }),
-            disk_counted: (0, 0),
-        }
+        };
+        // Read the disk now, so that the first request already knows.
+        io.read_disk(now);
+        io
     }
 
-    fn fail(&mut self, reason: String) {
-        crate::link::fail_run(&self.name, &mut self.failure, &self.shared.failure, &mut self.evm, reason);
+    /// Does what the machine asks, in order.
+    fn act(&mut self) {
+        while let Some(o) = self.machine.next_output() {
+            match o {
+                BuOutput::ToEvm(m) => {
+                    let evm = &mut self.evm;
+                    crate::common::stamped(&crate::common::PROBES.bu_request, || evm.send(m.to_frame()));
+                }
+                BuOutput::ConnectRus { hello, rus } => self.connect_rus(&hello, rus),
+                BuOutput::CloseEvm => {
+                    let _ = self.evm.conn.close();
+                    self.evm.closed = Some("left the run".into());
+                }
+            }
+        }
+        self.evm.try_flush();
+        if let Some(f) = self.machine.failure()
+            && read(&self.shared.failure).is_none()
+        {
+            set(&self.shared.failure, Some(f.to_owned()));
+        }
+        self.machine.take_ready(&mut self.backlog);
+        self.dispatch();
     }
 
     fn read_evm(&mut self) {
         while let Some(frame) = self.evm.next() {
-            match Message::decode(&frame) {
-                Ok(Message::RuList { generation, rus, .. }) => {
-                    self.generation = generation;
-                    self.connect_rus(rus);
-                }
-                Ok(Message::Triggers { rus, triggers }) => self.core.on_triggers(&rus, &triggers, &mut self.ready),
-                Ok(Message::RunEnd { last_event }) => self.run_end = Some(last_event),
-                Ok(Message::Abort { reason }) => self.fail(format!("the EVM aborted the run: {reason}")),
-                Ok(m) => tracing::warn!(bu = %self.name, "ignoring {:?} from the EVM", m.kind()),
-                Err(e) => self.fail(format!("the EVM sent a malformed message: {e}")),
-            }
+            self.machine.on_evm(Message::decode(&frame));
         }
-        if let Some(why) = self.evm.closed.clone()
-            && self.run_end.is_none()
-        {
-            self.fail(format!("lost the EVM: {why}"));
+        if let Some(why) = self.evm.closed.clone() {
+            self.machine.evm_closed(&why);
         }
-        self.dispatch();
+        self.act();
     }
 
-    fn connect_rus(&mut self, rus: Vec<(u32, String)>) {
-        // The generation tells each RU which admission of this id the connection is: an RU
-        // takes it only once the EVM told it every earlier one is gone.
-        let hello = Message::Hello {
-            role: Role::Bu,
-            id: self.config.id,
-            run: self.run,
-            name: self.name.clone(),
-            addr: String::new(),
-            generation: self.generation,
-        };
+    fn connect_rus(&mut self, hello: &Message, rus: Vec<(u32, String)>) {
         let patience = Duration::from_millis(self.config.connect_timeout_ms);
+        let mut ids = Vec::new();
         for (id, addr) in rus {
             if self.rus.iter().any(|p| p.id == id) {
                 continue;
             }
-            match connect(&addr, &data_options(), patience, &hello) {
+            match connect(&addr, &data_options(), patience, hello) {
                 Ok(conn) => {
                     let mut p = Peer::new(conn);
                     p.role = Some(Role::Ru);
                     p.id = id;
                     self.rus.push(p);
+                    ids.push(id);
                 }
                 Err(e) => {
-                    self.fail(format!("RU {id} at {addr}: {e}"));
+                    self.machine.fail(format!("RU {id} at {addr}: {e}"));
                     return;
                 }
             }
         }
-        if !self.requested_first {
-            self.requested_first = true;
-            // A BU whose disk is above its high mark from the start asks for nothing yet.
-            let throttled = self.disk.as_ref().is_some_and(|d| d.throttled());
-            let credits = if throttled { 0 } else { self.credit_target() as u32 };
-            self.evm.send(Message::Request { credits, done: Vec::new() }.to_frame());
-            self.granted = u64::from(credits);
-            self.evm.try_flush();
-            self.last_request = Instant::now();
-        }
+        self.machine.rus_connected(&ids, Instant::now());
     }
 
     fn read_rus(&mut self) {
         for i in 0..self.rus.len() {
+            let ru = self.rus[i].id;
             for _ in 0..1024 {
                 let Some(frame) = self.rus[i].next() else { break };
-                let ru = self.rus[i].id;
-                let r = match frame.kind {
-                    KIND_SUPER_FRAGMENT => self.core.on_super_fragment(ru, frame.payload, &mut self.ready),
-                    k => Err(format!("frame kind {k:#06x} on a super-fragment link")),
-                };
-                if let Err(e) = r {
-                    self.fail(format!("RU {ru}: {e}"));
-                    return;
-                }
+                self.machine.on_ru_frame(ru, frame.kind, frame.payload);
             }
             if let Some(why) = self.rus[i].closed.clone()
                 && self.rus[i].stash.is_none()
-                && self.run_end.is_none()
             {
-                let ru = self.rus[i].id;
-                if self.rus[i].frames == 0 {
-                    // Nothing came: the RU did not take the connection (it holds a BU's
-                    // connection until the EVM's BU gone for every earlier generation of its id,
-                    // at most its `connect_timeout_ms`, and refuses an older generation).
-                    let (id, generation) = (self.config.id, self.generation);
-                    self.fail(format!(
-                        "RU {ru} closed the connection before sending anything ({why}): it did not take BU {id} \
-                         generation {generation} (the RU's log says why)"
-                    ));
-                } else {
-                    self.fail(format!("lost RU {ru}: {why}"));
-                }
+                self.machine.ru_closed(ru, &why, self.rus[i].frames);
+            }
+            if self.machine.failure().is_some() {
+                break;
             }
         }
-        self.dispatch();
+        self.act();
     }
 
     fn dispatch(&mut self) {
-        self.backlog.extend(self.ready.drain(..));
         let n = self.to_builders.len();
         while let Some(ev) = self.backlog.pop_front() {
             let mut ev = Some(ev);
@@ -705,7 +638,6 @@ impl BuIo {
                 match self.to_builders[b].push(ev.take().expect("not yet pushed")) {
                     Ok(()) => {
                         self.next_builder = (b + 1) % n;
-                        self.dispatched += 1;
                         break;
                     }
                     Err(daqflow_engine::fifo::PushError::Full(e)) => ev = Some(e),
@@ -718,162 +650,40 @@ impl BuIo {
         }
     }
 
-    /// Credits the BU wants in flight now: `credits`, less when the events built so far say
-    /// that many would exceed `max_bytes_in_flight`; before any event is built, one request
-    /// batch (the size of the events is not known yet).
-    fn credit_target(&self) -> u64 {
+    /// Reads the disk's space when the machine says a reading is due.
+    fn read_disk(&mut self, now: Instant) {
         let (events, bytes, ..) = self.totals();
-        let credits = u64::from(self.config.credits);
-        match bytes.checked_div(events) {
-            Some(mean) if mean > 0 => credits.min(self.config.max_bytes_in_flight / mean).max(1),
-            _ => credits.min(u64::from(self.config.request_batch)),
+        self.machine.built(events, bytes);
+        if let Some(dir) = self.machine.disk_reading_due(now) {
+            let space = DiskSpace::of(dir);
+            self.machine.disk_space(space, now);
         }
-    }
-
-    fn confirm(&mut self, now: Instant) {
-        for rx in &mut self.from_builders {
-            while let Ok(id) = rx.pop() {
-                self.done.push(id);
-                self.confirmed += 1;
-            }
-        }
-        // Disk throttling: no new credits; confirmations and heartbeats go on.
-        let throttled = self.disk.as_ref().is_some_and(|d| d.throttled());
-        let done_asking = self.run_end.is_some() || self.stop_requested.is_some() || throttled;
-        let in_flight = self.granted.saturating_sub(self.confirmed);
-        let mut grant = if done_asking { 0 } else { self.credit_target().saturating_sub(in_flight) };
-        if grant > 0 {
-            grant = grant.min(self.disk_allows(in_flight, now));
-        }
-        let since = now.duration_since(self.last_request);
-        let heartbeat_due = since >= Duration::from_millis(self.config.heartbeat_ms);
-        let confirm_due = !self.done.is_empty() && since >= Duration::from_millis(2);
-        let grant_due = grant >= u64::from(self.config.request_batch) || (grant > 0 && in_flight == 0);
-        if !self.requested_first && heartbeat_due {
-            // Still connecting to the RUs: tell the EVM this BU is alive.
-            self.evm.send(Message::Request { credits: 0, done: Vec::new() }.to_frame());
-            self.last_request = now;
-        }
-        if self.requested_first && (grant_due || confirm_due || heartbeat_due) {
-            let credits = grant.min(u64::from(u32::MAX)) as u32;
-            let done = std::mem::take(&mut self.done);
-            let evm = &mut self.evm;
-            crate::common::stamped(&crate::common::PROBES.bu_request, || {
-                evm.send(Message::Request { credits, done }.to_frame())
-            });
-            self.granted += u64::from(credits);
-            self.last_request = now;
-        }
-        self.evm.try_flush();
     }
 
     fn tick(&mut self, now: Instant) {
         self.next_tick = now + Duration::from_millis(1);
         // A builder whose output failed has ended its thread: the BU cannot confirm any more.
-        // It leaves the run (closing its link to the EVM) so that the EVM re-assigns its
-        // unconfirmed events to the other BUs; the reason is this BU's error.
-        if self.failure.is_none()
+        if self.machine.failure().is_none()
             && let Some(t) = self.builders.iter().position(|(_, r)| r.is_finished())
         {
             let why = read(&self.shared.output_failed).unwrap_or_else(|| "its output failed; see the log".into());
-            let reason = format!("builder thread {t} stopped ({why}); leaving the run");
-            tracing::error!(bu = %self.name, "{reason}");
-            self.failure = Some(reason.clone());
-            set(&self.shared.failure, Some(reason));
-            let _ = self.evm.conn.close();
-            self.evm.closed = Some("left the run".into());
+            self.machine.leave(format!("builder thread {t} stopped ({why}); leaving the run"));
         }
-        self.watch_disk(now);
-        self.dispatch();
-        self.confirm(now);
-        if self.shared.stop.load(Ordering::Relaxed) && self.stop_requested.is_none() {
-            self.stop_requested = Some(now);
-        }
-        if let Some(t) = self.stop_requested {
-            let timed_out = now.duration_since(t) > Duration::from_millis(self.config.end_timeout_ms);
-            let idle = self.backlog.is_empty()
-                && self.dispatched == self.confirmed
-                && self.done.is_empty()
-                && self.evm.conn.queued_bytes() == 0;
-            // Stopped while the run goes on: the BU leaves. It asks for nothing more, confirms
-            // everything it built, and goes; the EVM re-assigns what it had not received whole.
-            let leaving = self.run_end.is_none() && self.failure.is_none();
-            if (idle && (self.run_end.is_some() || leaving)) || self.failure.is_some() || timed_out {
-                if timed_out && self.run_end.is_none() {
-                    self.fail("no end of run from the EVM before the timeout".into());
-                }
-                self.left_during_run = leaving && !timed_out;
-                self.finish(now);
-                self.stopper.stop();
-                return;
+        for rx in &mut self.from_builders {
+            while let Ok(id) = rx.pop() {
+                self.machine.confirmed(id);
             }
+        }
+        self.read_disk(now);
+        let stop = self.shared.stop.load(Ordering::Relaxed);
+        let step = self.machine.tick(now, stop, self.evm.conn.queued_bytes() == 0);
+        self.act();
+        if let Step::Finish { .. } = step {
+            self.finish(now);
+            self.stopper.stop();
+            return;
         }
         self.publish(now);
-    }
-
-    /// The credits the disk has room for, with `in_flight` events asked for and not yet
-    /// confirmed (each counted at the mean size of the events built, as the file takes it): by
-    /// the watcher's estimate, the events built since its last reading counted. 0: the BU
-    /// throttles now, before the next reading.
-    fn disk_allows(&mut self, in_flight: u64, now: Instant) -> u64 {
-        let (events, bytes, ..) = self.totals();
-        let Some(disk) = self.disk.as_mut() else { return u64::MAX };
-        // Before the first event is built its size is not known: one request batch goes.
-        let Some(mean) = bytes.checked_div(events) else { return u64::MAX };
-        let per_event = DiskWatcher::record_bytes(mean as usize);
-        let room = disk.room();
-        let mut allowed = room.saturating_sub(in_flight.saturating_mul(per_event)) / per_event;
-        if allowed == 0 && in_flight == 0 && disk.fits(per_event) {
-            allowed = 1;
-        }
-        if allowed == 0
-            && let Some(DiskChange::Throttled(space)) = disk.throttle(now)
-        {
-            tracing::warn!(
-                bu = %self.name,
-                "disk throttling: the filesystem of {} has {} by its estimate (the last reading less the events \
-                 built since and those in flight): more would take it above throttle_high_pct; asking the EVM \
-                 for no events until it is below throttle_low_pct",
-                disk.directory().display(),
-                space.describe()
-            );
-        }
-        allowed
-    }
-
-    /// Reads the disk's space when due and applies the throttling marks; between readings,
-    /// counts the bytes the builders wrote into the watcher's estimate.
-    fn watch_disk(&mut self, now: Instant) {
-        let (events, bytes, ..) = self.totals();
-        let Some(disk) = self.disk.as_mut() else { return };
-        let (e0, b0) = std::mem::replace(&mut self.disk_counted, (events, bytes));
-        let new_events = events.saturating_sub(e0);
-        if new_events > 0 {
-            // Each record's header, padding and index entry, at most: record_bytes(0) + 8.
-            let overhead = DiskWatcher::record_bytes(0) + 8;
-            disk.wrote(bytes.saturating_sub(b0) + new_events * overhead);
-        }
-        match disk.check(now) {
-            Ok(Some(DiskChange::Throttled(space))) => tracing::warn!(
-                bu = %self.name,
-                "disk throttling: the filesystem of {} has {}, above throttle_high_pct: asking the EVM for no \
-                 events until it is below throttle_low_pct",
-                disk.directory().display(),
-                space.describe()
-            ),
-            Ok(Some(DiskChange::Resumed(space))) => tracing::warn!(
-                bu = %self.name,
-                "disk throttling ended: the filesystem of {} has {}, below throttle_low_pct: asking for events again",
-                disk.directory().display(),
-                space.describe()
-            ),
-            Ok(None) => {}
-            Err(e) => {
-                if self.failure.is_none() {
-                    self.fail(e.to_string());
-                }
-            }
-        }
     }
 
     fn totals(&self) -> (u64, u64, u64, u64) {
@@ -919,7 +729,7 @@ impl BuIo {
                 last_event: f.last_event.map(|e| e.0),
             })
             .collect();
-        let incomplete = self.core.clear();
+        let incomplete = self.machine.clear();
         let (events, bytes, ..) = self.totals();
         let seconds = now.duration_since(self.started).as_secs_f64();
         let detail = BuDetail { incomplete_at_end: Some(incomplete.len()), files, errors, ..self.detail(seconds) };
@@ -934,7 +744,7 @@ impl BuIo {
 
     fn detail(&self, seconds: f64) -> BuDetail {
         let (_, _, flagged, crc_errors) = self.totals();
-        let disk = self.disk.as_ref().map(|d| d.report(Instant::now()));
+        let disk = self.machine.disk_report(Instant::now());
         BuDetail {
             throttled: disk.is_some_and(|d| d.throttled),
             throttle_count: disk.map_or(0, |d| d.throttle_count),
@@ -947,15 +757,15 @@ impl BuIo {
             seconds,
             events_flagged: flagged,
             crc_errors,
-            in_progress: self.core.in_progress(),
+            in_progress: self.machine.in_progress(),
             rus_connected: self.rus.len(),
             threads: self.config.threads,
             output: self.config.output,
             incomplete_at_end: None,
-            left_during_run: self.left_during_run,
+            left_during_run: self.machine.left_during_run(),
             files: Vec::new(),
             errors: Vec::new(),
-            error: self.failure.clone(),
+            error: self.machine.failure().map(str::to_owned),
         }
     }
 

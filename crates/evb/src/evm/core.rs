@@ -61,7 +61,7 @@ impl Accounting {
 }
 
 /// Settings of the core.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CoreConfig {
     /// Fraction of events the level-2 emulation rejects (0 … 1).
     pub reject_fraction: f64,

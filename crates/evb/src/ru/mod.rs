@@ -25,22 +25,23 @@
 
 mod config;
 mod core;
+mod machine;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, Verb, parse_config};
-use daqflow_engine::messages::{self, MessageKind};
 use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
 use daqflow_transport::{Connection, Listener};
 
 pub use self::config::{RuConfig, schema};
 pub use self::core::{BuAdmission, OutgoingSf, RuCore, RuCounters};
+pub use self::machine::{ConnId, RuMachine, RuOutput, RuStep, STUCK_TIMEOUT};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
 use crate::link::{Peer, bind, connect, control_options, ru_data_options};
-use crate::protocol::{KIND_END, KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
+use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
 pub use crate::stats::RuDetail;
 
 /// The `ru` kind: a readout unit. It starts after the EVM and the BUs (stage 6), before its
@@ -195,34 +196,30 @@ impl Component for Ru {
     }
 }
 
-struct StreamSlot {
-    peer: Option<Peer>,
-    ended: Option<u64>,
-}
-
+/// The RU's I/O: the listener, the link to the EVM, the streams' and the BUs' connections,
+/// around the [`RuMachine`] that makes every decision.
 struct RuIo {
     name: String,
     config: RuConfig,
     run: u32,
     listener: Arc<Listener>,
     evm: Peer,
+    next_conn: u64,
     /// Accepted connections that have not said hello yet.
-    newcomers: Vec<Peer>,
-    /// BUs whose connection is held: an earlier generation of their id is not gone yet, or a
-    /// live connection has their id and generation.
-    waiting_bus: Vec<Peer>,
-    streams: Vec<StreamSlot>,
-    bus: Vec<Peer>,
-    core: RuCore,
+    newcomers: Vec<(ConnId, Peer)>,
+    /// BU connections the machine holds.
+    held: Vec<(ConnId, Peer)>,
+    /// Each stream's source connection.
+    streams: Vec<Option<(ConnId, Peer)>>,
+    /// The BUs' connections: (BU id, connection).
+    bus: Vec<(u32, ConnId, Peer)>,
+    machine: RuMachine,
     shared: Arc<Shared>,
     stopper: StopHandle,
     started: Instant,
     next_tick: Instant,
-    stop_requested: Option<Instant>,
-    stuck_since: Option<Instant>,
     /// The fragments of the super-fragment being sent (reused).
     scratch: Vec<bytes::Bytes>,
-    failure: Option<String>,
     last_publish: Instant,
     /// Rates of (super-fragments, their bytes, fragments, their bytes).
     rates: Rates<4>,
@@ -238,46 +235,111 @@ impl RuIo {
         shared: Arc<Shared>,
         stopper: StopHandle,
     ) -> RuIo {
-        let core = RuCore::new(&config);
         let now = Instant::now();
         let mut evm = Peer::new(evm);
         evm.role = Some(Role::Ru);
         RuIo {
-            streams: (0..config.streams).map(|_| StreamSlot { peer: None, ended: None }).collect(),
+            machine: RuMachine::new(&config, run, &name, now),
+            streams: (0..config.streams).map(|_| None).collect(),
             name,
             config,
             run,
             listener,
             evm,
+            next_conn: 0,
             newcomers: Vec::new(),
-            waiting_bus: Vec::new(),
+            held: Vec::new(),
             bus: Vec::new(),
-            core,
             shared,
             stopper,
             started: now,
             next_tick: now,
-            stop_requested: None,
-            stuck_since: None,
             scratch: Vec::with_capacity(64),
-            failure: None,
             last_publish: now,
             rates: Rates::new(now),
         }
     }
 
-    fn fail(&mut self, reason: String) {
-        crate::link::fail_run(&self.name, &mut self.failure, &self.shared.failure, &mut self.evm, reason);
+    /// Does what the machine asks, in order; `pool` holds connections that said hello and
+    /// wait for the machine's word (those it holds go to `held`, the rest are dropped).
+    fn act(&mut self, mut pool: Vec<(ConnId, Peer)>) {
+        while let Some(o) = self.machine.next_output() {
+            match o {
+                RuOutput::ToEvm(m) => {
+                    self.evm.send(m.to_frame());
+                    self.evm.try_flush();
+                }
+                RuOutput::TakeStream { conn, slot, limits } => {
+                    if let Some(mut p) = take(&mut pool, conn) {
+                        p.role = Some(Role::Source);
+                        p.conn.set_frame_limits(limits);
+                        self.streams[slot] = Some((conn, p));
+                    }
+                }
+                RuOutput::TakeBu { conn, bu, limits } => {
+                    if let Some(mut p) = take(&mut pool, conn).or_else(|| take(&mut self.held, conn)) {
+                        p.role = Some(Role::Bu);
+                        p.id = bu;
+                        p.conn.set_frame_limits(limits);
+                        self.bus.push((bu, conn, p));
+                    }
+                }
+                RuOutput::Close(conn, why) => {
+                    let gone = take(&mut pool, conn)
+                        .or_else(|| take(&mut self.held, conn))
+                        .or_else(|| self.bus.iter().position(|b| b.1 == conn).map(|k| self.bus.remove(k).2))
+                        .or_else(|| {
+                            let slot = self.streams.iter().position(|s| s.as_ref().is_some_and(|(c, _)| *c == conn))?;
+                            self.streams[slot].take().map(|(_, p)| p)
+                        });
+                    if let Some(p) = gone {
+                        tracing::debug!(ru = %self.name, "closing {}: {why}", p.label());
+                    }
+                }
+            }
+        }
+        for (conn, p) in pool {
+            if self.machine.is_held(conn) {
+                self.held.push((conn, p));
+            }
+        }
+        if let Some(f) = self.machine.failure()
+            && read(&self.shared.failure).is_none()
+        {
+            set(&self.shared.failure, Some(f.to_owned()));
+        }
     }
 
     fn accept(&mut self) {
         while let Ok(Some(conn)) = self.listener.accept_timeout(Duration::ZERO) {
-            self.newcomers.push(Peer::new(conn));
+            self.next_conn += 1;
+            self.newcomers.push((ConnId(self.next_conn), Peer::new(conn)));
         }
-        self.admit_waiting_bus();
+        let now = Instant::now();
+        // Connections that went away: a BU's (taken or held) is forgotten; a dead BU
+        // connection with an id never keeps its successor out.
+        let mut k = 0;
+        while k < self.held.len() {
+            if self.held[k].1.alive() {
+                k += 1;
+            } else {
+                let (conn, p) = self.held.remove(k);
+                self.machine.bu_closed(conn, p.closed.as_deref().unwrap_or_default(), now);
+            }
+        }
+        let mut k = 0;
+        while k < self.bus.len() {
+            if self.bus[k].2.alive() {
+                k += 1;
+            } else {
+                let (_, conn, p) = self.bus.remove(k);
+                self.machine.bu_closed(conn, p.closed.as_deref().unwrap_or_default(), now);
+            }
+        }
+        let mut pool = Vec::new();
         let mut i = 0;
         while i < self.newcomers.len() {
-            let p = &mut self.newcomers[i];
+            let p = &mut self.newcomers[i].1;
             let Some(frame) = p.next() else {
                 if p.closed.is_some() || p.since.elapsed() > Duration::from_secs(10) {
                     self.newcomers.remove(i);
@@ -286,241 +348,61 @@ impl RuIo {
                 }
                 continue;
             };
-            let mut p = self.newcomers.remove(i);
-            match Message::decode(&frame) {
-                Ok(Message::Hello { run, .. }) if run != self.run => tracing::warn!(
-                    ru = %self.name,
-                    "closing {}: it said hello for run {run}; this is run {}",
-                    p.label(),
-                    self.run
-                ),
-                Ok(Message::Hello { role: Role::Source, id, .. })
-                    if self
-                        .streams
-                        .iter()
-                        .any(|s| s.peer.as_ref().is_some_and(|q| q.id == id && q.closed.is_none())) =>
-                {
-                    // Never replaces: the stream that has it keeps it.
-                    tracing::warn!(ru = %self.name, "refusing a second source {id} ({}): it already sends", p.label());
-                }
-                Ok(Message::Hello { role: Role::Source, id, name, .. }) => {
-                    p.role = Some(Role::Source);
-                    p.id = id;
-                    p.name = name;
-                    // Fragments up to the largest expected (with their header), ends small.
-                    let max = u32::try_from(self.config.max_fragment_bytes + 4096).unwrap_or(u32::MAX);
-                    p.conn.set_frame_limits(crate::link::limits(&[(KIND_FRAGMENT, max)]));
-                    match self.streams.iter().position(|s| s.peer.is_none() && s.ended.is_none()) {
-                        Some(slot) => {
-                            tracing::info!(ru = %self.name, "source {id} on stream {slot}");
-                            self.core.bind_stream(slot, id);
-                            self.streams[slot].peer = Some(p);
-                        }
-                        None => {
-                            tracing::warn!(ru = %self.name, "refusing source {id}: all {} streams taken", self.streams.len())
-                        }
-                    }
-                }
-                Ok(Message::Hello { role: Role::Bu, id, name, generation, .. }) => {
-                    p.id = id;
-                    p.name = name;
-                    p.generation = generation;
-                    p.waiting = Some(Instant::now());
-                    match self.bu_admission(&p) {
-                        Hold::Take => self.take_bu(p),
-                        Hold::Keep(why) => {
-                            tracing::info!(ru = %self.name, "BU {id} generation {generation} ({}) waits: {why}", bu_label(&p));
-                            self.waiting_bus.push(p);
-                        }
-                        Hold::Close(why) => {
-                            tracing::warn!(ru = %self.name, "refusing BU {id} generation {generation} ({}): {why}", bu_label(&p))
-                        }
-                    }
-                }
-                Ok(m) => tracing::warn!(ru = %self.name, "closing {}: {:?} instead of hello", p.label(), m.kind()),
-                Err(e) => tracing::warn!(ru = %self.name, "closing {}: {e}", p.label()),
-            }
+            let (conn, p) = self.newcomers.remove(i);
+            self.machine.on_hello(conn, Message::decode(&frame), now);
+            pool.push((conn, p));
         }
-    }
-
-    /// What to do with BU connection `p` now, by the generation rule (`docs/evb.md`, "Builder
-    /// unit generations"): take it once every earlier generation of its id is gone, refuse a
-    /// generation that is gone; hold it while an earlier one is not gone yet (its BU gone is on
-    /// its way from the EVM) or while a live connection has its id and generation (a second
-    /// claimant never takes the live one's super-fragments; a dead one is replaced) — held at
-    /// most `connect_timeout_ms`, then closed.
-    fn bu_admission(&mut self, p: &Peer) -> Hold {
-        let (id, generation) = (p.id, p.generation);
-        let held = p.waiting.map_or(Duration::ZERO, |t| t.elapsed());
-        let patience = Duration::from_millis(self.config.connect_timeout_ms);
-        let keep = |why: String| {
-            if held > patience {
-                Hold::Close(format!("{why}, still after {} ms (ru.connect_timeout_ms)", patience.as_millis()))
-            } else {
-                Hold::Keep(why)
-            }
-        };
-        match self.core.bu_admission(id, generation) {
-            BuAdmission::Refuse { gone } => Hold::Close(format!(
-                "the EVM said BU {id} generation {} is gone: a connection of a BU that left is never taken",
-                gone - 1
-            )),
-            BuAdmission::Wait { gone } if u64::from(generation) == gone + 1 => {
-                keep(format!("the EVM's BU gone for its predecessor (BU {id} generation {gone}) has not come yet"))
-            }
-            BuAdmission::Wait { gone } => keep(format!(
-                "the EVM's BU gone for its predecessors (BU {id} generations {gone} to {}) have not come yet",
-                generation - 1
-            )),
-            BuAdmission::Take if self.bus.iter_mut().any(|b| b.id == id && b.alive()) => {
-                keep(format!("BU {id} generation {generation} is connected"))
-            }
-            BuAdmission::Take => Hold::Take,
-        }
-    }
-
-    /// Takes BU connection `p`: the RU sends it the id's queue from now on. A dead connection
-    /// with its id (and generation) is replaced.
-    fn take_bu(&mut self, mut p: Peer) {
-        p.waiting = None;
-        p.role = Some(Role::Bu);
-        p.conn.set_frame_limits(crate::link::limits(&[]));
-        tracing::info!(ru = %self.name, "BU {} generation {} connected", p.id, p.generation);
-        let id = p.id;
-        self.bus.retain(|b| b.id != id);
-        self.bus.push(p);
-    }
-
-    /// Held BU connections: taken, refused, or held on by [`RuIo::bu_admission`]; forgotten
-    /// when the BU closed them.
-    fn admit_waiting_bus(&mut self) {
-        for mut p in std::mem::take(&mut self.waiting_bus) {
-            if !p.alive() {
-                tracing::info!(
-                    ru = %self.name,
-                    "BU {} generation {} ({}) went away while held",
-                    p.id,
-                    p.generation,
-                    bu_label(&p)
-                );
-                continue;
-            }
-            match self.bu_admission(&p) {
-                Hold::Keep(_) => self.waiting_bus.push(p),
-                Hold::Take => self.take_bu(p),
-                Hold::Close(why) => tracing::warn!(
-                    ru = %self.name,
-                    "refusing BU {} generation {} ({}): {why}",
-                    p.id,
-                    p.generation,
-                    bu_label(&p)
-                ),
-            }
-        }
+        self.act(pool);
     }
 
     fn read_evm(&mut self) {
-        let mut gone = false;
         while let Some(frame) = self.evm.next() {
-            match frame.kind {
-                messages::KIND_DISCARD | messages::KIND_REJECT => match messages::decode(&frame) {
-                    Ok(g) if g.kind() == MessageKind::Discard => self.core.release(g.event_ids()),
-                    Ok(g) => self.core.reject(g.event_ids()),
-                    Err(e) => self.fail(format!("the EVM sent a malformed message: {e}")),
-                },
-                _ => match Message::decode(&frame) {
-                    Ok(Message::Assign { bu, events }) => self.core.assign(bu, events),
-                    Ok(Message::BuGone { bu, generation }) => {
-                        if self.core.bu_gone(bu, generation) {
-                            // Only that generation's connection (a successor is taken only after
-                            // this); a successor held meanwhile may be taken now.
-                            self.bus.retain(|b| b.id != bu || b.generation > generation);
-                            gone = true;
-                        } else {
-                            tracing::warn!(
-                                ru = %self.name,
-                                "ignoring the EVM's BU gone for BU {bu} generation {generation}: already gone"
-                            );
-                        }
-                    }
-                    Ok(Message::RunEnd { last_event }) => self.core.run_end(last_event),
-                    Ok(Message::Abort { reason }) => self.fail(format!("the EVM aborted the run: {reason}")),
-                    Ok(m) => tracing::warn!(ru = %self.name, "ignoring {:?} from the EVM", m.kind()),
-                    Err(e) => self.fail(format!("the EVM sent a malformed message: {e}")),
-                },
-            }
+            self.machine.on_evm(&frame, Instant::now());
         }
-        if gone {
-            self.admit_waiting_bus();
+        if let Some(why) = self.evm.closed.clone() {
+            self.machine.evm_closed(&why);
         }
-        if let Some(why) = self.evm.closed.clone()
-            && self.core.ended().is_none()
-        {
-            self.fail(format!("lost the EVM: {why}"));
-        }
+        self.act(Vec::new());
     }
 
     fn read_stream(&mut self, slot: usize) {
-        let margin = self.config.max_fragment_bytes;
         for _ in 0..256 {
-            if !self.core.may_read(slot, margin) {
+            if !self.machine.may_read(slot) {
                 break;
             }
-            let Some(peer) = self.streams[slot].peer.as_mut() else { return };
+            let Some((_, peer)) = self.streams[slot].as_mut() else { return };
             let Some(frame) = peer.next() else { break };
-            match frame.kind {
-                KIND_FRAGMENT => {
-                    if let Err(e) = self.core.on_fragment(slot, frame.payload) {
-                        self.fail(e);
-                        return;
-                    }
-                }
-                KIND_END => {
-                    let last = Message::decode(&frame).ok().and_then(|m| match m {
-                        Message::End { last_event } => Some(last_event),
-                        _ => None,
-                    });
-                    self.streams[slot].ended = Some(last.unwrap_or(0));
-                    self.streams[slot].peer = None;
-                    self.core.stream_ended(slot, last.unwrap_or(0));
-                    return;
-                }
-                k => {
-                    let label = peer.label();
-                    self.fail(format!("{label} sent frame kind {k:#06x} on a fragment stream"));
-                    return;
-                }
+            self.machine.on_stream_frame(slot, frame);
+            if self.machine.failure().is_some() || self.streams[slot].is_none() {
+                break;
             }
         }
-        let slot_ref = &mut self.streams[slot];
-        if let Some(p) = &slot_ref.peer
+        if let Some((conn, p)) = &self.streams[slot]
             && let Some(why) = p.closed.clone()
             && p.stash.is_none()
+            && self.machine.stream(slot) == Some(*conn)
         {
-            let label = p.label();
-            slot_ref.peer = None;
-            let last = self.core.stream_last(slot);
-            match self.core.ended() {
-                Some(end) if last >= end => {}
-                _ => self.fail(format!("{label} on stream {slot} disconnected after event {last} ({why})")),
-            }
+            self.machine.stream_closed(slot, &why);
+            self.streams[slot] = None;
         }
+        self.act(Vec::new());
     }
 
     fn send(&mut self) {
-        self.core.process_rejects();
+        self.machine.core_mut().process_rejects();
         let limit = self.config.send_queue_bytes;
-        let bus: Vec<u32> = self.core.waiting_bus().collect();
-        for bu in bus {
-            let Some(peer) = self.bus.iter_mut().find(|b| b.id == bu) else { continue };
+        let waiting: Vec<u32> = self.machine.core().waiting_bus().collect();
+        for bu in waiting {
+            let Some((_, _, peer)) = self.bus.iter_mut().find(|b| b.0 == bu) else { continue };
             for _ in 0..256 {
-                let Some(size) = self.core.next_ready(bu) else { break };
+                let Some(size) = self.machine.core().next_ready(bu) else { break };
                 let queued = peer.conn.queued_bytes();
                 if queued > 0 && queued + size > limit {
                     break;
                 }
                 let probes = &*crate::common::PROBES;
-                let header = crate::common::stamped(&probes.ru_assemble, || self.core.next_into(bu, &mut self.scratch))
+                let (core, scratch) = (self.machine.core_mut(), &mut self.scratch);
+                let header = crate::common::stamped(&probes.ru_assemble, || core.next_into(bu, scratch))
                     .expect("next_ready said so");
                 let scratch = &self.scratch;
                 if !crate::common::stamped(&probes.ru_send, || {
@@ -531,67 +413,51 @@ impl RuIo {
             }
         }
         for b in &mut self.bus {
-            b.try_flush();
+            b.2.try_flush();
         }
         // A BU whose connection broke: its events come back from the EVM as re-assignments.
-        self.bus.retain(|b| {
-            if let Some(why) = &b.closed {
-                tracing::warn!("BU {} connection closed ({why})", b.id);
-                false
+        let now = Instant::now();
+        let mut k = 0;
+        while k < self.bus.len() {
+            if self.bus[k].2.closed.is_some() {
+                let (_, conn, p) = self.bus.remove(k);
+                self.machine.bu_closed(conn, p.closed.as_deref().unwrap_or_default(), now);
             } else {
-                true
+                k += 1;
             }
-        });
+        }
+        self.act(Vec::new());
     }
 
     fn tick(&mut self, now: Instant) {
         self.next_tick = now + Duration::from_millis(1);
-        if self.core.is_stuck(self.config.max_fragment_bytes) {
-            let since = *self.stuck_since.get_or_insert(now);
-            if now.duration_since(since) > Duration::from_secs(2) && self.failure.is_none() {
-                let (bytes, size) = self.core.buffer();
-                self.fail(format!(
-                    "buffer full ({bytes} bytes stored, buffer_bytes {size}) with assigned events still waiting for \
-                     fragments: the events in flight need more memory than the RU has; raise ru.buffer_bytes or \
-                     lower bu.max_bytes_in_flight / bu.credits"
-                ));
-            }
-        } else {
-            self.stuck_since = None;
-        }
         self.evm.try_flush();
-        if self.shared.stop.load(Ordering::Relaxed) && self.stop_requested.is_none() {
-            self.stop_requested = Some(now);
-        }
-        if let Some(t) = self.stop_requested {
-            let timed_out = now.duration_since(t) > Duration::from_millis(self.config.end_timeout_ms);
-            let sending = self.bus.iter().any(|b| b.closed.is_none() && b.conn.queued_bytes() > 0);
-            if (self.core.ended().is_some() && !sending) || self.failure.is_some() || timed_out {
-                if timed_out && self.core.ended().is_none() {
-                    self.fail("no end of run from the EVM before the timeout".into());
-                }
-                self.finish(now);
-                self.stopper.stop();
-                return;
-            }
+        let stop = self.shared.stop.load(Ordering::Relaxed);
+        let sending = self.bus.iter().any(|b| b.2.closed.is_none() && b.2.conn.queued_bytes() > 0);
+        let step = self.machine.tick(now, stop, sending);
+        self.act(Vec::new());
+        if step == RuStep::Finish {
+            self.finish(now);
+            self.stopper.stop();
+            return;
         }
         self.publish(now);
     }
 
     fn finish(&mut self, now: Instant) {
-        for b in &mut self.bus {
+        for (_, _, b) in &mut self.bus {
             let deadline = Instant::now() + Duration::from_secs(2);
             while b.closed.is_none() && b.conn.queued_bytes() > 0 && Instant::now() < deadline {
                 b.try_flush();
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
-        let c = self.core.counters().clone();
+        let c = self.machine.core().counters().clone();
         let seconds = now.duration_since(self.started).as_secs_f64();
         // What is stored at the end (before it is freed), and how many events that is.
         let mut detail =
             self.detail(seconds, per_second(c.fragments, seconds), per_second(c.fragment_bytes, seconds) / 1e6);
-        detail.leftover_events = Some(self.core.leftover().len());
+        detail.leftover_events = Some(self.machine.core_mut().leftover().len());
         let summary = Stats::counted(c.super_fragments, c.super_fragment_bytes)
             .with_rates(per_second(c.super_fragments, seconds), per_second(c.super_fragment_bytes, seconds) / 1e6)
             .with_detail(&detail);
@@ -604,23 +470,24 @@ impl RuIo {
     }
 
     fn detail(&self, seconds: f64, fragments_per_s: f64, fragment_mb_per_s: f64) -> RuDetail {
+        let core = self.machine.core();
         RuDetail {
             id: self.config.id,
             run: self.run,
             seconds,
-            last_event: self.core.ended(),
-            counters: self.core.counters().clone(),
+            last_event: core.ended(),
+            counters: core.counters().clone(),
             fragments_per_s,
             fragment_mb_per_s,
-            events_stored: self.core.events_stored(),
-            bytes_stored: self.core.bytes_stored(),
-            read_ahead_bytes: self.core.read_ahead_bytes(),
-            streams_connected: self.streams.iter().filter(|s| s.peer.is_some()).count(),
+            events_stored: core.events_stored(),
+            bytes_stored: core.bytes_stored(),
+            read_ahead_bytes: core.read_ahead_bytes(),
+            streams_connected: self.machine.streams_connected(),
             bus_connected: self.bus.len(),
-            bus_held: self.waiting_bus.len(),
+            bus_held: self.held.len(),
             leftover_events: None,
-            problems: self.core.problems().to_vec(),
-            error: self.failure.clone(),
+            problems: core.problems().to_vec(),
+            error: self.machine.failure().map(str::to_owned),
         }
     }
 
@@ -629,7 +496,7 @@ impl RuIo {
             return;
         }
         self.last_publish = now;
-        let c = self.core.counters();
+        let c = self.machine.core().counters();
         let counts = [c.super_fragments, c.super_fragment_bytes, c.fragments, c.fragment_bytes];
         let [sf_per_s, sf_bytes_per_s, fragments_per_s, fragment_bytes_per_s] = self.rates.sample(now, counts);
         let detail =
@@ -639,19 +506,10 @@ impl RuIo {
     }
 }
 
-/// What an RU does with a BU connection now ([`RuIo::bu_admission`]).
-enum Hold {
-    /// Take it.
-    Take,
-    /// Keep holding it, for this reason.
-    Keep(String),
-    /// Close it, for this reason.
-    Close(String),
-}
-
-/// A BU connection in the log: its name and address.
-fn bu_label(p: &Peer) -> String {
-    format!("{}, {}", p.name, p.conn.peer_addr())
+/// Takes the peer of connection `conn` out of `from`.
+fn take(from: &mut Vec<(ConnId, Peer)>, conn: ConnId) -> Option<Peer> {
+    let k = from.iter().position(|(c, _)| *c == conn)?;
+    Some(from.remove(k).1)
 }
 
 /// The live counters are published at most this often.
@@ -680,28 +538,26 @@ impl Module for RuIo {
             TASK_EVM => self.evm.poll(),
             TASK_ACCEPT => Instant::now() >= self.next_tick,
             TASK_SEND => {
-                self.core
-                    .waiting_bus()
-                    .any(|bu| self.core.next_ready(bu).is_some() && self.bus.iter().any(|b| b.id == bu))
-                    || self.bus.iter().any(|b| b.conn.queued_bytes() > 0)
-                    || self.core.rejects_waiting()
+                let core = self.machine.core();
+                core.waiting_bus().any(|bu| core.next_ready(bu).is_some() && self.bus.iter().any(|b| b.0 == bu))
+                    || self.bus.iter().any(|b| b.2.conn.queued_bytes() > 0)
+                    || core.rejects_waiting()
             }
             s => {
-                let margin = self.config.max_fragment_bytes;
-                self.core.may_read(s - FIRST_STREAM, margin)
-                    && self.streams[s - FIRST_STREAM].peer.as_mut().is_some_and(|p| p.poll())
+                self.machine.may_read(s - FIRST_STREAM)
+                    && self.streams[s - FIRST_STREAM].as_mut().is_some_and(|(_, p)| p.poll())
             }
         }
     }
     fn wait_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
         // The sockets the tasks read (not the BUs': nothing is read from them).
         self.evm.wait_fd(out);
-        for p in &self.newcomers {
+        for (_, p) in &self.newcomers {
             p.wait_fd(out);
         }
         for (slot, s) in self.streams.iter().enumerate() {
-            if let Some(p) = &s.peer
-                && self.core.may_read(slot, self.config.max_fragment_bytes)
+            if let Some((_, p)) = s
+                && self.machine.may_read(slot)
             {
                 p.wait_fd(out);
             }
@@ -717,7 +573,7 @@ impl Module for RuIo {
             TASK_SEND => self.send(),
             s => crate::common::stamped(&crate::common::PROBES.ru_receive, || self.read_stream(s - FIRST_STREAM)),
         }
-        if self.failure.is_some() && self.stop_requested.is_none() {
+        if self.machine.failure().is_some() && !self.shared.stop.load(Ordering::Relaxed) {
             // Keep answering `stop` with the error; the EVM was told.
             self.publish(Instant::now());
         }

@@ -25,12 +25,13 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use daqflow_engine::messages::{self, ControlMessage, GroupSizes, Grouper, MessageKind};
-use daqflow_evb::bu::{BuCore, CheckLevel, ReadyEvent, build};
-use daqflow_evb::evm::{Accounting, CoreConfig, EvmCore, Out};
+use daqflow_engine::messages::{self, MessageKind};
+use daqflow_evb::bu::{BuMachine, BuOutput, BuSettings, CheckLevel, ReadyEvent, Step, build};
+use daqflow_evb::evm::{Accounting, ConnId, CoreConfig, EvmMachine, EvmOutput, EvmSettings, TriggerMode};
 use daqflow_evb::model::{Rng, SizeModel, check_pattern, fill_pattern};
-use daqflow_evb::protocol::{KIND_SUPER_FRAGMENT, Message, Role, Trigger};
-use daqflow_evb::ru::{BuAdmission, RuConfig, RuCore, RuCounters};
+use daqflow_evb::protocol::{KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
+use daqflow_evb::ru::{RuConfig, RuCounters, RuMachine, RuOutput};
+use daqflow_wire::file::{DiskMarks, DiskSpace, DiskWatcher};
 use daqflow_wire::frame::Frame;
 use daqflow_wire::{EventFlags, EventId, Fragment, FragmentInfo, SuperFragment};
 
@@ -53,6 +54,8 @@ pub struct BuSpec {
     pub flush_interval: Duration,
     /// Fewer credits when the mean event size says `credits` would be more bytes than this.
     pub max_bytes_in_flight: u64,
+    /// A request goes to the EVM at least this often.
+    pub heartbeat: Duration,
 }
 
 impl BuSpec {
@@ -64,6 +67,7 @@ impl BuSpec {
             request_batch: request_batch.clamp(1, credits.max(1)),
             flush_interval: Duration::from_millis(2),
             max_bytes_in_flight: 16 << 20,
+            heartbeat: Duration::from_millis(5),
         }
     }
 }
@@ -117,10 +121,41 @@ pub struct SimConfig {
     pub max_link_delay: Duration,
     /// Building an event takes between 0 and this long.
     pub max_build_delay: Duration,
-    /// After the stop, how long the EVM waits for every event.
+    /// After the stop, how long the EVM waits for an event to be built before it gives up.
     pub drain_timeout: Duration,
+    /// The EVM's `bu_timeout_ms`: a BU silent this long is taken for dead.
+    pub bu_timeout: Duration,
     /// The BUs there from the start.
     pub bus: Vec<BuSpec>,
+    /// The BUs write files, each BU id on a disk of its own, throttled by these marks.
+    pub disk: Option<SimDisk>,
+}
+
+/// The disk of each BU id (its host's), when the BUs write files.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimDisk {
+    /// Its size.
+    pub total_bytes: u64,
+    /// The BUs' `throttle_high_pct` and `throttle_low_pct`.
+    pub marks: DiskMarks,
+    /// The BUs' `throttle_check_ms`.
+    pub check_interval: Duration,
+}
+
+impl Default for SimDisk {
+    fn default() -> Self {
+        SimDisk { total_bytes: 16 << 20, marks: DiskMarks::DEFAULT, check_interval: Duration::from_millis(1) }
+    }
+}
+
+/// A simulated disk.
+#[derive(Debug, Clone, Copy)]
+struct VDisk {
+    total: u64,
+    /// Written by the BUs.
+    used: u64,
+    /// Written by someone else.
+    ballast: u64,
 }
 
 impl Default for SimConfig {
@@ -145,7 +180,9 @@ impl Default for SimConfig {
             max_link_delay: Duration::from_micros(500),
             max_build_delay: Duration::from_micros(500),
             drain_timeout: Duration::from_secs(10),
+            bu_timeout: Duration::from_millis(30),
             bus: vec![BuSpec::new(0, 8, 2), BuSpec::new(1, 8, 2)],
+            disk: None,
         }
     }
 }
@@ -156,9 +193,8 @@ pub enum Chaos {
     /// The process of the `n`-th live BU (modulo their number) dies: what it sent arrives,
     /// then the EVM sees its link close.
     Crash(usize),
-    /// The `n`-th live BU freezes: the EVM declares it dead (silent too long) once what it sent
-    /// has arrived, up to 3 ms later; its process lingers, frozen, for up to 20 ms more with its
-    /// connections open, then dies.
+    /// The `n`-th live BU freezes: the EVM's BU timeout declares it dead (silent too long); its
+    /// process lingers, frozen, for up to 20 ms more with its connections open, then dies.
     Hang(usize),
     /// A BU joins with these settings: a fresh id, or with `reuse: Some(n)` the id of the
     /// `n`-th BU that died (modulo their number; a fresh id if none died).
@@ -185,6 +221,14 @@ pub enum Chaos {
     },
     /// The operator stops the run: the EVM stops triggering and drains.
     Stop,
+    /// Someone else fills every BU's disk: to this per cent of the way from 5 % below the low
+    /// mark to half way into the reserve above the high mark (never taking back what the BUs
+    /// wrote).
+    FillDisk(u8),
+    /// The other writer's files are removed from every BU's disk.
+    FreeDisk,
+    /// Writing (and building) takes up to this many times longer (1: normal).
+    DiskSpeed(u32),
 }
 
 /// A rule the simulation saw broken, with what it is about.
@@ -206,6 +250,8 @@ pub enum Kind {
     /// A core refused a message the other cores sent, an RU dropped the connection of a live BU,
     /// or the run did not end.
     Protocol,
+    /// A BU wrote more than its disk could take.
+    Disk,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -236,32 +282,26 @@ enum Life {
     Dead,
 }
 
-/// One BU process (a reused id is a new process).
+/// One BU process (a reused id is a new process): the real [`BuMachine`], with builder
+/// threads emulated (each event takes a random time to build and write, and is confirmed to
+/// the machine once flushed, as `Builder` does).
 struct BuProc {
     spec: BuSpec,
     life: Life,
-    core: BuCore,
+    machine: BuMachine,
     evm_in: usize,
     evm_out: usize,
     /// Per RU: RU → this BU, this BU → RU.
     ru_in: Vec<usize>,
     ru_out: Vec<usize>,
-    requested_first: bool,
-    granted: u64,
-    confirmed: u64,
+    /// Frames received from each RU.
+    ru_frames: Vec<u64>,
     built_bytes: u64,
     building: Vec<(Instant, ReadyEvent)>,
     unflushed: Vec<u64>,
     last_flush: Instant,
-    done: Vec<u64>,
-    last_request: Instant,
-    run_end: Option<u64>,
     /// Stopped while the run goes on: leaves once everything built is confirmed.
     leaving: bool,
-    /// Its generation, from the EVM's RU list (the EVM's count of earlier BUs with its id).
-    generation: u32,
-    /// Frozen: the EVM declares it dead once everything it sent has arrived, not before this.
-    declare_after: Instant,
     /// Frozen: how long its process lingers after the EVM declared it dead.
     linger: Duration,
     /// Events the EVM assigned to this process (as it sent the triggers).
@@ -285,28 +325,44 @@ struct Source {
     rng: Rng,
 }
 
+/// One RU process: the real [`RuMachine`], its sources emulated.
 struct RuNode {
     id: u32,
-    core: RuCore,
-    /// BU id → the process connected under it, with the generation of its hello.
-    conns: BTreeMap<u32, (usize, u32)>,
-    /// Processes whose connection is held (as `RuIo` holds them), with their hello's
-    /// generation.
-    waiting: Vec<(usize, u32)>,
+    machine: RuMachine,
+    /// BU connections the machine took.
+    taken: BTreeSet<ConnId>,
     sources: Vec<Source>,
     from_evm: usize,
+    to_evm: usize,
 }
 
+/// An RU's connection of BU process `p`.
+fn bu_at_ru(p: usize) -> ConnId {
+    ConnId(p as u64)
+}
+
+/// An RU's connection of the source of stream `s`.
+fn source_conn(s: usize) -> ConnId {
+    ConnId((1 << 40) | s as u64)
+}
+
+/// The EVM's connection of RU `r`.
+fn ru_conn(r: usize) -> ConnId {
+    ConnId(r as u64)
+}
+
+/// The EVM's connection of BU process `p`.
+fn bu_conn(p: usize) -> ConnId {
+    ConnId((1 << 32) | p as u64)
+}
+
+/// The real [`EvmMachine`], and what the simulation keeps of it.
 struct EvmNode {
-    core: EvmCore,
-    registered: BTreeMap<u32, usize>,
-    waiting: Vec<usize>,
-    grouper: Grouper,
-    next_flush: Instant,
-    next_paced: Instant,
-    stop_time: Option<Instant>,
+    machine: EvmMachine,
+    /// The operator said stop.
+    stop_requested: bool,
+    /// The accounting at the run end.
     finished: Option<Accounting>,
-    out: Vec<Out>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -315,9 +371,9 @@ enum Action {
     Read(usize, usize),
     Send(usize),
     EvmTimer,
+    RuTimer(usize),
     BuTimer(usize),
     Thaw(usize),
-    Declare(usize),
     Plan,
     StopSources,
 }
@@ -371,6 +427,12 @@ pub struct Report {
     pub steps: u64,
     /// The last lines of the trace (with `SIM_TRACE` set).
     pub trace: Vec<String>,
+    /// The highest usage any BU's disk reached (percent).
+    pub disk_peak_pct: f64,
+    /// How many times a BU throttled on its disk, all BUs together.
+    pub throttles: u64,
+    /// BUs the EVM timed out (silent too long).
+    pub timed_out: u64,
 }
 
 /// The simulation.
@@ -395,6 +457,18 @@ pub struct Sim {
     survivors: BTreeSet<usize>,
     steps: u64,
     trace: Option<VecDeque<String>>,
+    /// How many lines of the trace are kept (`SIM_TRACE=N`; 400 by default).
+    trace_lines: usize,
+    /// Each BU id's disk.
+    disks: BTreeMap<u32, VDisk>,
+    /// How many times longer writing takes than `max_build_delay`.
+    disk_speed: u32,
+    /// The highest usage of any disk (percent).
+    disk_peak: f64,
+    /// BUs the EVM timed out.
+    timed_out: u64,
+    /// Every component's abort, with its reason.
+    aborts: Vec<String>,
 }
 
 impl Sim {
@@ -402,37 +476,34 @@ impl Sim {
     pub fn new(cfg: SimConfig, mut plan: Vec<(Duration, Chaos)>) -> Sim {
         plan.sort_by_key(|(t, _)| *t);
         let origin = Instant::now();
-        let rus: Vec<u32> = (0..cfg.rus).collect();
-        let core = EvmCore::new(
-            CoreConfig {
+        let settings = EvmSettings {
+            rus: cfg.rus as usize,
+            trigger: TriggerMode::Emulated,
+            rate_hz: match cfg.triggering {
+                Triggering::OnDemand => 0.0,
+                Triggering::Paced(n) => f64::from(n) * 1000.0,
+            },
+            core: CoreConfig {
                 reject_fraction: cfg.reject_fraction,
                 assign_batch: cfg.assign_batch,
                 assign_timeout: cfg.assign_timeout,
                 seed: cfg.seed ^ 0x1234,
             },
-            rus,
-        );
-        let grouper = Grouper::new(GroupSizes {
-            reject: cfg.reject_group.max(1),
-            discard: cfg.release_group.max(1),
-            ..GroupSizes::default()
-        });
+            reject_group: cfg.reject_group.max(1),
+            release_group: cfg.release_group.max(1),
+            bu_timeout: cfg.bu_timeout,
+            drain_timeout: cfg.drain_timeout,
+            stall_timeout: Duration::ZERO,
+            max_pending: 1 << 16,
+            last_trigger: Some(cfg.max_triggers),
+            ..EvmSettings::new(RUN, "evm")
+        };
         let mut sim = Sim {
             rng: Rng::new(cfg.seed),
             origin,
             now: origin,
             links: Vec::new(),
-            evm: EvmNode {
-                core,
-                registered: BTreeMap::new(),
-                waiting: Vec::new(),
-                grouper,
-                next_flush: origin,
-                next_paced: origin,
-                stop_time: None,
-                finished: None,
-                out: Vec::new(),
-            },
+            evm: EvmNode { machine: EvmMachine::new(settings, origin), stop_requested: false, finished: None },
             rus: Vec::new(),
             procs: Vec::new(),
             plan: plan.into(),
@@ -447,6 +518,12 @@ impl Sim {
             survivors: BTreeSet::new(),
             steps: 0,
             trace: std::env::var_os("SIM_TRACE").map(|_| VecDeque::new()),
+            trace_lines: std::env::var("SIM_TRACE").ok().and_then(|v| v.parse().ok()).unwrap_or(400),
+            disks: BTreeMap::new(),
+            disk_speed: 1,
+            disk_peak: 0.0,
+            timed_out: 0,
+            aborts: Vec::new(),
             cfg,
         };
         for r in 0..sim.cfg.rus {
@@ -460,11 +537,20 @@ impl Sim {
                 max_fragment_bytes: sim.cfg.max_payload + 64,
                 ..Default::default()
             };
-            let mut core = RuCore::new(&config);
+            let mut machine = RuMachine::new(&config, RUN, &format!("ru-{r}"), origin);
             let sources = (0..sim.cfg.streams)
                 .map(|s| {
                     let source_id = r * 100 + s as u32;
-                    core.bind_stream(s, source_id);
+                    // Each source connects and says hello: it takes stream `s`.
+                    let hello = Message::Hello {
+                        role: Role::Source,
+                        id: source_id,
+                        run: RUN,
+                        name: format!("src-{source_id}"),
+                        addr: String::new(),
+                        generation: 0,
+                    };
+                    machine.on_hello(source_conn(s), Ok(hello), origin);
                     Source {
                         source_id,
                         next: 1,
@@ -475,8 +561,23 @@ impl Sim {
                     }
                 })
                 .collect();
+            while let Some(o) = machine.next_output() {
+                assert!(matches!(o, RuOutput::TakeStream { .. }), "a source is taken: {o:?}");
+            }
             let from_evm = sim.link(Node::Evm, Node::Ru(r as usize));
-            sim.rus.push(RuNode { id: r, core, conns: BTreeMap::new(), waiting: Vec::new(), sources, from_evm });
+            let to_evm = sim.link(Node::Ru(r as usize), Node::Evm);
+            sim.rus.push(RuNode { id: r, machine, taken: BTreeSet::new(), sources, from_evm, to_evm });
+            // The RU connects to the EVM and says hello.
+            sim.evm.machine.connected(ru_conn(r as usize), format!("ru-{r}"), origin);
+            let hello = Message::Hello {
+                role: Role::Ru,
+                id: r,
+                run: RUN,
+                name: format!("ru-{r}"),
+                addr: format!("ru-{r}:7200"),
+                generation: 0,
+            };
+            sim.send_frame(to_evm, hello.to_frame());
         }
         for spec in sim.cfg.bus.clone() {
             sim.start_bu(spec);
@@ -497,7 +598,7 @@ impl Sim {
         if let Some(t) = &mut self.trace {
             let at = self.now.duration_since(self.origin);
             t.push_back(format!("{:>9.3} ms  {}", at.as_secs_f64() * 1e3, line()));
-            if t.len() > 400 {
+            if t.len() > self.trace_lines {
                 t.pop_front();
             }
         }
@@ -541,27 +642,34 @@ impl Sim {
         let evm_out = self.link(Node::Bu(p), Node::Evm);
         let ru_in = (0..self.rus.len()).map(|r| self.link(Node::Ru(r), Node::Bu(p))).collect();
         let ru_out = (0..self.rus.len()).map(|r| self.link(Node::Bu(p), Node::Ru(r))).collect();
+        let settings = BuSettings {
+            credits: spec.credits,
+            request_batch: spec.request_batch,
+            max_bytes_in_flight: spec.max_bytes_in_flight,
+            heartbeat: spec.heartbeat,
+            ..BuSettings::new(spec.id, RUN, &format!("bu-{p}"))
+        };
+        // Each BU id writes to the disk of its host (a restarted BU finds what its predecessor
+        // wrote there).
+        let disk = self.cfg.disk.map(|d| {
+            self.disks.entry(spec.id).or_insert(VDisk { total: d.total_bytes, used: 0, ballast: 0 });
+            DiskWatcher::new(std::path::Path::new("/sim"), d.marks, d.check_interval)
+        });
+        let machine = BuMachine::new(settings, disk, self.now);
         self.procs.push(BuProc {
             spec,
             life: Life::Alive,
-            core: BuCore::new(),
+            machine,
             evm_in,
             evm_out,
+            ru_frames: vec![0; self.rus.len()],
             ru_in,
             ru_out,
-            requested_first: false,
-            granted: 0,
-            confirmed: 0,
             built_bytes: 0,
             building: Vec::new(),
             unflushed: Vec::new(),
             last_flush: self.now,
-            done: Vec::new(),
-            last_request: self.now,
-            run_end: None,
             leaving: false,
-            generation: 0,
-            declare_after: self.now,
             linger: Duration::ZERO,
             assigned: BTreeSet::new(),
             received: BTreeSet::new(),
@@ -577,6 +685,8 @@ impl Sim {
             addr: String::new(),
             generation: 0,
         };
+        let now = self.now;
+        self.evm.machine.connected(bu_conn(p), format!("bu-{p}"), now);
         self.send_frame(evm_out, hello.to_frame());
         self.note(|| format!("BU process {p} (id {}) starts", spec.id));
         p
@@ -594,14 +704,17 @@ impl Sim {
             let out = self.procs[p].evm_out;
             self.send(out, Item::Closed);
         }
+        // Its connections to the RUs close.
+        for l in self.procs[p].ru_out.clone() {
+            self.send(l, Item::Closed);
+        }
         self.note(|| format!("BU process {p} dies"));
     }
 
-    /// BU `p` freezes. The EVM declares it dead once it has been silent long enough: after
-    /// everything it sent has arrived (`bu_timeout_ms` is far longer than a message takes), and
-    /// not before `after`. Its process dies `linger` after that, its connections open until
+    /// BU `p` freezes: it sends nothing more (the EVM's BU timeout declares it dead), and its
+    /// process dies `linger` after the EVM closed its connection, its connections open until
     /// then.
-    pub fn hang(&mut self, p: usize, after: Duration, linger: Duration) {
+    pub fn hang(&mut self, p: usize, linger: Duration) {
         if self.procs[p].life != Life::Alive {
             return;
         }
@@ -609,26 +722,8 @@ impl Sim {
         let b = &mut self.procs[p];
         b.life = Life::Frozen(None);
         b.building.clear();
-        b.declare_after = self.now + after;
         b.linger = linger;
         self.note(|| format!("BU process {p} (id {id}) hangs"));
-    }
-
-    fn may_declare(&self, p: usize) -> bool {
-        let b = &self.procs[p];
-        b.life == Life::Frozen(None)
-            && b.declare_after <= self.now
-            && self.links[b.evm_out].queue.is_empty()
-            && b.ru_out.iter().all(|&l| self.links[l].queue.is_empty())
-    }
-
-    /// The EVM declares the frozen BU `p` dead (silent too long): it closes the link.
-    fn declare_dead(&mut self, p: usize) {
-        let id = self.procs[p].spec.id;
-        self.procs[p].life = Life::Frozen(Some(self.now + self.procs[p].linger));
-        self.note(|| format!("EVM: BU process {p} (id {id}) silent too long: declared dead"));
-        self.evm_bu_closed(p);
-        self.evm_tick();
     }
 
     /// The BUs alive now.
@@ -636,33 +731,27 @@ impl Sim {
         (0..self.procs.len()).filter(|&p| self.procs[p].life == Life::Alive).collect()
     }
 
+    /// Events BU process `p` confirmed so far.
+    pub fn confirmed_by(&self, p: usize) -> usize {
+        self.procs[p].confirmations.len()
+    }
+
     /// Events the EVM holds as assigned to BU id `id` and not yet confirmed.
     pub fn in_flight_at(&self, id: u32) -> usize {
-        self.evm.core.bus().find(|b| b.0 == id).map_or(0, |b| b.2)
+        self.evm.machine.core().bus().find(|b| b.0 == id).map_or(0, |b| b.2)
     }
 
     /// The EVM's accounting so far.
     pub fn accounting(&self) -> &Accounting {
-        self.evm.core.accounting()
+        self.evm.machine.accounting()
     }
 
     /// The operator stops the run.
     pub fn stop(&mut self) {
-        if self.evm.stop_time.is_none() {
-            let last = self.evm.core.stop();
-            self.evm.stop_time = Some(self.now);
-            self.note(|| format!("stop: last event {last}"));
+        if !self.evm.stop_requested {
+            self.evm.stop_requested = true;
+            self.note(|| "stop".to_string());
             self.evm_tick();
-        }
-    }
-
-    fn credit_target(&self, p: usize) -> u64 {
-        let b = &self.procs[p];
-        let credits = u64::from(b.spec.credits);
-        let events = b.output.len() as u64;
-        match b.built_bytes.checked_div(events) {
-            Some(mean) if mean > 0 => credits.min(b.spec.max_bytes_in_flight / mean).max(1),
-            _ => credits.min(u64::from(b.spec.request_batch)),
         }
     }
 
@@ -670,95 +759,106 @@ impl Sim {
         if self.procs[p].life != Life::Alive {
             return;
         }
-        let mut ready = Vec::new();
         if let Some(r) = from {
             let ru = self.rus[r].id;
-            if frame.kind != KIND_SUPER_FRAGMENT {
-                self.violation(Kind::Protocol, format!("BU process {p}: frame kind {:#x} from RU {ru}", frame.kind));
-                return;
+            self.procs[p].ru_frames[r] += 1;
+            if frame.kind == KIND_SUPER_FRAGMENT {
+                self.check_super_fragment(p, ru, &frame);
             }
-            let header = match SuperFragment::parse(frame.payload.clone()) {
-                Ok(sf) => *sf.header(),
-                Err(e) => {
-                    self.violation(
-                        Kind::Protocol,
-                        format!("BU process {p}: RU {ru} sent a malformed super-fragment: {e}"),
-                    );
-                    return;
-                }
-            };
-            let id = header.event_id.0;
-            self.note(|| format!("BU process {p} gets event {id} from RU {ru}"));
-            if !self.procs[p].assigned.contains(&id) {
-                let holder: Vec<usize> =
-                    (0..self.procs.len()).filter(|&q| self.procs[q].assigned.contains(&id)).collect();
-                self.violation(
-                    Kind::SuperFragment,
-                    format!(
-                        "BU process {p} (id {}) got event {id} from RU {ru}, not assigned to it (assigned to processes \
-                         {holder:?})",
-                        self.procs[p].spec.id
-                    ),
-                );
-            }
-            if !self.procs[p].received.insert((id, ru)) {
-                self.violation(
-                    Kind::SuperFragment,
-                    format!("BU process {p} (id {}) got event {id} from RU {ru} twice", self.procs[p].spec.id),
-                );
-            }
-            if let Err(e) = self.procs[p].core.on_super_fragment(ru, frame.payload, &mut ready) {
-                self.violation(Kind::Protocol, format!("BU process {p}: {e}"));
-            }
+            self.procs[p].machine.on_ru_frame(ru, frame.kind, frame.payload);
         } else {
-            match Message::decode(&frame) {
-                Ok(Message::RuList { generation, rus, .. }) => {
-                    self.note(|| format!("BU process {p} gets the RU list (generation {generation}), connects"));
-                    self.procs[p].generation = generation;
-                    let hello = Message::Hello {
-                        role: Role::Bu,
-                        id: self.procs[p].spec.id,
-                        run: RUN,
-                        name: format!("bu-{p}"),
-                        addr: String::new(),
-                        generation,
-                    };
-                    for (ru, _) in rus {
-                        let out = self.procs[p].ru_out[ru as usize];
-                        self.send_frame(out, hello.to_frame());
-                    }
-                    // Connected to every RU (a synchronous connect in the I/O layer): the first
-                    // request.
-                    let credits = self.credit_target(p) as u32;
-                    let b = &mut self.procs[p];
-                    b.requested_first = true;
-                    b.granted = u64::from(credits);
-                    b.last_request = self.now;
-                    let out = b.evm_out;
-                    self.send_frame(out, Message::Request { credits, done: Vec::new() }.to_frame());
-                }
-                Ok(Message::Triggers { rus, triggers }) => {
-                    self.note(|| {
-                        format!(
-                            "BU process {p} gets triggers {:?}",
-                            triggers.iter().map(|t| t.event_id).collect::<Vec<_>>()
-                        )
-                    });
-                    self.procs[p].core.on_triggers(&rus, &triggers, &mut ready);
-                }
-                Ok(Message::RunEnd { last_event }) => self.procs[p].run_end = Some(last_event),
-                Ok(m) => self.violation(Kind::Protocol, format!("BU process {p}: unexpected {m:?} from the EVM")),
-                Err(e) => self.violation(Kind::Protocol, format!("BU process {p}: malformed frame from the EVM: {e}")),
+            let m = Message::decode(&frame);
+            if let Ok(Message::Triggers { triggers, .. }) = &m {
+                self.note(|| {
+                    format!(
+                        "BU process {p} gets triggers {:?}",
+                        triggers.iter().map(|t| t.event_id).collect::<Vec<_>>()
+                    )
+                });
             }
+            self.procs[p].machine.on_evm(m);
         }
-        for ev in ready {
-            let at = self.now + self.delay(self.cfg.max_build_delay);
-            self.procs[p].building.push((at, ev));
-        }
+        self.bu_act(p);
         self.bu_work(p);
     }
 
-    /// Builds what is due, flushes, and asks as `BuIo::confirm` does.
+    /// What the simulation checks of a super-fragment a BU receives (before its machine does).
+    fn check_super_fragment(&mut self, p: usize, ru: u32, frame: &Frame) {
+        let header = match SuperFragment::parse(frame.payload.clone()) {
+            Ok(sf) => *sf.header(),
+            Err(e) => {
+                self.violation(Kind::Protocol, format!("BU process {p}: RU {ru} sent a malformed super-fragment: {e}"));
+                return;
+            }
+        };
+        let id = header.event_id.0;
+        self.note(|| format!("BU process {p} gets event {id} from RU {ru}"));
+        if !self.procs[p].assigned.contains(&id) {
+            let holder: Vec<usize> = (0..self.procs.len()).filter(|&q| self.procs[q].assigned.contains(&id)).collect();
+            self.violation(
+                Kind::SuperFragment,
+                format!(
+                    "BU process {p} (id {}) got event {id} from RU {ru}, not assigned to it (assigned to processes \
+                     {holder:?})",
+                    self.procs[p].spec.id
+                ),
+            );
+        }
+        if !self.procs[p].received.insert((id, ru)) {
+            self.violation(
+                Kind::SuperFragment,
+                format!("BU process {p} (id {}) got event {id} from RU {ru} twice", self.procs[p].spec.id),
+            );
+        }
+    }
+
+    /// Does what BU `p`'s machine asks, as `BuIo::act` does: messages to the EVM, hellos to the
+    /// RUs (a synchronous connect in the I/O layer, so connected at once), complete events to
+    /// the emulated builders.
+    fn bu_act(&mut self, p: usize) {
+        while let Some(o) = self.procs[p].machine.next_output() {
+            match o {
+                BuOutput::ToEvm(m) => {
+                    match &m {
+                        Message::Request { credits, done } => {
+                            self.note(|| format!("BU process {p} asks for {credits}, confirms {done:?}"));
+                            self.procs[p].confirmations.extend(done);
+                        }
+                        Message::Abort { reason } => {
+                            let what = format!("BU process {p} failed: {reason}");
+                            self.violation(Kind::Protocol, what);
+                        }
+                        _ => {}
+                    }
+                    let out = self.procs[p].evm_out;
+                    self.send_frame(out, m.to_frame());
+                }
+                BuOutput::ConnectRus { hello, rus } => {
+                    self.note(|| format!("BU process {p} gets the RU list, connects: {hello:?}"));
+                    let ids: Vec<u32> = rus.iter().map(|r| r.0).collect();
+                    for &ru in &ids {
+                        let out = self.procs[p].ru_out[ru as usize];
+                        self.send_frame(out, hello.to_frame());
+                    }
+                    let now = self.now;
+                    self.procs[p].machine.rus_connected(&ids, now);
+                }
+                BuOutput::CloseEvm => {
+                    let out = self.procs[p].evm_out;
+                    self.send(out, Item::Closed);
+                }
+            }
+        }
+        let mut ready = VecDeque::new();
+        self.procs[p].machine.take_ready(&mut ready);
+        let factor = self.disk_speed;
+        for ev in ready {
+            let at = self.now + self.delay(self.cfg.max_build_delay * factor);
+            self.procs[p].building.push((at, ev));
+        }
+    }
+
+    /// Builds what is due, flushes as a builder thread does, and ticks the machine.
     fn bu_work(&mut self, p: usize) {
         if self.procs[p].life != Life::Alive {
             return;
@@ -772,40 +872,32 @@ impl Sim {
             }
             let (_, ev) = self.procs[p].building.swap_remove(k);
             self.build_one(p, ev);
+            if self.procs[p].life != Life::Alive {
+                return;
+            }
         }
         let b = &mut self.procs[p];
         let flush_batch = (b.spec.credits as usize / 2).max(1);
         if !b.unflushed.is_empty() && (now >= b.last_flush + b.spec.flush_interval || b.unflushed.len() >= flush_batch)
         {
-            b.confirmed += b.unflushed.len() as u64;
-            let flushed = std::mem::take(&mut b.unflushed);
-            b.done.extend(flushed);
+            for id in std::mem::take(&mut b.unflushed) {
+                b.machine.confirmed(id);
+            }
             b.last_flush = now;
         }
-        if !b.requested_first {
-            return;
+        let (events, bytes) = (b.output.len() as u64, b.built_bytes);
+        b.machine.built(events, bytes);
+        if b.machine.disk_reading_due(now).is_some() {
+            let d = &self.disks[&b.spec.id];
+            let space = DiskSpace { total_bytes: d.total, free_bytes: d.total.saturating_sub(d.used + d.ballast) };
+            b.machine.disk_space(Ok(space), now);
         }
-        let done_asking = b.run_end.is_some() || b.leaving;
-        let in_flight = b.granted.saturating_sub(b.confirmed);
-        let grant = if done_asking { 0 } else { self.credit_target(p).saturating_sub(in_flight) };
-        let b = &mut self.procs[p];
-        let since = now.duration_since(b.last_request);
-        let confirm_due = !b.done.is_empty() && since >= Duration::from_millis(2);
-        let grant_due = grant >= u64::from(b.spec.request_batch) || (grant > 0 && in_flight == 0);
-        if grant_due || confirm_due {
-            let credits = grant.min(u64::from(u32::MAX)) as u32;
-            let done = std::mem::take(&mut b.done);
-            b.confirmations.extend(&done);
-            b.granted += u64::from(credits);
-            b.last_request = now;
-            let out = b.evm_out;
-            self.note(|| format!("BU process {p} asks for {credits}, confirms {done:?}"));
-            self.send_frame(out, Message::Request { credits, done }.to_frame());
-        }
-        let b = &self.procs[p];
-        if b.leaving && b.building.is_empty() && b.unflushed.is_empty() && b.done.is_empty() {
+        let leaving = b.leaving;
+        let step = b.machine.tick(now, leaving, true);
+        self.bu_act(p);
+        if let Step::Finish { left_during_run } = step {
             // Idle: it goes (its events still in progress are re-assigned by the EVM).
-            self.note(|| format!("BU process {p} has left"));
+            self.note(|| format!("BU process {p} has ended (left during the run: {left_during_run})"));
             self.crash(p);
         }
     }
@@ -870,6 +962,23 @@ impl Sim {
             self.violation(Kind::BuiltEvent, format!("BU process {p} built event {id}:{problems}"));
         }
         self.note(|| format!("BU process {p} built event {id}"));
+        if self.cfg.disk.is_some() {
+            let bytes = DiskWatcher::record_bytes(built.len);
+            let bu_id = self.procs[p].spec.id;
+            let d = self.disks.get_mut(&bu_id).expect("made with the BU");
+            if d.used + d.ballast + bytes > d.total {
+                let what = format!(
+                    "BU process {p} (id {bu_id}) writes event {id} ({bytes} bytes) on a disk with {} bytes free: no \
+                     space left on device",
+                    d.total.saturating_sub(d.used + d.ballast)
+                );
+                self.violation(Kind::Disk, what);
+                self.crash(p);
+                return;
+            }
+            d.used += bytes;
+            self.disk_peak = self.disk_peak.max(100.0 * (d.used + d.ballast) as f64 / d.total as f64);
+        }
         let b = &mut self.procs[p];
         b.output.push(id);
         b.built_bytes += built.len as u64;
@@ -881,133 +990,108 @@ impl Sim {
         match b.life {
             Life::Dead => return None,
             Life::Frozen(Some(until)) => return Some(until),
-            Life::Frozen(None) => return Some(b.declare_after),
+            Life::Frozen(None) => return None,
             Life::Alive => {}
         }
         let mut t = b.building.iter().map(|(at, _)| *at).min();
         if !b.unflushed.is_empty() {
             t = min(t, Some(b.last_flush + b.spec.flush_interval));
         }
-        if b.requested_first && !b.done.is_empty() {
-            t = min(t, Some(b.last_request + Duration::from_millis(2)));
+        // Once the run is over, heartbeats and disk readings change nothing any more.
+        if self.evm.finished.is_none() {
+            t = min(t, b.machine.next_timer());
         }
         t
     }
 
     // ---------------------------------------------------------------- RUs
 
-    fn ru_receive(&mut self, r: usize, from_bu: Option<usize>, frame: Frame) {
-        if let Some(p) = from_bu {
-            match Message::decode(&frame) {
-                Ok(Message::Hello { role: Role::Bu, id, generation, .. }) => {
-                    self.note(|| format!("RU {r}: hello from BU process {p} (id {id}, generation {generation})"));
-                    self.rus[r].waiting.push((p, generation));
-                    self.ru_admit(r);
-                    if self.rus[r].waiting.contains(&(p, generation)) {
-                        self.held_by_ru.push(format!(
-                            "RU {r} held BU process {p} (id {id}, generation {generation}): generation {} of id \
-                             {id} not gone yet",
-                            self.rus[r].core.bu_generations_gone(id)
-                        ));
-                    }
-                }
-                other => self.violation(Kind::Protocol, format!("RU {r}: {other:?} from BU process {p}")),
-            }
-            return;
-        }
-        match frame.kind {
-            messages::KIND_DISCARD | messages::KIND_REJECT => match messages::decode(&frame) {
-                Ok(g) if g.kind() == MessageKind::Discard => {
-                    let ids: Vec<u64> = g.event_ids().collect();
-                    self.rus[r].core.release(ids.iter().copied());
-                    self.note(|| format!("RU {r}: release {ids:?}"));
-                }
-                Ok(g) => {
-                    let ids: Vec<u64> = g.event_ids().collect();
-                    self.rus[r].core.reject(ids.iter().copied());
-                    self.note(|| format!("RU {r}: reject {ids:?}"));
-                }
-                Err(e) => self.violation(Kind::Protocol, format!("RU {r}: malformed group: {e}")),
-            },
-            _ => match Message::decode(&frame) {
-                Ok(Message::Assign { bu, events }) => {
-                    self.note(|| format!("RU {r}: assign {events:?} to BU {bu}"));
-                    self.rus[r].core.assign(bu, events);
-                }
-                Ok(Message::BuGone { bu, generation }) => {
-                    if !self.rus[r].core.bu_gone(bu, generation) {
-                        self.violation(
-                            Kind::Protocol,
-                            format!("RU {r}: BU gone for BU {bu} generation {generation} twice"),
-                        );
-                    }
-                    // As `RuIo::read_evm`: the connection of that generation goes, no other.
-                    let of_it = self.rus[r].conns.get(&bu).is_some_and(|&(_, g)| g <= generation);
-                    if let Some((q, _)) = of_it.then(|| self.rus[r].conns.remove(&bu)).flatten() {
-                        self.note(|| format!("RU {r}: BU {bu} generation {generation} gone, drops process {q}"));
-                        if self.procs[q].life == Life::Alive {
-                            // A live BU loses its link to this RU: it fails and leaves the run.
-                            // The generations make sure a BU gone names only a BU that left.
-                            let what = format!(
-                                "RU {r} dropped live BU process {q} (id {bu}) on BU gone for generation {generation}"
-                            );
-                            self.dropped_by_ru.push(what.clone());
-                            self.violation(Kind::Protocol, what);
-                            self.crash(q);
-                        }
-                    } else {
-                        self.note(|| format!("RU {r}: BU {bu} generation {generation} gone"));
-                    }
-                }
-                Ok(Message::RunEnd { last_event }) => {
-                    self.note(|| format!("RU {r}: run end at {last_event}"));
-                    self.rus[r].core.run_end(last_event);
-                }
-                other => self.violation(Kind::Protocol, format!("RU {r}: {other:?} from the EVM")),
-            },
-        }
-        self.ru_admit(r);
-    }
-
-    /// As `RuIo::admit_waiting_bus`: each held connection is taken, refused, or held on, as
-    /// [`RuCore::bu_admission`] says (a BU gone from the EVM always comes within the link's
-    /// delays here, so the RU's `connect_timeout_ms` never runs out); one whose process died
-    /// is forgotten.
-    fn ru_admit(&mut self, r: usize) {
-        for (p, g) in std::mem::take(&mut self.rus[r].waiting) {
-            let id = self.procs[p].spec.id;
-            if self.procs[p].life == Life::Dead {
-                self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) went away while held"));
-                continue;
-            }
-            match self.rus[r].core.bu_admission(id, g) {
-                BuAdmission::Wait { .. } => self.rus[r].waiting.push((p, g)),
-                BuAdmission::Refuse { gone } => {
-                    self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) refused: gone"));
-                    self.refused_by_ru.push(format!(
-                        "RU {r} refused BU process {p} (id {id}, generation {g}): {gone} generations gone"
+    fn ru_receive(&mut self, r: usize, from_bu: Option<usize>, item: Item) {
+        let now = self.now;
+        match (from_bu, item) {
+            (Some(p), Item::Frame(frame)) => {
+                let conn = bu_at_ru(p);
+                let m = Message::decode(&frame);
+                let (id, generation) = match &m {
+                    Ok(Message::Hello { id, generation, .. }) => (*id, *generation),
+                    _ => (u32::MAX, 0),
+                };
+                self.note(|| format!("RU {r}: hello from BU process {p} (id {id}, generation {generation})"));
+                self.rus[r].machine.on_hello(conn, m, now);
+                if self.rus[r].machine.is_held(conn) {
+                    let gone = self.rus[r].machine.core().bu_generations_gone(id);
+                    self.held_by_ru.push(format!(
+                        "RU {r} held BU process {p} (id {id}, generation {generation}): generation {gone} of id {id} \
+                         not gone yet"
                     ));
                 }
-                BuAdmission::Take => {
-                    // A live connection with the id has the same generation: the second
-                    // claimant waits (never in the simulation: each admission is one process).
-                    let live = self.rus[r].conns.get(&id).is_some_and(|&(q, _)| self.procs[q].life != Life::Dead);
-                    if live {
-                        self.rus[r].waiting.push((p, g));
-                    } else {
-                        self.rus[r].conns.insert(id, (p, g));
-                        self.note(|| format!("RU {r}: BU process {p} (id {id}, generation {g}) connected"));
+            }
+            (Some(p), Item::Closed) => {
+                self.note(|| format!("RU {r}: the connection of BU process {p} closed"));
+                self.rus[r].taken.remove(&bu_at_ru(p));
+                self.rus[r].machine.bu_closed(bu_at_ru(p), "closed the connection", now);
+            }
+            (None, Item::Frame(frame)) => {
+                if let Ok(m) = Message::decode(&frame) {
+                    self.note(|| format!("RU {r}: {m:?} from the EVM"));
+                }
+                self.rus[r].machine.on_evm(&frame, now);
+            }
+            (None, Item::Closed) => self.rus[r].machine.evm_closed("closed the connection"),
+        }
+        self.ru_act(r);
+    }
+
+    /// Does what RU `r`'s machine asks, as `RuIo::act` does.
+    fn ru_act(&mut self, r: usize) {
+        while let Some(o) = self.rus[r].machine.next_output() {
+            match o {
+                RuOutput::ToEvm(m) => {
+                    if let Message::Abort { reason } = &m {
+                        self.aborts.push(format!("RU {r}: {reason}"));
                     }
+                    let link = self.rus[r].to_evm;
+                    self.send_frame(link, m.to_frame());
+                }
+                RuOutput::TakeStream { .. } => {}
+                RuOutput::TakeBu { conn, bu, .. } => {
+                    self.note(|| format!("RU {r}: BU {bu} ({conn:?}) connected"));
+                    self.rus[r].taken.insert(conn);
+                }
+                RuOutput::Close(conn, why) => {
+                    let Some(p) = (0..self.procs.len()).find(|&p| bu_at_ru(p) == conn) else { continue };
+                    let was_taken = self.rus[r].taken.remove(&conn);
+                    self.note(|| format!("RU {r}: closes the connection of BU process {p}: {why}"));
+                    if !was_taken {
+                        self.refused_by_ru.push(format!("RU {r} refused BU process {p}: {why}"));
+                    } else if self.procs[p].life == Life::Alive
+                        && self.evm.machine.role_of(bu_conn(p)) == Some(Role::Bu)
+                    {
+                        // The EVM counts it in the run, yet an RU dropped it: the generations
+                        // make sure a BU gone names only a BU that left.
+                        let what = format!("RU {r} dropped live BU process {p}: {why}");
+                        self.dropped_by_ru.push(what.clone());
+                        self.violation(Kind::Protocol, what);
+                    }
+                    let link = self.procs[p].ru_in[r];
+                    self.send(link, Item::Closed);
                 }
             }
         }
+    }
+
+    /// RU `r`'s clock.
+    fn ru_tick(&mut self, r: usize) {
+        let now = self.now;
+        let _ = self.rus[r].machine.tick(now, false, false);
+        self.ru_act(r);
     }
 
     /// Whether stream `s` of RU `r` can be read now: the source has a fragment (or its end),
     /// and the RU reads it.
     fn may_read(&self, r: usize, s: usize) -> bool {
         let src = &self.rus[r].sources[s];
-        !src.ended && src.ready_at <= self.now && self.rus[r].core.may_read(s, self.cfg.max_payload + 64)
+        !src.ended && src.ready_at <= self.now && self.rus[r].machine.may_read(s)
     }
 
     /// When a stream the RU reads has its next fragment.
@@ -1015,7 +1099,7 @@ impl Sim {
         let mut t = None;
         for ru in &self.rus {
             for (s, src) in ru.sources.iter().enumerate() {
-                if !src.ended && ru.core.may_read(s, self.cfg.max_payload + 64) {
+                if !src.ended && ru.machine.may_read(s) {
                     t = min(t, Some(src.ready_at));
                 }
             }
@@ -1035,7 +1119,8 @@ impl Sim {
             if src.stop_at.is_some_and(|last| src.next > last) {
                 src.ended = true;
                 let last = src.next - 1;
-                self.rus[r].core.stream_ended(s, last);
+                self.rus[r].machine.on_stream_frame(s, Message::End { last_event: last }.to_frame());
+                self.ru_act(r);
                 return;
             }
             let id = src.next;
@@ -1056,29 +1141,29 @@ impl Sim {
                 ..Default::default()
             };
             let bytes = Fragment::encode(&info, &payload);
-            if let Err(e) = self.rus[r].core.on_fragment(s, bytes) {
-                self.violation(Kind::Protocol, format!("RU {r}: {e}"));
+            self.rus[r].machine.on_stream_frame(s, Frame::new(KIND_FRAGMENT, bytes));
+            if self.rus[r].machine.failure().is_some() {
                 self.rus[r].sources[s].ended = true;
+                self.ru_act(r);
                 return;
             }
         }
     }
 
     fn can_send(&self, r: usize) -> bool {
-        let ru = &self.rus[r];
-        ru.core.rejects_waiting()
-            || ru.core.waiting_bus().any(|bu| ru.conns.contains_key(&bu) && ru.core.next_ready(bu).is_some())
+        let m = &self.rus[r].machine;
+        m.core().rejects_waiting() || m.bus().any(|(bu, _)| m.core().next_ready(bu).is_some())
     }
 
     fn ru_send(&mut self, r: usize) {
-        self.rus[r].core.process_rejects();
-        let bus: Vec<u32> = self.rus[r].core.waiting_bus().collect();
+        self.rus[r].machine.core_mut().process_rejects();
+        let bus: Vec<(u32, ConnId)> = self.rus[r].machine.bus().collect();
         let mut fragments = Vec::new();
-        for bu in bus {
-            let Some(&(p, _)) = self.rus[r].conns.get(&bu) else { continue };
+        for (bu, conn) in bus {
+            let Some(p) = (0..self.procs.len()).find(|&p| bu_at_ru(p) == conn) else { continue };
             let n = 1 + self.below(16);
             for _ in 0..n {
-                let Some(header) = self.rus[r].core.next_into(bu, &mut fragments) else { break };
+                let Some(header) = self.rus[r].machine.core_mut().next_into(bu, &mut fragments) else { break };
                 let mut payload = BytesMut::from(&header.encode()[..]);
                 for f in &fragments {
                     payload.extend_from_slice(f);
@@ -1088,77 +1173,26 @@ impl Sim {
                 self.send_frame(link, Frame::new(KIND_SUPER_FRAGMENT, payload.freeze()));
             }
         }
-        // As `RuIo::send`: connections that broke are dropped.
-        let procs = &self.procs;
-        self.rus[r].conns.retain(|_, (p, _)| procs[*p].life != Life::Dead);
-        self.ru_admit(r);
     }
 
     // ---------------------------------------------------------------- EVM
 
-    fn evm_receive(&mut self, p: usize, item: Item) {
-        if self.evm.finished.is_some() {
-            // The EVM ended with the run.
-            return;
-        }
-        let id = self.procs[p].spec.id;
-        let frame = match item {
+    /// What reaches the EVM from a connection: a frame, or its end.
+    fn evm_receive(&mut self, conn: ConnId, item: Item) {
+        let now = self.now;
+        match item {
             Item::Closed => {
-                self.note(|| format!("EVM: link of BU process {p} (id {id}) closed"));
-                self.evm_bu_closed(p);
-                self.evm_tick();
-                return;
+                self.note(|| format!("EVM: connection {conn:?} closed"));
+                self.evm.machine.closed(conn, "closed the connection", now);
             }
-            Item::Frame(f) => f,
-        };
-        match Message::decode(&frame) {
-            Ok(Message::Hello { role: Role::Bu, id, .. }) => {
-                if self.evm.registered.contains_key(&id) {
-                    self.note(|| format!("EVM: BU process {p} (id {id}) waits for its id"));
-                    self.evm.waiting.push(p);
-                } else {
-                    self.evm_admit(p);
+            Item::Frame(f) => {
+                if let Ok(Message::Request { credits, done }) = Message::decode(&f) {
+                    self.note(|| format!("EVM: {conn:?} asks for {credits}, confirms {done:?}"));
                 }
+                self.evm.machine.on_frame(conn, f, now);
             }
-            Ok(Message::Request { credits, done }) => {
-                if self.evm.registered.get(&id) == Some(&p) {
-                    self.note(|| format!("EVM: BU {id} asks for {credits}, confirms {done:?}"));
-                    self.evm.core.request(id, credits, &done, &mut self.evm.out);
-                } else {
-                    self.violation(Kind::Protocol, format!("EVM: a request from BU process {p}, not registered"));
-                }
-            }
-            other => self.violation(Kind::Protocol, format!("EVM: {other:?} from BU process {p}")),
         }
         self.evm_tick();
-    }
-
-    fn evm_admit(&mut self, p: usize) {
-        let id = self.procs[p].spec.id;
-        self.evm.registered.insert(id, p);
-        let generation = self.evm.core.add_bu(id);
-        self.procs[p].admitted = true;
-        self.note(|| format!("EVM: BU process {p} (id {id}) admitted, generation {generation}"));
-        if self.evm.finished.is_none() {
-            let rus = (0..self.cfg.rus).map(|r| (r, format!("ru-{r}"))).collect();
-            let list = Message::RuList { run: RUN, generation, rus };
-            let link = self.procs[p].evm_in;
-            self.send_frame(link, list.to_frame());
-        }
-    }
-
-    /// BU process `p`'s link to the EVM is gone (closed, or declared dead).
-    fn evm_bu_closed(&mut self, p: usize) {
-        let id = self.procs[p].spec.id;
-        self.evm.waiting.retain(|&q| q != p);
-        if self.evm.registered.get(&id) == Some(&p) {
-            self.evm.registered.remove(&id);
-            self.evm.core.remove_bu(id, self.now, &mut self.evm.out);
-            if let Some(k) = self.evm.waiting.iter().position(|&q| self.procs[q].spec.id == id) {
-                let q = self.evm.waiting.remove(k);
-                self.evm_admit(q);
-            }
-        }
     }
 
     /// What `EvmIo::tick` does after every message and every millisecond.
@@ -1166,105 +1200,83 @@ impl Sim {
         if self.evm.finished.is_some() {
             return;
         }
+        let ns = self.at().as_nanos() as u64;
         let now = self.now;
-        let ts = self.at().as_nanos() as u64;
-        if self.evm.core.stopped_at().is_none() && self.evm.core.next_event_id() <= self.cfg.max_triggers {
-            match self.cfg.triggering {
-                Triggering::OnDemand => self.evm.core.trigger_on_demand(now, ts, 1 << 16, &mut self.evm.out),
-                Triggering::Paced(n) => {
-                    while now >= self.evm.next_paced {
-                        self.evm.next_paced += Duration::from_millis(1);
-                        for _ in 0..n {
-                            let t = Trigger {
-                                event_id: self.evm.core.next_event_id(),
-                                trigger_type: 1,
-                                flags: 0,
-                                timestamp: ts,
-                            };
-                            if t.event_id > self.cfg.max_triggers {
-                                break;
-                            }
-                            if let Err(e) = self.evm.core.trigger(t, now, &mut self.evm.out) {
-                                self.violation(Kind::Protocol, format!("EVM: {e}"));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        self.evm.core.assign(now, &mut self.evm.out);
-        if let Some(t) = self.evm.stop_time
-            && (self.evm.core.is_drained() || now.duration_since(t) > self.cfg.drain_timeout)
-        {
+        self.evm.machine.tick(now, ns, self.evm.stop_requested);
+        self.evm_act();
+        if self.evm.machine.done() {
             self.evm_finish();
-            return;
-        }
-        self.evm_send_out();
-        if now >= self.evm.next_flush {
-            for f in self.evm.grouper.flush() {
-                self.send_to_rus(f);
-            }
-            self.evm.next_flush = now + Duration::from_millis(1);
         }
     }
 
-    fn evm_send_out(&mut self) {
-        for o in std::mem::take(&mut self.evm.out) {
+    /// Does what the EVM's machine asks, as `EvmIo::act` does.
+    fn evm_act(&mut self) {
+        while let Some(o) = self.evm.machine.next_output() {
             match o {
-                Out::Bu(bu, m) => {
-                    let Some(&p) = self.evm.registered.get(&bu) else { continue };
-                    if let Message::Triggers { triggers, .. } = &m {
-                        self.procs[p].assigned.extend(triggers.iter().map(|t| t.event_id));
-                    }
-                    let link = self.procs[p].evm_in;
-                    self.send_frame(link, m.to_frame());
-                }
-                Out::Rus(m) => {
-                    if let Message::Assign { events, .. } = &m {
-                        self.assigned.extend(events);
-                    }
-                    self.send_to_rus(m.to_frame());
-                }
-                Out::Reject(ids) => {
-                    self.rejected.extend(&ids);
-                    for id in ids {
-                        if let Some(f) = self.evm.grouper.push(ControlMessage::Reject { event_id: id }) {
-                            self.send_to_rus(f);
+                EvmOutput::Send(conn, frame) => {
+                    if let Some(r) = (0..self.rus.len()).find(|&r| ru_conn(r) == conn) {
+                        if r == 0 {
+                            self.record_to_rus(&frame);
                         }
+                        let link = self.rus[r].from_evm;
+                        self.send_frame(link, frame);
+                    } else if let Some(p) = (0..self.procs.len()).find(|&p| bu_conn(p) == conn) {
+                        match Message::decode(&frame) {
+                            Ok(Message::Triggers { triggers, .. }) => {
+                                self.procs[p].assigned.extend(triggers.iter().map(|t| t.event_id));
+                            }
+                            Ok(Message::RuList { generation, .. }) => {
+                                self.procs[p].admitted = true;
+                                self.note(|| format!("EVM: BU process {p} admitted, generation {generation}"));
+                            }
+                            _ => {}
+                        }
+                        let link = self.procs[p].evm_in;
+                        self.send_frame(link, frame);
                     }
                 }
-                Out::Release(ids) => {
-                    self.released.extend(&ids);
-                    for id in ids {
-                        if let Some(f) = self.evm.grouper.push(ControlMessage::Discard { event_id: id }) {
-                            self.send_to_rus(f);
+                EvmOutput::Close(conn, why) => {
+                    self.note(|| format!("EVM: closes {conn:?}: {why}"));
+                    self.timed_out += u64::from(why.starts_with("silent"));
+                    let now = self.now;
+                    self.evm.machine.closed(conn, &why, now);
+                    if let Some(p) = (0..self.procs.len()).find(|&p| bu_conn(p) == conn) {
+                        let link = self.procs[p].evm_in;
+                        self.send(link, Item::Closed);
+                        if self.procs[p].life == Life::Frozen(None) {
+                            self.procs[p].life = Life::Frozen(Some(self.now + self.procs[p].linger));
                         }
+                    } else {
+                        self.violation(Kind::Protocol, format!("the EVM closed RU connection {conn:?}: {why}"));
                     }
+                }
+                EvmOutput::Limits(..) => {}
+            }
+        }
+    }
+
+    /// What the EVM tells every RU, recorded once: assignments, releases (built) and rejects.
+    fn record_to_rus(&mut self, frame: &Frame) {
+        match frame.kind {
+            messages::KIND_DISCARD | messages::KIND_REJECT => match messages::decode(frame) {
+                Ok(g) if g.kind() == MessageKind::Discard => self.released.extend(g.event_ids()),
+                Ok(g) => self.rejected.extend(g.event_ids()),
+                Err(_) => {}
+            },
+            _ => {
+                if let Ok(Message::Assign { events, .. }) = Message::decode(frame) {
+                    self.assigned.extend(events);
                 }
             }
         }
     }
 
-    fn send_to_rus(&mut self, frame: Frame) {
-        for r in 0..self.rus.len() {
-            let link = self.rus[r].from_evm;
-            self.send_frame(link, frame.clone());
-        }
-    }
-
+    /// The EVM ended the run.
     fn evm_finish(&mut self) {
-        let acc = self.evm.core.finish();
-        let last = self.evm.core.stopped_at().unwrap_or(0);
-        self.evm_send_out();
-        for f in self.evm.grouper.flush() {
-            self.send_to_rus(f);
-        }
-        let end = Message::RunEnd { last_event: last }.to_frame();
-        self.send_to_rus(end.clone());
-        for (_, &p) in self.evm.registered.clone().iter() {
-            let link = self.procs[p].evm_in;
-            self.send_frame(link, end.clone());
-            if self.procs[p].life == Life::Alive {
+        let acc = self.evm.machine.accounting().clone();
+        let last = self.evm.machine.core().stopped_at().unwrap_or(0);
+        for p in 0..self.procs.len() {
+            if self.procs[p].life == Life::Alive && self.evm.machine.role_of(bu_conn(p)) == Some(Role::Bu) {
                 self.survivors.insert(p);
             }
         }
@@ -1280,17 +1292,17 @@ impl Sim {
         if self.evm.finished.is_some() {
             return None;
         }
-        // The 1 ms tick matters while groups wait to be flushed, assignments wait for their
-        // timeout, or paced triggers are due; the drain has its own deadline.
-        let paced = matches!(self.cfg.triggering, Triggering::Paced(_))
-            && self.evm.stop_time.is_none()
-            && self.evm.core.next_event_id() <= self.cfg.max_triggers;
-        let busy = self.evm.grouper.pending() > 0
-            || (self.evm.core.pending() > 0 && self.evm.core.total_credits() > 0)
-            || paced;
-        let tick = busy.then_some(self.evm.next_flush);
-        let drain = self.evm.stop_time.map(|stop| stop + self.cfg.drain_timeout + Duration::from_nanos(1));
-        min(tick, drain)
+        self.evm.machine.next_timer()
+    }
+
+    /// Whether the EVM reads what `link` brings now (it holds back a BU hello waiting for its id).
+    fn evm_reads(&self, link: usize) -> bool {
+        let conn = match self.links[link].from {
+            Node::Ru(r) => ru_conn(r),
+            Node::Bu(p) => bu_conn(p),
+            Node::Evm => return false,
+        };
+        !self.evm.machine.knows(conn) || self.evm.machine.reads(conn)
     }
 
     // ---------------------------------------------------------------- the scheduler
@@ -1304,9 +1316,29 @@ impl Sim {
         };
         let (sender, to) = (from(self.links[link].from), self.links[link].to);
         match (to, item) {
-            (Node::Evm, item) => self.evm_receive(sender.expect("only BUs send to the EVM"), item),
-            (Node::Ru(r), Item::Frame(frame)) => self.ru_receive(r, sender, frame),
+            (Node::Evm, item) => {
+                let conn = match self.links[link].from {
+                    Node::Ru(r) => ru_conn(r),
+                    Node::Bu(p) => bu_conn(p),
+                    Node::Evm => unreachable!("the EVM does not send to itself"),
+                };
+                self.evm_receive(conn, item);
+            }
+            (Node::Ru(r), item) => self.ru_receive(r, sender, item),
             (Node::Bu(p), Item::Frame(frame)) => self.bu_receive(p, sender, frame),
+            (Node::Bu(p), Item::Closed) if self.procs[p].life == Life::Alive => {
+                match sender {
+                    // The EVM closed the connection.
+                    None => self.procs[p].machine.evm_closed("closed the connection"),
+                    Some(r) => {
+                        let ru = self.rus[r].id;
+                        let frames = self.procs[p].ru_frames[r];
+                        self.procs[p].machine.ru_closed(ru, "closed the connection", frames);
+                    }
+                }
+                self.bu_act(p);
+                self.bu_work(p);
+            }
             (_, Item::Closed) => {}
         }
     }
@@ -1315,7 +1347,7 @@ impl Sim {
         out.clear();
         let now = self.now;
         for (i, l) in self.links.iter().enumerate() {
-            if l.queue.front().is_some_and(|(at, _)| *at <= now) {
+            if l.queue.front().is_some_and(|(at, _)| *at <= now) && (l.to != Node::Evm || self.evm_reads(i)) {
                 out.push(Action::Deliver(i));
             }
         }
@@ -1328,6 +1360,9 @@ impl Sim {
             if self.can_send(r) {
                 out.push(Action::Send(r));
             }
+            if self.rus[r].machine.next_timer().is_some_and(|t| t <= now) {
+                out.push(Action::RuTimer(r));
+            }
         }
         if self.evm_wake().is_some_and(|t| t <= now) {
             out.push(Action::EvmTimer);
@@ -1335,7 +1370,6 @@ impl Sim {
         for p in 0..self.procs.len() {
             match self.procs[p].life {
                 Life::Frozen(Some(until)) if until <= now => out.push(Action::Thaw(p)),
-                Life::Frozen(None) if self.may_declare(p) => out.push(Action::Declare(p)),
                 Life::Alive if self.bu_wake(p).is_some_and(|t| t <= now) => out.push(Action::BuTimer(p)),
                 _ => {}
             }
@@ -1362,6 +1396,9 @@ impl Sim {
             consider(l.queue.front().map(|(at, _)| *at));
         }
         consider(self.evm_wake());
+        for ru in &self.rus {
+            consider(ru.machine.next_timer());
+        }
         consider(self.source_wake());
         for p in 0..self.procs.len() {
             consider(self.bu_wake(p));
@@ -1377,8 +1414,8 @@ impl Sim {
             Action::Read(r, s) => self.read(r, s),
             Action::Send(r) => self.ru_send(r),
             Action::EvmTimer => self.evm_tick(),
+            Action::RuTimer(r) => self.ru_tick(r),
             Action::BuTimer(p) => self.bu_work(p),
-            Action::Declare(p) => self.declare_dead(p),
             Action::Thaw(p) => {
                 self.procs[p].life = Life::Dead;
                 self.note(|| format!("BU process {p} (frozen) dies"));
@@ -1389,7 +1426,7 @@ impl Sim {
             }
             Action::StopSources => {
                 self.stop_sources_at = None;
-                let last = self.evm.core.stopped_at().unwrap_or(0);
+                let last = self.evm.machine.core().stopped_at().unwrap_or(0);
                 for ru in &mut self.rus {
                     for s in &mut ru.sources {
                         s.stop_at = Some(last);
@@ -1412,9 +1449,8 @@ impl Sim {
             Chaos::Hang(n) => {
                 let alive = self.alive();
                 if !alive.is_empty() {
-                    let after = self.delay(Duration::from_millis(3));
                     let linger = self.delay(Duration::from_millis(20));
-                    self.hang(alive[n % alive.len()], after, linger);
+                    self.hang(alive[n % alive.len()], linger);
                 }
             }
             Chaos::Join { reuse, credits, request_batch } => {
@@ -1440,9 +1476,8 @@ impl Sim {
                 if !alive.is_empty() {
                     let p = alive[n % alive.len()];
                     if hang {
-                        let after = self.delay(Duration::from_millis(3));
                         let linger = self.delay(Duration::from_millis(20));
-                        self.hang(p, after, linger);
+                        self.hang(p, linger);
                     } else {
                         self.crash(p);
                     }
@@ -1460,6 +1495,23 @@ impl Sim {
                 }
             }
             Chaos::Stop => self.stop(),
+            Chaos::FillDisk(f) => {
+                if let Some(spec) = self.cfg.disk {
+                    let from = (spec.marks.low_pct - 5.0).max(0.0);
+                    let to = (spec.marks.high_pct + 100.0) / 2.0;
+                    let pct = from + (to - from) * f64::from(f.min(100)) / 100.0;
+                    for d in self.disks.values_mut() {
+                        d.ballast = ((d.total as f64 * pct / 100.0) as u64).saturating_sub(d.used);
+                    }
+                    self.note(|| format!("the disks are filled to {pct:.1} %"));
+                }
+            }
+            Chaos::FreeDisk => {
+                for d in self.disks.values_mut() {
+                    d.ballast = 0;
+                }
+            }
+            Chaos::DiskSpeed(factor) => self.disk_speed = factor.max(1),
         }
     }
 
@@ -1505,7 +1557,11 @@ impl Sim {
         if self.evm.finished.is_none() {
             self.violation(Kind::Protocol, "the run never ended (nothing left to happen before the run end)".into());
         }
-        let rus = self.rus.iter_mut().map(|r| (r.core.leftover(), r.core.counters().clone())).collect();
+        let rus = self
+            .rus
+            .iter_mut()
+            .map(|r| (r.machine.core_mut().leftover(), r.machine.core().counters().clone()))
+            .collect();
         let bus = (0..self.procs.len())
             .map(|p| {
                 let b = &self.procs[p];
@@ -1520,7 +1576,7 @@ impl Sim {
             })
             .collect();
         Report {
-            last_event: self.evm.core.stopped_at().unwrap_or(0),
+            last_event: self.evm.machine.core().stopped_at().unwrap_or(0),
             accounting: self.evm.finished.clone(),
             released: self.released,
             rejected: self.rejected,
@@ -1534,6 +1590,14 @@ impl Sim {
             elapsed: self.now.duration_since(self.origin),
             steps: self.steps,
             trace: self.trace.map(Vec::from).unwrap_or_default(),
+            disk_peak_pct: self.disk_peak,
+            throttles: self
+                .procs
+                .iter()
+                .filter_map(|b| b.machine.disk_report(self.now))
+                .map(|d| d.throttle_count)
+                .sum(),
+            timed_out: self.timed_out,
         }
     }
 }

@@ -215,12 +215,28 @@ impl DiskWatcher {
     /// Reads the free space if the interval has passed since the last reading, and applies the
     /// marks; the change, if the state changed.
     pub fn check(&mut self, now: Instant) -> Result<Option<DiskChange>, DiskError> {
-        if self.last_check.is_some_and(|t| now.saturating_duration_since(t) < self.interval) {
+        if !self.take_reading(now) {
             return Ok(None);
         }
-        self.last_check = Some(now);
         self.space = DiskSpace::of(&self.directory)?;
         Ok(self.apply(self.space, now))
+    }
+
+    /// Whether a reading is due at `now` (the interval has passed since the last one); when it
+    /// is, `now` counts as the time of the next reading, which the caller takes (a
+    /// [`DiskSpace`] from `statvfs`, or from a simulated disk) and gives to
+    /// [`DiskWatcher::apply`].
+    pub fn take_reading(&mut self, now: Instant) -> bool {
+        if self.next_reading().is_some_and(|t| now < t) {
+            return false;
+        }
+        self.last_check = Some(now);
+        true
+    }
+
+    /// When the next reading is due (`None`: at once, none was taken yet).
+    pub fn next_reading(&self) -> Option<Instant> {
+        self.last_check.map(|t| t + self.interval)
     }
 
     /// Applies the marks to `space`, read at `now`, which replaces the estimate (the bytes
