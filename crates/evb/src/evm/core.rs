@@ -284,6 +284,26 @@ impl EvmCore {
         *self.stopped_at.get_or_insert(self.next_id - 1)
     }
 
+    /// Checks the books: every event triggered is built, rejected, lost, waiting for a BU, or in
+    /// flight at one (`triggered = built + rejected + lost + pending + in flight`); the error says
+    /// by how much they do not balance.
+    pub fn check_books(&self) -> Result<(), String> {
+        let a = &self.acc;
+        let (pending, in_flight) = (self.pending.len() as u64, self.in_flight() as u64);
+        let accounted = a.built + a.rejected + a.lost_total() + pending + in_flight;
+        if a.triggered == accounted {
+            return Ok(());
+        }
+        Err(format!(
+            "the books do not balance: triggered {} but built {} + rejected {} + lost {} + pending {pending} + in \
+             flight {in_flight} = {accounted}",
+            a.triggered,
+            a.built,
+            a.rejected,
+            a.lost_total()
+        ))
+    }
+
     /// Whether every triggered event is built, rejected or lost.
     pub fn is_drained(&self) -> bool {
         self.pending.is_empty() && self.in_flight() == 0

@@ -224,6 +224,17 @@ fn chaos() -> impl Strategy<Value = Chaos> {
             credits,
             request_batch: batch.min(credits),
         }),
+        1 => (0usize..4).prop_map(Chaos::DropEvmLink),
+        1 => (0usize..4, 0usize..3).prop_map(|(n, r)| Chaos::DropRuLink { n, r }),
+    ]
+}
+
+/// Faults that end the run, rarer: an RU, a source or the EVM dies.
+fn fatal() -> impl Strategy<Value = Chaos> {
+    prop_oneof![
+        (0usize..3).prop_map(Chaos::KillRu),
+        (0usize..3, 0usize..3).prop_map(|(n, s)| Chaos::KillSource { n, s }),
+        Just(Chaos::KillEvm),
     ]
 }
 
@@ -249,17 +260,22 @@ fn disk_episodes() -> impl Strategy<Value = Vec<(Duration, Chaos)>> {
     })
 }
 
-/// Failures at random times in the first 40 ms, disk episodes, and the stop somewhere in the
-/// first 50 ms.
+/// Failures at random times in the first 40 ms, disk episodes, in one case of ten a fault that
+/// ends the run, and the stop somewhere in the first 50 ms.
 fn plan() -> impl Strategy<Value = Vec<(Duration, Chaos)>> {
-    (proptest::collection::vec((0u64..40_000, chaos()), 0..6), disk_episodes(), 0u64..50_000).prop_map(
-        |(plan, disk, stop)| {
+    (
+        proptest::collection::vec((0u64..40_000, chaos()), 0..6),
+        disk_episodes(),
+        proptest::option::weighted(0.1, (0u64..40_000, fatal())),
+        0u64..50_000,
+    )
+        .prop_map(|(plan, disk, fatal, stop)| {
             let mut plan: Vec<(Duration, Chaos)> = plan.into_iter().map(|(t, c)| (us(t), c)).collect();
             plan.extend(disk);
+            plan.extend(fatal.map(|(t, c)| (us(t), c)));
             plan.push((us(stop), Chaos::Stop));
             plan
-        },
-    )
+        })
 }
 
 /// The case of seed `seed`: a configuration and a plan of failures drawn from one number, so
@@ -360,6 +376,7 @@ fn random_runs_keep_every_rule() {
     if n >= 500 {
         assert!(seen.reassigned > n / 20 && seen.lost > 0 && seen.held > 0, "{seen:?}");
         assert!(seen.throttled > n / 50 && seen.timed_out > n / 50, "{seen:?}");
+        assert!(seen.aborted > n / 100 && seen.evm_died > n / 200 && seen.link_dropped > n / 50, "{seen:?}");
     }
 }
 
@@ -373,6 +390,9 @@ struct Seen {
     refused: u64,
     throttled: u64,
     timed_out: u64,
+    aborted: u64,
+    evm_died: u64,
+    link_dropped: u64,
     peak_disk_pct: f64,
 }
 
@@ -386,6 +406,9 @@ impl Seen {
         self.refused += u64::from(!r.refused_by_ru.is_empty());
         self.throttled += u64::from(r.throttles > 0);
         self.timed_out += u64::from(r.timed_out > 0);
+        self.aborted += u64::from(r.evm_failure.is_some());
+        self.evm_died += u64::from(r.evm_died);
+        self.link_dropped += u64::from(!r.evm_link_dropped.is_empty());
         self.peak_disk_pct = self.peak_disk_pct.max(r.disk_peak_pct);
     }
 }

@@ -30,7 +30,7 @@ use daqflow_evb::bu::{BuMachine, BuOutput, BuSettings, CheckLevel, ReadyEvent, S
 use daqflow_evb::evm::{Accounting, ConnId, CoreConfig, EvmMachine, EvmOutput, EvmSettings, TriggerMode};
 use daqflow_evb::model::{Rng, SizeModel, check_pattern, fill_pattern};
 use daqflow_evb::protocol::{KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
-use daqflow_evb::ru::{RuConfig, RuCounters, RuMachine, RuOutput};
+use daqflow_evb::ru::{RuConfig, RuCounters, RuMachine, RuOutput, RuStep};
 use daqflow_wire::file::{DiskMarks, DiskSpace, DiskWatcher};
 use daqflow_wire::frame::Frame;
 use daqflow_wire::{EventFlags, EventId, Fragment, FragmentInfo, SuperFragment};
@@ -229,6 +229,29 @@ pub enum Chaos {
     FreeDisk,
     /// Writing (and building) takes up to this many times longer (1: normal).
     DiskSpeed(u32),
+    /// RU `n` (modulo their number) dies: its connections close. The EVM aborts the run (an
+    /// RU is not replaceable within a run); every component says why.
+    KillRu(usize),
+    /// The source of stream `s` of RU `n` dies before the run's end: the RU fails the run.
+    KillSource {
+        /// Which RU.
+        n: usize,
+        /// Which stream.
+        s: usize,
+    },
+    /// The EVM dies: every RU and BU loses it and fails; nobody hangs.
+    KillEvm,
+    /// The connection between the `n`-th live BU and the EVM drops, both alive: the EVM takes
+    /// the BU for gone (its events re-assigned), the BU fails.
+    DropEvmLink(usize),
+    /// The connection between the `n`-th live BU and RU `r` drops, both alive: the BU leaves
+    /// the run, the EVM re-assigns its events, the run goes on.
+    DropRuLink {
+        /// Which live BU.
+        n: usize,
+        /// Which RU.
+        r: usize,
+    },
 }
 
 /// A rule the simulation saw broken, with what it is about.
@@ -296,6 +319,8 @@ struct BuProc {
     ru_out: Vec<usize>,
     /// Frames received from each RU.
     ru_frames: Vec<u64>,
+    /// Its connection to the EVM dropped: what it sends there is lost.
+    evm_link_dropped: bool,
     built_bytes: u64,
     building: Vec<(Instant, ReadyEvent)>,
     unflushed: Vec<u64>,
@@ -328,6 +353,9 @@ struct Source {
 /// One RU process: the real [`RuMachine`], its sources emulated.
 struct RuNode {
     id: u32,
+    alive: bool,
+    /// Its run loop ended (stopped).
+    finished: bool,
     machine: RuMachine,
     /// BU connections the machine took.
     taken: BTreeSet<ConnId>,
@@ -358,6 +386,7 @@ fn bu_conn(p: usize) -> ConnId {
 
 /// The real [`EvmMachine`], and what the simulation keeps of it.
 struct EvmNode {
+    alive: bool,
     machine: EvmMachine,
     /// The operator said stop.
     stop_requested: bool,
@@ -433,6 +462,20 @@ pub struct Report {
     pub throttles: u64,
     /// BUs the EVM timed out (silent too long).
     pub timed_out: u64,
+    /// Every abort a component sent, with its reason.
+    pub aborts: Vec<String>,
+    /// A fault that ends the run happened (an RU, a source or the EVM died).
+    pub fatal: bool,
+    /// The EVM died.
+    pub evm_died: bool,
+    /// An RU's death or abort reached the EVM before the run's end.
+    pub fatal_reached_evm: bool,
+    /// The EVM's reason for aborting the run.
+    pub evm_failure: Option<String>,
+    /// Components alive at the end that did not fail although the EVM died.
+    pub unaware_of_evm_death: Vec<String>,
+    /// BU processes whose connection to the EVM dropped.
+    pub evm_link_dropped: BTreeSet<usize>,
 }
 
 /// The simulation.
@@ -469,6 +512,14 @@ pub struct Sim {
     timed_out: u64,
     /// Every component's abort, with its reason.
     aborts: Vec<String>,
+    /// A fault that ends the run happened (an RU, a source or the EVM died).
+    fatal: bool,
+    /// BU processes whose connection to the EVM was dropped (they fail, rightly).
+    evm_link_dropped: BTreeSet<usize>,
+    /// The operator stopped every component (the EVM being dead).
+    operator_stopped: bool,
+    /// An RU's death or abort reached the EVM before the run's end.
+    fatal_reached_evm: bool,
 }
 
 impl Sim {
@@ -503,7 +554,7 @@ impl Sim {
             origin,
             now: origin,
             links: Vec::new(),
-            evm: EvmNode { machine: EvmMachine::new(settings, origin), stop_requested: false, finished: None },
+            evm: EvmNode { alive: true, machine: EvmMachine::new(settings, origin), stop_requested: false, finished: None },
             rus: Vec::new(),
             procs: Vec::new(),
             plan: plan.into(),
@@ -524,6 +575,10 @@ impl Sim {
             disk_peak: 0.0,
             timed_out: 0,
             aborts: Vec::new(),
+            fatal: false,
+            evm_link_dropped: BTreeSet::new(),
+            operator_stopped: false,
+            fatal_reached_evm: false,
             cfg,
         };
         for r in 0..sim.cfg.rus {
@@ -566,7 +621,7 @@ impl Sim {
             }
             let from_evm = sim.link(Node::Evm, Node::Ru(r as usize));
             let to_evm = sim.link(Node::Ru(r as usize), Node::Evm);
-            sim.rus.push(RuNode { id: r, machine, taken: BTreeSet::new(), sources, from_evm, to_evm });
+            sim.rus.push(RuNode { id: r, alive: true, finished: false, machine, taken: BTreeSet::new(), sources, from_evm, to_evm });
             // The RU connects to the EVM and says hello.
             sim.evm.machine.connected(ru_conn(r as usize), format!("ru-{r}"), origin);
             let hello = Message::Hello {
@@ -663,6 +718,7 @@ impl Sim {
             evm_in,
             evm_out,
             ru_frames: vec![0; self.rus.len()],
+            evm_link_dropped: false,
             ru_in,
             ru_out,
             built_bytes: 0,
@@ -686,6 +742,11 @@ impl Sim {
             generation: 0,
         };
         let now = self.now;
+        if !self.evm.alive {
+            // Nobody listens: its connection fails.
+            self.send(evm_in, Item::Closed);
+            return p;
+        }
         self.evm.machine.connected(bu_conn(p), format!("bu-{p}"), now);
         self.send_frame(evm_out, hello.to_frame());
         self.note(|| format!("BU process {p} (id {}) starts", spec.id));
@@ -700,7 +761,7 @@ impl Sim {
         let was_alive = self.procs[p].life == Life::Alive;
         self.procs[p].life = Life::Dead;
         self.procs[p].building.clear();
-        if was_alive {
+        if was_alive && !self.procs[p].evm_link_dropped {
             let out = self.procs[p].evm_out;
             self.send(out, Item::Closed);
         }
@@ -731,6 +792,22 @@ impl Sim {
         (0..self.procs.len()).filter(|&p| self.procs[p].life == Life::Alive).collect()
     }
 
+    /// The operator, without an EVM, stops every component.
+    fn stop_everyone(&mut self) {
+        if std::mem::replace(&mut self.operator_stopped, true) {
+            return;
+        }
+        self.note(|| "stop: the EVM is dead, every component is stopped".to_string());
+        for p in self.alive() {
+            self.bu_work(p);
+        }
+        for r in 0..self.rus.len() {
+            if self.rus[r].alive {
+                self.ru_tick(r);
+            }
+        }
+    }
+
     /// Events BU process `p` confirmed so far.
     pub fn confirmed_by(&self, p: usize) -> usize {
         self.procs[p].confirmations.len()
@@ -746,8 +823,12 @@ impl Sim {
         self.evm.machine.accounting()
     }
 
-    /// The operator stops the run.
+    /// The operator stops the run: the EVM first (it drains, then tells everyone the run's
+    /// end); with the EVM dead, every component at once.
     pub fn stop(&mut self) {
+        if !self.evm.alive {
+            self.stop_everyone();
+        }
         if !self.evm.stop_requested {
             self.evm.stop_requested = true;
             self.note(|| "stop".to_string());
@@ -824,14 +905,13 @@ impl Sim {
                             self.note(|| format!("BU process {p} asks for {credits}, confirms {done:?}"));
                             self.procs[p].confirmations.extend(done);
                         }
-                        Message::Abort { reason } => {
-                            let what = format!("BU process {p} failed: {reason}");
-                            self.violation(Kind::Protocol, what);
-                        }
+                        Message::Abort { reason } => self.aborts.push(format!("BU process {p}: {reason}")),
                         _ => {}
                     }
                     let out = self.procs[p].evm_out;
-                    self.send_frame(out, m.to_frame());
+                    if !self.procs[p].evm_link_dropped {
+                        self.send_frame(out, m.to_frame());
+                    }
                 }
                 BuOutput::ConnectRus { hello, rus } => {
                     self.note(|| format!("BU process {p} gets the RU list, connects: {hello:?}"));
@@ -845,7 +925,9 @@ impl Sim {
                 }
                 BuOutput::CloseEvm => {
                     let out = self.procs[p].evm_out;
-                    self.send(out, Item::Closed);
+                    if !std::mem::replace(&mut self.procs[p].evm_link_dropped, true) {
+                        self.send(out, Item::Closed);
+                    }
                 }
             }
         }
@@ -892,8 +974,8 @@ impl Sim {
             let space = DiskSpace { total_bytes: d.total, free_bytes: d.total.saturating_sub(d.used + d.ballast) };
             b.machine.disk_space(Ok(space), now);
         }
-        let leaving = b.leaving;
-        let step = b.machine.tick(now, leaving, true);
+        let stop = b.leaving || self.operator_stopped;
+        let step = b.machine.tick(now, stop, true);
         self.bu_act(p);
         if let Step::Finish { left_during_run } = step {
             // Idle: it goes (its events still in progress are re-assigned by the EVM).
@@ -1083,8 +1165,12 @@ impl Sim {
     /// RU `r`'s clock.
     fn ru_tick(&mut self, r: usize) {
         let now = self.now;
-        let _ = self.rus[r].machine.tick(now, false, false);
+        let step = self.rus[r].machine.tick(now, self.operator_stopped, false);
         self.ru_act(r);
+        if step == RuStep::Finish {
+            self.note(|| format!("RU {r} has ended"));
+            self.rus[r].finished = true;
+        }
     }
 
     /// Whether stream `s` of RU `r` can be read now: the source has a fragment (or its end),
@@ -1099,7 +1185,7 @@ impl Sim {
         let mut t = None;
         for ru in &self.rus {
             for (s, src) in ru.sources.iter().enumerate() {
-                if !src.ended && ru.machine.may_read(s) {
+                if ru.alive && !src.ended && ru.machine.may_read(s) {
                     t = min(t, Some(src.ready_at));
                 }
             }
@@ -1180,6 +1266,12 @@ impl Sim {
     /// What reaches the EVM from a connection: a frame, or its end.
     fn evm_receive(&mut self, conn: ConnId, item: Item) {
         let now = self.now;
+        if self.evm.finished.is_none() && self.evm.machine.role_of(conn) == Some(Role::Ru) {
+            let abort = matches!(&item, Item::Frame(f) if matches!(Message::decode(f), Ok(Message::Abort { .. })));
+            if abort || matches!(item, Item::Closed) {
+                self.fatal_reached_evm = true;
+            }
+        }
         match item {
             Item::Closed => {
                 self.note(|| format!("EVM: connection {conn:?} closed"));
@@ -1197,7 +1289,7 @@ impl Sim {
 
     /// What `EvmIo::tick` does after every message and every millisecond.
     fn evm_tick(&mut self) {
-        if self.evm.finished.is_some() {
+        if self.evm.finished.is_some() || !self.evm.alive {
             return;
         }
         let ns = self.at().as_nanos() as u64;
@@ -1215,7 +1307,10 @@ impl Sim {
             match o {
                 EvmOutput::Send(conn, frame) => {
                     if let Some(r) = (0..self.rus.len()).find(|&r| ru_conn(r) == conn) {
-                        if r == 0 {
+                        // The EVM sends one frame to every RU it knows, in the order of their
+                        // connections: recorded once, at the first.
+                        let first = (0..self.rus.len()).find(|&q| self.evm.machine.role_of(ru_conn(q)) == Some(Role::Ru));
+                        if first == Some(r) {
                             self.record_to_rus(&frame);
                         }
                         let link = self.rus[r].from_evm;
@@ -1231,8 +1326,10 @@ impl Sim {
                             }
                             _ => {}
                         }
-                        let link = self.procs[p].evm_in;
-                        self.send_frame(link, frame);
+                        if !self.evm_link_dropped.contains(&p) {
+                            let link = self.procs[p].evm_in;
+                            self.send_frame(link, frame);
+                        }
                     }
                 }
                 EvmOutput::Close(conn, why) => {
@@ -1289,7 +1386,7 @@ impl Sim {
     }
 
     fn evm_wake(&self) -> Option<Instant> {
-        if self.evm.finished.is_some() {
+        if self.evm.finished.is_some() || !self.evm.alive {
             return None;
         }
         self.evm.machine.next_timer()
@@ -1315,6 +1412,14 @@ impl Sim {
             Node::Evm => None,
         };
         let (sender, to) = (from(self.links[link].from), self.links[link].to);
+        let dead = match to {
+            Node::Evm => !self.evm.alive,
+            Node::Ru(r) => !self.rus[r].alive,
+            Node::Bu(_) => false,
+        };
+        if dead {
+            return;
+        }
         match (to, item) {
             (Node::Evm, item) => {
                 let conn = match self.links[link].from {
@@ -1352,6 +1457,9 @@ impl Sim {
             }
         }
         for r in 0..self.rus.len() {
+            if !self.rus[r].alive {
+                continue;
+            }
             for s in 0..self.cfg.streams {
                 if self.may_read(r, s) {
                     out.push(Action::Read(r, s));
@@ -1360,7 +1468,7 @@ impl Sim {
             if self.can_send(r) {
                 out.push(Action::Send(r));
             }
-            if self.rus[r].machine.next_timer().is_some_and(|t| t <= now) {
+            if !self.rus[r].finished && self.rus[r].machine.next_timer().is_some_and(|t| t <= now) {
                 out.push(Action::RuTimer(r));
             }
         }
@@ -1396,7 +1504,7 @@ impl Sim {
             consider(l.queue.front().map(|(at, _)| *at));
         }
         consider(self.evm_wake());
-        for ru in &self.rus {
+        for ru in self.rus.iter().filter(|ru| ru.alive && !ru.finished) {
             consider(ru.machine.next_timer());
         }
         consider(self.source_wake());
@@ -1512,6 +1620,78 @@ impl Sim {
                 }
             }
             Chaos::DiskSpeed(factor) => self.disk_speed = factor.max(1),
+            Chaos::KillRu(n) => {
+                let r = n % self.rus.len();
+                if self.rus[r].alive {
+                    self.fatal = true;
+                    self.rus[r].alive = false;
+                    let to_evm = self.rus[r].to_evm;
+                    self.send(to_evm, Item::Closed);
+                    for p in 0..self.procs.len() {
+                        let link = self.procs[p].ru_in[r];
+                        self.send(link, Item::Closed);
+                    }
+                    self.note(|| format!("RU {r} dies"));
+                }
+            }
+            Chaos::KillSource { n, s } => {
+                let r = n % self.rus.len();
+                let s = s % self.cfg.streams;
+                if self.rus[r].alive && !self.rus[r].sources[s].ended {
+                    self.fatal = true;
+                    self.rus[r].sources[s].ended = true;
+                    self.rus[r].machine.stream_closed(s, "closed the connection");
+                    self.ru_act(r);
+                    self.note(|| format!("the source of stream {s} of RU {r} dies"));
+                }
+            }
+            Chaos::KillEvm => {
+                if self.evm.alive && self.evm.finished.is_none() {
+                    self.fatal = true;
+                    self.evm.alive = false;
+                    for r in 0..self.rus.len() {
+                        let link = self.rus[r].from_evm;
+                        self.send(link, Item::Closed);
+                    }
+                    for p in 0..self.procs.len() {
+                        let link = self.procs[p].evm_in;
+                        self.send(link, Item::Closed);
+                    }
+                    self.note(|| "the EVM dies".to_string());
+                    if self.evm.stop_requested {
+                        // The operator was stopping the run: it stops everyone now.
+                        self.stop_everyone();
+                    }
+                }
+            }
+            Chaos::DropEvmLink(n) => {
+                let alive = self.alive();
+                if !alive.is_empty() && self.evm.alive {
+                    let p = alive[n % alive.len()];
+                    self.evm_link_dropped.insert(p);
+                    let (to_evm, from_evm) = (self.procs[p].evm_out, self.procs[p].evm_in);
+                    // What was on its way is lost with the connection; each end sees it close.
+                    self.links[to_evm].queue.clear();
+                    self.links[from_evm].queue.clear();
+                    self.send(to_evm, Item::Closed);
+                    self.send(from_evm, Item::Closed);
+                    self.procs[p].evm_link_dropped = true;
+                    self.note(|| format!("the connection of BU process {p} to the EVM drops"));
+                }
+            }
+            Chaos::DropRuLink { n, r } => {
+                let alive = self.alive();
+                let r = r % self.rus.len();
+                if !alive.is_empty() && self.rus[r].alive {
+                    let p = alive[n % alive.len()];
+                    let (to_ru, from_ru) = (self.procs[p].ru_out[r], self.procs[p].ru_in[r]);
+                    self.links[to_ru].queue.clear();
+                    self.links[from_ru].queue.clear();
+                    self.send(to_ru, Item::Closed);
+                    self.send(from_ru, Item::Closed);
+                    self.note(|| format!("the connection of BU process {p} to RU {r} drops"));
+                }
+            }
         }
     }
 
@@ -1531,6 +1711,13 @@ impl Sim {
         }
         let a = actions[self.below(actions.len())];
         self.perform(a);
+        // The EVM's books balance after every step: each event triggered is built, rejected,
+        // lost, waiting for a BU or in flight at one.
+        if self.evm.alive
+            && let Err(e) = self.evm.machine.core().check_books()
+        {
+            self.violation(Kind::Protocol, format!("after {a:?}: {e}"));
+        }
         true
     }
 
@@ -1554,8 +1741,21 @@ impl Sim {
                 break;
             }
         }
-        if self.evm.finished.is_none() {
+        if self.evm.finished.is_none() && self.evm.alive {
             self.violation(Kind::Protocol, "the run never ended (nothing left to happen before the run end)".into());
+        }
+        let mut unaware_of_evm_death = Vec::new();
+        if !self.evm.alive {
+            for (r, ru) in self.rus.iter().enumerate() {
+                if ru.alive && ru.machine.failure().is_none() && ru.machine.core().ended().is_none() {
+                    unaware_of_evm_death.push(format!("RU {r}"));
+                }
+            }
+            for (p, b) in self.procs.iter().enumerate() {
+                if b.life == Life::Alive && b.machine.failure().is_none() {
+                    unaware_of_evm_death.push(format!("BU process {p}"));
+                }
+            }
         }
         let rus = self
             .rus
@@ -1598,6 +1798,13 @@ impl Sim {
                 .map(|d| d.throttle_count)
                 .sum(),
             timed_out: self.timed_out,
+            aborts: self.aborts,
+            fatal: self.fatal,
+            evm_died: !self.evm.alive,
+            fatal_reached_evm: self.fatal_reached_evm,
+            evm_failure: self.evm.machine.failure().map(str::to_owned),
+            unaware_of_evm_death,
+            evm_link_dropped: self.evm_link_dropped,
         }
     }
 }
@@ -1621,6 +1828,13 @@ impl Report {
     /// the EVM's accounting says what the simulation saw.
     pub fn check_accounting(&self) -> Result<(), String> {
         self.violations_of(Kind::Protocol)?;
+        if self.evm_died {
+            // Nobody keeps the books any more: every component must have noticed.
+            if !self.unaware_of_evm_death.is_empty() {
+                return Err(format!("the EVM died, and {:?} did not notice", self.unaware_of_evm_death));
+            }
+            return Ok(());
+        }
         let acc = self.accounting.as_ref().ok_or("the run never ended")?;
         let last = self.last_event;
         let mut e = Vec::new();
@@ -1638,10 +1852,11 @@ impl Report {
         if rejected.len() != self.rejected.len() {
             e.push("an event was rejected twice".into());
         }
-        if acc.built != released.len() as u64 {
+        // Releases and rejects are what reached the RUs: none reaches a dead one.
+        if acc.built != released.len() as u64 && !self.fatal {
             e.push(format!("built {} but {} events released", acc.built, released.len()));
         }
-        if acc.rejected != rejected.len() as u64 {
+        if acc.rejected != rejected.len() as u64 && !self.fatal {
             e.push(format!("rejected {} but {} events rejected", acc.rejected, rejected.len()));
         }
         if let Some(id) = released.intersection(&rejected).next() {
@@ -1654,7 +1869,7 @@ impl Report {
             e.push(format!("event {id} is not an event of the run (1..={last})"));
         }
         let missing = (1..=last).filter(|id| !released.contains(id) && !rejected.contains(id)).count() as u64;
-        if missing != acc.lost_total() {
+        if missing != acc.lost_total() && !self.fatal {
             e.push(format!("{missing} events neither built nor rejected, {} counted lost", acc.lost_total()));
         }
         if acc.lost.iter().any(|(why, n)| why.is_empty() || *n == 0) {
@@ -1686,9 +1901,12 @@ impl Report {
         if e.is_empty() { Ok(()) } else { Err(e.join("\n")) }
     }
 
-    /// Nothing is lost when a BU was there to the end.
+    /// Nothing is lost when a BU was there to the end (unless the run was aborted).
     pub fn check_no_loss_with_a_survivor(&self) -> Result<(), String> {
         self.violations_of(Kind::Protocol)?;
+        if self.evm_died || self.evm_failure.is_some() {
+            return Ok(());
+        }
         let acc = self.accounting.as_ref().ok_or("the run never ended")?;
         let survivors: Vec<u32> = self.bus.iter().filter(|b| b.survived).map(|b| b.id).collect();
         if !survivors.is_empty() && acc.lost_total() > 0 {
@@ -1701,6 +1919,9 @@ impl Report {
     /// freed every event once.
     pub fn check_rus_free_everything(&self) -> Result<(), String> {
         self.violations_of(Kind::Protocol)?;
+        if self.fatal {
+            return Ok(());
+        }
         let acc = self.accounting.as_ref().ok_or("the run never ended")?;
         if acc.lost_total() > 0 {
             return Ok(());
@@ -1741,12 +1962,40 @@ impl Report {
         Ok(())
     }
 
-    /// All four.
+    /// Every abort has its cause: without an RU, a source or the EVM dying, no component
+    /// aborts but a BU whose connection to the EVM dropped (it lost the EVM); with one, the EVM
+    /// (if it lives, and heard of it before the run's end) aborted the run naming an RU.
+    pub fn check_aborts(&self) -> Result<(), String> {
+        self.violations_of(Kind::Disk)?;
+        if !self.fatal {
+            let dropped: Vec<String> = self.evm_link_dropped.iter().map(|p| format!("BU process {p}: ")).collect();
+            let unexplained: Vec<&String> = self
+                .aborts
+                .iter()
+                .filter(|a| !(dropped.iter().any(|d| a.starts_with(d)) && a.contains("lost the EVM")))
+                .collect();
+            if !unexplained.is_empty() || self.evm_failure.is_some() {
+                return Err(format!(
+                    "aborts without a fatal fault: {unexplained:?}; the EVM's: {:?}",
+                    self.evm_failure
+                ));
+            }
+        } else if !self.evm_died && self.fatal_reached_evm {
+            match &self.evm_failure {
+                Some(why) if why.contains("RU ") => {}
+                other => return Err(format!("an RU or a source died, yet the EVM's abort is {other:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// All five.
     pub fn check_all(&self) -> Result<(), String> {
         self.check_accounting()?;
         self.check_no_loss_with_a_survivor()?;
         self.check_rus_free_everything()?;
-        self.check_super_fragments()
+        self.check_super_fragments()?;
+        self.check_aborts()
     }
 
     /// A one-line summary.
