@@ -73,12 +73,29 @@
 //! ```
 #![warn(missing_docs)]
 
+/// Whether one of the mutation tests' deliberate faults is on ([`mutation`], feature
+/// `mutation`): always false in a build without the feature.
+macro_rules! mutated {
+    ($m:ident) => {{
+        #[cfg(feature = "mutation")]
+        {
+            $crate::mutation::active($crate::mutation::Mutation::$m)
+        }
+        #[cfg(not(feature = "mutation"))]
+        {
+            false
+        }
+    }};
+}
+
 pub mod bu;
 mod common;
 mod error;
 pub mod evm;
 mod link;
 pub mod model;
+#[cfg(feature = "mutation")]
+pub mod mutation;
 pub mod protocol;
 pub mod ru;
 pub mod source;

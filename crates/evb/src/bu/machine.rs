@@ -355,7 +355,7 @@ impl BuMachine {
 
     /// Whether the disk throttles the BU now.
     pub fn throttled(&self) -> bool {
-        self.disk.as_ref().is_some_and(|d| d.throttled())
+        self.disk.as_ref().is_some_and(|d| d.throttled()) && !mutated!(NoDiskThrottling)
     }
 
     /// The disk's figures, at `now` (none without files).
@@ -389,7 +389,7 @@ impl BuMachine {
     /// throttles now, before the next reading.
     fn disk_allows(&mut self, in_flight: u64, now: Instant) -> u64 {
         let (events, bytes) = self.built;
-        let Some(disk) = self.disk.as_mut() else { return u64::MAX };
+        let Some(disk) = self.disk.as_mut().filter(|_| !mutated!(NoDiskThrottling)) else { return u64::MAX };
         // Before the first event is built its size is not known: one request batch goes.
         let Some(mean) = bytes.checked_div(events) else { return u64::MAX };
         let per_event = DiskWatcher::record_bytes(mean as usize);
@@ -442,7 +442,7 @@ impl BuMachine {
             grant = grant.min(self.disk_allows(in_flight, now));
         }
         let since = now.duration_since(self.last_request);
-        let heartbeat_due = since >= self.s.heartbeat;
+        let heartbeat_due = since >= self.s.heartbeat && !mutated!(NoHeartbeat);
         let confirm_due = !self.done.is_empty() && since >= CONFIRM_EVERY;
         let grant_due = grant >= u64::from(self.s.request_batch) || (grant > 0 && in_flight == 0);
         if !self.requested_first && heartbeat_due {

@@ -170,6 +170,9 @@ impl EvmCore {
         let Some(b) = self.bus.remove(&bu) else { return };
         self.removed.insert(bu, b.generation.saturating_add(1));
         out.push(Out::Rus(Message::BuGone { bu, generation: b.generation }));
+        if mutated!(NoReassignment) {
+            return;
+        }
         self.acc.reassigned += b.outstanding.len() as u64;
         for (_, mut t) in b.outstanding.into_iter().rev() {
             t.flags |= Trigger::REASSIGNED;

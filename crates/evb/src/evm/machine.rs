@@ -586,7 +586,7 @@ impl EvmMachine {
             .iter()
             .filter(|(_, p)| p.role == Some(Role::Bu) && !p.closing)
             .map(|(c, p)| (*c, now.saturating_duration_since(p.last_heard)))
-            .filter(|(_, d)| *d > self.s.bu_timeout)
+            .filter(|(_, d)| *d > self.s.bu_timeout && !mutated!(NoBuTimeout))
             .collect();
         for (c, d) in silent {
             self.close(c, format!("silent for {} ms", d.as_millis()));

@@ -258,7 +258,11 @@ impl RuMachine {
                 Ok(why)
             }
         };
-        let verdict = match self.core.bu_admission(id, generation) {
+        let admission = match self.core.bu_admission(id, generation) {
+            BuAdmission::Wait { .. } if mutated!(NoGenerations) => BuAdmission::Take,
+            a => a,
+        };
+        let verdict = match admission {
             BuAdmission::Refuse { gone } => Err(format!(
                 "the EVM said BU {id} generation {} is gone: a connection of a BU that left is never taken",
                 gone - 1

@@ -39,7 +39,7 @@ use daqflow_wire::{EventFlags, EventId, Fragment, FragmentInfo, SuperFragment};
 pub const RUN: u32 = 7;
 
 /// Most steps of one simulation: a run that does not end by then is a violation (a livelock).
-const MAX_STEPS: u64 = 2_000_000;
+const MAX_STEPS: u64 = 500_000;
 
 /// One builder unit's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,6 +321,8 @@ struct BuProc {
     ru_frames: Vec<u64>,
     /// Its connection to the EVM dropped: what it sends there is lost.
     evm_link_dropped: bool,
+    /// When its machine last ticked.
+    ticked: Option<Instant>,
     built_bytes: u64,
     building: Vec<(Instant, ReadyEvent)>,
     unflushed: Vec<u64>,
@@ -356,6 +358,8 @@ struct RuNode {
     alive: bool,
     /// Its run loop ended (stopped).
     finished: bool,
+    /// When it last ticked.
+    ticked: Option<Instant>,
     machine: RuMachine,
     /// BU connections the machine took.
     taken: BTreeSet<ConnId>,
@@ -387,6 +391,8 @@ fn bu_conn(p: usize) -> ConnId {
 /// The real [`EvmMachine`], and what the simulation keeps of it.
 struct EvmNode {
     alive: bool,
+    /// When it last ticked.
+    ticked: Option<Instant>,
     machine: EvmMachine,
     /// The operator said stop.
     stop_requested: bool,
@@ -554,7 +560,13 @@ impl Sim {
             origin,
             now: origin,
             links: Vec::new(),
-            evm: EvmNode { alive: true, machine: EvmMachine::new(settings, origin), stop_requested: false, finished: None },
+            evm: EvmNode {
+                alive: true,
+                ticked: None,
+                machine: EvmMachine::new(settings, origin),
+                stop_requested: false,
+                finished: None,
+            },
             rus: Vec::new(),
             procs: Vec::new(),
             plan: plan.into(),
@@ -621,7 +633,17 @@ impl Sim {
             }
             let from_evm = sim.link(Node::Evm, Node::Ru(r as usize));
             let to_evm = sim.link(Node::Ru(r as usize), Node::Evm);
-            sim.rus.push(RuNode { id: r, alive: true, finished: false, machine, taken: BTreeSet::new(), sources, from_evm, to_evm });
+            sim.rus.push(RuNode {
+                id: r,
+                alive: true,
+                finished: false,
+                ticked: None,
+                machine,
+                taken: BTreeSet::new(),
+                sources,
+                from_evm,
+                to_evm,
+            });
             // The RU connects to the EVM and says hello.
             sim.evm.machine.connected(ru_conn(r as usize), format!("ru-{r}"), origin);
             let hello = Message::Hello {
@@ -719,6 +741,7 @@ impl Sim {
             evm_out,
             ru_frames: vec![0; self.rus.len()],
             evm_link_dropped: false,
+            ticked: None,
             ru_in,
             ru_out,
             built_bytes: 0,
@@ -904,6 +927,12 @@ impl Sim {
                         Message::Request { credits, done } => {
                             self.note(|| format!("BU process {p} asks for {credits}, confirms {done:?}"));
                             self.procs[p].confirmations.extend(done);
+                            let now = self.now;
+                            if *credits > 0 && self.procs[p].machine.disk_report(now).is_some_and(|d| d.throttled) {
+                                let what =
+                                    format!("BU process {p} asks for {credits} events while its disk throttles it");
+                                self.violation(Kind::Disk, what);
+                            }
                         }
                         Message::Abort { reason } => self.aborts.push(format!("BU process {p}: {reason}")),
                         _ => {}
@@ -975,6 +1004,7 @@ impl Sim {
             b.machine.disk_space(Ok(space), now);
         }
         let stop = b.leaving || self.operator_stopped;
+        b.ticked = Some(now);
         let step = b.machine.tick(now, stop, true);
         self.bu_act(p);
         if let Step::Finish { left_during_run } = step {
@@ -1081,7 +1111,7 @@ impl Sim {
         }
         // Once the run is over, heartbeats and disk readings change nothing any more.
         if self.evm.finished.is_none() {
-            t = min(t, b.machine.next_timer());
+            t = min(t, cadence(b.machine.next_timer(), b.ticked));
         }
         t
     }
@@ -1162,9 +1192,15 @@ impl Sim {
         }
     }
 
+    /// When RU `r`'s machine wants a tick.
+    fn ru_wake(&self, r: usize) -> Option<Instant> {
+        cadence(self.rus[r].machine.next_timer(), self.rus[r].ticked)
+    }
+
     /// RU `r`'s clock.
     fn ru_tick(&mut self, r: usize) {
         let now = self.now;
+        self.rus[r].ticked = Some(now);
         let step = self.rus[r].machine.tick(now, self.operator_stopped, false);
         self.ru_act(r);
         if step == RuStep::Finish {
@@ -1294,6 +1330,7 @@ impl Sim {
         }
         let ns = self.at().as_nanos() as u64;
         let now = self.now;
+        self.evm.ticked = Some(now);
         self.evm.machine.tick(now, ns, self.evm.stop_requested);
         self.evm_act();
         if self.evm.machine.done() {
@@ -1309,7 +1346,8 @@ impl Sim {
                     if let Some(r) = (0..self.rus.len()).find(|&r| ru_conn(r) == conn) {
                         // The EVM sends one frame to every RU it knows, in the order of their
                         // connections: recorded once, at the first.
-                        let first = (0..self.rus.len()).find(|&q| self.evm.machine.role_of(ru_conn(q)) == Some(Role::Ru));
+                        let first =
+                            (0..self.rus.len()).find(|&q| self.evm.machine.role_of(ru_conn(q)) == Some(Role::Ru));
                         if first == Some(r) {
                             self.record_to_rus(&frame);
                         }
@@ -1389,7 +1427,7 @@ impl Sim {
         if self.evm.finished.is_some() || !self.evm.alive {
             return None;
         }
-        self.evm.machine.next_timer()
+        cadence(self.evm.machine.next_timer(), self.evm.ticked)
     }
 
     /// Whether the EVM reads what `link` brings now (it holds back a BU hello waiting for its id).
@@ -1468,7 +1506,7 @@ impl Sim {
             if self.can_send(r) {
                 out.push(Action::Send(r));
             }
-            if !self.rus[r].finished && self.rus[r].machine.next_timer().is_some_and(|t| t <= now) {
+            if !self.rus[r].finished && self.ru_wake(r).is_some_and(|t| t <= now) {
                 out.push(Action::RuTimer(r));
             }
         }
@@ -1504,8 +1542,8 @@ impl Sim {
             consider(l.queue.front().map(|(at, _)| *at));
         }
         consider(self.evm_wake());
-        for ru in self.rus.iter().filter(|ru| ru.alive && !ru.finished) {
-            consider(ru.machine.next_timer());
+        for r in (0..self.rus.len()).filter(|&r| self.rus[r].alive && !self.rus[r].finished) {
+            consider(self.ru_wake(r));
         }
         consider(self.source_wake());
         for p in 0..self.procs.len() {
@@ -1806,6 +1844,16 @@ impl Sim {
             unaware_of_evm_death,
             evm_link_dropped: self.evm_link_dropped,
         }
+    }
+}
+
+/// A machine's next timer as its I/O layer keeps it: one that is due and was ticked at already
+/// waits for the layer's next millisecond tick, as `*Io::tick` runs every millisecond (a timer
+/// that stays due is one the machine keeps for itself).
+fn cadence(wake: Option<Instant>, ticked: Option<Instant>) -> Option<Instant> {
+    match (wake, ticked) {
+        (Some(w), Some(t)) if w <= t => Some(t + Duration::from_millis(1)),
+        (w, _) => w,
     }
 }
 
