@@ -726,24 +726,11 @@ pub struct ComponentRecord {
     pub earlier_lives: usize,
 }
 
-/// The summary of a run: what was triggered, built, recorded and written, what was lost and
-/// why (`docs/operator-guide.md`, "The accounting of a run").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunSummary {
-    /// The run number.
-    pub run: u32,
-    /// The system's name.
-    pub system: String,
-    /// How the run ended.
-    pub state: RunState,
-    /// Its errors, joined (`None` for a run stopped without error).
-    pub error: Option<String>,
-    /// Started (Unix ms).
-    pub started_ms: u64,
-    /// Stopped (Unix ms).
-    pub stopped_ms: u64,
-    /// Its length (s).
-    pub seconds: f64,
+/// The accounting of a run, as the operator finds it from its components and the files on
+/// disk (`daqflow_runcontrol::accounting::account`; `docs/operator-guide.md`, "The accounting
+/// of a run"): the one type of it, in every run's summary.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunAccounting {
     /// Events triggered (the event manager's count; unknown when it died).
     pub triggered: Option<u64>,
     /// Events rejected by the high-level trigger (likewise).
@@ -770,6 +757,30 @@ pub struct RunSummary {
     pub duplicates: u64,
     /// The components that ended the run dead.
     pub died: Vec<Died>,
+}
+
+/// The summary of a run: what was triggered, built, recorded and written, what was lost and
+/// why (`docs/operator-guide.md`, "The accounting of a run").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run number.
+    pub run: u32,
+    /// The system's name.
+    pub system: String,
+    /// How the run ended.
+    pub state: RunState,
+    /// Its errors, joined (`None` for a run stopped without error).
+    pub error: Option<String>,
+    /// Started (Unix ms).
+    pub started_ms: u64,
+    /// Stopped (Unix ms).
+    pub stopped_ms: u64,
+    /// Its length (s).
+    pub seconds: f64,
+    /// Its accounting: what was triggered, built, recorded, lost and why (its fields are the
+    /// summary's own in JSON; `summary.events` reads them, through `Deref`).
+    #[serde(flatten)]
+    pub accounting: RunAccounting,
     /// The data files of the run.
     pub files: Vec<FileRecord>,
     /// Files of the run that could not be read, with the reason.
@@ -788,6 +799,19 @@ pub struct RunSummary {
     /// The live parameters changed during the run, in order.
     #[serde(default)]
     pub changes: Vec<ParameterChange>,
+}
+
+impl std::ops::Deref for RunSummary {
+    type Target = RunAccounting;
+    fn deref(&self) -> &RunAccounting {
+        &self.accounting
+    }
+}
+
+impl std::ops::DerefMut for RunSummary {
+    fn deref_mut(&mut self) -> &mut RunAccounting {
+        &mut self.accounting
+    }
 }
 
 /// A live parameter changed during a run (`set NAME.KEY=VALUE` while Configured, Running or

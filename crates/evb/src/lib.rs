@@ -100,6 +100,7 @@ pub mod protocol;
 pub mod ru;
 pub mod source;
 pub mod stats;
+mod unit;
 
 pub use error::EvbError;
 

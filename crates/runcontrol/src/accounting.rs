@@ -199,36 +199,9 @@ pub fn files_on_disk(directory: &Path, run: u32, name: &str) -> (Vec<FileRecord>
     (files, problems)
 }
 
-/// The accounting of a run (the module documentation says how each figure is found).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Accounting {
-    /// Events triggered; `None` when the trigger died or gave no summary.
-    pub triggered: Option<u64>,
-    /// Events rejected by the high-level trigger; likewise.
-    pub rejected: Option<u64>,
-    /// Events built.
-    pub events: u64,
-    /// Events in the recorders' files.
-    pub recorded: u64,
-    /// Bytes recorded (built, when there is no recorder).
-    pub bytes: u64,
-    /// The sum of `lost_reasons`.
-    pub lost: u64,
-    /// Each cause of loss with its count.
-    pub lost_reasons: Vec<LostReason>,
-    /// What cannot be known.
-    pub unknown: Vec<String>,
-    /// `unknown` is empty.
-    pub accounting_complete: bool,
-    /// Triggered but not built, by the trigger's accounting.
-    pub lost_in_builder: u64,
-    /// Built but not recorded.
-    pub not_recorded: u64,
-    /// Recorded more than built.
-    pub duplicates: u64,
-    /// The components that ended the run dead.
-    pub died: Vec<Died>,
-}
+/// The accounting of a run (the module documentation says how each figure is found): the
+/// API's one type of it, which every run's summary holds.
+pub use daqflow_api::RunAccounting as Accounting;
 
 /// The accounting of a run from what is known of its components and the files on disk.
 pub fn account(components: &[ComponentRun], files: &[FileRecord]) -> Accounting {

@@ -69,7 +69,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use daqflow_api::{LogRecord, RunDetail, RunRecord, RunState, RunSummary, Severity};
+use daqflow_api::{LogRecord, RunAccounting, RunDetail, RunRecord, RunState, RunSummary, Severity};
 use daqflow_component::Stats;
 
 pub use daqflow_api::LogQuery;
@@ -630,19 +630,15 @@ pub fn example_summary(run: u32, events: u64) -> RunSummary {
         started_ms: 1,
         stopped_ms: 2,
         seconds: 0.001,
-        triggered: Some(events),
-        rejected: Some(0),
-        events,
-        recorded: events,
-        bytes: events * 100,
-        lost: 0,
-        lost_reasons: Vec::new(),
-        unknown: Vec::new(),
-        accounting_complete: true,
-        lost_in_builder: 0,
-        not_recorded: 0,
-        duplicates: 0,
-        died: Vec::new(),
+        accounting: RunAccounting {
+            triggered: Some(events),
+            rejected: Some(0),
+            events,
+            recorded: events,
+            bytes: events * 100,
+            accounting_complete: true,
+            ..RunAccounting::default()
+        },
         files: Vec::new(),
         file_problems: Vec::new(),
         components: Default::default(),

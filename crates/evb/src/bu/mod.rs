@@ -44,13 +44,13 @@ mod core;
 mod machine;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, Verb, parse_config};
 use daqflow_engine::fifo::{Consumer, Producer};
-use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle, Task, fifo};
+use daqflow_engine::{BoxError, Module, Running, StopHandle, Task, fifo};
 use daqflow_wire::file::{ClosedFile, DiskSpace, DiskWatcher, FileWriter, FileWriterConfig, remove_empty_part_files};
 use daqflow_wire::sink::{Discard, EventSink};
 use daqflow_wire::{EventFlags, EventId};
@@ -63,6 +63,7 @@ use crate::common::{Rates, checked, per_second, read, set};
 use crate::link::{Peer, connect, control_options, data_options};
 use crate::protocol::{Message, Role};
 pub use crate::stats::{BuDetail, BuFile};
+use crate::unit::{RunShared, Unit};
 
 /// The `bu` kind: a builder unit, with `et` the way to open an ET system as its output
 /// (`output = "et"`; without it, such a configuration is refused at configure). It starts
@@ -99,12 +100,10 @@ struct BuilderCounters {
     crc_errors: AtomicU64,
 }
 
+/// What a run of the BU shares beyond every unit's: its builder threads' counters and what
+/// they leave.
 #[derive(Default)]
-struct Shared {
-    stop: AtomicBool,
-    live: Mutex<Stats>,
-    failure: Mutex<Option<String>>,
-    summary: Mutex<Option<Stats>>,
+struct BuShared {
     builders: Vec<BuilderCounters>,
     /// Why a builder thread's output failed (the first one), naming the disk when it is full.
     output_failed: Mutex<Option<String>>,
@@ -112,17 +111,15 @@ struct Shared {
     builder_stamps: Mutex<Vec<daqflow_engine::profile::ThreadStamps>>,
 }
 
+/// A run of the BU's shared state.
+type Shared = RunShared<BuShared>;
+
 /// The builder unit component.
 pub struct Bu {
-    name: String,
     config: BuConfig,
     configured: bool,
-    shared: Arc<Shared>,
-    running: Option<Running>,
-    run: u32,
     et: Option<EtOpener>,
-    /// Time-stamp profiling (`profile = PATH`), set up at configure.
-    profiling: Option<crate::common::Profiling>,
+    unit: Unit<BuShared>,
 }
 
 /// Opens the output of a builder thread on the ET system of the given name (`output = "et"`).
@@ -149,16 +146,7 @@ struct BuilderThread {
 impl Bu {
     /// A builder unit named `name`; with `output = "et"` it also needs [`Bu::with_et`].
     pub fn new(name: &str, config: BuConfig) -> Bu {
-        Bu {
-            name: name.into(),
-            config,
-            configured: false,
-            shared: Arc::default(),
-            running: None,
-            run: 0,
-            et: None,
-            profiling: None,
-        }
+        Bu { config, configured: false, et: None, unit: Unit::new(name) }
     }
 
     /// Gives the BU the way to open an ET system as its output.
@@ -195,14 +183,9 @@ impl Bu {
         let closed: Closed = Arc::default();
         let (tx, rx) = fifo::<ReadyEvent>(4096);
         let (done_tx, done_rx) = fifo::<u64>(1 << 16);
-        let sink = open_sink(&self.config, self.et.as_ref(), &self.name, t, run)?;
+        let sink = open_sink(&self.config, self.et.as_ref(), self.unit.name(), t, run)?;
         let durable_at_once = sink.durable_at_once();
-        let mut s = Scheduler::new(format!("{}-build{t}", self.name))
-            .with_idle(self.config.idle.strategy())
-            .pinned_to_cpus(crate::common::cpu_set(&self.config.build_cpus)?);
-        if let Some(p) = &self.profiling {
-            s = p.scheduler(s);
-        }
+        let mut s = self.unit.scheduler(&format!("build{t}"), self.config.idle.strategy(), &self.config.build_cpus)?;
         s.add(Builder {
             name: format!("build-{t}"),
             rx,
@@ -217,7 +200,7 @@ impl Bu {
             flush_batch: (self.config.credits as usize / (2 * self.config.threads)).max(1),
             durable_at_once,
             last_flush: Instant::now(),
-            shared: self.shared.clone(),
+            shared: self.unit.shared.clone(),
             index: t,
             closed: closed.clone(),
             directory: (self.config.output == Output::Files).then(|| self.config.directory.clone()),
@@ -245,8 +228,7 @@ impl Component for Bu {
             }
             _ => {}
         }
-        self.profiling =
-            crate::common::Profiling::new(&self.name, self.config.profile.as_deref(), self.config.profile_stamps);
+        self.unit.profile(self.config.profile.as_deref(), self.config.profile_stamps);
         self.configured = true;
         Ok(Info::new())
     }
@@ -260,53 +242,31 @@ impl Component for Bu {
             role: Role::Bu,
             id: self.config.id,
             run,
-            name: self.name.clone(),
+            name: self.unit.name().to_owned(),
             addr: String::new(),
             generation: 0,
         };
         let patience = Duration::from_millis(self.config.connect_timeout_ms);
         let evm = connect(&self.config.evm, &control_options(), patience, &hello)?;
-        self.shared = Arc::new(Shared {
-            builders: (0..self.config.threads).map(|_| BuilderCounters::default()).collect(),
-            ..Default::default()
-        });
-        self.run = run;
+        let builders = (0..self.config.threads).map(|_| BuilderCounters::default()).collect();
+        self.unit.begin(run, BuShared { builders, ..Default::default() });
         // Builder threads first, then the links.
         let builders = self.spawn_builders(run)?;
-        let mut s = Scheduler::new(format!("{}-bu", self.name))
-            .with_idle(self.config.idle.strategy())
-            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
-        if let Some(p) = &self.profiling {
-            s = p.scheduler(s);
-        }
-        let io = BuIo::new(self, evm, builders, s.stop_handle());
+        let mut s = self.unit.scheduler("bu", self.config.idle.strategy(), &self.config.io_cpus)?;
+        let io = BuIo::new(self, run, evm, builders, s.stop_handle());
         s.add_module(io);
-        self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
-        Ok(())
+        self.unit.spawn(s)
     }
 
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        let Some(running) = self.running.take() else {
-            return Err(ComponentError::out_of_order(Verb::Stop, "no run is taken"));
-        };
-        self.shared.stop.store(true, Ordering::SeqCst);
-        let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
-        if let Some(p) = &self.profiling {
-            let mut threads: Vec<_> = report.stamps.into_iter().collect();
-            threads.append(&mut self.shared.builder_stamps.lock().unwrap_or_else(|p| p.into_inner()));
-            p.write(self.run, threads)?;
-        }
-        let summary = read(&self.shared.summary);
-        Ok(summary.ok_or_else(|| EvbError::Failed("the BU ended without a summary".into()))?)
+        // The profile holds the builder threads too.
+        self.unit.stop(|x| std::mem::take(&mut *x.builder_stamps.lock().unwrap_or_else(|p| p.into_inner())))
     }
 
     // Pause and resume: RUs and BUs follow the data, nothing to hold back.
 
     fn reset(&mut self) -> Result<(), ComponentError> {
-        if let Some(r) = self.running.take() {
-            self.shared.stop.store(true, Ordering::SeqCst);
-            let _ = r.stop();
-        }
+        self.unit.reset(false);
         self.configured = false;
         Ok(())
     }
@@ -316,9 +276,11 @@ impl Component for Bu {
     /// puts more events recorded beside them than were built), the rest as last published (at
     /// most 100 ms old). After the run: its last counters, rates 0.
     fn stats(&self) -> Stats {
-        let mut live = read(&self.shared.live);
+        let mut live = self.unit.live();
         (live.events, live.bytes) = self
+            .unit
             .shared
+            .extra
             .builders
             .iter()
             .fold((0, 0), |(e, b), c| (e + c.events.load(Ordering::Relaxed), b + c.bytes.load(Ordering::Relaxed)));
@@ -326,7 +288,7 @@ impl Component for Bu {
     }
 
     fn failure(&self) -> Option<String> {
-        read(&self.shared.failure)
+        self.unit.failure()
     }
 }
 
@@ -416,7 +378,7 @@ impl Builder {
             }
             None => format!("{doing}: {e}"),
         };
-        let mut slot = self.shared.output_failed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.shared.extra.output_failed.lock().unwrap_or_else(|p| p.into_inner());
         slot.get_or_insert_with(|| text.clone());
         text.into()
     }
@@ -449,7 +411,7 @@ impl Task for Builder {
             || (!self.confirmable.is_empty() && !self.done.is_full())
     }
     fn action(&mut self) -> Result<(), BoxError> {
-        let c = &self.shared.builders[self.index];
+        let c = &self.shared.extra.builders[self.index];
         for _ in 0..64 {
             let Ok(ev) = self.rx.pop() else { break };
             let trigger_type = ev.trigger.trigger_type;
@@ -516,7 +478,7 @@ struct BuIo {
 }
 
 impl BuIo {
-    fn new(bu: &Bu, evm: daqflow_transport::Connection, builders: Builders, stopper: StopHandle) -> BuIo {
+    fn new(bu: &Bu, run: u32, evm: daqflow_transport::Connection, builders: Builders, stopper: StopHandle) -> BuIo {
         let now = Instant::now();
         let mut evm = Peer::new(evm);
         evm.role = Some(Role::Bu);
@@ -529,17 +491,17 @@ impl BuIo {
         });
         let mut io = BuIo {
             config: bu.config.clone(),
-            run: bu.run,
+            run,
             evm,
             rus: Vec::new(),
-            machine: BuMachine::new(BuSettings::of(&bu.config, bu.run, &bu.name), disk, now),
+            machine: BuMachine::new(BuSettings::of(&bu.config, run, bu.unit.name()), disk, now),
             backlog: VecDeque::new(),
             to_builders: builders.to,
             from_builders: builders.from,
             builders: builders.running,
             outputs: builders.outputs,
             next_builder: 0,
-            shared: bu.shared.clone(),
+            shared: bu.unit.shared.clone(),
             stopper,
             started: now,
             next_tick: now,
@@ -666,7 +628,7 @@ impl BuIo {
         if self.machine.failure().is_none()
             && let Some(t) = self.builders.iter().position(|(_, r)| r.is_finished())
         {
-            let why = read(&self.shared.output_failed).unwrap_or_else(|| "its output failed; see the log".into());
+            let why = read(&self.shared.extra.output_failed).unwrap_or_else(|| "its output failed; see the log".into());
             self.machine.leave(format!("builder thread {t} stopped ({why}); leaving the run"));
         }
         for rx in &mut self.from_builders {
@@ -687,7 +649,7 @@ impl BuIo {
     }
 
     fn totals(&self) -> (u64, u64, u64, u64) {
-        self.shared.builders.iter().fold((0, 0, 0, 0), |a, c| {
+        self.shared.extra.builders.iter().fold((0, 0, 0, 0), |a, c| {
             (
                 a.0 + c.events.load(Ordering::Relaxed),
                 a.1 + c.bytes.load(Ordering::Relaxed),
@@ -705,7 +667,7 @@ impl BuIo {
             match running.join() {
                 Ok(report) => {
                     if let Some(stamps) = report.stamps {
-                        self.shared.builder_stamps.lock().unwrap_or_else(|p| p.into_inner()).push(stamps);
+                        self.shared.extra.builder_stamps.lock().unwrap_or_else(|p| p.into_inner()).push(stamps);
                     }
                 }
                 Err(e) => errors.push(e.to_string()),

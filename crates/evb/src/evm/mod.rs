@@ -29,23 +29,23 @@ mod config;
 mod core;
 mod machine;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use daqflow_component::{
     Component, ComponentError, Info, Kind, Role as KindRole, Stats, TriggerCounts, Verb, parse_config,
 };
-use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
+use daqflow_engine::{BoxError, Module, StopHandle};
 use daqflow_transport::Listener;
 
 pub use self::config::{EvmConfig, TriggerMode, schema};
 pub use self::core::{Accounting, CoreConfig, EvmCore, Out};
 pub use self::machine::{ConnId, EvmMachine, EvmOutput, EvmSettings, FLUSH_EVERY};
-use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
 use crate::link::{Peer, bind, control_options, unix_ns};
 pub use crate::stats::{EvmBu, EvmDetail};
+use crate::unit::{RunShared, Unit};
 
 /// The `evm` kind: the event manager, the run's trigger and accountant. It starts first of the
 /// event builder (stage 4: the BUs and RUs connect to it) and stops first of all (stage 0):
@@ -63,42 +63,21 @@ pub fn kind() -> Kind {
     .schema(config::schema())
 }
 
-#[derive(Default)]
-struct Shared {
-    stop: AtomicBool,
-    paused: AtomicBool,
-    live: Mutex<Stats>,
-    failure: Mutex<Option<String>>,
-    last_event: Mutex<Option<u64>>,
-    summary: Mutex<Option<Stats>>,
-}
+/// What a run of the EVM shares beyond every unit's: the run's last event, once it stopped.
+type Shared = RunShared<Mutex<Option<u64>>>;
 
 /// The EVM component.
 pub struct Evm {
-    name: String,
     config: EvmConfig,
     /// Bound at configure and kept until reset: the next run listens on the same address.
     listener: Option<Arc<Listener>>,
-    shared: Arc<Shared>,
-    running: Option<Running>,
-    /// Time-stamp profiling (`profile = PATH`), set up at configure.
-    profiling: Option<crate::common::Profiling>,
-    /// The run under way.
-    run: u32,
+    unit: Unit<Mutex<Option<u64>>>,
 }
 
 impl Evm {
     /// An EVM named `name`.
     pub fn new(name: &str, config: EvmConfig) -> Evm {
-        Evm {
-            name: name.into(),
-            config,
-            listener: None,
-            shared: Arc::default(),
-            running: None,
-            profiling: None,
-            run: 0,
-        }
+        Evm { config, listener: None, unit: Unit::new(name) }
     }
 
     /// The listening address, once configured.
@@ -108,30 +87,25 @@ impl Evm {
 
     /// The last event of the run, once triggering has stopped.
     pub fn last_event(&self) -> Option<u64> {
-        read(&self.shared.last_event)
+        read(&self.unit.shared.extra)
     }
 
-    fn set_paused(&mut self, command: Verb, paused: bool) -> Result<(), ComponentError> {
-        if self.running.is_none() {
-            return Err(ComponentError::out_of_order(command, "no run is taken"));
-        }
-        self.shared.paused.store(paused, Ordering::SeqCst);
-        Ok(())
+    fn name(&self) -> &str {
+        self.unit.name()
     }
 }
 
 impl Component for Evm {
     fn configure(&mut self) -> Result<Info, ComponentError> {
         self.config.validate()?;
-        self.profiling =
-            crate::common::Profiling::new(&self.name, self.config.profile.as_deref(), self.config.profile_stamps);
+        self.unit.profile(self.config.profile.as_deref(), self.config.profile_stamps);
         // Configured again: the old socket is closed first, so that a fixed port is free.
         self.listener = None;
         let listener = bind(&self.config.listen, control_options())?;
         let addr = listener.local_addr();
         self.listener = Some(Arc::new(listener));
         let advertised = daqflow_transport::advertise::advertised(addr, self.config.advertise.as_deref())
-            .map_err(|e| ComponentError::Config(format!("{}: {e}", self.name)))?;
+            .map_err(|e| ComponentError::Config(format!("{}: {e}", self.name())))?;
         let mut info = Info::new();
         info.insert("listen".into(), advertised.into());
         Ok(info)
@@ -141,65 +115,44 @@ impl Component for Evm {
         let Some(listener) = self.listener.clone() else {
             return Err(ComponentError::out_of_order(Verb::Start, "not configured"));
         };
-        self.shared = Arc::default();
-        let mut s = Scheduler::new(format!("{}-evm", self.name))
-            .with_idle(self.config.idle.strategy())
-            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
-        if let Some(p) = &self.profiling {
-            s = p.scheduler(s);
-        }
-        self.run = run;
-        let io =
-            EvmIo::new(self.name.clone(), self.config.clone(), run, listener, self.shared.clone(), s.stop_handle());
+        let shared = self.unit.begin(run, Mutex::new(None));
+        let mut s = self.unit.scheduler("evm", self.config.idle.strategy(), &self.config.io_cpus)?;
+        let io = EvmIo::new(self.name().to_owned(), self.config.clone(), run, listener, shared, s.stop_handle());
         s.add_module(io);
-        self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
-        Ok(())
+        self.unit.spawn(s)
     }
 
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        let Some(running) = self.running.take() else {
-            return Err(ComponentError::out_of_order(Verb::Stop, "no run is taken"));
-        };
-        self.shared.stop.store(true, Ordering::SeqCst);
         // The listener stays bound: the EVM is ready for the next run on the same address.
-        let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
-        if let Some(p) = &self.profiling {
-            p.write(self.run, report.stamps.into_iter().collect())?;
-        }
-        let summary = read(&self.shared.summary);
-        Ok(summary.ok_or_else(|| EvbError::Failed("the EVM ended without a summary".into()))?)
+        self.unit.stop(|_| Vec::new())
     }
 
     fn pause(&mut self) -> Result<(), ComponentError> {
-        self.set_paused(Verb::Pause, true)
+        self.unit.pause(Verb::Pause, true)
     }
 
     fn resume(&mut self) -> Result<(), ComponentError> {
-        self.set_paused(Verb::Resume, false)
+        self.unit.pause(Verb::Resume, false)
     }
 
     fn reset(&mut self) -> Result<(), ComponentError> {
-        if let Some(r) = self.running.take() {
-            self.shared.stop.store(true, Ordering::SeqCst);
-            let _ = r.join();
-        }
+        // The EVM ends the run its way: everyone is told.
+        self.unit.reset(true);
         self.listener = None;
         Ok(())
     }
 
     fn stats(&self) -> Stats {
-        let live = read(&self.shared.live);
+        let live = self.unit.live();
         // Before the first publication too, the trigger's accounting is there (all zero).
         if live.trigger.is_none() { live.with_trigger(TriggerCounts::default()) } else { live }
     }
 
     fn failure(&self) -> Option<String> {
-        read(&self.shared.failure)
+        self.unit.failure()
     }
 }
 
-/// The EVM's I/O: the listener and the connections, around the [`EvmMachine`] that makes every
-/// decision.
 struct EvmIo {
     config: EvmConfig,
     run: u32,
@@ -278,9 +231,9 @@ impl EvmIo {
             set(&self.shared.failure, Some(f.to_owned()));
         }
         if let Some(last) = self.machine.core().stopped_at()
-            && read(&self.shared.last_event).is_none()
+            && read(&self.shared.extra).is_none()
         {
-            set(&self.shared.last_event, Some(last));
+            set(&self.shared.extra, Some(last));
         }
     }
 

@@ -27,22 +27,22 @@ mod config;
 mod core;
 mod machine;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use daqflow_component::{Component, ComponentError, Info, Kind, Role as KindRole, Stats, Verb, parse_config};
-use daqflow_engine::{BoxError, Module, Running, Scheduler, StopHandle};
+use daqflow_engine::{BoxError, Module, StopHandle};
 use daqflow_transport::{Connection, Listener};
 
 pub use self::config::{RuConfig, schema};
 pub use self::core::{BuAdmission, OutgoingSf, RuCore, RuCounters};
 pub use self::machine::{ConnId, RuMachine, RuOutput, RuStep, STUCK_TIMEOUT};
-use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
 use crate::link::{Peer, bind, connect, control_options, ru_data_options};
 use crate::protocol::{KIND_SUPER_FRAGMENT, Message, Role};
 pub use crate::stats::RuDetail;
+use crate::unit::{RunShared, Unit};
 
 /// The `ru` kind: a readout unit. It starts after the EVM and the BUs (stage 6), before its
 /// sources, and stops after the sources (stage 2).
@@ -59,52 +59,35 @@ pub fn kind() -> Kind {
     .schema(config::schema())
 }
 
-#[derive(Default)]
-struct Shared {
-    stop: AtomicBool,
-    live: Mutex<Stats>,
-    failure: Mutex<Option<String>>,
-    summary: Mutex<Option<Stats>>,
-}
+/// What a run of the RU shares: every unit's (nothing of its own).
+type Shared = RunShared<()>;
 
 /// The readout unit component.
 pub struct Ru {
-    name: String,
     config: RuConfig,
     /// Bound at configure and kept until reset: the next run listens on the same address.
     listener: Option<Arc<Listener>>,
-    shared: Arc<Shared>,
-    running: Option<Running>,
     /// Where it listened: configured again, it listens there again (with port 0 configured,
     /// on the port it got), so that sources and BUs configured with it reach it.
     bound: Option<std::net::SocketAddr>,
     /// The address told to the EVM (and through it the BUs) and answered at configure.
     advertised: Option<String>,
-    /// Time-stamp profiling (`profile = PATH`), set up at configure.
-    profiling: Option<crate::common::Profiling>,
-    /// The run under way.
-    run: u32,
+    unit: Unit<()>,
 }
 
 impl Ru {
     /// A readout unit named `name`.
     pub fn new(name: &str, config: RuConfig) -> Ru {
-        Ru {
-            name: name.into(),
-            config,
-            listener: None,
-            shared: Arc::default(),
-            running: None,
-            bound: None,
-            advertised: None,
-            profiling: None,
-            run: 0,
-        }
+        Ru { config, listener: None, bound: None, advertised: None, unit: Unit::new(name) }
     }
 
     /// The listening address, once configured.
     pub fn listen_addr(&self) -> Option<std::net::SocketAddr> {
         self.listener.as_ref().map(|l| l.local_addr())
+    }
+
+    fn name(&self) -> &str {
+        self.unit.name()
     }
 }
 
@@ -113,8 +96,7 @@ impl Component for Ru {
         // send_queue_bytes at most 16 MiB: above the data link's own queue, a send could wait
         // inside the RU's only thread.
         self.config.validate()?;
-        self.profiling =
-            crate::common::Profiling::new(&self.name, self.config.profile.as_deref(), self.config.profile_stamps);
+        self.unit.profile(self.config.profile.as_deref(), self.config.profile_stamps);
         self.listener = None;
         let want = self.bound.map_or_else(|| self.config.listen.clone(), |a| a.to_string());
         let listener = bind(&want, ru_data_options())?;
@@ -122,7 +104,7 @@ impl Component for Ru {
         self.bound = Some(addr);
         self.listener = Some(Arc::new(listener));
         let advertised = daqflow_transport::advertise::advertised(addr, self.config.advertise.as_deref())
-            .map_err(|e| ComponentError::Config(format!("{}: {e}", self.name)))?;
+            .map_err(|e| ComponentError::Config(format!("{}: {e}", self.name())))?;
         self.advertised = Some(advertised.clone());
         let mut info = Info::new();
         info.insert("listen".into(), advertised.into());
@@ -137,7 +119,7 @@ impl Component for Ru {
             role: Role::Ru,
             id: self.config.id,
             run,
-            name: self.name.clone(),
+            name: self.name().to_owned(),
             addr: self.advertised.clone().unwrap_or_else(|| listener.local_addr().to_string()),
             generation: 0,
         };
@@ -147,52 +129,32 @@ impl Component for Ru {
             Duration::from_millis(self.config.connect_timeout_ms),
             &hello,
         )?;
-        self.shared = Arc::default();
-        let mut s = Scheduler::new(format!("{}-ru", self.name))
-            .with_idle(self.config.idle.strategy())
-            .pinned_to_cpus(crate::common::cpu_set(&self.config.io_cpus)?);
-        if let Some(p) = &self.profiling {
-            s = p.scheduler(s);
-        }
-        self.run = run;
-        let io =
-            RuIo::new(self.name.clone(), self.config.clone(), run, listener, evm, self.shared.clone(), s.stop_handle());
+        let shared = self.unit.begin(run, ());
+        let mut s = self.unit.scheduler("ru", self.config.idle.strategy(), &self.config.io_cpus)?;
+        let io = RuIo::new(self.name().to_owned(), self.config.clone(), run, listener, evm, shared, s.stop_handle());
         s.add_module(io);
-        self.running = Some(s.spawn().map_err(|e| EvbError::Failed(e.to_string()))?);
-        Ok(())
+        self.unit.spawn(s)
     }
 
     fn stop(&mut self, _last_event: Option<u64>) -> Result<Stats, ComponentError> {
-        let Some(running) = self.running.take() else {
-            return Err(ComponentError::out_of_order(Verb::Stop, "no run is taken"));
-        };
-        self.shared.stop.store(true, Ordering::SeqCst);
         // The listener stays bound: the RU is ready for the next run on the same address.
-        let report = running.join().map_err(|e| EvbError::Failed(e.to_string()))?;
-        if let Some(p) = &self.profiling {
-            p.write(self.run, report.stamps.into_iter().collect())?;
-        }
-        let summary = read(&self.shared.summary);
-        Ok(summary.ok_or_else(|| EvbError::Failed("the RU ended without a summary".into()))?)
+        self.unit.stop(|_| Vec::new())
     }
 
     // Pause and resume: RUs and BUs follow the data, nothing to hold back.
 
     fn reset(&mut self) -> Result<(), ComponentError> {
-        if let Some(r) = self.running.take() {
-            self.shared.stop.store(true, Ordering::SeqCst);
-            let _ = r.stop();
-        }
+        self.unit.reset(false);
         self.listener = None;
         Ok(())
     }
 
     fn stats(&self) -> Stats {
-        read(&self.shared.live)
+        self.unit.live()
     }
 
     fn failure(&self) -> Option<String> {
-        read(&self.shared.failure)
+        self.unit.failure()
     }
 }
 

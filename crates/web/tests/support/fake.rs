@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daqflow_api::{
     ComponentState, ComponentView, FileRecord, LogQuery, LogRecord, ParameterChange, Policy, ProcessEntry, RatePoint,
-    RunDetail, RunProvenance, RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus, Transition,
-    TransitionResult,
+    RunAccounting, RunDetail, RunProvenance, RunRecord, RunState, RunSummary, Severity, SystemState, SystemStatus,
+    Transition, TransitionResult,
 };
 use daqflow_api::{Role, Stats};
 use daqflow_web::{Backend, BackendError};
@@ -81,19 +81,15 @@ fn summary(run: u32, started_ms: u64, stopped_ms: u64, events: u64) -> RunSummar
         started_ms,
         stopped_ms,
         seconds: stopped_ms.saturating_sub(started_ms) as f64 / 1000.0,
-        triggered: Some(events),
-        rejected: Some(0),
-        events,
-        recorded: events,
-        bytes,
-        lost: 0,
-        lost_reasons: Vec::new(),
-        unknown: Vec::new(),
-        accounting_complete: true,
-        lost_in_builder: 0,
-        not_recorded: 0,
-        duplicates: 0,
-        died: Vec::new(),
+        accounting: RunAccounting {
+            triggered: Some(events),
+            rejected: Some(0),
+            events,
+            recorded: events,
+            bytes,
+            accounting_complete: true,
+            ..RunAccounting::default()
+        },
         files: vec![FileRecord {
             component: "bu-1".into(),
             path: format!("/data/run{run:06}_0001.dat").into(),

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// The replies a step waited for, each with the component that sent it.
+type Replies = Vec<(String, Result<Answer, OperatorError>)>;
+
 impl Sequencer {
     pub(super) fn on_tick(&mut self, now: Now, out: &mut Vec<Output>) {
         let due: Vec<(u64, bool)> = self
@@ -252,270 +255,311 @@ impl Sequencer {
     /// One step of the job: takes the replies of the last batch, sends the next one.
     pub(super) fn step(&mut self, job: &mut Job, now: Now, out: &mut Vec<Output>) -> Flow {
         let replies = std::mem::take(&mut job.batch.replies);
-        let timeout = self.config.timeout;
-        let stop_timeout = self.config.stop_timeout;
-        match &mut job.step {
+        match &job.step {
             Step::Launching | Step::ShuttingDown => Flow::Finished(Ok(TransitionResult::Done)),
-            Step::Configuring { order, next } => {
-                for (name, r) in replies {
-                    match r {
-                        Ok(Answer::Info(info)) => {
-                            self.results.insert(name, Value::Object(info));
-                        }
-                        Ok(_) => {
-                            self.results.insert(name, json!({}));
-                        }
-                        Err(e) => {
-                            self.target = SystemState::Initial;
-                            // One that did not answer is told to reset without waiting for
-                            // it; one the request never reached has nothing to undo.
-                            let (silent, unreached) = match &e {
-                                OperatorError::Component { component, reason, .. }
-                                    if reason.starts_with("no answer") =>
-                                {
-                                    (Some(component.clone()), None)
-                                }
-                                OperatorError::Component { component, reason, .. }
-                                    if reason == "not on the control plane" =>
-                                {
-                                    (None, self.spec_index(component))
-                                }
-                                _ => (None, None),
-                            };
-                            let configured = order[..*next].iter().copied().filter(|i| Some(*i) != unreached).collect();
-                            job.step = Step::Undoing { failure: e, configured, silent, stage: 0, errors: Vec::new() };
-                            return Flow::Continue;
-                        }
-                    }
-                }
-                let Some(&i) = order.get(*next) else {
-                    self.target = SystemState::Configured;
-                    let infos: BTreeMap<String, Info> = self
-                        .results
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.as_object().cloned().unwrap_or_default()))
-                        .collect();
-                    return Flow::Finished(Ok(TransitionResult::Configured(infos)));
-                };
-                *next += 1;
-                let spec = self.file.components[i].clone();
-                match self.resolved_params(&spec) {
-                    Ok(config) => {
-                        self.configured.insert(spec.name.clone(), config.clone());
-                        self.send_for(
-                            &mut job.batch,
-                            &spec.name,
-                            Command::Configure { config: Some(config) },
-                            timeout,
-                            now,
-                            out,
-                        );
-                        Flow::Continue
-                    }
-                    Err(e) => {
-                        self.target = SystemState::Initial;
-                        let configured = order[..*next - 1].to_vec();
-                        job.step = Step::Undoing { failure: e, configured, silent: None, stage: 0, errors: Vec::new() };
-                        Flow::Continue
-                    }
-                }
-            }
-            Step::Undoing { failure, configured, silent, stage, errors } => {
-                for (name, r) in replies {
-                    if let Err(e) = r {
-                        errors.push(format!("{name}: {e}"));
-                    }
-                }
-                let stages = self.file.stages(false);
-                let Some(idx) = stages.get(*stage) else {
-                    let failure = std::mem::replace(failure, OperatorError::Setup(String::new()));
-                    let names: Vec<String> =
-                        self.names(configured).into_iter().filter(|n| Some(n) != silent.as_ref()).collect();
-                    let silent = silent.as_ref().map(|n| (n.as_str(), self.config.logs.join(format!("{n}.log"))));
-                    let silent = silent.as_ref().map(|(n, log)| (*n, log.as_path()));
-                    return Flow::Finished(Err(undone(failure, &names, errors, silent)));
-                };
-                *stage += 1;
-                for &i in idx.iter().filter(|i| configured.contains(i)) {
-                    let name = self.file.components[i].name.clone();
-                    if !self.views[&name].alive {
-                        continue;
-                    }
-                    if silent.as_deref() == Some(name.as_str()) {
-                        // It takes the reset once it is done with the configure it did not
-                        // answer in time: nobody waits for that.
-                        self.send(&name, Command::Reset, Owner::Late, timeout, now, out);
-                    } else {
-                        self.send_for(&mut job.batch, &name, Command::Reset, timeout, now, out);
-                    }
-                }
-                Flow::Continue
-            }
+            Step::Configuring { .. } => self.configuring(job, replies, now, out),
+            Step::Undoing { .. } => self.undoing(job, replies, now, out),
             Step::Opening { .. } | Step::Closing { .. } => Flow::Wait,
-            Step::Starting { run, stage, started } => {
-                let run = *run;
-                let mut failure = None;
-                for (name, r) in replies {
-                    match r {
-                        Ok(_) => started.extend(self.spec_index(&name)),
-                        Err(e) => {
-                            tracing::error!("start of {name} failed: {e}");
-                            failure.get_or_insert(e);
-                        }
-                    }
-                }
-                if let Some(failure) = failure {
-                    let started = std::mem::take(started);
-                    job.step = Step::Unwinding { run, stage: 0, started, failure, summaries: BTreeMap::new() };
-                    return Flow::Continue;
-                }
-                let stages = self.file.stages(true);
-                let Some(names) = stages.get(*stage).map(|s| self.names(s)) else {
-                    self.target = SystemState::Running;
-                    tracing::info!(run, "run started");
-                    return Flow::Finished(Ok(TransitionResult::Started(run)));
-                };
-                *stage += 1;
-                for name in names {
-                    self.send_for(&mut job.batch, &name, Command::Start { run }, timeout, now, out);
-                }
-                Flow::Continue
-            }
-            Step::Unwinding { run, stage, started, failure, summaries } => {
-                for (name, r) in replies {
-                    if let Ok(Answer::Summary(s)) = r {
-                        summaries.insert(name, s);
-                    }
-                }
-                let stages = self.file.stages(false);
-                let Some(stage_idx) = stages.get(*stage) else {
-                    let (run, summaries) = (*run, std::mem::take(summaries));
-                    let failure = std::mem::replace(failure, OperatorError::Setup(String::new()));
-                    out.push(self.close_run(run, summaries, vec![failure.to_string()]));
-                    job.step = Step::Closing { then: AfterClose::StartFailed(failure) };
-                    return Flow::Wait;
-                };
-                *stage += 1;
-                let names = self.names(&stage_idx.iter().copied().filter(|i| started.contains(i)).collect::<Vec<_>>());
-                for name in names {
-                    self.send_for(&mut job.batch, &name, Command::Stop { last_event: None }, stop_timeout, now, out);
-                }
-                Flow::Continue
-            }
-            Step::Staged { verb, stages, stage, first_error } => {
-                for (_, r) in replies {
-                    if let Err(e) = r {
-                        first_error.get_or_insert(e);
-                    }
-                }
-                let verb = *verb;
-                let Some(mut names) = stages.get(*stage).map(|s| self.names(s)) else {
-                    let failed = first_error.take();
-                    self.target = match (verb, failed.is_some()) {
-                        (Verb::Pause, false) | (Verb::Resume, true) => SystemState::Paused,
-                        (Verb::Pause, true) | (Verb::Resume, false) => SystemState::Running,
-                        _ => SystemState::Initial,
-                    };
-                    return Flow::Finished(failed.map_or(Ok(TransitionResult::Done), Err));
-                };
-                *stage += 1;
-                names.retain(|n| !self.dropped.contains_key(n));
-                let command = match verb {
-                    Verb::Pause => Command::Pause,
-                    Verb::Resume => Command::Resume,
-                    _ => Command::Reset,
-                };
-                for name in names {
-                    self.send_for(&mut job.batch, &name, command.clone(), timeout, now, out);
-                }
-                Flow::Continue
-            }
-            Step::ReadingOut { run, stage, errors } => {
-                for (name, r) in replies {
-                    if let Err(e) = r {
-                        errors.push(format!("{name}: resuming to read out what was triggered: {e}"));
-                    }
-                }
-                let stages = self.file.stages(true);
-                let Some(idx) = stages.get(*stage) else {
-                    let (run, errors) = (*run, std::mem::take(errors));
-                    job.step = Step::Stopping { run, stage: 0, summaries: BTreeMap::new(), errors };
-                    return Flow::Continue;
-                };
-                *stage += 1;
-                for &i in idx {
-                    let spec = &self.file.components[i];
-                    let v = &self.views[&spec.name];
-                    if spec.role == daqflow_component::Role::Trigger
-                        || self.dropped.contains_key(&spec.name)
-                        || !v.alive
-                        || v.state != Some(ComponentState::Paused)
-                    {
-                        continue;
-                    }
-                    let name = spec.name.clone();
-                    self.send_for(&mut job.batch, &name, Command::Resume, timeout, now, out);
-                }
-                Flow::Continue
-            }
-            Step::Stopping { run, stage, summaries, errors } => {
-                for (name, r) in replies {
-                    match r {
-                        Ok(Answer::Summary(s)) => {
-                            summaries.insert(name, s);
-                        }
-                        Ok(_) => {}
-                        Err(e) => errors.push(e.to_string()),
-                    }
-                }
-                let stages = self.file.stages(false);
-                let Some(idx) = stages.get(*stage) else {
-                    let (run, summaries, errors) = (*run, std::mem::take(summaries), std::mem::take(errors));
-                    out.push(self.close_run(run, summaries, errors));
-                    job.step = Step::Closing { then: AfterClose::Stopped };
-                    return Flow::Wait;
-                };
-                *stage += 1;
-                let refs = self.references(summaries);
-                for &i in idx {
-                    let spec = &self.file.components[i];
-                    let v = &self.views[&spec.name];
-                    let in_run = matches!(
-                        v.state,
-                        Some(ComponentState::Running | ComponentState::Paused | ComponentState::Error)
-                    );
-                    if self.dropped.contains_key(&spec.name) {
-                        continue; // the run went on without it: its death is not the stop's
-                    }
-                    if !v.alive || !in_run {
-                        if !v.alive && v.state.is_some() {
-                            errors.push(format!("{}: not running ({})", spec.name, v.exit.clone().unwrap_or_default()));
-                        }
-                        continue;
-                    }
-                    let last_event = match &spec.stop_arg {
-                        None => None,
-                        Some(a) => match resolve(&toml::Value::String(a.clone()), &refs) {
-                            Ok(toml::Value::Integer(n)) => u64::try_from(n).ok(),
-                            Ok(toml::Value::String(s)) => s.trim().parse::<u64>().ok(),
-                            Ok(_) => None,
-                            Err(e) => {
-                                errors.push(format!("{}: stop_arg: {e}", spec.name));
-                                None
-                            }
-                        },
-                    };
-                    let name = spec.name.clone();
-                    self.send_for(&mut job.batch, &name, Command::Stop { last_event }, stop_timeout, now, out);
-                }
-                Flow::Continue
-            }
+            Step::Starting { .. } => self.starting(job, replies, now, out),
+            Step::Unwinding { .. } => self.unwinding(job, replies, now, out),
+            Step::Staged { .. } => self.staged(job, replies, now, out),
+            Step::ReadingOut { .. } => self.reading_out(job, replies, now, out),
+            Step::Stopping { .. } => self.stopping(job, replies, now, out),
             Step::Respawning => {
+                // After respawning, everything is reset.
                 job.step =
                     Step::Staged { verb: Verb::Reset, stages: self.file.stages(false), stage: 0, first_error: None };
                 Flow::Continue
             }
         }
+    }
+
+    /// Configure, one component after the other in the configure order; a failure undoes what
+    /// was configured.
+    fn configuring(&mut self, job: &mut Job, replies: Replies, now: Now, out: &mut Vec<Output>) -> Flow {
+        let timeout = self.config.timeout;
+        let Step::Configuring { order, next } = &mut job.step else {
+            unreachable!("`configuring` runs for Step::Configuring")
+        };
+        for (name, r) in replies {
+            match r {
+                Ok(Answer::Info(info)) => {
+                    self.results.insert(name, Value::Object(info));
+                }
+                Ok(_) => {
+                    self.results.insert(name, json!({}));
+                }
+                Err(e) => {
+                    self.target = SystemState::Initial;
+                    // One that did not answer is told to reset without waiting for
+                    // it; one the request never reached has nothing to undo.
+                    let (silent, unreached) = match &e {
+                        OperatorError::Component { component, reason, .. } if reason.starts_with("no answer") => {
+                            (Some(component.clone()), None)
+                        }
+                        OperatorError::Component { component, reason, .. } if reason == "not on the control plane" => {
+                            (None, self.spec_index(component))
+                        }
+                        _ => (None, None),
+                    };
+                    let configured = order[..*next].iter().copied().filter(|i| Some(*i) != unreached).collect();
+                    job.step = Step::Undoing { failure: e, configured, silent, stage: 0, errors: Vec::new() };
+                    return Flow::Continue;
+                }
+            }
+        }
+        let Some(&i) = order.get(*next) else {
+            self.target = SystemState::Configured;
+            let infos: BTreeMap<String, Info> =
+                self.results.iter().map(|(k, v)| (k.clone(), v.as_object().cloned().unwrap_or_default())).collect();
+            return Flow::Finished(Ok(TransitionResult::Configured(infos)));
+        };
+        *next += 1;
+        let spec = self.file.components[i].clone();
+        match self.resolved_params(&spec) {
+            Ok(config) => {
+                self.configured.insert(spec.name.clone(), config.clone());
+                self.send_for(
+                    &mut job.batch,
+                    &spec.name,
+                    Command::Configure { config: Some(config) },
+                    timeout,
+                    now,
+                    out,
+                );
+                Flow::Continue
+            }
+            Err(e) => {
+                self.target = SystemState::Initial;
+                let configured = order[..*next - 1].to_vec();
+                job.step = Step::Undoing { failure: e, configured, silent: None, stage: 0, errors: Vec::new() };
+                Flow::Continue
+            }
+        }
+    }
+
+    /// Reset what a failed configure had configured, stage by stage.
+    fn undoing(&mut self, job: &mut Job, replies: Replies, now: Now, out: &mut Vec<Output>) -> Flow {
+        let timeout = self.config.timeout;
+        let Step::Undoing { failure, configured, silent, stage, errors } = &mut job.step else {
+            unreachable!("`undoing` runs for Step::Undoing")
+        };
+        for (name, r) in replies {
+            if let Err(e) = r {
+                errors.push(format!("{name}: {e}"));
+            }
+        }
+        let stages = self.file.stages(false);
+        let Some(idx) = stages.get(*stage) else {
+            let failure = std::mem::replace(failure, OperatorError::Setup(String::new()));
+            let names: Vec<String> =
+                self.names(configured).into_iter().filter(|n| Some(n) != silent.as_ref()).collect();
+            let silent = silent.as_ref().map(|n| (n.as_str(), self.config.logs.join(format!("{n}.log"))));
+            let silent = silent.as_ref().map(|(n, log)| (*n, log.as_path()));
+            return Flow::Finished(Err(undone(failure, &names, errors, silent)));
+        };
+        *stage += 1;
+        for &i in idx.iter().filter(|i| configured.contains(i)) {
+            let name = self.file.components[i].name.clone();
+            if !self.views[&name].alive {
+                continue;
+            }
+            if silent.as_deref() == Some(name.as_str()) {
+                // It takes the reset once it is done with the configure it did not
+                // answer in time: nobody waits for that.
+                self.send(&name, Command::Reset, Owner::Late, timeout, now, out);
+            } else {
+                self.send_for(&mut job.batch, &name, Command::Reset, timeout, now, out);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Start, stage by stage; a failure unwinds what was started.
+    fn starting(&mut self, job: &mut Job, replies: Replies, now: Now, out: &mut Vec<Output>) -> Flow {
+        let timeout = self.config.timeout;
+        let Step::Starting { run, stage, started } = &mut job.step else {
+            unreachable!("`starting` runs for Step::Starting")
+        };
+        let run = *run;
+        let mut failure = None;
+        for (name, r) in replies {
+            match r {
+                Ok(_) => started.extend(self.spec_index(&name)),
+                Err(e) => {
+                    tracing::error!("start of {name} failed: {e}");
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(failure) = failure {
+            let started = std::mem::take(started);
+            job.step = Step::Unwinding { run, stage: 0, started, failure, summaries: BTreeMap::new() };
+            return Flow::Continue;
+        }
+        let stages = self.file.stages(true);
+        let Some(names) = stages.get(*stage).map(|s| self.names(s)) else {
+            self.target = SystemState::Running;
+            tracing::info!(run, "run started");
+            return Flow::Finished(Ok(TransitionResult::Started(run)));
+        };
+        *stage += 1;
+        for name in names {
+            self.send_for(&mut job.batch, &name, Command::Start { run }, timeout, now, out);
+        }
+        Flow::Continue
+    }
+
+    /// Stop what a failed start had started, stage by stage, then close the run.
+    fn unwinding(&mut self, job: &mut Job, replies: Replies, now: Now, out: &mut Vec<Output>) -> Flow {
+        let stop_timeout = self.config.stop_timeout;
+        let Step::Unwinding { run, stage, started, failure, summaries } = &mut job.step else {
+            unreachable!("`unwinding` runs for Step::Unwinding")
+        };
+        for (name, r) in replies {
+            if let Ok(Answer::Summary(s)) = r {
+                summaries.insert(name, s);
+            }
+        }
+        let stages = self.file.stages(false);
+        let Some(stage_idx) = stages.get(*stage) else {
+            let (run, summaries) = (*run, std::mem::take(summaries));
+            let failure = std::mem::replace(failure, OperatorError::Setup(String::new()));
+            out.push(self.close_run(run, summaries, vec![failure.to_string()]));
+            job.step = Step::Closing { then: AfterClose::StartFailed(failure) };
+            return Flow::Wait;
+        };
+        *stage += 1;
+        let names = self.names(&stage_idx.iter().copied().filter(|i| started.contains(i)).collect::<Vec<_>>());
+        for name in names {
+            self.send_for(&mut job.batch, &name, Command::Stop { last_event: None }, stop_timeout, now, out);
+        }
+        Flow::Continue
+    }
+
+    /// Pause, resume or reset, stage by stage.
+    fn staged(&mut self, job: &mut Job, replies: Replies, now: Now, out: &mut Vec<Output>) -> Flow {
+        let timeout = self.config.timeout;
+        let Step::Staged { verb, stages, stage, first_error } = &mut job.step else {
+            unreachable!("`staged` runs for Step::Staged")
+        };
+        for (_, r) in replies {
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
+        }
+        let verb = *verb;
+        let Some(mut names) = stages.get(*stage).map(|s| self.names(s)) else {
+            let failed = first_error.take();
+            self.target = match (verb, failed.is_some()) {
+                (Verb::Pause, false) | (Verb::Resume, true) => SystemState::Paused,
+                (Verb::Pause, true) | (Verb::Resume, false) => SystemState::Running,
+                _ => SystemState::Initial,
+            };
+            return Flow::Finished(failed.map_or(Ok(TransitionResult::Done), Err));
+        };
+        *stage += 1;
+        names.retain(|n| !self.dropped.contains_key(n));
+        let command = match verb {
+            Verb::Pause => Command::Pause,
+            Verb::Resume => Command::Resume,
+            _ => Command::Reset,
+        };
+        for name in names {
+            self.send_for(&mut job.batch, &name, command.clone(), timeout, now, out);
+        }
+        Flow::Continue
+    }
+
+    /// Resume the paused components (not the trigger) to read out what was triggered before a
+    /// stop.
+    fn reading_out(&mut self, job: &mut Job, replies: Replies, now: Now, out: &mut Vec<Output>) -> Flow {
+        let timeout = self.config.timeout;
+        let Step::ReadingOut { run, stage, errors } = &mut job.step else {
+            unreachable!("`reading_out` runs for Step::ReadingOut")
+        };
+        for (name, r) in replies {
+            if let Err(e) = r {
+                errors.push(format!("{name}: resuming to read out what was triggered: {e}"));
+            }
+        }
+        let stages = self.file.stages(true);
+        let Some(idx) = stages.get(*stage) else {
+            let (run, errors) = (*run, std::mem::take(errors));
+            job.step = Step::Stopping { run, stage: 0, summaries: BTreeMap::new(), errors };
+            return Flow::Continue;
+        };
+        *stage += 1;
+        for &i in idx {
+            let spec = &self.file.components[i];
+            let v = &self.views[&spec.name];
+            if spec.role == daqflow_component::Role::Trigger
+                || self.dropped.contains_key(&spec.name)
+                || !v.alive
+                || v.state != Some(ComponentState::Paused)
+            {
+                continue;
+            }
+            let name = spec.name.clone();
+            self.send_for(&mut job.batch, &name, Command::Resume, timeout, now, out);
+        }
+        Flow::Continue
+    }
+
+    /// Stop, stage by stage, each with its `stop_arg`; then close the run.
+    fn stopping(&mut self, job: &mut Job, replies: Replies, now: Now, out: &mut Vec<Output>) -> Flow {
+        let stop_timeout = self.config.stop_timeout;
+        let Step::Stopping { run, stage, summaries, errors } = &mut job.step else {
+            unreachable!("`stopping` runs for Step::Stopping")
+        };
+        for (name, r) in replies {
+            match r {
+                Ok(Answer::Summary(s)) => {
+                    summaries.insert(name, s);
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        let stages = self.file.stages(false);
+        let Some(idx) = stages.get(*stage) else {
+            let (run, summaries, errors) = (*run, std::mem::take(summaries), std::mem::take(errors));
+            out.push(self.close_run(run, summaries, errors));
+            job.step = Step::Closing { then: AfterClose::Stopped };
+            return Flow::Wait;
+        };
+        *stage += 1;
+        let refs = self.references(summaries);
+        for &i in idx {
+            let spec = &self.file.components[i];
+            let v = &self.views[&spec.name];
+            let in_run =
+                matches!(v.state, Some(ComponentState::Running | ComponentState::Paused | ComponentState::Error));
+            if self.dropped.contains_key(&spec.name) {
+                continue; // the run went on without it: its death is not the stop's
+            }
+            if !v.alive || !in_run {
+                if !v.alive && v.state.is_some() {
+                    errors.push(format!("{}: not running ({})", spec.name, v.exit.clone().unwrap_or_default()));
+                }
+                continue;
+            }
+            let last_event = match &spec.stop_arg {
+                None => None,
+                Some(a) => match resolve(&toml::Value::String(a.clone()), &refs) {
+                    Ok(toml::Value::Integer(n)) => u64::try_from(n).ok(),
+                    Ok(toml::Value::String(s)) => s.trim().parse::<u64>().ok(),
+                    Ok(_) => None,
+                    Err(e) => {
+                        errors.push(format!("{}: stop_arg: {e}", spec.name));
+                        None
+                    }
+                },
+            };
+            let name = spec.name.clone();
+            self.send_for(&mut job.batch, &name, Command::Stop { last_event }, stop_timeout, now, out);
+        }
+        Flow::Continue
     }
 
     pub(super) fn names(&self, idx: &[usize]) -> Vec<String> {
