@@ -11,8 +11,9 @@
 //! - A closed terminal (SIGHUP, or its input ending as a hung-up terminal's does) does what
 //!   `--on-hangup` says: `stop` is the first Ctrl-C, `keep` goes on without the terminal.
 //!
-//! The components run in sessions of their own (`daqflow_runcontrol`'s supervisor), so the
-//! terminal's signals reach the operator alone. Every print to the terminal goes through
+//! The components run in process groups (a local `daqflow component`) or sessions (ssh, a
+//! user's program) of their own (`daqflow_runcontrol`'s supervisor), so the terminal's signals
+//! reach the operator alone. Every print to the terminal goes through
 //! [`say!`]: a write that fails (EIO from a terminal that is gone, EPIPE) is dropped, never a
 //! panic, so a closed terminal can break neither the stop nor the run's record.
 

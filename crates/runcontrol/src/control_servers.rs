@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::children::Detach;
+
 /// How long a dead control server stays down while another is alive: twice the time after
 /// which a process that hears nothing from its server looks for another (3 s).
 pub(crate) const SPARE_SETTLE: Duration = Duration::from_secs(6);
@@ -185,9 +187,11 @@ fn spawn_server(
         .stdin(if token_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(log);
-    // Its own session (the terminal's signals reach only the operator), and SIGTERM when this
-    // thread (the operator's control-server thread, as long-lived as the operator) ends.
-    crate::children::own_session_ending_with_parent(&mut cmd);
+    // Kept from the terminal (its signals reach only the operator): the operator's own binary in
+    // a process group of its own, a remote command (ssh) in a session of its own; SIGTERM when
+    // this thread (the operator's control-server thread, as long-lived as the operator) ends.
+    let detach = if token_stdin { Detach::Session } else { Detach::ProcessGroup };
+    crate::children::detached_ending_with_parent(&mut cmd, detach);
     let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", argv[0]))?;
     if let Some(pipe) = child.stdin.as_mut() {
         use std::io::Write;

@@ -1,6 +1,6 @@
 //! The supervisor: the component processes the operator started. It starts them (each with
-//! its output appended to `logs/NAME.log`, the system token, its lease, in a session of its own
-//! so that the terminal's signals reach only the operator, and with a parent-death signal so
+//! its output appended to `logs/NAME.log`, the system token, its lease, kept from the terminal
+//! so that its signals reach only the operator (`crate::children`), and with a parent-death signal so
 //! that no local component outlives a crashed operator), notices when one ends, and ends them
 //! all at shutdown. What to do when one ends is the sequencer's business (its policy).
 //!
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use daqflow_transport::auth::Token;
 
+use crate::children::Detach;
 use crate::system::ComponentSpec;
 
 /// What every component process is started with.
@@ -229,10 +230,13 @@ fn spawn_component(launch: &Launch, spec: &ComponentSpec, control: &str, incarna
         .env("DAQFLOW_LEASE_S", launch.lease_s.to_string())
         .env("DAQFLOW_OPERATOR", super::DIALOG_NAME)
         .env(daqflow_component::process::INCARNATION_ENV, incarnation.to_string());
-    // Its own session (the terminal's Ctrl-C reaches the operator alone, which stops the run in
-    // order), ending when the thread that started it (the operator's event loop, which lives as
-    // long as the operator) ends, so that no component outlives a crashed operator.
-    crate::children::own_session_ending_with_parent(&mut cmd);
+    // Kept from the terminal (its Ctrl-C reaches the operator alone, which stops the run in
+    // order): a local `daqflow component` in a process group of its own, sharing the operator's
+    // scheduling group; ssh or a user's program in a session of its own, without a terminal.
+    // It ends when the thread that started it (the operator's event loop, which lives as long
+    // as the operator) ends, so that no component outlives a crashed operator.
+    let detach = if local_daqflow { Detach::ProcessGroup } else { Detach::Session };
+    crate::children::detached_ending_with_parent(&mut cmd, detach);
     if let (Some(_), None, Some(cpus)) = (&spec.command, &spec.host, &spec.cpus) {
         daqflow_wire::affinity::pin_command(&mut cmd, cpus).map_err(|e| format!("pinning {}: {e}", spec.name))?;
     }
