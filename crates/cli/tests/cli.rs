@@ -266,6 +266,40 @@ fn inspect_refuses_a_file_that_is_not_daqflow_data() {
 }
 
 #[test]
+fn bench_files_quick_writes_every_event_next_to_write_and_memcpy() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    let o = daqflow(&[
+        "bench",
+        "files",
+        "--quick",
+        "--seconds",
+        "0.05",
+        "--dir",
+        files.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("[writer]") && t.contains("target: the file writer alone"), "{t}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("files.json")).unwrap()).unwrap();
+    let points = json.as_array().unwrap();
+    assert_eq!(points.len(), 4, "{json}");
+    for p in points {
+        for m in ["events_per_s", "mb_per_s", "raw_write_mb_per_s", "memcpy_mb_per_s", "ratio_to_raw_write"] {
+            assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+    }
+    assert_eq!(&std::fs::read(out.join("files.png")).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    // Every repetition's files are removed.
+    assert_eq!(std::fs::read_dir(&files).unwrap().count(), 0);
+}
+
+#[test]
 fn bench_transport_quick_writes_table_csv_json_and_png() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

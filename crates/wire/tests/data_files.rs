@@ -51,6 +51,50 @@ proptest! {
         prop_assert!(r.verify(true).unwrap().is_clean());
     }
 
+    /// Records small and larger than the write buffer, in any number of parts, with any buffer
+    /// size, flushed at any point and rotated by size, read back record for record.
+    #[test]
+    fn gathered_and_buffered_records_round_trip(
+        events in proptest::collection::vec(
+            (prop_oneof![0usize..200, 1000usize..5000, 30_000usize..140_000], 1usize..12, any::<bool>()),
+            1..30,
+        ),
+        buffer in prop_oneof![Just(4096usize), 5000usize..70_000, Just(1 << 20)],
+        max_file in prop_oneof![Just(1u64 << 30), 100_000u64..600_000],
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = FileWriterConfig::new(dir.path(), 7);
+        cfg.sync_on_close = false;
+        cfg.buffer_bytes = buffer;
+        cfg.max_file_bytes = max_file;
+        let mut w = FileWriter::new(cfg).unwrap();
+        for (i, &(len, parts, flush)) in events.iter().enumerate() {
+            let payload = event_payload(i as u64, len);
+            let chunk = len.div_ceil(parts).max(1);
+            let slices: Vec<&[u8]> = payload.chunks(chunk).collect();
+            w.write_event_parts(EventId(i as u64), &slices).unwrap();
+            if flush {
+                w.flush().unwrap();
+            }
+        }
+        let files = w.finish().unwrap();
+        let mut read = Vec::new();
+        for f in &files {
+            prop_assert_eq!(f.file_bytes, fs::metadata(&f.path).unwrap().len());
+            let mut r = FileReader::open(&f.path).unwrap();
+            prop_assert!(r.is_complete());
+            prop_assert!(r.verify(true).unwrap().is_clean());
+            for k in 0..r.len().unwrap() {
+                read.push(r.read_record(k).unwrap());
+            }
+        }
+        prop_assert_eq!(read.len(), events.len());
+        for (i, rec) in read.iter().enumerate() {
+            prop_assert_eq!(rec.event_id, EventId(i as u64));
+            prop_assert_eq!(&rec.payload[..], &event_payload(i as u64, events[i].0)[..]);
+        }
+    }
+
     #[test]
     fn a_truncated_file_yields_exactly_its_whole_records(
         sizes in proptest::collection::vec(0usize..500, 1..20),

@@ -11,6 +11,7 @@ mod engine;
 mod et;
 mod evb;
 mod evb_hosts;
+mod files;
 pub mod harness;
 pub mod helper;
 mod hosts;
@@ -42,6 +43,9 @@ pub enum SuiteName {
     /// throughput per task (build, CRC check, write files) and builder threads, RUs × BUs
     /// scaling, and realistic per-stream sizes; whole builders as processes, next to raw TCP.
     Evb,
+    /// The data-file writer alone (issue 29's file row): MB/s vs event size, in 1 or 8 parts,
+    /// next to write(2) of 1 MiB blocks into the same directory and memcpy.
+    Files,
     /// The DAQ-Middleware component chain (figs. 4–9): generator → k repeaters → sink as
     /// processes, k = 0 … 6, MB/s vs chunk size 1 KiB … 1 MiB, next to raw TCP.
     Chain,
@@ -75,7 +79,8 @@ pub struct Args {
     /// with --quick 16,128,1024,102400]. et: event sizes of the size sweep [default:
     /// 8,64,512,1024,5120,16384,65536,262144,1048576; with --quick 64,4096,65536]. evb: fragment
     /// sizes of the RU sweep [default: 256,1024,4096,16384,65536; with --quick 1024,16384]. chain:
-    /// chunk sizes [default: 1024,4096,16384,65536,262144,1048576; with --quick 4096,65536,1048576].
+    /// chunk sizes [default: 1024,4096,16384,65536,262144,1048576; with --quick 4096,65536,1048576]. files: event sizes [default:
+    /// 1024,4096,16384,65536,131072,1048576; with --quick 4096,131072].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
     /// evb, chain: run the components in N test hosts, network namespaces of this machine
@@ -88,6 +93,10 @@ pub struct Args {
     /// machine's cores: this measures the software path across hosts, not a network.
     #[arg(long, value_name = "N")]
     pub hosts: Option<usize>,
+    /// files: the directory the files are written into (and removed from after each
+    /// repetition) [default: /dev/shm, else the system's temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
     /// evb: run only these cases (ru, target_1ru_1bu, bu, scaling, realistic, pinning)
     /// [default: all].
     #[arg(long, value_delimiter = ',', value_name = "CASE,CASE…")]
@@ -107,6 +116,7 @@ Examples:
   daqflow bench engine --quick --out bench-out
   daqflow bench evb --quick --out bench-out
   daqflow bench chain --quick --out bench-out
+  daqflow bench files --quick --out bench-out
   sudo daqflow bench evb --hosts 5 --out bench-out      the builder across 5 namespaces (evb-hosts.*)
   sudo daqflow bench chain --hosts 2 --out bench-out    generator and sink on 2 namespaces (chain-hosts.*)
   daqflow bench dialog --senders 25 --sizes 16,1024 --seconds 3
@@ -120,6 +130,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         SuiteName::Engine => (if args.quick { 0.25 } else { 1.0 }, 3),
         SuiteName::Evb => (if args.quick { 1.0 } else { 1.5 }, 3),
         SuiteName::Chain => (if args.quick { 0.3 } else { 1.0 }, 3),
+        SuiteName::Files => (if args.quick { 0.3 } else { 1.0 }, 5),
     };
     let config = BenchConfig {
         quick: args.quick,
@@ -174,6 +185,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         SuiteName::Chain => {
             let (suite, failures) = chain::run(config, chain::ChainOptions::new(args.quick, args.sizes.clone()))?;
             return suite.finish_unless_failed(&failures);
+        }
+        SuiteName::Files => {
+            let sizes = args.sizes.clone().unwrap_or_else(|| {
+                if args.quick { vec![4096, 131072] } else { vec![1024, 4096, 16384, 65536, 131072, 1 << 20] }
+            });
+            let dir = args.dir.clone().unwrap_or_else(files::default_dir);
+            files::run(config, files::FilesOptions { sizes, dir })?
         }
     };
     suite.finish()
