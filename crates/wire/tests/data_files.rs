@@ -54,7 +54,7 @@ proptest! {
     /// Records small and larger than the write buffer, in any number of parts, with any buffer
     /// size, flushed at any point and rotated by size, read back record for record.
     #[test]
-    fn gathered_and_buffered_records_round_trip(
+    fn records_of_any_size_in_any_parts_round_trip(
         events in proptest::collection::vec(
             (prop_oneof![0usize..200, 1000usize..5000, 30_000usize..140_000], 1usize..12, any::<bool>()),
             1..30,

@@ -28,12 +28,13 @@
 //! 127.0.0.1 between two threads moving fragment-sized messages, so that `ratio_to_raw`
 //! compares two numbers taken under the same load.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
 use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
+use super::{TempDir, ram_disk};
 use crate::evb_cmd::{LocalArgs, run_local};
 
 /// Seconds of every event-builder run before the measurement window opens.
@@ -117,40 +118,11 @@ fn pinned_layout(allowed: &daqflow_wire::affinity::CpuSet) -> Option<Vec<String>
     Some(vec![format!("evm={front}"), format!("ru={front}"), format!("source={front}"), format!("bu={back}")])
 }
 
-/// A directory removed, with everything in it, when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    /// A fresh, empty directory `daqflow-bench-evb-PID-TAG` under `parent`.
-    fn new(parent: &Path, tag: &str) -> anyhow::Result<TempDir> {
-        let path = parent.join(format!("daqflow-bench-evb-{}-{tag}", std::process::id()));
-        if path.exists() {
-            std::fs::remove_dir_all(&path).with_context(|| format!("removing the old {}", path.display()))?;
-        }
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            eprintln!("bench evb: could not remove {}: {e}", self.0.display());
-        }
-    }
-}
-
-/// The RAM disk the `write` task writes to (the system's temporary directory if there is none).
-fn ram_disk() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
-}
-
 /// One repetition: the raw reference, then the event builder.
 fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<Metrics> {
     let raw = super::raw::one_hop(s.fragment, raw_time)?;
     let out = match s.task {
-        Task::Write => Some(TempDir::new(&ram_disk(), &format!("out-{n}"))?),
+        Task::Write => Some(TempDir::new(&ram_disk(), "evb", &format!("out-{n}"))?),
         Task::Build | Task::Crc => None,
     };
     let args = LocalArgs {
@@ -301,7 +273,7 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
     // (d) Realistic: per-stream log-normal sizes from a table, 2 RUs × 2 BUs × 4 streams.
     let (real_rus, real_streams) = (2u32, 4u32);
     let means = table_means((real_rus * real_streams) as usize);
-    let table_dir = TempDir::new(&std::env::temp_dir(), "table")?;
+    let table_dir = TempDir::new(&std::env::temp_dir(), "evb", "table")?;
     let table = table_dir.0.join("streams.txt");
     let mut text = String::from("# source_id mean_bytes rms_bytes (log-normal; RU r has sources r*4 .. r*4+3)\n");
     for (id, m) in means.iter().enumerate() {

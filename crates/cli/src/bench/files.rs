@@ -38,29 +38,6 @@ pub struct FilesOptions {
     pub dir: PathBuf,
 }
 
-/// The default directory: the RAM disk, else the system's temporary directory.
-pub fn default_dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
-}
-
-/// A directory of one repetition, removed with everything in it when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(parent: &Path, n: u64) -> anyhow::Result<Scratch> {
-        let path = parent.join(format!("daqflow-bench-files-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(Scratch(path))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The payload pool: distinct bytes, so that neither the CRC nor the page cache sees repeats.
 fn pool() -> Vec<u8> {
     let mut x = 0x9e37_79b9_7f4a_7c15_u64;
@@ -181,7 +158,7 @@ pub fn run(config: BenchConfig, opts: FilesOptions) -> anyhow::Result<Suite> {
             let params = vec![("event_bytes", size.into()), ("parts", parts.into())];
             suite.measure("writer", params, || {
                 n += 1;
-                let scratch = Scratch::new(&opts.dir, n)?;
+                let scratch = super::TempDir::new(&opts.dir, "files", &n.to_string())?;
                 let raw = raw_write(&scratch.0, &pool, window)?;
                 let ours = writer(&scratch.0, &pool, size, parts, window)?;
                 let copy = memcpy(&pool, size, window.min(Duration::from_millis(300)));

@@ -79,8 +79,8 @@ pub struct Args {
     /// with --quick 16,128,1024,102400]. et: event sizes of the size sweep [default:
     /// 8,64,512,1024,5120,16384,65536,262144,1048576; with --quick 64,4096,65536]. evb: fragment
     /// sizes of the RU sweep [default: 256,1024,4096,16384,65536; with --quick 1024,16384]. chain:
-    /// chunk sizes [default: 1024,4096,16384,65536,262144,1048576; with --quick 4096,65536,1048576]. files: event sizes [default:
-    /// 1024,4096,16384,65536,131072,1048576; with --quick 4096,131072].
+    /// chunk sizes [default: 1024,4096,16384,65536,262144,1048576; with --quick 4096,65536,1048576].
+    /// files: event sizes [default: 1024,4096,16384,65536,131072,1048576; with --quick 4096,131072].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
     /// evb, chain: run the components in N test hosts, network namespaces of this machine
@@ -190,11 +190,41 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let sizes = args.sizes.clone().unwrap_or_else(|| {
                 if args.quick { vec![4096, 131072] } else { vec![1024, 4096, 16384, 65536, 131072, 1 << 20] }
             });
-            let dir = args.dir.clone().unwrap_or_else(files::default_dir);
+            let dir = args.dir.clone().unwrap_or_else(ram_disk);
             files::run(config, files::FilesOptions { sizes, dir })?
         }
     };
     suite.finish()
+}
+
+/// A directory removed, with everything in it, when dropped.
+pub(crate) struct TempDir(pub(crate) PathBuf);
+
+impl TempDir {
+    /// A fresh, empty directory `daqflow-bench-SUITE-PID-TAG` under `parent`.
+    pub(crate) fn new(parent: &std::path::Path, suite: &str, tag: &str) -> anyhow::Result<TempDir> {
+        use anyhow::Context;
+        let path = parent.join(format!("daqflow-bench-{suite}-{}-{tag}", std::process::id()));
+        if path.exists() {
+            std::fs::remove_dir_all(&path).with_context(|| format!("removing the old {}", path.display()))?;
+        }
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("bench: could not remove {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// The RAM disk files are written to (the system's temporary directory if there is none).
+pub(crate) fn ram_disk() -> PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
 }
 
 /// A line describing the machine, for the notes under every table.
