@@ -461,7 +461,19 @@ fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
     let t = text(&o);
     // The suite fails (exit 1) if a run lost an event or a component reported an error.
     assert!(o.status.success(), "{t}");
-    for want in ["[ru]", "[target_1ru_1bu]", "[bu]", "[scaling]", "[realistic]", "raw reference", "target: 1 KiB"] {
+    for want in [
+        "[ru]",
+        "[target_1ru_1bu]",
+        "[bu]",
+        "[scaling]",
+        "[realistic]",
+        "[contention]",
+        "raw reference",
+        "raw relay",
+        "target: 1 KiB",
+        "target: the RU against the raw relay — 1 KiB × 8 streams → 2 BU(s)",
+        "target: the builder under contention — 2 busy: ",
+    ] {
         assert!(t.contains(want), "{want} missing from:\n{t}");
     }
     let json: serde_json::Value =
@@ -469,8 +481,8 @@ fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
     let points = json.as_array().unwrap();
     let count = |case: &str| points.iter().filter(|p| p["case"] == case).count();
     assert_eq!(
-        (count("ru"), count("target_1ru_1bu"), count("bu"), count("scaling"), count("realistic")),
-        (2, 1, 4, 2, 1),
+        (count("ru"), count("target_1ru_1bu"), count("bu"), count("scaling"), count("realistic"), count("contention")),
+        (2, 1, 4, 2, 1, 2),
         "{json}"
     );
     for p in points {
@@ -482,7 +494,19 @@ fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
             assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
         }
         ratio_or_withheld(p);
+        // The RU's points have the raw relay of their topology too.
+        if p["case"] == "ru" || p["case"] == "target_1ru_1bu" {
+            assert!(p["metrics"]["relay_mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
+            assert!(
+                p["metrics"]["ratio_to_relay"].as_f64().is_some_and(|r| r > 0.0)
+                    || p["withheld"]["ratio_to_relay"]["why"].as_str().is_some_and(|w| w.contains("the reference")),
+                "{p}"
+            );
+        }
     }
+    let busy: Vec<f64> =
+        points.iter().filter(|p| p["case"] == "contention").map(|p| p["params"]["busy"].as_f64().unwrap()).collect();
+    assert_eq!(busy, [0.0, 2.0]);
     let tasks: Vec<&str> =
         points.iter().filter(|p| p["case"] == "bu").map(|p| p["params"]["task"].as_str().unwrap()).collect();
     for task in ["build", "crc", "write"] {

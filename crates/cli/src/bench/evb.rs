@@ -24,9 +24,15 @@
 //!   first half of the CPUs this process may use, the BU on the other half (`cpus = [..]` of
 //!   each component; needs at least two CPUs).
 //!
+//! - (f) `contention`: the target's builder (1 KiB × 8 streams, 1 RU → 1 BU) with 0, 1, 2, 4
+//!   processes spinning beside it for the whole repetition (`daqflow bench-helper busy`); the
+//!   goal is events/s ≥ 0.8 × quiet × CPUs / (CPUs + k).
+//!
 //! Every repetition first measures the raw reference, one blocking TCP connection over
 //! 127.0.0.1 between two threads moving fragment-sized messages, so that `ratio_to_raw`
-//! compares two numbers taken under the same load.
+//! compares two numbers taken under the same load; (a)'s points then measure the raw relay of
+//! their topology ([`super::relay`]: senders → one relay → receivers, as processes), and
+//! `ratio_to_relay` compares the RU with it.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,6 +40,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
+use super::helper::{Helper, helper_args};
 use super::{TempDir, ram_disk};
 use crate::evb_cmd::{LocalArgs, run_local};
 
@@ -87,6 +94,10 @@ struct Setup {
     side: Side,
     /// `evb local --cpus KIND=LIST` for each kind: the components pinned (empty: none).
     cpus: Vec<String>,
+    /// Whether to measure the raw relay of the same topology ([`super::relay`]) too.
+    relay: bool,
+    /// Busy processes competing for the CPUs during the whole repetition.
+    busy: usize,
 }
 
 impl Setup {
@@ -101,6 +112,8 @@ impl Setup {
             table: None,
             side: Side::Ru,
             cpus: Vec::new(),
+            relay: false,
+            busy: 0,
         }
     }
 }
@@ -118,9 +131,18 @@ fn pinned_layout(allowed: &daqflow_wire::affinity::CpuSet) -> Option<Vec<String>
     Some(vec![format!("evm={front}"), format!("ru={front}"), format!("source={front}"), format!("bu={back}")])
 }
 
-/// One repetition: the raw reference, then the event builder.
+/// One repetition: the competing load if any, the raw reference, the raw relay if asked for,
+/// then the event builder.
 fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<Metrics> {
+    // Killed when dropped, at the end of the repetition; the limit only bounds a process this
+    // one could not kill.
+    let limit = (window + WARMUP_S + 120.0).to_string();
+    let _busy = (0..s.busy)
+        .map(|_| Helper::spawn(&helper_args(&["busy", "--seconds", &limit])))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let raw = super::raw::one_hop(s.fragment, raw_time)?;
+    let relay_of = || super::relay::measure((s.rus * s.streams) as usize, s.bus as usize, s.fragment, raw_time);
+    let relay = if s.relay { Some(relay_of()?) } else { None };
     let out = match s.task {
         Task::Write => Some(TempDir::new(&ram_disk(), "evb", &format!("out-{n}"))?),
         Task::Build | Task::Crc => None,
@@ -166,7 +188,12 @@ fn point(s: &Setup, window: f64, raw_time: Duration, n: u64) -> anyhow::Result<M
     };
     let raw = super::raw::settle(raw, mb, || super::raw::one_hop(s.fragment, raw_time))?;
     let m = Metrics::new().with("events_per_s", r.events_per_s).with("mb_per_s", mb);
-    Ok(super::raw::with_ratio(m, "ratio_to_raw", mb, &raw).with("lost_events", lost as f64))
+    let mut m = super::raw::with_ratio(m, "ratio_to_raw", mb, &raw);
+    if let Some(relay) = relay {
+        let relay = super::raw::settle(relay, mb, relay_of)?;
+        m = super::raw::with_reference(m, "relay_mb_per_s", "ratio_to_relay", mb, &relay);
+    }
+    Ok(m.with("lost_events", lost as f64))
 }
 
 /// Options of the event-builder suite.
@@ -218,12 +245,12 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
     for &streams in ru_streams {
         for &f in &opts.sizes {
             let p = vec![("fragment_bytes", f.into()), ("streams", (streams as usize).into()), rus(1), bus(2)];
-            measure(&mut suite, "ru", p, Setup::new(1, 2, streams, f));
+            measure(&mut suite, "ru", p, Setup { relay: true, ..Setup::new(1, 2, streams, f) });
         }
     }
     // The first target's exact point: 1 KiB × 8 streams, 1 RU → 1 BU.
     let p = vec![("fragment_bytes", 1024usize.into()), ("streams", 8usize.into()), rus(1), bus(1)];
-    measure(&mut suite, "target_1ru_1bu", p, Setup::new(1, 1, 8, 1024));
+    measure(&mut suite, "target_1ru_1bu", p, Setup { relay: true, ..Setup::new(1, 1, 8, 1024) });
 
     // (b) One BU fed by 1 RU × 8 streams: event size × task, then builder threads.
     let bu_streams = 8u32;
@@ -311,6 +338,21 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
                 measure(&mut suite, "pinning", p, s);
             }
         }
+    }
+
+    // (f) Contention: the target's builder with k processes spinning beside it, started before
+    // the repetition's raw reference and killed after its run.
+    let busy: &[usize] = if quick { &[0, 2] } else { &[0, 1, 2, 4] };
+    for &k in busy {
+        let p = vec![
+            ("busy", k.into()),
+            ("fragment_bytes", 1024usize.into()),
+            ("streams", 8usize.into()),
+            rus(1),
+            bus(1),
+            ("cpus", allowed.cpus().len().into()),
+        ];
+        measure(&mut suite, "contention", p, Setup { busy: k, ..Setup::new(1, 1, 8, 1024) });
     }
 
     suite.plots = plots(ru_streams, threads_fragment, scale_sizes);
@@ -401,6 +443,84 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
         ),
         None => "target: 16 KiB fragments: ≥ 50% of raw loopback — not measured (no ru point at 16 KiB × 8)".into(),
     });
+    relay_notes(suite);
+    contention_notes(suite);
+}
+
+/// The goal of issue 29 for the RU against the raw relay: 80 % at 4 KiB and above, 60 % below.
+fn relay_goal(fragment: f64) -> f64 {
+    if fragment >= 4096.0 { 0.8 } else { 0.6 }
+}
+
+fn relay_notes(suite: &mut Suite) {
+    suite.note(
+        "raw relay (relay_mb_per_s, ru and target_1ru_1bu), measured before each run after the raw reference: the \
+         RU's topology without the RU, each a process of its own — as many `raw-sender`s as the point has streams, \
+         writing messages of the fragment size (1 MiB per call) to one `raw-relay`, which reads up to 4 MiB per input, \
+         takes one message of every input per event and writes whole events with writev(2) (up to 1 MiB and 1024 \
+         messages per call, no copy, no CRC, no framing) to as many `raw-receiver`s as the point has BUs, in turn; \
+         the rate is the relay's, from 0.1 s after its first write to its last. ratio_to_relay is the RU's \
+         mb_per_s over it.",
+    );
+    let mut lines = Vec::new();
+    for p in suite.points.iter().filter(|p| p.case == "ru" || p.case == "target_1ru_1bu") {
+        let (Some(f), Some(streams), Some(bus)) = (
+            p.param("fragment_bytes").and_then(Param::num),
+            p.param("streams").and_then(Param::num),
+            p.param("bus").and_then(Param::num),
+        ) else {
+            continue;
+        };
+        let Some(r) = p.metric("ratio_to_relay").map(|m| m.median) else { continue };
+        let goal = relay_goal(f);
+        let what = crate::format::bytes(f);
+        let verdict = if f < 1024.0 {
+            "no goal below 1 KiB".to_string()
+        } else if r >= goal {
+            format!("goal ≥ {:.0}% met", goal * 100.0)
+        } else {
+            format!("goal ≥ {:.0}% NOT met", goal * 100.0)
+        };
+        lines.push(format!("{what} × {streams} streams → {bus} BU(s): {:.0}% ({verdict})", r * 100.0));
+    }
+    if !lines.is_empty() {
+        suite.note(format!("target: the RU against the raw relay — {}", lines.join("; ")));
+    }
+}
+
+fn contention_notes(suite: &mut Suite) {
+    let at = |k: f64| {
+        suite
+            .points
+            .iter()
+            .find(|p| p.case == "contention" && p.param("busy").and_then(Param::num) == Some(k))
+            .and_then(|p| Some((p.metric("events_per_s")?.median, p.param("cpus").and_then(Param::num)?)))
+    };
+    let Some((quiet, cpus)) = at(0.0) else { return };
+    suite.note(format!(
+        "contention: the target's builder (1 KiB × 8 streams, 1 RU → 1 BU, build) with `busy` processes beside it, \
+         each spinning on a CPU without a pause from before the repetition's raw reference to after its run \
+         (`daqflow bench-helper busy`), all in this process's session (one scheduling group). With {cpus:.0} CPUs \
+         and k busy processes a fair scheduler leaves the builder {cpus:.0}/({cpus:.0}+k) of the machine; the goal is \
+         events/s ≥ 0.8 × quiet × {cpus:.0}/({cpus:.0}+k), with lost_events 0."
+    ));
+    let mut lines = Vec::new();
+    for p in suite.points.iter().filter(|p| p.case == "contention") {
+        let Some(k) = p.param("busy").and_then(Param::num).filter(|&k| k > 0.0) else { continue };
+        let Some(rate) = p.metric("events_per_s").map(|m| m.median) else { continue };
+        let fair = quiet * cpus / (cpus + k);
+        let share = rate / fair;
+        lines.push(format!(
+            "{k:.0} busy: {} events/s, {:.2} × the fair share of the quiet {} ({})",
+            crate::format::si(rate),
+            share,
+            crate::format::si(quiet),
+            if share >= 0.8 { "met" } else { "NOT met" }
+        ));
+    }
+    if !lines.is_empty() {
+        suite.note(format!("target: the builder under contention — {}", lines.join("; ")));
+    }
 }
 
 fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> Vec<Plot> {
@@ -426,6 +546,14 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
         "raw_mb_per_s",
         vec![("streams", (raw_streams as usize).into())],
     ));
+    ru_mb.extend(ru_streams.iter().map(|&k| {
+        s(
+            &format!("raw relay, {k} senders → 2 receivers"),
+            "ru",
+            "relay_mb_per_s",
+            vec![("streams", (k as usize).into())],
+        )
+    }));
     let tasks: Vec<Series> = [Task::Build, Task::Crc, Task::Write]
         .iter()
         .map(|t| s(t.name(), "bu", "mb_per_s", vec![("task", t.name().into()), ("threads", 1usize.into())]))
@@ -524,6 +652,16 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
                 .iter()
                 .map(|&m| s(m, "pinning", "mb_per_s", vec![("pinning", m.into())]))
                 .collect(),
+        },
+        Plot {
+            title: "(f) 1 KiB × 8 streams, 1 RU → 1 BU, with busy processes beside it".into(),
+            x: "busy",
+            x_label: "busy processes, each spinning on a CPU".into(),
+            x_log: false,
+            x_bytes: false,
+            y_label: "events per second".into(),
+            y_log: false,
+            series: vec![s("events/s", "contention", "events_per_s", vec![])],
         },
     ]
 }

@@ -47,6 +47,22 @@ pub enum HelperRole {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
     },
+    /// Connect to every OUTPUT, accept INPUTS raw TCP connections on 127.0.0.1 and relay whole
+    /// events of SIZE-byte messages until an input ends; report the bytes forwarded.
+    RawRelay {
+        #[arg(long)]
+        inputs: usize,
+        #[arg(long)]
+        size: usize,
+        #[arg(long = "connect")]
+        outputs: Vec<SocketAddr>,
+    },
+    /// Spin on one CPU, doing nothing useful, for SECONDS at most (until killed, normally): the
+    /// competing load of `bench evb`'s contention case.
+    Busy {
+        #[arg(long)]
+        seconds: f64,
+    },
     /// Produce into an ET system for SECONDS; report the count.
     EtProducer(super::et::ProducerArgs),
     /// Consume from an ET station until the flow stops; report the count and the window.
@@ -58,7 +74,24 @@ pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
     match role {
         HelperRole::EtProducer(a) => super::et::producer(a),
         HelperRole::EtConsumer(a) => super::et::consumer(a),
+        HelperRole::RawRelay { inputs, size, outputs } => super::relay::helper(*inputs, *size, outputs),
+        HelperRole::Busy { seconds } => {
+            busy(Duration::from_secs_f64(*seconds));
+            Ok(())
+        }
         _ => super::dialog::run_helper(role),
+    }
+}
+
+/// Spins for `limit` at most, touching nothing but its own registers and checking the clock
+/// every few million iterations: a process that wants a whole CPU and never yields it.
+pub fn busy(limit: Duration) {
+    let end = std::time::Instant::now() + limit;
+    let mut x = 1u64;
+    while std::time::Instant::now() < end {
+        for _ in 0..(1 << 22) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
     }
 }
 

@@ -17,6 +17,7 @@ pub mod helper;
 mod hosts;
 mod plot;
 mod raw;
+mod relay;
 pub mod subfarm;
 pub mod testbed;
 mod transport;
@@ -41,7 +42,8 @@ pub enum SuiteName {
     Engine,
     /// The event builder (CMS DAQ2 figs. 4–7): RU throughput vs fragment size and streams, BU
     /// throughput per task (build, CRC check, write files) and builder threads, RUs × BUs
-    /// scaling, and realistic per-stream sizes; whole builders as processes, next to raw TCP.
+    /// scaling, realistic per-stream sizes, and busy processes beside it; whole builders as
+    /// processes, next to raw TCP and a raw relay of the RU's topology.
     Evb,
     /// The data-file writer alone (issue 29's file row): MB/s vs event size, in 1 or 8 parts,
     /// next to write(2) of 1 MiB blocks into the same directory and memcpy.
@@ -97,7 +99,7 @@ pub struct Args {
     /// repetition) [default: /dev/shm, else the system's temporary directory].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// evb: run only these cases (ru, target_1ru_1bu, bu, scaling, realistic, pinning)
+    /// evb: run only these cases (ru, target_1ru_1bu, bu, scaling, realistic, pinning, contention)
     /// [default: all].
     #[arg(long, value_delimiter = ',', value_name = "CASE,CASE…")]
     pub cases: Option<Vec<String>>,

@@ -178,7 +178,19 @@ pub fn settle(
 /// `metrics` with `raw_mb_per_s` (the reference) and `name` (`point_mb_per_s` over it), or,
 /// when the reference has a [flaw](Reference::flaw), with the ratio withheld and why.
 pub fn with_ratio(metrics: Metrics, name: &'static str, point_mb_per_s: f64, reference: &Reference) -> Metrics {
-    let metrics = metrics.with("raw_mb_per_s", reference.mb_per_s());
+    with_reference(metrics, "raw_mb_per_s", name, point_mb_per_s, reference)
+}
+
+/// As [`with_ratio`], the reference's rate named `reference_name` (a suite with two
+/// references).
+pub fn with_reference(
+    metrics: Metrics,
+    reference_name: &'static str,
+    name: &'static str,
+    point_mb_per_s: f64,
+    reference: &Reference,
+) -> Metrics {
+    let metrics = metrics.with(reference_name, reference.mb_per_s());
     match reference.flaw(point_mb_per_s) {
         None => metrics.with(name, point_mb_per_s / reference.mb_per_s()),
         Some(why) => metrics.withhold(name, format!("{why} (measured {TRIES} times)")),
