@@ -395,7 +395,12 @@ impl RuCore {
         if !self.ready(id) {
             return None;
         }
-        self.queues.get_mut(&bu).expect("has a queue").pop_front();
+        let queue = self.queues.get_mut(&bu).expect("has a queue");
+        queue.pop_front();
+        // The next super-fragment's fragments, fetched while this one is built and sent.
+        if let Some(&next) = queue.front() {
+            self.em.prefetch(next);
+        }
         fragments.clear();
         let mut body = 0usize;
         // Flagged on arrival: reading each fragment's flags here would touch its memory only to
@@ -430,7 +435,12 @@ impl RuCore {
 
     /// Built events: free their fragments.
     pub fn release(&mut self, ids: impl IntoIterator<Item = u64>) {
-        for id in ids {
+        let mut ids = ids.into_iter().peekable();
+        while let Some(id) = ids.next() {
+            // The next event's fragments, fetched while this one is freed.
+            if let Some(&next) = ids.peek() {
+                self.em.prefetch(next);
+            }
             if self.forget(id).is_some() {
                 self.counters.released += 1;
             }
