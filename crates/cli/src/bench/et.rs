@@ -365,6 +365,8 @@ fn memcpy(dst: &mut [u8], src: &[u8]) {
 pub struct EtOptions {
     /// Event sizes of (a).
     pub sizes: Vec<usize>,
+    /// Jefferson Lab's ET, to run beside daqflow's at (b)'s settings (case `jlab`).
+    pub jlab: Option<super::jlab_et::JlabEt>,
 }
 
 pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
@@ -421,6 +423,26 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
             measure(&mut suite, "consumers", params(&s), s, false)?;
         }
     }
+    // Jefferson Lab's ET and daqflow's at the same settings, one after the other in every
+    // repetition, so that both see the machine's load alike.
+    if let Some(jlab) = &opts.jlab {
+        // Names of their own: `measure` holds the other counter.
+        let mut n = 1_000_000u64;
+        for batch in [1usize, 100] {
+            let s = Setup { batch, ..base };
+            suite.measure("jlab", params(&s), || {
+                n += 1;
+                let theirs = jlab.measure(batch, n).context("Jefferson Lab's ET")?;
+                let m = point(n, s, seconds).with_context(|| format!("{s:?}"))?;
+                Ok(Metrics::new()
+                    .with("events_per_s", m.events_per_s)
+                    .with("jlab_events_per_s", theirs)
+                    .with("ratio_to_jlab", m.events_per_s / theirs.max(1e-9))
+                    .with("same_core_pct", m.same_core_pct)
+                    .with("others_cpu_pct", m.others_cpu_pct))
+            })?;
+        }
+    }
     let remote_sizes: &[usize] = if quick { &[64, 65536] } else { &[64, 5120, 65536] };
     for &size in remote_sizes {
         let s = Setup { size, remote: true, write: true, ..base };
@@ -470,7 +492,11 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
             x_bytes: false,
             y_label: "events per second".into(),
             y_log: true,
-            series: vec![series("daqflow ET", "batch", "events_per_s", vec![])],
+            series: vec![
+                series("daqflow ET", "batch", "events_per_s", vec![]),
+                series("daqflow ET, beside Jefferson Lab's (--jlab-et)", "jlab", "events_per_s", vec![]),
+                series("Jefferson Lab's ET, same run (--jlab-et)", "jlab", "jlab_events_per_s", vec![]),
+            ],
         },
         Plot {
             title: "(c) events/s vs consumers, 64 B, batches of 100 (fig. 3)".into(),
@@ -497,10 +523,17 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
          same with the copy `Event::write` does (streaming stores from 32 KiB up, which skip reading each \
          destination line into the cache first). MB = 10^6 bytes."
     ));
-    suite.note(
-        "for scale (Jefferson Lab's ET, C, current release, on this machine type, from the issue): 6.8 M events/s at \
-         64 B in batches of 100 (10.4 M at 1000, 0.69 M at 1); producer writing: 1.7 M events/s at 5 KiB, 8.2 GB/s \
-         at 64 KiB; remote over loopback: 0.35 M events/s at 64 B, 0.88 GB/s at 64 KiB.",
-    );
+    suite.note(if opts.jlab.is_some() {
+        "jlab: Jefferson Lab's ET (its et_start, et_producer and et_consumer, --jlab-et) and daqflow's, one after the \
+         other in every repetition, at the batch case's settings: 64 B events, only the length set, the same batch on \
+         both sides, a pool of 3000 events, one consumer on a blocking station; Jefferson Lab's rate is its \
+         consumer's own for its second 5 s interval (the first starts before the producer). ratio_to_jlab: daqflow's \
+         events/s over Jefferson Lab's, per repetition."
+            .to_string()
+    } else {
+        "Jefferson Lab's ET was not measured in this run (--jlab-et DIR runs it beside daqflow's): its figures \
+         elsewhere are from other runs and machines, and not comparable with these (docs/performance.md)."
+            .to_string()
+    });
     Ok(suite)
 }

@@ -15,6 +15,7 @@ mod files;
 pub mod harness;
 pub mod helper;
 mod hosts;
+mod jlab_et;
 mod plot;
 mod raw;
 mod relay;
@@ -103,6 +104,11 @@ pub struct Args {
     /// [default: all].
     #[arg(long, value_delimiter = ',', value_name = "CASE,CASE…")]
     pub cases: Option<Vec<String>>,
+    /// et: also run Jefferson Lab's ET (its et_start, et_producer and et_consumer, found in DIR
+    /// or DIR/examples; build them with scripts/build-jlab-et.sh) beside daqflow's in every
+    /// repetition, 64 B events in batches of 1 and 100: case `jlab`, metric `ratio_to_jlab`.
+    #[arg(long, value_name = "DIR")]
+    pub jlab_et: Option<PathBuf>,
 }
 
 pub const AFTER_HELP: &str = "\
@@ -115,6 +121,7 @@ Examples:
   daqflow bench transport --quick --out bench-out
   daqflow bench dialog --quick --out bench-out
   daqflow bench et --quick --out bench-out
+  daqflow bench et --jlab-et /opt/jlab-et/bin --out bench-out   beside Jefferson Lab's ET
   daqflow bench engine --quick --out bench-out
   daqflow bench evb --quick --out bench-out
   daqflow bench chain --quick --out bench-out
@@ -170,7 +177,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     vec![8, 64, 512, 1024, 5120, 16384, 65536, 262144, 1 << 20]
                 }
             });
-            et::run(config, et::EtOptions { sizes })?
+            let jlab = args.jlab_et.as_deref().map(jlab_et::JlabEt::find).transpose()?;
+            et::run(config, et::EtOptions { sizes, jlab })?
         }
         SuiteName::Engine => {
             let (suite, figures) = engine::run(config)?;
