@@ -100,13 +100,13 @@ struct Slot {
 /// before it (as many cache misses in a row as fragments, when the slots are no longer cached).
 const HEAD: usize = 8;
 
+/// An event's place in the index: 48 bytes, so that a ring slot is one cache line.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    first: u32,
     last: u32,
     count: u32,
     bytes: u64,
-    /// The first [`HEAD`] fragments' slots (the rest: [`NONE`]); `head[0] == first`.
+    /// The first [`HEAD`] fragments' slots (the rest: [`NONE`]); `head[0]` starts the chain.
     head: [u32; HEAD],
 }
 
@@ -115,7 +115,7 @@ impl Entry {
     fn new(slot: u32, len: usize) -> Entry {
         let mut head = [NONE; HEAD];
         head[0] = slot;
-        Entry { first: slot, last: slot, count: 1, bytes: len as u64, head }
+        Entry { last: slot, count: 1, bytes: len as u64, head }
     }
 
     /// The slots in [`Entry::head`].
@@ -137,7 +137,9 @@ fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
+/// One cache line: a lookup touches one line of the ring.
 #[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
 struct RingSlot {
     id: u64,
     used: bool,
@@ -158,7 +160,7 @@ struct Index {
 impl Index {
     fn with_capacity(events: usize) -> Index {
         let size = events.next_power_of_two().max(16);
-        let entry = Entry { first: NONE, last: NONE, count: 0, bytes: 0, head: [NONE; HEAD] };
+        let entry = Entry { last: NONE, count: 0, bytes: 0, head: [NONE; HEAD] };
         let empty = RingSlot { id: 0, used: false, entry };
         let mut overflow = HashMap::with_hasher(BuildHasherDefault::default());
         overflow.reserve(events);
@@ -226,7 +228,7 @@ pub struct Fragment<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct EventFragments<'a> {
     em: &'a EventManager,
-    entry: Entry,
+    entry: &'a Entry,
 }
 
 impl<'a> EventFragments<'a> {
@@ -241,27 +243,15 @@ impl<'a> EventFragments<'a> {
     /// The fragments in the order they were inserted.
     pub fn fragments(&self) -> impl Iterator<Item = Fragment<'a>> + 'a {
         let em = self.em;
-        let entry = self.entry;
-        let mut i = 0usize;
-        // Past the head: the chain, from the head's last slot on.
-        let mut at = NONE;
+        // Along the chain: its first steps are the head's slots, which a caller that
+        // prefetched the event finds in the cache.
+        let mut at = self.entry.head[0];
         std::iter::from_fn(move || {
-            let index = if i < HEAD {
-                *entry.head().get(i)?
-            } else {
-                if i == HEAD {
-                    at = em.slots[entry.head[HEAD - 1] as usize].next;
-                }
-                if at == NONE {
-                    return None;
-                }
-                at
-            };
-            i += 1;
-            let slot = &em.slots[index as usize];
-            if i > HEAD {
-                at = slot.next;
+            if at == NONE {
+                return None;
             }
+            let slot = &em.slots[at as usize];
+            at = slot.next;
             let shared = match &slot.storage {
                 Storage::Shared(b) => Some(b),
                 _ => None,
@@ -460,7 +450,7 @@ impl EventManager {
     /// The fragments of event `event_id`, if any are stored.
     #[inline]
     pub fn get(&self, event_id: u64) -> Option<EventFragments<'_>> {
-        self.index.get(event_id).map(|&entry| EventFragments { em: self, entry })
+        self.index.get(event_id).map(|entry| EventFragments { em: self, entry })
     }
 
     /// Asks the CPU to fetch event `event_id`'s first fragments' bookkeeping into the cache,
@@ -488,11 +478,14 @@ impl EventManager {
     #[inline]
     pub fn remove(&mut self, event_id: u64) -> Option<usize> {
         let entry = self.index.remove(event_id)?;
-        // The head's slots at once, not one miss after the other along the chain.
-        for &s in entry.head() {
-            prefetch(&self.slots[s as usize]);
+        // The head's slots after the first (read at once below) all together, not one miss
+        // after the other along the chain.
+        if entry.count > 1 {
+            for &s in &entry.head()[1..] {
+                prefetch(&self.slots[s as usize]);
+            }
         }
-        let mut at = entry.first;
+        let mut at = entry.head[0];
         while at != NONE {
             let slot = &mut self.slots[at as usize];
             match std::mem::replace(&mut slot.storage, Storage::Free) {
