@@ -260,8 +260,7 @@ fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> any
 /// The raw reference of one point: what the receiver read, and the largest peak RSS (MB).
 fn raw_point(senders: usize, size: usize, seconds: f64) -> anyhow::Result<(super::raw::Reference, f64)> {
     let mut recv = Helper::spawn(&helper_args(&["raw-receiver", "--connections", &senders.to_string()]))?;
-    let line = recv.line(Duration::from_secs(30))?;
-    let addr = line.trim_start_matches("listening on ").to_owned();
+    let addr = recv.listening("raw receiver")?;
     let mut procs = Vec::new();
     for _ in 0..senders {
         procs.push(Helper::spawn(&helper_args(&[
@@ -300,8 +299,7 @@ pub fn run(config: BenchConfig, opts: DialogOptions) -> anyhow::Result<Suite> {
     );
     let seconds = config.measure_time.as_secs_f64();
     let cs = Helper::spawn(&["control-server".into(), "--listen".into(), "127.0.0.1:0".into()])?;
-    let line = cs.line(Duration::from_secs(30))?;
-    let control = line.trim_start_matches("listening on ").to_owned();
+    let control = cs.listening("control server")?;
     for &size in &opts.sizes {
         suite.measure("senders", vec![("senders", opts.senders.into()), ("msg_bytes", size.into())], || {
             let (raw, mut raw_rss) = raw_point(opts.senders, size, seconds)?;

@@ -150,6 +150,16 @@ impl Helper {
         self.lines.recv_timeout(timeout).context("a benchmark process did not answer in time (see its errors above)")
     }
 
+    /// The address a helper that listens says it listens on (`listening on ADDR`, its first
+    /// line); what it said instead, as an error naming `what`.
+    pub fn listening(&self, what: &str) -> anyhow::Result<String> {
+        let line = self.line(Duration::from_secs(30))?;
+        match line.strip_prefix("listening on ") {
+            Some(addr) => Ok(addr.trim().to_string()),
+            None => anyhow::bail!("{what} said `{line}`, not `listening on ADDR`"),
+        }
+    }
+
     pub fn json<T: for<'de> Deserialize<'de>>(&mut self, timeout: Duration) -> anyhow::Result<T> {
         let line = self.line(timeout)?;
         let v = serde_json::from_str(&line).with_context(|| format!("benchmark process said: {line}"))?;

@@ -47,14 +47,11 @@ pub(super) fn raw(from: &Host, to: &Host, size: usize, seconds: f64) -> anyhow::
     let listen = format!("{}:0", to.addr());
     receiver.args(helper_args(&["raw-receiver", "--connections", "1", "--listen", &listen]));
     let mut receiver = Helper::spawn_command(receiver)?;
-    let line = receiver.line(Duration::from_secs(30))?;
-    let Some(addr) = line.strip_prefix("listening on ") else {
-        bail!("raw receiver in {}: said `{line}`", to.addr());
-    };
+    let addr = receiver.listening(&format!("raw receiver in {}", to.addr()))?;
     let mut sender = from.command(&exe);
     // The sender runs the receiver's warm-up longer than the window.
     let (size_text, seconds_text) = (size.to_string(), (seconds + super::raw::WARMUP.as_secs_f64()).to_string());
-    sender.args(helper_args(&["raw-sender", "--connect", addr, "--size", &size_text, "--seconds", &seconds_text]));
+    sender.args(helper_args(&["raw-sender", "--connect", &addr, "--size", &size_text, "--seconds", &seconds_text]));
     let mut sender = Helper::spawn_command(sender)?;
     let wait = Duration::from_secs_f64(seconds + 60.0);
     let _: serde_json::Value = sender.json(wait).context("raw sender")?;

@@ -176,15 +176,6 @@ pub fn helper(inputs: usize, size: usize, outputs: &[SocketAddr]) -> anyhow::Res
     Ok(())
 }
 
-/// Where a helper that listens said it listens.
-fn listening(h: &Helper, what: &str) -> anyhow::Result<String> {
-    let line = h.line(Duration::from_secs(30))?;
-    match line.strip_prefix("listening on ") {
-        Some(addr) => Ok(addr.to_string()),
-        None => bail!("{what} said `{line}`"),
-    }
-}
-
 /// Measures the relay reference: `outputs` raw receivers, one relay, `streams` raw senders of
 /// `size`-byte messages, for `window` after the [`WARMUP`]; what the relay forwarded.
 pub fn measure(streams: usize, outputs: usize, size: usize, window: Duration) -> anyhow::Result<Reference> {
@@ -195,11 +186,11 @@ pub fn measure(streams: usize, outputs: usize, size: usize, window: Duration) ->
         vec!["raw-relay".to_string(), "--inputs".into(), streams.to_string(), "--size".into(), size.to_string()];
     for r in &receivers {
         args.push("--connect".into());
-        args.push(listening(r, "raw receiver")?);
+        args.push(r.listening("raw receiver")?);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut relay = Helper::spawn(&helper_args(&args))?;
-    let at = listening(&relay, "raw relay")?;
+    let at = relay.listening("raw relay")?;
     // Senders start one after the other: each runs a little longer than the window, so that
     // every one is still sending while the relay counts.
     let seconds = (window + WARMUP + Duration::from_millis(100)).as_secs_f64().to_string();
