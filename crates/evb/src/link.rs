@@ -40,8 +40,12 @@ pub(crate) fn limits(large: &[(u16, u32)]) -> daqflow_wire::frame::FrameLimits {
 
 /// Options for the RU's side of its data links: super-fragments are gathered from the memory
 /// their fragments were received into; only fragments under 512 bytes are copied together.
+/// Fragments are received into 1 MiB chunks, so that fragments up to 128 KiB (an eighth) come
+/// many to a read: with the default 256 KiB, a 64 KiB fragment took a read of its header and
+/// one of its body, and every read's window update made the RU's thread transmit the sources'
+/// queued data in its own system call (loopback).
 pub(crate) fn ru_data_options() -> ConnectionOptions {
-    ConnectionOptions { copy_threshold_bytes: 511, ..data_options() }
+    ConnectionOptions { copy_threshold_bytes: 511, recv_chunk_bytes: 1 << 20, ..data_options() }
 }
 
 pub(crate) fn bind(addr: &str, opts: ConnectionOptions) -> Result<Listener, EvbError> {
