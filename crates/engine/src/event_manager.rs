@@ -96,8 +96,8 @@ struct Slot {
 }
 
 /// Slots of an event's first fragments kept in its index entry, besides the chain: they are
-/// reached (and prefetched) without walking the chain, whose every step waits for the slot
-/// before it (as many cache misses in a row as fragments, when the slots are no longer cached).
+/// prefetched all at once, where walking the chain waits at every step for the slot before it
+/// (as many cache misses in a row as fragments, when the slots are no longer cached).
 const HEAD: usize = 8;
 
 /// An event's place in the index: 48 bytes, so that a ring slot is one cache line.
@@ -417,7 +417,6 @@ impl EventManager {
         Ok(())
     }
 
-    /// Appends slot `slot_index` (already filled) to event `event_id`'s list.
     /// A free slot, the next one prefetched: fragments come one after the other, and the slot
     /// freed longest ago may have left the cache while the data streamed through it.
     #[inline]
@@ -429,6 +428,7 @@ impl EventManager {
         Some(slot)
     }
 
+    /// Appends slot `slot_index` (already filled) to event `event_id`'s list.
     fn link(&mut self, event_id: u64, slot_index: u32, len: usize) {
         self.bytes += len as u64;
         match self.index.get_mut(event_id) {
@@ -621,6 +621,7 @@ mod tests {
                         prop_assert_eq!(got, want);
                     }
                 }
+                prop_assert!(heads_match_the_chains(&em));
                 prop_assert_eq!(em.events(), model.len());
                 prop_assert_eq!(em.fragments(), model.values().map(Vec::len).sum::<usize>());
                 prop_assert_eq!(em.bytes(), model.values().flatten().map(|f| f.1.len() as u64).sum::<u64>());
@@ -628,6 +629,21 @@ mod tests {
             em.clear();
             prop_assert_eq!((em.free_pages(), em.events(), em.large_bytes()), (16, 0, 0));
         }
+    }
+
+    /// Every event's head holds the first slots of its chain: a wrong head would prefetch the
+    /// wrong lines, which no result shows.
+    fn heads_match_the_chains(em: &EventManager) -> bool {
+        em.index.keys().all(|id| {
+            let entry = em.index.get(id).unwrap();
+            let mut chain = Vec::new();
+            let mut at = entry.head[0];
+            while at != NONE {
+                chain.push(at);
+                at = em.slots[at as usize].next;
+            }
+            chain.len() == entry.count as usize && chain.iter().take(HEAD).eq(entry.head().iter())
+        })
     }
 
     #[test]
@@ -640,6 +656,7 @@ mod tests {
             em.prefetch(9);
             let sources: Vec<u32> = em.get(9).unwrap().fragments().map(|f| f.source).collect();
             assert_eq!(sources, (0..=n).collect::<Vec<_>>());
+            assert!(heads_match_the_chains(&em));
         }
         let data: Vec<u32> =
             em.get(9).unwrap().fragments().map(|f| u32::from_le_bytes(f.data.try_into().unwrap())).collect();
