@@ -49,6 +49,42 @@ pub struct Received {
 /// has behind it (its own warm-up). A sender runs this much longer than its window.
 pub const WARMUP: Duration = Duration::from_millis(100);
 
+/// Bytes moved, counted from [`WARMUP`] after the first of them: the window of
+/// [`receive_all`] and of the raw relay.
+#[derive(Debug)]
+pub struct Window {
+    bytes: u64,
+    first: Option<Instant>,
+    /// When counting began, and the bytes moved before.
+    counting: Option<(Instant, u64)>,
+    last: Instant,
+}
+
+impl Default for Window {
+    fn default() -> Window {
+        Window { bytes: 0, first: None, counting: None, last: Instant::now() }
+    }
+}
+
+impl Window {
+    /// `n` bytes moved now.
+    pub fn add(&mut self, n: u64) {
+        self.last = Instant::now();
+        let since = *self.first.get_or_insert(self.last);
+        if self.counting.is_none() && self.last.duration_since(since) >= WARMUP {
+            self.counting = Some((self.last, self.bytes));
+        }
+        self.bytes += n;
+    }
+
+    /// What was moved from the end of the warm-up to the last byte (everything, if it ended
+    /// before the warm-up did).
+    pub fn received(&self) -> Received {
+        let (from, before) = self.counting.or(self.first.map(|f| (f, 0))).unwrap_or((self.last, 0));
+        Received { bytes: self.bytes - before, seconds: (self.last - from).as_secs_f64().max(1e-9) }
+    }
+}
+
 /// Reads every socket from one thread, [`READ_BYTES`] at a time, until all are closed; `tick`
 /// runs after each pass (a suite stops its senders from there). Counts what arrives from
 /// [`WARMUP`] after the first byte on (everything, if the stream ends before: the
@@ -60,10 +96,7 @@ pub fn receive_all(mut socks: Vec<TcpStream>, mut tick: impl FnMut()) -> std::io
     }
     let mut buf = vec![0u8; READ_BYTES];
     let mut open = vec![true; socks.len()];
-    let mut bytes = 0u64;
-    let mut first: Option<Instant> = None;
-    let mut counting: Option<(Instant, u64)> = None;
-    let mut last = Instant::now();
+    let mut window = Window::default();
     while open.iter().any(|&o| o) {
         let mut got = false;
         for (i, s) in socks.iter_mut().enumerate() {
@@ -74,12 +107,7 @@ pub fn receive_all(mut socks: Vec<TcpStream>, mut tick: impl FnMut()) -> std::io
                 Ok(0) => open[i] = false,
                 Ok(n) => {
                     got = true;
-                    last = Instant::now();
-                    let since = *first.get_or_insert(last);
-                    if counting.is_none() && last.duration_since(since) >= WARMUP {
-                        counting = Some((last, bytes));
-                    }
-                    bytes += n as u64;
+                    window.add(n as u64);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -92,8 +120,7 @@ pub fn receive_all(mut socks: Vec<TcpStream>, mut tick: impl FnMut()) -> std::io
         }
         tick();
     }
-    let (from, before) = counting.or(first.map(|f| (f, 0))).unwrap_or((last, 0));
-    Ok(Received { bytes: bytes - before, seconds: (last - from).as_secs_f64().max(1e-9) })
+    Ok(window.received())
 }
 
 /// A reference's measurement: what it moved, from its first byte to its last, and the window

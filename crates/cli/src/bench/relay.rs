@@ -14,13 +14,13 @@
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
 use super::dialog::RawReport;
 use super::helper::{Helper, helper_args, peak_rss_mb};
-use super::raw::{BYTES_PER_WRITE, READ_BYTES, Received, Reference, WARMUP};
+use super::raw::{BYTES_PER_WRITE, READ_BYTES, Received, Reference, WARMUP, Window};
 
 /// Messages per `writev(2)` at most (Linux's `IOV_MAX`).
 const MAX_SLICES: usize = 1024;
@@ -91,8 +91,7 @@ pub fn relay(inputs: Vec<TcpStream>, mut outputs: Vec<TcpStream>, size: usize) -
     }
     let per_write = events_per_write(inputs.len(), size);
     let mut next_output = 0usize;
-    let (mut bytes, mut first, mut counting, mut last) =
-        (0u64, None::<Instant>, None::<(Instant, u64)>, Instant::now());
+    let mut window = Window::default();
     loop {
         let mut got = false;
         for input in &mut inputs {
@@ -136,12 +135,7 @@ pub fn relay(inputs: Vec<TcpStream>, mut outputs: Vec<TcpStream>, size: usize) -
                 input.start += events * size;
             }
             next_output = (next_output + 1) % outputs.len();
-            last = Instant::now();
-            let since = *first.get_or_insert(last);
-            if counting.is_none() && last.duration_since(since) >= WARMUP {
-                counting = Some((last, bytes));
-            }
-            bytes += (events * inputs.len() * size) as u64;
+            window.add((events * inputs.len() * size) as u64);
             left -= events;
         }
     }
@@ -152,11 +146,12 @@ pub fn relay(inputs: Vec<TcpStream>, mut outputs: Vec<TcpStream>, size: usize) -
     // reset their connections.
     let mut sink = vec![0u8; READ_BYTES];
     for input in &mut inputs {
-        input.sock.set_nonblocking(false)?;
-        while input.open && input.sock.read(&mut sink)? > 0 {}
+        if input.open {
+            input.sock.set_nonblocking(false)?;
+            while input.sock.read(&mut sink)? > 0 {}
+        }
     }
-    let (from, before) = counting.or(first.map(|f| (f, 0))).unwrap_or((last, 0));
-    Ok(Received { bytes: bytes - before, seconds: (last - from).as_secs_f64().max(1e-9) })
+    Ok(window.received())
 }
 
 /// The `raw-relay` helper: connects to `outputs`, listens on 127.0.0.1 and says where, takes
