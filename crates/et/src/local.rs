@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use crate::config::{Priority, Wait};
 use crate::error::EtError;
@@ -56,6 +55,10 @@ pub struct LocalAttachment {
 struct Scratch {
     idx: Vec<u32>,
     high: Vec<bool>,
+    /// The indices `new_events_into` and `get_events_into` take (taken out while they run).
+    taken: Vec<u32>,
+    /// The events `put_events` hands on (taken out while it runs).
+    items: Vec<PutItem>,
     chain: Vec<u32>,
     views: Vec<StationView>,
 }
@@ -73,7 +76,7 @@ fn block_of(wait: Wait) -> Block {
     match wait {
         Wait::NoWait => Block::No,
         Wait::Sleep => Block::Until(None),
-        Wait::Timed(d) => Block::Until(Some(Instant::now() + d)),
+        Wait::Timed(d) => Block::For(d),
     }
 }
 
@@ -129,12 +132,12 @@ impl LocalAttachment {
         }
     }
 
+    /// Pops up to `n` events of queue `q`, appending their indices to `idx`.
     fn pop(&self, q: u32, n: usize, wait: Wait, idx: &mut Vec<u32>) -> Result<usize, EtError> {
         self.alive()?;
         let pool = self.backend.pool();
         let me = self.owner();
         let abort = || self.backend.is_dead() || !self.is_mine();
-        idx.clear();
         if n == 0 {
             return Ok(0);
         }
@@ -170,11 +173,13 @@ impl LocalAttachment {
         })
     }
 
-    /// Pushes events (already out of the caller's hands) to queue `q`, high priority first.
-    fn push(&self, q: u32, idx: &[u32], high: &[bool]) {
+    /// Pushes events (already out of the caller's hands) to queue `q`, high priority first
+    /// (`high`: each event's priority; `None`: all low).
+    fn push(&self, q: u32, idx: &[u32], high: Option<&[bool]>) {
         let pool = self.backend.pool();
         let marks = pool.marks(q, self.owner());
         let queue = pool.queue(q);
+        let high = high.unwrap_or(&[]);
         if high.iter().all(|h| !h) {
             queue.push(idx, false, &marks);
         } else if high.iter().all(|h| *h) {
@@ -188,6 +193,19 @@ impl LocalAttachment {
         if q > 0 && q < pool.layout.max_stations {
             pool.station(q).events_in.fetch_add(idx.len() as u64, Ordering::Relaxed);
         }
+    }
+
+    /// Takes one of the scratch vectors out (empty; a new one if another thread of this
+    /// attachment has it), so that a call that waits does not hold the scratch lock.
+    fn take_scratch<T>(&self, field: impl FnOnce(&mut Scratch) -> &mut Vec<T>) -> Vec<T> {
+        let mut v = std::mem::take(field(&mut self.scratch.lock().unwrap_or_else(|p| p.into_inner())));
+        v.clear();
+        v
+    }
+
+    /// Puts a scratch vector back for the next call.
+    fn give_scratch<T>(&self, v: Vec<T>, field: impl FnOnce(&mut Scratch) -> &mut Vec<T>) {
+        *field(&mut self.scratch.lock().unwrap_or_else(|p| p.into_inner())) = v;
     }
 
     /// Writes back what changed in the events' headers and checks they are ours.
@@ -218,10 +236,10 @@ impl LocalAttachment {
         if temps.iter().any(|t| *t) {
             let t: Vec<u32> = idx.iter().zip(temps).filter(|x| *x.1).map(|x| *x.0).collect();
             let f: Vec<u32> = idx.iter().zip(temps).filter(|x| !*x.1).map(|x| *x.0).collect();
-            self.push(pool.temp_queue(), &t, &vec![false; t.len()]);
-            self.push(0, &f, &vec![false; f.len()]);
+            self.push(pool.temp_queue(), &t, None);
+            self.push(0, &f, None);
         } else {
-            self.push(0, idx, &vec![false; idx.len()]);
+            self.push(0, idx, None);
         }
     }
 
@@ -393,9 +411,9 @@ impl LocalAttachment {
             self.alive()?;
             self.backend.admit_large(self.att, n, size)?;
         }
-        let mut taken = Vec::with_capacity(n);
-        let k = self.pop(0, n, wait, &mut taken)?;
-        for &idx in &taken {
+        let k = self.pop(0, n, wait, out)?;
+        for i in start..out.len() {
+            let idx = out[i];
             // SAFETY: just taken from the free list by this attachment: we own it.
             unsafe {
                 let d = &mut *pool.desc(idx);
@@ -418,14 +436,13 @@ impl LocalAttachment {
                     }
                     Err(e) => {
                         // Give back everything taken, the buffers made so far included.
-                        out.truncate(start);
+                        let taken = out.split_off(start);
                         self.account_in(k);
                         let _ = self.raw_dump(&taken);
                         return Err(e);
                     }
                 }
             }
-            out.push(idx);
         }
         self.account_in(k);
         pool.station(0).events_out.fetch_add(k as u64, Ordering::Relaxed);
@@ -438,10 +455,10 @@ impl LocalAttachment {
             return Err(EtError::Refused("GrandCentral hands out new events: use new_events".into()));
         }
         let n = n.min(self.backend.pool().layout.events as usize);
-        let mut taken = Vec::with_capacity(n);
-        let k = self.pop(self.station, n, wait, &mut taken)?;
+        let start = out.len();
+        let k = self.pop(self.station, n, wait, out)?;
         let pool = self.backend.pool();
-        for &idx in &taken {
+        for &idx in &out[start..] {
             // SAFETY: just taken by this attachment.
             let d = unsafe { *pool.desc(idx) };
             if d.flags & FLAG_TEMP != 0 {
@@ -453,7 +470,6 @@ impl LocalAttachment {
                 }
             }
         }
-        out.extend_from_slice(&taken);
         self.account_in(k);
         pool.station(self.station).events_out.fetch_add(k as u64, Ordering::Relaxed);
         Ok(k)
@@ -490,6 +506,7 @@ impl LocalAttachment {
     /// Hands held events on (their descriptors already written): reads their headers back from
     /// shared memory (the remote server's path).
     pub(crate) fn raw_put(&self, idx: &[u32]) -> Result<(), EtError> {
+        self.alive()?;
         let pool = self.backend.pool();
         self.check_held(idx)?;
         let items: Vec<PutItem> = idx
@@ -503,12 +520,12 @@ impl LocalAttachment {
         self.put_items(&items)
     }
 
-    /// Hands held events on, given their headers (no read of shared memory).
+    /// Hands held events on, given their headers (no read of shared memory). The caller has
+    /// checked that the attachment is alive.
     fn put_items(&self, items: &[PutItem]) -> Result<(), EtError> {
         if items.is_empty() {
             return Ok(());
         }
-        self.alive()?;
         let pool = self.backend.pool();
         if items.iter().any(|x| x.3) {
             let mut temps = self.temps.lock().unwrap_or_else(|p| p.into_inner());
@@ -517,10 +534,10 @@ impl LocalAttachment {
             }
         }
         let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        let Scratch { chain, views, idx, high } = &mut *s;
+        let Scratch { chain, views, idx, high, .. } = &mut *s;
         pool.chain(chain);
         views.clear();
-        views.extend(chain.iter().map(|&slot| pool.station_view(slot)));
+        views.extend(chain.iter().map(|&slot| pool.station_config_view(slot)));
         let from = start_position(chain, views, self.station);
         match routing::uniform(views, from) {
             // The common case: the whole batch goes to one place.
@@ -529,7 +546,7 @@ impl LocalAttachment {
                 idx.extend(items.iter().map(|x| x.0));
                 high.clear();
                 high.extend(items.iter().map(|x| x.2));
-                self.push(q, idx, high);
+                self.push(q, idx, Some(high));
             }
             Some(Dest::GrandCentral) => {
                 idx.clear();
@@ -633,13 +650,19 @@ impl Attachment for LocalAttachment {
         wait: Wait,
         out: &mut Vec<Event<'a>>,
     ) -> Result<usize, EtError> {
-        let mut idx = Vec::with_capacity(n.min(self.backend.pool().layout.events as usize));
-        let k = self.raw_new(n, size, wait, &mut idx)?;
+        let mut idx = self.take_scratch(|s| &mut s.taken);
+        let k = self.raw_new(n, size, wait, &mut idx);
         let pool = self.backend.pool();
         let large = size > pool.layout.event_size;
         for &i in &idx {
             if large {
-                let mut e = self.event_from(i, Some(size))?;
+                let mut e = match self.event_from(i, Some(size)) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        self.give_scratch(idx, |s| &mut s.taken);
+                        return Err(e);
+                    }
+                };
                 e.len = size.min(e.cap);
                 out.push(e);
             } else {
@@ -660,16 +683,25 @@ impl Attachment for LocalAttachment {
                 });
             }
         }
-        Ok(k)
+        self.give_scratch(idx, |s| &mut s.taken);
+        k
     }
 
     fn get_events_into<'a>(&'a self, n: usize, wait: Wait, out: &mut Vec<Event<'a>>) -> Result<usize, EtError> {
-        let mut idx = Vec::with_capacity(n.min(self.backend.pool().layout.events as usize));
-        let k = self.raw_get(n, wait, &mut idx)?;
+        let mut idx = self.take_scratch(|s| &mut s.taken);
+        let k = self.raw_get(n, wait, &mut idx);
+        let mut made = Ok(());
         for &i in &idx {
-            out.push(self.event_from(i, None)?);
+            match self.event_from(i, None) {
+                Ok(e) => out.push(e),
+                Err(e) => {
+                    made = Err(e);
+                    break;
+                }
+            }
         }
-        Ok(k)
+        self.give_scratch(idx, |s| &mut s.taken);
+        made.and(k)
     }
 
     fn put_events<'a>(&'a self, events: &mut Vec<Event<'a>>) -> Result<(), EtError> {
@@ -678,11 +710,12 @@ impl Attachment for LocalAttachment {
         }
         self.alive()?;
         self.settle(events)?;
-        let items: Vec<PutItem> = events
-            .iter()
-            .map(|e| (e.idx, e.control, e.priority == Priority::High, e.temp_id != 0, e.temp_id))
-            .collect();
-        self.put_items(&items)?;
+        let mut items = self.take_scratch(|s| &mut s.items);
+        items
+            .extend(events.iter().map(|e| (e.idx, e.control, e.priority == Priority::High, e.temp_id != 0, e.temp_id)));
+        let put = self.put_items(&items);
+        self.give_scratch(items, |s| &mut s.items);
+        put?;
         events.clear();
         Ok(())
     }
@@ -780,7 +813,7 @@ mod tests {
         let idx: Vec<u32> = got.iter().map(|e| e.index()).collect();
         // A putter that read the chain before `b` was removed pushes into it afterwards.
         system.remove_station("b").unwrap();
-        a.push(b_slot, &idx, &[false; 3]);
+        a.push(b_slot, &idx, None);
         drop(got);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut at_c = Vec::new();

@@ -3,7 +3,7 @@
 //! ```text
 //! ┌────────┬──────────────┬─────────────────┬───────────────┬──────────┬────────────────┬──────────┐
 //! │ header │ station recs │ attachment recs │ event descs   │ owners   │ queues         │ data     │
-//! │ 4 KiB  │ 64 × 192 B   │ A × 64 B        │ N × 32 B      │ N × 4 B  │ (S+2) × (128 B │ N × size │
+//! │ 4 KiB  │ 64 × 320 B   │ A × 64 B        │ N × 32 B      │ N × 4 B  │ (S+2) × (128 B │ N × size │
 //! │        │              │                 │               │          │  + 2 × N × 4 B)│          │
 //! └────────┴──────────────┴─────────────────┴───────────────┴──────────┴────────────────┴──────────┘
 //! ```
@@ -21,7 +21,7 @@ use crate::routing::{self, RouteEnv, Select, StationView};
 use crate::sys::{self, Mapping};
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"DQFLET01");
-pub(crate) const LAYOUT_VERSION: u32 = 2;
+pub(crate) const LAYOUT_VERSION: u32 = 3;
 /// Most stations a system can be built with.
 pub const MAX_STATIONS: u32 = 64;
 pub(crate) const HEADER_LEN: usize = 4096;
@@ -76,6 +76,10 @@ pub(crate) struct Header {
     pub name: [u8; 64],
 }
 
+/// A station's record: its configuration and name on the first three cache lines (written when
+/// the station is created or changed, read by every put that routes through it), the counters
+/// putters change on the fourth, the one getters change on the fifth, so that a producer and a
+/// consumer on different cores do not take each other's lines for every event.
 #[repr(C, align(64))]
 pub(crate) struct StationRecord {
     pub state: AtomicU32,
@@ -96,12 +100,17 @@ pub(crate) struct StationRecord {
     pub attachments: AtomicU32,
     /// 1: keeps its events while no attachment is attached (`StationConfig::keep_when_idle`).
     pub keep_idle: AtomicU32,
+    pub name_len: AtomicU32,
+    pub name: [u8; 64],
+    pub _pad: [u8; 48],
+    /// Written by putters (offset 192).
     pub prescale_counter: AtomicU64,
     pub rr_counter: AtomicU64,
     pub events_in: AtomicU64,
+    pub _pad2: [u8; 40],
+    /// Written by getters (offset 256).
     pub events_out: AtomicU64,
-    pub name_len: AtomicU32,
-    pub name: [u8; 64],
+    pub _pad3: [u8; 56],
 }
 
 #[repr(C, align(64))]
@@ -133,13 +142,17 @@ pub(crate) struct EventDesc {
     pub route_from: u32,
 }
 
+/// A queue's lock and words. What a push or a pop of low-priority events (the common case)
+/// touches is on the first cache line: the lock, `count`, `waiters` and the low ring's
+/// positions; the high ring's positions and `seq` (changed only when somebody sleeps) are on
+/// the second.
 #[repr(C, align(64))]
 pub(crate) struct QueueHeader {
     pub mutex: libc::pthread_mutex_t,
-    pub ring: Ring,
     pub count: AtomicU32,
-    pub seq: AtomicU32,
     pub waiters: AtomicU32,
+    pub ring: Ring,
+    pub seq: AtomicU32,
     pub _pad: u32,
 }
 
@@ -399,6 +412,13 @@ impl Pool {
 
     /// What routing needs to know of station `slot`.
     pub(crate) fn station_view(&self, slot: u32) -> StationView {
+        StationView { queued: self.queue(slot).count.load(Ordering::Relaxed), ..self.station_config_view(slot) }
+    }
+
+    /// Station `slot`'s view without its queue's length (`queued` 0): what deciding whether a
+    /// batch goes to one place needs ([`routing::uniform`]). It reads only the station's
+    /// configuration lines, not its queue's, which every push and pop changes.
+    pub(crate) fn station_config_view(&self, slot: u32) -> StationView {
         let s = self.station(slot);
         let r = |a: &AtomicU32| a.load(Ordering::Relaxed);
         let i = |a: &AtomicI32| a.load(Ordering::Relaxed);
@@ -428,7 +448,7 @@ impl Pool {
             keeps: r(&s.keep_idle) != 0,
             blocking: r(&s.blocking) != 0,
             cue: r(&s.cue),
-            queued: self.queue(slot).count.load(Ordering::Relaxed),
+            queued: 0,
             prescale: r(&s.prescale),
             select,
         }
@@ -644,6 +664,56 @@ mod tests {
         }
         assert!(size_of::<Header>() <= HEADER_LEN);
         assert_eq!(size_of::<EventDesc>(), 32);
+    }
+
+    /// The queue header's documented offsets: a low-priority push or pop touches one line.
+    #[test]
+    fn the_queue_header_matches_the_documented_offsets() {
+        use std::mem::offset_of;
+        assert_eq!(size_of::<libc::pthread_mutex_t>(), 40);
+        assert_eq!(size_of::<QueueHeader>(), 128);
+        let ring = offset_of!(QueueHeader, ring);
+        let documented = [
+            (offset_of!(QueueHeader, count), 40),
+            (offset_of!(QueueHeader, waiters), 44),
+            (ring + offset_of!(Ring, low_head), 48),
+            (ring + offset_of!(Ring, low_tail), 56),
+            (ring + offset_of!(Ring, high_head), 64),
+            (ring + offset_of!(Ring, high_tail), 72),
+            (offset_of!(QueueHeader, seq), 80),
+        ];
+        for (actual, doc) in documented {
+            assert_eq!(actual, doc);
+        }
+    }
+
+    /// The offsets docs/et.md gives other clients, and the cache lines they are on: a station's
+    /// configuration is never on a line a putter or a getter writes for every event.
+    #[test]
+    fn the_station_record_matches_the_documented_offsets() {
+        use std::mem::offset_of;
+        assert_eq!(size_of::<StationRecord>(), 320);
+        let documented = [
+            (offset_of!(StationRecord, state), 0),
+            (offset_of!(StationRecord, select), 16),
+            (offset_of!(StationRecord, restore), 60),
+            (offset_of!(StationRecord, keep_idle), 72),
+            (offset_of!(StationRecord, name_len), 76),
+            (offset_of!(StationRecord, name), 80),
+            (offset_of!(StationRecord, prescale_counter), 192),
+            (offset_of!(StationRecord, rr_counter), 200),
+            (offset_of!(StationRecord, events_in), 208),
+            (offset_of!(StationRecord, events_out), 256),
+        ];
+        for (actual, doc) in documented {
+            assert_eq!(actual, doc);
+        }
+        let layout = Layout::new(3000, 65536, 32, 128);
+        assert_eq!(
+            (layout.off_attachments, layout.off_descs, layout.off_owners, layout.off_queues, layout.queue_stride),
+            (24_576, 32_768, 128_768, 143_360, 24_128)
+        );
+        assert_eq!((layout.off_data, layout.total), (966_656, 197_574_656));
     }
 
     #[test]

@@ -74,10 +74,10 @@ pub(crate) trait Platform {
 #[repr(C)]
 #[derive(Debug, Default)]
 pub(crate) struct Ring {
-    pub high_head: u64,
-    pub high_tail: u64,
     pub low_head: u64,
     pub low_tail: u64,
+    pub high_head: u64,
+    pub high_tail: u64,
 }
 
 /// How a pop waits when the queue is empty.
@@ -87,6 +87,9 @@ pub(crate) enum Block {
     No,
     /// Until something arrives, `abort()` says stop, or the deadline passes.
     Until(Option<std::time::Instant>),
+    /// As `Until`, for at most this long from the moment the queue is first found empty (no
+    /// clock is read when events are there).
+    For(Duration),
 }
 
 /// Marks events as they move: `queued(idx)` when they enter the queue, `taken(idx)` when a
@@ -247,6 +250,7 @@ impl<'a, P: Platform> Queue<'a, P> {
         marks: &dyn Marks,
         abort: &dyn Fn() -> bool,
     ) -> Result<usize, Empty> {
+        let mut block = block;
         loop {
             let seq = {
                 let _g = self.lock(marks);
@@ -254,8 +258,10 @@ impl<'a, P: Platform> Queue<'a, P> {
                 if got > 0 {
                     return Ok(got);
                 }
-                if block == Block::No {
-                    return Err(Empty::Nothing);
+                match block {
+                    Block::No => return Err(Empty::Nothing),
+                    Block::For(d) => block = Block::Until(Some(std::time::Instant::now() + d)),
+                    Block::Until(_) => {}
                 }
                 self.seq.load(Ordering::Acquire)
             };
@@ -284,7 +290,7 @@ impl<'a, P: Platform> Queue<'a, P> {
                     // Wake up now and then to notice `abort()`.
                     Some(left.min(Duration::from_millis(100)))
                 }
-                _ => Some(Duration::from_millis(100)),
+                Block::Until(None) | Block::No | Block::For(_) => Some(Duration::from_millis(100)),
             };
             // Register and read the futex word under the lock, having looked once more: a
             // push after this sees the waiter (it reads `waiters` under the lock) and bumps
