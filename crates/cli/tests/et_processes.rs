@@ -602,9 +602,16 @@ fn a_farm_member_killed_holding_events_leaves_them_to_the_other_members() {
     let out = Command::new(env!("CARGO_BIN_EXE_daqflow")).args(["et", "monitor", &name, "--once"]).output().unwrap();
     let listing = String::from_utf8_lossy(&out.stdout);
     assert!(listing.lines().any(|l| l.contains("ana-3") && l.contains("blocking g1")), "{listing}");
-    // ana-1 holds what it gets; ana-2 and ana-3 consume until stopped.
+    // ana-1 holds what it gets; ana-2 and ana-3 consume until stopped. The holder starts
+    // alone, so that it has its 20 whatever the pace of the others (by shortest queue, members
+    // that take faster get more of the flow): idle members of a group take only what no
+    // attached member takes, so the whole pool goes to ana-1, which holds 20 and queues 180,
+    // and the producer waits for free events.
     let mut holder = et(&["consume", "--name", &name, "--station", "ana-1", "--count", "20", "--hold"]);
     holder.expect("attached to ana-1");
+    let mut producer = et(&["produce", "--name", &name, "--count", "300", "--size", "200", "--batch", "10", "--json"]);
+    holder.expect("holding 20 events");
+    wait_for(&name, "180 queued at ana-1", |s| station(s, "ana-1")["queued"] == 180);
     let mut others: Vec<Proc> = ["ana-2", "ana-3"]
         .iter()
         .map(|m| {
@@ -613,10 +620,8 @@ fn a_farm_member_killed_holding_events_leaves_them_to_the_other_members() {
             p
         })
         .collect();
-    let mut producer = et(&["produce", "--name", &name, "--count", "300", "--size", "200", "--batch", "10", "--json"]);
-    assert_eq!(summary(&mut producer, "produced")["produced"], 300);
-    holder.expect("holding 20 events");
     holder.signal(libc::SIGKILL);
+    assert_eq!(summary(&mut producer, "produced")["produced"], 300);
     // Its 20 and whatever waited in its station go to the other two; nothing stays in ana-1.
     let snap = wait_for(&name, "every event back in GrandCentral", |s| {
         s["free_events"] == 200 && s["attachments"].as_array().unwrap().len() == 2

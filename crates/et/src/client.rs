@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::config::{Position, StationConfig};
 use crate::error::EtError;
 use crate::ipc::{self, Request, Response};
-use crate::local::{Backend, LocalAttachment};
+use crate::local::{Backend, LocalAttachment, Returns};
 use crate::monitor::Snapshot;
 use crate::pool::{ATT_ACTIVE, Pool};
 use crate::sys::{self, Mapping};
@@ -23,6 +23,8 @@ pub(crate) struct ClientInner {
     dead: AtomicBool,
     temps: Mutex<HashMap<u32, Weak<Mapping>>>,
     attachments: Mutex<Vec<u32>>,
+    /// The events this process's attachments keep to return in groups: flushed every beat.
+    returns: Mutex<Vec<Weak<Returns>>>,
 }
 
 /// A connection to an ET system running on this machine.
@@ -117,6 +119,14 @@ impl Backend for ClientInner {
     fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
     }
+    fn groups_returns(&self) -> bool {
+        true
+    }
+    fn watch_returns(&self, returns: Weak<Returns>) {
+        let mut r = self.returns.lock().unwrap_or_else(|p| p.into_inner());
+        r.retain(|w| w.strong_count() > 0);
+        r.push(returns);
+    }
 }
 
 impl EtClient {
@@ -173,6 +183,7 @@ impl EtClient {
             dead: AtomicBool::new(false),
             temps: Mutex::default(),
             attachments: Mutex::default(),
+            returns: Mutex::default(),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -252,6 +263,12 @@ fn heartbeat(client: Weak<ClientInner>) {
             if rec.state.load(Ordering::Acquire) == ATT_ACTIVE {
                 rec.heartbeat.fetch_add(1, Ordering::Release);
             }
+        }
+        // Events put back to GrandCentral wait at most one beat for their group.
+        let returns: Vec<Arc<Returns>> =
+            c.returns.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        for r in returns {
+            r.flush(&c.pool);
         }
         // The control socket closes when the ET process exits: poll it for a hang-up.
         let hung_up = {

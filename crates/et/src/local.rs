@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use crate::config::{Priority, Wait};
 use crate::error::EtError;
 use crate::event::{Attachment, Data, Event};
-use crate::pool::{ATT_ACTIVE, FLAG_CORRUPT, FLAG_TEMP, OWNER_ATTACHMENT, Pool, ShmEnv};
+use crate::pool::{ATT_ACTIVE, FLAG_CORRUPT, FLAG_TEMP, OWNER_ATTACHMENT, OWNER_RETURNING, Pool, ShmEnv};
 use crate::queue::{Block, Empty};
 use crate::routing::{self, Dest, EventHead, StationView};
 use crate::sys::Mapping;
@@ -33,6 +33,62 @@ pub(crate) trait Backend: Send + Sync {
     fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError>;
     fn detach(&self, att: u32);
     fn is_dead(&self) -> bool;
+    /// Whether this backend returns the events its attachments put back to GrandCentral in
+    /// groups ([`Returns`]), flushing what is kept at least every 100 ms.
+    fn groups_returns(&self) -> bool {
+        false
+    }
+    /// Keeps `returns` to flush it on the backend's own clock (see `groups_returns`).
+    fn watch_returns(&self, _returns: std::sync::Weak<Returns>) {}
+}
+
+/// Events an attachment put back to GrandCentral and keeps, to push them in one group.
+///
+/// At one event per call a consumer's push back to GrandCentral's free list, and the producer's
+/// pop from it, each take the free list's cache line from the other's core: half of what an
+/// event costs. A client process's attachment keeps the events it puts back to GrandCentral
+/// (up to `batch`) and pushes them at once when it has `batch` of them, when a get or a new
+/// of its own finds nothing to take (before it waits), when it detaches, and at least every
+/// 100 ms from the client's heartbeat thread. Kept events are marked `OWNER_RETURNING + att`
+/// and counted in the attachment's `held` until pushed, so that every event is accounted for,
+/// the ET process frees them if the attachment ends first (they are never restored to a
+/// station: the user is done with them), and a drain waiting for every event to be free waits
+/// at most that long for them.
+pub(crate) struct Returns {
+    att: u32,
+    generation: u32,
+    batch: usize,
+    kept: Mutex<Vec<u32>>,
+    /// Whether `kept` holds events (read without its lock on every get).
+    any: std::sync::atomic::AtomicBool,
+}
+
+impl Returns {
+    /// Pushes the kept events to GrandCentral, if the attachment is still active and this
+    /// one (a declared-dead attachment's events are the ET process's to recover).
+    pub(crate) fn flush(&self, pool: &Pool) {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        self.flush_locked(pool, &mut kept);
+    }
+
+    fn flush_locked(&self, pool: &Pool, kept: &mut Vec<u32>) {
+        if kept.is_empty() {
+            return;
+        }
+        let rec = pool.attachment(self.att);
+        if rec.state.load(Ordering::Acquire) == ATT_ACTIVE && rec.generation.load(Ordering::Acquire) == self.generation
+        {
+            pool.queue(0).push(kept, false, &pool.marks(0, OWNER_ATTACHMENT + self.att));
+            rec.held.fetch_sub(kept.len() as u64, Ordering::Relaxed);
+        }
+        kept.clear();
+        self.any.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether any events are kept (a hint: read without the lock).
+    fn any(&self) -> bool {
+        self.any.load(Ordering::Relaxed)
+    }
 }
 
 /// An attachment to a station of an ET system on this machine.
@@ -46,6 +102,8 @@ pub struct LocalAttachment {
     /// Mappings of the large events this attachment holds.
     temps: Mutex<HashMap<u32, Arc<Mapping>>>,
     scratch: Mutex<Scratch>,
+    /// Events put back to GrandCentral and not pushed yet (see [`Returns`]).
+    returns: Arc<Returns>,
     /// Set once the attachment was ended on its holder's behalf: dropping must not end the
     /// slot again (it may belong to someone else by then).
     ended: std::sync::atomic::AtomicBool,
@@ -84,7 +142,16 @@ impl LocalAttachment {
     pub(crate) fn new(backend: Arc<dyn Backend>, att: u32, station: u32, station_name: String) -> Self {
         // Made right after the attach: the slot's generation is this attachment's.
         let generation = backend.pool().attachment(att).generation.load(Ordering::Acquire);
+        // Groups of at most 32, and of at most 1/64 of the pool (so that the attachments of
+        // one process cannot keep much of a small pool); 1 means none.
+        let batch =
+            if backend.groups_returns() { (backend.pool().layout.events as usize / 64).clamp(1, 32) } else { 1 };
+        let returns = Arc::new(Returns { att, generation, batch, kept: Mutex::default(), any: Default::default() });
+        if batch > 1 {
+            backend.watch_returns(Arc::downgrade(&returns));
+        }
         LocalAttachment {
+            returns,
             generation,
             backend,
             att,
@@ -141,7 +208,16 @@ impl LocalAttachment {
         if n == 0 {
             return Ok(0);
         }
-        match pool.queue(q).pop(n, idx, block_of(wait), &pool.marks(q, me), &abort) {
+        let marks = pool.marks(q, me);
+        if self.returns.any() {
+            // Whatever this attachment kept goes back before it waits for anything (a
+            // producer may be waiting for exactly those events).
+            if let Ok(k) = pool.queue(q).pop(n, idx, Block::No, &marks, &abort) {
+                return Ok(k);
+            }
+            self.returns.flush(pool);
+        }
+        match pool.queue(q).pop(n, idx, block_of(wait), &marks, &abort) {
             Ok(k) => Ok(k),
             Err(e) => self.empty_error(e, wait),
         }
@@ -243,10 +319,35 @@ impl LocalAttachment {
         }
     }
 
-    fn account_out(&self, n: usize) {
+    /// Sends events put by the user back to GrandCentral: large ones at once (through the ET
+    /// process), the others kept and pushed in groups (see [`Returns`]). Returns whether they
+    /// went to the kept group, whose push subtracts them from `held` (now or later).
+    fn put_back(&self, idx: &[u32], temps: &[bool]) -> bool {
+        if self.returns.batch <= 1 || temps.iter().any(|t| *t) {
+            self.recycle(idx, temps);
+            return false;
+        }
+        let pool = self.backend.pool();
+        let mut kept = self.returns.kept.lock().unwrap_or_else(|p| p.into_inner());
+        for &i in idx {
+            // No longer the user's (a second put of it is refused), and freed, not restored to
+            // the station, if the attachment ends before the group is pushed.
+            pool.owner(i).store(OWNER_RETURNING + self.att, Ordering::Release);
+        }
+        kept.extend_from_slice(idx);
+        self.returns.any.store(true, Ordering::Relaxed);
+        if kept.len() >= self.returns.batch {
+            self.returns.flush_locked(pool, &mut kept);
+        }
+        true
+    }
+
+    /// Counts `n` events put; `released` of them no longer held (the others were kept to go
+    /// back to GrandCentral in a group, which subtracts them when it is pushed).
+    fn account_out(&self, n: usize, released: usize) {
         let a = self.backend.pool().attachment(self.att);
         a.put.fetch_add(n as u64, Ordering::Relaxed);
-        a.held.fetch_sub(n as u64, Ordering::Relaxed);
+        a.held.fetch_sub(released as u64, Ordering::Relaxed);
     }
 
     fn account_in(&self, n: usize) {
@@ -553,7 +654,9 @@ impl LocalAttachment {
                 idx.extend(items.iter().map(|x| x.0));
                 high.clear();
                 high.extend(items.iter().map(|x| x.3));
-                self.recycle(idx, high);
+                let kept = self.put_back(idx, high);
+                self.account_out(items.len(), if kept { 0 } else { items.len() });
+                return Ok(());
             }
             _ => {
                 drop(s);
@@ -561,7 +664,7 @@ impl LocalAttachment {
                 route_and_push(pool, self.station, Some(from), &batch, &ShmEnv(pool), self.owner());
             }
         }
-        self.account_out(items.len());
+        self.account_out(items.len(), items.len());
         Ok(())
     }
 
@@ -754,6 +857,8 @@ impl Drop for LocalAttachment {
         // A stale handle (its attachment was recovered and the slot given to someone else) must
         // not end the new owner's attachment.
         if !self.ended.load(Ordering::Acquire) && self.same_generation() {
+            // What it kept goes back as put (detaching would recover it as held).
+            self.returns.flush(self.backend.pool());
             self.backend.detach(self.att);
         }
     }
@@ -764,7 +869,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::{Backend, LocalAttachment};
-    use crate::pool::Pool;
+    use crate::pool::{OWNER_RETURNING, Pool};
     use crate::sys::Mapping;
     use crate::system::{Holder, InProcess};
     use crate::{Attachment, EtError, EtSystem, Position, StationConfig, SystemConfig, Wait};
@@ -870,5 +975,136 @@ mod tests {
         let mut evs = new.new_events(2, 10, Wait::NoWait).expect("the new attachment still works");
         assert_eq!(evs.len(), 2);
         new.put_events(&mut evs).unwrap();
+    }
+
+    /// A client process's grouping of returns, with the ET process's own access otherwise.
+    struct Grouping(InProcess);
+
+    impl Backend for Grouping {
+        fn pool(&self) -> &Pool {
+            self.0.pool()
+        }
+        fn system_name(&self) -> &str {
+            self.0.system_name()
+        }
+        fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError> {
+            self.0.admit_large(att, n, size)
+        }
+        fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
+            self.0.new_temp(att, event, size)
+        }
+        fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError> {
+            self.0.temp(id)
+        }
+        fn detach(&self, att: u32) {
+            self.0.detach(att)
+        }
+        fn is_dead(&self) -> bool {
+            self.0.is_dead()
+        }
+        fn groups_returns(&self) -> bool {
+            true
+        }
+    }
+
+    /// A consumer on the last station (restore mode: input), with a pool of 3000 events: its
+    /// returns go back in groups of 32.
+    fn grouping_consumer(test: &str) -> (EtSystem, LocalAttachment) {
+        let system = EtSystem::create(SystemConfig::new(format!("{test}-{}", std::process::id()), 3000, 64)).unwrap();
+        let config = StationConfig { restore: crate::RestoreMode::Input, ..StationConfig::default() };
+        system.create_station("last", config, Position::End).unwrap();
+        let (att, slot) = system.inner.attach("last", Holder::InProcess).unwrap();
+        let consumer = LocalAttachment::new(
+            Arc::new(Grouping(InProcess { system: system.inner.clone() })),
+            att,
+            slot,
+            "last".into(),
+        );
+        (system, consumer)
+    }
+
+    fn produce(system: &EtSystem, n: usize) {
+        let producer = system.attach("GRAND_CENTRAL").unwrap();
+        for _ in 0..n {
+            let mut evs = producer.new_events(1, 64, Wait::NoWait).unwrap();
+            producer.put_events(&mut evs).unwrap();
+        }
+    }
+
+    /// Gets and puts `n` events one at a time.
+    fn consume(consumer: &LocalAttachment, n: usize) {
+        for _ in 0..n {
+            let mut evs = consumer.get_events(1, Wait::NoWait).unwrap();
+            assert_eq!(evs.len(), 1);
+            consumer.put_events(&mut evs).unwrap();
+        }
+    }
+
+    #[test]
+    fn returns_to_grand_central_go_in_groups_and_every_event_stays_accounted_for() {
+        let (system, consumer) = grouping_consumer("groups");
+        produce(&system, 40);
+        consume(&consumer, 10);
+        let s = system.snapshot();
+        assert_eq!(s.free_events, 3000 - 40, "the 10 put back are kept");
+        assert_eq!(s.attachments.iter().find(|a| a.station == "last").unwrap().held, 10, "and counted held");
+        assert_eq!(s.accounted(), 3000, "{s:#?}");
+        consume(&consumer, 22);
+        let s = system.snapshot();
+        assert_eq!(s.free_events, 3000 - 40 + 32, "the 32nd put pushed the group");
+        assert_eq!(s.attachments.iter().find(|a| a.station == "last").unwrap().held, 0);
+        assert_eq!(s.accounted(), 3000);
+        // Put once, an event is no longer the user's, kept or not.
+        consume(&consumer, 1);
+        let pool = &system.inner.pool;
+        let kept = (0..3000).find(|&i| pool.owner(i).load(std::sync::atomic::Ordering::Acquire) >= OWNER_RETURNING);
+        assert!(kept.is_some());
+        assert!(consumer.check_held(&[kept.unwrap()]).is_err());
+    }
+
+    #[test]
+    fn a_get_that_finds_nothing_pushes_what_was_kept_before_it_waits() {
+        let (system, consumer) = grouping_consumer("flush-empty");
+        produce(&system, 5);
+        consume(&consumer, 5);
+        assert_eq!(system.snapshot().free_events, 3000 - 5);
+        assert!(consumer.get_events(1, Wait::NoWait).unwrap().is_empty());
+        let s = system.snapshot();
+        assert_eq!((s.free_events, s.accounted()), (3000, 3000), "{s:#?}");
+        assert!(s.attachments.iter().all(|a| a.held == 0));
+    }
+
+    #[test]
+    fn events_kept_by_an_attachment_that_dies_are_freed_not_restored() {
+        let (system, consumer) = grouping_consumer("kept-dies");
+        produce(&system, 8);
+        consume(&consumer, 5);
+        // Three more taken and held, five put and kept; then the holder dies.
+        let held = consumer.get_events(3, Wait::NoWait).unwrap();
+        assert_eq!(held.len(), 3);
+        drop(held);
+        // Another consumer on the station, so that what is restored to its input stays there.
+        let other = system.attach("last").unwrap();
+        system.inner.detach(consumer.id(), true);
+        let s = system.snapshot();
+        let last = s.stations.iter().find(|st| st.name == "last").unwrap();
+        assert_eq!(last.queued, 3, "only the three held are restored to the input, not the five put: {s:#?}");
+        assert_eq!(s.free_events, 3000 - 3);
+        assert_eq!(s.accounted(), 3000);
+        let restored = other.get_events(10, Wait::NoWait).unwrap();
+        assert_eq!(restored.len(), 3);
+        assert!(restored.iter().all(|e| e.is_possibly_corrupt()));
+        drop(consumer);
+    }
+
+    #[test]
+    fn detaching_pushes_what_was_kept() {
+        let (system, consumer) = grouping_consumer("kept-detach");
+        produce(&system, 7);
+        consume(&consumer, 7);
+        drop(consumer);
+        let s = system.snapshot();
+        assert_eq!((s.free_events, s.accounted()), (3000, 3000), "{s:#?}");
+        assert!(s.stations.iter().all(|st| st.queued == 0 || st.name == "GRAND_CENTRAL"));
     }
 }

@@ -29,6 +29,9 @@ pub(crate) const HEADER_LEN: usize = 4096;
 /// Owner values: a queue id, an attachment, or the ET process itself.
 pub(crate) const OWNER_ATTACHMENT: u32 = 0x4000_0000;
 pub(crate) const OWNER_SYSTEM: u32 = 0x7fff_ffff;
+/// Put back to GrandCentral by attachment `owner - OWNER_RETURNING`, which keeps it to push it
+/// with others (`local::Returns`); if the attachment ends first, the ET process frees it.
+pub(crate) const OWNER_RETURNING: u32 = 0x5000_0000;
 
 /// Event descriptor flags.
 pub(crate) const FLAG_CORRUPT: u16 = 1;

@@ -1069,3 +1069,28 @@ fn a_consumer_leaving_gives_back_what_it_did_not_use(kind: Kind) {
     drop(second);
     s.assert_all_free();
 }
+
+/// A client process's consumer keeps the events it puts back to GrandCentral and pushes them in
+/// groups (docs/et.md, "Why the cache lines"): a consumer that stops calling after its puts
+/// leaves nothing kept for longer than a heartbeat, so that a drain waiting for every event to be
+/// free (a sink at run stop) is never held up by it, and the books balance all along.
+#[test]
+fn a_local_consumer_that_stops_calling_leaves_nothing_kept_after_a_heartbeat() {
+    let s = Setup::new(Kind::Local, "kept-beat", 3000, 64);
+    s.conn.create("c", StationConfig::default(), Position::End);
+    let consumer = s.conn.attach("c");
+    let producer = s.conn.attach(GRAND_CENTRAL);
+    produce(&*producer, 0, 10, 1, 64, plain);
+    for _ in 0..10 {
+        let mut evs = consumer.get_events(1, Wait::Timed(Duration::from_secs(5))).unwrap();
+        consumer.put_events(&mut evs).unwrap();
+    }
+    let snap = s.conn.snapshot();
+    assert_eq!(snap.accounted(), 3000, "kept events are counted held: {snap:#?}");
+    assert!(snap.free_events < 3000, "the ten were kept to go back in a group: {snap:#?}");
+    let kept_since = Instant::now();
+    s.assert_all_free();
+    assert!(kept_since.elapsed() < Duration::from_millis(1500), "pushed by the heartbeat within about 100 ms");
+    drop(consumer);
+    drop(producer);
+}

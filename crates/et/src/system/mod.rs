@@ -19,8 +19,8 @@ use crate::ipc::{self, Request, Response};
 use crate::local::{Backend, LocalAttachment, route_and_push};
 use crate::monitor::{AttachmentStatus, Snapshot, StationStatus};
 use crate::pool::{
-    ATT_ACTIVE, ATT_DEAD, ATT_FREE, FLAG_CORRUPT, FLAG_TEMP, Layout, MAX_STATIONS, OWNER_ATTACHMENT, OWNER_SYSTEM,
-    Pool, STATION_ACTIVE, STATION_FREE,
+    ATT_ACTIVE, ATT_DEAD, ATT_FREE, FLAG_CORRUPT, FLAG_TEMP, Layout, MAX_STATIONS, OWNER_ATTACHMENT, OWNER_RETURNING,
+    OWNER_SYSTEM, Pool, STATION_ACTIVE, STATION_FREE,
 };
 use crate::queue::Block;
 use crate::routing::RouteEnv;
@@ -380,6 +380,17 @@ impl SystemInner {
                 self.pool.owner(i).compare_exchange(mine, OWNER_SYSTEM, Ordering::AcqRel, Ordering::Acquire).is_ok()
             })
             .collect();
+        // Events it had put back to GrandCentral and kept to push in a group: free.
+        let returning = OWNER_RETURNING + att;
+        let freed: Vec<u32> = (0..self.pool.layout.events)
+            .filter(|&i| {
+                self.pool
+                    .owner(i)
+                    .compare_exchange(returning, OWNER_SYSTEM, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
+            .collect();
+        self.pool.queue(0).push(&freed, false, &self.pool.marks(0, OWNER_SYSTEM));
         let station = meta.station;
         let rec = self.pool.station(station);
         rec.attachments.fetch_sub(1, Ordering::AcqRel);
