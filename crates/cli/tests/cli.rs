@@ -366,6 +366,18 @@ fn bench_dialog_quick_runs_processes_and_loses_nothing() {
 }
 
 #[test]
+fn bench_cases_are_checked_before_anything_runs() {
+    for (args, says) in [
+        (&["bench", "et", "--cases", "batch,bacth"][..], "et has no case \"bacth\"; its cases: size, batch"),
+        (&["bench", "evb", "--cases", "ru,bu,nope"][..], "evb has no case \"nope\""),
+        (&["bench", "files", "--cases", "batch"][..], "--cases applies to the evb and et suites"),
+    ] {
+        let o = daqflow(args);
+        assert!(!o.status.success() && text(&o).contains(says), "{args:?}: {}", text(&o));
+    }
+}
+
+#[test]
 fn bench_et_quick_runs_every_case_across_processes_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

@@ -645,7 +645,7 @@ impl System {
     fn attach(&self, py: Python<'_>, station: &str) -> PyResult<Attachment> {
         let system = self.get()?;
         let a = py.detach(|| system.attach(station)).map_err(et_error)?;
-        Ok(Attachment::new(Core::Local(a), station, false))
+        Ok(Attachment::new(Core::Local(Box::new(a)), station, false))
     }
 
     /// The system's state now, as a dict (`docs/et.md`, "Monitoring").
@@ -742,7 +742,7 @@ impl Client {
     /// Attaches to a station: `GRAND_CENTRAL` for a producer.
     fn attach(&self, py: Python<'_>, station: &str) -> PyResult<Attachment> {
         let (core, remote) = match &self.kind {
-            ClientKind::Local(c) => (Core::Local(py.detach(|| c.attach(station)).map_err(et_error)?), false),
+            ClientKind::Local(c) => (Core::Local(Box::new(py.detach(|| c.attach(station)).map_err(et_error)?)), false),
             ClientKind::Remote(c) => (Core::Remote(py.detach(|| c.attach(station)).map_err(et_error)?), true),
         };
         Ok(Attachment::new(core, station, remote))
@@ -855,7 +855,8 @@ fn et_discover(py: Python<'_>, name: &str, port: u16, timeout: f64) -> PyResult<
 
 /// The attachment a batch's events came from.
 enum Core {
-    Local(LocalAttachment),
+    /// Boxed: a local attachment is several times the size of a remote one.
+    Local(Box<LocalAttachment>),
     Remote(RemoteAttachment),
 }
 
@@ -871,7 +872,7 @@ impl Core {
     unsafe fn forever(&self) -> &'static (dyn daqflow_et::Attachment + Sync) {
         match self {
             // SAFETY: the caller keeps the `Core` alive (above); `LocalAttachment` is `Sync`.
-            Core::Local(a) => unsafe { &*(a as *const LocalAttachment) },
+            Core::Local(a) => unsafe { &*(&**a as *const LocalAttachment) },
             // SAFETY: as above.
             Core::Remote(a) => unsafe { &*(a as *const RemoteAttachment) },
         }

@@ -366,7 +366,12 @@ pub struct EtOptions {
     pub sizes: Vec<usize>,
     /// Jefferson Lab's ET, to run beside daqflow's at (b)'s settings (case `jlab`).
     pub jlab: Option<super::jlab_et::JlabEt>,
+    /// Only these cases (`None`: all); each one of [`CASES`].
+    pub cases: Option<Vec<String>>,
 }
+
+/// The suite's cases, in the order it runs them.
+pub const CASES: [&str; 5] = ["size", "batch", "consumers", "jlab", "remote"];
 
 pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
     let mut suite =
@@ -374,8 +379,12 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
     let seconds = config.measure_time.as_secs_f64();
     let quick = config.quick;
     let mut n = 0u64;
+    let wants = |case: &str| opts.cases.as_ref().is_none_or(|c| c.iter().any(|c| c == case));
     let mut measure =
         |suite: &mut Suite, case: &str, params: Vec<(&'static str, Param)>, s: Setup, references: bool| {
+            if !wants(case) {
+                return Ok(());
+            }
             suite
                 .measure(case, params, || {
                     n += 1;
@@ -424,7 +433,7 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
     }
     // Jefferson Lab's ET and daqflow's at the same settings, one after the other in every
     // repetition, so that both see the machine's load alike.
-    if let Some(jlab) = &opts.jlab {
+    if let Some(jlab) = opts.jlab.as_ref().filter(|_| wants("jlab")) {
         // Names of their own: `measure` holds the other counter.
         let mut n = 1_000_000u64;
         for batch in [1usize, 100] {

@@ -205,6 +205,9 @@ pub struct EvbOptions {
     pub cases: Option<Vec<String>>,
 }
 
+/// The suite's cases, in the order it runs them.
+pub const CASES: [&str; 7] = ["ru", "target_1ru_1bu", "bu", "scaling", "realistic", "pinning", "contention"];
+
 /// Means of the `realistic` stream table: 500 B … 8 KiB, evenly spaced on a log scale.
 fn table_means(streams: usize) -> Vec<f64> {
     let (lo, hi) = (500.0_f64, 8192.0_f64);

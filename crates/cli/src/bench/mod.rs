@@ -100,8 +100,8 @@ pub struct Args {
     /// repetition) [default: /dev/shm, else the system's temporary directory].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// evb: run only these cases (ru, target_1ru_1bu, bu, scaling, realistic, pinning, contention)
-    /// [default: all].
+    /// evb and et: run only these cases [default: all]. evb: ru, target_1ru_1bu, bu, scaling,
+    /// realistic, pinning, contention; et: size, batch, consumers, jlab, remote.
     #[arg(long, value_delimiter = ',', value_name = "CASE,CASE…")]
     pub cases: Option<Vec<String>>,
     /// et: also run Jefferson Lab's ET (its et_start, et_producer and et_consumer, found in DIR
@@ -148,16 +148,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         warmup: !args.quick,
         out: args.out.clone(),
     };
+    if args.cases.is_some() && (args.hosts.is_some() || !matches!(args.suite, SuiteName::Evb | SuiteName::Et)) {
+        anyhow::bail!("--cases applies to the evb and et suites (without --hosts), not {}", suite_name(args.suite));
+    }
     if let Some(n) = args.hosts {
         let (suite, failures) = match args.suite {
             SuiteName::Evb => {
                 evb_hosts::run(config, evb_hosts::EvbHostsOptions::new(n, args.quick, args.sizes.clone()))?
             }
             SuiteName::Chain => chain::run_hosts(config, chain::ChainOptions::new(args.quick, args.sizes.clone()), n)?,
-            other => anyhow::bail!(
-                "--hosts applies to the evb and chain suites, not {}",
-                other.to_possible_value().map_or_else(|| format!("{other:?}"), |v| v.get_name().to_owned())
-            ),
+            other => anyhow::bail!("--hosts applies to the evb and chain suites, not {}", suite_name(other)),
         };
         return suite.finish_unless_failed(&failures);
     }
@@ -178,7 +178,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 }
             });
             let jlab = args.jlab_et.as_deref().map(jlab_et::JlabEt::find).transpose()?;
-            et::run(config, et::EtOptions { sizes, jlab })?
+            let cases = known_cases("et", &args.cases, &et::CASES)?;
+            et::run(config, et::EtOptions { sizes, jlab, cases })?
         }
         SuiteName::Engine => {
             let (suite, figures) = engine::run(config)?;
@@ -189,7 +190,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .sizes
                 .clone()
                 .unwrap_or_else(|| if args.quick { vec![1024, 16384] } else { vec![256, 1024, 4096, 16384, 65536] });
-            let (suite, failures) = evb::run(config, evb::EvbOptions { sizes, cases: args.cases.clone() })?;
+            let cases = known_cases("evb", &args.cases, &evb::CASES)?;
+            let (suite, failures) = evb::run(config, evb::EvbOptions { sizes, cases })?;
             return suite.finish_unless_failed(&failures);
         }
         SuiteName::Chain => {
@@ -205,6 +207,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     };
     suite.finish()
+}
+
+/// A suite's name as the command line spells it.
+fn suite_name(suite: SuiteName) -> String {
+    suite.to_possible_value().map_or_else(|| format!("{suite:?}"), |v| v.get_name().to_owned())
+}
+
+/// `--cases`, checked against the suite's cases: a misspelt case is an error, not a run that
+/// measures nothing (or everything).
+fn known_cases(suite: &str, cases: &Option<Vec<String>>, known: &[&str]) -> anyhow::Result<Option<Vec<String>>> {
+    if let Some(cases) = cases
+        && let Some(bad) = cases.iter().find(|c| !known.contains(&c.as_str()))
+    {
+        anyhow::bail!("{suite} has no case {bad:?}; its cases: {}", known.join(", "));
+    }
+    Ok(cases.clone())
 }
 
 /// A directory removed, with everything in it, when dropped.
@@ -247,4 +265,18 @@ pub fn machine_note() -> String {
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     format!("machine: {cpu}, {cores} cores available; numbers from a shared machine vary from run to run")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_misspelt_case_is_refused_with_the_suites_cases() {
+        let bad = known_cases("et", &Some(vec!["batch".into(), "bacth".into()]), &et::CASES).unwrap_err();
+        assert_eq!(bad.to_string(), "et has no case \"bacth\"; its cases: size, batch, consumers, jlab, remote");
+        let good = known_cases("evb", &Some(vec!["ru".into(), "contention".into()]), &evb::CASES).unwrap();
+        assert_eq!(good, Some(vec!["ru".to_owned(), "contention".to_owned()]));
+        assert_eq!(known_cases("et", &None, &et::CASES).unwrap(), None);
+    }
 }
