@@ -874,31 +874,42 @@ mod tests {
     use crate::system::{Holder, InProcess};
     use crate::{Attachment, EtError, EtSystem, Position, StationConfig, SystemConfig, Wait};
 
-    /// A process that cannot map large events' buffers (out of address space or of file
-    /// descriptors): everything else as in the ET process.
-    struct NoTemps(InProcess);
+    /// The ET process's own access (`InProcess`), changed in one way: a process that cannot
+    /// map large events' buffers (out of address space or of file descriptors), or a client
+    /// process's grouping of returns.
+    struct Tweaked {
+        inner: InProcess,
+        no_temps: bool,
+        groups: bool,
+    }
 
-    impl Backend for NoTemps {
+    impl Backend for Tweaked {
         fn pool(&self) -> &Pool {
-            self.0.pool()
+            self.inner.pool()
         }
         fn system_name(&self) -> &str {
-            self.0.system_name()
+            self.inner.system_name()
         }
         fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError> {
-            self.0.admit_large(att, n, size)
+            self.inner.admit_large(att, n, size)
         }
         fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
-            self.0.new_temp(att, event, size)
+            self.inner.new_temp(att, event, size)
         }
-        fn temp(&self, _: u32) -> Result<Arc<Mapping>, EtError> {
-            Err(EtError::io("mapping a large event", std::io::Error::from_raw_os_error(libc::EMFILE)))
+        fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError> {
+            if self.no_temps {
+                return Err(EtError::io("mapping a large event", std::io::Error::from_raw_os_error(libc::EMFILE)));
+            }
+            self.inner.temp(id)
         }
         fn detach(&self, att: u32) {
-            self.0.detach(att)
+            self.inner.detach(att)
         }
         fn is_dead(&self) -> bool {
-            self.0.is_dead()
+            self.inner.is_dead()
+        }
+        fn groups_returns(&self) -> bool {
+            self.groups
         }
     }
 
@@ -937,7 +948,7 @@ mod tests {
         system.create_station("after", StationConfig::default(), Position::End).unwrap();
         let (att, slot) = system.inner.attach("blind", Holder::InProcess).unwrap();
         let blind = LocalAttachment::new(
-            Arc::new(NoTemps(InProcess { system: system.inner.clone() })),
+            Arc::new(Tweaked { inner: InProcess { system: system.inner.clone() }, no_temps: true, groups: false }),
             att,
             slot,
             "blind".into(),
@@ -977,36 +988,6 @@ mod tests {
         new.put_events(&mut evs).unwrap();
     }
 
-    /// A client process's grouping of returns, with the ET process's own access otherwise.
-    struct Grouping(InProcess);
-
-    impl Backend for Grouping {
-        fn pool(&self) -> &Pool {
-            self.0.pool()
-        }
-        fn system_name(&self) -> &str {
-            self.0.system_name()
-        }
-        fn admit_large(&self, att: u32, n: usize, size: usize) -> Result<(), EtError> {
-            self.0.admit_large(att, n, size)
-        }
-        fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError> {
-            self.0.new_temp(att, event, size)
-        }
-        fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError> {
-            self.0.temp(id)
-        }
-        fn detach(&self, att: u32) {
-            self.0.detach(att)
-        }
-        fn is_dead(&self) -> bool {
-            self.0.is_dead()
-        }
-        fn groups_returns(&self) -> bool {
-            true
-        }
-    }
-
     /// A consumer on the last station (restore mode: input), with a pool of 3000 events: its
     /// returns go back in groups of 32.
     fn grouping_consumer(test: &str) -> (EtSystem, LocalAttachment) {
@@ -1015,7 +996,7 @@ mod tests {
         system.create_station("last", config, Position::End).unwrap();
         let (att, slot) = system.inner.attach("last", Holder::InProcess).unwrap();
         let consumer = LocalAttachment::new(
-            Arc::new(Grouping(InProcess { system: system.inner.clone() })),
+            Arc::new(Tweaked { inner: InProcess { system: system.inner.clone() }, no_temps: false, groups: true }),
             att,
             slot,
             "last".into(),
