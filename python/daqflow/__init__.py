@@ -4,6 +4,9 @@
 stopped); iterating over it yields its events, whose fragments' payloads are read-only
 ``memoryview`` objects over the bytes read from the file (no copy). ``File.verify()`` checks
 every CRC; ``File.arrays()`` returns the fragments of the whole file as numpy arrays.
+``File.batches()`` yields the events in batches of numpy columns, and ``File.to_arrow()`` /
+``File.to_awkward()`` return them as a pyarrow table or an awkward array (``daqflow.export``,
+which also writes Parquet, ROOT and HDF5 files: docs/analysis-files.md).
 ``daqflow.decode_event(data)`` gives the same ``Event`` for the bytes of one event from
 elsewhere (an ET event: ``daqflow.et``).
 
@@ -12,6 +15,8 @@ The module is built from daqflow's Rust crates (``crates/python``, PyO3); see do
 
 from ._native import (
     Arrays,
+    Batch,
+    Batches,
     Buffer,
     CorruptDataError,
     Error,
@@ -34,6 +39,8 @@ from . import dialog
 
 __all__ = [
     "Arrays",
+    "Batch",
+    "Batches",
     "Buffer",
     "Component",
     "InPort",

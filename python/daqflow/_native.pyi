@@ -92,6 +92,61 @@ class File:
         """Every fragment of the whole file as numpy arrays (the fast path): one row per
         fragment, and all payloads in one contiguous ``uint8`` array. Needs numpy (``ImportError``
         without it). Raises ``CorruptDataError`` on a damaged record unless ``skip_damaged``."""
+    def batches(self, max_bytes: int = 16 << 20, payload: bool = True, skip_damaged: bool = False) -> Batches:
+        """The events of the file in file order, as batches of numpy columns of about
+        ``max_bytes`` each (an event larger than that makes a batch of its own): bounded memory
+        for a file of any size. Each batch is read in Rust without the GIL. ``payload``: with the
+        fragments' bytes. Needs numpy."""
+    def to_arrow(self, payload: bool = False, skip_damaged: bool = False) -> Any:
+        """The file's events as a ``pyarrow.Table``, one row per event with its fragments as a
+        list (``daqflow.export.to_arrow``; docs/analysis-files.md). Needs pyarrow."""
+    def to_awkward(self, payload: bool = False, skip_damaged: bool = False) -> Any:
+        """The file's events as an ``awkward.Array`` of records, each with its list of fragment
+        records (``daqflow.export.to_awkward``). Needs awkward."""
+
+class Batches(Iterator[Batch]):
+    """The batches of ``File.batches``."""
+
+    def __iter__(self) -> Batches: ...
+    def __next__(self) -> Batch: ...
+
+class Batch:
+    """Events of a file as read-only numpy columns: one value per event, then one per fragment
+    (event ``i``'s fragments are ``fragment_start[i]`` to ``fragment_start[i + 1]``)."""
+
+    events: int
+    """Events in the batch."""
+    run: Any
+    """``uint32``: each event's run number."""
+    event_id: Any
+    """``uint64``: each event's id."""
+    trigger_type: Any
+    """``uint32``: each event's trigger type."""
+    flags: Any
+    """``uint32``: each event's flags."""
+    bu_id: Any
+    """``uint32``: the builder unit that built each event."""
+    trigger_time: Any
+    """``uint64``: the time stamp of each event's first fragment (0 without fragments)."""
+    size: Any
+    """``uint64``: each built event's size in bytes."""
+    fragment_start: Any
+    """``uint64``, ``events + 1`` entries: where each event's fragments start, then their number."""
+    source_id: Any
+    """``uint32``: each fragment's source."""
+    fragment_size: Any
+    """``uint32``: each fragment's payload size."""
+    fragment_timestamp: Any
+    """``uint64``: each fragment's time stamp."""
+    fragment_flags: Any
+    """``uint32``: each fragment's flags."""
+    payload_start: Optional[Any]
+    """``uint64``, fragments + 1 entries: where each fragment's bytes start in ``payload``
+    (``None`` without payloads)."""
+    payload: Optional[Any]
+    """``uint8``: every payload back to back (``None`` without payloads)."""
+    def __len__(self) -> int:
+        """The number of events."""
 
 class Events(Iterator[Event]):
     """An iterator over the events of a file, in file order."""
@@ -223,6 +278,8 @@ class Arrays:
     """``uint32``: each fragment's flags."""
     sizes: Any
     """``uint32``: each fragment's payload size in bytes."""
+    timestamps: Any
+    """``uint64``: each fragment's time stamp."""
     offsets: Any
     """``uint64``: where each fragment's payload starts in ``payload``."""
     payload: Any

@@ -14,6 +14,7 @@ mod dialog_cmd;
 mod engine_cmd;
 mod et_cmd;
 mod evb_cmd;
+mod export_cmd;
 mod format;
 mod inspect;
 mod metrics;
@@ -69,6 +70,9 @@ enum Command {
     /// Read data files: summary, size distribution, and with --verify every CRC.
     #[command(after_help = inspect::AFTER_HELP)]
     Inspect(inspect::Args),
+    /// Write data files (a run's, or those given) as Parquet, ROOT or HDF5 for analysis.
+    #[command(after_help = export_cmd::AFTER_HELP, override_usage = export_cmd::USAGE)]
+    Export(export_cmd::Args),
     /// Reproduce the papers' figures on this machine: table, CSV, JSON and PNG.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::Args),
@@ -117,6 +121,14 @@ fn main() -> ExitCode {
         Command::Et(ref args) if args.is_server() => "info",
         _ => "warn",
     });
+    // The commands whose job is printing (`daqflow inspect … | head`) end as a shell's tools do
+    // when the reader goes: by SIGPIPE, not a panic of `println!` with a backtrace. Rust ignores
+    // SIGPIPE for every program; the others keep it ignored (their sockets and pipes report a
+    // gone peer as an error they handle).
+    if matches!(cli.command, Command::Inspect(_) | Command::Version | Command::Profile(_) | Command::Export(_)) {
+        // SAFETY: restores the default disposition of SIGPIPE before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     // A program of the user's own (`component --command`) reads the token line itself.
     let token_stdin = matches!(&cli.command, Command::Component(args) if args.token_stdin && args.command.is_none());
     // `--data DIR` before the command: the data directory of a running operator, for the tools.
@@ -131,9 +143,13 @@ fn main() -> ExitCode {
             Some(own) if own != *dir => return data_twice(dir, &own),
             _ => None,
         },
+        (Some(dir), Command::Export(args)) => match args.data.replace(dir.clone()) {
+            Some(own) if own != *dir => return data_twice(dir, &own),
+            _ => None,
+        },
         (Some(_), _) => {
             eprintln!(
-                "daqflow: error: --data before the command is read by `dialog`, `demo` and `run`; give this command's own options after its name (see its --help)"
+                "daqflow: error: --data before the command is read by `dialog`, `demo`, `run` and `export`; give this command's own options after its name (see its --help)"
             );
             return ExitCode::from(2);
         }
@@ -169,6 +185,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect(args) => inspect::run(&args),
+        Command::Export(args) => export_cmd::run(&args),
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::ControlServer(args) => dialog_cmd::run_server(&args),
         Command::Dialog(args) => dialog_cmd::run(&args, cli.data.as_deref(), cli.token_file.as_deref()),

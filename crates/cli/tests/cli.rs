@@ -88,6 +88,29 @@ fn inspect_summarizes_and_verifies_a_good_file() {
 }
 
 #[test]
+fn output_into_a_closed_pipe_ends_the_command_quietly_as_in_a_shell() {
+    // `daqflow inspect FILE | head -1`: once `head` has gone, the next write fails. A tool that
+    // prints ends by SIGPIPE, as `cat` does, rather than panicking with a backtrace.
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_run(dir.path(), 50);
+    for args in [vec!["inspect", path.to_str().unwrap()], vec!["version"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the first line is written.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{args:?}: {:?} {stderr}", o.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn inspect_reports_first_and_last_in_file_order_and_the_id_range_apart() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = FileWriterConfig::new(dir.path(), 42);

@@ -269,26 +269,45 @@ impl File {
 
     #[pyo3(signature = (skip_damaged = false))]
     fn arrays(&self, py: Python<'_>, skip_damaged: bool) -> PyResult<Arrays> {
-        let numpy = py.import("numpy").map_err(|e| {
-            PyImportError::new_err(format!(
-                "File.arrays() needs numpy ({e}): pip install numpy, or install daqflow[numpy]"
-            ))
-        })?;
+        let numpy = import_numpy(py, "File.arrays()")?;
         let reader = Arc::clone(&self.reader);
         let columns = py.detach(move || Columns::read(&reader, skip_damaged))?;
-        let array = |store: Store, dtype: &str| -> PyResult<Py<PyAny>> {
-            let buffer = Bound::new(py, Buffer::new(store))?;
-            Ok(numpy.call_method1("frombuffer", (buffer, dtype))?.unbind())
-        };
+        let array = |store: Store, dtype: &str| numpy_array(&numpy, store, dtype);
         Ok(Arrays {
             events: columns.events,
             event_ids: array(Store::U64(columns.event_ids), "uint64")?,
             source_ids: array(Store::U32(columns.source_ids), "uint32")?,
             flags: array(Store::U32(columns.flags), "uint32")?,
             sizes: array(Store::U32(columns.sizes), "uint32")?,
+            timestamps: array(Store::U64(columns.timestamps), "uint64")?,
             offsets: array(Store::U64(columns.offsets), "uint64")?,
             payload: array(Store::U8(columns.payload), "uint8")?,
         })
+    }
+
+    #[pyo3(signature = (max_bytes = DEFAULT_BATCH_BYTES, payload = true, skip_damaged = false))]
+    fn batches(&self, py: Python<'_>, max_bytes: usize, payload: bool, skip_damaged: bool) -> PyResult<Batches> {
+        let numpy = import_numpy(py, "File.batches()")?;
+        Ok(Batches {
+            numpy: numpy.unbind(),
+            reader: Arc::clone(&self.reader),
+            cursor: Some(self.reader.cursor()),
+            max_bytes: max_bytes.max(1),
+            payload,
+            skip_damaged,
+        })
+    }
+
+    /// See `daqflow.export.to_arrow`.
+    #[pyo3(signature = (payload = false, skip_damaged = false))]
+    fn to_arrow(slf: &Bound<'_, Self>, payload: bool, skip_damaged: bool) -> PyResult<Py<PyAny>> {
+        export_call(slf, "to_arrow", payload, skip_damaged)
+    }
+
+    /// See `daqflow.export.to_awkward`.
+    #[pyo3(signature = (payload = false, skip_damaged = false))]
+    fn to_awkward(slf: &Bound<'_, Self>, payload: bool, skip_damaged: bool) -> PyResult<Py<PyAny>> {
+        export_call(slf, "to_awkward", payload, skip_damaged)
     }
 
     fn __repr__(&self) -> String {
@@ -300,6 +319,16 @@ impl File {
             if self.complete() { "complete" } else { "not closed" }
         )
     }
+}
+
+/// `daqflow.export.FUNCTION(file, payload=…, skip_damaged=…)`: the conversions to the field's
+/// libraries are written in Python, beside the libraries they call.
+fn export_call(file: &Bound<'_, File>, function: &str, payload: bool, skip_damaged: bool) -> PyResult<Py<PyAny>> {
+    let py = file.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("payload", payload)?;
+    kwargs.set_item("skip_damaged", skip_damaged)?;
+    Ok(py.import("daqflow.export")?.getattr(function)?.call((file,), Some(&kwargs))?.unbind())
 }
 
 /// A [`CorruptDataError`] about a record.
@@ -651,6 +680,7 @@ pub struct Arrays {
     source_ids: Py<PyAny>,
     flags: Py<PyAny>,
     sizes: Py<PyAny>,
+    timestamps: Py<PyAny>,
     offsets: Py<PyAny>,
     payload: Py<PyAny>,
 }
@@ -671,52 +701,235 @@ impl Arrays {
     }
 }
 
-/// The columns [`File::arrays`] fills, without Python.
+/// `numpy`, or an `ImportError` saying that `what` needs it.
+fn import_numpy<'py>(py: Python<'py>, what: &str) -> PyResult<Bound<'py, PyModule>> {
+    py.import("numpy").map_err(|e| {
+        PyImportError::new_err(format!("{what} needs numpy ({e}): pip install numpy, or install daqflow[numpy]"))
+    })
+}
+
+/// A read-only numpy array of `dtype` over `store`, without a copy.
+fn numpy_array(numpy: &Bound<'_, PyModule>, store: Store, dtype: &str) -> PyResult<Py<PyAny>> {
+    let buffer = Bound::new(numpy.py(), Buffer::new(store))?;
+    Ok(numpy.call_method1("frombuffer", (buffer, dtype))?.unbind())
+}
+
+/// What one batch of `File.batches` holds at most, about: 16 MiB (`daqflow.export` reads with
+/// the same; its peak memory follows it).
+const DEFAULT_BATCH_BYTES: usize = 16 << 20;
+
+/// The events of a file in batches of columns; see `File.batches`.
+#[pyclass(module = "daqflow")]
+pub struct Batches {
+    numpy: Py<PyModule>,
+    reader: Arc<FileReader<fs::File>>,
+    /// `None` once the records ended.
+    cursor: Option<ScanCursor>,
+    max_bytes: usize,
+    payload: bool,
+    skip_damaged: bool,
+}
+
+#[pymethods]
+impl Batches {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        let Some(mut cursor) = self.cursor.take() else { return Ok(None) };
+        let (reader, max_bytes, payload, skip_damaged) =
+            (Arc::clone(&self.reader), self.max_bytes, self.payload, self.skip_damaged);
+        let (columns, ended, cursor) = py.detach(move || {
+            let mut c = Columns::new(payload, max_bytes.min(reader.size() as usize) + 1024);
+            let ended = c.read_until(&reader, &mut cursor, skip_damaged, max_bytes);
+            (c, ended, cursor)
+        });
+        if !ended? {
+            self.cursor = Some(cursor);
+        }
+        if columns.events == 0 {
+            return Ok(None);
+        }
+        Batch::new(self.numpy.bind(py), columns).map(Some)
+    }
+}
+
+/// Events of a file as numpy columns: one row per event in the first group, one per fragment
+/// in the second (`fragment_start[i]` to `fragment_start[i + 1]` are event `i`'s).
+#[pyclass(frozen, module = "daqflow", get_all)]
+pub struct Batch {
+    events: u64,
+    run: Py<PyAny>,
+    event_id: Py<PyAny>,
+    trigger_type: Py<PyAny>,
+    flags: Py<PyAny>,
+    bu_id: Py<PyAny>,
+    trigger_time: Py<PyAny>,
+    size: Py<PyAny>,
+    fragment_start: Py<PyAny>,
+    source_id: Py<PyAny>,
+    fragment_size: Py<PyAny>,
+    fragment_timestamp: Py<PyAny>,
+    fragment_flags: Py<PyAny>,
+    payload_start: Option<Py<PyAny>>,
+    payload: Option<Py<PyAny>>,
+}
+
+impl Batch {
+    fn new(numpy: &Bound<'_, PyModule>, mut c: Columns) -> PyResult<Batch> {
+        let u32s = |v: Vec<u32>| numpy_array(numpy, Store::U32(v), "uint32");
+        let u64s = |v: Vec<u64>| numpy_array(numpy, Store::U64(v), "uint64");
+        let (payload_start, payload) = if c.with_payload {
+            c.offsets.push(c.payload.len() as u64);
+            (Some(u64s(c.offsets)?), Some(numpy_array(numpy, Store::U8(c.payload), "uint8")?))
+        } else {
+            (None, None)
+        };
+        Ok(Batch {
+            events: c.events,
+            run: u32s(c.runs)?,
+            event_id: u64s(c.ids)?,
+            trigger_type: u32s(c.trigger_types)?,
+            flags: u32s(c.event_flags)?,
+            bu_id: u32s(c.bu_ids)?,
+            trigger_time: u64s(c.trigger_times)?,
+            size: u64s(c.event_sizes)?,
+            fragment_start: u64s(c.fragment_starts)?,
+            source_id: u32s(c.source_ids)?,
+            fragment_size: u32s(c.sizes)?,
+            fragment_timestamp: u64s(c.timestamps)?,
+            fragment_flags: u32s(c.flags)?,
+            payload_start,
+            payload,
+        })
+    }
+}
+
+#[pymethods]
+impl Batch {
+    fn __len__(&self) -> usize {
+        self.events as usize
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "<daqflow.Batch of {} events, {} fragments{}>",
+            self.events,
+            self.source_id.bind(py).len()?,
+            match &self.payload {
+                Some(p) => format!(", {} payload bytes", p.bind(py).len()?),
+                None => String::new(),
+            }
+        ))
+    }
+}
+
+/// The columns [`File::arrays`] and [`File::batches`] fill, without Python: one entry per event
+/// in the first group, one per fragment in the second, and the fragments' payloads back to back.
 #[derive(Default)]
 struct Columns {
     events: u64,
+    runs: Vec<u32>,
+    ids: Vec<u64>,
+    trigger_types: Vec<u32>,
+    event_flags: Vec<u32>,
+    bu_ids: Vec<u32>,
+    trigger_times: Vec<u64>,
+    event_sizes: Vec<u64>,
+    /// Where each event's fragments start in the fragment columns, and after the last one the
+    /// number of fragments (`events + 1` entries).
+    fragment_starts: Vec<u64>,
     event_ids: Vec<u64>,
     source_ids: Vec<u32>,
     flags: Vec<u32>,
     sizes: Vec<u32>,
+    timestamps: Vec<u64>,
+    /// Where each fragment's payload starts in `payload` (with payloads).
     offsets: Vec<u64>,
     payload: Vec<u8>,
+    with_payload: bool,
 }
 
+/// Bytes the columns hold per event and per fragment, besides the payloads.
+const EVENT_COLUMN_BYTES: usize = 4 + 8 + 4 + 4 + 4 + 8 + 8 + 8;
+const FRAGMENT_COLUMN_BYTES: usize = 8 + 4 + 4 + 4 + 8 + 8;
+
 impl Columns {
+    fn new(with_payload: bool, payload_capacity: usize) -> Columns {
+        let mut c = Columns { with_payload, fragment_starts: vec![0], ..Columns::default() };
+        if with_payload {
+            c.payload = Vec::with_capacity(payload_capacity);
+            advise_huge_pages(&mut c.payload);
+        }
+        c
+    }
+
+    /// Bytes held, about.
+    fn held(&self) -> usize {
+        self.ids.len() * EVENT_COLUMN_BYTES + self.sizes.len() * FRAGMENT_COLUMN_BYTES + self.payload.len()
+    }
+
+    /// The whole file from the start; see `File.arrays`.
     fn read(reader: &FileReader<fs::File>, skip_damaged: bool) -> PyResult<Columns> {
-        let mut c = Columns { payload: Vec::with_capacity(reader.size() as usize), ..Columns::default() };
-        advise_huge_pages(&mut c.payload);
-        let mut cursor = reader.cursor();
-        while let Some((index, offset, event)) = next_event(reader, &mut cursor, skip_damaged)? {
-            let what = || format!("record {index} (event {}) at offset {offset}", event.header().event_id);
-            let mark = (c.event_ids.len(), c.payload.len());
-            let mut add = || -> Result<(), DecodeError> {
-                for sf in event.super_fragments() {
-                    for fragment in sf?.fragments() {
-                        let fragment = fragment?;
-                        let h = fragment.header();
-                        c.event_ids.push(h.event_id.0);
-                        c.source_ids.push(h.source_id);
-                        c.flags.push(h.flags.0);
-                        c.sizes.push(h.payload_len);
-                        c.offsets.push(c.payload.len() as u64);
-                        c.payload.extend_from_slice(fragment.payload_slice());
-                    }
+        let mut c = Columns::new(true, reader.size() as usize);
+        c.read_until(reader, &mut reader.cursor(), skip_damaged, usize::MAX)?;
+        Ok(c)
+    }
+
+    /// Reads events from `cursor` until the columns hold `budget` bytes or more, or the records
+    /// end; returns whether they ended.
+    fn read_until(
+        &mut self,
+        reader: &FileReader<fs::File>,
+        cursor: &mut ScanCursor,
+        skip_damaged: bool,
+        budget: usize,
+    ) -> PyResult<bool> {
+        while self.held() < budget {
+            let Some((index, offset, event)) = next_event(reader, cursor, skip_damaged)? else { return Ok(true) };
+            let mark = (self.sizes.len(), self.payload.len());
+            match self.add(&event) {
+                Ok(()) => {
+                    let h = event.header();
+                    self.events += 1;
+                    self.runs.push(h.run_number);
+                    self.ids.push(h.event_id.0);
+                    self.trigger_types.push(h.trigger_type);
+                    self.event_flags.push(h.flags.0);
+                    self.bu_ids.push(h.bu_id);
+                    self.trigger_times.push(self.timestamps.get(mark.0).copied().unwrap_or(0));
+                    self.event_sizes.push(h.total_len);
+                    self.fragment_starts.push(self.sizes.len() as u64);
                 }
-                Ok(())
-            };
-            match add() {
-                Ok(()) => c.events += 1,
-                Err(e) if skip_damaged => {
-                    // Drop the fragments taken from the damaged event.
-                    let _ = e;
-                    c.truncate(mark);
+                // Drop the fragments taken from the damaged event.
+                Err(_) if skip_damaged => self.truncate(mark),
+                Err(e) => {
+                    let what = format!("record {index} (event {}) at offset {offset}", event.header().event_id);
+                    return Err(decode_error(&what, e));
                 }
-                Err(e) => return Err(decode_error(&what(), e)),
             }
         }
-        Ok(c)
+        Ok(false)
+    }
+
+    fn add(&mut self, event: &WireEvent) -> Result<(), DecodeError> {
+        for sf in event.super_fragments() {
+            for fragment in sf?.fragments() {
+                let fragment = fragment?;
+                let h = fragment.header();
+                self.event_ids.push(h.event_id.0);
+                self.source_ids.push(h.source_id);
+                self.flags.push(h.flags.0);
+                self.sizes.push(h.payload_len);
+                self.timestamps.push(h.timestamp);
+                if self.with_payload {
+                    self.offsets.push(self.payload.len() as u64);
+                    self.payload.extend_from_slice(fragment.payload_slice());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn truncate(&mut self, (fragments, bytes): (usize, usize)) {
@@ -724,6 +937,7 @@ impl Columns {
         self.source_ids.truncate(fragments);
         self.flags.truncate(fragments);
         self.sizes.truncate(fragments);
+        self.timestamps.truncate(fragments);
         self.offsets.truncate(fragments);
         self.payload.truncate(bytes);
     }
@@ -776,6 +990,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Fragment>()?;
     m.add_class::<VerifyReport>()?;
     m.add_class::<Arrays>()?;
+    m.add_class::<Batches>()?;
+    m.add_class::<Batch>()?;
     m.add_class::<Buffer>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("FormatError", py.get_type::<FormatError>())?;

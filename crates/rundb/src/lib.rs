@@ -410,6 +410,28 @@ impl RunDb {
         if updated { Ok(()) } else { Err(DbError::Closed(run)) }
     }
 
+    /// The data files written in run `run` (`run_files`, filled when the run was closed), by
+    /// writer and path: a writer's files in their sequence order. Empty for a run that is not
+    /// closed yet, or wrote no file.
+    pub fn files(&self, run: u32) -> Result<Vec<RunFile>, DbError> {
+        self.transact(Mode::Read, |tx| {
+            let rows = tx.query(
+                "SELECT component, path, events, bytes FROM run_files WHERE run = ?1 ORDER BY component, path",
+                &[Arg::Int(run.into())],
+            )?;
+            rows.iter()
+                .map(|r| {
+                    Ok(RunFile {
+                        component: r.text(0)?,
+                        path: PathBuf::from(r.text(1)?),
+                        events: r.count(2)?,
+                        bytes: r.count(3)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
     /// The runs of `system` left `running` by an operator that died are marked `abandoned`;
     /// returns how many. Other systems' runs (in a database several systems share) are left as
     /// they are.
@@ -601,6 +623,19 @@ fn postgres_connect(config: &postgres::Config, location: &Location) -> Result<po
     client.batch_execute(history::POSTGRES_SCHEMA).map_err(err)?;
     client.batch_execute(alarms::POSTGRES_SCHEMA).map_err(err)?;
     Ok(client)
+}
+
+/// A data file of a run, as its run record lists it ([`RunDb::files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFile {
+    /// The component that wrote it.
+    pub component: String,
+    /// Its path, as the writer gave it.
+    pub path: PathBuf,
+    /// Whole event records in it at the end of the run.
+    pub events: u64,
+    /// Its size in bytes at the end of the run.
+    pub bytes: u64,
 }
 
 /// The columns `run` … `error` of a `runs` row (in that order, the first ten selected).

@@ -37,15 +37,17 @@ fn runs_are_numbered_recorded_and_listed_newest_first(backend: Backend) {
             earlier_lives: 0,
         },
     );
-    summary.files.push(FileRecord {
-        component: "rec".into(),
-        path: "/d/run000001_rec_0001.daq".into(),
-        events: 5,
-        bytes: 100,
-        first_event: Some(1),
-        last_event: Some(5),
-        complete: true,
-    });
+    for (path, events, bytes) in [("/d/run000001_rec_0002.daq", 2, 40), ("/d/run000001_rec_0001.daq", 3, 60)] {
+        summary.files.push(FileRecord {
+            component: "rec".into(),
+            path: path.into(),
+            events,
+            bytes,
+            first_event: Some(1),
+            last_event: Some(events),
+            complete: true,
+        });
+    }
     db.end_run(&summary).unwrap();
     let mut late = example_summary(1, 0);
     late.state = RunState::Failed;
@@ -72,7 +74,15 @@ fn runs_are_numbered_recorded_and_listed_newest_first(backend: Backend) {
     assert_eq!(one.config, "cfg");
     assert_eq!((one.record.state, one.record.events, one.record.stopped_ms), (RunState::Stopped, Some(5), Some(2)));
     assert_eq!(one.summary.as_ref().unwrap(), &summary);
-    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM run_files WHERE run = 1"), Cell::Int(1));
+    let files = db.files(1).unwrap();
+    let listed: Vec<(&str, &str, u64, u64)> =
+        files.iter().map(|f| (f.component.as_str(), f.path.to_str().unwrap(), f.events, f.bytes)).collect();
+    assert_eq!(
+        listed,
+        [("rec", "/d/run000001_rec_0001.daq", 3, 60), ("rec", "/d/run000001_rec_0002.daq", 2, 40)],
+        "a writer's files in sequence order"
+    );
+    assert_eq!(db.files(2).unwrap(), [], "a run still running has no files yet");
     let Cell::Text(counters) = scalar(&db, "SELECT counters FROM run_components WHERE run = 1") else { panic!() };
     assert_eq!(serde_json::from_str::<Stats>(&counters).unwrap().events, 5);
     assert!(db.run(99).unwrap().is_none());
