@@ -35,7 +35,7 @@ from ._native import (
 from .component import STATES_CONFIGURED, Component, Parameter
 from .ports import InPort, OutPort, PortComponent
 from .operator import Operator, OperatorError
-from . import dialog
+from . import dialog, histograms
 
 __all__ = [
     "Arrays",
@@ -63,5 +63,6 @@ __all__ = [
     "__version__",
     "decode_event",
     "dialog",
+    "histograms",
     "open",
 ]

@@ -52,6 +52,7 @@ import threading
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import _native
+from .histograms import Histograms
 
 __all__ = ["Component", "Parameter", "ROLES", "STATES_CONFIGURED"]
 
@@ -216,6 +217,10 @@ class Component:
         #: A :class:`logging.Logger` whose records go to the process's daqflow log (standard
         #: error, and at info and above the ``NAME/log`` service the message logger stores).
         self.log = logging.getLogger(f"daqflow.component.{name}")
+        #: Its histograms and counters (:class:`daqflow.histograms.Histograms`): emptied when a
+        #: run starts, published with :meth:`stats` (``detail.histograms``) and drawn by the web
+        #: UI. Book and fill them from your hooks or your own threads.
+        self.histograms = Histograms()
         self._failure: Optional[str] = None
         self._failure_lock = threading.Lock()
 
@@ -288,10 +293,23 @@ class Component:
     def _df_start(self, run: int) -> None:
         with self._failure_lock:
             self._failure = None
+        self.histograms.reset()
         self.start(run)
 
+    def _with_histograms(self, value: Any) -> Any:
+        """``value`` (the hook's statistics) with :attr:`histograms` in its ``detail``, unless
+        nothing is booked or the hook published histograms of its own."""
+        if not len(self.histograms) or not isinstance(value, Mapping):
+            return value
+        detail = value.get("detail")
+        if detail is None:
+            detail = {}
+        if not isinstance(detail, Mapping) or "histograms" in detail:
+            return value
+        return dict(value, detail=dict(detail, histograms=self.histograms.to_json()))
+
     def _df_stop(self, last_event: Optional[int]) -> Optional[str]:
-        return _stats_json(self.stop(last_event), "stop()")
+        return _stats_json(self._with_histograms(self.stop(last_event)), "stop()")
 
     def _df_pause(self) -> None:
         self.pause()
@@ -303,7 +321,7 @@ class Component:
         self.reset()
 
     def _df_stats(self) -> Optional[str]:
-        return _stats_json(self.stats(), "stats()")
+        return _stats_json(self._with_histograms(self.stats()), "stats()")
 
     def _df_failure(self) -> Optional[str]:
         return self.failure()

@@ -405,6 +405,89 @@ def export(
     return done
 
 
+# ---- Histograms ------------------------------------------------------------------------------
+
+
+def export_histograms(histograms: Sequence[dict], output: Union[str, os.PathLike], overwrite: bool = False,
+                      run: Optional[int] = None) -> dict:
+    """Writes published histograms (``GET /api/histograms``'s, or a run's saved ones:
+    ``summary.histograms``) to the ROOT file ``output`` with uproot: a directory per component,
+    each one-dimensional histogram a ``TH1D`` (under- and overflow in ROOT's flow bins), each
+    two-dimensional one a ``TH2D``, each counter a ``TObjString`` holding its value; and a
+    ``TObjString`` ``daqflow`` with the run and what was written (JSON). Returns what was
+    written. Written as ``OUTPUT.part`` and renamed, like :func:`export`."""
+    uproot = _need("root", "uproot")
+    import numpy as np
+    from uproot.writing.identify import to_TAxis, to_TH1x, to_TH2x
+
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"{output} exists (give overwrite=True, or --overwrite, to replace it)")
+    part = output.with_name(output.name + ".part")
+    written = []
+    try:
+        with uproot.recreate(part) as f:
+            for h in histograms:
+                path = f"{h.get('component', 'daqflow')}/{h['name']}"
+                kind = h.get("kind", "h1")
+                if kind == "counter":
+                    f[path] = str(int(h.get("value", 0)))
+                elif kind == "h2":
+                    f[path] = _th2(h, np, to_TAxis, to_TH2x)
+                else:
+                    f[path] = _th1(h, np, to_TAxis, to_TH1x)
+                written.append(path)
+            f["daqflow"] = json.dumps({"run": run, "histograms": written, "daqflow_version": _native.__version__})
+        os.replace(part, output)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return {"run": run, "histograms": written, "output": str(output), "bytes_out": output.stat().st_size}
+
+
+def _centres(low: float, high: float, n: int, np):
+    return low + (np.arange(n) + 0.5) * (high - low) / n
+
+
+def _th1(h: dict, np, to_TAxis, to_TH1x):
+    bins = np.asarray(h.get("bins", []), dtype=np.float64)
+    n = max(len(bins), 1)
+    low, high = float(h.get("low", 0.0)), float(h.get("high", 1.0))
+    data = np.concatenate([[h.get("underflow", 0)], bins if len(bins) else [0.0], [h.get("overflow", 0)]]).astype(np.float64)
+    inside = float(bins.sum())
+    centres = _centres(low, high, n, np)
+    # ROOT's statistics are of the entries inside the range. daqflow keeps the exact sum of
+    # every value filled: it is ROOT's when nothing fell outside; otherwise the bins' centres.
+    outside = h.get("underflow", 0) + h.get("overflow", 0)
+    sumx = float(h["sum"]) if outside == 0 and h.get("sum") is not None else float((centres * bins).sum())
+    return to_TH1x(
+        fName=h["name"], fTitle=h.get("title", ""), data=data, fEntries=float(h.get("entries", 0)),
+        fTsumw=inside, fTsumw2=inside, fTsumwx=sumx, fTsumwx2=float((centres ** 2 * bins).sum()), fSumw2=data,
+        fXaxis=to_TAxis(fName="xaxis", fTitle=h.get("x_label", ""), fNbins=n, fXmin=low, fXmax=high),
+    )
+
+
+def _th2(h: dict, np, to_TAxis, to_TH2x):
+    ax, ay = h["x"], h["y"]
+    nx, ny = int(ax["bins"]), int(ay["bins"])
+    counts = np.asarray(h["bins"], dtype=np.float64).reshape(ny, nx)
+    # ROOT's cells include a flow bin at each end of each axis: cell (ix, iy) is ix + (nx + 2) * iy.
+    cells = np.zeros((ny + 2, nx + 2))
+    cells[1:-1, 1:-1] = counts
+    data = cells.ravel()
+    cx, cy = _centres(ax["low"], ax["high"], nx, np), _centres(ay["low"], ay["high"], ny, np)
+    inside = float(counts.sum())
+    return to_TH2x(
+        fName=h["name"], fTitle=h.get("title", ""), data=data, fEntries=float(h.get("entries", 0)),
+        fTsumw=inside, fTsumw2=inside, fTsumwx=float((counts.sum(axis=0) * cx).sum()),
+        fTsumwx2=float((counts.sum(axis=0) * cx ** 2).sum()), fTsumwy=float((counts.sum(axis=1) * cy).sum()),
+        fTsumwy2=float((counts.sum(axis=1) * cy ** 2).sum()), fTsumwxy=float((counts * np.outer(cy, cx)).sum()),
+        fSumw2=data,
+        fXaxis=to_TAxis(fName="xaxis", fTitle=ax.get("label", ""), fNbins=nx, fXmin=float(ax["low"]), fXmax=float(ax["high"])),
+        fYaxis=to_TAxis(fName="yaxis", fTitle=ay.get("label", ""), fNbins=ny, fXmin=float(ay["low"]), fXmax=float(ay["high"])),
+    )
+
+
 # ---- Command line ----------------------------------------------------------------------------
 
 
@@ -414,8 +497,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Write daqflow data files as Parquet, ROOT or HDF5: one row per event "
         "(docs/analysis-files.md).",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="data files (.daq, or .daq.part), in order")
+    p.add_argument("files", nargs="*", metavar="FILE", help="data files (.daq, or .daq.part), in order")
     p.add_argument("--to", required=True, choices=FORMATS, help="the format to write")
+    p.add_argument("--histograms", metavar="JSON",
+                   help="instead of files: write the histograms of JSON ({\"run\": N, \"histograms\": [...]}; "
+                   "- for standard input) to a ROOT file (--to root)")
     p.add_argument("--output", "-o", required=True, metavar="OUT", help="the file to write")
     p.add_argument("--payload", action="store_true", help="also write every fragment's payload")
     p.add_argument("--compression", help="parquet: none, snappy (default), zstd, lz4, gzip, brotli; "
@@ -448,7 +534,28 @@ def peak_rss_bytes() -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m daqflow.export``: exit status 0 when written, 2 on an error (a file that
     cannot be read, a library that is missing, an output that exists), 130 on Ctrl-C."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.histograms is not None:
+        if args.files or args.to != "root":
+            parser.error("--histograms writes a ROOT file (--to root) and takes no data file")
+        try:
+            text = sys.stdin.read() if args.histograms == "-" else Path(args.histograms).read_text()
+            given = json.loads(text)
+            done = export_histograms(given["histograms"], args.output, overwrite=args.overwrite, run=given.get("run"))
+        except KeyboardInterrupt:
+            print("daqflow export: interrupted; nothing was written", file=sys.stderr)
+            return 130
+        except (OSError, ValueError, KeyError, TypeError, ImportError) as e:
+            print(f"daqflow export: error: {e}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(done))
+        else:
+            print(f"{len(done['histograms'])} histograms of run {done['run']} written to {done['output']} (root)")
+        return 0
+    if not args.files:
+        parser.error("give the data files to export")
     try:
         done = export(
             args.files, args.to, args.output, payload=args.payload, compression=args.compression,

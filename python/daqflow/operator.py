@@ -323,6 +323,12 @@ class Operator:
         q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         return self._request("GET", "/api/logs" + (f"?{q}" if q else ""))
 
+    def histograms(self) -> List[Dict[str, Any]]:
+        """The components' histograms and counters as the web UI draws them (``GET
+        /api/histograms``): each with its ``component``; those of a parallel group's members
+        summed under the group's name, with ``members``."""
+        return self._request("GET", "/api/histograms")
+
     def processes(self) -> List[Dict[str, Any]]:
         """The control plane's directory: every process, its services and commands."""
         return self._request("GET", "/api/processes")

@@ -799,6 +799,11 @@ pub struct RunSummary {
     /// The live parameters changed during the run, in order.
     #[serde(default)]
     pub changes: Vec<ParameterChange>,
+    /// The histograms and counters the components ended the run with, as `GET /api/histograms`
+    /// gives them (a parallel group's summed): what the web UI's Runs view draws, a reference
+    /// run's overlay, and `daqflow export RUN --histograms` writes for ROOT.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub histograms: Vec<serde_json::Value>,
 }
 
 impl std::ops::Deref for RunSummary {

@@ -48,6 +48,10 @@ pub struct Args {
     /// Print what was done as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Write the histograms and counters the run ended with (saved in its record) instead of
+    /// its events: one run number, `--to root`.
+    #[arg(long)]
+    pub histograms: bool,
 }
 
 /// The formats `daqflow export` writes.
@@ -88,8 +92,12 @@ into the Python given by --python (or $DAQFLOW_PYTHON; default python3).
 The output is written as OUT.part and renamed when complete: an export that fails or is
 interrupted (Ctrl-C) leaves nothing behind. Exit status: 0 written, 2 an error.
 
+With --histograms, the histograms and counters run RUN ended with (its record keeps them) are
+written instead, for ROOT: a directory per component, TH1D, TH2D, and a TObjString per counter.
+
 Examples:
   daqflow export 1 --to parquet run1.parquet                  # run 1 of ./daqflow-demo
+  daqflow export 1 --histograms --to root run1-histograms.root
   daqflow --data /data/daq export 1234 --to root run1234.root
   daqflow export data/run000123_*.daq --to hdf5 --payload run123.h5";
 
@@ -102,6 +110,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ),
     };
     let data = args.data.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DATA));
+    if args.histograms {
+        return export_histograms(args, inputs, out, &data);
+    }
     let mut files = Vec::new();
     for input in inputs {
         files.extend(resolve(input, &data)?);
@@ -124,21 +135,65 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     // `--` so that a file named like an option is a file.
     command.arg("--").args(&files);
-    let mut child = command.spawn().with_context(|| format!("running {}", args.python.display()))?;
+    run_export(command, &args.python, None)
+}
+
+/// Runs the export `command` of `python` (with `input` on its standard input) to its end; its
+/// exit status as this command's.
+fn run_export(mut command: Command, python: &Path, input: Option<&[u8]>) -> anyhow::Result<ExitCode> {
+    if input.is_some() {
+        command.stdin(std::process::Stdio::piped());
+    }
+    let mut child = command.spawn().with_context(|| format!("running {}", python.display()))?;
     // Ctrl-C reaches the export too (the terminal's process group): it removes what it wrote
     // and exits 130. This process waits for that rather than leaving before it (the child was
     // started first: it would inherit an ignored SIGINT, and Python would not stop on Ctrl-C).
     let _ignored = IgnoreSigint::now();
-    let status = child.wait().with_context(|| format!("waiting for {}", args.python.display()))?;
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        use std::io::Write;
+        // An export that ends early (an error it prints) closes the pipe: its status says why.
+        let _ = stdin.write_all(bytes);
+    }
+    let status = child.wait().with_context(|| format!("waiting for {}", python.display()))?;
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(130) => ExitCode::from(130),
         Some(_) => ExitCode::from(2),
         None => {
-            eprintln!("daqflow export: {} ended by a signal ({status})", args.python.display());
+            eprintln!("daqflow export: {} ended by a signal ({status})", python.display());
             ExitCode::from(2)
         }
     })
+}
+
+/// `daqflow export RUN --histograms --to root OUT`: the histograms run RUN's record saved.
+fn export_histograms(args: &Args, inputs: &[String], out: &str, data: &Path) -> anyhow::Result<ExitCode> {
+    if args.to != Format::Root {
+        bail!("--histograms writes ROOT histograms (TH1D, TH2D): give --to root");
+    }
+    let [input] = inputs else { bail!("--histograms exports one run's: give one run number") };
+    let run: u32 = input.parse().map_err(|_| anyhow::anyhow!("--histograms: {input} is not a run number"))?;
+    let database = data.join("runs.sqlite");
+    if !database.is_file() {
+        bail!("run {run}: there is no run database at {} (give --data DIR)", database.display());
+    }
+    let db = RunDb::open(&database).with_context(|| format!("opening {}", database.display()))?;
+    let detail = db.run(run).with_context(|| format!("reading {}", database.display()))?;
+    let Some(detail) = detail else { bail!("run {run}: no such run in {}", database.display()) };
+    let Some(summary) = detail.summary else { bail!("run {run} has no summary (it has not ended, or was abandoned)") };
+    if summary.histograms.is_empty() {
+        bail!("run {run} saved no histogram (no component published one when it ended)");
+    }
+    check_python(&args.python)?;
+    let input = serde_json::to_vec(&serde_json::json!({ "run": run, "histograms": summary.histograms }))?;
+    let mut command = Command::new(&args.python);
+    command.args(["-m", "daqflow.export", "--histograms", "-", "--to", "root", "--output", out]);
+    for (flag, on) in [("--overwrite", args.overwrite), ("--json", args.json)] {
+        if on {
+            command.arg(flag);
+        }
+    }
+    run_export(command, &args.python, Some(&input))
 }
 
 /// SIGINT ignored by this process while it lives; the disposition before it restored after.

@@ -681,6 +681,7 @@ pub fn example_summary(run: u32, events: u64) -> RunSummary {
         overrides: Default::default(),
         degraded: Default::default(),
         changes: Default::default(),
+        histograms: Vec::new(),
     }
 }
 

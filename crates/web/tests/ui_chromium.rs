@@ -222,7 +222,7 @@ fn the_ui_drives_a_run_in_headless_chromium() {
 
     let r = browser.click("#tab-histograms");
     step("histograms tab", &browser, r);
-    let r = browser.wait_for("three histograms", &format!("{} === 3", count("#histograms canvas")));
+    let r = browser.wait_for("four plots and a counter", &format!("{} === 4", count("#histograms canvas")));
     step("histograms", &browser, r);
     let facts = |browser: &mut Browser, name: &str| {
         let r = browser.eval(&format!(
@@ -243,6 +243,50 @@ fn the_ui_drives_a_run_in_headless_chromium() {
         "document.querySelector('#histograms .histogram[data-name=\"monitor-1/event_size\"] canvas').dataset.xTicks",
     );
     assert_eq!(step("the size axis", &browser, r), "0 2,000 4,000 6,000 8,000");
+    // A user's group of monitors, summed by the operator: the map's axes and scale, the counter.
+    let map = "#histograms .histogram.h2[data-name=\"adc-mons/hitmap\"]";
+    let r = browser.eval(&format!(
+        "(() => {{ const c = document.querySelector('{map} canvas'); \
+         return [c.dataset.max, c.dataset.xTicks, c.dataset.yTicks, document.querySelector('{map} .facts').textContent].join('|'); }})()"
+    ));
+    assert_eq!(
+        step("the 2D map", &browser, r),
+        "120|0 1 2 3 4|0 100 200 300 400|entries 200 · outside 4 · largest bin 120 · sum of adc-1, adc-2"
+    );
+    let r = browser.eval(
+        "[...document.querySelectorAll('#histograms .histogram.counter[data-name=\"adc-mons/hits\"] > *')]\
+         .map((e) => e.textContent).join('|')",
+    );
+    assert_eq!(step("the counter", &browser, r), "adc-mons / Hits above threshold|23,353|hits · sum of adc-1, adc-2");
+    // Run 1 as the reference: its event sizes (438 entries) drawn over the live ones (876),
+    // scaled ×2; its fragment sizes have other bins; its counter's value beside the live one.
+    let r = browser.eval(
+        "document.querySelector('#hist-ref-run').value = '1'; document.querySelector('#hist-ref-go').click(); true",
+    );
+    step("overlay run 1", &browser, r);
+    let sizes_plot = "#histograms .histogram[data-name=\"monitor-1/event_size\"] canvas";
+    let r = browser.wait_for(
+        "the reference drawn",
+        &format!("document.querySelector('{sizes_plot}').dataset.reference === 'run 1 ×2.00'"),
+    );
+    step("reference", &browser, r);
+    let fragments = facts(&mut browser, "fragment_size_src0");
+    assert!(fragments.ends_with(" · run 1 has other bins: not drawn"), "{fragments}");
+    let r = browser
+        .eval("document.querySelector('#histograms .histogram[data-name=\"adc-mons/hits\"] .facts').textContent");
+    assert_eq!(step("the counter's reference", &browser, r), "hits · sum of adc-1, adc-2 · run 1: 1,000");
+    let r = browser.eval("document.querySelector('#hist-ref-info').textContent");
+    assert_eq!(
+        step("the reference's line", &browser, r),
+        "overlaid: run 1's 3 histograms at its end, scaled to the live entries"
+    );
+    let r = browser.eval("document.querySelector('#hist-ref-clear').click(); true");
+    step("clear the reference", &browser, r);
+    let r = browser.wait_for(
+        "the reference gone",
+        &format!("document.querySelector('{sizes_plot}').dataset.reference === undefined"),
+    );
+    step("no reference", &browser, r);
 
     let r = browser.click("#tab-et");
     step("ET tab", &browser, r);
@@ -280,6 +324,21 @@ fn the_ui_drives_a_run_in_headless_chromium() {
          && document.querySelector('#run-files td.mono').textContent === '/data/run000002_0001.dat'",
     );
     step("run record", &browser, r);
+    let r = browser.eval("document.querySelector('#run-histograms-empty').hidden");
+    assert_eq!(step("run 2 saved no histogram", &browser, r), false);
+    // Run 1 ended with three: drawn when their box opens.
+    let r = browser.click("#runs tr[data-run='1']");
+    step("open run 1", &browser, r);
+    let r = browser.eval("document.querySelector('#run-histograms-box').open = true; true");
+    step("open its histograms", &browser, r);
+    let r = browser.wait_for(
+        "run 1's histograms drawn",
+        &format!(
+            "{} === 3 && document.querySelector('#run-histograms .histogram[data-name=\"monitor-1/event_size\"] canvas').dataset.xTicks !== undefined",
+            count("#run-histograms .histogram")
+        ),
+    );
+    step("saved histograms", &browser, r);
 
     let r = browser.click("#tab-run");
     step("run tab", &browser, r);

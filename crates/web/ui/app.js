@@ -698,7 +698,7 @@
     return [low + n * bw, n];
   }
 
-  function drawHistogram(canvas, hist) {
+  function drawHistogram(canvas, hist, reference) {
     const c = prepareCanvas(canvas);
     if (!c) return;
     const { ctx, width, height } = c;
@@ -727,21 +727,94 @@
         const bh = (Math.max(0, v) / maxY) * h;
         ctx.fillRect(pad.left + i * bw + (bw > 3 ? 0.5 : 0), pad.top + h - bh, Math.max(1, bw - (bw > 3 ? 1 : 0)), bh);
       });
+      // A reference run's histogram of the same binning, scaled to as many entries in the bins
+      // as this one's, as a step line over the bars (its run and scale in data-reference).
+      const ref = reference && sameBinning(reference.hist, hist) ? reference.hist.bins.map(Number).slice(0, n) : null;
+      delete canvas.dataset.reference;
+      if (ref) {
+        const total = (v) => v.reduce((a, b) => a + Math.max(0, b), 0);
+        const scale = total(ref) > 0 ? total(bins) / total(ref) : 0;
+        canvas.dataset.reference = `run ${reference.run} ×${scale.toPrecision(3)}`;
+        ctx.strokeStyle = cssVar('--reference') || '#c2410c'; ctx.lineWidth = 1.5; ctx.beginPath();
+        ref.forEach((v, i) => {
+          const y = pad.top + h - Math.min(1, (Math.max(0, v) * scale) / maxY) * h;
+          if (i === 0) ctx.moveTo(pad.left, y); else ctx.lineTo(pad.left + i * bw, y);
+          ctx.lineTo(pad.left + (i + 1) * bw, y);
+        });
+        ctx.stroke(); ctx.lineWidth = 1;
+      }
     }
     // The x axis's ticks, also in the canvas's data-x-ticks (the tests read them).
+    canvas.dataset.xTicks = drawXTicks(ctx, pad, w, h, low, high).join(' ');
+    ctx.textAlign = 'center';
+    if (hist.x_label) ctx.fillText(hist.x_label, pad.left + w / 2, pad.top + h + 19);
+    ctx.strokeStyle = '#9aa5b1';
+    ctx.strokeRect(pad.left, pad.top, w, h);
+  }
+
+  /** The x ticks of `low … high` drawn under a plot; returns their labels. */
+  function drawXTicks(ctx, pad, w, h, low, high) {
     ctx.fillStyle = '#66727f'; ctx.textBaseline = 'top';
     const xStep = niceStep(high - low, 5);
     const labelX = axisLabels(Math.max(Math.abs(low), Math.abs(high)));
-    const xTicks = [];
+    const ticks = [];
     for (let v = Math.ceil(low / xStep - 1e-9) * xStep; v <= high + xStep * 1e-9; v += xStep) {
       const px = pad.left + ((v - low) / (high - low)) * w;
-      xTicks.push(labelX(v));
+      ticks.push(labelX(v));
       ctx.textAlign = px > pad.left + w - 12 ? 'right' : 'center';
-      ctx.fillText(xTicks[xTicks.length - 1], Math.min(px, pad.left + w + pad.right - 2), pad.top + h + 4);
+      ctx.fillText(ticks[ticks.length - 1], Math.min(px, pad.left + w + pad.right - 2), pad.top + h + 4);
     }
-    canvas.dataset.xTicks = xTicks.join(' ');
-    ctx.textAlign = 'center';
-    if (hist.x_label) ctx.fillText(hist.x_label, pad.left + w / 2, pad.top + h + 19);
+    return ticks;
+  }
+
+  /**
+   * A two-dimensional histogram as a map: each bin a cell whose colour runs from white (0)
+   * through the plot blue to dark (the largest count); the scale's top is in the canvas's
+   * `data-max`, the axes' labels in `data-x-ticks` and `data-y-ticks`.
+   */
+  function drawHistogram2D(canvas, hist) {
+    const c = prepareCanvas(canvas);
+    if (!c) return;
+    const { ctx, width, height } = c;
+    const pad = { left: 52, right: 18, top: 8, bottom: 34 };
+    const w = width - pad.left - pad.right;
+    const h = height - pad.top - pad.bottom;
+    const ax = hist.x || {}; const ay = hist.y || {};
+    const nx = Math.max(1, Number(ax.bins) || 1); const ny = Math.max(1, Number(ay.bins) || 1);
+    const bins = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
+    const top = Math.max(0, ...bins);
+    canvas.dataset.max = String(top);
+    const cw = w / nx; const ch = h / ny;
+    for (let iy = 0; iy < ny; iy++) {
+      for (let ix = 0; ix < nx; ix++) {
+        const v = bins[iy * nx + ix] || 0;
+        if (v <= 0) continue;
+        const f = Math.min(1, v / (top || 1));
+        // white → #2563a8 → #0b1f3a
+        const mix = (a, b, t) => Math.round(a + (b - a) * t);
+        const [r, g, b] = f < 0.5
+          ? [mix(235, 37, f * 2), mix(242, 99, f * 2), mix(250, 168, f * 2)]
+          : [mix(37, 11, (f - 0.5) * 2), mix(99, 31, (f - 0.5) * 2), mix(168, 58, (f - 0.5) * 2)];
+        ctx.fillStyle = `rgb(${r},${g},${b})`;
+        ctx.fillRect(pad.left + ix * cw, pad.top + h - (iy + 1) * ch, Math.ceil(cw), Math.ceil(ch));
+      }
+    }
+    const xLow = Number(ax.low) || 0; const xHigh = Number(ax.high) > xLow ? Number(ax.high) : xLow + nx;
+    const yLow = Number(ay.low) || 0; const yHigh = Number(ay.high) > yLow ? Number(ay.high) : yLow + ny;
+    canvas.dataset.xTicks = drawXTicks(ctx, pad, w, h, xLow, xHigh).join(' ');
+    const yStep = niceStep(yHigh - yLow, 4);
+    const labelY = axisLabels(Math.max(Math.abs(yLow), Math.abs(yHigh)));
+    const yTicks = [];
+    ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
+    for (let v = Math.ceil(yLow / yStep - 1e-9) * yStep; v <= yHigh + yStep * 1e-9; v += yStep) {
+      const py = pad.top + h - ((v - yLow) / (yHigh - yLow)) * h;
+      yTicks.push(labelY(v));
+      ctx.fillText(yTicks[yTicks.length - 1], pad.left - 6, py);
+    }
+    canvas.dataset.yTicks = yTicks.join(' ');
+    ctx.textAlign = 'center'; ctx.textBaseline = 'top';
+    const labels = [ax.label, ay.label].filter(Boolean).join(' × ');
+    if (labels) ctx.fillText(labels, pad.left + w / 2, pad.top + h + 19);
     ctx.strokeStyle = '#9aa5b1';
     ctx.strokeRect(pad.left, pad.top, w, h);
   }
@@ -752,6 +825,15 @@
    * centres). A series (`rate`): the events of the seconds shown and their mean per second.
    */
   function histogramFacts(hist) {
+    const members = Array.isArray(hist.members) ? ` · sum of ${hist.members.join(', ')}` : '';
+    if (hist.kind === 'counter') return `${hist.unit || 'count'}${members}`;
+    if (hist.kind === 'h2') {
+      return `entries ${fmtInt(hist.entries)} · outside ${fmtInt(hist.outside)} · largest bin ${fmtInt(Math.max(0, ...(hist.bins || []).map(Number)))}${members}`;
+    }
+    return histogramFacts1(hist) + members;
+  }
+
+  function histogramFacts1(hist) {
     const unit = hist.unit ? ` ${hist.unit}` : '';
     const spread = isNum(hist.min) && isNum(hist.max) ? ` (lowest ${fmtRate(hist.min)}, highest ${fmtRate(hist.max)})` : '';
     const mean = isNum(hist.mean) ? ` · mean ${fmtRate(hist.mean)}${unit}${spread}` : '';
@@ -763,25 +845,91 @@
     return `entries ${fmtInt(hist.entries)} · underflow ${fmtInt(hist.underflow)} · overflow ${fmtInt(hist.overflow)}${mean}`;
   }
 
+  /** Whether two published one-dimensional histograms have the same bins. */
+  function sameBinning(a, b) {
+    return a && b && Number(a.low) === Number(b.low) && Number(a.high) === Number(b.high) &&
+      Array.isArray(a.bins) && Array.isArray(b.bins) && a.bins.length === b.bins.length;
+  }
+
+  /**
+   * The cards of the histograms `list` (as `/api/histograms` gives them) into `container`:
+   * bars for a distribution, a map for a two-dimensional histogram, the number for a counter;
+   * with `reference` (`{run, list}`: a run's saved histograms), each one-dimensional histogram
+   * of the same component, name and binning is overlaid with the reference's, and each counter
+   * says the reference's value.
+   */
+  function showHistogramCards(container, list, reference) {
+    const refOf = (hist) => {
+      if (!reference) return null;
+      const r = reference.list.find((x) => x.component === hist.component && x.name === hist.name);
+      return r ? { run: reference.run, hist: r } : null;
+    };
+    const cards = list.map((hist) => {
+      const kind = hist.kind === 'h2' || hist.kind === 'counter' ? hist.kind : 'h1';
+      const title = `${hist.component || ''} / ${hist.title || hist.name || ''}`;
+      const canvas = kind === 'counter'
+        ? el('div', { className: 'counter-value' }, fmtInt(hist.value))
+        : el('canvas', { className: 'histogram-plot' });
+      const ref = refOf(hist);
+      let facts = histogramFacts(hist);
+      if (ref && kind === 'counter') facts += ` · run ${ref.run}: ${fmtInt(ref.hist.value)}`;
+      if (ref && kind === 'h1' && !sameBinning(ref.hist, hist)) facts += ` · run ${ref.run} has other bins: not drawn`;
+      const card = el('div', { className: `histogram ${kind}`, dataset: { name: `${hist.component}/${hist.name}`, kind } },
+        el('h3', null, title),
+        canvas,
+        el('div', { className: 'facts' }, facts));
+      return { card, canvas, hist, kind, ref };
+    });
+    container.replaceChildren(...cards.map((c) => c.card));
+    for (const c of cards) {
+      if (c.kind === 'h2') drawHistogram2D(c.canvas, c.hist);
+      else if (c.kind === 'h1') drawHistogram(c.canvas, c.hist, c.ref);
+    }
+  }
+
   async function loadHistograms() {
     let list;
     try { list = await api('GET', '/api/histograms'); } catch (e) { showError('Histograms: ' + e.message); return; }
     if (!Array.isArray(list)) list = [];
     $('histograms-empty').hidden = list.length > 0;
-    const container = $('histograms');
-    const cards = list.map((hist) => {
-      const title = `${hist.component || ''} / ${hist.title || hist.name || ''}`;
-      const canvas = el('canvas', { className: 'histogram-plot' });
-      const card = el('div', { className: 'histogram', dataset: { name: `${hist.component}/${hist.name}` } },
-        el('h3', null, title),
-        canvas,
-        el('div', { className: 'facts' }, histogramFacts(hist)));
-      return { card, canvas, hist };
-    });
-    container.replaceChildren(...cards.map((c) => c.card));
-    for (const c of cards) drawHistogram(c.canvas, c.hist);
+    showHistogramCards($('histograms'), list, ui.reference);
   }
   loaders.histograms = loadHistograms;
+
+  // A reference run: its saved histograms (the run record's `summary.histograms`) drawn over
+  // the live ones of the same component, name and binning.
+  ui.reference = null;
+  async function setReference() {
+    const text = $('hist-ref-run').value.trim();
+    if (text === '') { clearReference(); return; }
+    const run = Number(text);
+    if (!Number.isInteger(run) || run < 0) { $('hist-ref-info').textContent = `${text}: not a run number`; return; }
+    try {
+      const d = await api('GET', '/api/runs/' + run);
+      const list = (d.summary && d.summary.histograms) || [];
+      ui.reference = { run, list };
+      $('hist-ref-info').textContent = list.length
+        ? `overlaid: run ${run}'s ${fmtInt(list.length)} histograms at its end, scaled to the live entries`
+        : `run ${run} saved no histogram`;
+    } catch (e) {
+      ui.reference = null;
+      $('hist-ref-info').textContent = e.message;
+    }
+    loadHistograms();
+  }
+  function clearReference() {
+    ui.reference = null;
+    $('hist-ref-run').value = '';
+    $('hist-ref-info').textContent = '';
+    loadHistograms();
+  }
+  // The run's histograms are drawn when their box opens (a closed box has no size to draw in).
+  $('run-histograms-box').addEventListener('toggle', () => {
+    if ($('run-histograms-box').open) showHistogramCards($('run-histograms'), ui.runHistograms || [], null);
+  });
+  $('hist-ref-go').addEventListener('click', setReference);
+  $('hist-ref-clear').addEventListener('click', clearReference);
+  $('hist-ref-run').addEventListener('keydown', (e) => { if (e.key === 'Enter') setReference(); });
 
   // ---- ET -----------------------------------------------------------------------------------
   function stationConfig(config, closure) {
@@ -1033,6 +1181,10 @@
       el('td', null, f.complete ? 'yes' : 'no (left open)')));
     if (fileRows.length === 0) fileRows.push(el('tr', null, el('td', { colSpan: 6, className: 'hint' }, 'No data files.')));
     replaceRows($('run-files'), fileRows);
+    const hists = (s && s.histograms) || [];
+    $('run-histograms-empty').hidden = hists.length > 0;
+    ui.runHistograms = hists;
+    showHistogramCards($('run-histograms'), hists, null);
     $('run-config').textContent = d.config;
     $('run-record').textContent = JSON.stringify(d, null, 2);
     renderProvenance(d);
@@ -1049,6 +1201,7 @@
     $('run-degraded').replaceChildren();
     replaceRows($('run-files'), []);
     replaceRows($('run-changes'), []);
+    $('run-histograms').replaceChildren();
     try {
       renderRun(await api('GET', '/api/runs/' + encodeURIComponent(run)));
     } catch (e) {

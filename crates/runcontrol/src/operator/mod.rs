@@ -1047,6 +1047,7 @@ fn event_loop(
                     }
                     Output::CloseRun(close) => {
                         let mut summary = status::run_summary(&inner.file.system.name, &close, now_ms());
+                        summary.histograms = status::final_histograms(&inner.file, &close);
                         if let Err(e) = inner.db.end_run(&summary) {
                             summary.errors.push(e.to_string());
                             if !matches!(e, crate::db::DbError::Closed(_)) {

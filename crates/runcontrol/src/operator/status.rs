@@ -9,12 +9,12 @@ use std::path::Path;
 use daqflow_api::{
     ComponentRecord, ComponentState, ComponentView, RatePoint, RunState, RunSummary, SystemState, SystemStatus,
 };
-use daqflow_component::{Role, Stats};
+use daqflow_component::{Role, Stats, histogram};
 use serde_json::{Value, json};
 
 use super::sequencer::{CloseRun, CounterSample, Snapshot, View};
 use crate::accounting::{account, files_on_disk};
-use crate::system::SystemFile;
+use crate::system::{ComponentSpec, SystemFile};
 
 /// How many points the rate plot keeps (one a second).
 pub(crate) const RATE_POINTS: usize = 600;
@@ -227,19 +227,77 @@ pub(crate) fn system_status(place: &Place<'_>, s: &Snapshot, rates: &Rates, now_
     }
 }
 
-/// The monitors' histograms: `[{"component", …histogram}]`.
+/// The components' histograms: `[{"component", …histogram}]`. Those of the same name, kind and
+/// binning from the members of one parallel group (the same `group` parameter: an ET farm; or
+/// one `[[group]]`) are summed into one whose `component` is the group's name and `members`
+/// the members that published it: each member fills its share of the events. A time series, and
+/// a member's histogram that does not add up with the group's (another binning), stay the
+/// member's own.
 pub(crate) fn histograms(file: &SystemFile, s: &Snapshot) -> Value {
-    let mut out = Vec::new();
-    for (c, (_, v)) in file.components.iter().zip(&s.views) {
-        if let Some(hs) = v.stats.detail.get("histograms").and_then(Value::as_array) {
-            for h in hs {
-                let mut h = h.clone();
+    summed_histograms(file, s.views.iter().map(|(_, v)| &v.stats))
+}
+
+/// The histograms a run ends with, summed as [`histograms`] sums the live ones: each
+/// component's from its stop summary, or its last statistics when it gave none (it died).
+pub(crate) fn final_histograms(file: &SystemFile, close: &CloseRun) -> Vec<Value> {
+    let stats: Vec<&Stats> = file
+        .components
+        .iter()
+        .map(|c| {
+            let run = close.components.iter().find(|r| r.name == c.name);
+            run.map(|r| r.summary.as_ref().unwrap_or(&r.last_stats)).unwrap_or(&EMPTY_STATS)
+        })
+        .collect();
+    match summed_histograms(file, stats.into_iter()) {
+        Value::Array(all) => all,
+        _ => Vec::new(),
+    }
+}
+
+static EMPTY_STATS: std::sync::LazyLock<Stats> = std::sync::LazyLock::new(Stats::default);
+
+/// [`histograms`] of the statistics `stats`, one per component of `file`, in its order.
+fn summed_histograms<'a>(file: &SystemFile, stats: impl Iterator<Item = &'a Stats>) -> Value {
+    let mut out: Vec<Value> = Vec::new();
+    for (c, stats) in file.components.iter().zip(stats) {
+        let Some(hs) = stats.detail.get("histograms").and_then(Value::as_array) else { continue };
+        let group = group_of(file, c);
+        for h in hs {
+            let mut h = h.clone();
+            if let Some(g) = group.filter(|_| h.get("series").is_none()) {
+                let summed =
+                    out.iter_mut().find(|e| e["component"] == g && e["members"].is_array() && e["name"] == h["name"]);
+                match summed {
+                    Some(e) => {
+                        if histogram::merge(e, &h) {
+                            if let Some(m) = e["members"].as_array_mut() {
+                                m.push(json!(c.name));
+                            }
+                            continue;
+                        }
+                        h["component"] = json!(c.name);
+                    }
+                    None => {
+                        h["component"] = json!(g);
+                        h["members"] = json!([c.name]);
+                    }
+                }
+            } else {
                 h["component"] = json!(c.name);
-                out.push(h);
             }
+            out.push(h);
         }
     }
     Value::Array(out)
+}
+
+/// The parallel group component `c` is a member of: its `group` parameter (an ET farm), else
+/// the `[[group]]` that lists it.
+fn group_of<'a>(file: &'a SystemFile, c: &'a ComponentSpec) -> Option<&'a str> {
+    c.params
+        .get("group")
+        .and_then(toml::Value::as_str)
+        .or_else(|| file.groups.iter().find(|g| g.members.contains(&c.name)).map(|g| g.name.as_str()))
 }
 
 /// The ET systems' snapshots: `[{"component", "snapshot"}]`.
@@ -298,6 +356,7 @@ pub(crate) fn run_summary(system: &str, close: &CloseRun, now_ms: u64) -> RunSum
         overrides: close.overrides.clone(),
         degraded: close.degraded.clone(),
         changes: close.changes.clone(),
+        histograms: Vec::new(),
     }
 }
 
@@ -487,6 +546,95 @@ mod tests {
         let points = rates.points();
         assert_eq!(points.len(), 30);
         assert!(points.iter().all(|p| p.events_per_s == 2000.0), "{points:?}");
+    }
+
+    #[test]
+    fn histograms_of_a_groups_members_are_summed_and_the_others_stay_their_own() {
+        use daqflow_component::histogram::{Histogram, HistogramSet};
+        let mut r = Registry::new();
+        r.add(Kind::new("mon", "a stub", Role::Other, |_, _| Ok(Box::new(Stub))));
+        let text = "[system]\nname = \"s\"\n\
+                    [[component]]\nname = \"m-0\"\nkind = \"mon\"\n[component.params]\ngroup = \"mons\"\n\
+                    [[component]]\nname = \"m-1\"\nkind = \"mon\"\n[component.params]\ngroup = \"mons\"\n\
+                    [[component]]\nname = \"u-0\"\nkind = \"mon\"\n[[component]]\nname = \"u-1\"\nkind = \"mon\"\n\
+                    [[component]]\nname = \"solo\"\nkind = \"mon\"\n\
+                    [[group]]\nname = \"users\"\nmembers = [\"u-0\", \"u-1\"]\nmin = 1\n";
+        let f = SystemFile::parse(text, &r).unwrap_or_else(|e| panic!("{e}"));
+        let published = |fill: f64, wide: bool| {
+            let mut set = HistogramSet::default();
+            set.h1("adc", "ADC", "counts", 0.0, if wide { 200.0 } else { 100.0 }, 10).fill(fill);
+            set.counter("hits", "Hits", "hits").value = 2;
+            let mut rate = Histogram::new("rate", "Rate", "s", -2.0, 0.0, 2);
+            rate.series = true;
+            let mut all = set.to_json();
+            all.as_array_mut().unwrap().push(rate.to_json());
+            all
+        };
+        let views: Vec<(String, View)> = [
+            ("m-0", 10.0, false),
+            ("m-1", 20.0, false),
+            ("u-0", 30.0, false),
+            ("u-1", 40.0, true),
+            ("solo", 50.0, false),
+        ]
+        .into_iter()
+        .map(|(n, fill, wide)| {
+            let mut v = View::default();
+            v.stats.detail = json!({ "histograms": published(fill, wide) });
+            (n.to_owned(), v)
+        })
+        .collect();
+        let snapshot = Snapshot {
+            state: SystemState::Running,
+            run: Some(1),
+            run_started_ms: Some(0),
+            views,
+            last_error: None,
+            last_summary: None,
+            overrides: BTreeMap::new(),
+            degraded: BTreeMap::new(),
+            waiting_for: Vec::new(),
+            waiting: None,
+        };
+        let out = histograms(&f, &snapshot);
+        let shown: Vec<(String, String, Value, Value)> = out
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                let n = h.get("entries").or(h.get("value")).cloned().unwrap();
+                (
+                    h["component"].as_str().unwrap().to_owned(),
+                    h["name"].as_str().unwrap().to_owned(),
+                    n,
+                    h.get("members").cloned().unwrap_or(Value::Null),
+                )
+            })
+            .collect();
+        let s = |a: &str, b: &str, n: u64, m: Value| (a.to_owned(), b.to_owned(), json!(n), m);
+        assert_eq!(
+            shown,
+            [
+                s("mons", "adc", 2, json!(["m-0", "m-1"])),
+                s("mons", "hits", 4, json!(["m-0", "m-1"])),
+                s("m-0", "rate", 0, Value::Null),
+                s("m-1", "rate", 0, Value::Null),
+                s("users", "adc", 1, json!(["u-0"])),
+                s("users", "hits", 4, json!(["u-0", "u-1"])),
+                s("u-0", "rate", 0, Value::Null),
+                s("u-1", "adc", 1, Value::Null),
+                s("u-1", "rate", 0, Value::Null),
+                s("solo", "adc", 1, Value::Null),
+                s("solo", "hits", 2, Value::Null),
+                s("solo", "rate", 0, Value::Null),
+            ],
+            "a time series and a histogram of another binning stay their member's"
+        );
+        let adc = &out[0];
+        assert_eq!(
+            (adc["mean"].as_f64(), adc["min"].as_f64(), adc["max"].as_f64()),
+            (Some(15.0), Some(10.0), Some(20.0))
+        );
     }
 
     #[test]

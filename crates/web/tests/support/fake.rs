@@ -105,7 +105,27 @@ fn summary(run: u32, started_ms: u64, stopped_ms: u64, events: u64) -> RunSummar
         overrides: Default::default(),
         degraded: Default::default(),
         changes: Default::default(),
+        histograms: Vec::new(),
     }
+}
+
+/// `summary` with the histograms its run ended with, a reference for the live ones: the event
+/// size (the live binning, 438 entries all in bin 16), a fragment size of another binning, the
+/// user monitors' counter at 1,000.
+fn with_histograms(mut summary: RunSummary) -> RunSummary {
+    let mut sizes = vec![0u64; 64];
+    sizes[16] = 438;
+    summary.histograms = vec![
+        serde_json::json!({"component": "monitor-1", "name": "event_size", "title": "Event size", "x_label": "bytes",
+             "low": 0.0, "high": 16384.0, "bins": sizes, "underflow": 0, "overflow": 0, "entries": 438,
+             "sum": 438.0 * 4200.0, "min": 4100.0, "max": 4300.0, "mean": 4200.0, "unit": "bytes"}),
+        serde_json::json!({"component": "monitor-1", "name": "fragment_size_src0", "title": "Fragment size, source 0",
+             "x_label": "bytes", "low": 0.0, "high": 2048.0, "bins": [0, 10], "underflow": 0, "overflow": 0,
+             "entries": 10, "sum": 5120.0, "min": 512.0, "max": 512.0, "mean": 512.0, "unit": "bytes"}),
+        serde_json::json!({"component": "adc-mons", "members": ["adc-1", "adc-2"], "kind": "counter", "name": "hits",
+             "title": "Hits above threshold", "unit": "hits", "value": 1000}),
+    ];
+    summary
 }
 
 /// The run database's record of a run that stopped with `summary`.
@@ -140,7 +160,7 @@ impl FakeBackend {
                 events: 0.0,
                 last: Instant::now(),
                 rates: Vec::new(),
-                runs: vec![detail(summary(1, 1_700_000_000_000, 1_700_000_060_000, 60_000))],
+                runs: vec![detail(with_histograms(summary(1, 1_700_000_000_000, 1_700_000_060_000, 60_000)))],
                 last_summary: None,
                 changes: Vec::new(),
             }),
@@ -514,7 +534,8 @@ impl Backend for FakeBackend {
 
     /// As a monitor publishes them: event sizes of 3 to 6 kB in a histogram up to 16 kB
     /// (64 bins), fragments of a fixed 512 bytes in bins of 64 bytes (whose centre is 544),
-    /// and the events seen in each of the last 120 seconds.
+    /// and the events seen in each of the last 120 seconds; and as the operator sums a user's
+    /// group of monitors: a two-dimensional map and a counter.
     fn histograms(&self) -> Value {
         let sizes: Vec<u64> = (0..64u64)
             .map(|i| if (12..24).contains(&i) { 100 - (i as i64 - 18).unsigned_abs() * 9 } else { 0 })
@@ -533,6 +554,15 @@ impl Backend for FakeBackend {
              "low": -120.0, "high": 0.0, "bins": vec![2000u64; 120], "underflow": 0, "overflow": 0,
              "entries": 240_000, "sum": 240_000.0, "min": 2000.0, "max": 2000.0, "mean": 2000.0,
              "unit": "events/s", "series": true},
+            // A user's monitors, two members of a group: a channel × time map (4 × 2 bins) and a
+            // counter, summed.
+            {"component": "adc-mons", "members": ["adc-1", "adc-2"], "kind": "h2", "name": "hitmap",
+             "title": "Hits per channel and time",
+             "x": {"label": "channel", "low": 0.0, "high": 4.0, "bins": 4},
+             "y": {"label": "time (ns)", "low": 0.0, "high": 400.0, "bins": 2},
+             "bins": [5, 0, 120, 7, 0, 3, 60, 1], "outside": 4, "entries": 200},
+            {"component": "adc-mons", "members": ["adc-1", "adc-2"], "kind": "counter", "name": "hits",
+             "title": "Hits above threshold", "unit": "hits", "value": 23353},
         ])
     }
 
