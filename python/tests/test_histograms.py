@@ -240,3 +240,42 @@ def test_the_operator_sums_a_groups_histograms_and_saves_them_with_the_run(tmp_p
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def test_the_python_detector_monitor_fills_from_the_demos_events(tmp_path):
+    """python/examples/adc_monitor.py beside the demo's own (Rust) detector monitor: both
+    decode the same sources' hits from ET; their histograms are saved with the run."""
+    from test_component import EXAMPLES
+
+    text = subprocess.run([daqflow_binary(), "demo", "--print-config"], capture_output=True, text=True,
+                          check=True).stdout
+    text = text.replace('web = "127.0.0.1:8080"', 'web = "none"')
+    command = json.dumps([sys.executable, str(EXAMPLES / "adc_monitor.py")])
+    text += textwrap.dedent(f'''
+        [[component]]
+        name = "py-detector"
+        kind = "adc_monitor_py"
+        command = {command}
+        [component.params]
+        et = "${{et.et}}"
+        channels = 32
+    ''')
+    system = tmp_path / "system.toml"
+    system.write_text(text)
+    data = tmp_path / "data"
+    run = subprocess.run([daqflow_binary(), "run", str(system), "--start", "--seconds", "3", "--data", str(data)],
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    import sqlite3
+    with sqlite3.connect(data / "runs.sqlite") as db:
+        (summary,) = db.execute("select summary from runs where run = 1").fetchone()
+    saved = {(h["component"], h["name"]): h for h in json.loads(summary)["histograms"]}
+    for monitor in ("detector", "py-detector"):
+        hits = saved[(monitor, "hits")]["value"]
+        tmap = saved[(monitor, "time_vs_channel")]
+        assert hits > 1000 and tmap["entries"] == hits and tmap["outside"] == 0, (monitor, hits, tmap["outside"])
+        assert saved[(monitor, "adc_ch0")]["entries"] > 0
+        # Pulses come 150 ns + 10 ns per channel after the trigger: channel 7's later than 0's.
+        bins = np.array(tmap["bins"]).reshape(50, 32)
+        peak = lambda ch: int(np.argmax(bins[:, ch]))  # noqa: E731
+        assert peak(7) > peak(0), (monitor, peak(0), peak(7))

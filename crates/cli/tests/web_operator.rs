@@ -57,7 +57,7 @@ fn the_operator_serves_the_api_and_the_ui_drives_a_run_in_chromium() {
     let stranger = Client::new(addr);
     let st = stranger.get("/api/status").json();
     assert_eq!(st["state"], "Initial", "{st}");
-    assert_eq!(st["components"].as_array().unwrap().len(), 13);
+    assert_eq!(st["components"].as_array().unwrap().len(), 14);
     assert_eq!(stranger.post("/api/control/take", "{}").status, 403);
     assert_eq!(stranger.post("/api/transition/configure", "{}").status, 403);
     let wrong = Client::new(addr).post("/api/login", r#"{"token": "0123456789abcdef0123456789abcdef"}"#);
@@ -286,6 +286,23 @@ fn views_after_the_run(b: &mut cdp::Browser, base: &str) {
     let rate = eval(b, &format!("{}.querySelector('.facts').textContent", card("rate")));
     let rate = rate.as_str().unwrap();
     assert!(rate.contains(" events/s") && !rate.contains("mean -"), "{rate}");
+    // The detector monitor's (a monitor of a user's own, from the sources' `adc` payloads): a
+    // channel × time map over the 32 channels, the first channels' spectra, the hit counter.
+    let det = |name: &str| format!("document.querySelector('#histograms .histogram[data-name=\"detector/{name}\"]')");
+    check(
+        b,
+        "the detector's histograms",
+        &format!(
+            "{map} !== null && Number({map}.querySelector('canvas').dataset.max) > 0 && {spectrum} !== null \
+             && {spectrum}.querySelector('canvas').dataset.xTicks !== undefined",
+            map = det("time_vs_channel"),
+            spectrum = det("adc_ch0")
+        ),
+    );
+    assert_eq!(eval(b, &format!("{}.querySelector('canvas').dataset.xTicks", det("time_vs_channel"))), "0 10 20 30");
+    let hits = eval(b, &format!("{}.querySelector('.counter-value').textContent", det("hits")));
+    let hits: u64 = hits.as_str().unwrap().replace(',', "").parse().unwrap();
+    assert!(hits > 1000, "{hits} hits");
 
     // History: the event rate, at once, over the run (not an empty plot of an hour).
     b.click("#tab-history").unwrap();

@@ -16,8 +16,11 @@
 
 use daqflow_component::Registry;
 
+pub mod adc_monitor;
+
 /// Every standard kind: the event builder's `source`, `evm`, `ru`, `bu`, the ET system's `et`,
-/// `recorder`, `monitor`, the chain's `generator`, `repeater`, `sink`, `gatherer`, `dispatcher`, `logger`, `chain_monitor`, and the message logger.
+/// `recorder`, `monitor` (and `adc_monitor`, the demo's detector monitor, a monitor of a user's
+/// own), the chain's `generator`, `repeater`, `sink`, `gatherer`, `dispatcher`, `logger`, `chain_monitor`, and the message logger.
 /// Each kind's configuration is range-checked when it is made (so by `daqflow run --check` and
 /// at every configure), every problem naming its key.
 pub fn standard() -> Registry {
@@ -29,6 +32,7 @@ pub fn standard() -> Registry {
     r.add(daqflow_et::components::system::kind());
     r.add(daqflow_et::components::recorder::kind());
     r.add(daqflow_et::components::monitor::kind());
+    r.add(adc_monitor::kind());
     r.add(daqflow_chain::generator::kind());
     r.add(daqflow_chain::repeater::kind());
     r.add(daqflow_chain::sink::kind());

@@ -544,8 +544,10 @@ pub trait Backend: Send + Sync + 'static {
     fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, BackendError>;
     /// One run's whole record, or `None` when the run database has no such run (404).
     fn run(&self, run: u32) -> Result<Option<RunDetail>, BackendError>;
-    /// The monitor components' histograms: `[{"component","name","title","x_label","low",
-    /// "high","bins":[…],"underflow","overflow","entries"}]` (the monitor kind's detail).
+    /// The components' histograms and counters, each with its `component` (a parallel group's
+    /// summed, with `members`): one-dimensional `{"component","name","title","x_label","low",
+    /// "high","bins":[…],"underflow","overflow","entries",…}`, `"kind": "h2"` and `"kind":
+    /// "counter"` (docs/web.md, `GET /api/histograms`).
     fn histograms(&self) -> Value;
     /// The ET systems' stations: `[{"component", "snapshot": {…}}]` (the `et monitor --json`
     /// snapshot, the ET kind's detail).

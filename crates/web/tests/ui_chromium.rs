@@ -287,6 +287,27 @@ fn the_ui_drives_a_run_in_headless_chromium() {
         &format!("document.querySelector('{sizes_plot}').dataset.reference === undefined"),
     );
     step("no reference", &browser, r);
+    // Log y: the event sizes' largest bin (100) on a scale of two decades.
+    let r = browser.click("#hist-log");
+    step("log y", &browser, r);
+    let r = browser.wait_for(
+        "the log scale",
+        &format!(
+            "document.querySelector('{sizes_plot}').dataset.scale === 'log' \
+             && document.querySelector('{sizes_plot}').dataset.yTicks === '1 10 100'"
+        ),
+    );
+    step("log scale", &browser, r);
+    let r = browser.click("#hist-log");
+    step("linear y", &browser, r);
+    let r = browser.wait_for(
+        "the linear scale",
+        &format!(
+            "document.querySelector('{sizes_plot}').dataset.scale === 'linear' \
+             && document.querySelector('{sizes_plot}').dataset.yTicks === '0 50 100'"
+        ),
+    );
+    step("linear scale", &browser, r);
 
     let r = browser.click("#tab-et");
     step("ET tab", &browser, r);

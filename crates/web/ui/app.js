@@ -710,21 +710,31 @@
     const full = Number.isFinite(Number(hist.high)) && Number(hist.high) > low ? Number(hist.high) : low + Math.max(1, all.length);
     const [high, n] = shownRange(hist, low, full, all);
     const bins = all.slice(0, n);
+    // The y axis: linear from 0 with nice steps, or (the view's "log y", a distribution only)
+    // logarithmic from 1 to the first power of ten at or above the largest bin. `frac(v)` is a
+    // count's height as a share of the plot's; the tick labels are also in data-y-ticks.
+    const log = ui.logY && !hist.series;
     const axisY = niceAxis(Math.max(0, ...bins), 4);
-    const maxY = axisY.top;
+    const decades = Math.max(1, Math.ceil(Math.log10(Math.max(1, ...bins)) - 1e-9));
+    const maxY = log ? 10 ** decades : axisY.top;
+    const frac = log ? (v) => (v >= 1 ? Math.log10(v) / decades : 0) : (v) => Math.max(0, v) / maxY;
     ctx.strokeStyle = '#e3e7eb'; ctx.fillStyle = '#66727f'; ctx.lineWidth = 1;
     const labelY = axisLabels(maxY);
-    for (let i = 0; i <= axisY.n; i++) {
-      const y = pad.top + (h * i) / axisY.n;
+    const ticksY = log ? Array.from({ length: decades + 1 }, (_, i) => 10 ** (decades - i))
+      : Array.from({ length: axisY.n + 1 }, (_, i) => maxY * (1 - i / axisY.n));
+    ticksY.forEach((t, i) => {
+      const y = pad.top + (h * i) / (ticksY.length - 1);
       ctx.beginPath(); ctx.moveTo(pad.left, y); ctx.lineTo(pad.left + w, y); ctx.stroke();
       ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
-      ctx.fillText(labelY(maxY * (1 - i / axisY.n)), pad.left - 6, y);
-    }
+      ctx.fillText(labelY(t), pad.left - 6, y);
+    });
+    canvas.dataset.yTicks = ticksY.map(labelY).reverse().join(' ');
+    canvas.dataset.scale = log ? 'log' : 'linear';
     if (bins.length > 0) {
       const bw = w / bins.length;
       ctx.fillStyle = cssVar('--eps') || '#2563a8';
       bins.forEach((v, i) => {
-        const bh = (Math.max(0, v) / maxY) * h;
+        const bh = frac(v) * h;
         ctx.fillRect(pad.left + i * bw + (bw > 3 ? 0.5 : 0), pad.top + h - bh, Math.max(1, bw - (bw > 3 ? 1 : 0)), bh);
       });
       // A reference run's histogram of the same binning, scaled to as many entries in the bins
@@ -737,7 +747,7 @@
         canvas.dataset.reference = `run ${reference.run} ×${scale.toPrecision(3)}`;
         ctx.strokeStyle = cssVar('--reference') || '#c2410c'; ctx.lineWidth = 1.5; ctx.beginPath();
         ref.forEach((v, i) => {
-          const y = pad.top + h - Math.min(1, (Math.max(0, v) * scale) / maxY) * h;
+          const y = pad.top + h - Math.min(1, frac(Math.max(0, v) * scale)) * h;
           if (i === 0) ctx.moveTo(pad.left, y); else ctx.lineTo(pad.left + i * bw, y);
           ctx.lineTo(pad.left + (i + 1) * bw, y);
         });
@@ -785,11 +795,14 @@
     const top = Math.max(0, ...bins);
     canvas.dataset.max = String(top);
     const cw = w / nx; const ch = h / ny;
+    // The colour of a count on a logarithmic scale (ROOT's COLZ with log z): a pedestal a
+    // hundred times higher than the signal does not wash the signal out.
+    const span = Math.log(1 + top);
     for (let iy = 0; iy < ny; iy++) {
       for (let ix = 0; ix < nx; ix++) {
         const v = bins[iy * nx + ix] || 0;
         if (v <= 0) continue;
-        const f = Math.min(1, v / (top || 1));
+        const f = span > 0 ? Math.min(1, Math.log(1 + v) / span) : 1;
         // white → #2563a8 → #0b1f3a
         const mix = (a, b, t) => Math.round(a + (b - a) * t);
         const [r, g, b] = f < 0.5
@@ -899,6 +912,8 @@
   // A reference run: its saved histograms (the run record's `summary.histograms`) drawn over
   // the live ones of the same component, name and binning.
   ui.reference = null;
+  ui.logY = false;
+  $('hist-log').addEventListener('change', () => { ui.logY = $('hist-log').checked; loadHistograms(); });
   async function setReference() {
     const text = $('hist-ref-run').value.trim();
     if (text === '') { clearReference(); return; }

@@ -21,6 +21,9 @@ pub enum Payload {
     /// header each time and the payload's CRC (computed once per size): what hardware emulators
     /// do, so that a measurement on a shared machine is not dominated by generating data.
     Cached,
+    /// An emulated digitizer's hits (channel, ADC counts, time; [`super::adc`]): a detector's
+    /// quantities for a monitor to show.
+    Adc,
 }
 
 /// Who the source feeds.
@@ -56,6 +59,8 @@ pub struct SourceConfig {
     pub trigger_type: u32,
     /// Payload content.
     pub payload: Payload,
+    /// Channels of the `adc` payload (its hits' channels are `source_id × channels + k`).
+    pub channels: u16,
     /// Flip one payload byte of this event after the CRC is computed (to test detection).
     pub corrupt_event: Option<u64>,
     /// Seed of the size model.
@@ -82,7 +87,8 @@ pub fn schema() -> Schema {
                 .live(ANY_STATE),
         )
         .key(Key::integer("trigger_type", 0, u32::MAX.into(), "Trigger type written in every fragment."))
-        .key(Key::choice("payload", &["pattern", "cached"], "Payload content: the (event, source) pattern, checkable end to end, or one cached pattern buffer (what hardware emulators do)."))
+        .key(Key::choice("payload", &["pattern", "cached", "adc"], "Payload content: the (event, source) pattern, checkable end to end; one cached pattern buffer (what hardware emulators do); or an emulated digitizer's hits (channel, ADC counts, time: docs/evb.md, \"The `adc` payload\")."))
+        .key(Key::integer("channels", 1, 4096, "Channels of the `adc` payload; its hits' channels are `source_id × channels + k`."))
         .key(Key::integer("corrupt_event", 0, i64::MAX, "Flip one payload byte of this event after the CRC is computed (to test detection)."))
         .key(Key::integer("seed", 0, i64::MAX, "Seed of the size model."))
         .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting.").unit("ms"))
@@ -116,6 +122,7 @@ impl Default for SourceConfig {
             rate_hz: 0.0,
             trigger_type: 1,
             payload: Payload::Pattern,
+            channels: 8,
             corrupt_event: None,
             seed: 0,
             connect_timeout_ms: 10_000,

@@ -31,6 +31,7 @@
 //!
 //! In the `daqflow` binary it is the kind [`kind()`] makes: `daqflow component source`.
 
+pub mod adc;
 mod config;
 mod stream;
 
@@ -397,11 +398,16 @@ fn produce(
                     conn.send_prefixed(KIND_FRAGMENT, 0, 0, &info.encode(), cached.slice(..size))
                 }
             }
-            Payload::Pattern => {
+            Payload::Pattern | Payload::Adc => {
                 let padded = pad8(size);
                 buf.reserve(FRAGMENT_HEADER_LEN + padded);
                 buf.put_bytes(0, FRAGMENT_HEADER_LEN + padded);
-                fill_pattern(&mut buf[FRAGMENT_HEADER_LEN..FRAGMENT_HEADER_LEN + size], id, config.source_id);
+                let payload = &mut buf[FRAGMENT_HEADER_LEN..FRAGMENT_HEADER_LEN + size];
+                if config.payload == Payload::Adc {
+                    adc::fill(payload, id, config.source_id, config.channels);
+                } else {
+                    fill_pattern(payload, id, config.source_id);
+                }
                 info.payload_len = size as u32;
                 info.payload_crc = daqflow_wire::crc::crc32c(&buf[FRAGMENT_HEADER_LEN..FRAGMENT_HEADER_LEN + size]);
                 buf[..FRAGMENT_HEADER_LEN].copy_from_slice(&info.encode());

@@ -11,6 +11,12 @@
 //! - `rate`: events seen in each of the run's last `rate_window_s` whole seconds (a time
 //!   series: the second under way is not shown until it is over).
 //!
+//! A monitor of a user's own ([`user_kind`]) is the same ET consumer with the user's code in
+//! place of these histograms: a function that decodes each built event and fills a
+//! [`HistogramSet`] (one- and two-dimensional histograms, counters), emptied at each start and
+//! published as `detail.histograms`. The demo's `detector` monitor is one
+//! (`daqflow_kinds::adc_monitor`).
+//!
 //! Each histogram is `{"name","title","x_label","low","high","bins":[…],"underflow",
 //! "overflow","entries","sum","min","max","mean","unit"}`: `sum`, `min`, `max` and `mean` are
 //! of the values filled themselves (under- and overflow included), not of the bins' centres, so
@@ -78,9 +84,79 @@ pub struct MonitorDetail {
 /// The histograms' type lives in `daqflow-component`, shared by every kind that publishes
 /// histograms (the chain's monitor too).
 pub use daqflow_component::histogram::Histogram;
+use daqflow_component::histogram::HistogramSet;
+use daqflow_component::schema::{Key, Schema};
+
+/// A monitor's code of a user's own: called with each built event it looks at and the
+/// histograms it publishes (emptied when a run starts).
+pub type UserFill = Box<dyn FnMut(&daqflow_wire::Event, &mut HistogramSet) + Send>;
+
+/// Makes a component's [`UserFill`] from its name and configuration: the keys the kind
+/// declared besides the monitor's own (`et`, `station`, `cue`, `prescale`), checked against
+/// their schema, defaults filled in.
+pub type MakeFill = Arc<dyn Fn(&str, &toml::Table) -> Result<UserFill, ComponentError> + Send + Sync>;
+
+/// The monitor's keys a monitor of a user's own has too.
+const USER_MONITOR_KEYS: [&str; 4] = ["et", "station", "cue", "prescale"];
+
+/// A kind of a user's own: an ET monitor (a non-blocking station of its own, `et`, `station`,
+/// `cue` and `prescale` as the `monitor` kind's) whose histograms are those `make`'s function
+/// fills, with the configuration keys `keys` besides. Register it in a program's
+/// [`Registry`](daqflow_component::Registry) (`docs/histograms.md`):
+///
+/// ```
+/// use daqflow_component::histogram::HistogramSet;
+/// use daqflow_component::schema::Key;
+/// use daqflow_et::components::monitor::{UserFill, user_kind};
+///
+/// let kind = user_kind(
+///     "size_monitor",
+///     "event sizes, in kB",
+///     vec![Key::float("max_kb", 1.0, 1e6, "The histogram's upper edge.").unit("kB").default_value(64.0)],
+///     |_name, config| {
+///         let max = config.get("max_kb").and_then(|v| v.as_float()).unwrap_or(64.0);
+///         let fill: UserFill = Box::new(move |event, h: &mut HistogramSet| {
+///             h.h1("size_kb", "Event size", "kB", 0.0, max, 64).fill(event.as_bytes().len() as f64 / 1e3);
+///         });
+///         Ok(fill)
+///     },
+/// );
+/// assert_eq!(kind.name, "size_monitor");
+/// ```
+pub fn user_kind(
+    name: &'static str,
+    about: &'static str,
+    keys: Vec<Key>,
+    make: impl Fn(&str, &toml::Table) -> Result<UserFill, ComponentError> + Send + Sync + 'static,
+) -> Kind {
+    let make: MakeFill = Arc::new(make);
+    let base = config::schema();
+    let schema = Schema {
+        keys: base.keys.into_iter().filter(|k| USER_MONITOR_KEYS.contains(&k.name.as_str())).chain(keys).collect(),
+        ..base
+    };
+    Kind::new(name, about, Role::Other, move |component, mut table| {
+        let own: toml::Table =
+            USER_MONITOR_KEYS.iter().filter_map(|k| table.remove(*k).map(|v| ((*k).to_owned(), v))).collect();
+        let c: MonitorConfig = daqflow_component::parse_config(component, own)?;
+        c.check(component)?;
+        let fill = make(component, &table)?;
+        Ok(Box::new(Monitor::with_user(component, c, fill)) as Box<dyn Component>)
+    })
+    .stages(2, 5)
+    .schema(schema)
+}
+
+/// A user's code and what it fills.
+struct User {
+    fill: UserFill,
+    histograms: HistogramSet,
+}
 
 /// What the monitor has filled.
 struct Plots {
+    /// A monitor of a user's own: its code and histograms, in place of those below.
+    user: Option<User>,
     event_size: Histogram,
     fragment_size: BTreeMap<u32, Histogram>,
     /// Events seen in each second, oldest first: the window's whole seconds, then the second
@@ -95,6 +171,7 @@ struct Plots {
 impl Plots {
     fn new(c: &MonitorConfig) -> Plots {
         Plots {
+            user: None,
             bins: c.bins,
             fragment_size_max: c.fragment_size_max,
             event_size: Histogram::new("event_size", "Event size", "bytes", 0.0, c.event_size_max, c.bins),
@@ -102,6 +179,16 @@ impl Plots {
             rate: vec![0; c.rate_window_s.max(1) + 1],
             rate_second: 0,
         }
+    }
+
+    /// Empty plots for `c`, keeping a user's code and what it booked (emptied).
+    fn renew(&mut self, c: &MonitorConfig) {
+        let mut user = self.user.take();
+        if let Some(u) = user.as_mut() {
+            u.histograms.reset();
+        }
+        *self = Plots::new(c);
+        self.user = user;
     }
 
     /// Moves the rate window to second `now_s`.
@@ -205,6 +292,14 @@ impl Monitor {
         }
     }
 
+    /// A monitor of a user's own: `fill` fills its histograms.
+    pub fn with_user(name: &str, config: MonitorConfig, fill: UserFill) -> Monitor {
+        let m = Monitor::new(name, config);
+        m.plots.lock().unwrap_or_else(|p| p.into_inner()).user =
+            Some(User { fill, histograms: HistogramSet::default() });
+        m
+    }
+
     /// The counters and histograms: live (rates over the last interval) or as a summary (the
     /// means over the run).
     fn report(&self, summary: bool) -> Stats {
@@ -215,7 +310,7 @@ impl Monitor {
         let mean_mb_per_s = per_second(bytes, seconds) / 1e6;
         let (events_per_s, mb_per_s) =
             if summary { (per_second(events, seconds), mean_mb_per_s) } else { self.recent.rates(events, bytes) };
-        let histograms = {
+        let (histograms, user) = {
             let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
             let ended = self.stopped.map(|t| t.duration_since(self.t0).as_secs_f64());
             if self.worker.is_some() {
@@ -223,14 +318,22 @@ impl Monitor {
             } else if let Some(length) = ended {
                 p.advance(length as u64);
             }
-            p.histograms(ended)
+            match &p.user {
+                Some(u) => (Vec::new(), Some(u.histograms.to_json())),
+                None => (p.histograms(ended), None),
+            }
         };
-        Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s).with_detail(&MonitorDetail {
-            bad_events: c.bad_events.load(Ordering::Relaxed),
-            seconds,
-            mean_mb_per_s,
-            histograms,
-        })
+        let stats = Stats::counted(events, bytes).with_rates(events_per_s, mb_per_s);
+        let detail =
+            MonitorDetail { bad_events: c.bad_events.load(Ordering::Relaxed), seconds, mean_mb_per_s, histograms };
+        match user {
+            None => stats.with_detail(&detail),
+            Some(published) => {
+                let mut detail = serde_json::to_value(&detail).unwrap_or_default();
+                detail["histograms"] = published;
+                stats.with_detail(&detail)
+            }
+        }
     }
 
     fn end_worker(&mut self) {
@@ -244,6 +347,11 @@ impl Monitor {
 /// Fills the plots from one built event (`daqflow-wire` event format). Returns false when
 /// the event does not parse.
 fn fill(plots: &mut Plots, data: &[u8]) -> bool {
+    if let Some(user) = plots.user.as_mut() {
+        let Ok(event) = daqflow_wire::Event::parse(Bytes::copy_from_slice(data)) else { return false };
+        (user.fill)(&event, &mut user.histograms);
+        return true;
+    }
     let (bins, fragment_size_max) = (plots.bins, plots.fragment_size_max);
     plots.event_size.fill(data.len() as f64);
     let Ok(event) = daqflow_wire::Event::parse(Bytes::copy_from_slice(data)) else { return false };
@@ -300,8 +408,9 @@ impl Component for Monitor {
         } else {
             let mut p = self.plots.lock().unwrap_or_else(|p| p.into_inner());
             let (rate, second) = (std::mem::take(&mut p.rate), p.rate_second);
+            let user = p.user.take();
             *p = Plots::new(&c);
-            (p.rate, p.rate_second) = (rate, second); // the rate plot is not binned by size
+            (p.rate, p.rate_second, p.user) = (rate, second, user); // the rate plot is not binned by size
         }
         tracing::info!("{key} is now {value}");
         self.config = c;
@@ -326,7 +435,7 @@ impl Component for Monitor {
     fn start(&mut self, _run: u32) -> Result<(), ComponentError> {
         let client = EtClient::connect(&self.config.et)?;
         let attachment = client.attach(&self.station)?;
-        *self.plots.lock().unwrap_or_else(|p| p.into_inner()) = Plots::new(&self.config);
+        self.plots.lock().unwrap_or_else(|p| p.into_inner()).renew(&self.config);
         self.counters = Arc::default();
         self.stop = Arc::default();
         set(&self.failure, None);
