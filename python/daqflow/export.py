@@ -24,6 +24,7 @@ it) is the command line. The layouts are in docs/analysis-files.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -366,9 +367,7 @@ def export(
     compression = (compression or default).lower()
     if compression not in known:
         raise ValueError(f"{to} takes compression {', '.join(known)}, not {compression!r}")
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(f"{output} exists (give overwrite=True, or --overwrite, to replace it)")
+    output = _refuse_existing(output, overwrite)
     files = [_open(s) for s in sources]
     metadata = {
         "daqflow_version": _native.__version__,
@@ -377,32 +376,49 @@ def export(
         "runs": sorted({f.run for f in files}),
         "payload": payload,
     }
-    part = output.with_name(output.name + ".part")
     started = time.monotonic()
     done = {"events": 0, "fragments": 0, "bytes_in": sum(f.size for f in files), "files": len(files)}
-    writer = WRITERS[to](str(part), payload, compression, metadata)
-    try:
-        for batch in batches(files, payload, max_bytes, skip_damaged):
-            writer.write(batch)
-            done["events"] += batch.events
-            done["fragments"] += len(batch.source_id)
-            if progress:
-                progress(dict(done))
-        writer.close()
-        os.replace(part, output)
-    except BaseException:
-        # An interrupted export (an error, Ctrl-C) leaves no partial file behind.
+    with _as_part(output) as part:
+        writer = WRITERS[to](str(part), payload, compression, metadata)
         try:
-            writer.close()
-        except Exception:
-            pass
-        part.unlink(missing_ok=True)
-        raise
+            for batch in batches(files, payload, max_bytes, skip_damaged):
+                writer.write(batch)
+                done["events"] += batch.events
+                done["fragments"] += len(batch.source_id)
+                if progress:
+                    progress(dict(done))
+        except BaseException:
+            # The error (or Ctrl-C) is what is reported, not what closing the half-written
+            # output may say; the output is removed either way.
+            with contextlib.suppress(Exception):
+                writer.close()
+            raise
+        writer.close()
     done["bytes_out"] = output.stat().st_size
     done["seconds"] = time.monotonic() - started
     done["output"] = str(output)
     done["format"] = to
     return done
+
+
+def _refuse_existing(output: Union[str, os.PathLike], overwrite: bool) -> Path:
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"{output} exists (give overwrite=True, or --overwrite, to replace it)")
+    return output
+
+
+@contextlib.contextmanager
+def _as_part(output: Path) -> Iterator[Path]:
+    """Yields ``OUTPUT.part`` to write; renames it to ``output`` when the block ends well, and
+    removes it when it raises (an error, Ctrl-C): no partial file is left behind."""
+    part = output.with_name(output.name + ".part")
+    try:
+        yield part
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    os.replace(part, output)
 
 
 # ---- Histograms ------------------------------------------------------------------------------
@@ -420,28 +436,20 @@ def export_histograms(histograms: Sequence[dict], output: Union[str, os.PathLike
     import numpy as np
     from uproot.writing.identify import to_TAxis, to_TH1x, to_TH2x
 
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(f"{output} exists (give overwrite=True, or --overwrite, to replace it)")
-    part = output.with_name(output.name + ".part")
+    output = _refuse_existing(output, overwrite)
     written = []
-    try:
-        with uproot.recreate(part) as f:
-            for h in histograms:
-                path = f"{h.get('component', 'daqflow')}/{h['name']}"
-                kind = h.get("kind", "h1")
-                if kind == "counter":
-                    f[path] = str(int(h.get("value", 0)))
-                elif kind == "h2":
-                    f[path] = _th2(h, np, to_TAxis, to_TH2x)
-                else:
-                    f[path] = _th1(h, np, to_TAxis, to_TH1x)
-                written.append(path)
-            f["daqflow"] = json.dumps({"run": run, "histograms": written, "daqflow_version": _native.__version__})
-        os.replace(part, output)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+    with _as_part(output) as part, uproot.recreate(part) as f:
+        for h in histograms:
+            path = f"{h.get('component', 'daqflow')}/{h['name']}"
+            kind = h.get("kind", "h1")
+            if kind == "counter":
+                f[path] = str(int(h.get("value", 0)))
+            elif kind == "h2":
+                f[path] = _th2(h, np, to_TAxis, to_TH2x)
+            else:
+                f[path] = _th1(h, np, to_TAxis, to_TH1x)
+            written.append(path)
+        f["daqflow"] = json.dumps({"run": run, "histograms": written, "daqflow_version": _native.__version__})
     return {"run": run, "histograms": written, "output": str(output), "bytes_out": output.stat().st_size}
 
 

@@ -173,11 +173,7 @@ fn export_histograms(args: &Args, inputs: &[String], out: &str, data: &Path) -> 
     }
     let [input] = inputs else { bail!("--histograms exports one run's: give one run number") };
     let run: u32 = input.parse().map_err(|_| anyhow::anyhow!("--histograms: {input} is not a run number"))?;
-    let database = data.join("runs.sqlite");
-    if !database.is_file() {
-        bail!("run {run}: there is no run database at {} (give --data DIR)", database.display());
-    }
-    let db = RunDb::open(&database).with_context(|| format!("opening {}", database.display()))?;
+    let (db, database) = run_database(data, run)?;
     let detail = db.run(run).with_context(|| format!("reading {}", database.display()))?;
     let Some(detail) = detail else { bail!("run {run}: no such run in {}", database.display()) };
     let Some(summary) = detail.summary else { bail!("run {run} has no summary (it has not ended, or was abandoned)") };
@@ -228,15 +224,7 @@ fn resolve(input: &str, data: &Path) -> anyhow::Result<Vec<OsString>> {
         }
         bail!("{input}: no such file, and not a run number");
     };
-    let database = data.join("runs.sqlite");
-    if !database.is_file() {
-        bail!(
-            "run {run}: there is no run database at {} (give the data directory of the `daqflow run` or `demo` that took \
-             the run: daqflow --data DIR export …, or the files themselves)",
-            database.display()
-        );
-    }
-    let db = RunDb::open(&database).with_context(|| format!("opening {}", database.display()))?;
+    let (db, database) = run_database(data, run)?;
     let files = db.files(run).with_context(|| format!("reading {}", database.display()))?;
     if files.is_empty() {
         bail!(
@@ -260,6 +248,21 @@ fn resolve(input: &str, data: &Path) -> anyhow::Result<Vec<OsString>> {
         found.push(p.into_os_string());
     }
     Ok(found)
+}
+
+/// The run database of the data directory `data` (and its path), which must exist: run `run` is
+/// looked up there.
+fn run_database(data: &Path, run: u32) -> anyhow::Result<(RunDb, PathBuf)> {
+    let database = data.join("runs.sqlite");
+    if !database.is_file() {
+        bail!(
+            "run {run}: there is no run database at {} (give the data directory of the `daqflow run` or `demo` that took \
+             the run: daqflow --data DIR export …, or the files themselves)",
+            database.display()
+        );
+    }
+    let db = RunDb::open(&database).with_context(|| format!("opening {}", database.display()))?;
+    Ok((db, database))
 }
 
 /// Whether `python` runs and has the daqflow package; a clear error saying how to get them
