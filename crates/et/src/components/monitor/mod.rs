@@ -92,8 +92,9 @@ use daqflow_component::schema::{Key, Schema};
 pub type UserFill = Box<dyn FnMut(&daqflow_wire::Event, &mut HistogramSet) + Send>;
 
 /// Makes a component's [`UserFill`] from its name and configuration: the keys the kind
-/// declared besides the monitor's own (`et`, `station`, `cue`, `prescale`), checked against
-/// their schema, defaults filled in.
+/// declared besides the monitor's own (`et`, `station`, `cue`, `prescale`), already checked
+/// against their schema; a key the system file leaves out is absent (use the default you
+/// declared).
 pub type MakeFill = Arc<dyn Fn(&str, &toml::Table) -> Result<UserFill, ComponentError> + Send + Sync>;
 
 /// The monitor's keys a monitor of a user's own has too.
