@@ -315,8 +315,10 @@ def test_ctrl_c_in_the_terminal_leaves_nothing_behind(big_file, tmp_path):
     import time
 
     out = tmp_path / "big.root"
+    # Enough input (24 copies, compressed with zlib) that the export is far from its end when
+    # its first megabyte is on disk, however fast the machine.
     proc = subprocess.Popen(
-        [daqflow_binary(), "export", *[str(big_file)] * 4, "--to", "root", str(out), "--payload",
+        [daqflow_binary(), "export", *[str(big_file)] * 24, "--to", "root", str(out), "--payload",
          "--python", sys.executable],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
@@ -327,8 +329,8 @@ def test_ctrl_c_in_the_terminal_leaves_nothing_behind(big_file, tmp_path):
         assert time.monotonic() < deadline, "the export never started writing"
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stdout, stderr)
     assert "interrupted; nothing was written" in stderr
     assert list(tmp_path.iterdir()) == []
 
