@@ -316,11 +316,15 @@ def test_ctrl_c_in_the_terminal_leaves_nothing_behind(big_file, tmp_path):
 
     out = tmp_path / "big.root"
     # Enough input (24 copies, compressed with zlib) that the export is far from its end when
-    # its first megabyte is on disk, however fast the machine.
+    # its first megabyte is on disk, however fast the machine. In a terminal SIGINT is not
+    # ignored; a test run in the background by a script inherits it ignored (a shell's
+    # asynchronous commands ignore SIGINT), and Python then never raises KeyboardInterrupt:
+    # the child gets the terminal's disposition back.
     proc = subprocess.Popen(
         [daqflow_binary(), "export", *[str(big_file)] * 24, "--to", "root", str(out), "--payload",
          "--python", sys.executable],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     part = tmp_path / "big.root.part"
     deadline = time.monotonic() + 120
