@@ -112,7 +112,8 @@ impl Backend for ClientInner {
             _ => Err(EtError::Protocol("unexpected answer to a large-event request".into())),
         }
     }
-    fn detach(&self, att: u32) {
+    fn detach(&self, att: u32, _generation: u32) {
+        // The system's connection handler knows the generation of each attachment it made.
         self.attachments.lock().unwrap_or_else(|p| p.into_inner()).retain(|&a| a != att);
         let _ = self.call(&Request::Detach { attachment: att });
     }

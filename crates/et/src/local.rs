@@ -31,7 +31,8 @@ pub(crate) trait Backend: Send + Sync {
     fn new_temp(&self, att: u32, event: u32, size: usize) -> Result<(u32, Arc<Mapping>), EtError>;
     /// The mapping of temporary buffer `id`.
     fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError>;
-    fn detach(&self, att: u32);
+    /// Ends attachment `att` if the slot is still at `generation` (see `SystemInner::detach`).
+    fn detach(&self, att: u32, generation: u32);
     fn is_dead(&self) -> bool;
     /// Whether this backend returns the events its attachments put back to GrandCentral in
     /// groups ([`Returns`]), flushing what is kept at least every 100 ms.
@@ -842,7 +843,7 @@ impl LocalAttachment {
     pub(crate) fn end_dead(self, system: &crate::system::SystemInner) {
         self.ended.store(true, Ordering::Release);
         if self.same_generation() {
-            system.detach(self.att, true);
+            system.detach(self.att, self.generation, true);
         }
     }
 
@@ -859,7 +860,7 @@ impl Drop for LocalAttachment {
         if !self.ended.load(Ordering::Acquire) && self.same_generation() {
             // What it kept goes back as put (detaching would recover it as held).
             self.returns.flush(self.backend.pool());
-            self.backend.detach(self.att);
+            self.backend.detach(self.att, self.generation);
         }
     }
 }
@@ -902,8 +903,8 @@ mod tests {
             }
             self.inner.temp(id)
         }
-        fn detach(&self, att: u32) {
-            self.inner.detach(att)
+        fn detach(&self, att: u32, generation: u32) {
+            self.inner.detach(att, generation)
         }
         fn is_dead(&self) -> bool {
             self.inner.is_dead()
@@ -946,7 +947,7 @@ mod tests {
         let system = EtSystem::create(SystemConfig::new(format!("unmapped-{}", std::process::id()), 20, 64)).unwrap();
         system.create_station("blind", StationConfig::default(), Position::End).unwrap();
         system.create_station("after", StationConfig::default(), Position::End).unwrap();
-        let (att, slot) = system.inner.attach("blind", Holder::InProcess).unwrap();
+        let (att, slot, _) = system.inner.attach("blind", Holder::InProcess).unwrap();
         let blind = LocalAttachment::new(
             Arc::new(Tweaked { inner: InProcess { system: system.inner.clone() }, no_temps: true, groups: false }),
             att,
@@ -978,7 +979,7 @@ mod tests {
         let system = EtSystem::create(SystemConfig::new(format!("stale-{}", std::process::id()), 20, 64)).unwrap();
         let old = system.attach("GRAND_CENTRAL").unwrap();
         // The old attachment is recovered (as if its holder had died) and its slot reused.
-        system.inner.detach(old.att, true);
+        system.inner.detach(old.att, old.generation, true);
         let new = system.attach("GRAND_CENTRAL").unwrap();
         assert_eq!(new.att, old.att, "the slot was reused");
         assert!(matches!(old.new_events(1, 10, Wait::NoWait), Err(EtError::AttachmentDead(_))));
@@ -988,13 +989,29 @@ mod tests {
         new.put_events(&mut evs).unwrap();
     }
 
+    #[test]
+    fn a_late_detach_of_a_dead_attachment_spares_the_one_that_took_its_slot() {
+        // The watchdog found a dead holder and detaches it after releasing the state lock; in
+        // between, the holder's connection closed (freeing the slot) and a new process attached
+        // to the same slot. The watchdog's detach names the dead attachment's generation.
+        let system = EtSystem::create(SystemConfig::new(format!("late-{}", std::process::id()), 20, 64)).unwrap();
+        let (att, _, dead_generation) = system.inner.attach("GRAND_CENTRAL", Holder::InProcess).unwrap();
+        system.inner.detach(att, dead_generation, true);
+        let new = system.attach("GRAND_CENTRAL").unwrap();
+        assert_eq!(new.att, att, "the slot was reused");
+        system.inner.detach(att, dead_generation, true);
+        let mut evs = new.new_events(2, 10, Wait::NoWait).expect("the new attachment was not declared dead");
+        new.put_events(&mut evs).unwrap();
+        assert_eq!(system.snapshot().attachments.len(), 1, "{:#?}", system.snapshot());
+    }
+
     /// A consumer on the last station (restore mode: input), with a pool of 3000 events: its
     /// returns go back in groups of 32.
     fn grouping_consumer(test: &str) -> (EtSystem, LocalAttachment) {
         let system = EtSystem::create(SystemConfig::new(format!("{test}-{}", std::process::id()), 3000, 64)).unwrap();
         let config = StationConfig { restore: crate::RestoreMode::Input, ..StationConfig::default() };
         system.create_station("last", config, Position::End).unwrap();
-        let (att, slot) = system.inner.attach("last", Holder::InProcess).unwrap();
+        let (att, slot, _) = system.inner.attach("last", Holder::InProcess).unwrap();
         let consumer = LocalAttachment::new(
             Arc::new(Tweaked { inner: InProcess { system: system.inner.clone() }, no_temps: false, groups: true }),
             att,
@@ -1066,7 +1083,7 @@ mod tests {
         drop(held);
         // Another consumer on the station, so that what is restored to its input stays there.
         let other = system.attach("last").unwrap();
-        system.inner.detach(consumer.id(), true);
+        system.inner.detach(consumer.id(), consumer.generation, true);
         let s = system.snapshot();
         let last = s.stations.iter().find(|st| st.name == "last").unwrap();
         assert_eq!(last.queued, 3, "only the three held are restored to the input, not the five put: {s:#?}");

@@ -227,7 +227,7 @@ fn handle(
             },
         )),
         Request::Attach { station } => {
-            let (id, slot) = s.attach(&station, Holder::Remote { conn: conn_id })?;
+            let (id, slot, _) = s.attach(&station, Holder::Remote { conn: conn_id })?;
             atts.insert(id, LocalAttachment::new(Arc::new(InProcess { system: s.clone() }), id, slot, station));
             Ok(json_frame(ATTACHED, &serde_json::json!({ "attachment": id })))
         }

@@ -52,7 +52,8 @@ pub(super) fn refuse(s: &SystemInner, conn: UnixStream, peer: sys::PeerCred) {
 
 pub(super) fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u64, pid: u32) {
     let mut hello = false;
-    let mut mine: Vec<u32> = Vec::new();
+    // The attachments this connection made: (slot, generation).
+    let mut mine: Vec<(u32, u32)> = Vec::new();
     loop {
         let req = match ipc::recv::<Request>(&sock, ipc::MAX_REQUEST) {
             Ok((r, _)) => r,
@@ -76,16 +77,16 @@ pub(super) fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u6
             }
             _ if !hello => Response::Error(EtError::Protocol("the first request must be Hello".into())),
             Request::Attach { station } => match s.attach(&station, Holder::Local { conn, pid }) {
-                Ok((attachment, station)) => {
-                    mine.push(attachment);
+                Ok((attachment, station, generation)) => {
+                    mine.push((attachment, generation));
                     Response::Attached { attachment, station }
                 }
                 Err(e) => Response::Error(e),
             },
             Request::Detach { attachment } => {
-                if let Some(p) = mine.iter().position(|&a| a == attachment) {
-                    mine.swap_remove(p);
-                    s.detach(attachment, false);
+                if let Some(p) = mine.iter().position(|&(a, _)| a == attachment) {
+                    let (_, generation) = mine.swap_remove(p);
+                    s.detach(attachment, generation, false);
                 }
                 Response::Done
             }
@@ -98,7 +99,7 @@ pub(super) fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u6
                 s.configure_station(&name, config).map_or_else(Response::Error, |_| Response::Done)
             }
             Request::AdmitLarge { attachment, .. } | Request::NewTemp { attachment, .. }
-                if !mine.contains(&attachment) =>
+                if !mine.iter().any(|&(a, _)| a == attachment) =>
             {
                 Response::Error(EtError::Protocol(format!("no attachment {attachment} on this connection")))
             }
@@ -135,8 +136,8 @@ pub(super) fn serve_client(system: Weak<SystemInner>, sock: UnixStream, conn: u6
     }
     // The connection closed: a process that did not detach died. Its events come back.
     if let Some(s) = system.upgrade() {
-        for att in mine {
-            s.detach(att, true);
+        for (att, generation) in mine {
+            s.detach(att, generation, true);
         }
     }
 }

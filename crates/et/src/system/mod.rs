@@ -61,6 +61,9 @@ struct AttMeta {
     holder: Holder,
     last_beat: u64,
     last_change: Instant,
+    /// The slot's generation for this attachment (`AttachmentRecord::generation`): a detach
+    /// that names another generation is for an attachment that has already ended.
+    generation: u32,
 }
 
 struct StationMeta {
@@ -312,7 +315,8 @@ impl SystemInner {
         Ok(())
     }
 
-    pub(crate) fn attach(&self, station: &str, holder: Holder) -> Result<(u32, u32), EtError> {
+    /// Attaches `holder` to `station`: (attachment slot, station slot, the slot's generation).
+    pub(crate) fn attach(&self, station: &str, holder: Holder) -> Result<(u32, u32, u32), EtError> {
         let mut st = self.state();
         let slot = Self::station_slot(&st, station).ok_or_else(|| EtError::NoSuchStation(station.into()))?;
         let rec = self.pool.station(slot);
@@ -348,22 +352,27 @@ impl SystemInner {
         for c in [&a.heartbeat, &a.held, &a.got, &a.put, &a.dumped] {
             c.store(0, Ordering::Release);
         }
-        a.generation.fetch_add(1, Ordering::AcqRel);
+        let generation = a.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         a.state.store(ATT_ACTIVE, Ordering::Release);
         rec.attachments.fetch_add(1, Ordering::AcqRel);
-        st.attachments[att] = Some(AttMeta { station: slot, holder, last_beat: 0, last_change: Instant::now() });
+        st.attachments[att] =
+            Some(AttMeta { station: slot, holder, last_beat: 0, last_change: Instant::now(), generation });
         tracing::debug!(system = %self.config.name, station, attachment = att, ?holder, "attached");
-        Ok((att as u32, slot))
+        Ok((att as u32, slot, generation))
     }
 
     /// Ends attachment `att`: its events go where its station's restore mode says (marked
-    /// possibly corrupt if the holder died), and its slot is freed. Idempotent.
-    pub(crate) fn detach(&self, att: u32, died: bool) {
+    /// possibly corrupt if the holder died), and its slot is freed. Idempotent, and only for
+    /// `generation`: a slot already freed and given to a new attachment (whose detach raced
+    /// with this one: a watchdog and a closing connection, say) keeps its new attachment.
+    pub(crate) fn detach(&self, att: u32, generation: u32, died: bool) {
         let meta = {
             let mut st = self.state();
-            match st.attachments.get_mut(att as usize).and_then(Option::take) {
-                Some(m) => m,
-                None => return,
+            match st.attachments.get_mut(att as usize) {
+                Some(slot) if slot.as_ref().is_some_and(|m| m.generation == generation) => {
+                    slot.take().expect("checked just above")
+                }
+                _ => return,
             }
         };
         let a = self.pool.attachment(att);
@@ -699,8 +708,8 @@ impl Backend for InProcess {
     fn temp(&self, id: u32) -> Result<Arc<Mapping>, EtError> {
         self.system.temp(id).map(|(_, m)| m)
     }
-    fn detach(&self, att: u32) {
-        self.system.detach(att, false);
+    fn detach(&self, att: u32, generation: u32) {
+        self.system.detach(att, generation, false);
     }
     fn is_dead(&self) -> bool {
         self.system.stop.load(Ordering::Acquire)
@@ -852,7 +861,7 @@ impl EtSystem {
 
     /// Attaches this process to a station (no socket involved).
     pub fn attach(&self, station: &str) -> Result<LocalAttachment, EtError> {
-        let (att, slot) = self.inner.attach(station, Holder::InProcess)?;
+        let (att, slot, _) = self.inner.attach(station, Holder::InProcess)?;
         Ok(LocalAttachment::new(Arc::new(InProcess { system: self.inner.clone() }), att, slot, station.to_owned()))
     }
 

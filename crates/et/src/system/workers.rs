@@ -83,12 +83,12 @@ pub(super) fn watchdog(system: Weak<SystemInner>) {
                 match m.holder {
                     Holder::Local { pid, .. } if pid != me => {
                         if !sys::pid_alive(pid) {
-                            dead.push(i as u32);
+                            dead.push((i as u32, m.generation));
                         } else if m.last_change.elapsed() > timeout {
                             stuck.push((i as u32, pid));
                         }
                     }
-                    Holder::Remote { .. } if m.last_change.elapsed() > timeout => dead.push(i as u32),
+                    Holder::Remote { .. } if m.last_change.elapsed() > timeout => dead.push((i as u32, m.generation)),
                     _ => {}
                 }
             }
@@ -99,8 +99,10 @@ pub(super) fn watchdog(system: Weak<SystemInner>) {
             tracing::warn!(system = %s.config.name, attachment = att, pid, "attachment's process stopped heartbeating; killing it");
             sys::kill(pid);
         }
-        for att in dead {
-            s.detach(att, true);
+        // By generation: a slot that its connection freed and a new holder took since the
+        // scan above is not this dead attachment any more.
+        for (att, generation) in dead {
+            s.detach(att, generation, true);
         }
         s.sweep_temps();
         // Events pushed into a station removed, or left by its last attachment, under a
