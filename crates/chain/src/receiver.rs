@@ -29,8 +29,13 @@ pub(crate) fn receive_chunks(
 ) -> bool {
     let mut check = StreamCheck::new(run, check_crc);
     let mut upstream: Option<String> = None;
+    // The connection outlives the closure: a refusal is recorded (`live.fail`) before the
+    // upstream sees its connection close, so that whoever hears of the upstream's failure
+    // first (the operator, through it) finds this side's reason already there.
+    let mut held = None;
     let result: Result<bool, String> = (|| {
-        let Some(mut up) = accept(listener, live, run, name)? else { return Ok(false) };
+        let Some(up) = accept(listener, live, run, name)? else { return Ok(false) };
+        let up = held.insert(up);
         let peer = up.peer_addr();
         upstream = Some(peer.to_string());
         *live.upstream.lock().unwrap_or_else(|p| p.into_inner()) = upstream.clone();
@@ -107,5 +112,6 @@ pub(crate) fn receive_chunks(
     if let Some(e) = error {
         live.fail(name, e);
     }
+    drop(held);
     ended
 }

@@ -445,9 +445,11 @@ impl ControlLink {
         crate::log::muted(|| {
             if changed || force {
                 self.last_state = Some(state);
+                // The counters first: an operator that acts on a new state (Error: the run's
+                // record is closed) then has the counters of that moment, not a second older.
+                let _ = self.stats.update(&serde_json::to_vec(&driver.stats()).unwrap_or_default());
                 let status = self.status(driver);
                 let _ = self.state.update(&serde_json::to_vec(&status).unwrap_or_default());
-                let _ = self.stats.update(&serde_json::to_vec(&driver.stats()).unwrap_or_default());
             }
             let last = crate::log::last_seq();
             if last > self.log_published {
