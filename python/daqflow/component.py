@@ -59,12 +59,14 @@ __all__ = ["Component", "Parameter", "ROLES", "STATES_CONFIGURED"]
 #: How a component's counters enter the run's accounting (docs/operator-guide.md).
 ROLES = ("trigger", "readout", "builder", "buffer", "recorder", "other")
 
-_STATS_KEYS = ("events", "bytes", "events_per_s", "mb_per_s", "detail")
+_STATS_KEYS = ("events", "bytes", "events_per_s", "mb_per_s", "detail", "slow")
+_SLOW_KEYS = ("value", "unit", "severity", "status", "at_ms")
 
 #: Every state a configured component can be in: a parameter live in all of them.
 STATES_CONFIGURED = ("Configured", "Running", "Paused")
 
-_TYPES = {bool: "bool", int: "integer", float: "float", str: "text", "address": "address", "path": "path"}
+_TYPES = {bool: "bool", int: "integer", float: "float", str: "text", "address": "address", "path": "path",
+          list: "list", dict: "table"}
 _INT_RANGE = (-(2**63), 2**63 - 1)
 
 
@@ -76,7 +78,8 @@ class Parameter:
     sees it, and a misspelt key is named with the one it was probably meant to be.
 
     ``type`` is ``bool``, ``int``, ``float``, ``str``, ``"address"`` (``HOST:PORT``), ``"path"``,
-    or a list of the words it may be (a choice). ``live`` lists the states in which the key may
+    ``list`` (a list of texts), ``dict`` (a table the component checks itself), or a list of the
+    words it may be (a choice). ``live`` lists the states in which the key may
     change after configure (some of :data:`STATES_CONFIGURED`); the component's :meth:`Component.set`
     then applies it. ::
 
@@ -116,6 +119,8 @@ class Parameter:
         elif type in _TYPES:
             kind = _TYPES[type]
             self._type = {"type": kind}
+            if kind == "list":
+                self._type["of"] = {"type": "text"}
             if kind == "integer":
                 lo, hi = (_INT_RANGE[0] if min is None else int(min)), (_INT_RANGE[1] if max is None else int(max))
                 self._type.update(min=lo, max=hi)
@@ -125,7 +130,8 @@ class Parameter:
             elif min is not None or max is not None:
                 raise ValueError(f"parameter {name!r}: min and max are for int and float parameters")
         else:
-            raise ValueError(f"parameter {name!r}: type {type!r}: bool, int, float, str, 'address', 'path' or a list of words")
+            raise ValueError(f"parameter {name!r}: type {type!r}: bool, int, float, str, 'address', 'path', list (of "
+                             "texts), dict (a table the component checks) or a list of words")
         if self._type.get("min") is not None and self._type["min"] > self._type["max"]:
             raise ValueError(f"parameter {name!r}: min {min} is above max {max}")
 
@@ -162,7 +168,7 @@ def _stats_json(value: Any, what: str) -> Optional[str]:
     if unknown:
         raise ValueError(
             f"{what}: unknown statistics {', '.join(unknown)} (events, bytes, events_per_s, mb_per_s, "
-            "and detail: a dict of your own figures)"
+            "detail: a dict of your own figures, and slow: your slow values by name)"
         )
     out: Dict[str, Any] = {}
     for key in ("events", "bytes"):
@@ -176,7 +182,49 @@ def _stats_json(value: Any, what: str) -> Optional[str]:
             out[key] = float(value[key])
     if value.get("detail") is not None:
         out["detail"] = value["detail"]
+    if value.get("slow"):
+        out["slow"] = _slow_values(value["slow"], what)
     return json.dumps(out)
+
+
+def _slow_values(slow: Any, what: str) -> Dict[str, Any]:
+    """``stats()["slow"]`` checked: ``{NAME: {"value": number or None, "unit", "severity",
+    "status", "at_ms"}}`` (a bare number is ``{"value": number}``)."""
+    if not isinstance(slow, Mapping):
+        raise TypeError(f"{what}: slow must be a dict of slow values by name, not {type(slow).__name__}")
+    out: Dict[str, Any] = {}
+    for name, v in slow.items():
+        if (not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() or c in '<>=!,"' for c in name)
+                or name in ("events", "bytes", "events_per_s", "mb_per_s", "trigger", "detail")
+                or name.startswith(("trigger.", "detail."))):
+            raise ValueError(f"{what}: {name!r} cannot name a slow value (1 … 200 characters, no white space, "
+                             "none of < > = ! , \", not a counter's own key)")
+        if not isinstance(v, Mapping):
+            v = {"value": v}
+        unknown = sorted(set(v) - set(_SLOW_KEYS))
+        if unknown:
+            raise ValueError(f"{what}: slow value {name!r}: unknown keys {', '.join(unknown)} ({', '.join(_SLOW_KEYS)})")
+        one: Dict[str, Any] = {}
+        number = v.get("value")
+        if number is not None:
+            number = float(number)
+            # JSON has no NaN: a value that is not finite is no value.
+            one["value"] = number if number == number and abs(number) != float("inf") else None
+        else:
+            one["value"] = None
+        if v.get("unit") is not None:
+            one["unit"] = str(v["unit"])
+        if v.get("severity") is not None:
+            severity = int(v["severity"])
+            if not 0 <= severity <= 3:
+                raise ValueError(f"{what}: slow value {name!r}: severity {severity} is not 0 … 3")
+            one["severity"] = severity
+        if v.get("status") is not None:
+            one["status"] = str(v["status"])
+        if v.get("at_ms") is not None:
+            one["at_ms"] = int(v["at_ms"])
+        out[name] = one
+    return out
 
 
 class Component:

@@ -333,6 +333,13 @@ class Operator:
         """The control plane's directory: every process, its services and commands."""
         return self._request("GET", "/api/processes")
 
+    def alarms(self) -> Dict[str, Any]:
+        """Every alarm of the system file with its state, and the recent alarm events, newest
+        first (``GET /api/alarms``: ``{"system", "alarms": [{"name", "severity", "condition",
+        "message", "state", "since_ms", "acknowledged_by", "value"}], "events": [{"t_ms",
+        "name", "kind", "severity", "message", "who"}]}``)."""
+        return self._request("GET", "/api/alarms")
+
     def history_names(self) -> List[str]:
         """The names of the slow values the history holds, sorted (``COMPONENT.KEY``,
         ``system.KEY``, ``SERVICE.PATH``; docs/operator-guide.md, "The history of slow

@@ -1,8 +1,12 @@
 """Fixtures: data files written by the `daqflow` binary (`daqflow evb local --output`)."""
 
+import contextlib
 import os
+import re
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,38 @@ import daqflow
 REPO = Path(__file__).resolve().parents[2]
 COMPLETE = "run000001_bu-0_0001.daq"
 CUT_SHORT = "run000001_bu-0_0002.daq.part"
+
+
+@contextlib.contextmanager
+def running_operator(system, data, timeout=120):
+    """`daqflow run SYSTEM --data DATA` until the block ends (then `quit`, else killed): yields
+    its web address (the system's `web` must name one) and the list of its output lines, which
+    keeps growing."""
+    proc = subprocess.Popen([daqflow_binary(), "run", str(system), "--data", str(data)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url, lines = None, []
+        deadline = time.monotonic() + timeout
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"web UI: (http://[0-9.:]+)/\?token=", line)
+            if m:
+                url = m.group(1)
+        assert url, "".join(lines)
+        threading.Thread(target=lambda: [lines.append(l) for l in proc.stdout], daemon=True).start()
+        yield url, lines
+    finally:
+        if proc.poll() is None:
+            try:
+                proc.stdin.write("quit\n")
+                proc.stdin.flush()
+                proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
 
 
 def daqflow_binary():

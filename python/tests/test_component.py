@@ -3,20 +3,17 @@
 each with real processes, against the `daqflow` binary."""
 
 import json
-import os
 import re
 import struct
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import daqflow
 
-from conftest import REPO, daqflow_binary
+from conftest import REPO, daqflow_binary, running_operator
 
 EXAMPLES = REPO / "python" / "examples"
 
@@ -91,10 +88,28 @@ def test_a_parameter_is_declared_with_a_type_a_range_and_a_doc():
     with pytest.raises(ValueError, match="min 5 is above max 1"):
         daqflow.Parameter("x", float, doc="x", min=5, max=1)
     with pytest.raises(ValueError, match="type"):
-        daqflow.Parameter("x", dict, doc="x")
+        daqflow.Parameter("x", set, doc="x")
+    with pytest.raises(ValueError, match="min and max"):
+        daqflow.Parameter("x", list, doc="x", min=1)
+    assert daqflow.Parameter("pvs", list, doc="PVs.")._json()["of"] == {"type": "text"}
+    assert daqflow.Parameter("t", dict, doc="T.")._json()["type"] == "table"
     p = daqflow.Parameter("mode", ["fast", "slow"], doc="How.", default="fast")
     assert p._json() == {"name": "mode", "type": "choice", "values": ["fast", "slow"], "required": False,
                          "live": [], "doc": "How.", "default": "fast"}
+
+
+def test_slow_values_in_statistics_are_checked():
+    from daqflow.component import _stats_json
+
+    out = json.loads(_stats_json({"events": 1, "slow": {"A:B": 1.5, "C": {"value": float("nan"), "unit": "V",
+                                                                          "severity": 2}}}, "stats()"))
+    assert out["slow"] == {"A:B": {"value": 1.5}, "C": {"value": None, "unit": "V", "severity": 2}}
+    for bad, why in [({"events": 1}, "cannot name"), ({"x y": 1}, "cannot name"), ({"detail.x": 1}, "cannot name"),
+                     ({"A": {"severity": 4}}, "not 0 … 3"), ({"A": {"vale": 1}}, "unknown keys vale")]:
+        with pytest.raises(ValueError, match=why):
+            _stats_json({"slow": bad}, "stats()")
+    with pytest.raises(TypeError, match="dict of slow values"):
+        _stats_json({"slow": [1]}, "stats()")
 
 
 def test_daqflow_component_command_runs_a_python_component():
@@ -209,30 +224,8 @@ def operator(tmp_path):
     """A `daqflow run` of the demo with the Python source, serving its HTTP API."""
     system = demo_with_python_source(tmp_path, web="127.0.0.1:0")
     data = tmp_path / "data"
-    proc = subprocess.Popen([daqflow_binary(), "run", str(system), "--data", str(data)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = None
-    lines = []
-    deadline = time.monotonic() + 120
-    while url is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"web UI: (http://[0-9.:]+)/\?token=", line)
-        if m:
-            url = m.group(1)
-    assert url, "".join(lines)
-    threading.Thread(target=lambda: [lines.append(l) for l in proc.stdout], daemon=True).start()
-    yield url, data
-    try:
-        proc.stdin.write("quit\n")
-        proc.stdin.flush()
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with running_operator(system, data) as (url, _):
+        yield url, data
 
 
 def test_a_script_drives_runs_through_the_operator(operator, monkeypatch):

@@ -12,9 +12,9 @@ import time
 import pytest
 
 import daqflow
-from daqflow.histograms import H1, H2, Counter, Histograms
+from daqflow.histograms import H1, H2, Histograms
 
-from conftest import daqflow_binary
+from conftest import daqflow_binary, running_operator
 from test_component import drive
 from test_export import need
 
@@ -168,20 +168,7 @@ def test_the_operator_sums_a_groups_histograms_and_saves_them_with_the_run(tmp_p
         min = 1
     '''))
     data = tmp_path / "data"
-    proc = subprocess.Popen([daqflow_binary(), "run", str(system), "--data", str(data)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url, lines = None, []
-        deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "web UI: http://" in line:
-                url = line.split("web UI: ")[1].split("/?")[0].strip()
-        assert url, "".join(lines)
-        threading.Thread(target=lambda: [lines.append(l) for l in proc.stdout], daemon=True).start()
+    with running_operator(system, data) as (url, _):
         with daqflow.Operator(url, data=str(data)) as op:
             op.configure()
             for run in (1, 2):
@@ -232,14 +219,6 @@ def test_the_operator_sums_a_groups_histograms_and_saves_them_with_the_run(tmp_p
             capture_output=True, text=True, timeout=120,
         )
         assert again.returncode == 2 and "give --to root" in again.stderr
-    finally:
-        if proc.poll() is None:
-            proc.stdin.write("quit\n")
-            proc.stdin.flush()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def test_the_python_detector_monitor_fills_from_the_demos_events(tmp_path):

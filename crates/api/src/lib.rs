@@ -26,7 +26,7 @@ pub use daqflow_component::log::{LogRecord, Severity};
 /// The typed schema of a kind's configuration (`GET /api/schema`).
 pub use daqflow_component::schema;
 /// The contract's types the API's carry (a client needs no other crate).
-pub use daqflow_component::{Info, Role, State, Stats, TriggerCounts, Verb};
+pub use daqflow_component::{Info, Role, SlowValue, State, Stats, TriggerCounts, Verb};
 
 pub mod alarms;
 
@@ -583,7 +583,9 @@ pub struct ComponentMetrics<'a> {
 /// `kind`: `daqflow_component_up`, `daqflow_component_state` (1, with `state`),
 /// `daqflow_component_run`, `daqflow_component_events_total`, `daqflow_component_bytes_total`,
 /// `daqflow_component_events_per_second`, `daqflow_component_megabytes_per_second` and
-/// `daqflow_component_stat` (with `stat`: each number of the kind's `detail`). The operator's
+/// `daqflow_component_stat` (with `stat`: each number of the kind's `detail`), and for the slow
+/// values a component reads from elsewhere (`Stats::slow`) `daqflow_slow_value` (with `name` and
+/// `unit`) and `daqflow_slow_severity` (with `name`). The operator's
 /// `/metrics` writes them for every component of its system, `daqflow component --metrics`
 /// for itself: the same names either way.
 pub fn component_metrics(e: &mut Exposition, components: &[ComponentMetrics<'_>]) {
@@ -634,6 +636,37 @@ pub fn component_metrics(e: &mut Exposition, components: &[ComponentMetrics<'_>]
                     _ => continue,
                 };
                 stat.sample(&[("component", c.name), ("kind", c.kind), ("stat", k)], value);
+            }
+        }
+    }
+    if components.iter().all(|c| c.stats.slow.is_empty()) {
+        return;
+    }
+    let mut slow = e.family(
+        "daqflow_slow_value",
+        "Each slow value a component reads from elsewhere (`slow` in NAME/stats: an EPICS PV), in its source's unit.",
+        MetricType::Gauge,
+    );
+    for c in components {
+        for (name, v) in &c.stats.slow {
+            if let Some(x) = v.value.filter(|x| x.is_finite()) {
+                let unit = v.unit.as_deref().unwrap_or("");
+                slow.sample(
+                    &[("component", c.name), ("kind", c.kind), ("name", name), ("unit", unit)],
+                    Value::Float(x),
+                );
+            }
+        }
+    }
+    let mut severity = e.family(
+        "daqflow_slow_severity",
+        "Each slow value's severity at its source: 0 none, 1 minor, 2 major, 3 invalid (disconnected).",
+        MetricType::Gauge,
+    );
+    for c in components {
+        for (name, v) in &c.stats.slow {
+            if let Some(s) = v.severity {
+                severity.sample(&[("component", c.name), ("kind", c.kind), ("name", name)], u32::from(s));
             }
         }
     }
@@ -1029,8 +1062,30 @@ mod tests {
             assert!(m.lines().any(|l| l == line), "{line} missing from\n{m}");
         }
         assert!(!m.contains("stat=\"name\""), "only numbers are samples");
+        assert!(!m.contains("daqflow_slow_value"), "no family without a slow value");
         let back: SystemStatus = serde_json::from_str(&serde_json::to_string(&status).unwrap()).unwrap();
         assert_eq!(back, status);
+
+        // A component with slow values from elsewhere (an EPICS PV, one disconnected).
+        let mut status = status;
+        let slow = &mut status.components[0].stats.slow;
+        let pv = |value, severity| daqflow_component::SlowValue {
+            value,
+            unit: Some("V".into()),
+            severity: Some(severity),
+            ..Default::default()
+        };
+        slow.insert("HV:CH1:VMON".into(), pv(Some(1512.5), 1));
+        slow.insert("HV:CH2:VMON".into(), pv(None, 3));
+        let m = status.to_prometheus();
+        for line in [
+            "daqflow_slow_value{component=\"bu-\\\"0\",kind=\"bu\",name=\"HV:CH1:VMON\",unit=\"V\"} 1512.5",
+            "daqflow_slow_severity{component=\"bu-\\\"0\",kind=\"bu\",name=\"HV:CH1:VMON\"} 1",
+            "daqflow_slow_severity{component=\"bu-\\\"0\",kind=\"bu\",name=\"HV:CH2:VMON\"} 3",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} missing from\n{m}");
+        }
+        assert!(!m.contains("name=\"HV:CH2:VMON\",unit"), "a disconnected PV has no value: {m}");
     }
 
     proptest::proptest! {

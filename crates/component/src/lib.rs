@@ -78,4 +78,4 @@ pub use component::{Component, Driver, merge, parse_config};
 pub use error::{ComponentError, ErrorKind, WireError};
 pub use kind::{DEFAULT_STAGE, DataFiles, Factory, Kind, Registry, Role};
 pub use state::State;
-pub use stats::{Info, Stats, TriggerCounts};
+pub use stats::{Info, SlowValue, Stats, TriggerCounts};

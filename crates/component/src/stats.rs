@@ -57,6 +57,61 @@ pub struct Stats {
     /// run's last; before the next start, still that run's). None before its first run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<u32>,
+    /// Slow values the component reads from elsewhere (a slow-control system's channels, an
+    /// EPICS process variable), by name: each is a value of the history and of the alarms as
+    /// `COMPONENT.NAME`, with what its source says of it (unit, severity, time stamp). A name
+    /// that would shadow one of the counters' own keys ([`SlowValue::name_ok`]) is left out of
+    /// [`Stats::values`].
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub slow: BTreeMap<String, SlowValue>,
+}
+
+/// One slow value of [`Stats::slow`]: a number as its source gives it, with that source's
+/// unit, severity and time stamp (an EPICS process variable's engineering units, alarm
+/// severity and status, and record time stamp).
+///
+/// ```
+/// use daqflow_component::{SlowValue, Stats};
+/// let mut s = Stats::counted(0, 0);
+/// s.slow.insert("HV:CH1:VMON".into(), SlowValue { value: Some(1512.5), unit: Some("V".into()), severity: Some(1), ..SlowValue::default() });
+/// let v: std::collections::BTreeMap<String, f64> = s.values().into_iter().collect();
+/// assert_eq!((v["HV:CH1:VMON"], v["HV:CH1:VMON.severity"]), (1512.5, 1.0));
+/// assert_eq!(s.units()["HV:CH1:VMON"], "V");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SlowValue {
+    /// The number; `None` while there is none (a channel disconnected, a value that is not a
+    /// number): then the value is absent from the history (a gap) and its alarms' tests are
+    /// false.
+    pub value: Option<f64>,
+    /// Its unit as the source says it (`V`, `uA`, `degC`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// The source's alarm severity: 0 none, 1 minor, 2 major, 3 invalid (EPICS's
+    /// `NO_ALARM` … `INVALID_ALARM`; a disconnected channel is 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub severity: Option<u8>,
+    /// The source's alarm status in words (`HIGH`, `HIHI`, `LINK`, `disconnected`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// When the source took the value (Unix ms, the source's clock: an EPICS record's time stamp).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
+}
+
+impl SlowValue {
+    /// Whether `name` may name a slow value: 1 … 200 characters, no white space, none of
+    /// `< > = ! , "` (the alarms' operators and separators), and not one of the counters' own
+    /// keys (`events`, `bytes`, `events_per_s`, `mb_per_s`) nor under `trigger.` or `detail.`.
+    pub fn name_ok(name: &str) -> bool {
+        !name.is_empty()
+            && name.chars().count() <= 200
+            && !name.chars().any(|c| c.is_whitespace() || c.is_control() || "<>=!,\"".contains(c))
+            && !matches!(name, "events" | "bytes" | "events_per_s" | "mb_per_s" | "trigger" | "detail")
+            && !name.starts_with("trigger.")
+            && !name.starts_with("detail.")
+    }
 }
 
 impl Stats {
@@ -89,7 +144,9 @@ impl Stats {
     /// and the alarms use after `COMPONENT.`: `events`, `bytes`, `events_per_s`, `mb_per_s`,
     /// `trigger.triggered` … `trigger.lost`, `trigger.lost_reasons.CAUSE`, and every number of
     /// `detail` by its path (`detail.files`, `detail.stations.0.events`); booleans are 0 and 1,
-    /// strings, nulls and arrays of more than 32 items (a histogram's bins) are left out.
+    /// strings, nulls and arrays of more than 32 items (a histogram's bins) are left out; then
+    /// each slow value of [`Stats::slow`] that has a number by its name (`HV:CH1:VMON`), and its
+    /// severity, when it has one, as `NAME.severity`.
     ///
     /// ```
     /// use daqflow_component::Stats;
@@ -116,7 +173,28 @@ impl Stats {
             }
         }
         flatten("detail", &self.detail, &mut out);
+        for (name, v) in &self.slow {
+            if !SlowValue::name_ok(name) {
+                continue;
+            }
+            if let Some(value) = v.value.filter(|x| x.is_finite()) {
+                out.push((name.clone(), value));
+            }
+            if let Some(severity) = v.severity {
+                out.push((format!("{name}.severity"), f64::from(severity)));
+            }
+        }
         out
+    }
+
+    /// The units of the slow values that have one ([`Stats::slow`]), by the key
+    /// [`Stats::values`] gives them.
+    pub fn units(&self) -> BTreeMap<String, String> {
+        self.slow
+            .iter()
+            .filter(|(name, _)| SlowValue::name_ok(name))
+            .filter_map(|(name, v)| Some((name.clone(), v.unit.clone()?)))
+            .collect()
     }
 
     /// The kind's own figures as a typed value, if they are one.
@@ -170,4 +248,38 @@ pub struct TriggerCounts {
     /// Why the run was aborted, if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_value_without_a_number_or_with_a_name_that_shadows_a_counter_is_left_out() {
+        let mut s = Stats::counted(7, 0);
+        let v = |value: Option<f64>| SlowValue { value, unit: Some("V".into()), ..SlowValue::default() };
+        s.slow.insert(
+            "HV:CH2:VMON".into(),
+            SlowValue { severity: Some(3), status: Some("disconnected".into()), ..v(None) },
+        );
+        s.slow.insert("events".into(), v(Some(1.0)));
+        s.slow.insert("detail.x".into(), v(Some(1.0)));
+        s.slow.insert("a<b".into(), v(Some(1.0)));
+        s.slow.insert("nan".into(), v(Some(f64::NAN)));
+        let values: BTreeMap<String, f64> = s.values().into_iter().collect();
+        assert_eq!(values["events"], 7.0, "the counter is not shadowed");
+        assert!(!values.contains_key("HV:CH2:VMON"), "a disconnected channel has no value: {values:?}");
+        assert_eq!(values["HV:CH2:VMON.severity"], 3.0);
+        assert!(!values.contains_key("detail.x") && !values.contains_key("a<b") && !values.contains_key("nan"));
+        assert_eq!(s.units().keys().collect::<Vec<_>>(), ["HV:CH2:VMON", "nan"]);
+        s.slow.remove("nan"); // JSON has no NaN: it goes as null
+        let back: Stats = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        for bad in ["", "a b", "x,y", "trigger.lost", "bytes", "q\"", &"x".repeat(201)] {
+            assert!(!SlowValue::name_ok(bad), "{bad:?}");
+        }
+        for good in ["HV:CH1:VMON", "cryo.T1", "BL1:ION[2]", "pv-1_a+b"] {
+            assert!(SlowValue::name_ok(good), "{good:?}");
+        }
+    }
 }

@@ -816,19 +816,25 @@ fn the_alarm_banner_shows_raised_alarms_and_the_controller_acknowledges_them() {
 /// Disk throttling: a component whose statistics say `detail.throttled` gets a
 /// "throttled (disk)" badge in the components' table, with the free space in its title; the
 /// badge goes when the component resumes, and no other component has one.
+/// The fake operator's UI in Chromium, watched (no login), once its two components show.
+fn watch_the_fake(binary: &std::path::Path) -> (std::sync::Arc<FakeBackend>, daqflow_web::WebHandle, Browser) {
+    let backend = FakeBackend::new(Duration::from_millis(10));
+    let options = WebOptions { status_interval: Duration::from_millis(200), ..WebOptions::default() };
+    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn the web server");
+    let mut browser = Browser::launch(binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
+    let r = browser.navigate(&web.url());
+    step("load the UI", &browser, r);
+    let r = browser.wait_for("two components", &format!("{} === 2", count("#components tr")));
+    step("the components", &browser, r);
+    (backend, web, browser)
+}
+
 #[test]
 fn a_component_throttled_by_its_disk_shows_a_badge() {
     let Some(binary) = cdp::chromium_or_skip("a_component_throttled_by_its_disk_shows_a_badge") else {
         return;
     };
-    let backend = FakeBackend::new(Duration::from_millis(10));
-    let options = WebOptions { status_interval: Duration::from_millis(200), ..WebOptions::default() };
-    let web = daqflow_web::spawn("127.0.0.1:0", backend.clone(), options).expect("spawn the web server");
-    let mut browser = Browser::launch(&binary).unwrap_or_else(|e| panic!("launching {}: {e}", binary.display()));
-    let r = browser.navigate(&web.url());
-    step("load the UI", &browser, r);
-    let r = browser.wait_for("two components", &format!("{} === 2", count("#components tr")));
-    step("the components", &browser, r);
+    let (backend, _web, mut browser) = watch_the_fake(&binary);
     let r = browser.eval(&count("#components .throttled"));
     assert_eq!(step("badges before", &browser, r), serde_json::json!(0), "a badge without throttling");
 
@@ -847,6 +853,50 @@ fn a_component_throttled_by_its_disk_shows_a_badge() {
     backend.disk_throttled.store(false, std::sync::atomic::Ordering::SeqCst);
     let r = browser.wait_for("the badge to go", &format!("{} === 0", count("#components .throttled")));
     step("resumed", &browser, r);
+    assert!(browser.page_errors.is_empty(), "page errors: {:?}", browser.page_errors);
+}
+
+/// Slow values from elsewhere (an EPICS PV): the table appears with the first, shows each
+/// value with its unit and severity, and a disconnected one without a number.
+#[test]
+fn slow_values_show_their_unit_severity_and_a_disconnected_one_shows_none() {
+    let Some(binary) = cdp::chromium_or_skip("slow_values_show_their_unit_severity_and_a_disconnected_one_shows_none")
+    else {
+        return;
+    };
+    let (backend, _web, mut browser) = watch_the_fake(&binary);
+    let r = browser.eval("document.getElementById('slow-box').hidden");
+    assert_eq!(step("hidden", &browser, r), serde_json::json!(true), "no slow values, no table");
+
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let pv = |value: Option<f64>, severity: u8, status: &str| daqflow_api::SlowValue {
+        value,
+        unit: Some("V".into()),
+        severity: Some(severity),
+        status: Some(status.into()),
+        at_ms: Some(now - 3000),
+    };
+    backend.slow.lock().unwrap().insert("HV:CH1:VMON".into(), pv(Some(1512.5), 1, "HIGH"));
+    backend.slow.lock().unwrap().insert("HV:CH2:VMON".into(), pv(None, 3, "disconnected"));
+    let r = browser.wait_for("the slow values", &format!("{} === 2", count("#slow-values tr")));
+    step("the rows", &browser, r);
+    let cells = |name: &str| {
+        format!(
+            "Array.from(document.querySelector('#slow-values tr[data-slow=\"source-1.{name}\"]').cells).map(c => c.textContent)"
+        )
+    };
+    let texts = |v: serde_json::Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|c| c.as_str().unwrap_or_default().to_owned()).collect()
+    };
+    let r = browser.eval(&cells("HV:CH1:VMON"));
+    let row = texts(step("the first row", &browser, r));
+    assert_eq!(row[..5], ["source-1", "HV:CH1:VMON", "1512.5 V", "MINOR", "HIGH"], "{row:?}");
+    assert!(row[5].contains("s ago"), "{row:?}");
+    let r = browser.eval(&cells("HV:CH2:VMON"));
+    let row = texts(step("the disconnected row", &browser, r));
+    assert_eq!(row[2..5], ["–", "INVALID", "disconnected"], "{row:?}");
+    let r = browser.eval("document.getElementById('slow-box').hidden");
+    assert_eq!(step("shown", &browser, r), serde_json::json!(false));
     assert!(browser.page_errors.is_empty(), "page errors: {:?}", browser.page_errors);
 }
 

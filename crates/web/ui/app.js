@@ -186,6 +186,7 @@
     $('last-error').hidden = !s.last_error;
     $('last-error').textContent = s.last_error ? 'Last error: ' + s.last_error : '';
     renderComponents(Array.isArray(s.components) ? s.components : [], s.degraded || {});
+    renderSlowValues(Array.isArray(s.components) ? s.components : []);
     renderDegraded(s.degraded || {});
     renderParams(s);
     if (s.web && 'holder' in s.web) {
@@ -235,6 +236,37 @@
     });
     if (rows.length === 0) rows.push(el('tr', null, el('td', { colSpan: 10, className: 'hint' }, 'No components.')));
     replaceRows($('components'), rows);
+  }
+
+  const SEVERITIES = ['NO_ALARM', 'MINOR', 'MAJOR', 'INVALID'];
+
+  /** Every component's slow values (`stats.slow`: an EPICS PV), one row each: its value in its
+   * source's unit (none while disconnected: never a stale number), the source's severity and
+   * status, and when the source took it. Hidden while no component has any. */
+  function renderSlowValues(components) {
+    const rows = [];
+    for (const c of components) {
+      const slow = (c.stats && c.stats.slow) || {};
+      for (const name of Object.keys(slow).sort()) {
+        const v = slow[name] || {};
+        // Six significant digits: a high voltage of 1512.5 V is not 1,513.
+        const number = isNum(v.value) ? (Number.isInteger(v.value) ? fmtInt(v.value) : String(Number(v.value.toPrecision(6)))) : '–';
+        const value = isNum(v.value) && v.unit ? `${number} ${v.unit}` : number;
+        const severity = isNum(v.severity)
+          ? el('span', { className: 'severity', dataset: { severity: String(v.severity) } }, SEVERITIES[v.severity] || String(v.severity))
+          : '';
+        const age = isNum(v.at_ms) ? `${fmtTime(v.at_ms)} (${fmtValue(Math.max(0, (Date.now() - v.at_ms) / 1000))} s ago)` : '–';
+        rows.push(el('tr', { dataset: { slow: `${c.name}.${name}` } },
+          el('td', null, c.name),
+          el('td', null, name),
+          el('td', { className: 'num' }, value),
+          el('td', null, severity),
+          el('td', null, v.status || ''),
+          el('td', null, age)));
+      }
+    }
+    $('slow-box').hidden = rows.length === 0;
+    replaceRows($('slow-values'), rows);
   }
 
   /** The components the run goes on without (degraded running), in a banner. */

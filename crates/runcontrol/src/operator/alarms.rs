@@ -48,6 +48,8 @@ pub struct ComponentObservation {
     pub state: ComponentState,
     /// Its slow values (`Stats::values`).
     pub values: Vec<(String, f64)>,
+    /// The units its slow values' sources give (`Stats::units`: an EPICS channel's `V`).
+    pub units: BTreeMap<String, String>,
 }
 
 /// What the alarms are fed once a second.
@@ -73,6 +75,7 @@ impl Observation {
                     name: name.clone(),
                     state: v.shown(),
                     values: v.stats.values(),
+                    units: v.stats.units(),
                 })
                 .collect(),
             free_bytes,
@@ -196,13 +199,11 @@ impl Alarms {
     fn test(&self, test: &Test, seen: &Observation) -> (bool, Option<f64>, String) {
         match test {
             Test::Value { component, key, op, limit } => {
-                let value = seen
-                    .components
-                    .iter()
-                    .find(|c| &c.name == component)
-                    .and_then(|c| c.values.iter().find(|(k, _)| k == key).map(|(_, v)| *v));
+                let seen = seen.components.iter().find(|c| &c.name == component);
+                let value = seen.and_then(|c| c.values.iter().find(|(k, _)| k == key).map(|(_, v)| *v));
+                let unit = seen.and_then(|c| c.units.get(key)).map(|u| format!(" {u}")).unwrap_or_default();
                 match value {
-                    Some(v) => (op.holds(v, *limit), Some(v), format!("{component}.{key} = {}", readable(v))),
+                    Some(v) => (op.holds(v, *limit), Some(v), format!("{component}.{key} = {}{unit}", readable(v))),
                     None => (false, None, format!("{component}.{key} is not published")),
                 }
             }
@@ -372,8 +373,9 @@ mod tests {
                     name: "evm".into(),
                     state: ComponentState::Running,
                     values: rate.map(|r| ("events_per_s".to_owned(), r)).into_iter().collect(),
+                    units: BTreeMap::new(),
                 },
-                ComponentObservation { name: "ru-0".into(), state: ru, values: Vec::new() },
+                ComponentObservation { name: "ru-0".into(), state: ru, values: Vec::new(), units: BTreeMap::new() },
             ],
             free_bytes: free.map(|f| (PathBuf::from("/data"), f)).into_iter().collect(),
         }
@@ -385,6 +387,24 @@ mod tests {
 
     fn state(a: &Alarms, name: &str) -> AlarmState {
         a.status().alarms.iter().find(|x| x.name == name).unwrap().state
+    }
+
+    #[test]
+    fn a_slow_value_from_elsewhere_raises_with_its_unit_and_a_vanished_one_clears() {
+        // An EPICS channel's value (`Stats::slow`), with its engineering unit.
+        let mut a = Alarms::new("s", Path::new("/data"), &[spec("hv", "ru-0.HV:CH1:VMON > 1510 for 5 s", false)]);
+        let t0 = Now::start();
+        let at = |s: u64| t0.after(Duration::from_secs(s));
+        let mut high = seen(SystemState::Running, Some(10.0), ComponentState::Running, None);
+        high.components[1].values.push(("HV:CH1:VMON".into(), 1512.5));
+        high.components[1].units.insert("HV:CH1:VMON".into(), "V".into());
+        assert!(a.evaluate(&high, at(0)).is_empty());
+        let raised = a.evaluate(&high, at(5));
+        assert_eq!(kinds(&raised), vec![("hv", AlarmEventKind::Raised)]);
+        assert_eq!(raised[0].message, "hv message (ru-0.HV:CH1:VMON = 1512 V)");
+        // The channel disconnects: its value is gone, the test is false.
+        let gone = seen(SystemState::Running, Some(10.0), ComponentState::Running, None);
+        assert_eq!(kinds(&a.evaluate(&gone, at(6))), vec![("hv", AlarmEventKind::Cleared)]);
     }
 
     #[test]

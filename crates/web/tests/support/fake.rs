@@ -52,6 +52,8 @@ pub struct FakeBackend {
     pub alarms: Mutex<daqflow_api::alarms::AlarmsStatus>,
     /// `bu-1` reports disk throttling (`detail.throttled`) while this is set.
     pub disk_throttled: AtomicBool,
+    /// The slow values `source-1` reports (`stats.slow`; none unless a test puts some in).
+    pub slow: Mutex<std::collections::BTreeMap<String, daqflow_api::SlowValue>>,
 }
 
 const EVENTS_PER_S: f64 = 1000.0;
@@ -172,6 +174,7 @@ impl FakeBackend {
             last_query: Mutex::new(None),
             alarms: Mutex::default(),
             disk_throttled: AtomicBool::new(false),
+            slow: Mutex::default(),
         })
     }
 
@@ -248,9 +251,12 @@ impl Backend for FakeBackend {
             error: None,
             restarts: 0,
             policy: Policy::Stop,
-            stats: Stats::counted(events, events * EVENT_BYTES as u64)
-                .with_rates(events_per_s, mb_per_s)
-                .with_detail(&detail(name)),
+            stats: Stats {
+                slow: if name == "source-1" { self.slow.lock().unwrap().clone() } else { Default::default() },
+                ..Stats::counted(events, events * EVENT_BYTES as u64)
+                    .with_rates(events_per_s, mb_per_s)
+                    .with_detail(&detail(name))
+            },
         };
         SystemStatus {
             system: "fake".into(),
