@@ -19,11 +19,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import daqflow
 from daqflow import export as ex
+from read_file import times  # the same timing as the reading benchmark (this script's directory)
 
 
 def read_batches(path):
@@ -31,15 +31,6 @@ def read_batches(path):
     for batch in daqflow.open(path).batches(max_bytes=ex.DEFAULT_BATCH_BYTES, payload=True):
         n += batch.events
     return n
-
-
-def timed(fn, runs):
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def export_once(path, fmt, payload, compression, out_dir):
@@ -61,15 +52,17 @@ def main():
     parser.add_argument("--out", default=tempfile.gettempdir())
     parser.add_argument("--csv")
     args = parser.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     size = Path(args.file).stat().st_size
     rows = []
 
-    def add(case, times, out_bytes="", rss=""):
-        rows.append({"case": case, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-                     "mb_per_s": size / 1e6 / statistics.median(times), "out_mb": out_bytes, "peak_rss_mib": rss})
+    def add(case, seconds, out_bytes="", rss=""):
+        median = statistics.median(seconds)
+        rows.append({"case": case, "median_s": median, "min_s": min(seconds), "max_s": max(seconds),
+                     "mb_per_s": size / 1e6 / median, "out_mb": out_bytes, "peak_rss_mib": rss})
 
-    add("read: File.batches (reference)", timed(lambda: read_batches(args.file), args.runs))
-    add("read: File.arrays()", timed(lambda: daqflow.open(args.file).arrays(), args.runs))
+    add("read: File.batches (reference)", times(lambda: read_batches(args.file), args.runs))
+    add("read: File.arrays()", times(lambda: daqflow.open(args.file).arrays(), args.runs))
     for fmt in ex.FORMATS:
         default = ex.COMPRESSIONS[fmt][0]
         for payload in (False, True):

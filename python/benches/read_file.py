@@ -17,13 +17,19 @@ import daqflow
 REPO = Path(__file__).resolve().parents[2]
 
 
-def timed(fn, runs):
-    times = []
+def times(fn, runs):
+    """Seconds of each of `runs` calls of `fn` (export_file.py takes these too)."""
+    out = []
     for _ in range(runs):
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def timed(fn, runs):
+    """The median of `times`."""
+    return statistics.median(times(fn, runs))
 
 
 def rust(path, *extra):

@@ -643,16 +643,22 @@
 
   const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 
+  /** A canvas ready to draw on (`prepareCanvas`) and its plot area inside `pad` (pixels on
+   * each side): `{ctx, width, height, pad, w, h}`, or null while the canvas is not shown. */
+  function plotArea(canvas, pad) {
+    const c = prepareCanvas(canvas);
+    if (!c) return null;
+    return { ...c, pad, w: c.width - pad.left - pad.right, h: c.height - pad.top - pad.bottom };
+  }
+  const HISTOGRAM_PAD = { left: 52, right: 18, top: 8, bottom: 34 };
+
   function drawRates() {
     const canvas = $('rates-canvas');
     const rates = (ui.status && ui.status.rates) || [];
     $('rates-empty').hidden = rates.length > 0;
-    const c = prepareCanvas(canvas);
-    if (!c) return;
-    const { ctx, width, height } = c;
-    const pad = { left: 64, right: 64, top: 14, bottom: 30 };
-    const w = width - pad.left - pad.right;
-    const h = height - pad.top - pad.bottom;
+    const area = plotArea(canvas, { left: 64, right: 64, top: 14, bottom: 30 });
+    if (!area) return;
+    const { ctx, width, height, pad, w, h } = area;
     const points = rates.filter((r) => isNum(r.t_ms));
     const t1 = points.length ? points[points.length - 1].t_ms : Date.now();
     const t0 = points.length > 1 ? Math.min(points[0].t_ms, t1 - 10000) : t1 - 60000;
@@ -731,12 +737,9 @@
   }
 
   function drawHistogram(canvas, hist, reference) {
-    const c = prepareCanvas(canvas);
-    if (!c) return;
-    const { ctx, width, height } = c;
-    const pad = { left: 52, right: 18, top: 8, bottom: 34 };
-    const w = width - pad.left - pad.right;
-    const h = height - pad.top - pad.bottom;
+    const area = plotArea(canvas, HISTOGRAM_PAD);
+    if (!area) return;
+    const { ctx, width, height, pad, w, h } = area;
     const all = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
     const low = Number(hist.low) || 0;
     const full = Number.isFinite(Number(hist.high)) && Number(hist.high) > low ? Number(hist.high) : low + Math.max(1, all.length);
@@ -815,12 +818,9 @@
    * `data-max`, the axes' labels in `data-x-ticks` and `data-y-ticks`.
    */
   function drawHistogram2D(canvas, hist) {
-    const c = prepareCanvas(canvas);
-    if (!c) return;
-    const { ctx, width, height } = c;
-    const pad = { left: 52, right: 18, top: 8, bottom: 34 };
-    const w = width - pad.left - pad.right;
-    const h = height - pad.top - pad.bottom;
+    const area = plotArea(canvas, HISTOGRAM_PAD);
+    if (!area) return;
+    const { ctx, width, height, pad, w, h } = area;
     const ax = hist.x || {}; const ay = hist.y || {};
     const nx = Math.max(1, Number(ax.bins) || 1); const ny = Math.max(1, Number(ay.bins) || 1);
     const bins = Array.isArray(hist.bins) ? hist.bins.map(Number) : [];
@@ -1483,12 +1483,9 @@
     canvas.dataset.name = s ? s.name : '';
     canvas.hidden = !s; // nothing chosen yet: no empty 0 … 1 plot
     if (!s) return;
-    const c = prepareCanvas(canvas);
-    if (!c) return;
-    const { ctx, width, height } = c;
-    const pad = { left: 70, right: 20, top: 14, bottom: 30 };
-    const w = width - pad.left - pad.right;
-    const h = height - pad.top - pad.bottom;
+    const area = plotArea(canvas, { left: 70, right: 20, top: 14, bottom: 30 });
+    if (!area) return;
+    const { ctx, width, height, pad, w, h } = area;
     const [t0, t1] = historyAxis(s, points);
     canvas.dataset.from = String(t0);
     canvas.dataset.to = String(t1);

@@ -405,6 +405,22 @@ mod tests {
     }
 
     /// Counters of run 1 as a component reads them at `at_ms` (they came at `at_ms` too).
+    /// Run 1, open since time 0, with these components.
+    fn running(views: Vec<(String, View)>) -> Snapshot {
+        Snapshot {
+            state: SystemState::Running,
+            run: Some(1),
+            run_started_ms: Some(0),
+            views,
+            last_error: None,
+            last_summary: None,
+            overrides: BTreeMap::new(),
+            degraded: BTreeMap::new(),
+            waiting_for: Vec::new(),
+            waiting: None,
+        }
+    }
+
     fn counted(views: &mut [(String, View)], name: &str, at_ms: u64, events: u64, per_s: f64) {
         let v = &mut views.iter_mut().find(|(n, _)| n == name).unwrap().1;
         let mut stats = Stats::counted(events, events * 1000).with_rates(per_s, per_s * 1000.0 / 1e6);
@@ -529,18 +545,7 @@ mod tests {
                 counted(&mut v, "bu-1", next_publish, events, 1000.0);
                 next_publish += 1050;
             }
-            let snapshot = Snapshot {
-                state: SystemState::Running,
-                run: Some(1),
-                run_started_ms: Some(0),
-                views: v.clone(),
-                last_error: None,
-                last_summary: None,
-                overrides: BTreeMap::new(),
-                degraded: BTreeMap::new(),
-                waiting_for: Vec::new(),
-                waiting: None,
-            };
+            let snapshot = running(v.clone());
             rates.sample(&f, &snapshot, t_ms);
         }
         let points = rates.points();
@@ -584,18 +589,7 @@ mod tests {
             (n.to_owned(), v)
         })
         .collect();
-        let snapshot = Snapshot {
-            state: SystemState::Running,
-            run: Some(1),
-            run_started_ms: Some(0),
-            views,
-            last_error: None,
-            last_summary: None,
-            overrides: BTreeMap::new(),
-            degraded: BTreeMap::new(),
-            waiting_for: Vec::new(),
-            waiting: None,
-        };
+        let snapshot = running(views);
         let out = histograms(&f, &snapshot);
         let shown: Vec<(String, String, Value, Value)> = out
             .as_array()
