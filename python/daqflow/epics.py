@@ -2,9 +2,10 @@
 
 Two component kinds, each a process the operator runs (``docs/epics.md``):
 
-- ``epics`` (:class:`EpicsReader`): monitors process variables (PVs) over Channel Access and
-  publishes each as a slow value of its statistics (``stats()["slow"]``): in the history and in
-  the alarms as ``COMPONENT.PV`` (``epics.HV:CH1:VMON > 1510 for 5 s while Running``), with the
+- ``epics`` (:class:`EpicsReader`): monitors process variables (PVs) over Channel Access (and
+  over pvAccess those named ``pva://NAME``) and publishes each as a slow value of its
+  statistics (``stats()["slow"]``): in the history and in the alarms as ``COMPONENT.PV``
+  (``epics.HV:CH1:VMON > 1510 for 5 s while Running``), with the
   PV's engineering units, alarm severity and status and record time stamp; the values at the
   run's start and stop go into the run's record. A PV that disconnects loses its value (a gap in
   the history, its tests false), gets severity 3 (INVALID, as every EPICS client shows a
@@ -15,7 +16,8 @@ Two component kinds, each a process the operator runs (``docs/epics.md``):
   API, so that the control room's ``caget``, Phoebus or CSS sees the DAQ.
 
 Both use caproto (NSLS-II's pure-Python Channel Access client and server: ``pip install
-caproto``); a Python without it gets a message naming the command. ::
+caproto``), the reader's ``pva://`` PVs p4p (EPICS's PVXS from Python: ``pip install p4p``); a
+Python without the one it needs gets a message naming the command. ::
 
     [[component]]
     name = "epics"
@@ -80,21 +82,49 @@ _CA_PARAMETERS = [
               doc="The CA repeater's port (EPICS_CA_REPEATER_PORT)"),
 ]
 
-# The reader's Channel Access context: one per process, closed before the next configure.
+_PVA_PARAMETERS = [
+    Parameter("pva_addr_list", str, doc="Where to search for pva:// PVs (EPICS_PVA_ADDR_LIST): addresses separated "
+              "by spaces; default: the broadcast addresses of this host's interfaces"),
+    Parameter("pva_auto_addr_list", bool, default=True,
+              doc="Also search the broadcast address of every interface for pva:// PVs (EPICS_PVA_AUTO_ADDR_LIST)"),
+    Parameter("pva_server_port", int, min=1, max=65535, default=5075,
+              doc="The pvAccess servers' TCP port (EPICS_PVA_SERVER_PORT)"),
+    Parameter("pva_broadcast_port", int, min=1, max=65535, default=5076,
+              doc="The pvAccess UDP search port (EPICS_PVA_BROADCAST_PORT)"),
+]
+
+#: A PV named with this prefix is read over pvAccess (p4p); without one, or with ``ca://``,
+#: over Channel Access (caproto).
+PVA_PREFIX, CA_PREFIX = "pva://", "ca://"
+
+# The reader's Channel Access and pvAccess contexts: one each per process, closed before the
+# next configure.
 _reader_lock = threading.Lock()
 _reader_context: Any = None
+_reader_pva: Any = None
 
 
 def _close_reader_context() -> None:
-    global _reader_context
+    global _reader_context, _reader_pva
     with _reader_lock:
         ctx, _reader_context = _reader_context, None
-    if ctx is not None:
-        try:
+        pva, _reader_pva = _reader_pva, None
+    try:  # closing must never fail a reset
+        if ctx is not None:
             ctx.disconnect(wait=False)
             ctx.broadcaster.disconnect(wait=False)
-        except Exception:  # closing must never fail a reset
-            pass
+        if pva is not None:
+            pva.close()
+    except Exception:
+        pass
+
+
+def _p4p():
+    try:
+        from p4p.client.thread import Context
+    except ImportError as e:
+        raise RuntimeError(f"reading pva:// PVs needs p4p: pip install p4p (or pip install './python[pva]') ({e})") from None
+    return Context
 
 
 class _Channel:
@@ -142,15 +172,18 @@ def _number(data: Any) -> Optional[float]:
 
 
 class EpicsReader(Component):
-    """Monitors EPICS process variables over Channel Access; each is a slow value of its
-    statistics (history, alarms), kept with the run at its start and stop."""
+    """Monitors EPICS process variables over Channel Access (``pva://`` ones over pvAccess);
+    each is a slow value of its statistics (history, alarms), kept with the run at its start
+    and stop."""
 
     kind = "epics"
     role = "other"
     parameters = [
         Parameter("pvs", list, required=True,
-                  doc="The process variables to monitor (HV:CH1:VMON, …): each a slow value COMPONENT.PV"),
+                  doc="The process variables to monitor (HV:CH1:VMON, …; pva://NAME over pvAccess): each a slow value "
+                      "COMPONENT.NAME"),
         *_CA_PARAMETERS,
+        *_PVA_PARAMETERS,
         Parameter("connect_timeout_s", float, min=0, max=600, default=3.0, unit="s",
                   doc="How long configure waits for the PVs to connect; those still unconnected are logged and "
                       "read once they connect"),
@@ -168,15 +201,22 @@ class EpicsReader(Component):
         caproto = _caproto()
         from caproto.threading.client import Context, SharedBroadcaster
 
-        names: List[str] = list(self.config["pvs"])
-        if not names:
+        given: List[str] = list(self.config["pvs"])
+        if not given:
             raise ValueError("`pvs` is empty: name the process variables to read")
+        # Each PV's name (its slow value's: without the protocol) and whether pvAccess reads it.
+        parsed = [(n[len(PVA_PREFIX):], True) if n.startswith(PVA_PREFIX) else (n.removeprefix(CA_PREFIX), False)
+                  for n in given]
+        names = [n for n, _ in parsed]
         bad = [n for n in names if not n or len(n) > 200 or any(c.isspace() or c in '<>=!,"' for c in n)]
         if bad:
             raise ValueError(f"`pvs`: {bad[0]!r} cannot name a slow value (no white space, none of < > = ! , \")")
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"`pvs`: {', '.join(twice)} named twice")
+        over_pva = [n for n, p in parsed if p]
+        over_ca = [n for n, p in parsed if not p]
+        PvaContext = _p4p() if over_pva else None
         _close_reader_context()
         _set_ca_environment(self.config.get("addr_list"), self.config["auto_addr_list"], self.config["server_port"],
                             self.config["repeater_port"])
@@ -184,18 +224,31 @@ class EpicsReader(Component):
         self._channels = {n: _Channel(n) for n in names}
         self._units_wanted: List[Any] = []
         self._units_ready = threading.Condition(self._lock)
-        global _reader_context
-        ctx = Context(SharedBroadcaster(), timeout=2.0)
-        with _reader_lock:
-            _reader_context = ctx
-        self._context = ctx
-        # caproto keeps its callbacks by weak reference: they are bound methods of this object.
-        pvs = ctx.get_pvs(*names, connection_state_callback=self._connection, timeout=2.0)
-        for name, pv in zip(names, pvs):
-            self._channels[name].pv = pv
-            sub = pv.subscribe(data_type="time")
-            sub.add_callback(self._update)
-            self._channels[name].sub = sub
+        global _reader_context, _reader_pva
+        if over_ca:
+            ctx = Context(SharedBroadcaster(), timeout=2.0)
+            with _reader_lock:
+                _reader_context = ctx
+            # caproto keeps its callbacks by weak reference: they are bound methods of this object.
+            pvs = ctx.get_pvs(*over_ca, connection_state_callback=self._connection, timeout=2.0)
+            for name, pv in zip(over_ca, pvs):
+                self._channels[name].pv = pv
+                sub = pv.subscribe(data_type="time")
+                sub.add_callback(self._update)
+                self._channels[name].sub = sub
+        if over_pva:
+            cfg = self.config
+            conf = {"EPICS_PVA_AUTO_ADDR_LIST": "YES" if cfg["pva_auto_addr_list"] else "NO",
+                    "EPICS_PVA_SERVER_PORT": str(cfg["pva_server_port"]),
+                    "EPICS_PVA_BROADCAST_PORT": str(cfg["pva_broadcast_port"])}
+            if cfg.get("pva_addr_list") is not None:
+                conf["EPICS_PVA_ADDR_LIST"] = cfg["pva_addr_list"]
+            pctx = PvaContext("pva", conf=conf, useenv=False, nt=False)
+            with _reader_lock:
+                _reader_pva = pctx
+            for name in over_pva:
+                self._channels[name].sub = pctx.monitor(name, lambda v, name=name: self._pva_update(name, v),
+                                                        notify_disconnect=True)
         self._units_thread = threading.Thread(target=self._read_units, name="epics-units", daemon=True)
         self._units_thread.start()
         deadline = time.monotonic() + self.config["connect_timeout_s"]
@@ -246,6 +299,43 @@ class EpicsReader(Component):
                 c.status = "not a number"
             c.at_ms = int(md.timestamp * 1000)
             c.updates += 1
+
+    def _pva_update(self, name: str, v: Any) -> None:
+        """A pvAccess monitor's update (p4p's thread): an NTScalar or NTEnum, or Disconnected."""
+        from p4p.client.thread import Cancelled, Disconnected
+
+        if isinstance(v, Cancelled):
+            return
+        connected_now = False
+        with self._lock:
+            c = self._channels.get(name)
+            if c is None or self._closed:
+                return
+            if isinstance(v, (Disconnected, Exception)):
+                if c.connected:
+                    c.connected = False
+                    c.value, c.severity, c.status = None, 3, "disconnected"
+                    self.log.warning("%s disconnected (its IOC went away?): no value until it is back", name)
+                return
+            if not c.connected:
+                c.connected = connected_now = True
+            value = v.get("value")
+            if hasattr(value, "get") and value.get("index") is not None:  # an NTEnum
+                value = value.get("index")
+            c.value = _number(value)
+            alarm, stamp, display = v.get("alarm"), v.get("timeStamp"), v.get("display")
+            c.severity = int(alarm.get("severity")) if alarm is not None else 0
+            message = alarm.get("message") if alarm is not None else ""
+            c.status = message or SEVERITIES[min(c.severity, 3)]
+            if c.value is None and c.severity < 3:
+                c.status = "not a number"
+            if stamp is not None:
+                c.at_ms = int(stamp.get("secondsPastEpoch")) * 1000 + int(stamp.get("nanoseconds")) // 1_000_000
+            if display is not None and display.get("units"):
+                c.unit = str(display.get("units"))
+            c.updates += 1
+        if connected_now:
+            self.log.info("%s connected (pvAccess)", name)
 
     def _read_units(self) -> None:
         """Reads each newly connected PV's engineering units once (a control read), outside

@@ -126,6 +126,51 @@ def test_the_reader_publishes_each_pv_with_its_unit_severity_and_time_stamp(port
     assert at["at_start"]["HV:CH1:VMON"]["value"] == 1500.0 and at["at_stop"]["HV:CH1:VMON"]["unit"] == "V"
 
 
+def test_pva_pvs_are_read_over_pvaccess_and_one_that_goes_away_loses_its_value(ports):
+    pytest.importorskip("p4p", reason="pip install p4p (pvAccess)")
+    port, repeater, pva, pva_bcast = ports
+    ioc = Ioc(ports)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "daqflow.epics", "read", "--name", "epics",
+         "--set", 'pvs=["pva://HV:CH1:VMON", "pva://HV:CH1:MODE", "HV:CH1:IMON"]',
+         "--set", "pva_addr_list=127.0.0.1", "--set", "pva_auto_addr_list=false",
+         "--set", f"pva_server_port={pva}", "--set", f"pva_broadcast_port={pva_bcast}",
+         "--set", "addr_list=127.0.0.1", "--set", "auto_addr_list=false", "--set", f"server_port={port}",
+         "--set", f"repeater_port={repeater}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(command):
+        reader.stdin.write(command + "\n")
+        reader.stdin.flush()
+        while True:
+            answer = json.loads(reader.stdout.readline())
+            if "ok" in answer:
+                return answer
+
+    try:
+        assert ask("configure")["ok"]
+        slow = ask("stats")["result"]["slow"]
+        vmon = slow["HV:CH1:VMON"]
+        assert (vmon["value"], vmon["unit"], vmon["severity"], vmon["status"]) == (1500.0, "V", 0, "NO_ALARM"), slow
+        assert abs(vmon["at_ms"] / 1000 - time.time()) < 120
+        assert slow["HV:CH1:MODE"]["value"] == 1.0, "an NTEnum is its index"
+        assert slow["HV:CH1:IMON"]["unit"] == "uA", "Channel Access beside pvAccess"
+        ioc.set("VMON", 1521)
+        vmon = wait_for("the MAJOR value", lambda: (lambda v: v["value"] == 1521.0 and v)(
+            ask("stats")["result"]["slow"]["HV:CH1:VMON"]))
+        assert (vmon["severity"], vmon["status"]) == (2, "HIHI"), vmon
+        ioc.kill()
+        vmon = wait_for("disconnected", lambda: (lambda v: v["status"] == "disconnected" and v)(
+            ask("stats")["result"]["slow"]["HV:CH1:VMON"]))
+        assert (vmon["value"], vmon["severity"]) == (None, 3)
+        assert ask("stats")["result"]["detail"]["disconnected"] == 3
+        assert ask("quit")["ok"]
+    finally:
+        ioc.kill()
+        reader.kill()
+        reader.wait(10)
+
+
 def test_a_bad_pv_list_is_refused_at_configure():
     for pvs, why in [("[]", "`pvs` is empty"), ('["A B"]', "cannot name a slow value"), ('["A", "A"]', "A named twice")]:
         code, answers, err = drive([sys.executable, "-m", "daqflow.epics", "read", "--name", "epics", "--set",
