@@ -187,6 +187,14 @@ def _stats_json(value: Any, what: str) -> Optional[str]:
     return json.dumps(out)
 
 
+def slow_name_ok(name: Any) -> bool:
+    """Whether ``name`` may name a slow value (the Rust ``SlowValue::name_ok``): 1 … 200
+    characters, no white space, none of ``< > = ! , "``, not a counter's own key."""
+    return (isinstance(name, str) and 0 < len(name) <= 200 and not any(c.isspace() or c in '<>=!,"' for c in name)
+            and name not in ("events", "bytes", "events_per_s", "mb_per_s", "trigger", "detail")
+            and not name.startswith(("trigger.", "detail.")))
+
+
 def _slow_values(slow: Any, what: str) -> Dict[str, Any]:
     """``stats()["slow"]`` checked: ``{NAME: {"value": number or None, "unit", "severity",
     "status", "at_ms"}}`` (a bare number is ``{"value": number}``)."""
@@ -194,9 +202,7 @@ def _slow_values(slow: Any, what: str) -> Dict[str, Any]:
         raise TypeError(f"{what}: slow must be a dict of slow values by name, not {type(slow).__name__}")
     out: Dict[str, Any] = {}
     for name, v in slow.items():
-        if (not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() or c in '<>=!,"' for c in name)
-                or name in ("events", "bytes", "events_per_s", "mb_per_s", "trigger", "detail")
-                or name.startswith(("trigger.", "detail."))):
+        if not slow_name_ok(name):
             raise ValueError(f"{what}: {name!r} cannot name a slow value (1 … 200 characters, no white space, "
                              "none of < > = ! , \", not a counter's own key)")
         if not isinstance(v, Mapping):

@@ -41,7 +41,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Optional
 
-from .component import Component, Parameter
+from .component import Component, Parameter, slow_name_ok
 
 __all__ = ["EpicsReader", "EpicsServer", "SERVED", "main"]
 
@@ -208,9 +208,10 @@ class EpicsReader(Component):
         parsed = [(n[len(PVA_PREFIX):], True) if n.startswith(PVA_PREFIX) else (n.removeprefix(CA_PREFIX), False)
                   for n in given]
         names = [n for n, _ in parsed]
-        bad = [n for n in names if not n or len(n) > 200 or any(c.isspace() or c in '<>=!,"' for c in n)]
+        bad = [n for n in names if not slow_name_ok(n)]
         if bad:
-            raise ValueError(f"`pvs`: {bad[0]!r} cannot name a slow value (no white space, none of < > = ! , \")")
+            raise ValueError(f"`pvs`: {bad[0]!r} cannot name a slow value (1 … 200 characters, no white space, "
+                             "none of < > = ! , \", not a counter's own key)")
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"`pvs`: {', '.join(twice)} named twice")
