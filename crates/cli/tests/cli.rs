@@ -95,14 +95,24 @@ fn output_into_a_closed_pipe_ends_the_command_quietly_as_in_a_shell() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_run(dir.path(), 50);
     for args in [vec!["inspect", path.to_str().unwrap()], vec!["version"]] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
+        // The reader has gone before the command starts: its first write fails, however
+        // little it prints (a reader dropped after the spawn would race a short output that
+        // fits in the pipe's buffer).
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` is a valid array of two descriptors for pipe(2) to fill.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: pipe(2) succeeded, so both descriptors are open and owned by nothing else.
+        let (read_end, write_end) = unsafe {
+            use std::os::fd::FromRawFd;
+            (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+        };
+        drop(read_end);
+        let child = Command::new(env!("CARGO_BIN_EXE_daqflow"))
             .args(&args)
-            .stdout(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::from(write_end))
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // The reader goes away before the first line is written.
-        drop(child.stdout.take());
         let o = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{args:?}: {:?} {stderr}", o.status);
