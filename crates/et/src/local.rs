@@ -299,9 +299,7 @@ impl LocalAttachment {
                 // SAFETY: the event is held by this attachment (checked above): we own its
                 // descriptor until we push it.
                 let d = unsafe { &mut *pool.desc(e.idx) };
-                set_if_changed(&mut d.len, e.len as u32);
-                set_if_changed(&mut d.control, e.control);
-                set_if_changed(&mut d.priority, u8::from(e.priority == Priority::High));
+                d.set_header(e.len as u32, e.control, u8::from(e.priority == Priority::High));
             }
         }
         Ok(())
@@ -356,16 +354,6 @@ impl LocalAttachment {
         let a = self.backend.pool().attachment(self.att);
         a.got.fetch_add(n as u64, Ordering::Relaxed);
         a.held.fetch_add(n as u64, Ordering::Relaxed);
-    }
-}
-
-/// Sets a descriptor's field to `v` unless it holds `v` already. A descriptor line nobody writes
-/// stays in the cache of every core that reads it: the consumer that read an event's header on
-/// its previous trip reads it again on the next without the line moving between cores (at one
-/// event per call that was one of the few lines an event moves; docs/performance.md).
-fn set_if_changed<T: PartialEq>(field: &mut T, v: T) {
-    if *field != v {
-        *field = v;
     }
 }
 
@@ -528,13 +516,8 @@ impl LocalAttachment {
         for i in start..out.len() {
             let idx = out[i];
             // SAFETY: just taken from the free list by this attachment: we own it.
-            let d = unsafe { &mut *pool.desc(idx) };
             // Usually nothing changes: the same length as last time, nothing else set.
-            set_if_changed(&mut d.len, size.min(u32::MAX as usize) as u32);
-            set_if_changed(&mut d.control, [0; 4]);
-            set_if_changed(&mut d.priority, 0);
-            set_if_changed(&mut d.flags, 0);
-            set_if_changed(&mut d.temp_id, 0);
+            unsafe { &mut *pool.desc(idx) }.reset(size.min(u32::MAX as usize) as u32);
             if large {
                 match self.backend.new_temp(self.att, idx, size) {
                     Ok((id, map)) => {

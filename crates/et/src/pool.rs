@@ -145,6 +145,31 @@ pub(crate) struct EventDesc {
     pub route_from: u32,
 }
 
+impl EventDesc {
+    /// Writes what a holder sets (length, control integers, priority), each field only if its
+    /// value changes: a descriptor line nobody writes stays in the cache of every core that reads
+    /// it, so the consumer that read an event's header on its previous trip reads it again on the
+    /// next without the line moving between cores (docs/et.md, "Why the cache lines").
+    pub(crate) fn set_header(&mut self, len: u32, control: [i32; 4], priority: u8) {
+        set_if_changed(&mut self.len, len);
+        set_if_changed(&mut self.control, control);
+        set_if_changed(&mut self.priority, priority);
+    }
+
+    /// The header of a new event: `len`, nothing else set (written as [`Self::set_header`]).
+    pub(crate) fn reset(&mut self, len: u32) {
+        self.set_header(len, [0; 4], 0);
+        set_if_changed(&mut self.flags, 0);
+        set_if_changed(&mut self.temp_id, 0);
+    }
+}
+
+fn set_if_changed<T: PartialEq>(field: &mut T, v: T) {
+    if *field != v {
+        *field = v;
+    }
+}
+
 /// A queue's lock and words. What a push or a pop of low-priority events (the common case)
 /// touches is on the first cache line: the lock, `count`, `waiters` and the low ring's
 /// positions; the high ring's positions and `seq` (changed only when somebody sleeps) are on

@@ -256,12 +256,7 @@ fn handle(
                     crate::copy::copy_into(dst, &d[..d.len().min(cap)]);
                 }
                 // SAFETY: held by this attachment (checked).
-                unsafe {
-                    let desc = &mut *s.pool.desc(e.idx);
-                    desc.len = e.len;
-                    desc.control = e.control;
-                    desc.priority = u8::from(e.flags & EV_HIGH != 0);
-                }
+                unsafe { &mut *s.pool.desc(e.idx) }.set_header(e.len, e.control, u8::from(e.flags & EV_HIGH != 0));
             }
             a.raw_put(&idx)?;
             Ok(Frame::new(OK, Bytes::new()))
