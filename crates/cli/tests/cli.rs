@@ -513,11 +513,14 @@ fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
         "[scaling]",
         "[realistic]",
         "[contention]",
+        "[replay]",
         "raw reference",
         "raw relay",
         "target: 1 KiB",
         "target: the RU against the raw relay — 1 KiB × 8 streams → 2 BU(s)",
         "target: the builder under contention — 2 busy: ",
+        "— crc: 1 thread ",
+        ", 2 threads ",
     ] {
         assert!(t.contains(want), "{want} missing from:\n{t}");
     }
@@ -526,11 +529,31 @@ fn bench_evb_quick_builds_events_in_every_case_and_loses_none() {
     let points = json.as_array().unwrap();
     let count = |case: &str| points.iter().filter(|p| p["case"] == case).count();
     assert_eq!(
-        (count("ru"), count("target_1ru_1bu"), count("bu"), count("scaling"), count("realistic"), count("contention")),
-        (2, 1, 4, 2, 1, 2),
+        (
+            count("ru"),
+            count("target_1ru_1bu"),
+            count("bu"),
+            count("replay"),
+            count("scaling"),
+            count("realistic"),
+            count("contention")
+        ),
+        (2, 1, 4, 2, 2, 1, 2),
         "{json}"
     );
-    for p in points {
+    // The builder threads fed from memory: no network, so no raw reference; the CRC check's
+    // own reference instead, and every event handed out accounted for.
+    let replay: Vec<&serde_json::Value> = points.iter().filter(|p| p["case"] == "replay").collect();
+    let threads: Vec<u64> = replay.iter().map(|p| p["params"]["threads"].as_u64().unwrap()).collect();
+    assert_eq!(threads, [1, 2]);
+    for p in &replay {
+        assert_eq!(p["params"]["task"], "crc", "{p}");
+        assert_eq!(p["metrics"]["lost_events"], 0.0, "{p}");
+        for m in ["events_per_s", "mb_per_s", "busy_pct", "crc_mb_per_s", "ratio_to_crc"] {
+            assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
+        }
+    }
+    for p in points.iter().filter(|p| p["case"] != "replay") {
         for k in ["fragment_bytes", "streams", "rus", "bus"] {
             assert!(p["params"][k].is_u64(), "{k} in {p}");
         }

@@ -1,19 +1,82 @@
 //! CRC32C (Castagnoli), the checksum of every fragment payload, data-file record and file header.
 //!
-//! The implementation is `crc-fast`, which folds with carry-less multiplication (PCLMULQDQ /
-//! VPCLMULQDQ on x86-64, PMULL on ARM) and falls back to a table in software. We measured it
-//! against the `crc32c` crate (SSE4.2 `crc32` instruction) on the project's reference machine:
-//! equal at 64 B, 2.6× faster at 1 KiB and 4× faster from 4 KiB up (108 GB/s against 28 GB/s
-//! at 1 MiB); see `docs/performance.md` and `cargo bench -p daqflow-wire`.
+//! Two implementations, one chosen per process on first use (see [`implementation`]):
+//!
+//! - `crc-fast`, which folds with carry-less multiplication, where it can use AVX-512
+//!   (`x86_64-avx512-vpclmulqdq`, `x86_64-avx512-pclmulqdq`) and on every CPU that is not
+//!   x86-64; on the project's Intel reference machine (AVX-512, VPCLMULQDQ) it is 3–4× faster
+//!   than the SSE4.2 instruction from 1 KiB up (76 GiB/s against 21.5 GiB/s at 4 KiB);
+//! - the `crc32c` crate, which interleaves three streams of the SSE4.2 `crc32` instruction,
+//!   on x86-64 CPUs where `crc-fast` would take its SSE path (`x86-sse-pclmulqdq`, also
+//!   named `x86_64-sse-pclmulqdq`): there
+//!   `crc-fast` splits each buffer into streams whose constants it computes on every call and
+//!   which each start on a cold cache line. On the AMD EPYC development VM (no AVX-512), a
+//!   buffer of 4 KiB out of memory: 7.2 GB/s against 14.0 GB/s; in the cache 14.2 against
+//!   19.1 GB/s; at 1 KiB 9.8 against 13.1 GB/s (docs/performance.md, "CRC32C"). Buffers of
+//!   up to 256 bytes still go to `crc-fast` there, whose short path is the faster one.
+//!
+//! Both compute the same function; [`crc32c`] and [`Crc32c`] use the one chosen.
+//!
+//! ```
+//! use daqflow_wire::crc::{crc32c, implementation};
+//! assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+//! println!("CRC32C by {}", implementation());
+//! ```
+
+use std::sync::OnceLock;
 
 use crc_fast::{CrcAlgorithm, Digest};
+
+/// Which implementation this process uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    /// `crc-fast` (carry-less multiplication).
+    Fold,
+    /// The `crc32c` crate (SSE4.2 `crc32`, three streams).
+    Instruction,
+}
+
+/// The implementation for this CPU, decided once.
+#[inline]
+fn engine() -> Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    *ENGINE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let target = crc_fast::get_calculator_target(CrcAlgorithm::Crc32Iscsi);
+            if target.ends_with("sse-pclmulqdq") && std::arch::is_x86_feature_detected!("sse4.2") {
+                return Engine::Instruction;
+            }
+        }
+        Engine::Fold
+    })
+}
+
+/// The CRC32C implementation this process uses, and why, in words (for benchmark notes and
+/// logs): e.g. `crc32c crate, SSE4.2 crc32 (crc-fast would take x86-sse-pclmulqdq)`.
+pub fn implementation() -> String {
+    let target = crc_fast::get_calculator_target(CrcAlgorithm::Crc32Iscsi);
+    match engine() {
+        Engine::Fold => format!("crc-fast, {target}"),
+        Engine::Instruction => format!("crc32c crate, SSE4.2 crc32 (crc-fast would take {target})"),
+    }
+}
 
 /// CRC32C of `data` (initial value `0xFFFF_FFFF`, reflected, final XOR `0xFFFF_FFFF`; the
 /// check value of `b"123456789"` is `0xE306_9283`).
 #[inline]
 pub fn crc32c(data: &[u8]) -> u32 {
-    crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32
+    match engine() {
+        Engine::Fold => crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32,
+        // Up to 256 bytes `crc-fast`'s one short fold is still the faster (8 against 10 ns at
+        // 64 B, 20 against 26 ns at 256 B; from 384 B the instruction's three streams win).
+        Engine::Instruction if data.len() <= SHORT => crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32,
+        Engine::Instruction => ::crc32c::crc32c(data),
+    }
 }
+
+/// Where [`Engine::Instruction`] still folds with `crc-fast` (bytes, inclusive).
+const SHORT: usize = 256;
 
 /// Incremental CRC32C over data that arrives in several pieces.
 ///
@@ -26,24 +89,49 @@ pub fn crc32c(data: &[u8]) -> u32 {
 /// ```
 #[derive(Clone)]
 pub struct Crc32c {
-    digest: Digest,
+    state: State,
+}
+
+// No larger than the `Digest` alone, which `Crc32c` always held; boxing it would allocate per
+// checksum (a data file's record of several parts makes one per event).
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+enum State {
+    Fold(Digest),
+    /// The CRC of what was added so far (finished form: `crc32c_append` continues it).
+    Instruction(u32),
 }
 
 impl Crc32c {
     /// A CRC over no data yet.
     pub fn new() -> Self {
-        Crc32c { digest: Digest::new(CrcAlgorithm::Crc32Iscsi) }
+        Self::with(engine())
+    }
+
+    fn with(engine: Engine) -> Self {
+        Crc32c {
+            state: match engine {
+                Engine::Fold => State::Fold(Digest::new(CrcAlgorithm::Crc32Iscsi)),
+                Engine::Instruction => State::Instruction(0),
+            },
+        }
     }
 
     /// Adds `data` to the checksum.
     #[inline]
     pub fn update(&mut self, data: &[u8]) {
-        self.digest.update(data);
+        match &mut self.state {
+            State::Fold(d) => d.update(data),
+            State::Instruction(crc) => *crc = ::crc32c::crc32c_append(*crc, data),
+        }
     }
 
     /// The CRC32C of everything added so far.
     pub fn finish(&self) -> u32 {
-        self.digest.finalize() as u32
+        match &self.state {
+            State::Fold(d) => d.finalize() as u32,
+            State::Instruction(crc) => *crc,
+        }
     }
 }
 
@@ -67,24 +155,57 @@ mod tests {
     fn check_value_matches_the_standard() {
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(b""), 0);
+        for engine in [Engine::Fold, Engine::Instruction] {
+            let mut c = Crc32c::with(engine);
+            c.update(b"123456789");
+            assert_eq!(c.finish(), 0xE306_9283, "{engine:?}");
+            assert_eq!(Crc32c::with(engine).finish(), 0, "{engine:?}");
+        }
     }
 
     #[test]
     fn agrees_with_an_independent_implementation_at_every_length() {
         let data: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-        for len in (0..200).chain([255, 256, 257, 1023, 1024, 4095, 4096, 4999]) {
-            assert_eq!(crc32c(&data[..len]), ::crc32c::crc32c(&data[..len]), "length {len}");
+        for len in (0..300).chain([383, 384, 385, 1023, 1024, 4095, 4096, 4999]) {
+            let fold = crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, &data[..len]) as u32;
+            assert_eq!(fold, ::crc32c::crc32c(&data[..len]), "length {len}");
+            assert_eq!(crc32c(&data[..len]), fold, "length {len}");
         }
     }
 
     #[test]
-    fn incremental_equals_one_shot() {
+    fn incremental_equals_one_shot_with_either_implementation() {
         let data: Vec<u8> = (0..3000u32).map(|i| i as u8 ^ 0x5a).collect();
-        for split in [0, 1, 7, 64, 1000, 2999, 3000] {
-            let mut c = Crc32c::new();
-            c.update(&data[..split]);
-            c.update(&data[split..]);
-            assert_eq!(c.finish(), crc32c(&data), "split at {split}");
+        for engine in [Engine::Fold, Engine::Instruction] {
+            for split in [0, 1, 7, 64, 1000, 2999, 3000] {
+                let mut c = Crc32c::with(engine);
+                c.update(&data[..split]);
+                c.update(&data[split..]);
+                assert_eq!(c.finish(), crc32c(&data), "{engine:?}, split at {split}");
+            }
         }
+    }
+
+    #[test]
+    fn the_two_implementations_agree_on_any_bytes_in_any_pieces() {
+        proptest::proptest!(|(data in proptest::collection::vec(proptest::num::u8::ANY, 0..9000), cut in 0usize..9000)| {
+            let cut = cut.min(data.len());
+            let fold = crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, &data) as u32;
+            proptest::prop_assert_eq!(fold, ::crc32c::crc32c(&data));
+            proptest::prop_assert_eq!(crc32c(&data), fold);
+            for engine in [Engine::Fold, Engine::Instruction] {
+                let mut c = Crc32c::with(engine);
+                c.update(&data[..cut]);
+                c.update(&data[cut..]);
+                proptest::prop_assert_eq!(c.finish(), fold);
+            }
+        });
+    }
+
+    #[test]
+    fn the_implementation_is_named() {
+        let name = implementation();
+        println!("CRC32C by {name}");
+        assert!(name.starts_with("crc-fast, ") || name.starts_with("crc32c crate, "), "{name}");
     }
 }

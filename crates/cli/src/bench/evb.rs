@@ -15,6 +15,11 @@
 //! - (b) `bu`: BU throughput of one BU fed by 1 RU × 8 streams, vs event size for the tasks
 //!   `build` (no CRC check), `crc` (CRC check of every fragment) and `write` (CRC check and data
 //!   files in a fresh directory under `/dev/shm`), and vs builder threads 1 … 4 (fig. 5).
+//! - (b') `replay`: the BU's builder threads fed from memory (`daqflow_evb::bu::replay`: the
+//!   same tasks, FIFOs and outputs, no RU, EVM or socket), 128 KiB events of 4 RUs × 8
+//!   fragments, tasks `build`, `crc` and `write`, 1, 2 and 4 threads: what building costs and
+//!   how it scales, with each thread's CPU time and, for `crc`, this thread's CRC32C of the same
+//!   fragments as the reference.
 //! - (c) `scaling`: 1×1, 2×2 and 4×4 RUs × BUs at a few fragment sizes, 2 streams per RU (fig. 6).
 //! - (d) `realistic`: log-normal fragment sizes per stream from a stream table, means 500 B … 8 KiB
 //!   and relative RMS 0.5, through 2 RUs × 2 BUs (fig. 7).
@@ -35,7 +40,7 @@
 //! `ratio_to_relay` compares the RU with it.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
@@ -206,7 +211,7 @@ pub struct EvbOptions {
 }
 
 /// The suite's cases, in the order it runs them.
-pub const CASES: [&str; 7] = ["ru", "target_1ru_1bu", "bu", "scaling", "realistic", "pinning", "contention"];
+pub const CASES: [&str; 8] = ["ru", "target_1ru_1bu", "bu", "replay", "scaling", "realistic", "pinning", "contention"];
 
 /// Means of the `realistic` stream table: 500 B … 8 KiB, evenly spaced on a log scale.
 fn table_means(streams: usize) -> Vec<f64> {
@@ -281,6 +286,31 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
     for &t in threads {
         let s = Setup { task: Task::Crc, threads: t, side: Side::Bu, ..Setup::new(1, 1, bu_streams, threads_fragment) };
         measure(&mut suite, "bu", bu_params(threads_fragment, Task::Crc, t), s);
+    }
+
+    // (b') The BU's builder threads fed from memory (no RU, EVM or socket in front of them):
+    // 128 KiB events of 4 RUs × 8 fragments of 4 KiB, 1 … 4 threads.
+    let mut replay_failures = Vec::new();
+    if cases.as_ref().is_none_or(|c| c.iter().any(|c| c == "replay")) {
+        let (r_rus, r_frags, r_size) = (4u32, 8u32, 4096usize);
+        // 64 MiB of events: more than the caches hold, as a BU's data in flight (8 MiB quick).
+        let pool = daqflow_evb::bu::replay::ready_events(if quick { 64 } else { 512 }, r_rus, r_frags, r_size);
+        let event_bytes = (r_rus * r_frags) as usize * r_size;
+        let tasks: &[Task] = if quick { &[Task::Crc] } else { &[Task::Build, Task::Crc, Task::Write] };
+        let replay_threads: &[usize] = if quick { &[1, 2] } else { &[1, 2, 4] };
+        for &task in tasks {
+            for &t in replay_threads {
+                let p = vec![
+                    ("task", task.name().into()),
+                    ("threads", t.into()),
+                    ("event_bytes", event_bytes.into()),
+                    ("fragment_bytes", r_size.into()),
+                    ("streams", ((r_rus * r_frags) as usize).into()),
+                    rus(r_rus),
+                ];
+                suite.measure_or_record("replay", p, &mut replay_failures, || replay_point(&pool, task, t, window));
+            }
+        }
     }
 
     // (c) Scaling: N RUs × N BUs, 2 streams per RU.
@@ -358,8 +388,10 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
         measure(&mut suite, "contention", p, Setup { busy: k, ..Setup::new(1, 1, 8, 1024) });
     }
 
+    failures.extend(replay_failures);
     suite.plots = plots(ru_streams, threads_fragment, scale_sizes);
     notes(&mut suite, window, raw_time, &means);
+    replay_notes(&mut suite);
     suite.note(match &layout {
         Some(l) => format!(
             "pinning: as bu (crc, 1 RU × 8 streams → 1 BU, mb_per_s out of the BU), unpinned (every process where the \
@@ -489,6 +521,109 @@ fn relay_notes(suite: &mut Suite) {
     if !lines.is_empty() {
         suite.note(format!("target: the RU against the raw relay — {}", lines.join("; ")));
     }
+}
+
+/// One repetition of `replay`: the BU's builder threads fed `pool` from memory for `window` s.
+fn replay_point(
+    pool: &[daqflow_evb::bu::ReadyEvent],
+    task: Task,
+    threads: usize,
+    window: f64,
+) -> anyhow::Result<Metrics> {
+    use daqflow_evb::bu::{BuConfig, Output};
+    let dir = TempDir::new(std::path::Path::new("/dev/shm"), "evb", &format!("replay-{threads}"))?;
+    let config = BuConfig {
+        threads,
+        check_crc: task != Task::Build,
+        output: if task == Task::Write { Output::Files } else { Output::Discard },
+        directory: dir.0.clone(),
+        ..Default::default()
+    };
+    // The reference, in the same repetition: this thread computing the CRC32C of the same
+    // events' fragments, one after the other, for 0.3 s: what one CPU checks at most.
+    let crc_ref = (task == Task::Crc).then(|| {
+        let (start, mut bytes, mut sink) = (Instant::now(), 0u64, 0u32);
+        'pool: loop {
+            for ev in pool {
+                for p in &ev.parts {
+                    let sf = daqflow_wire::SuperFragment::parse(p.bytes.clone()).expect("made by ready_events");
+                    for f in sf.fragments().flatten() {
+                        sink ^= daqflow_wire::crc::crc32c(f.payload_slice());
+                    }
+                    bytes += p.bytes.len() as u64;
+                }
+                if start.elapsed() >= Duration::from_millis(300) {
+                    break 'pool;
+                }
+            }
+        }
+        std::hint::black_box(sink);
+        bytes as f64 / start.elapsed().as_secs_f64() / 1e6
+    });
+    let r = daqflow_evb::bu::replay::replay(&config, pool, Duration::from_secs_f64(window))?;
+    anyhow::ensure!(r.flagged == 0, "replay: {} events flagged by the checks", r.flagged);
+    anyhow::ensure!(r.events > 0, "replay: no event built");
+    anyhow::ensure!(r.lost == 0, "replay: {} of {} events handed out were neither built nor queued", r.lost, r.handed);
+    let mut m = Metrics::new()
+        .with("events_per_s", r.events_per_s())
+        .with("mb_per_s", r.bytes as f64 / r.seconds / 1e6)
+        .with("lost_events", r.lost as f64);
+    if let Some(b) = r.max_busy() {
+        m = m.with("busy_pct", 100.0 * b);
+    }
+    if let Some(reference) = crc_ref {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        m = m
+            .with("crc_mb_per_s", reference)
+            .with("ratio_to_crc", r.bytes as f64 / r.seconds / 1e6 / (reference * threads.min(cpus) as f64));
+    }
+    Ok(m)
+}
+
+/// Each task's rate with more builder threads against one, and how busy one thread was.
+fn replay_notes(suite: &mut Suite) {
+    let at = |task: &str, t: f64| {
+        suite
+            .points
+            .iter()
+            .find(|p| {
+                p.case == "replay"
+                    && matches!(p.param("task"), Some(Param::Text(x)) if x == task)
+                    && p.param("threads").and_then(Param::num) == Some(t)
+            })
+            .and_then(|p| Some((p.metric("events_per_s")?.median, p.metric("busy_pct").map(|b| b.median))))
+    };
+    let mut lines = Vec::new();
+    for task in ["build", "crc", "write"] {
+        let Some((one, busy)) = at(task, 1.0) else { continue };
+        let mut parts = vec![format!(
+            "{task}: 1 thread {} events/s{}",
+            crate::format::si(one),
+            busy.map(|b| format!(" ({b:.0} % busy)")).unwrap_or_default()
+        )];
+        for t in [2.0, 3.0, 4.0] {
+            if let Some((rate, _)) = at(task, t) {
+                parts.push(format!("{t:.0} threads {:.2}×", rate / one));
+            }
+        }
+        lines.push(parts.join(", "));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    suite.note(format!(
+        "replay: the BU's builder threads (the same tasks, FIFOs and outputs a BU starts for a run) fed from memory by \
+         this process's thread, round-robin as the BU's I/O thread hands events out: 512 events (64 in --quick) of 4 RUs \
+         × 8 fragments of 4 KiB (64 MiB, more than the caches), over and over; no RU, EVM or socket. task build: build and \
+         discard; crc: and check every fragment's CRC; write: and write data files under /dev/shm. busy_pct: the \
+         busiest builder thread's CPU time over the window (from /proc). lost_events: events handed out and \
+         neither built nor left in a builder's FIFO (a point fails unless 0). crc_mb_per_s (task crc): \
+         the reference, measured before each repetition: this thread computing the CRC32C of every fragment of the \
+         same events, one after the other, for 0.3 s; ratio_to_crc: mb_per_s over that × the builder threads the CPUs can run at once. On {} CPUs, with the feeding thread \
+         beside the builders — {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        lines.join("; ")
+    ));
 }
 
 fn contention_notes(suite: &mut Suite) {
@@ -622,6 +757,19 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
                 "events_per_s",
                 vec![("task", "crc".into()), ("fragment_bytes", threads_fragment.into())],
             )],
+        },
+        Plot {
+            title: "(b') builder threads fed from memory, 128 KiB events (replay)".into(),
+            x: "threads",
+            x_label: "builder threads".into(),
+            x_log: false,
+            x_bytes: false,
+            y_label: "events per second".into(),
+            y_log: true,
+            series: ["build", "crc", "write"]
+                .into_iter()
+                .map(|t| s(t, "replay", "events_per_s", vec![("task", t.into())]))
+                .collect(),
         },
         Plot {
             title: "(c) N RUs × N BUs, 2 streams per RU: aggregate throughput (fig. 6)".into(),

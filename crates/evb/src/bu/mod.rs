@@ -42,6 +42,7 @@
 mod config;
 mod core;
 mod machine;
+pub mod replay;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,7 +93,10 @@ pub fn kind(et: Option<EtOpener>) -> Kind {
     .takes_system_digest()
 }
 
+/// One builder thread's counters, on cache lines of their own: each thread adds to its own for
+/// every event, and two threads' counters on one line would take it from each other's core.
 #[derive(Default)]
+#[repr(align(128))]
 struct BuilderCounters {
     events: AtomicU64,
     bytes: AtomicU64,
