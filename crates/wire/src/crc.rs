@@ -2,18 +2,19 @@
 //!
 //! Two implementations, one chosen per process on first use (see [`implementation`]):
 //!
-//! - `crc-fast`, which folds with carry-less multiplication, where it can use AVX-512
-//!   (`x86_64-avx512-vpclmulqdq`, `x86_64-avx512-pclmulqdq`) and on every CPU that is not
-//!   x86-64; on the project's Intel reference machine (AVX-512, VPCLMULQDQ) it is 3–4× faster
-//!   than the SSE4.2 instruction from 1 KiB up (76 GiB/s against 21.5 GiB/s at 4 KiB);
-//! - the `crc32c` crate, which interleaves three streams of the SSE4.2 `crc32` instruction,
-//!   on x86-64 CPUs where `crc-fast` would take its SSE path (`x86-sse-pclmulqdq`, also
-//!   named `x86_64-sse-pclmulqdq`): there
-//!   `crc-fast` splits each buffer into streams whose constants it computes on every call and
-//!   which each start on a cold cache line. On the AMD EPYC development VM (no AVX-512), a
-//!   buffer of 4 KiB out of memory: 7.2 GB/s against 14.0 GB/s; in the cache 14.2 against
-//!   19.1 GB/s; at 1 KiB 9.8 against 13.1 GB/s (docs/performance.md, "CRC32C"). Buffers of
-//!   up to 256 bytes still go to `crc-fast` there, whose short path is the faster one.
+//! - `crc-fast`, which folds with carry-less multiplication, where it folds 512 bits at a time
+//!   (`x86_64-avx512-vpclmulqdq`) and on CPUs without the SSE4.2 `crc32` instruction (every
+//!   CPU but x86-64 among them); on the project's Intel reference machine (AVX-512,
+//!   VPCLMULQDQ) it is 3–4× faster than the instruction from 1 KiB up (76 GiB/s against
+//!   21.5 GiB/s at 4 KiB);
+//! - the `crc32c` crate, which interleaves three streams of the SSE4.2 `crc32` instruction, on
+//!   every other x86-64: there `crc-fast` takes 128-bit paths (`x86-sse-pclmulqdq`,
+//!   `x86_64-avx512-pclmulqdq`) that split each buffer into streams whose constants it computes
+//!   on every call and which each start on a cold cache line. On the AMD EPYC development VM
+//!   (no AVX-512), 4 KiB buffers out of memory: 7.7 against 13.8 GiB/s; in the cache 13.3
+//!   against 17.9 GiB/s; at 1 KiB 9.7 against 14.6 GiB/s (docs/performance.md, "CRC32C").
+//!   Buffers of up to 256 bytes still go to `crc-fast` where it folds with PCLMULQDQ, whose
+//!   short path is the faster one.
 //!
 //! Both compute the same function; [`crc32c`] and [`Crc32c`] use the one chosen.
 //!
@@ -32,8 +33,9 @@ use crc_fast::{CrcAlgorithm, Digest};
 enum Engine {
     /// `crc-fast` (carry-less multiplication).
     Fold,
-    /// The `crc32c` crate (SSE4.2 `crc32`, three streams).
-    Instruction,
+    /// The `crc32c` crate (SSE4.2 `crc32`, three streams); buffers of up to [`SHORT`] bytes
+    /// to `crc-fast` if `short_fold` (it folds with PCLMULQDQ: the faster one there).
+    Instruction { short_fold: bool },
 }
 
 /// The implementation for this CPU, decided once.
@@ -42,14 +44,24 @@ fn engine() -> Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     *ENGINE.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        {
-            let target = crc_fast::get_calculator_target(CrcAlgorithm::Crc32Iscsi);
-            if target.ends_with("sse-pclmulqdq") && std::arch::is_x86_feature_detected!("sse4.2") {
-                return Engine::Instruction;
-            }
-        }
-        Engine::Fold
+        let instruction = std::arch::is_x86_feature_detected!("sse4.2");
+        #[cfg(not(target_arch = "x86_64"))]
+        let instruction = false;
+        choose(&crc_fast::get_calculator_target(CrcAlgorithm::Crc32Iscsi), instruction)
     })
+}
+
+/// The rule: `crc-fast` where it folds with 512-bit VPCLMULQDQ (`x86_64-avx512-vpclmulqdq`,
+/// measured 3–4× faster than the instruction) or where the CPU has no SSE4.2 `crc32`
+/// instruction (`instruction`: an x86-64 with it); the instruction on every other x86-64:
+/// `crc-fast`'s SSE path and its `avx512-pclmulqdq` path run the same 128-bit code (measured
+/// slower than the instruction on the first), and its table fallback is slower still.
+fn choose(target: &str, instruction: bool) -> Engine {
+    if instruction && target != "x86_64-avx512-vpclmulqdq" {
+        Engine::Instruction { short_fold: target.ends_with("pclmulqdq") }
+    } else {
+        Engine::Fold
+    }
 }
 
 /// The CRC32C implementation this process uses, and why, in words (for benchmark notes and
@@ -58,7 +70,10 @@ pub fn implementation() -> String {
     let target = crc_fast::get_calculator_target(CrcAlgorithm::Crc32Iscsi);
     match engine() {
         Engine::Fold => format!("crc-fast, {target}"),
-        Engine::Instruction => format!("crc32c crate, SSE4.2 crc32 (crc-fast would take {target})"),
+        Engine::Instruction { short_fold } => format!(
+            "crc32c crate, SSE4.2 crc32{} (crc-fast would take {target})",
+            if short_fold { ", crc-fast up to 256 B" } else { "" }
+        ),
     }
 }
 
@@ -70,12 +85,14 @@ pub fn crc32c(data: &[u8]) -> u32 {
         Engine::Fold => crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32,
         // Up to 256 bytes `crc-fast`'s one short fold is still the faster (8 against 10 ns at
         // 64 B, 20 against 26 ns at 256 B; from 384 B the instruction's three streams win).
-        Engine::Instruction if data.len() <= SHORT => crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32,
-        Engine::Instruction => ::crc32c::crc32c(data),
+        Engine::Instruction { short_fold: true } if data.len() <= SHORT => {
+            crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32
+        }
+        Engine::Instruction { .. } => ::crc32c::crc32c(data),
     }
 }
 
-/// Where [`Engine::Instruction`] still folds with `crc-fast` (bytes, inclusive).
+/// Up to where [`Engine::Instruction`] still folds with `crc-fast` (bytes, inclusive).
 const SHORT: usize = 256;
 
 /// Incremental CRC32C over data that arrives in several pieces.
@@ -112,7 +129,7 @@ impl Crc32c {
         Crc32c {
             state: match engine {
                 Engine::Fold => State::Fold(Digest::new(CrcAlgorithm::Crc32Iscsi)),
-                Engine::Instruction => State::Instruction(0),
+                Engine::Instruction { .. } => State::Instruction(0),
             },
         }
     }
@@ -155,7 +172,7 @@ mod tests {
     fn check_value_matches_the_standard() {
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(b""), 0);
-        for engine in [Engine::Fold, Engine::Instruction] {
+        for engine in [Engine::Fold, Engine::Instruction { short_fold: true }] {
             let mut c = Crc32c::with(engine);
             c.update(b"123456789");
             assert_eq!(c.finish(), 0xE306_9283, "{engine:?}");
@@ -176,7 +193,7 @@ mod tests {
     #[test]
     fn incremental_equals_one_shot_with_either_implementation() {
         let data: Vec<u8> = (0..3000u32).map(|i| i as u8 ^ 0x5a).collect();
-        for engine in [Engine::Fold, Engine::Instruction] {
+        for engine in [Engine::Fold, Engine::Instruction { short_fold: true }] {
             for split in [0, 1, 7, 64, 1000, 2999, 3000] {
                 let mut c = Crc32c::with(engine);
                 c.update(&data[..split]);
@@ -193,7 +210,7 @@ mod tests {
             let fold = crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, &data) as u32;
             proptest::prop_assert_eq!(fold, ::crc32c::crc32c(&data));
             proptest::prop_assert_eq!(crc32c(&data), fold);
-            for engine in [Engine::Fold, Engine::Instruction] {
+            for engine in [Engine::Fold, Engine::Instruction { short_fold: true }] {
                 let mut c = Crc32c::with(engine);
                 c.update(&data[..cut]);
                 c.update(&data[cut..]);
@@ -203,9 +220,21 @@ mod tests {
     }
 
     #[test]
-    fn the_implementation_is_named() {
-        let name = implementation();
-        println!("CRC32C by {name}");
-        assert!(name.starts_with("crc-fast, ") || name.starts_with("crc32c crate, "), "{name}");
+    fn the_instruction_is_taken_on_x86_64_unless_crc_fast_has_512_bit_folds() {
+        // Every target `crc-fast` 1.10 names (`feature_detection::tier_to_target_string`).
+        let table = [
+            ("x86_64-avx512-vpclmulqdq", true, Engine::Fold),
+            ("x86_64-avx512-pclmulqdq", true, Engine::Instruction { short_fold: true }),
+            ("x86_64-sse-pclmulqdq", true, Engine::Instruction { short_fold: true }),
+            ("x86-sse-pclmulqdq", true, Engine::Instruction { short_fold: true }),
+            ("software-fallback-tables", true, Engine::Instruction { short_fold: false }),
+            ("software-fallback-tables", false, Engine::Fold),
+            ("aarch64-neon-pmull-sha3", false, Engine::Fold),
+            ("aarch64-neon-pmull", false, Engine::Fold),
+        ];
+        for (target, instruction, want) in table {
+            assert_eq!(choose(target, instruction), want, "{target}, instruction {instruction}");
+        }
+        println!("CRC32C by {}", implementation());
     }
 }

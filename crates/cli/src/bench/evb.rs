@@ -17,9 +17,9 @@
 //!   files in a fresh directory under `/dev/shm`), and vs builder threads 1 … 4 (fig. 5).
 //! - (b') `replay`: the BU's builder threads fed from memory (`daqflow_evb::bu::replay`: the
 //!   same tasks, FIFOs and outputs, no RU, EVM or socket), 128 KiB events of 4 RUs × 8
-//!   fragments, tasks `build`, `crc` and `write`, 1, 2 and 4 threads: what building costs and
-//!   how it scales, with each thread's CPU time and, for `crc`, this thread's CRC32C of the same
-//!   fragments as the reference.
+//!   fragments, tasks `build`, `crc` and `write`, 1, 2 and 4 threads (and 8 with 8 CPUs or
+//!   more): what building costs and how it scales, with each thread's CPU time and, for `crc`,
+//!   this thread's CRC32C of the same fragments as the reference.
 //! - (c) `scaling`: 1×1, 2×2 and 4×4 RUs × BUs at a few fragment sizes, 2 streams per RU (fig. 6).
 //! - (d) `realistic`: log-normal fragment sizes per stream from a stream table, means 500 B … 8 KiB
 //!   and relative RMS 0.5, through 2 RUs × 2 BUs (fig. 7).
@@ -297,9 +297,12 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
         let pool = daqflow_evb::bu::replay::ready_events(if quick { 64 } else { 512 }, r_rus, r_frags, r_size);
         let event_bytes = (r_rus * r_frags) as usize * r_size;
         let tasks: &[Task] = if quick { &[Task::Crc] } else { &[Task::Build, Task::Crc, Task::Write] };
-        let replay_threads: &[usize] = if quick { &[1, 2] } else { &[1, 2, 4] };
+        // 8 threads too where there are 8 CPUs (issue 29: ≥ 3× at 4 threads on ≥ 8 cores).
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let replay_threads: Vec<usize> =
+            if quick { vec![1, 2] } else { [1, 2, 4, 8].into_iter().filter(|&t| t <= 4 || t <= cpus).collect() };
         for &task in tasks {
-            for &t in replay_threads {
+            for &t in &replay_threads {
                 let p = vec![
                     ("task", task.name().into()),
                     ("threads", t.into()),
@@ -531,14 +534,15 @@ fn replay_point(
     window: f64,
 ) -> anyhow::Result<Metrics> {
     use daqflow_evb::bu::{BuConfig, Output};
-    let dir = TempDir::new(std::path::Path::new("/dev/shm"), "evb", &format!("replay-{threads}"))?;
-    let config = BuConfig {
-        threads,
-        check_crc: task != Task::Build,
-        output: if task == Task::Write { Output::Files } else { Output::Discard },
-        directory: dir.0.clone(),
-        ..Default::default()
+    let dir = match task {
+        Task::Write => Some(TempDir::new(std::path::Path::new("/dev/shm"), "evb", &format!("replay-{threads}"))?),
+        Task::Build | Task::Crc => None,
     };
+    let mut config =
+        BuConfig { threads, check_crc: task != Task::Build, output: Output::Discard, ..Default::default() };
+    if let Some(d) = &dir {
+        (config.output, config.directory) = (Output::Files, d.0.clone());
+    }
     // The reference, in the same repetition: this thread computing the CRC32C of the same
     // events' fragments, one after the other, for 0.3 s: what one CPU checks at most.
     let crc_ref = (task == Task::Crc).then(|| {
@@ -560,10 +564,12 @@ fn replay_point(
         std::hint::black_box(sink);
         bytes as f64 / start.elapsed().as_secs_f64() / 1e6
     });
-    let r = daqflow_evb::bu::replay::replay(&config, pool, Duration::from_secs_f64(window))?;
+    let r =
+        daqflow_evb::bu::replay::replay(&config, pool, Duration::from_millis(200), Duration::from_secs_f64(window))?;
     anyhow::ensure!(r.flagged == 0, "replay: {} events flagged by the checks", r.flagged);
     anyhow::ensure!(r.events > 0, "replay: no event built");
     anyhow::ensure!(r.lost == 0, "replay: {} of {} events handed out were neither built nor queued", r.lost, r.handed);
+    drop(dir);
     let mut m = Metrics::new()
         .with("events_per_s", r.events_per_s())
         .with("mb_per_s", r.bytes as f64 / r.seconds / 1e6)
@@ -601,7 +607,7 @@ fn replay_notes(suite: &mut Suite) {
             crate::format::si(one),
             busy.map(|b| format!(" ({b:.0} % busy)")).unwrap_or_default()
         )];
-        for t in [2.0, 3.0, 4.0] {
+        for t in [2.0, 4.0, 8.0] {
             if let Some((rate, _)) = at(task, t) {
                 parts.push(format!("{t:.0} threads {:.2}×", rate / one));
             }
@@ -613,7 +619,8 @@ fn replay_notes(suite: &mut Suite) {
     }
     suite.note(format!(
         "replay: the BU's builder threads (the same tasks, FIFOs and outputs a BU starts for a run) fed from memory by \
-         this process's thread, round-robin as the BU's I/O thread hands events out: 512 events (64 in --quick) of 4 RUs \
+         this process's thread by the BU's own hand-out (the next builder with room, round-robin), 0.2 s of warm-up, \
+         then the window: 512 events (64 in --quick) of 4 RUs \
          × 8 fragments of 4 KiB (64 MiB, more than the caches), over and over; no RU, EVM or socket. task build: build and \
          discard; crc: and check every fragment's CRC; write: and write data files under /dev/shm. busy_pct: the \
          busiest builder thread's CPU time over the window (from /proc). lost_events: events handed out and \

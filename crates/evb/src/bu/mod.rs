@@ -458,6 +458,51 @@ impl Drop for Builder {
     }
 }
 
+/// Hands `ev` to the next builder thread with room, round-robin from `next` (which moves on
+/// past the one that took it); gives it back if every builder's FIFO is full.
+fn hand_out(to: &mut [Producer<ReadyEvent>], next: &mut usize, ev: ReadyEvent) -> Result<(), ReadyEvent> {
+    let n = to.len();
+    let mut ev = ev;
+    for k in 0..n {
+        let b = (*next + k) % n;
+        match to[b].push(ev) {
+            Ok(()) => {
+                *next = (b + 1) % n;
+                return Ok(());
+            }
+            Err(daqflow_engine::fifo::PushError::Full(e)) => ev = e,
+        }
+    }
+    Err(ev)
+}
+
+/// Stops every builder thread, then waits for each (so that none builds on while another is
+/// joined): their time stamps (when profiled), the files their outputs closed (the outputs
+/// were finished when their tasks were dropped) and what failed.
+fn stop_builders(
+    builders: &mut Vec<(StopHandle, Running)>,
+    outputs: &[Closed],
+) -> (Vec<daqflow_engine::profile::ThreadStamps>, Vec<ClosedFile>, Vec<String>) {
+    let (mut stamps, mut files, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+    for (stop, _) in builders.iter() {
+        stop.stop();
+    }
+    for (_, running) in builders.drain(..) {
+        match running.join() {
+            Ok(report) => stamps.extend(report.stamps),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    for o in outputs {
+        match o.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(Ok(closed)) => files.extend(closed),
+            Some(Err(e)) => errors.push(e),
+            None => {}
+        }
+    }
+    (stamps, files, errors)
+}
+
 /// The BU's I/O: the link to the EVM, the links to the RUs, the builder threads' queues and
 /// the disk's `statvfs`, around the [`BuMachine`] that makes every decision.
 struct BuIo {
@@ -596,20 +641,8 @@ impl BuIo {
     }
 
     fn dispatch(&mut self) {
-        let n = self.to_builders.len();
         while let Some(ev) = self.backlog.pop_front() {
-            let mut ev = Some(ev);
-            for k in 0..n {
-                let b = (self.next_builder + k) % n;
-                match self.to_builders[b].push(ev.take().expect("not yet pushed")) {
-                    Ok(()) => {
-                        self.next_builder = (b + 1) % n;
-                        break;
-                    }
-                    Err(daqflow_engine::fifo::PushError::Full(e)) => ev = Some(e),
-                }
-            }
-            if let Some(ev) = ev {
+            if let Err(ev) = hand_out(&mut self.to_builders, &mut self.next_builder, ev) {
                 self.backlog.push_front(ev);
                 break;
             }
@@ -664,27 +697,8 @@ impl BuIo {
     }
 
     fn finish(&mut self, now: Instant) {
-        let mut files = Vec::new();
-        let mut errors = Vec::new();
-        for (stop, running) in self.builders.drain(..) {
-            stop.stop();
-            match running.join() {
-                Ok(report) => {
-                    if let Some(stamps) = report.stamps {
-                        self.shared.extra.builder_stamps.lock().unwrap_or_else(|p| p.into_inner()).push(stamps);
-                    }
-                }
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        // The builders' outputs were finished when their tasks were dropped.
-        for o in &self.outputs {
-            match o.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                Some(Ok(closed)) => files.extend(closed),
-                Some(Err(e)) => errors.push(e),
-                None => {}
-            }
-        }
+        let (stamps, files, errors) = stop_builders(&mut self.builders, &self.outputs);
+        self.shared.extra.builder_stamps.lock().unwrap_or_else(|p| p.into_inner()).extend(stamps);
         let files = files
             .iter()
             .map(|f| BuFile {

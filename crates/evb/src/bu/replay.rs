@@ -3,8 +3,9 @@
 //!
 //! [`replay`] starts the builder threads a BU starts for a run (the same tasks, FIFOs, outputs
 //! and schedulers, made by the same code) and feeds them the [`ReadyEvent`]s it is given, over
-//! and over, round-robin from the calling thread as the BU's I/O thread hands them out, for the
-//! given time. Each thread's events, bytes and CPU time come back in a [`ReplayReport`]: a
+//! and over, from the calling thread by the BU's own hand-out (the next builder with room,
+//! round-robin), for a warm-up and a window. Each thread's events, bytes and CPU time in the
+//! window come back in a [`ReplayReport`], with every event handed out accounted for: a
 //! thread busy ≥ 95 % of the time is where more threads must add rate (issue 29; `daqflow bench
 //! evb --cases replay`, docs/performance.md).
 //!
@@ -17,14 +18,15 @@
 //!
 //! let events = ready_events(16, 2, 4, 1024);
 //! let config = BuConfig { threads: 2, output: Output::Discard, check_crc: true, ..Default::default() };
-//! let report = replay(&config, &events, Duration::from_millis(50))?;
+//! let report = replay(&config, &events, Duration::from_millis(20), Duration::from_millis(50))?;
 //! assert!(report.events > 0);
 //! assert_eq!(report.events, report.threads.iter().map(|t| t.events).sum::<u64>());
 //! assert_eq!((report.flagged, report.lost), (0, 0));
+//! assert_eq!(report.handed, report.built + report.unbuilt);
 //! # Ok::<(), daqflow_evb::EvbError>(())
 //! ```
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -34,40 +36,42 @@ use super::{Bu, BuConfig, BuShared, BuilderCounters, ReadyEvent, SfParts};
 use crate::EvbError;
 use crate::protocol::Trigger;
 
-/// One builder thread's share of a replay.
+/// One builder thread's share of a replay's window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadLoad {
-    /// Events it built and handed to its output.
+    /// Events it built and handed to its output in the window.
     pub events: u64,
     /// Their bytes.
     pub bytes: u64,
-    /// CPU time its thread used (user and system), in seconds; `None` where `/proc` does not
-    /// say.
+    /// CPU time its thread used in the window (user and system), in seconds, from `/proc`
+    /// (10 ms ticks); `None` where `/proc` does not say.
     pub cpu_s: Option<f64>,
 }
 
 /// What a replay built.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayReport {
-    /// Events built, all threads.
+    /// Events built in the window, all threads.
     pub events: u64,
     /// Their bytes (as written: event headers included).
     pub bytes: u64,
     /// Events flagged by the checks (a CRC error, an id mismatch): 0 for events from
     /// [`ready_events`].
     pub flagged: u64,
-    /// Events handed to the builder threads.
+    /// Events handed to the builder threads, warm-up included.
     pub handed: u64,
+    /// Of those, events built (warm-up and after the window included).
+    pub built: u64,
     /// Of those, events still in the builders' FIFOs when they were stopped.
     pub unbuilt: u64,
-    /// Events handed out and neither built nor left in a FIFO: `handed` − `events` − `unbuilt`
+    /// Events handed out and neither built nor left in a FIFO: `handed` − `built` − `unbuilt`
     /// (0 unless a builder dropped one).
     pub lost: u64,
-    /// Events confirmed by the builders (in the output and flushed).
+    /// Events confirmed by the builders (in the output and flushed), whole replay.
     pub confirmed: u64,
-    /// From the first event handed out to the stop, in seconds.
+    /// The window, in seconds.
     pub seconds: f64,
-    /// Each builder thread's share, in thread order.
+    /// Each builder thread's share of the window, in thread order.
     pub threads: Vec<ThreadLoad>,
     /// Files the outputs wrote (`output = "files"`).
     pub files: usize,
@@ -120,10 +124,16 @@ pub fn ready_events(count: usize, rus: u32, fragments: u32, fragment_size: usize
 }
 
 /// Feeds `events` (over and over, round-robin over the threads) to the builder threads a BU
-/// with `config` starts for a run, for `duration`; then stops them and reports. The output is
-/// `config`'s (`discard`, or `files` in `config.directory`; `et` needs an ET system and is
-/// refused here). Run number 1.
-pub fn replay(config: &BuConfig, events: &[ReadyEvent], duration: Duration) -> Result<ReplayReport, EvbError> {
+/// with `config` starts for a run, for `warmup` and then the measuring `window`; then stops
+/// them and reports (rates and CPU times over the window, the accounting over the whole
+/// replay). The output is `config`'s (`discard`, or `files` in `config.directory`; `et` needs
+/// an ET system and is refused here). Run number 1.
+pub fn replay(
+    config: &BuConfig,
+    events: &[ReadyEvent],
+    warmup: Duration,
+    window: Duration,
+) -> Result<ReplayReport, EvbError> {
     config.validate()?;
     if config.output == super::Output::Et {
         return Err(EvbError::Config("replay: output = \"et\" is not replayed (discard or files)".into()));
@@ -136,40 +146,44 @@ pub fn replay(config: &BuConfig, events: &[ReadyEvent], duration: Duration) -> R
             .map_err(|e| EvbError::io(format!("creating {}", config.directory.display()), e))?;
     }
     let run = 1;
-    let mut bu = Bu::new("replay", config.clone());
+    // A name of its own per replay: the threads' CPU times are found by name, and replays may
+    // run side by side in one process (the kernel keeps 15 bytes of a name: `rp{n}-build{t}`).
+    static REPLAYS: AtomicU32 = AtomicU32::new(0);
+    let name = format!("rp{}", REPLAYS.fetch_add(1, Ordering::Relaxed) % 1000);
+    let mut bu = Bu::new(&name, config.clone());
     let builders = (0..config.threads).map(|_| BuilderCounters::default()).collect();
     let shared = bu.unit.begin(run, BuShared { builders, ..Default::default() });
     let mut b = bu.spawn_builders(run)?;
     let names: Vec<String> = b.running.iter().map(|(_, r)| r.name().to_owned()).collect();
-    // A new thread names itself once it runs: wait (a little) until every builder has.
-    let named = Instant::now() + Duration::from_millis(200);
-    let mut cpu_before = names.iter().map(|n| thread_cpu_s(n)).collect::<Vec<_>>();
-    while cpu_before.iter().any(Option::is_none) && Instant::now() < named {
-        std::thread::sleep(Duration::from_millis(1));
-        cpu_before = names.iter().map(|n| thread_cpu_s(n)).collect();
-    }
     let (mut handed, mut confirmed, mut next) = (0u64, 0u64, 0usize);
-    let n = b.to.len();
     let start = Instant::now();
-    let end = start + duration;
+    let (measure_from, end) = (start + warmup, start + warmup + window);
+    // (events, bytes, CPU seconds) of each thread when the window opens and when it closes.
+    let snapshot = || -> Vec<(u64, u64, Option<f64>)> {
+        shared
+            .extra
+            .builders
+            .iter()
+            .zip(&names)
+            .map(|(c, n)| (c.events.load(Ordering::Relaxed), c.bytes.load(Ordering::Relaxed), thread_cpu_s(n)))
+            .collect()
+    };
+    let (mut opened, mut closed) = (None, None);
     let mut failed = None;
-    'feed: while Instant::now() < end {
+    loop {
+        let now = Instant::now();
+        if opened.is_none() && now >= measure_from {
+            opened = Some((now, snapshot()));
+        }
+        if now >= end {
+            closed = Some((now, snapshot()));
+            break;
+        }
         let mut pushed = 0;
-        // As the BU's I/O thread: the next builder with room, round-robin.
         for _ in 0..256 {
             let ev = events[(handed % events.len() as u64) as usize].clone();
-            let mut ev = Some(ev);
-            for k in 0..n {
-                let t = (next + k) % n;
-                match b.to[t].push(ev.take().expect("not yet pushed")) {
-                    Ok(()) => {
-                        next = (t + 1) % n;
-                        break;
-                    }
-                    Err(daqflow_engine::fifo::PushError::Full(e)) => ev = Some(e),
-                }
-            }
-            if ev.is_some() {
+            // As the BU's I/O thread hands events out.
+            if super::hand_out(&mut b.to, &mut next, ev).is_err() {
                 break;
             }
             handed += 1;
@@ -183,22 +197,14 @@ pub fn replay(config: &BuConfig, events: &[ReadyEvent], duration: Duration) -> R
         if let Some((t, _)) = b.running.iter().enumerate().find(|(_, (_, r))| r.is_finished()) {
             let why = super::read(&shared.extra.output_failed).unwrap_or_else(|| "its output failed".into());
             failed = Some(format!("builder thread {t} stopped: {why}"));
-            break 'feed;
+            break;
         }
         if pushed == 0 {
             // Every FIFO full: leave the cores to the builders a while.
             std::thread::sleep(Duration::from_micros(50));
         }
     }
-    let seconds = start.elapsed().as_secs_f64();
-    let cpu_after = names.iter().map(|n| thread_cpu_s(n)).collect::<Vec<_>>();
-    let mut errors = Vec::new();
-    for (stop, running) in b.running.drain(..) {
-        stop.stop();
-        if let Err(e) = running.join() {
-            errors.push(e.to_string());
-        }
-    }
+    let (_, closed_files, mut errors) = super::stop_builders(&mut b.running, &b.outputs);
     for rx in &mut b.from {
         while rx.pop().is_ok() {
             confirmed += 1;
@@ -206,51 +212,45 @@ pub fn replay(config: &BuConfig, events: &[ReadyEvent], duration: Duration) -> R
     }
     // What the builders had not taken is still in their FIFOs (their ends are gone with them).
     let unbuilt: u64 = b.to.iter().map(|tx| (tx.buffer().capacity() - tx.slots()) as u64).sum();
-    let mut files = 0;
-    for o in &b.outputs {
-        match o.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(Ok(closed)) => files += closed.len(),
-            Some(Err(e)) => errors.push(e),
-            None => {}
-        }
-    }
     if let Some(f) = failed {
         errors.insert(0, f);
     }
     if !errors.is_empty() {
         return Err(EvbError::Failed(format!("replay: {}", errors.join("; "))));
     }
-    let threads: Vec<ThreadLoad> = shared
-        .extra
-        .builders
+    let (Some((t0, first)), Some((t1, last))) = (opened, closed) else {
+        return Err(EvbError::Failed("replay: the window never opened".into()));
+    };
+    let threads: Vec<ThreadLoad> = first
         .iter()
-        .enumerate()
-        .map(|(i, c)| ThreadLoad {
-            events: c.events.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-            cpu_s: match (cpu_before[i], cpu_after[i]) {
-                (Some(a), Some(b)) => Some(b - a),
+        .zip(&last)
+        .map(|(a, b)| ThreadLoad {
+            events: b.0 - a.0,
+            bytes: b.1 - a.1,
+            cpu_s: match (a.2, b.2) {
+                (Some(x), Some(y)) => Some(y - x),
                 _ => None,
             },
         })
         .collect();
-    let events = threads.iter().map(|t| t.events).sum::<u64>();
-    if events + unbuilt > handed {
+    let built: u64 = shared.extra.builders.iter().map(|c| c.events.load(Ordering::Relaxed)).sum();
+    if built + unbuilt > handed {
         return Err(EvbError::Failed(format!(
-            "replay: {events} events built and {unbuilt} left of {handed} handed out"
+            "replay: {built} events built and {unbuilt} left of {handed} handed out"
         )));
     }
     Ok(ReplayReport {
-        events,
+        events: threads.iter().map(|t| t.events).sum(),
         bytes: threads.iter().map(|t| t.bytes).sum(),
         flagged: shared.extra.builders.iter().map(|c| c.flagged.load(Ordering::Relaxed)).sum(),
         handed,
+        built,
         unbuilt,
-        lost: handed - events - unbuilt,
+        lost: handed - built - unbuilt,
         confirmed,
-        seconds,
+        seconds: t1.duration_since(t0).as_secs_f64(),
         threads,
-        files,
+        files: closed_files.len(),
     })
 }
 
@@ -285,16 +285,19 @@ mod tests {
     fn a_replay_accounts_for_every_event_it_hands_out_and_flags_none() {
         let events = ready_events(8, 3, 2, 512);
         let config = BuConfig { threads: 2, output: Output::Discard, check_crc: true, ..Default::default() };
-        let r = replay(&config, &events, Duration::from_millis(100)).unwrap();
+        let r = replay(&config, &events, Duration::from_millis(20), Duration::from_millis(100)).unwrap();
         assert!(r.events > 0);
         assert_eq!(r.flagged, 0);
         assert_eq!(r.lost, 0, "{r:?}");
-        assert_eq!(r.handed, r.events + r.unbuilt);
+        assert_eq!(r.handed, r.built + r.unbuilt);
+        assert!(r.built >= r.events);
+        // Each thread's CPU time is its own (found by a name no other replay has).
+        assert!(r.threads.iter().all(|t| t.cpu_s.is_some_and(|c| c >= 0.0 && c <= 2.0 * r.seconds + 0.05)), "{r:?}");
         assert_eq!(r.threads.len(), 2);
         assert!(r.threads.iter().all(|t| t.events > 0), "{r:?}");
         assert_eq!(r.events, r.threads.iter().map(|t| t.events).sum::<u64>());
         // Discard holds an event as soon as it is put: each one built is confirmed.
-        assert_eq!(r.confirmed, r.events);
+        assert_eq!(r.confirmed, r.built);
         let event_bytes = r.bytes / r.events;
         assert_eq!(
             event_bytes as usize,
@@ -313,7 +316,7 @@ mod tests {
             check_crc: true,
             ..Default::default()
         };
-        let r = replay(&config, &events, Duration::from_millis(100)).unwrap();
+        let r = replay(&config, &events, Duration::from_millis(20), Duration::from_millis(100)).unwrap();
         assert!(r.files >= 2, "{r:?}");
         let mut on_disk = 0u64;
         for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
@@ -321,7 +324,7 @@ mod tests {
             assert!(reader.verify(true).unwrap().is_clean(), "{}", f.path().display());
             on_disk += reader.len().unwrap();
         }
-        assert_eq!(on_disk, r.events);
+        assert_eq!(on_disk, r.built);
     }
 
     #[test]
@@ -332,14 +335,14 @@ mod tests {
         bad[last] ^= 0xff;
         events[0].parts[0].bytes = Bytes::from(bad);
         let config = BuConfig { threads: 1, output: Output::Discard, check_crc: true, ..Default::default() };
-        let r = replay(&config, &events, Duration::from_millis(50)).unwrap();
-        assert!(r.flagged > 0 && r.flagged < r.events, "{r:?}");
+        let r = replay(&config, &events, Duration::from_millis(10), Duration::from_millis(50)).unwrap();
+        assert!(r.flagged > 0 && r.flagged < r.built, "{r:?}");
     }
 
     #[test]
     fn et_output_is_refused() {
         let config = BuConfig { output: Output::Et, et: "x".into(), ..Default::default() };
-        let e = replay(&config, &ready_events(1, 1, 1, 8), Duration::from_millis(1)).unwrap_err();
+        let e = replay(&config, &ready_events(1, 1, 1, 8), Duration::ZERO, Duration::from_millis(1)).unwrap_err();
         assert!(e.to_string().contains("not replayed"), "{e}");
     }
 }
