@@ -16,7 +16,7 @@
 //!   Buffers of up to 256 bytes still go to `crc-fast` where it folds with PCLMULQDQ, whose
 //!   short path is the faster one.
 //!
-//! Both compute the same function; [`crc32c`] and [`Crc32c`] use the one chosen.
+//! Both compute the same function; [`crc32c()`] and [`Crc32c`] use the one chosen.
 //!
 //! ```
 //! use daqflow_wire::crc::{crc32c, implementation};
