@@ -562,7 +562,8 @@ fn replay_point(
             }
         }
         std::hint::black_box(sink);
-        bytes as f64 / start.elapsed().as_secs_f64() / 1e6
+        let seconds = start.elapsed().as_secs_f64();
+        super::raw::Reference { bytes, seconds, window: seconds }
     });
     let r =
         daqflow_evb::bu::replay::replay(&config, pool, Duration::from_millis(200), Duration::from_secs_f64(window))?;
@@ -578,10 +579,11 @@ fn replay_point(
         m = m.with("busy_pct", 100.0 * b);
     }
     if let Some(reference) = crc_ref {
+        // Per thread the CPUs can run at once, against one thread's CRC: withheld if the
+        // reference was slower than that (it did not measure what one CPU checks).
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        m = m
-            .with("crc_mb_per_s", reference)
-            .with("ratio_to_crc", r.bytes as f64 / r.seconds / 1e6 / (reference * threads.min(cpus) as f64));
+        let per_thread = r.bytes as f64 / r.seconds / 1e6 / threads.min(cpus) as f64;
+        m = super::raw::with_reference(m, "crc_mb_per_s", "ratio_to_crc", per_thread, &reference);
     }
     Ok(m)
 }
@@ -626,7 +628,8 @@ fn replay_notes(suite: &mut Suite) {
          busiest builder thread's CPU time over the window (from /proc). lost_events: events handed out and \
          neither built nor left in a builder's FIFO (a point fails unless 0). crc_mb_per_s (task crc): \
          the reference, measured before each repetition: this thread computing the CRC32C of every fragment of the \
-         same events, one after the other, for 0.3 s; ratio_to_crc: mb_per_s over that × the builder threads the CPUs can run at once. On {} CPUs, with the feeding thread \
+         same events, one after the other, for 0.3 s; ratio_to_crc: mb_per_s over that × the builder threads the CPUs can run at once \
+         (withheld where the reference was slower than the point per thread). On {} CPUs, with the feeding thread \
          beside the builders — {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         lines.join("; ")
