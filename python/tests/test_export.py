@@ -275,7 +275,7 @@ def test_a_missing_library_says_how_to_install_it(data_dir, tmp_path):
 
 @pytest.fixture(scope="session")
 def big_file(tmp_path_factory):
-    """A file of 64 KiB fragments, a few hundred MB (one pattern of payload, sent fast)."""
+    """A file of 64 KiB fragments, a few hundred MB to 1 GiB (one pattern of payload, sent fast)."""
     out = tmp_path_factory.mktemp("big-run")
     run = subprocess.run(
         [daqflow_binary(), "evb", "local", "--rus", "1", "--bus", "1", "--streams", "2",
@@ -283,8 +283,11 @@ def big_file(tmp_path_factory):
         capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, f"daqflow evb local failed:\n{run.stdout}\n{run.stderr}"
-    (path,) = out.iterdir()
-    return path
+    files = sorted(out.iterdir())
+    assert files, f"daqflow evb local wrote no file:\n{run.stdout}\n{run.stderr}"
+    # The BU starts a new file at 1 GiB: a machine that writes faster than that in the second
+    # leaves two; the largest is the one to read.
+    return max(files, key=lambda p: p.stat().st_size)
 
 
 @pytest.mark.parametrize("fmt", ex.FORMATS)
