@@ -357,9 +357,101 @@ pub fn pin_command(cmd: &mut std::process::Command, cpus: &CpuSet) -> Result<(),
     }
 }
 
+/// Where a process or thread last ran and the CPU time it has taken: the fields of its
+/// `/proc/PID/stat` (or `/proc/PID/task/TID/stat`) that say whether pinning holds and how busy
+/// it was. Read by the benchmarks that report each thread's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskStat {
+    /// User plus system time, in clock ticks ([`clock_ticks_per_s`] per second).
+    pub cpu_ticks: u64,
+    /// The CPU it last ran on.
+    pub last_cpu: u32,
+}
+
+impl TaskStat {
+    /// Parses the text of a `stat` file; `None` if it is not one. The name (field 2) is read
+    /// up to its last `)`: a thread may name itself with spaces and parentheses.
+    pub fn parse(text: &str) -> Option<TaskStat> {
+        // After the name: state is field 3, utime and stime fields 14 and 15, processor 39.
+        let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+        let utime: u64 = fields.get(11)?.parse().ok()?;
+        let stime: u64 = fields.get(12)?.parse().ok()?;
+        Some(TaskStat { cpu_ticks: utime.checked_add(stime)?, last_cpu: fields.get(36)?.parse().ok()? })
+    }
+
+    /// Reads and parses `/proc/PID/stat`; `None` if the process is gone or there is no `/proc`.
+    pub fn of_process(pid: u32) -> Option<TaskStat> {
+        TaskStat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// The stat of this process's first thread named `name` (compared on the 15 bytes of a
+    /// name the kernel keeps), from `/proc/self/task`; `None` if there is none.
+    pub fn of_own_thread(name: &str) -> Option<TaskStat> {
+        let short: String = name
+            .chars()
+            .scan(0, |n, c| {
+                *n += c.len_utf8();
+                (*n <= 15).then_some(c)
+            })
+            .collect();
+        for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim_end_matches('\n') == short {
+                return TaskStat::parse(&std::fs::read_to_string(task.path().join("stat")).ok()?);
+            }
+        }
+        None
+    }
+}
+
+/// The kernel's clock ticks per second, the unit of [`TaskStat::cpu_ticks`] (`sysconf(_SC_CLK_TCK)`,
+/// 100 on Linux wherever it was not configured otherwise).
+pub fn clock_ticks_per_s() -> f64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf takes a constant and touches no memory of ours.
+        let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if t > 0 { t as f64 } else { 100.0 }
+    }
+    #[cfg(not(unix))]
+    {
+        100.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stat_line_gives_cpu_time_and_core_whatever_the_name() {
+        // A name with spaces and a closing parenthesis, as a thread may give itself.
+        let line = "4242 (rp1 b) (x)) S 1 4242 4242 0 -1 4194560 120 0 0 0 37 5 0 0 20 0 3 0 \
+                    100 1000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        assert_eq!(TaskStat::parse(line), Some(TaskStat { cpu_ticks: 42, last_cpu: 1 }));
+        assert_eq!(TaskStat::parse("4242 (x) S 1 2"), None, "cut short");
+        assert_eq!(TaskStat::parse("no name at all"), None);
+        // This thread, by its own stat, and the process.
+        #[cfg(target_os = "linux")]
+        {
+            let me = TaskStat::of_process(std::process::id()).unwrap();
+            assert!((me.last_cpu as usize) < MAX_CPUS);
+            std::thread::Builder::new()
+                .name("stat-probe-thread-long".into())
+                .spawn(|| {
+                    let t = std::time::Instant::now();
+                    while t.elapsed() < std::time::Duration::from_millis(30) {
+                        std::hint::black_box(0u64);
+                    }
+                    TaskStat::of_own_thread("stat-probe-thread-long").expect("found by its first 15 bytes")
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            assert!(TaskStat::of_own_thread("no-such-thread").is_none());
+        }
+        assert!(clock_ticks_per_s() >= 1.0);
+    }
 
     #[test]
     fn lists_parse_and_print_in_the_kernel_s_form() {

@@ -199,10 +199,7 @@ impl Placement {
 
     /// The core process `pid` last ran on, and its CPU time (ticks).
     fn stat(pid: u32) -> Option<(u32, u64)> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        Some((fields.get(36)?.parse().ok()?, ticks))
+        daqflow_wire::affinity::TaskStat::of_process(pid).map(|s| (s.last_cpu, s.cpu_ticks))
     }
 
     /// The machine's busy and total CPU time (ticks, every core) from `/proc/stat`.

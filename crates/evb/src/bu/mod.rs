@@ -172,10 +172,8 @@ impl Bu {
                     b.outputs.push(thread.output);
                 }
                 Err(e) => {
-                    for (stop, running) in b.running.drain(..) {
-                        stop.stop();
-                        let _ = running.join();
-                    }
+                    // Their files were just opened and hold nothing: closing them is all.
+                    let _ = stop_builders(&mut b.running, &b.outputs);
                     return Err(e);
                 }
             }
@@ -769,10 +767,8 @@ impl Drop for BuIo {
     /// A BU reset (or failing) during a run: its builder threads are stopped and joined, so
     /// that their outputs close (files finished, ET attachments detached).
     fn drop(&mut self) {
-        for (stop, running) in self.builders.drain(..) {
-            stop.stop();
-            let _ = running.join();
-        }
+        // After `finish` there is nothing left to stop; a reset mid-run reports nothing more.
+        let _ = stop_builders(&mut self.builders, &self.outputs);
     }
 }
 

@@ -36,6 +36,10 @@ use super::{Bu, BuConfig, BuShared, BuilderCounters, ReadyEvent, SfParts};
 use crate::EvbError;
 use crate::protocol::Trigger;
 
+/// The feeder reads the clock and the builders' liveness every this many turns of 256
+/// hand-outs (and after every turn that found the FIFOs full).
+const CHECK_EVERY: u32 = 8;
+
 /// One builder thread's share of a replay's window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadLoad {
@@ -170,15 +174,28 @@ pub fn replay(
     };
     let (mut opened, mut closed) = (None, None);
     let mut failed = None;
+    // The clock and the builders' liveness are read every few turns, and whenever the FIFOs
+    // were full, so that the feeder's own checks stay out of the rate at small events
+    // (the window's ends are the times of its snapshots, whenever they are taken).
+    let mut check = true;
+    let mut turns = 0u32;
     loop {
-        let now = Instant::now();
-        if opened.is_none() && now >= measure_from {
-            opened = Some((now, snapshot()));
+        if check || turns.is_multiple_of(CHECK_EVERY) {
+            let now = Instant::now();
+            if opened.is_none() && now >= measure_from {
+                opened = Some((now, snapshot()));
+            }
+            if now >= end {
+                closed = Some((now, snapshot()));
+                break;
+            }
+            if let Some((t, _)) = b.running.iter().enumerate().find(|(_, (_, r))| r.is_finished()) {
+                let why = super::read(&shared.extra.output_failed).unwrap_or_else(|| "its output failed".into());
+                failed = Some(format!("builder thread {t} stopped: {why}"));
+                break;
+            }
         }
-        if now >= end {
-            closed = Some((now, snapshot()));
-            break;
-        }
+        turns = turns.wrapping_add(1);
         let mut pushed = 0;
         for _ in 0..256 {
             let ev = events[(handed % events.len() as u64) as usize].clone();
@@ -194,11 +211,7 @@ pub fn replay(
                 confirmed += 1;
             }
         }
-        if let Some((t, _)) = b.running.iter().enumerate().find(|(_, (_, r))| r.is_finished()) {
-            let why = super::read(&shared.extra.output_failed).unwrap_or_else(|| "its output failed".into());
-            failed = Some(format!("builder thread {t} stopped: {why}"));
-            break;
-        }
+        check = pushed == 0;
         if pushed == 0 {
             // Every FIFO full: leave the cores to the builders a while.
             std::thread::sleep(Duration::from_micros(50));
@@ -254,26 +267,11 @@ pub fn replay(
     })
 }
 
-/// CPU time (user + system) of this process's thread named `name`, in seconds, from
-/// `/proc/self/task/*/stat` (`None` if no such thread or no `/proc`).
+/// CPU time (user + system) of this process's thread named `name`, in seconds (`None` if no
+/// such thread or no `/proc`).
 fn thread_cpu_s(name: &str) -> Option<f64> {
-    // The kernel keeps 15 bytes of a thread's name.
-    let short: String = name.chars().take(15).collect();
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() != short {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-        // After the name's closing parenthesis: state is field 3; utime, stime fields 14, 15.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let (u, s): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
-        return Some((u + s) / ticks.max(1.0));
-    }
-    None
+    let stat = daqflow_wire::affinity::TaskStat::of_own_thread(name)?;
+    Some(stat.cpu_ticks as f64 / daqflow_wire::affinity::clock_ticks_per_s())
 }
 
 #[cfg(test)]
