@@ -133,8 +133,23 @@ pub(crate) enum Empty {
 }
 
 impl<'a, P: Platform> Queue<'a, P> {
+    /// The ring slot of position `c` (positions count up for ever; the ring has `cap` slots).
+    #[inline]
+    fn slot(&self, c: u64) -> usize {
+        (c % self.cap) as usize
+    }
+
+    /// The slot after `slot`: a batch divides once, for its first slot, and steps on from
+    /// there (a 64-bit division per event was a tenth of an ET consumer's time at batch 100;
+    /// docs/performance.md).
+    #[inline]
+    fn next(&self, slot: usize) -> usize {
+        let n = slot + 1;
+        if n as u64 == self.cap { 0 } else { n }
+    }
+
     /// Takes the lock, repairing the queue if its previous holder died inside.
-    fn lock(&self, marks: &dyn Marks) -> LockGuard<'_, 'a, P> {
+    fn lock<M: Marks + ?Sized>(&self, marks: &M) -> LockGuard<'_, 'a, P> {
         if self.plat.lock() {
             self.repair(marks);
             self.plat.consistent();
@@ -144,7 +159,7 @@ impl<'a, P: Platform> Queue<'a, P> {
 
     /// Re-establishes what a dead lock holder may have left half done: the count, and the
     /// marks of every queued event.
-    fn repair(&self, marks: &dyn Marks) {
+    fn repair<M: Marks + ?Sized>(&self, marks: &M) {
         // SAFETY: called with the lock held; `ring` points to this queue's ring state.
         let r = unsafe { &*self.ring };
         let mut n = 0u64;
@@ -161,14 +176,20 @@ impl<'a, P: Platform> Queue<'a, P> {
 
     /// Pushes `items` (high or low priority); returns false if a ring would overflow (a bug:
     /// an event is never in two queues, and every ring holds all of them).
-    pub(crate) fn push(&self, items: &[u32], high: bool, marks: &dyn Marks) -> bool {
+    pub(crate) fn push<M: Marks + ?Sized>(&self, items: &[u32], high: bool, marks: &M) -> bool {
         self.push_upto(items, high, u32::MAX, marks) == Some(items.len())
     }
 
     /// Pushes the first of `items` while fewer than `limit` events are queued (a non-blocking
     /// station's cue, checked under the lock so that concurrent putters cannot overshoot it);
     /// returns how many were pushed, `None` if a ring would overflow.
-    pub(crate) fn push_upto(&self, items: &[u32], high: bool, limit: u32, marks: &dyn Marks) -> Option<usize> {
+    pub(crate) fn push_upto<M: Marks + ?Sized>(
+        &self,
+        items: &[u32],
+        high: bool,
+        limit: u32,
+        marks: &M,
+    ) -> Option<usize> {
         if items.is_empty() {
             return Some(0);
         }
@@ -183,9 +204,11 @@ impl<'a, P: Platform> Queue<'a, P> {
             if *tail - head + items.len() as u64 > self.cap {
                 return None;
             }
-            for (i, &idx) in items.iter().enumerate() {
-                // SAFETY: the slot index is reduced modulo `cap`; the lock is held.
-                unsafe { *slots.add(((*tail + i as u64) % self.cap) as usize) = idx };
+            let mut slot = self.slot(*tail);
+            for &idx in items {
+                // SAFETY: `slot` is below `cap` (see `next`); the lock is held.
+                unsafe { *slots.add(slot) = idx };
+                slot = self.next(slot);
             }
             *tail += items.len() as u64;
             for &idx in items {
@@ -208,7 +231,7 @@ impl<'a, P: Platform> Queue<'a, P> {
     ///
     /// Steps as for a push: write the slots, move the head back (one store), then mark the
     /// events queued; a death before the head moves leaves them with the pusher.
-    pub(crate) fn push_front(&self, items: &[u32], high: bool, marks: &dyn Marks) -> bool {
+    pub(crate) fn push_front<M: Marks + ?Sized>(&self, items: &[u32], high: bool, marks: &M) -> bool {
         if items.is_empty() {
             return true;
         }
@@ -223,9 +246,11 @@ impl<'a, P: Platform> Queue<'a, P> {
                 return false;
             }
             let start = *head - k;
-            for (i, &idx) in items.iter().enumerate() {
-                // SAFETY: the slot index is reduced modulo `cap`; the lock is held.
-                unsafe { *slots.add(((start + i as u64) % self.cap) as usize) = idx };
+            let mut slot = self.slot(start);
+            for &idx in items {
+                // SAFETY: `slot` is below `cap` (see `next`); the lock is held.
+                unsafe { *slots.add(slot) = idx };
+                slot = self.next(slot);
             }
             *head = start;
             for &idx in items {
@@ -242,12 +267,12 @@ impl<'a, P: Platform> Queue<'a, P> {
     }
 
     /// Pops up to `max` events (high priority first) into `out`, waiting per `block`.
-    pub(crate) fn pop(
+    pub(crate) fn pop<M: Marks + ?Sized>(
         &self,
         max: usize,
         out: &mut Vec<u32>,
         block: Block,
-        marks: &dyn Marks,
+        marks: &M,
         abort: &dyn Fn() -> bool,
     ) -> Result<usize, Empty> {
         let mut block = block;
@@ -315,7 +340,7 @@ impl<'a, P: Platform> Queue<'a, P> {
     }
 
     /// Takes up to `max` queued events; the lock must be held.
-    fn take(&self, max: usize, out: &mut Vec<u32>, marks: &dyn Marks) -> usize {
+    fn take<M: Marks + ?Sized>(&self, max: usize, out: &mut Vec<u32>, marks: &M) -> usize {
         // SAFETY: the caller holds the lock; `ring` points to this queue's ring state.
         let r = unsafe { &mut *self.ring };
         let mut got = 0usize;
@@ -326,9 +351,12 @@ impl<'a, P: Platform> Queue<'a, P> {
                 continue;
             }
             let start = out.len();
-            for i in 0..n as u64 {
-                // SAFETY: the slot index is reduced modulo `cap`; the lock is held.
-                out.push(unsafe { *slots.add(((*head + i) % self.cap) as usize) });
+            out.reserve(n);
+            let mut slot = self.slot(*head);
+            for _ in 0..n {
+                // SAFETY: `slot` is below `cap` (see `next`); the lock is held.
+                out.push(unsafe { *slots.add(slot) });
+                slot = self.next(slot);
             }
             // Mark first, then advance: see the module docs.
             for &idx in &out[start..] {
@@ -347,7 +375,7 @@ impl<'a, P: Platform> Queue<'a, P> {
     }
 
     /// Calls `f` on every queued event, under the lock (monitoring, census).
-    pub(crate) fn for_each(&self, marks: &dyn Marks, mut f: impl FnMut(u32)) {
+    pub(crate) fn for_each<M: Marks + ?Sized>(&self, marks: &M, mut f: impl FnMut(u32)) {
         let _g = self.lock(marks);
         // SAFETY: the lock is held; `ring` points to this queue's ring state.
         let r = unsafe { &*self.ring };
