@@ -199,21 +199,14 @@ impl Fragment {
     /// Parses the fragment at the start of `bytes`, which must hold exactly one encoded fragment
     /// (use [`Fragment::parse_prefix`] to take one off a longer buffer).
     pub fn parse(bytes: Bytes) -> Result<Fragment, DecodeError> {
-        // As `parse_prefix` with nothing after the fragment, without splitting `bytes` (a
-        // split and the drop of its empty rest are two atomic operations on a shared
-        // buffer's count, for every fragment an RU receives).
-        let header = FragmentHeader::decode(&bytes)?;
-        let len = header.encoded_len();
-        if bytes.len() < len {
-            return Err(DecodeError::Short { what: "fragment", need: len as u64, have: bytes.len() as u64 });
-        }
-        if bytes.len() > len {
+        let (fragment, rest) = Self::parse_prefix(bytes)?;
+        if !rest.is_empty() {
             return Err(DecodeError::Inconsistent {
                 what: WHAT,
-                detail: format!("{} bytes follow the fragment", bytes.len() - len),
+                detail: format!("{} bytes follow the fragment", rest.len()),
             });
         }
-        Ok(Fragment { header, bytes })
+        Ok(fragment)
     }
 
     /// Parses the fragment at the start of `bytes` and returns it with the bytes after it.

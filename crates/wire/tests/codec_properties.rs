@@ -40,29 +40,6 @@ proptest! {
     }
 
     #[test]
-    fn parse_is_parse_prefix_with_nothing_after(
-        info in fragment_info(),
-        payload in proptest::collection::vec(any::<u8>(), 0..300),
-        extra in proptest::collection::vec(any::<u8>(), 0..24),
-        cut in 0usize..400,
-    ) {
-        let mut v = Fragment::encode(&info, &payload).to_vec();
-        v.extend_from_slice(&extra);
-        // Cut anywhere (short), or not at all (with or without bytes after it).
-        v.truncate(cut);
-        let whole = Fragment::parse(Bytes::from(v.clone()));
-        match (whole, Fragment::parse_prefix(Bytes::from(v))) {
-            (Ok(f), Ok((g, rest))) => {
-                prop_assert!(rest.is_empty());
-                prop_assert_eq!(f, g);
-            }
-            (Err(_), Ok((_, rest))) => prop_assert!(!rest.is_empty()),
-            (Err(_), Err(_)) => {}
-            (Ok(f), Err(e)) => prop_assert!(false, "parse took {:?} where parse_prefix refused: {}", f.header(), e),
-        }
-    }
-
-    #[test]
     fn super_fragment_and_event_round_trip(
         event in any::<u64>(),
         rus in proptest::collection::vec(proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..100), 0..5), 0..5),
