@@ -300,6 +300,10 @@ impl Pool {
         if h.max_stations > MAX_STATIONS || h.max_stations < 1 {
             return Err(BadPool(format!("{} stations", h.max_stations)));
         }
+        if h.events == 0 {
+            // Every queue's ring has one slot per event: a ring of none is not a queue.
+            return Err(BadPool("a pool of 0 events".into()));
+        }
         let layout = Layout::new(h.events, h.event_size as usize, h.max_stations, h.max_attachments);
         let consistent = layout.total as u64 == h.total_len
             && layout.off_data as u64 == h.off_data

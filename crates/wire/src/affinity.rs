@@ -384,20 +384,21 @@ impl TaskStat {
         TaskStat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
     }
 
-    /// The stat of this process's first thread named `name` (compared on the 15 bytes of a
-    /// name the kernel keeps), from `/proc/self/task`; `None` if there is none.
+    /// The stat of this process's first thread named `name`, from `/proc/self/task`; `None`
+    /// if there is none (or `name` is empty). Names are compared as the kernel keeps them: their
+    /// first 15 bytes, cut anywhere, also inside a character.
     pub fn of_own_thread(name: &str) -> Option<TaskStat> {
-        let short: String = name
-            .chars()
-            .scan(0, |n, c| {
-                *n += c.len_utf8();
-                (*n <= 15).then_some(c)
-            })
-            .collect();
+        let short = &name.as_bytes()[..name.len().min(15)];
+        if short.is_empty() {
+            return None;
+        }
         for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            if comm.trim_end_matches('\n') == short {
-                return TaskStat::parse(&std::fs::read_to_string(task.path().join("stat")).ok()?);
+            let Ok(comm) = std::fs::read(task.path().join("comm")) else { continue };
+            if comm.strip_suffix(b"\n").unwrap_or(&comm) == short {
+                // The name may not be UTF-8 (cut inside a character): parse what follows it.
+                let stat = std::fs::read(task.path().join("stat")).ok()?;
+                let after = stat.iter().rposition(|&b| b == b')')?;
+                return TaskStat::parse(&format!("(){}", std::str::from_utf8(&stat[after + 1..]).ok()?));
             }
         }
         None
@@ -436,19 +437,32 @@ mod tests {
         {
             let me = TaskStat::of_process(std::process::id()).unwrap();
             assert!((me.last_cpu as usize) < MAX_CPUS);
-            std::thread::Builder::new()
-                .name("stat-probe-thread-long".into())
-                .spawn(|| {
-                    let t = std::time::Instant::now();
-                    while t.elapsed() < std::time::Duration::from_millis(30) {
-                        std::hint::black_box(0u64);
-                    }
-                    TaskStat::of_own_thread("stat-probe-thread-long").expect("found by its first 15 bytes")
-                })
-                .unwrap()
-                .join()
-                .unwrap();
+            // Names longer than the kernel keeps, one cut inside a two-byte character (`é`
+            // spans bytes 15 and 16), each found and charged for the time it spins.
+            for name in ["stat-probe-thread-long", "stat-probe-thrée"] {
+                let ticks = std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || {
+                        // Spin until the kernel has charged it a tick (at most 3 s).
+                        let t = std::time::Instant::now();
+                        loop {
+                            let ticks = TaskStat::of_own_thread(name).expect("found by its first 15 bytes").cpu_ticks;
+                            if ticks > 0 || t.elapsed() > std::time::Duration::from_secs(3) {
+                                return ticks;
+                            }
+                            let spin = std::time::Instant::now();
+                            while spin.elapsed() < std::time::Duration::from_millis(10) {
+                                std::hint::black_box(0u64);
+                            }
+                        }
+                    })
+                    .unwrap()
+                    .join()
+                    .unwrap();
+                assert!(ticks > 0, "{name}: 3 s of spinning took no tick");
+            }
             assert!(TaskStat::of_own_thread("no-such-thread").is_none());
+            assert!(TaskStat::of_own_thread("").is_none());
         }
         assert!(clock_ticks_per_s() >= 1.0);
     }

@@ -172,8 +172,15 @@ impl Bu {
                     b.outputs.push(thread.output);
                 }
                 Err(e) => {
-                    // Their files were just opened and hold nothing: closing them is all.
-                    let _ = stop_builders(&mut b.running, &b.outputs);
+                    // Their files were just opened and hold no event: closed (and logged), the
+                    // start fails with the first error.
+                    let (_, files, errors) = stop_builders(&mut b.running, &b.outputs);
+                    for f in &files {
+                        tracing::info!(run, file = %f.path.display(), "data file closed: the BU's start failed");
+                    }
+                    for other in &errors {
+                        tracing::warn!(run, error = %other, "a builder thread failed as the BU's start was undone");
+                    }
                     return Err(e);
                 }
             }
@@ -767,8 +774,15 @@ impl Drop for BuIo {
     /// A BU reset (or failing) during a run: its builder threads are stopped and joined, so
     /// that their outputs close (files finished, ET attachments detached).
     fn drop(&mut self) {
-        // After `finish` there is nothing left to stop; a reset mid-run reports nothing more.
-        let _ = stop_builders(&mut self.builders, &self.outputs);
+        // After `finish` there is nothing left to stop. A reset mid-run has no report to give:
+        // what its builders closed and what failed goes to the log.
+        let (_, files, errors) = stop_builders(&mut self.builders, &self.outputs);
+        for f in &files {
+            tracing::info!(run = self.run, file = %f.path.display(), events = f.events, "data file closed by a reset");
+        }
+        for e in &errors {
+            tracing::warn!(run = self.run, error = %e, "a builder thread failed as the BU was reset");
+        }
     }
 }
 

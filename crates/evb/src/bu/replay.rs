@@ -37,7 +37,7 @@ use crate::EvbError;
 use crate::protocol::Trigger;
 
 /// The feeder reads the clock and the builders' liveness every this many turns of 256
-/// hand-outs (and after every turn that found the FIFOs full).
+/// hand-outs (and after every turn that pushed nothing).
 const CHECK_EVERY: u32 = 8;
 
 /// One builder thread's share of a replay's window.
@@ -174,9 +174,9 @@ pub fn replay(
     };
     let (mut opened, mut closed) = (None, None);
     let mut failed = None;
-    // The clock and the builders' liveness are read every few turns, and whenever the FIFOs
-    // were full, so that the feeder's own checks stay out of the rate at small events
-    // (the window's ends are the times of its snapshots, whenever they are taken).
+    // The clock and the builders' liveness are read every few turns, and after every turn
+    // that pushed nothing, so that the feeder's own checks stay out of the rate at small
+    // events (the window's ends are the times of its snapshots, whenever they are taken).
     let mut check = true;
     let mut turns = 0u32;
     loop {
