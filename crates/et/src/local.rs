@@ -336,6 +336,14 @@ impl LocalAttachment {
         }
         let pool = self.backend.pool();
         let mut kept = self.returns.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_empty() && idx.len() >= self.returns.batch {
+            // A whole group already, and none waiting before it: pushed now, without being
+            // marked and kept first (a pass over the batch fewer; as `flush_locked` would push
+            // it at once; the caller checked that the attachment is alive).
+            drop(kept);
+            self.recycle(idx, temps);
+            return false;
+        }
         for &i in idx {
             // No longer the user's (a second put of it is refused), and freed, not restored to
             // the station, if the attachment ends before the group is pushed.
@@ -1080,6 +1088,30 @@ mod tests {
         let kept = (0..3000).find(|&i| pool.owner(i).load(std::sync::atomic::Ordering::Acquire) >= OWNER_RETURNING);
         assert!(kept.is_some());
         assert!(consumer.check_held(&[kept.unwrap()]).is_err());
+    }
+
+    #[test]
+    fn a_whole_group_put_goes_back_at_once_alone_or_behind_kept_ones() {
+        let (system, consumer) = grouping_consumer("whole-group");
+        produce(&system, 100);
+        let held = |s: &crate::monitor::Snapshot| s.attachments.iter().find(|a| a.station == "last").unwrap().held;
+        // 40 in one put, nothing kept before them: straight back, none held.
+        let mut evs = consumer.get_events(40, Wait::NoWait).unwrap();
+        assert_eq!(evs.len(), 40);
+        consumer.put_events(&mut evs).unwrap();
+        let s = system.snapshot();
+        assert_eq!((s.free_events, held(&s), s.accounted()), (3000 - 100 + 40, 0, 3000), "{s:#?}");
+        // Five kept, then 40 in one put: they join the five, and the 45 go back together.
+        consume(&consumer, 5);
+        let s = system.snapshot();
+        assert_eq!((s.free_events, held(&s), s.accounted()), (3000 - 100 + 40, 5, 3000), "{s:#?}");
+        let mut evs = consumer.get_events(40, Wait::NoWait).unwrap();
+        consumer.put_events(&mut evs).unwrap();
+        let s = system.snapshot();
+        assert_eq!((s.free_events, held(&s), s.accounted()), (3000 - 100 + 85, 0, 3000), "{s:#?}");
+        // No event was left marked as being returned.
+        let pool = &system.inner.pool;
+        assert!((0..3000).all(|i| pool.owner(i).load(std::sync::atomic::Ordering::Acquire) < OWNER_RETURNING));
     }
 
     #[test]
