@@ -372,8 +372,15 @@ impl TaskStat {
     /// Parses the text of a `stat` file; `None` if it is not one. The name (field 2) is read
     /// up to its last `)`: a thread may name itself with spaces and parentheses.
     pub fn parse(text: &str) -> Option<TaskStat> {
+        TaskStat::parse_bytes(text.as_bytes())
+    }
+
+    /// As [`TaskStat::parse`], on the file's bytes: the name the kernel cut at 15 bytes may not
+    /// be UTF-8 (cut inside a character); only what follows it is read as text.
+    fn parse_bytes(stat: &[u8]) -> Option<TaskStat> {
+        let after = stat.iter().rposition(|&b| b == b')')?;
         // After the name: state is field 3, utime and stime fields 14 and 15, processor 39.
-        let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+        let fields: Vec<&str> = std::str::from_utf8(&stat[after + 1..]).ok()?.split_whitespace().collect();
         let utime: u64 = fields.get(11)?.parse().ok()?;
         let stime: u64 = fields.get(12)?.parse().ok()?;
         Some(TaskStat { cpu_ticks: utime.checked_add(stime)?, last_cpu: fields.get(36)?.parse().ok()? })
@@ -381,7 +388,7 @@ impl TaskStat {
 
     /// Reads and parses `/proc/PID/stat`; `None` if the process is gone or there is no `/proc`.
     pub fn of_process(pid: u32) -> Option<TaskStat> {
-        TaskStat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+        TaskStat::parse_bytes(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
     }
 
     /// The stat of this process's first thread named `name`, from `/proc/self/task`; `None`
@@ -395,10 +402,7 @@ impl TaskStat {
         for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
             let Ok(comm) = std::fs::read(task.path().join("comm")) else { continue };
             if comm.strip_suffix(b"\n").unwrap_or(&comm) == short {
-                // The name may not be UTF-8 (cut inside a character): parse what follows it.
-                let stat = std::fs::read(task.path().join("stat")).ok()?;
-                let after = stat.iter().rposition(|&b| b == b')')?;
-                return TaskStat::parse(&format!("(){}", std::str::from_utf8(&stat[after + 1..]).ok()?));
+                return TaskStat::parse_bytes(&std::fs::read(task.path().join("stat")).ok()?);
             }
         }
         None
