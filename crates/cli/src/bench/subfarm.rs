@@ -42,6 +42,8 @@ use daqflow_wire::{
 
 /// Events the SFI keeps formatted and waiting for the handler.
 const READY: usize = 64;
+/// Longest the SFI waits at its end for the handler to take its last event and close.
+const SFI_CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// Largest event the SFO takes (a corrupt length ends the run rather than a huge allocation).
 const MAX_EVENT: u64 = 64 << 20;
 
@@ -234,6 +236,60 @@ impl Sfi {
         self.counts[2] += 1;
         self.shared.sent.store(self.counts[2], Ordering::Release);
         Ok(true)
+    }
+}
+
+impl Drop for Sfi {
+    /// The SFI's end (its scheduler stopped): the event under way is finished, then the
+    /// connection is closed gracefully, so that every event counted as injected reaches the
+    /// handler. A socket closed with unread bytes (credits the handler granted after the SFI's
+    /// last read) is reset by the kernel, which discards what it had not yet sent and makes the
+    /// handler's next credit a broken pipe; so the SFI half-closes (the handler reads its end of
+    /// stream, forwards the rest and closes) and reads credits until the handler has closed,
+    /// for at most [`SFI_CLOSE_WAIT`].
+    fn drop(&mut self) {
+        let deadline = Instant::now() + SFI_CLOSE_WAIT;
+        let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let blocking = self.handler.set_nonblocking(false);
+        if let Err(e) = blocking {
+            tracing::warn!("SFI: closing the event handler's connection: {e}");
+            return;
+        }
+        if let Some((event, done)) = self.writing.take() {
+            let finished =
+                self.handler.set_write_timeout(Some(left())).and_then(|()| self.handler.write_all(&event[done..]));
+            match finished {
+                Ok(()) => {
+                    self.counts[2] += 1;
+                    self.shared.sent.store(self.counts[2], Ordering::Release);
+                }
+                Err(e) => tracing::warn!("SFI: the event under way at the end did not reach the handler: {e}"),
+            }
+        }
+        if let Err(e) = self.handler.shutdown(std::net::Shutdown::Write) {
+            tracing::warn!("SFI: ending the stream to the event handler: {e}");
+            return;
+        }
+        let mut buf = [0u8; 256];
+        loop {
+            if Instant::now() >= deadline {
+                tracing::warn!("SFI: the event handler did not close its connection in {SFI_CLOSE_WAIT:?}");
+                return;
+            }
+            if let Err(e) = self.handler.set_read_timeout(Some(left())) {
+                tracing::warn!("SFI: closing the event handler's connection: {e}");
+                return;
+            }
+            match self.handler.read(&mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => {
+                    tracing::warn!("SFI: draining the event handler's credits: {e}");
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -496,6 +552,9 @@ pub fn run_handler(listener: TcpListener, sfo: SocketAddr, window: u32) -> std::
     let mut buf = BytesMut::with_capacity(1 << 20);
     let mut chunk = vec![0u8; 256 << 10];
     let mut forwarded = 0u64;
+    // Whether the SFI still takes credits: one that ended without reading the last ones reset
+    // its connection, and the events it sent before are still read and forwarded.
+    let mut granting = true;
     loop {
         let n = match sfi.read(&mut chunk) {
             Ok(0) => break,
@@ -524,7 +583,15 @@ pub fn run_handler(listener: TcpListener, sfo: SocketAddr, window: u32) -> std::
             buf.advance(whole);
             forwarded += u64::from(events);
             // Ready for as many more.
-            sfi.write_all(&events.to_le_bytes())?;
+            if granting {
+                match sfi.write_all(&events.to_le_bytes()) {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+                        granting = false
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
     }
     out.flush()?;
@@ -639,11 +706,107 @@ mod tests {
         a.join().unwrap();
         sfo_stop.stop();
         b.join().unwrap();
+        // The SFI ended its stream gracefully: the handler saw its end, not a reset.
+        handler.join().unwrap();
         let c = shared.counts();
         assert_eq!((c.received, c.built, c.sent, c.sfo_received, c.sfo_done), (6000, 3000, 3000, 3000, 3000));
         assert!(c.is_drained(2), "{c:?}");
         // 256-byte crate fragments, two per event, behind the event header.
         assert_eq!(c.sfo_bytes, 3000 * (EVENT_HEADER_LEN as u64 + 512));
+    }
+
+    fn events(n: u64) -> Vec<Bytes> {
+        (0..n)
+            .map(|i| {
+                let sf = SuperFragment::parse(generated_crate_fragment(i, 0, 100 + i as usize * 8).unwrap()).unwrap();
+                Event::assemble(&EventInfo { event_id: EventId(i), ..Default::default() }, &[sf])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_handler_forwards_what_an_sfi_sent_before_it_reset_its_connection() {
+        // An SFI that ends without reading its last credits resets the connection (the kernel
+        // does, for a socket closed with unread bytes): the handler's next credit is a broken
+        // pipe. The events sent before the reset still reach the SFO, and the handler ends well.
+        let sfo = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sfo_addr = sfo.local_addr().unwrap();
+        let handler = std::thread::spawn(move || run_handler(listener, sfo_addr, 100));
+        let (mut out, _) = sfo.accept().unwrap();
+        let sfi = TcpStream::connect(addr).unwrap();
+        let events = events(40);
+        let (first, rest) = events.split_at(1);
+        (&sfi).write_all(&first[0]).unwrap();
+        let mut got = vec![0u8; first[0].len()];
+        out.read_exact(&mut got).unwrap();
+        // The window and the first event's credit are unread: closing now resets the connection.
+        std::thread::sleep(Duration::from_millis(20));
+        let all: Vec<u8> = rest.iter().flat_map(|e| e.to_vec()).collect();
+        (&sfi).write_all(&all).unwrap();
+        drop(sfi);
+        let mut tail = Vec::new();
+        out.read_to_end(&mut tail).unwrap();
+        got.extend_from_slice(&tail);
+        let expected: Vec<u8> = events.iter().flat_map(|e| e.to_vec()).collect();
+        assert_eq!(got.len(), expected.len());
+        assert!(got == expected, "the forwarded bytes differ");
+        assert_eq!(handler.join().unwrap().unwrap(), 40);
+    }
+
+    #[test]
+    fn an_sfi_stopped_mid_stream_delivers_every_event_it_counted_as_injected() {
+        // A handler of the test's own that stops reading (the SFI's socket fills, an event is
+        // under way) and grants one more credit the SFI does not read. Closed as it was, the
+        // SFI's socket would be reset with its unsent bytes discarded; it ends gracefully instead.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(SubfarmShared::default());
+        let em = EventManagerConfig { page_size: 4096, pages: 4096, ..Default::default() };
+        let input = SfiInput::Generate { crates: 2, size: 64 << 10, limit: u64::MAX };
+        let sfi = Sfi::new(input, em, 1, addr, shared.clone()).unwrap();
+        let (mut from_sfi, _) = listener.accept().unwrap();
+        from_sfi.write_all(&1_000_000u32.to_le_bytes()).unwrap();
+        let mut a = Scheduler::new("sfi").with_idle(IdleStrategy::LAZY);
+        let stop = a.stop_handle();
+        a.add_module(sfi);
+        let a = a.spawn().unwrap();
+        // Until the SFI is stalled on a full socket.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut last = (u64::MAX, Instant::now());
+        loop {
+            let sent = shared.counts().sent;
+            if sent != last.0 {
+                last = (sent, Instant::now());
+            } else if sent > 0 && last.1.elapsed() > Duration::from_millis(200) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the SFI never stalled: {:?}", shared.counts());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        from_sfi.write_all(&1u32.to_le_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        stop.stop();
+        // Read while the SFI ends, to its end of stream, then close.
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            from_sfi.read_to_end(&mut all).map(|_| all)
+        });
+        let ended = Instant::now();
+        a.join().unwrap();
+        assert!(ended.elapsed() < SFI_CLOSE_WAIT, "the SFI waited for a handler that had closed");
+        let got = reader.join().unwrap();
+        let got = got.expect("the SFI's stream ended with an error, not its end");
+        let mut at = 0;
+        let mut n = 0u64;
+        while at < got.len() {
+            let header = EventHeader::decode(&got[at..at + EVENT_HEADER_LEN]).unwrap();
+            at += header.total_len as usize;
+            n += 1;
+        }
+        assert_eq!(at, got.len(), "a partial event at the end");
+        assert_eq!(n, shared.counts().sent, "{:?}", shared.counts());
     }
 
     #[test]
@@ -658,12 +821,7 @@ mod tests {
         let mut credits = [0u8; 4];
         sfi.read_exact(&mut credits).unwrap();
         assert_eq!(u32::from_le_bytes(credits), 3);
-        let events: Vec<Bytes> = (0..3)
-            .map(|i| {
-                let sf = SuperFragment::parse(generated_crate_fragment(i, 0, 100 + i as usize * 8).unwrap()).unwrap();
-                Event::assemble(&EventInfo { event_id: EventId(i), ..Default::default() }, &[sf])
-            })
-            .collect();
+        let events = events(3);
         let all: Vec<u8> = events.iter().flat_map(|e| e.to_vec()).collect();
         // In pieces that cut headers and events.
         for piece in all.chunks(37) {
