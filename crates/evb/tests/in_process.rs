@@ -1008,3 +1008,32 @@ fn an_ru_refuses_a_gone_generation_and_closes_one_held_too_long_and_both_refuse_
     );
     assert_eq!(trigger(&evm).lost, 0, "{evm:?}");
 }
+
+#[test]
+fn a_bu_whose_start_fails_leaves_no_empty_data_file() {
+    // The second builder thread cannot open its file (a directory holds its name); the first
+    // had opened its own: the start fails, and that file, which holds no event, is removed.
+    let dir = tempfile::tempdir().unwrap();
+    let mut evm = driver("evm", "evm");
+    let evm_addr = listen(configure(&mut evm, json!({ "rus": 1 })).unwrap());
+    let mut bu = driver("bu", "bu-0");
+    let config = json!({ "id": 0, "evm": evm_addr, "output": "files", "directory": dir.path(), "threads": 2 });
+    configure(&mut bu, config.clone()).unwrap();
+    std::fs::create_dir(dir.path().join("run000001_bu-0-t1_0001.daq.part")).unwrap();
+    let err = bu.start(1).unwrap_err().to_string();
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+    let left: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(left, ["run000001_bu-0-t1_0001.daq.part"], "what the failed start left");
+    // With the obstacle gone and the BU reset, the same run starts, its files numbered from the
+    // first.
+    std::fs::remove_dir(dir.path().join("run000001_bu-0-t1_0001.daq.part")).unwrap();
+    assert_eq!(bu.state(), State::Error);
+    bu.reset().unwrap();
+    configure(&mut bu, config).unwrap();
+    bu.start(1).unwrap();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["run000001_bu-0-t0_0001.daq.part", "run000001_bu-0-t1_0001.daq.part"]);
+}

@@ -172,15 +172,26 @@ impl Bu {
                     b.outputs.push(thread.output);
                 }
                 Err(e) => {
-                    // Their files were just opened and hold no event: closed (and logged), the
-                    // start fails with the first error.
+                    // Their files were just opened and hold no event: closed, then removed (a
+                    // start that failed made no run, and leaves no empty data file of one
+                    // behind); the start fails with the first error.
                     let (_, files, errors) = stop_builders(&mut b.running, &b.outputs);
-                    for f in &files {
-                        tracing::info!(run, file = %f.path.display(), "data file closed: the BU's start failed");
+                    let mut kept = Vec::new();
+                    for f in files {
+                        if f.events > 0 {
+                            kept.push(f);
+                            continue;
+                        }
+                        match std::fs::remove_file(&f.path) {
+                            Ok(()) => {
+                                tracing::info!(run, file = %f.path.display(), "empty data file removed: the BU's start failed")
+                            }
+                            Err(err) => {
+                                tracing::warn!(run, file = %f.path.display(), error = %err, "an empty data file of the BU's failed start could not be removed");
+                            }
+                        }
                     }
-                    for other in &errors {
-                        tracing::warn!(run, error = %other, "a builder thread failed as the BU's start was undone");
-                    }
+                    log_stopped(run, &kept, &errors, "the BU's start failed");
                     return Err(e);
                 }
             }
@@ -508,6 +519,17 @@ fn stop_builders(
     (stamps, files, errors)
 }
 
+/// Logs what [`stop_builders`] closed and what failed where no report carries it (a reset, a
+/// failed start): `why` says which.
+fn log_stopped(run: u32, files: &[ClosedFile], errors: &[String], why: &str) {
+    for f in files {
+        tracing::info!(run, file = %f.path.display(), events = f.events, "data file closed: {why}");
+    }
+    for e in errors {
+        tracing::warn!(run, error = %e, "a builder thread failed as it was stopped: {why}");
+    }
+}
+
 /// The BU's I/O: the link to the EVM, the links to the RUs, the builder threads' queues and
 /// the disk's `statvfs`, around the [`BuMachine`] that makes every decision.
 struct BuIo {
@@ -777,12 +799,7 @@ impl Drop for BuIo {
         // After `finish` there is nothing left to stop. A reset mid-run has no report to give:
         // what its builders closed and what failed goes to the log.
         let (_, files, errors) = stop_builders(&mut self.builders, &self.outputs);
-        for f in &files {
-            tracing::info!(run = self.run, file = %f.path.display(), events = f.events, "data file closed by a reset");
-        }
-        for e in &errors {
-            tracing::warn!(run = self.run, error = %e, "a builder thread failed as the BU was reset");
-        }
+        log_stopped(self.run, &files, &errors, "the BU was reset");
     }
 }
 
