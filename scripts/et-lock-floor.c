@@ -6,13 +6,17 @@
  * on one station: the producer takes a free event from one queue (GrandCentral's), writes its
  * descriptor and puts it into another (the station's); the consumer takes it from there, reads
  * the descriptor and puts it back into the first. One event per operation (batch 1), so every
- * event costs each side one pop and one push. The queues are the same rings with five ways of
- * guarding them:
+ * event costs each side one pop and one push. The producer writes an event's descriptor (its
+ * length, as ET's producer does), the consumer reads it. Every lock is taken the same way: a
+ * look at the queue without the lock, then tries, each after a look at the lock word (or a
+ * failed try) and a CPU pause. The queues are the same rings with five ways of guarding them:
  *
- *   lock-free   single-producer single-consumer rings, no lock (the hardware's floor)
+ *   lock-free   single-producer single-consumer rings, no lock (the rings alone: none of ET's
+ *               other shared lines, its owner marks, counts and sleepers' word)
  *   spin        a compare-and-swap lock released by a plain store (no sleeping, not robust)
  *   futex       a compare-and-swap lock released by an atomic exchange (what a lock that lets
- *               waiters sleep must do to see them; not robust)
+ *               waiters sleep must do to see them; here nobody sleeps, so it is an upper bound
+ *               for such a lock; not robust)
  *   pthread     glibc's process-shared mutex (not robust)
  *   robust      glibc's process-shared robust mutex (what daqflow's ET and Jefferson Lab's use)
  *
@@ -29,6 +33,14 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_pause() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_pause() __asm__ __volatile__("yield")
+#else
+#define cpu_pause() ((void)0)
+#endif
 
 #define CAP 4096
 #define POOL 3000
@@ -59,8 +71,8 @@ static double now(void) {
 
 static void lock(struct queue *q) {
     if (way == PTHREAD || way == ROBUST) {
-        while (pthread_mutex_trylock(&q->mutex) != 0) {
-        }
+        while (pthread_mutex_trylock(&q->mutex) != 0)
+            cpu_pause();
         return;
     }
     for (;;) {
@@ -68,7 +80,7 @@ static void lock(struct queue *q) {
         if (atomic_compare_exchange_weak_explicit(&q->lock, &free, 1, memory_order_acquire, memory_order_relaxed))
             return;
         while (atomic_load_explicit(&q->lock, memory_order_relaxed))
-            __builtin_ia32_pause();
+            cpu_pause();
     }
 }
 
@@ -145,7 +157,7 @@ static double measure(double seconds) {
         while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
             int64_t e = pop(&s->station, &seen);
             if (e >= 0) {
-                s->descriptor[e * 8 + 1] = s->descriptor[e * 8];
+                (void)*(volatile uint64_t *)&s->descriptor[e * 8]; /* the length, read */
                 push(&s->free_list, (uint32_t)e);
             }
         }
@@ -176,7 +188,7 @@ static int by_value(const void *a, const void *b) {
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 1.0;
     int reps = argc > 2 ? atoi(argv[2]) : 5;
-    if (seconds <= 0 || reps < 1 || reps > 99) {
+    if (!(seconds > 0 && seconds < 3600) || reps < 1 || reps > 99) {
         fprintf(stderr, "usage: %s [SECONDS > 0] [REPETITIONS 1..99]\n", argv[0]);
         return 2;
     }
@@ -188,7 +200,7 @@ int main(int argc, char **argv) {
     printf("%-10s %12s %12s %12s %8s\n", "way", "median M/s", "min", "max", "ns/event");
     for (way = 0; way < WAYS; way++) {
         qsort(r[way], reps, sizeof(double), by_value);
-        double m = r[way][reps / 2];
+        double m = reps % 2 ? r[way][reps / 2] : (r[way][reps / 2 - 1] + r[way][reps / 2]) / 2;
         printf("%-10s %12.2f %12.2f %12.2f %8.0f\n", names[way], m / 1e6, r[way][0] / 1e6, r[way][reps - 1] / 1e6, 1e9 / m);
     }
     return 0;

@@ -53,12 +53,12 @@ fn helper_config(name: String, control: &str, threads: usize) -> anyhow::Result<
 /// Runs a dialog helper role; prints its JSON report on stdout.
 pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
     match role {
-        HelperRole::DialogSender { control, index, size, seconds } => {
+        HelperRole::DialogSender { control, prefix, index, size, seconds } => {
             let dialog = Dialog::start(helper_config(format!("bench-sender-{index:02}"), control, 1)?)?;
-            let svc = dialog.provide(&format!("bench/sender-{index:02}"))?;
+            let svc = dialog.provide(&format!("{prefix}/sender-{index:02}"))?;
             let go = Arc::new(AtomicBool::new(false));
             let g = go.clone();
-            let _cmd = dialog.register_command("bench/go", move |_| g.store(true, Ordering::Release))?;
+            let _cmd = dialog.register_command(&format!("{prefix}/go"), move |_| g.store(true, Ordering::Release))?;
             let deadline = Instant::now() + Duration::from_secs(60);
             while svc.subscriber_count() == 0 {
                 anyhow::ensure!(Instant::now() < deadline, "no subscriber");
@@ -90,7 +90,7 @@ pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
             dialog.shutdown();
             println!("{}", serde_json::to_string(&SenderReport { sent, peak_rss_mb: peak_rss_mb() })?);
         }
-        HelperRole::DialogSubscriber { control, senders } => {
+        HelperRole::DialogSubscriber { control, prefix, senders } => {
             let dialog = Dialog::start(helper_config("bench-subscriber".into(), control, 2)?)?;
             // One set of counters per sender, each on its own cache line: the handlers of
             // different subscriptions run on different threads.
@@ -112,7 +112,7 @@ pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
                 // back one out of order. The data names its sender: a mix-up counts as lost.
                 let mut expected = 1u64;
                 let me = (i as u32).to_le_bytes();
-                subs.push(dialog.subscribe(&format!("bench/sender-{i:02}"), move |e| {
+                subs.push(dialog.subscribe(&format!("{prefix}/sender-{i:02}"), move |e| {
                     if let ServiceEvent::Update { data, seq, .. } = e {
                         if data.get(..4) != Some(&me[..]) {
                             c.lost.fetch_add(1, Ordering::Relaxed);
@@ -138,7 +138,7 @@ pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
                 |f: fn(&Counters) -> &AtomicU64| counters.iter().map(|c| f(c).load(Ordering::Relaxed)).sum::<u64>();
             let stop = Arc::new(AtomicBool::new(false));
             let s = stop.clone();
-            let _cmd = dialog.register_command("bench/stop", move |_| s.store(true, Ordering::Release))?;
+            let _cmd = dialog.register_command(&format!("{prefix}/stop"), move |_| s.store(true, Ordering::Release))?;
             println!("ready");
             std::io::stdout().flush()?;
             let deadline = Instant::now() + Duration::from_secs(600);
@@ -207,8 +207,19 @@ struct Measured {
 
 /// One measurement over dialog: a control server, one subscriber, `senders` senders.
 fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> anyhow::Result<Measured> {
-    let mut sub =
-        Helper::spawn(&helper_args(&["dialog-subscriber", "--control", control, "--senders", &senders.to_string()]))?;
+    // Names of this point's own: the services, `go` and `stop` of an earlier point's helpers,
+    // which the control server may still list while they leave, are never this point's.
+    static POINTS: AtomicU64 = AtomicU64::new(0);
+    let prefix = format!("bench/{}-{}", std::process::id(), POINTS.fetch_add(1, Ordering::Relaxed));
+    let mut sub = Helper::spawn(&helper_args(&[
+        "dialog-subscriber",
+        "--control",
+        control,
+        "--prefix",
+        &prefix,
+        "--senders",
+        &senders.to_string(),
+    ]))?;
     let wait = Duration::from_secs(60);
     if sub.line(wait)? != "ready" {
         bail!("subscriber did not start");
@@ -219,6 +230,8 @@ fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> any
             "dialog-sender",
             "--control",
             control,
+            "--prefix",
+            &prefix,
             "--index",
             &i.to_string(),
             "--size",
@@ -233,9 +246,20 @@ fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> any
         }
     }
     let me = Dialog::start(helper_config(format!("bench-driver-{}", std::process::id()), control, 1)?)?;
-    // Every sender registered bench/go before saying ready.
-    let n = me.send_command("bench/go", b"")?;
-    anyhow::ensure!(n as usize == senders, "bench/go reached {n} of {senders} senders");
+    // Every sender registered `go` before saying ready, but a registration travels to the
+    // control server on its own: on a loaded machine `go` can reach a sender before its
+    // registration has. Sent again until every sender has it (a second `go` changes nothing).
+    let go = format!("{prefix}/go");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = me.send_command(&go, b"")? as usize;
+        anyhow::ensure!(n <= senders, "{go} reached {n} processes, more than the {senders} senders");
+        if n == senders {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{go} reached {n} of {senders} senders in 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut peak = 0f64;
     let mut sent = 0u64;
     for p in &mut procs {
@@ -243,7 +267,12 @@ fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> any
         sent += r.sent;
         peak = peak.max(r.peak_rss_mb);
     }
-    me.send_command("bench/stop", b"")?;
+    let stop = format!("{prefix}/stop");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while me.send_command(&stop, b"")? == 0 {
+        anyhow::ensure!(Instant::now() < deadline, "{stop} reached no subscriber in 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let r: SubscriberReport = sub.json(Duration::from_secs(60))?;
     peak = peak.max(r.peak_rss_mb);
     anyhow::ensure!(r.msgs + r.lost == sent, "sent {sent}, received {} and {} lost", r.msgs, r.lost);

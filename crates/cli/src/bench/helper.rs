@@ -12,10 +12,13 @@ use serde::Deserialize;
 /// Hidden helper roles, run as child processes by the suites.
 #[derive(clap::Subcommand, Debug)]
 pub enum HelperRole {
-    /// Provide `bench/sender-INDEX` and publish as fast as possible after `bench/go`.
+    /// Provide `PREFIX/sender-INDEX` and publish as fast as possible after `PREFIX/go`.
     DialogSender {
         #[arg(long)]
         control: String,
+        /// The point's own name space (a point's helpers never meet an earlier point's).
+        #[arg(long, default_value = "bench")]
+        prefix: String,
         #[arg(long)]
         index: usize,
         #[arg(long)]
@@ -23,10 +26,13 @@ pub enum HelperRole {
         #[arg(long)]
         seconds: f64,
     },
-    /// Subscribe to `bench/sender-0..SENDERS` and count; report after `bench/stop`.
+    /// Subscribe to `PREFIX/sender-0..SENDERS` and count; report after `PREFIX/stop`.
     DialogSubscriber {
         #[arg(long)]
         control: String,
+        /// The point's own name space.
+        #[arg(long, default_value = "bench")]
+        prefix: String,
         #[arg(long)]
         senders: usize,
     },

@@ -847,7 +847,10 @@ impl Testbed {
                 std::thread::sleep(Duration::from_micros(100));
             }
         }
-        // The sub-farm drains what the collector built (bounded).
+        // The sub-farm drains what the collector built (bounded). The SFI, dropped when its
+        // scheduler ends (before the SFO where they share one), ends its stream gracefully and
+        // waits for the handler to close (`Drop for Sfi`): with the sub-farm drained the kernel's
+        // buffers take what little is still in flight, with no SFO reading.
         if let Some(shared) = &subfarm_shared {
             let built = || ebif_shared.built.load(Ordering::Acquire);
             let drain_until = Instant::now() + Duration::from_secs(5);
