@@ -205,6 +205,23 @@ struct Measured {
     peak_rss_mb: f64,
 }
 
+/// Sends command `name` until it reaches `want` processes. Each registered it before saying it
+/// was ready, but a registration travels to the control server on its own: on a loaded machine
+/// the command can come before it. A second delivery changes nothing (`go` and `stop` set a
+/// flag); more than `want` processes, or 30 s, is an error.
+fn send_until_reached(me: &Dialog, name: &str, want: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = me.send_command(name, b"")? as usize;
+        anyhow::ensure!(n <= want, "{name} reached {n} processes, more than the {want} expected");
+        if n == want {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{name} reached {n} of {want} processes in 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// One measurement over dialog: a control server, one subscriber, `senders` senders.
 fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> anyhow::Result<Measured> {
     // Names of this point's own: the services, `go` and `stop` of an earlier point's helpers,
@@ -246,20 +263,7 @@ fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> any
         }
     }
     let me = Dialog::start(helper_config(format!("bench-driver-{}", std::process::id()), control, 1)?)?;
-    // Every sender registered `go` before saying ready, but a registration travels to the
-    // control server on its own: on a loaded machine `go` can reach a sender before its
-    // registration has. Sent again until every sender has it (a second `go` changes nothing).
-    let go = format!("{prefix}/go");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let n = me.send_command(&go, b"")? as usize;
-        anyhow::ensure!(n <= senders, "{go} reached {n} processes, more than the {senders} senders");
-        if n == senders {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "{go} reached {n} of {senders} senders in 30 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    send_until_reached(&me, &format!("{prefix}/go"), senders)?;
     let mut peak = 0f64;
     let mut sent = 0u64;
     for p in &mut procs {
@@ -267,12 +271,7 @@ fn dialog_point(control: &str, senders: usize, size: usize, seconds: f64) -> any
         sent += r.sent;
         peak = peak.max(r.peak_rss_mb);
     }
-    let stop = format!("{prefix}/stop");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while me.send_command(&stop, b"")? == 0 {
-        anyhow::ensure!(Instant::now() < deadline, "{stop} reached no subscriber in 30 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    send_until_reached(&me, &format!("{prefix}/stop"), 1)?;
     let r: SubscriberReport = sub.json(Duration::from_secs(60))?;
     peak = peak.max(r.peak_rss_mb);
     anyhow::ensure!(r.msgs + r.lost == sent, "sent {sent}, received {} and {} lost", r.msgs, r.lost);

@@ -250,8 +250,7 @@ impl Drop for Sfi {
     fn drop(&mut self) {
         let deadline = Instant::now() + SFI_CLOSE_WAIT;
         let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        let blocking = self.handler.set_nonblocking(false);
-        if let Err(e) = blocking {
+        if let Err(e) = self.handler.set_nonblocking(false) {
             tracing::warn!("SFI: closing the event handler's connection: {e}");
             return;
         }
@@ -737,13 +736,42 @@ mod tests {
         assert_eq!(c.sfo_bytes, 3000 * (EVENT_HEADER_LEN as u64 + 512));
     }
 
+    /// Event `id` of one crate fragment of `size` bytes.
+    fn event(id: u64, size: usize) -> Bytes {
+        let sf = SuperFragment::parse(generated_crate_fragment(id, 0, size).unwrap()).unwrap();
+        Event::assemble(&EventInfo { event_id: EventId(id), ..Default::default() }, &[sf])
+    }
+
     fn events(n: u64) -> Vec<Bytes> {
-        (0..n)
-            .map(|i| {
-                let sf = SuperFragment::parse(generated_crate_fragment(i, 0, 100 + i as usize * 8).unwrap()).unwrap();
-                Event::assemble(&EventInfo { event_id: EventId(i), ..Default::default() }, &[sf])
-            })
-            .collect()
+        (0..n).map(|i| event(i, 100 + i as usize * 8)).collect()
+    }
+
+    /// The ids of the events in `bytes`, which must be whole events, back to back.
+    fn whole_events(bytes: &[u8]) -> Vec<u64> {
+        let mut ids = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            assert!(bytes.len() - at >= EVENT_HEADER_LEN, "a cut header at {at}");
+            let len = EventHeader::decode(&bytes[at..at + EVENT_HEADER_LEN]).unwrap().total_len as usize;
+            assert!(bytes.len() - at >= len, "a cut event at {at}");
+            let event =
+                Event::parse(Bytes::copy_from_slice(&bytes[at..at + len])).unwrap_or_else(|e| panic!("at {at}: {e}"));
+            ids.push(event.header().event_id.0);
+            at += len;
+        }
+        ids
+    }
+
+    /// A handler (a thread) granting `window` credits, with the test as its SFO: the handler,
+    /// the SFO's end of its connection, and where an SFI connects.
+    fn handler_to_test(window: u32) -> (std::thread::JoinHandle<std::io::Result<u64>>, TcpStream, SocketAddr) {
+        let sfo = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sfo_addr = sfo.local_addr().unwrap();
+        let handler = std::thread::spawn(move || run_handler(listener, sfo_addr, window));
+        let (out, _) = sfo.accept().unwrap();
+        (handler, out, addr)
     }
 
     #[test]
@@ -753,27 +781,21 @@ mod tests {
         // to an SFO that reads nothing yet: the handler's next credit comes after the reset, a
         // broken pipe. What it received before the reset still reaches the SFO, whole events in
         // order, and it ends well.
-        let sfo = TcpListener::bind("127.0.0.1:0").unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let sfo_addr = sfo.local_addr().unwrap();
-        let handler = std::thread::spawn(move || run_handler(listener, sfo_addr, 1_000_000));
-        let (mut out, _) = sfo.accept().unwrap();
+        let (handler, mut out, addr) = handler_to_test(1_000_000);
         let sfi = TcpStream::connect(addr).unwrap();
         sfi.set_nonblocking(true).unwrap();
         // Events of 64 KiB until the handler takes no more for 200 ms (its SFO is full).
         let mut id = 0u64;
-        let mut event = Bytes::new();
+        let mut pending = Bytes::new();
         let mut done = 0;
         let mut progress = Instant::now();
         while progress.elapsed() < Duration::from_millis(200) {
-            if done == event.len() {
-                let sf = SuperFragment::parse(generated_crate_fragment(id, 0, 64 << 10).unwrap()).unwrap();
-                event = Event::assemble(&EventInfo { event_id: EventId(id), ..Default::default() }, &[sf]);
+            if done == pending.len() {
+                pending = event(id, 64 << 10);
                 done = 0;
                 id += 1;
             }
-            match (&sfi).write(&event[done..]) {
+            match (&sfi).write(&pending[done..]) {
                 Ok(n) => {
                     done += n;
                     progress = Instant::now();
@@ -789,19 +811,8 @@ mod tests {
         out.read_to_end(&mut got).unwrap();
         let forwarded = handler.join().unwrap().expect("the handler failed after the SFI's reset");
         assert!(forwarded > 0);
-        let mut at = 0;
-        let mut n = 0u64;
-        while at < got.len() {
-            assert!(got.len() - at >= EVENT_HEADER_LEN, "a cut header at {at}");
-            let len = EventHeader::decode(&got[at..at + EVENT_HEADER_LEN]).unwrap().total_len as usize;
-            assert!(got.len() - at >= len, "a cut event at {at}");
-            let event =
-                Event::parse(Bytes::copy_from_slice(&got[at..at + len])).unwrap_or_else(|e| panic!("at {at}: {e}"));
-            assert_eq!(event.header().event_id, EventId(n), "events in order");
-            at += len;
-            n += 1;
-        }
-        assert_eq!(n, forwarded, "every event forwarded arrived whole");
+        // Every event forwarded arrived whole, in order.
+        assert_eq!(whole_events(&got), (0..forwarded).collect::<Vec<_>>());
     }
 
     #[test]
@@ -850,25 +861,13 @@ mod tests {
         );
         let got = reader.join().unwrap();
         let got = got.expect("the SFI's stream ended with an error, not its end");
-        let mut at = 0;
-        let mut n = 0u64;
-        while at + EVENT_HEADER_LEN <= got.len() {
-            let header = EventHeader::decode(&got[at..at + EVENT_HEADER_LEN]).unwrap();
-            at += header.total_len as usize;
-            n += 1;
-        }
-        assert_eq!(at, got.len(), "a partial event at the end");
-        assert_eq!(n, shared.counts().sent, "{:?}", shared.counts());
+        // Whole events only (none cut at the end), as many as were counted.
+        assert_eq!(whole_events(&got).len() as u64, shared.counts().sent, "{:?}", shared.counts());
     }
 
     #[test]
     fn the_handler_forwards_events_split_anywhere_and_grants_a_credit_for_each() {
-        let sfo = TcpListener::bind("127.0.0.1:0").unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let sfo_addr = sfo.local_addr().unwrap();
-        let handler = std::thread::spawn(move || run_handler(listener, sfo_addr, 3));
-        let (mut out, _) = sfo.accept().unwrap();
+        let (handler, mut out, addr) = handler_to_test(3);
         let mut sfi = TcpStream::connect(addr).unwrap();
         let mut credits = [0u8; 4];
         sfi.read_exact(&mut credits).unwrap();
