@@ -20,6 +20,20 @@
  *   pthread     glibc's process-shared mutex (not robust)
  *   robust      glibc's process-shared robust mutex (what daqflow's ET and Jefferson Lab's use)
  *
+ * and two more that also keep an owner word per event (where it is: in a queue or held by a
+ * side, as ET's owners) and return the consumer's events to the free list in groups of 32, as
+ * daqflow's ET does:
+ *
+ *   robust-et   the robust mutex, the owner words written under it (daqflow's ET, layout 3)
+ *   owner-cas   no lock: the owner word is the authority. A slot is one 64-bit word, its
+ *               position and the event (or "empty"), filled and emptied by compare-and-swap;
+ *               a pusher marks its event "being pushed", fills a slot, then marks it queued; a
+ *               popper claims an event by compare-and-swap on its owner (queued -> held) and only
+ *               then empties the slot, and a slot whose event is no longer queued there is stale
+ *               and emptied by whoever passes. Whatever the point at which a process dies, each
+ *               event is where its owner word says (docs/performance.md, "A queue without a
+ *               lock").
+ *
  *   cc -O2 -o /tmp/et-lock-floor scripts/et-lock-floor.c -lpthread
  *   /tmp/et-lock-floor [SECONDS] [REPETITIONS]      # events/s per way, median of repetitions
  */
@@ -44,8 +58,12 @@
 
 #define CAP 4096
 #define POOL 3000
-enum way { LOCK_FREE, SPIN, FUTEX, PTHREAD, ROBUST, WAYS };
-static const char *names[WAYS] = {"lock-free", "spin", "futex", "pthread", "robust"};
+enum way { LOCK_FREE, SPIN, FUTEX, PTHREAD, ROBUST, ROBUST_ET, OWNER_CAS, WAYS };
+static const char *names[WAYS] = {"lock-free", "spin", "futex", "pthread", "robust", "robust-et", "owner-cas"};
+#define GROUP 32                        /* robust-et, owner-cas: the consumer's returns */
+#define EMPTY 0xFFFFFFu                 /* owner-cas: a slot's "no event" */
+#define HELD(side) (0x40000000u + (side)) /* owner words: 0 free list, 1 station, or these */
+#define PUSHING(side) (0x60000000u + (side))
 
 struct queue {
     _Alignas(64) _Atomic uint32_t lock;
@@ -54,14 +72,17 @@ struct queue {
     _Alignas(64) _Atomic uint64_t lf_head; /* LOCK_FREE: the consumer's line */
     _Alignas(64) _Atomic uint64_t lf_tail; /* LOCK_FREE: the producer's line */
     _Alignas(64) uint32_t slot[CAP];
+    _Alignas(64) _Atomic uint64_t word[CAP]; /* owner-cas: position << 24 | event or EMPTY */
 };
 struct shared {
     struct queue station, free_list;
     _Alignas(64) _Atomic int stop;
+    _Alignas(64) _Atomic uint32_t owner[POOL]; /* robust-et, owner-cas */
     _Alignas(64) uint64_t descriptor[POOL * 8]; /* one line per event */
 };
 
 static enum way way;
+static struct shared *sh;
 
 static double now(void) {
     struct timespec t;
@@ -70,7 +91,7 @@ static double now(void) {
 }
 
 static void lock(struct queue *q) {
-    if (way == PTHREAD || way == ROBUST) {
+    if (way >= PTHREAD) {
         while (pthread_mutex_trylock(&q->mutex) != 0)
             cpu_pause();
         return;
@@ -85,7 +106,7 @@ static void lock(struct queue *q) {
 }
 
 static void unlock(struct queue *q) {
-    if (way == PTHREAD || way == ROBUST)
+    if (way >= PTHREAD)
         pthread_mutex_unlock(&q->mutex);
     else if (way == FUTEX)
         (void)atomic_exchange_explicit(&q->lock, 0, memory_order_release);
@@ -134,6 +155,106 @@ static void push(struct queue *q, uint32_t e) {
     unlock(q);
 }
 
+static inline uint64_t word(uint64_t position, uint32_t e) { return position << 24 | e; }
+
+/* robust-et and owner-cas: up to `max` events out of queue `q` (number `qn`) for `side`. */
+static int pop_marked(struct queue *q, uint32_t qn, uint32_t side, uint32_t *out, int max) {
+    int n = 0;
+    if (way == ROBUST_ET) {
+        if (atomic_load_explicit(&q->head, memory_order_relaxed) == atomic_load_explicit(&q->tail, memory_order_relaxed))
+            return 0;
+        lock(q);
+        uint64_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
+        uint64_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
+        for (; h != t && n < max; h++) {
+            out[n] = q->slot[h % CAP];
+            atomic_store_explicit(&sh->owner[out[n++]], HELD(side), memory_order_relaxed);
+        }
+        atomic_store_explicit(&q->head, h, memory_order_relaxed);
+        unlock(q);
+        return n;
+    }
+    uint64_t h = atomic_load_explicit(&q->lf_head, memory_order_relaxed);
+    while (n < max) {
+        uint64_t w = atomic_load_explicit(&q->word[h % CAP], memory_order_acquire);
+        uint32_t e = w & EMPTY;
+        if (w == word(h + CAP, EMPTY)) { /* emptied, the head not yet moved past it: help */
+            if (!atomic_compare_exchange_strong(&q->lf_head, &h, h + 1))
+                continue; /* h now holds the head another popper moved */
+            h++;
+            continue;
+        }
+        if (w != word(h, e) || e == EMPTY)
+            break; /* nothing queued at the head (or the head moved on: look again next call) */
+        uint32_t o = atomic_load_explicit(&sh->owner[e], memory_order_acquire);
+        if ((o & 0xF0000000u) == 0x60000000u)
+            break; /* its pusher has not marked it queued yet */
+        if (o == qn) {
+            if (!atomic_compare_exchange_strong_explicit(&sh->owner[e], &o, HELD(side), memory_order_acq_rel, memory_order_relaxed))
+                continue; /* another popper took it: look again */
+            out[n++] = e;
+        }
+        /* taken now, or stale (its event is no longer queued here): empty the slot, move on */
+        atomic_compare_exchange_strong_explicit(&q->word[h % CAP], &w, word(h + CAP, EMPTY), memory_order_acq_rel, memory_order_relaxed);
+        if (!atomic_compare_exchange_strong(&q->lf_head, &h, h + 1))
+            continue;
+        h++;
+    }
+    return n;
+}
+
+static void push_marked(struct queue *q, uint32_t qn, uint32_t side, const uint32_t *in, int n) {
+    if (way == ROBUST_ET) {
+        lock(q);
+        uint64_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
+        for (int i = 0; i < n; i++)
+            q->slot[t++ % CAP] = in[i];
+        atomic_store_explicit(&q->tail, t, memory_order_relaxed);
+        for (int i = 0; i < n; i++)
+            atomic_store_explicit(&sh->owner[in[i]], qn, memory_order_relaxed);
+        unlock(q);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        atomic_store_explicit(&sh->owner[in[i]], PUSHING(side), memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&q->lf_tail, memory_order_relaxed);
+    for (int i = 0; i < n;) {
+        uint64_t empty = word(t, EMPTY);
+        if (atomic_compare_exchange_strong_explicit(&q->word[t % CAP], &empty, word(t, in[i]), memory_order_acq_rel, memory_order_relaxed))
+            i++;
+        /* filled now, or by another pusher who has not moved the tail yet: move it, helping */
+        if (atomic_compare_exchange_strong(&q->lf_tail, &t, t + 1))
+            t++;
+    }
+    for (int i = 0; i < n; i++)
+        atomic_store_explicit(&sh->owner[in[i]], qn, memory_order_release);
+}
+
+/* robust-et and owner-cas: the consumer takes one event per call and returns them in groups. It
+ * checks that the events come exactly once and in order: the producer wrote 0, 1, 2, ... */
+static void consume_marked(struct shared *s) {
+    uint32_t e, group[GROUP];
+    int kept = 0;
+    uint64_t expected = 0;
+    while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+        if (pop_marked(&s->station, 1, 2, &e, 1)) {
+            uint64_t made = *(volatile uint64_t *)&s->descriptor[e * 8]; /* the length, read */
+            if (made != expected++) {
+                fprintf(stderr, "%s: event %u carries %llu where %llu was due\n", names[way], e,
+                        (unsigned long long)made, (unsigned long long)expected - 1);
+                atomic_store(&s->stop, 2); /* the producer stops too */
+                _exit(1);
+            }
+            group[kept++] = e;
+            if (kept < GROUP)
+                continue;
+        } else if (kept == 0)
+            continue;
+        push_marked(&s->free_list, 0, 2, group, kept);
+        kept = 0;
+    }
+}
+
 static double measure(double seconds) {
     struct shared *s = mmap(0, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (s == MAP_FAILED) {
@@ -143,15 +264,24 @@ static double measure(double seconds) {
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    if (way == ROBUST)
+    if (way == ROBUST || way == ROBUST_ET)
         pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
     pthread_mutex_init(&s->station.mutex, &a);
     pthread_mutex_init(&s->free_list.mutex, &a);
+    sh = s;
     for (uint32_t i = 0; i < POOL; i++)
         s->free_list.slot[i] = i;
+    for (uint64_t i = 0; i < CAP; i++) {
+        s->free_list.word[i] = word(i, i < POOL ? (uint32_t)i : EMPTY);
+        s->station.word[i] = word(i, EMPTY);
+    }
     atomic_store(&s->free_list.tail, POOL);
     atomic_store(&s->free_list.lf_tail, POOL);
     pid_t consumer = fork();
+    if (consumer == 0 && way >= ROBUST_ET) {
+        consume_marked(s);
+        _exit(0);
+    }
     if (consumer == 0) {
         uint64_t seen = 0;
         while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
@@ -166,16 +296,32 @@ static double measure(double seconds) {
     uint64_t n = 0, seen = 0;
     double t0 = now(), t1 = t0;
     for (;;) {
-        int64_t e = pop(&s->free_list, &seen);
-        if (e < 0)
+        int64_t e;
+        uint32_t marked;
+        if (way >= ROBUST_ET)
+            e = pop_marked(&s->free_list, 0, 1, &marked, 1) ? (int64_t)marked : -1;
+        else
+            e = pop(&s->free_list, &seen);
+        if (e < 0) {
+            if (atomic_load_explicit(&s->stop, memory_order_relaxed))
+                break; /* the consumer failed */
             continue;
+        }
         s->descriptor[e * 8] = n;
-        push(&s->station, (uint32_t)e);
+        if (way >= ROBUST_ET)
+            push_marked(&s->station, 1, 1, &marked, 1);
+        else
+            push(&s->station, (uint32_t)e);
         if ((++n & 1023) == 0 && (t1 = now()) - t0 > seconds)
             break;
     }
     atomic_store(&s->stop, 1);
-    waitpid(consumer, 0, 0);
+    int status = 0;
+    waitpid(consumer, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "%s: the consumer failed\n", names[way]);
+        exit(1);
+    }
     munmap(s, sizeof *s);
     return n / (t1 - t0);
 }
