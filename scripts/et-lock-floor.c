@@ -64,6 +64,7 @@ static const char *names[WAYS] = {"lock-free", "spin", "futex", "pthread", "robu
 #define EMPTY 0xFFFFFFu                 /* owner-cas: a slot's "no event" */
 #define HELD(side) (0x40000000u + (side)) /* owner words: 0 free list, 1 station, or these */
 #define PUSHING(side) (0x60000000u + (side))
+#define IS_PUSHING(owner) (((owner) & 0xF0000000u) == PUSHING(0))
 
 struct queue {
     _Alignas(64) _Atomic uint32_t lock;
@@ -187,7 +188,7 @@ static int pop_marked(struct queue *q, uint32_t qn, uint32_t side, uint32_t *out
         if (w != word(h, e) || e == EMPTY)
             break; /* nothing queued at the head (or the head moved on: look again next call) */
         uint32_t o = atomic_load_explicit(&sh->owner[e], memory_order_acquire);
-        if ((o & 0xF0000000u) == 0x60000000u)
+        if (IS_PUSHING(o))
             break; /* its pusher has not marked it queued yet */
         if (o == qn) {
             if (!atomic_compare_exchange_strong_explicit(&sh->owner[e], &o, HELD(side), memory_order_acq_rel, memory_order_relaxed))
