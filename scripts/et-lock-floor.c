@@ -33,9 +33,16 @@
  *               and emptied by whoever passes. Whatever the point at which a process dies, each
  *               event is where its owner word says (docs/performance.md, "A queue without a
  *               lock").
+ *   split-id    two compare-and-swap locks per queue, one for pushers and one for poppers, each
+ *               on a line only its side writes, holding the locker's id (what a recovery would
+ *               read instead of glibc's robust list); owner words and slots written plainly
+ *   split-slot  split-id's two locks with owner-cas's one-word slots: a popper finds events by
+ *               reading the slot at its head (position and event in one word), not the pushers'
+ *               tail; owner words and slots written plainly under each side's lock
  *
  *   cc -O2 -o /tmp/et-lock-floor scripts/et-lock-floor.c -lpthread
- *   /tmp/et-lock-floor [SECONDS] [REPETITIONS]      # events/s per way, median of repetitions
+ *   /tmp/et-lock-floor [SECONDS] [REPETITIONS] [BATCH]   # events/s per way, median of repetitions;
+ *                                                        # BATCH (1 to 128): events per pop and push, robust-et on
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -58,8 +65,8 @@
 
 #define CAP 4096
 #define POOL 3000
-enum way { LOCK_FREE, SPIN, FUTEX, PTHREAD, ROBUST, ROBUST_ET, OWNER_CAS, WAYS };
-static const char *names[WAYS] = {"lock-free", "spin", "futex", "pthread", "robust", "robust-et", "owner-cas"};
+enum way { LOCK_FREE, SPIN, FUTEX, PTHREAD, ROBUST, ROBUST_ET, OWNER_CAS, SPLIT_ID, SPLIT_SLOT, WAYS };
+static const char *names[WAYS] = {"lock-free", "spin", "futex", "pthread", "robust", "robust-et", "owner-cas", "split-id", "split-slot"};
 #define GROUP 32                        /* robust-et, owner-cas: the consumer's returns */
 #define EMPTY 0xFFFFFFu                 /* owner-cas: a slot's "no event" */
 #define HELD(side) (0x40000000u + (side)) /* owner words: 0 free list, 1 station, or these */
@@ -73,7 +80,9 @@ struct queue {
     _Alignas(64) _Atomic uint64_t lf_head; /* LOCK_FREE: the consumer's line */
     _Alignas(64) _Atomic uint64_t lf_tail; /* LOCK_FREE: the producer's line */
     _Alignas(64) uint32_t slot[CAP];
-    _Alignas(64) _Atomic uint64_t word[CAP]; /* owner-cas: position << 24 | event or EMPTY */
+    _Alignas(64) _Atomic uint64_t word[CAP];
+    _Alignas(64) _Atomic uint32_t pop_lock; _Atomic uint64_t s_head; /* split-id: poppers' line */
+    _Alignas(64) _Atomic uint32_t push_lock; _Atomic uint64_t s_tail; /* split-id: pushers' line */ /* owner-cas: position << 24 | event or EMPTY */
 };
 struct shared {
     struct queue station, free_list;
@@ -83,6 +92,7 @@ struct shared {
 };
 
 static enum way way;
+static int batch = 1; /* robust-et and after: events per pop and push */
 static struct shared *sh;
 
 static double now(void) {
@@ -159,8 +169,53 @@ static void push(struct queue *q, uint32_t e) {
 static inline uint64_t word(uint64_t position, uint32_t e) { return position << 24 | e; }
 
 /* robust-et and owner-cas: up to `max` events out of queue `q` (number `qn`) for `side`. */
+static void id_lock(_Atomic uint32_t *l, uint32_t id) {
+    for (;;) {
+        uint32_t free = 0;
+        if (atomic_compare_exchange_weak_explicit(l, &free, id, memory_order_acquire, memory_order_relaxed))
+            return;
+        while (atomic_load_explicit(l, memory_order_relaxed))
+            cpu_pause();
+    }
+}
 static int pop_marked(struct queue *q, uint32_t qn, uint32_t side, uint32_t *out, int max) {
     int n = 0;
+    if (way == SPLIT_SLOT) {
+        uint64_t h = atomic_load_explicit(&q->s_head, memory_order_relaxed);
+        uint64_t w0 = atomic_load_explicit(&q->word[h % CAP], memory_order_acquire);
+        if (w0 != word(h, w0 & EMPTY) || (w0 & EMPTY) == EMPTY)
+            return 0;
+        id_lock(&q->pop_lock, side);
+        h = atomic_load_explicit(&q->s_head, memory_order_relaxed);
+        for (; n < max; h++) {
+            uint64_t w = atomic_load_explicit(&q->word[h % CAP], memory_order_acquire);
+            uint32_t e = w & EMPTY;
+            if (w != word(h, e) || e == EMPTY)
+                break;
+            atomic_store_explicit(&sh->owner[e], HELD(side), memory_order_relaxed);
+            atomic_store_explicit(&q->word[h % CAP], word(h + CAP, EMPTY), memory_order_relaxed);
+            out[n++] = e;
+        }
+        atomic_store_explicit(&q->s_head, h, memory_order_relaxed);
+        atomic_store_explicit(&q->pop_lock, 0, memory_order_release);
+        return n;
+    }
+    if (way == SPLIT_ID) {
+        uint64_t h = atomic_load_explicit(&q->s_head, memory_order_relaxed);
+        uint64_t t = atomic_load_explicit(&q->s_tail, memory_order_acquire);
+        if (h == t)
+            return 0;
+        id_lock(&q->pop_lock, side);
+        h = atomic_load_explicit(&q->s_head, memory_order_relaxed);
+        t = atomic_load_explicit(&q->s_tail, memory_order_acquire);
+        for (; h != t && n < max; h++) {
+            out[n] = q->slot[h % CAP];
+            atomic_store_explicit(&sh->owner[out[n++]], HELD(side), memory_order_relaxed);
+        }
+        atomic_store_explicit(&q->s_head, h, memory_order_release);
+        atomic_store_explicit(&q->pop_lock, 0, memory_order_release);
+        return n;
+    }
     if (way == ROBUST_ET) {
         if (atomic_load_explicit(&q->head, memory_order_relaxed) == atomic_load_explicit(&q->tail, memory_order_relaxed))
             return 0;
@@ -205,6 +260,28 @@ static int pop_marked(struct queue *q, uint32_t qn, uint32_t side, uint32_t *out
 }
 
 static void push_marked(struct queue *q, uint32_t qn, uint32_t side, const uint32_t *in, int n) {
+    if (way == SPLIT_SLOT) {
+        id_lock(&q->push_lock, side);
+        uint64_t t = atomic_load_explicit(&q->s_tail, memory_order_relaxed);
+        for (int i = 0; i < n; i++)
+            atomic_store_explicit(&sh->owner[in[i]], qn, memory_order_relaxed);
+        for (int i = 0; i < n; i++)
+            atomic_store_explicit(&q->word[(t + i) % CAP], word(t + i, in[i]), memory_order_release);
+        atomic_store_explicit(&q->s_tail, t + n, memory_order_relaxed);
+        atomic_store_explicit(&q->push_lock, 0, memory_order_release);
+        return;
+    }
+    if (way == SPLIT_ID) {
+        id_lock(&q->push_lock, side);
+        uint64_t t = atomic_load_explicit(&q->s_tail, memory_order_relaxed);
+        for (int i = 0; i < n; i++) {
+            q->slot[(t + i) % CAP] = in[i];
+            atomic_store_explicit(&sh->owner[in[i]], qn, memory_order_relaxed);
+        }
+        atomic_store_explicit(&q->s_tail, t + n, memory_order_release);
+        atomic_store_explicit(&q->push_lock, 0, memory_order_release);
+        return;
+    }
     if (way == ROBUST_ET) {
         lock(q);
         uint64_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
@@ -238,7 +315,10 @@ static void consume_marked(struct shared *s) {
     int kept = 0;
     uint64_t expected = 0;
     while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
-        if (pop_marked(&s->station, 1, 2, &e, 1)) {
+        uint32_t got[128];
+        int k = pop_marked(&s->station, 1, 2, got, batch);
+        for (int j = 0; j < k; j++) {
+            e = got[j];
             uint64_t made = *(volatile uint64_t *)&s->descriptor[e * 8]; /* the length, read */
             if (made != expected++) {
                 fprintf(stderr, "%s: event %u carries %llu where %llu was due\n", names[way], e,
@@ -247,12 +327,15 @@ static void consume_marked(struct shared *s) {
                 _exit(1);
             }
             group[kept++] = e;
-            if (kept < GROUP)
-                continue;
-        } else if (kept == 0)
-            continue;
-        push_marked(&s->free_list, 0, 2, group, kept);
-        kept = 0;
+            if (kept == GROUP) {
+                push_marked(&s->free_list, 0, 2, group, kept);
+                kept = 0;
+            }
+        }
+        if (k == 0 && kept > 0) {
+            push_marked(&s->free_list, 0, 2, group, kept);
+            kept = 0;
+        }
     }
 }
 
@@ -277,6 +360,7 @@ static double measure(double seconds) {
         s->station.word[i] = word(i, EMPTY);
     }
     atomic_store(&s->free_list.tail, POOL);
+    atomic_store(&s->free_list.s_tail, POOL);
     atomic_store(&s->free_list.lf_tail, POOL);
     pid_t consumer = fork();
     if (consumer == 0 && way >= ROBUST_ET) {
@@ -299,8 +383,26 @@ static double measure(double seconds) {
     for (;;) {
         int64_t e;
         uint32_t marked;
-        if (way >= ROBUST_ET)
-            e = pop_marked(&s->free_list, 0, 1, &marked, 1) ? (int64_t)marked : -1;
+        if (way >= ROBUST_ET) {
+            uint32_t got[128];
+            int k = pop_marked(&s->free_list, 0, 1, got, batch);
+            if (k == 0) {
+                if (atomic_load_explicit(&s->stop, memory_order_relaxed))
+                    break; /* the consumer failed */
+                continue;
+            }
+            for (int j = 0; j < k; j++)
+                s->descriptor[got[j] * 8] = n + j;
+            push_marked(&s->station, 1, 1, got, k);
+            uint64_t before = n;
+            n += k;
+            if ((n >> 10) != (before >> 10) && (t1 = now()) - t0 > seconds)
+                break;
+            continue;
+        }
+        (void)marked;
+        if (0)
+            e = -1;
         else
             e = pop(&s->free_list, &seen);
         if (e < 0) {
@@ -335,6 +437,11 @@ static int by_value(const void *a, const void *b) {
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 1.0;
     int reps = argc > 2 ? atoi(argv[2]) : 5;
+    batch = argc > 3 ? atoi(argv[3]) : 1;
+    if (batch < 1 || batch > 128) {
+        fprintf(stderr, "batch: 1 to 128\n");
+        return 2;
+    }
     if (!(seconds > 0 && seconds < 3600) || reps < 1 || reps > 99) {
         fprintf(stderr, "usage: %s [SECONDS > 0] [REPETITIONS 1..99]\n", argv[0]);
         return 2;

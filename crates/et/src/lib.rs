@@ -7,10 +7,11 @@
 //! its selection takes, use them in place, and put them on; events leaving the last station return
 //! to GrandCentral.
 //!
-//! - **Local attachments** work on the shared memory directly: a batch of events costs a few
-//!   lock operations on process-shared robust mutexes, no copy, and no round trip to the ET
-//!   process (the putting process routes its events itself; waiting consumers sleep on
-//!   futexes). See `docs/et.md`.
+//! - **Local attachments** work on the shared memory directly: a batch of events costs one
+//!   lock on the queue's pushers' or poppers' side (a compare-and-swap on a line only that side
+//!   writes, holding the locker's id, so that the ET process repairs a queue whose locker died),
+//!   no copy, and no round trip to the ET process (the putting process routes its events itself;
+//!   waiting consumers sleep on futexes). See `docs/et.md`.
 //! - **Stations** are blocking or non-blocking (with a cue), select all events, by control
 //!   integers with wildcards, by built-in predicates, or by a closure (stations created in the ET
 //!   process), with a prescale; they may form **parallel groups**; settings change while

@@ -13,7 +13,7 @@ use crate::config::{Priority, Wait};
 use crate::error::EtError;
 use crate::event::{Attachment, Data, Event};
 use crate::pool::{ATT_ACTIVE, FLAG_CORRUPT, FLAG_TEMP, OWNER_ATTACHMENT, OWNER_RETURNING, Pool, ShmEnv};
-use crate::queue::{Block, Empty};
+use crate::queue::{Block, Empty, Lane};
 use crate::routing::{self, Dest, EventHead, StationView};
 use crate::sys::Mapping;
 
@@ -79,7 +79,7 @@ impl Returns {
         let rec = pool.attachment(self.att);
         if rec.state.load(Ordering::Acquire) == ATT_ACTIVE && rec.generation.load(Ordering::Acquire) == self.generation
         {
-            pool.queue(0).push(kept, false, &pool.marks(0, OWNER_ATTACHMENT + self.att));
+            pool.queue(0).push(kept, Lane::Low, OWNER_ATTACHMENT + self.att);
             rec.held.fetch_sub(kept.len() as u64, Ordering::Relaxed);
         }
         kept.clear();
@@ -209,16 +209,15 @@ impl LocalAttachment {
         if n == 0 {
             return Ok(0);
         }
-        let marks = pool.marks(q, me);
         if self.returns.any() {
             // Whatever this attachment kept goes back before it waits for anything (a
             // producer may be waiting for exactly those events).
-            if let Ok(k) = pool.queue(q).pop(n, idx, Block::No, &marks, &abort) {
+            if let Ok(k) = pool.queue(q).pop(n, idx, Block::No, me, &abort) {
                 return Ok(k);
             }
             self.returns.flush(pool);
         }
-        match pool.queue(q).pop(n, idx, block_of(wait), &marks, &abort) {
+        match pool.queue(q).pop(n, idx, block_of(wait), me, &abort) {
             Ok(k) => Ok(k),
             Err(e) => self.empty_error(e, wait),
         }
@@ -264,18 +263,18 @@ impl LocalAttachment {
     /// (`high`: each event's priority; `None`: all low).
     fn push(&self, q: u32, idx: &[u32], high: Option<&[bool]>) {
         let pool = self.backend.pool();
-        let marks = pool.marks(q, self.owner());
+        let pusher = OWNER_ATTACHMENT + self.att;
         let queue = pool.queue(q);
         let high = high.unwrap_or(&[]);
         if high.iter().all(|h| !h) {
-            queue.push(idx, false, &marks);
+            queue.push(idx, Lane::Low, pusher);
         } else if high.iter().all(|h| *h) {
-            queue.push(idx, true, &marks);
+            queue.push(idx, Lane::High, pusher);
         } else {
             let h: Vec<u32> = idx.iter().zip(high).filter(|x| *x.1).map(|x| *x.0).collect();
             let l: Vec<u32> = idx.iter().zip(high).filter(|x| !*x.1).map(|x| *x.0).collect();
-            queue.push(&h, true, &marks);
-            queue.push(&l, false, &marks);
+            queue.push(&h, Lane::High, pusher);
+            queue.push(&l, Lane::Low, pusher);
         }
         if q > 0 && q < pool.layout.max_stations {
             pool.station(q).events_in.fetch_add(idx.len() as u64, Ordering::Relaxed);
@@ -475,7 +474,6 @@ fn push_routed(
     let mut turned_away = Vec::new();
     let mut idx = Vec::new();
     for (q, pos, members) in buckets {
-        let marks = pool.marks(q, holder);
         let queue = pool.queue(q);
         let limit = match pos {
             Some(p) if !views[p].blocking => views[p].cue,
@@ -491,10 +489,8 @@ fn push_routed(
             }
             idx.clear();
             idx.extend(part.iter().map(|&m| events[m].0));
-            let k = queue.push_upto(&idx, high, limit, &marks).unwrap_or_else(|| {
-                // Every ring holds the whole pool: overflowing one means an event is in two queues.
-                panic!("ET queue {q} overflowed: the event ownership protocol was broken")
-            });
+            let lane = if high { Lane::High } else { Lane::Low };
+            let k = queue.push_upto(&idx, lane, limit, holder);
             pushed += k;
             if let Some(p) = pos {
                 turned_away.extend(part[k..].iter().map(|&m| {
@@ -507,7 +503,7 @@ fn push_routed(
             pool.station(q).events_in.fetch_add(pushed as u64, Ordering::Relaxed);
         }
         if let Some(p) = pos {
-            views[p].queued = queue.count.load(Ordering::Acquire);
+            views[p].queued = queue.len_bound().min(u32::MAX as u64) as u32;
         }
     }
     turned_away
@@ -677,11 +673,10 @@ impl LocalAttachment {
         Ok(())
     }
 
-    /// Gives held events back to the front of the station's input list, in their order (high
-    /// priority ones to the front of the high list), unchanged and not marked: events taken
-    /// and never handed to the user (a remote client's prefetched batch, when it detaches).
-    /// They count as never taken. Events that do not fit in front of the input list (they did
-    /// not all come from it) join it at the end.
+    /// Gives held events back to the front of the station's input list, in their order (ahead
+    /// of every queued event, of either priority: its front ring), unchanged and not marked:
+    /// events taken and never handed to the user (a remote client's prefetched batch, when it
+    /// detaches). They count as never taken.
     pub(crate) fn raw_unget(&self, idx: &[u32]) -> Result<(), EtError> {
         if idx.is_empty() {
             return Ok(());
@@ -692,26 +687,11 @@ impl LocalAttachment {
         self.alive()?;
         self.check_held(idx)?;
         let pool = self.backend.pool();
-        let (mut high, mut low) = (Vec::new(), Vec::new());
-        for &i in idx {
-            // SAFETY: held by this attachment (checked).
-            let d = unsafe { *pool.desc(i) };
-            if d.priority == 1 { high.push(i) } else { low.push(i) }
-        }
-        let queue = pool.queue(self.station);
-        let marks = pool.marks(self.station, self.owner());
-        for (part, is_high) in [(&low, false), (&high, true)] {
-            if part.is_empty() {
-                continue;
-            }
-            // The ring holds every event of the pool: a push at the tail always fits.
-            if queue.push_front(part, is_high, &marks) || queue.push(part, is_high, &marks) {
-                let a = pool.attachment(self.att);
-                a.got.fetch_sub(part.len() as u64, Ordering::Relaxed);
-                a.held.fetch_sub(part.len() as u64, Ordering::Relaxed);
-                pool.station(self.station).events_out.fetch_sub(part.len() as u64, Ordering::Relaxed);
-            }
-        }
+        pool.queue(self.station).push(idx, Lane::Front, OWNER_ATTACHMENT + self.att);
+        let a = pool.attachment(self.att);
+        a.got.fetch_sub(idx.len() as u64, Ordering::Relaxed);
+        a.held.fetch_sub(idx.len() as u64, Ordering::Relaxed);
+        pool.station(self.station).events_out.fetch_sub(idx.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1147,6 +1127,49 @@ mod tests {
         assert_eq!(restored.len(), 3);
         assert!(restored.iter().all(|e| e.is_possibly_corrupt()));
         drop(consumer);
+    }
+
+    /// A producer's process died in the middle of a put, holding the lock of the station's
+    /// queue (docs/et.md, "When a process dies holding a lock"): one event marked queued there
+    /// without its slot filled, one filled past the tail, one not reached yet. The ET process
+    /// repairs the queue: the first two reach the station, the third goes back to the free list
+    /// with what the producer held; the lock is free again and every event is accounted for.
+    #[test]
+    fn a_put_cut_short_by_its_process_dying_holding_the_queue_lock_is_repaired() {
+        use crate::pool::OWNER_ATTACHMENT;
+        use crate::queue::word;
+        use std::sync::atomic::Ordering;
+        let (system, consumer) = grouping_consumer("dead-locker");
+        let producer = system.attach("GRAND_CENTRAL").unwrap();
+        let evs = producer.new_events(3, 64, Wait::NoWait).unwrap();
+        let [a, b, c] = [0, 1, 2].map(|i| evs[i].index());
+        drop(evs);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let pool = &system.inner.pool;
+        pool.attachment(producer.att).pid.store(dead_pid, Ordering::Release);
+        let q = pool.queue(consumer.station);
+        q.push_lock.store(OWNER_ATTACHMENT + producer.att, Ordering::Release);
+        pool.owner(a).store(consumer.station, Ordering::Release);
+        pool.owner(b).store(consumer.station, Ordering::Release);
+        let low = &q.rings[crate::queue::Lane::Low as usize];
+        let t = low.tail.load(Ordering::Acquire);
+        let cap = low.slots.len() as u64;
+        low.slots[(t % cap) as usize].store(word(t, cap, b), Ordering::Release);
+        // A filled slot is a queued event, lock or no lock on the pushers' side.
+        let first = consumer.get_events(1, Wait::NoWait).unwrap();
+        assert_eq!(first.iter().map(|e| e.index()).collect::<Vec<_>>(), [b]);
+        drop(first);
+        system.inner.detach(producer.att, producer.generation, true);
+        assert_eq!((q.push_lock.load(Ordering::Acquire), q.pop_lock.load(Ordering::Acquire)), (0, 0));
+        let s = system.snapshot();
+        assert_eq!(s.accounted(), 3000, "{s:#?}");
+        let got = consumer.get_events(10, Wait::NoWait).unwrap();
+        assert_eq!(got.iter().map(|e| e.index()).collect::<Vec<_>>(), [a]);
+        drop(got);
+        assert_eq!(pool.owner(c).load(Ordering::Acquire), 0, "a new event the producer held is free again");
+        drop(producer);
     }
 
     #[test]

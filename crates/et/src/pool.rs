@@ -4,11 +4,12 @@
 //! ┌────────┬──────────────┬─────────────────┬───────────────┬──────────┬────────────────┬──────────┐
 //! │ header │ station recs │ attachment recs │ event descs   │ owners   │ queues         │ data     │
 //! │ 4 KiB  │ 64 × 320 B   │ A × 64 B        │ N × 32 B      │ N × 4 B  │ (S+2) × (128 B │ N × size │
-//! │        │              │                 │               │          │  + 2 × N × 4 B)│          │
+//! │        │              │                 │               │          │  + 3 × R × 8 B)│          │
 //! └────────┴──────────────┴─────────────────┴───────────────┴──────────┴────────────────┴──────────┘
 //! ```
 //!
-//! Queue `q < max_stations` is station slot `q`'s input list (slot 0, GrandCentral: the free
+//! `R`, a ring's slots, is `N + A + 64` (room for the stale slots a dead process leaves: see
+//! [`crate::queue`]). Queue `q < max_stations` is station slot `q`'s input list (slot 0, GrandCentral: the free
 //! list); queue `max_stations` feeds the conductor, `max_stations + 1` returns temporary
 //! events. Every event's owner (a queue, an attachment, or the ET process) is in the owners
 //! array, kept apart from the descriptors so that ownership changes touch few cache lines.
@@ -16,12 +17,12 @@
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::config::{GroupPolicy, RestoreMode, Selection, StationConfig};
-use crate::queue::{Marks, Platform, Queue, Ring};
+use crate::queue::{Platform, Queue, Ring};
 use crate::routing::{self, RouteEnv, Select, StationView};
 use crate::sys::{self, Mapping};
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"DQFLET01");
-pub(crate) const LAYOUT_VERSION: u32 = 3;
+pub(crate) const LAYOUT_VERSION: u32 = 4;
 /// Most stations a system can be built with.
 pub const MAX_STATIONS: u32 = 64;
 pub(crate) const HEADER_LEN: usize = 4096;
@@ -32,6 +33,8 @@ pub(crate) const OWNER_SYSTEM: u32 = 0x7fff_ffff;
 /// Put back to GrandCentral by attachment `owner - OWNER_RETURNING`, which keeps it to push it
 /// with others (`local::Returns`); if the attachment ends first, the ET process frees it.
 pub(crate) const OWNER_RETURNING: u32 = 0x5000_0000;
+/// Most events a pool can have: an event's index and "empty" share a ring slot's low 24 bits.
+pub const MAX_EVENTS: u32 = crate::queue::EMPTY - 1;
 
 /// Event descriptor flags.
 pub(crate) const FLAG_CORRUPT: u16 = 1;
@@ -170,18 +173,41 @@ fn set_if_changed<T: PartialEq>(field: &mut T, v: T) {
     }
 }
 
-/// A queue's lock and words. What a push or a pop of low-priority events (the common case)
-/// touches is on the first cache line: the lock, `count`, `waiters` and the low ring's
-/// positions; the high ring's positions and `seq` (changed only when somebody sleeps) are on
-/// the second.
+/// A queue's words: the pushers' line (their lock, the sleepers' count, each ring's tail and
+/// the pushers' last look at its head), then the poppers' line (their lock, the futex word,
+/// each ring's head),
+/// so that a pusher and a popper write no line in common but the slots and the owner words.
+/// The three rings' slots follow (docs/et.md, "Queues").
 #[repr(C, align(64))]
 pub(crate) struct QueueHeader {
-    pub mutex: libc::pthread_mutex_t,
-    pub count: AtomicU32,
+    pub push: PushLine,
+    pub pop: PopLine,
+}
+
+/// The pushers' cache line of a queue.
+#[repr(C, align(64))]
+pub(crate) struct PushLine {
+    /// 0, or the id of the pusher holding the lock.
+    pub lock: AtomicU32,
+    /// Sleepers registered.
     pub waiters: AtomicU32,
-    pub ring: Ring,
+    pub _pad: [u32; 2],
+    /// Front, high, low.
+    pub tails: [AtomicU64; 3],
+    /// Front, high, low: the head as the pushers last read it.
+    pub seen: [AtomicU64; 3],
+}
+
+/// The poppers' cache line of a queue.
+#[repr(C, align(64))]
+pub(crate) struct PopLine {
+    /// 0, or the id of the popper holding the lock.
+    pub lock: AtomicU32,
+    /// The futex word sleepers wait on (written only to wake them: here, so that a popper's
+    /// look at it does not take the pushers' line).
     pub seq: AtomicU32,
-    pub _pad: u32,
+    /// Front, high, low.
+    pub heads: [AtomicU64; 3],
 }
 
 const fn round_up(v: usize, to: usize) -> usize {
@@ -202,6 +228,8 @@ pub(crate) struct Layout {
     pub off_owners: usize,
     pub off_queues: usize,
     pub queue_stride: usize,
+    /// Slots of each ring.
+    pub ring_cap: usize,
     pub off_data: usize,
     pub total: usize,
 }
@@ -214,7 +242,8 @@ impl Layout {
         let off_descs = round_up(off_attachments + max_attachments as usize * size_of::<AttachmentRecord>(), 64);
         let off_owners = round_up(off_descs + n * size_of::<EventDesc>(), 64);
         let off_queues = round_up(off_owners + n * 4, 4096);
-        let queue_stride = round_up(size_of::<QueueHeader>() + 2 * n * 4, 64);
+        let ring_cap = n.next_power_of_two();
+        let queue_stride = round_up(size_of::<QueueHeader>() + 3 * ring_cap * 4, 64);
         let event_stride = round_up(event_size.max(1), 64);
         let off_data = round_up(off_queues + (max_stations as usize + 2) * queue_stride, 4096);
         let total = round_up(off_data + n * event_stride, 4096);
@@ -230,6 +259,7 @@ impl Layout {
             off_owners,
             off_queues,
             queue_stride,
+            ring_cap,
             off_data,
             total,
         }
@@ -281,8 +311,12 @@ impl Pool {
         h.name[..n.len().min(63)].copy_from_slice(&n[..n.len().min(63)]);
         h.et_pid.store(sys::getpid(), Ordering::Release);
         for q in 0..layout.max_stations + 2 {
-            // SAFETY: each queue header is inside the mapping, unused, and 64-byte aligned.
-            unsafe { sys::robust_init(&raw mut (*pool.queue_header(q)).mutex)? };
+            // Every slot never filled (all zero would read "event 0 filled in round 0").
+            for ring in &pool.queue(q).rings {
+                for slot in ring.slots {
+                    slot.store(crate::queue::EMPTY, Ordering::Relaxed);
+                }
+            }
         }
         Ok(pool)
     }
@@ -300,9 +334,8 @@ impl Pool {
         if h.max_stations > MAX_STATIONS || h.max_stations < 1 {
             return Err(BadPool(format!("{} stations", h.max_stations)));
         }
-        if h.events == 0 {
-            // Every queue's ring has one slot per event: a ring of none is not a queue.
-            return Err(BadPool("a pool of 0 events".into()));
+        if h.events == 0 || h.events > MAX_EVENTS {
+            return Err(BadPool(format!("a pool of {} events", h.events)));
         }
         let layout = Layout::new(h.events, h.event_size as usize, h.max_stations, h.max_attachments);
         let consistent = layout.total as u64 == h.total_len
@@ -359,9 +392,31 @@ impl Pool {
     }
 
     pub(crate) fn owner(&self, idx: u32) -> &AtomicU32 {
-        assert!(idx < self.layout.events);
-        // SAFETY: the owners region holds `events` 32-bit words, 4-byte aligned.
-        unsafe { &*self.map.base().add(self.layout.off_owners).cast::<AtomicU32>().add(idx as usize) }
+        &self.owners()[idx as usize]
+    }
+
+    /// Every event's owner word.
+    pub(crate) fn owners(&self) -> &[AtomicU32] {
+        // SAFETY: the owners region holds `events` 32-bit words, 4-byte aligned, for as long as
+        // the mapping (`self`) lives.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.base().add(self.layout.off_owners).cast::<AtomicU32>(),
+                self.layout.events as usize,
+            )
+        }
+    }
+
+    /// How many events each queue holds now, by their owner words (`out[q]` for queue `q`):
+    /// exact per event, read one event after another while events move.
+    pub(crate) fn queued_counts(&self) -> Vec<u32> {
+        let mut out = vec![0u32; self.layout.max_stations as usize + 2];
+        for o in self.owners() {
+            if let Some(n) = out.get_mut(o.load(Ordering::Relaxed) as usize) {
+                *n += 1;
+            }
+        }
+        out
     }
 
     /// The data buffer of event `idx` (`event_size` bytes). Only its owner may touch it.
@@ -380,22 +435,30 @@ impl Pool {
     }
 
     /// Queue `q`.
+    #[inline]
     pub(crate) fn queue(&self, q: u32) -> Queue<'_, ShmPlat> {
         let h = self.queue_header(q);
-        let n = self.layout.events as usize;
-        // SAFETY: the header and its two rings of `n` slots are inside the queue's stride; the
-        // references live as long as the mapping (`self`).
+        let cap = self.layout.ring_cap;
+        // SAFETY: the header and its three rings of `cap` 32-bit slots are inside the queue's
+        // stride (64-byte aligned); the references live as long as the mapping (`self`).
         unsafe {
-            let slots = h.add(1).cast::<u32>();
+            let slots = h.add(1).cast::<AtomicU32>();
+            let h = &*h;
+            let ring = |i: usize| Ring {
+                head: &h.pop.heads[i],
+                tail: &h.push.tails[i],
+                seen: &h.push.seen[i],
+                slots: std::slice::from_raw_parts(slots.add(i * cap), cap),
+            };
             Queue {
-                plat: ShmPlat { mutex: &raw mut (*h).mutex },
-                ring: &raw mut (*h).ring,
-                high: slots,
-                low: slots.add(n),
-                cap: n as u64,
-                count: &(*h).count,
-                seq: &(*h).seq,
-                waiters: &(*h).waiters,
+                plat: ShmPlat,
+                me: q,
+                rings: [ring(0), ring(1), ring(2)],
+                push_lock: &h.push.lock,
+                pop_lock: &h.pop.lock,
+                seq: &h.pop.seq,
+                waiters: &h.push.waiters,
+                owners: self.owners(),
             }
         }
     }
@@ -406,11 +469,6 @@ impl Pool {
 
     pub(crate) fn temp_queue(&self) -> u32 {
         self.layout.max_stations + 1
-    }
-
-    /// Marks that set the owners of events entering queue `q` and taken by `taker`.
-    pub(crate) fn marks(&self, q: u32, taker: u32) -> OwnerMarks<'_> {
-        OwnerMarks { pool: self, queued: q, taker }
     }
 
     /// The station slots after GrandCentral, in order (a consistent snapshot).
@@ -444,7 +502,8 @@ impl Pool {
 
     /// What routing needs to know of station `slot`.
     pub(crate) fn station_view(&self, slot: u32) -> StationView {
-        StationView { queued: self.queue(slot).count.load(Ordering::Relaxed), ..self.station_config_view(slot) }
+        let queued = self.queue(slot).len_bound().min(u32::MAX as u64) as u32;
+        StationView { queued, ..self.station_config_view(slot) }
     }
 
     /// Station `slot`'s view without its queue's length (`queued` 0): what deciding whether a
@@ -581,30 +640,12 @@ impl Pool {
     }
 }
 
-/// The robust mutex and futex of a queue in shared memory.
-pub(crate) struct ShmPlat {
-    mutex: *mut libc::pthread_mutex_t,
-}
+/// The futex of a queue in shared memory, and the popper's adaptive spin.
+pub(crate) struct ShmPlat;
 
 impl Platform for ShmPlat {
     type W = AtomicU32;
-    fn lock(&self) -> bool {
-        // SAFETY: the mutex was initialized by the ET process and lives in the mapping,
-        // which outlives every `Queue` made from the pool.
-        match unsafe { sys::robust_lock(self.mutex) } {
-            Ok(sys::Locked::Clean) => false,
-            Ok(sys::Locked::OwnerDied) => true,
-            Err(e) => panic!("locking an ET queue failed: {e}"),
-        }
-    }
-    fn consistent(&self) {
-        // SAFETY: we hold the lock after an OwnerDied lock.
-        unsafe { sys::robust_consistent(self.mutex) }
-    }
-    fn unlock(&self) {
-        // SAFETY: we hold the lock (called by the queue's guard only).
-        unsafe { sys::robust_unlock(self.mutex) }
-    }
+    type D = AtomicU64;
     fn wait(&self, word: &AtomicU32, expected: u32, timeout: Option<std::time::Duration>) {
         sys::futex_wait(word, expected, timeout)
     }
@@ -622,6 +663,17 @@ impl Platform for ShmPlat {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
+        }
+    }
+    fn backoff(&self, i: u32) {
+        // Another holds the lock: for one call, or until the ET process repairs the queue if
+        // its holder died (a sleep then costs no core).
+        if i < 128 {
+            std::hint::spin_loop();
+        } else if i < 1024 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
     fn spun(&self, worth_it: bool) {
@@ -648,22 +700,6 @@ thread_local! {
 /// within a few waits. See docs/et.md, "Why an adaptive spin before sleeping".
 const MIN_POP_SPINS: u32 = 256;
 const MAX_POP_SPINS: u32 = 32 * 1024;
-
-/// Sets events' owners as they move through a queue.
-pub(crate) struct OwnerMarks<'a> {
-    pool: &'a Pool,
-    queued: u32,
-    taker: u32,
-}
-
-impl Marks for OwnerMarks<'_> {
-    fn queued(&self, idx: u32) {
-        self.pool.owner(idx).store(self.queued, Ordering::Release);
-    }
-    fn taken(&self, idx: u32) {
-        self.pool.owner(idx).store(self.taker, Ordering::Release);
-    }
-}
 
 /// Routing counters in shared memory (no closures: a client process has none).
 pub(crate) struct ShmEnv<'a>(pub &'a Pool);
@@ -698,25 +734,21 @@ mod tests {
         assert_eq!(size_of::<EventDesc>(), 32);
     }
 
-    /// The queue header's documented offsets: a low-priority push or pop touches one line.
+    /// The queue header's documented offsets: the pushers' words on one line, the poppers' on
+    /// the next.
     #[test]
     fn the_queue_header_matches_the_documented_offsets() {
         use std::mem::offset_of;
-        assert_eq!(size_of::<libc::pthread_mutex_t>(), 40);
         assert_eq!(size_of::<QueueHeader>(), 128);
-        let ring = offset_of!(QueueHeader, ring);
-        let documented = [
-            (offset_of!(QueueHeader, count), 40),
-            (offset_of!(QueueHeader, waiters), 44),
-            (ring + offset_of!(Ring, low_head), 48),
-            (ring + offset_of!(Ring, low_tail), 56),
-            (ring + offset_of!(Ring, high_head), 64),
-            (ring + offset_of!(Ring, high_tail), 72),
-            (offset_of!(QueueHeader, seq), 80),
+        assert_eq!(offset_of!(QueueHeader, pop), 64);
+        let push = [
+            offset_of!(PushLine, lock),
+            offset_of!(PushLine, waiters),
+            offset_of!(PushLine, tails),
+            offset_of!(PushLine, seen),
         ];
-        for (actual, doc) in documented {
-            assert_eq!(actual, doc);
-        }
+        assert_eq!(push, [0, 4, 16, 40]);
+        assert_eq!([offset_of!(PopLine, lock), offset_of!(PopLine, seq), offset_of!(PopLine, heads)], [0, 4, 8]);
     }
 
     /// The offsets docs/et.md gives other clients, and the cache lines they are on: a station's
@@ -743,9 +775,9 @@ mod tests {
         let layout = Layout::new(3000, 65536, 32, 128);
         assert_eq!(
             (layout.off_attachments, layout.off_descs, layout.off_owners, layout.off_queues, layout.queue_stride),
-            (24_576, 32_768, 128_768, 143_360, 24_128)
+            (24_576, 32_768, 128_768, 143_360, 49_280)
         );
-        assert_eq!((layout.off_data, layout.total), (966_656, 197_574_656));
+        assert_eq!((layout.ring_cap, layout.off_data, layout.total), (4096, 1_822_720, 198_430_720));
     }
 
     #[test]
@@ -756,10 +788,10 @@ mod tests {
         let opened = Pool::open(Mapping::map(&fd, layout.total).unwrap()).unwrap();
         assert_eq!(opened.name(), "test");
         let free: Vec<u32> = (0..100).collect();
-        assert!(created.queue(0).push(&free, false, &created.marks(0, 0)));
+        created.queue(0).push(&free, crate::queue::Lane::Low, OWNER_SYSTEM);
         let mut got = Vec::new();
         let taker = OWNER_ATTACHMENT + 3;
-        opened.queue(0).pop(10, &mut got, crate::queue::Block::No, &opened.marks(0, taker), &|| false).unwrap();
+        opened.queue(0).pop(10, &mut got, crate::queue::Block::No, taker, &|| false).unwrap();
         assert_eq!(got, (0..10).collect::<Vec<_>>());
         assert!(got.iter().all(|&i| created.owner(i).load(Ordering::Relaxed) == taker));
         assert_eq!(created.owner(50).load(Ordering::Relaxed), 0);

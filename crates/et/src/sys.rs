@@ -1,5 +1,5 @@
-//! The operating-system layer: anonymous shared memory (memfd), futexes, process-shared robust
-//! mutexes, file-descriptor passing over Unix sockets, and process liveness. Everything unsafe
+//! The operating-system layer: anonymous shared memory (memfd), futexes, file-descriptor
+//! passing over Unix sockets, and process liveness. Everything unsafe
 //! in the crate's shared-memory handling starts here.
 
 use std::ffi::CString;
@@ -143,88 +143,22 @@ pub(crate) fn futex_wake(word: &AtomicU32, n: u32) {
     }
 }
 
-/// The result of locking a robust mutex.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Locked {
-    /// Locked; the protected state is consistent.
-    Clean,
-    /// Locked, but the previous owner died holding the lock: the protected state may be half
-    /// updated and must be repaired, then [`robust_consistent`] called.
-    OwnerDied,
-}
-
-/// Initializes a process-shared, robust mutex at `m` (in shared memory).
-///
-/// # Safety
-/// `m` must point to writable memory of `pthread_mutex_t` size and alignment that no process
-/// uses yet.
-pub(crate) unsafe fn robust_init(m: *mut libc::pthread_mutex_t) -> io::Result<()> {
-    // SAFETY: the attribute object lives on our stack and is initialized before use and
-    // destroyed after; the caller guarantees `m` is valid and unused.
-    unsafe {
-        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
-        let check = |r: libc::c_int| if r == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(r)) };
-        check(libc::pthread_mutexattr_init(&mut attr))?;
-        let result = (|| {
-            check(libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED))?;
-            check(libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST))?;
-            check(libc::pthread_mutex_init(m, &attr))
-        })();
-        libc::pthread_mutexattr_destroy(&mut attr);
-        result
-    }
-}
-
-/// Locks a robust mutex.
-///
-/// # Safety
-/// `m` must point to a mutex initialized by [`robust_init`] in memory that stays mapped.
-pub(crate) unsafe fn robust_lock(m: *mut libc::pthread_mutex_t) -> io::Result<Locked> {
-    // Queue locks are held for a few hundred nanoseconds: try for a while before blocking, as
-    // glibc's adaptive mutexes do (robust mutexes go to the kernel at the first contention,
-    // and a futex sleep and wake-up cost microseconds on both sides).
-    let mut pause = 1;
-    for _ in 0..16 {
-        // SAFETY: guaranteed by the caller.
-        match unsafe { libc::pthread_mutex_trylock(m) } {
-            0 => return Ok(Locked::Clean),
-            libc::EOWNERDEAD => return Ok(Locked::OwnerDied),
-            libc::EBUSY => {
-                for _ in 0..pause {
-                    std::hint::spin_loop();
-                }
-                pause = (pause * 2).min(64);
-            }
-            e => return Err(io::Error::from_raw_os_error(e)),
-        }
-    }
-    // SAFETY: guaranteed by the caller.
-    match unsafe { libc::pthread_mutex_lock(m) } {
-        0 => Ok(Locked::Clean),
-        libc::EOWNERDEAD => Ok(Locked::OwnerDied),
-        e => Err(io::Error::from_raw_os_error(e)),
-    }
-}
-
-/// Marks a robust mutex consistent again after its state was repaired.
-///
-/// # Safety
-/// `m` must be held by this thread after [`robust_lock`] returned [`Locked::OwnerDied`].
-pub(crate) unsafe fn robust_consistent(m: *mut libc::pthread_mutex_t) {
-    // SAFETY: guaranteed by the caller.
-    unsafe { libc::pthread_mutex_consistent(m) };
-}
-
-/// Unlocks a robust mutex.
-///
-/// # Safety
-/// `m` must be held by this thread.
-pub(crate) unsafe fn robust_unlock(m: *mut libc::pthread_mutex_t) {
-    // SAFETY: guaranteed by the caller.
-    unsafe { libc::pthread_mutex_unlock(m) };
-}
-
 /// Whether process `pid` exists.
+/// Whether process `pid` has ended: gone, or a zombie not yet reaped (which `pid_alive` counts
+/// as alive; a queue lock it held will never be released).
+pub(crate) fn pid_gone(pid: u32) -> bool {
+    if !pid_alive(pid) {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().as_bytes().first(), Some(b'Z' | b'X'))),
+        Err(_) => !pid_alive(pid),
+    }
+}
+
 pub(crate) fn pid_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
@@ -487,32 +421,6 @@ mod tests {
         assert!(at_eof(&readers[1]) && at_eof(&readers[2]), "the others were closed, not leaked");
         drop(kept);
         assert!(at_eof(&readers[0]));
-    }
-
-    #[test]
-    fn a_robust_mutex_reports_a_dead_owner() {
-        let fd = memfd("mutex", 4096).unwrap();
-        let m = Mapping::map(&fd, 4096).unwrap();
-        let mutex = m.base().cast::<libc::pthread_mutex_t>();
-        // SAFETY: the mapping is fresh, page aligned and large enough for one mutex.
-        unsafe { robust_init(mutex).unwrap() };
-        let addr = mutex as usize;
-        // A thread takes the lock and exits without unlocking: the robust list hands the
-        // lock to the next locker with EOWNERDEAD.
-        std::thread::spawn(move || {
-            // SAFETY: the mutex was initialized above and the mapping outlives the thread.
-            unsafe { assert_eq!(robust_lock(addr as *mut libc::pthread_mutex_t).unwrap(), Locked::Clean) };
-        })
-        .join()
-        .unwrap();
-        // SAFETY: as above; we hold it after a successful lock.
-        unsafe {
-            assert_eq!(robust_lock(mutex).unwrap(), Locked::OwnerDied);
-            robust_consistent(mutex);
-            robust_unlock(mutex);
-            assert_eq!(robust_lock(mutex).unwrap(), Locked::Clean);
-            robust_unlock(mutex);
-        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::pool::{
     ATT_ACTIVE, ATT_DEAD, ATT_FREE, FLAG_CORRUPT, FLAG_TEMP, Layout, MAX_STATIONS, OWNER_ATTACHMENT, OWNER_RETURNING,
     OWNER_SYSTEM, Pool, STATION_ACTIVE, STATION_FREE,
 };
-use crate::queue::Block;
+use crate::queue::{Block, Lane};
 use crate::routing::RouteEnv;
 use crate::sys::{self, Mapping};
 
@@ -274,7 +274,7 @@ impl SystemInner {
         let pos = self.state().removed_at.get(&slot).copied().unwrap_or(0);
         let mut idx = Vec::new();
         let q = self.pool.queue(slot);
-        while q.pop(1024, &mut idx, Block::No, &self.pool.marks(slot, OWNER_SYSTEM), &|| false).is_ok() {
+        while q.pop(1024, &mut idx, Block::No, OWNER_SYSTEM, &|| false).is_ok() {
             let batch = self.held_batch(&idx, false);
             route_and_push(&self.pool, 0, Some(pos), &batch, &ProcessEnv(self), OWNER_SYSTEM);
             idx.clear();
@@ -361,6 +361,42 @@ impl SystemInner {
         Ok((att as u32, slot, generation))
     }
 
+    /// Repairs every queue whose lock a dead process holds (docs/et.md, "When a process dies
+    /// holding a lock"): the events its pusher had marked queued there without filling their
+    /// slots are pushed there by the ET process, which finishes the put the dead one began (and
+    /// counts them in); returns how many queues it repaired. Called for each detach and on every
+    /// watchdog tick (a process whose connection closed may not be dead yet at its detach).
+    pub(crate) fn repair_queues(&self) -> usize {
+        let me = sys::getpid();
+        let dead = |v: u32| self.locker_dead(v, me);
+        let mut repaired = 0;
+        for q in 0..self.pool.layout.max_stations + 2 {
+            let queue = self.pool.queue(q);
+            if !queue.needs_repair(&dead) {
+                continue;
+            }
+            let back = queue.repair(OWNER_SYSTEM, &dead);
+            queue.push(&back, Lane::Low, OWNER_SYSTEM);
+            if q > 0 && q < self.pool.layout.max_stations {
+                self.pool.station(q).events_in.fetch_add(back.len() as u64, Ordering::Relaxed);
+            }
+            tracing::warn!(system = %self.config.name, queue = q, events = back.len(), "repaired a queue whose lock a dead process held; its half-put events were put");
+            repaired += 1;
+        }
+        repaired
+    }
+
+    /// Whether the holder of a queue lock whose word is `v` is a dead process (the ET process,
+    /// `me`, never is; nor is an attachment whose process is unknown or alive).
+    fn locker_dead(&self, v: u32, me: u32) -> bool {
+        let a = v & 0x0fff_ffff;
+        if v == OWNER_SYSTEM || v & 0xf000_0000 != OWNER_ATTACHMENT || a >= self.pool.layout.max_attachments {
+            return false;
+        }
+        let pid = self.pool.attachment(a).pid.load(Ordering::Acquire);
+        pid != 0 && pid != me && sys::pid_gone(pid)
+    }
+
     /// Ends attachment `att`: its events go where its station's restore mode says (marked
     /// possibly corrupt if the holder died), and its slot is freed. Idempotent, and only for
     /// `generation`: a slot already freed and given to a new attachment (whose detach raced
@@ -378,17 +414,15 @@ impl SystemInner {
         let a = self.pool.attachment(att);
         // Fence: from now on the holder's calls fail.
         a.state.store(ATT_DEAD, Ordering::Release);
-        // A holder that died inside a queue operation left that queue locked "owner died":
-        // taking every lock once repairs them, so that the owners below are exact.
-        for q in 0..self.pool.layout.max_stations + 2 {
-            self.pool.queue(q).for_each(&self.pool.marks(q, OWNER_SYSTEM), |_| {});
-        }
+        // A queue whose lock a dead process holds (this attachment's, or another's whose process
+        // died with it) is repaired first.
+        self.repair_queues();
+        let mut held = Vec::new();
+        // What it held becomes the ET process's.
         let mine = OWNER_ATTACHMENT + att;
-        let held: Vec<u32> = (0..self.pool.layout.events)
-            .filter(|&i| {
-                self.pool.owner(i).compare_exchange(mine, OWNER_SYSTEM, Ordering::AcqRel, Ordering::Acquire).is_ok()
-            })
-            .collect();
+        held.extend((0..self.pool.layout.events).filter(|&i| {
+            self.pool.owner(i).compare_exchange(mine, OWNER_SYSTEM, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        }));
         // Events it had put back to GrandCentral and kept to push in a group: free.
         let returning = OWNER_RETURNING + att;
         let freed: Vec<u32> = (0..self.pool.layout.events)
@@ -399,7 +433,7 @@ impl SystemInner {
                     .is_ok()
             })
             .collect();
-        self.pool.queue(0).push(&freed, false, &self.pool.marks(0, OWNER_SYSTEM));
+        self.pool.queue(0).push(&freed, Lane::Low, OWNER_SYSTEM);
         let station = meta.station;
         let rec = self.pool.station(station);
         rec.attachments.fetch_sub(1, Ordering::AcqRel);
@@ -424,9 +458,9 @@ impl SystemInner {
             } else if into_input {
                 #[allow(clippy::type_complexity)]
                 let (h, l): (Vec<&(u32, [i32; 4], bool, bool)>, Vec<_>) = batch.iter().partition(|x| x.2);
-                let marks = self.pool.marks(station, OWNER_SYSTEM);
-                self.pool.queue(station).push(&h.iter().map(|x| x.0).collect::<Vec<_>>(), true, &marks);
-                self.pool.queue(station).push(&l.iter().map(|x| x.0).collect::<Vec<_>>(), false, &marks);
+                let q = self.pool.queue(station);
+                q.push(&h.iter().map(|x| x.0).collect::<Vec<_>>(), Lane::High, OWNER_SYSTEM);
+                q.push(&l.iter().map(|x| x.0).collect::<Vec<_>>(), Lane::Low, OWNER_SYSTEM);
                 // They entered the input list again: counted in again, so that events out (which
                 // counts them a second time when they are taken) never exceeds events in.
                 rec.events_in.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -486,12 +520,11 @@ impl SystemInner {
         }
         let mut idx = Vec::new();
         let q = self.pool.queue(slot);
-        let marks = self.pool.marks(slot, OWNER_SYSTEM);
         // At most what is queued now: events routed back here are not taken again.
-        let mut left = q.count.load(Ordering::Acquire) as usize;
+        let mut left = q.len_bound() as usize;
         while left > 0
             && self.pool.station(slot).attachments.load(Ordering::Acquire) == 0
-            && q.pop(left.min(1024), &mut idx, Block::No, &marks, &|| false).is_ok()
+            && q.pop(left.min(1024), &mut idx, Block::No, OWNER_SYSTEM, &|| false).is_ok()
         {
             left = left.saturating_sub(idx.len());
             let batch = self.held_batch(&idx, false);
@@ -597,6 +630,7 @@ impl SystemInner {
     pub(crate) fn snapshot(&self) -> Snapshot {
         let st = self.state();
         let mut stations = Vec::new();
+        let queued = self.pool.queued_counts();
         for &slot in std::iter::once(&0).chain(st.chain.iter()) {
             let Some(meta) = st.stations[slot as usize].as_ref() else { continue };
             let rec = self.pool.station(slot);
@@ -605,7 +639,7 @@ impl SystemInner {
                 group: (meta.group != 0).then_some(meta.group),
                 config: self.pool.load_config(slot),
                 closure: meta.closure.is_some(),
-                queued: self.pool.queue(slot).count.load(Ordering::Acquire),
+                queued: queued[slot as usize],
                 events_in: rec.events_in.load(Ordering::Relaxed),
                 events_out: rec.events_out.load(Ordering::Relaxed),
                 attachments: rec.attachments.load(Ordering::Relaxed),
@@ -630,14 +664,13 @@ impl SystemInner {
                 })
             })
             .collect();
-        let in_transit = self.pool.queue(self.pool.conductor_queue()).count.load(Ordering::Acquire)
-            + self.pool.queue(self.pool.temp_queue()).count.load(Ordering::Acquire);
+        let in_transit = queued[self.pool.conductor_queue() as usize] + queued[self.pool.temp_queue() as usize];
         Snapshot {
             name: self.config.name.clone(),
             pid: sys::getpid(),
             events: self.pool.layout.events,
             event_size: self.pool.layout.event_size,
-            free_events: self.pool.queue(0).count.load(Ordering::Acquire),
+            free_events: queued[0],
             temp_events: st.temps.len() as u32,
             temp_bytes: st.temp_bytes,
             in_transit,
@@ -726,6 +759,13 @@ impl EtSystem {
         if config.events == 0 || config.event_size == 0 {
             return Err(EtError::Refused("an ET system needs at least one event of at least one byte".into()));
         }
+        if config.events > crate::pool::MAX_EVENTS {
+            return Err(EtError::Refused(format!(
+                "an ET system has at most {} events ({} asked)",
+                crate::pool::MAX_EVENTS,
+                config.events
+            )));
+        }
         if let Ok(allowed) = daqflow_wire::affinity::allowed() {
             for (key, cpus) in [("conductor_cpus", &config.conductor_cpus), ("server_cpus", &config.server_cpus)] {
                 if let Some(Err(e)) = cpus.as_ref().map(|c| c.check_within(&allowed, "this process")) {
@@ -750,7 +790,7 @@ impl EtSystem {
         pool.store_config(0, &StationConfig::default());
         pool.station(0).state.store(STATION_ACTIVE, Ordering::Release);
         let all: Vec<u32> = (0..config.events).collect();
-        pool.queue(0).push(&all, false, &pool.marks(0, OWNER_SYSTEM));
+        pool.queue(0).push(&all, Lane::Low, OWNER_SYSTEM);
         pool.header().state.store(1, Ordering::Release);
         let mut stations: Vec<Option<StationMeta>> = (0..MAX_STATIONS).map(|_| None).collect();
         stations[0] = Some(StationMeta { name: GRAND_CENTRAL.into(), group: 0, closure: None });

@@ -17,7 +17,7 @@ pub(super) fn serve_system_queue(system: Weak<SystemInner>, queue: fn(&Pool) -> 
             256,
             &mut idx,
             Block::Until(Some(Instant::now() + Duration::from_millis(200))),
-            &s.pool.marks(q, OWNER_SYSTEM),
+            OWNER_SYSTEM,
             &stop,
         );
         if stop() {
@@ -54,7 +54,7 @@ pub(super) fn temp_reaper(system: Weak<SystemInner>) {
                 d.flags &= !FLAG_TEMP;
             }
         }
-        s.pool.queue(0).push(idx, false, &s.pool.marks(0, OWNER_SYSTEM));
+        s.pool.queue(0).push(idx, Lane::Low, OWNER_SYSTEM);
     })
 }
 
@@ -109,7 +109,7 @@ pub(super) fn watchdog(system: Weak<SystemInner>) {
         // putter's feet flow on.
         for slot in 1..s.pool.layout.max_stations {
             let rec = s.pool.station(slot);
-            if s.pool.queue(slot).count.load(Ordering::Acquire) == 0 {
+            if s.pool.queue(slot).len_bound() == 0 {
                 continue;
             }
             match rec.state.load(Ordering::Acquire) {
