@@ -80,7 +80,6 @@ impl Returns {
         if rec.state.load(Ordering::Acquire) == ATT_ACTIVE && rec.generation.load(Ordering::Acquire) == self.generation
         {
             pool.queue(0).push(kept, Lane::Low, OWNER_ATTACHMENT + self.att);
-            rec.held.fetch_sub(kept.len() as u64, Ordering::Relaxed);
         }
         kept.clear();
         self.any.store(false, Ordering::Relaxed);
@@ -102,12 +101,26 @@ pub struct LocalAttachment {
     generation: u32,
     /// Mappings of the large events this attachment holds.
     temps: Mutex<HashMap<u32, Arc<Mapping>>>,
-    scratch: Mutex<Scratch>,
     /// Events put back to GrandCentral and not pushed yet (see [`Returns`]).
     returns: Arc<Returns>,
     /// Set once the attachment was ended on its holder's behalf: dropping must not end the
     /// slot again (it may belong to someone else by then).
     ended: std::sync::atomic::AtomicBool,
+}
+
+thread_local! {
+    /// Each thread's reusable vectors for its local attachments' calls: no lock per call, and no
+    /// allocation once they have grown.
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+/// Runs `f` with this thread's scratch space (a fresh one if a call further up the thread's
+/// stack has it).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|c| match c.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => f(&mut Scratch::default()),
+    })
 }
 
 #[derive(Default)]
@@ -159,7 +172,6 @@ impl LocalAttachment {
             station,
             station_name,
             temps: Mutex::default(),
-            scratch: Mutex::default(),
             ended: Default::default(),
         }
     }
@@ -281,17 +293,26 @@ impl LocalAttachment {
         }
     }
 
-    /// Takes one of the scratch vectors out (empty; a new one if another thread of this
-    /// attachment has it), so that a call that waits does not hold the scratch lock.
+    /// Takes one of this thread's scratch vectors out (empty; a new one if a call further up
+    /// the thread's stack has the scratch space), so that a call that waits holds nothing.
     fn take_scratch<T>(&self, field: impl FnOnce(&mut Scratch) -> &mut Vec<T>) -> Vec<T> {
-        let mut v = std::mem::take(field(&mut self.scratch.lock().unwrap_or_else(|p| p.into_inner())));
-        v.clear();
-        v
+        SCRATCH.with(|s| match s.try_borrow_mut() {
+            Ok(mut s) => {
+                let mut v = std::mem::take(field(&mut s));
+                v.clear();
+                v
+            }
+            Err(_) => Vec::new(),
+        })
     }
 
-    /// Puts a scratch vector back for the next call.
+    /// Puts a scratch vector back for the thread's next call.
     fn give_scratch<T>(&self, v: Vec<T>, field: impl FnOnce(&mut Scratch) -> &mut Vec<T>) {
-        *field(&mut self.scratch.lock().unwrap_or_else(|p| p.into_inner())) = v;
+        SCRATCH.with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                *field(&mut s) = v;
+            }
+        });
     }
 
     /// Writes back what changed in the events' headers and checks they are ours.
@@ -326,12 +347,12 @@ impl LocalAttachment {
     }
 
     /// Sends events put by the user back to GrandCentral: large ones at once (through the ET
-    /// process), the others kept and pushed in groups (see [`Returns`]). Returns whether they
-    /// went to the kept group, whose push subtracts them from `held` (now or later).
-    fn put_back(&self, idx: &[u32], temps: &[bool]) -> bool {
+    /// process), the others kept and pushed in groups (see [`Returns`]); an attachment counts
+    /// kept events as held until their group is pushed.
+    fn put_back(&self, idx: &[u32], temps: &[bool]) {
         if self.returns.batch <= 1 || temps.iter().any(|t| *t) {
             self.recycle(idx, temps);
-            return false;
+            return;
         }
         let pool = self.backend.pool();
         let mut kept = self.returns.kept.lock().unwrap_or_else(|p| p.into_inner());
@@ -341,7 +362,7 @@ impl LocalAttachment {
             // it at once; the caller checked that the attachment is alive).
             drop(kept);
             self.recycle(idx, temps);
-            return false;
+            return;
         }
         for &i in idx {
             // No longer the user's (a second put of it is refused), and freed, not restored to
@@ -353,21 +374,16 @@ impl LocalAttachment {
         if kept.len() >= self.returns.batch {
             self.returns.flush_locked(pool, &mut kept);
         }
-        true
     }
 
-    /// Counts `n` events put; `released` of them no longer held (the others were kept to go
-    /// back to GrandCentral in a group, which subtracts them when it is pushed).
-    fn account_out(&self, n: usize, released: usize) {
-        let a = self.backend.pool().attachment(self.att);
-        a.put.fetch_add(n as u64, Ordering::Relaxed);
-        a.held.fetch_sub(released as u64, Ordering::Relaxed);
+    /// Counts `n` events put. (What an attachment holds is counted from the owner words, by
+    /// the snapshot: no counter of its own to keep up on every call.)
+    fn account_out(&self, n: usize) {
+        self.backend.pool().attachment(self.att).put.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     fn account_in(&self, n: usize) {
-        let a = self.backend.pool().attachment(self.att);
-        a.got.fetch_add(n as u64, Ordering::Relaxed);
-        a.held.fetch_add(n as u64, Ordering::Relaxed);
+        self.backend.pool().attachment(self.att).got.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -639,37 +655,35 @@ impl LocalAttachment {
                 temps.remove(&x.4);
             }
         }
-        let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        let Scratch { chain, views, idx, high, .. } = &mut *s;
-        pool.chain(chain);
-        views.clear();
-        views.extend(chain.iter().map(|&slot| pool.station_config_view(slot)));
-        let from = start_position(chain, views, self.station);
-        match routing::uniform(views, from) {
-            // The common case: the whole batch goes to one place.
-            Some(Dest::Station(q)) => {
-                idx.clear();
-                idx.extend(items.iter().map(|x| x.0));
-                high.clear();
-                high.extend(items.iter().map(|x| x.2));
-                self.push(q, idx, Some(high));
+        with_scratch(|s| {
+            let Scratch { chain, views, idx, high, .. } = s;
+            pool.chain(chain);
+            views.clear();
+            views.extend(chain.iter().map(|&slot| pool.station_config_view(slot)));
+            let from = start_position(chain, views, self.station);
+            match routing::uniform(views, from) {
+                // The common case: the whole batch goes to one place.
+                Some(Dest::Station(q)) => {
+                    idx.clear();
+                    idx.extend(items.iter().map(|x| x.0));
+                    high.clear();
+                    high.extend(items.iter().map(|x| x.2));
+                    self.push(q, idx, Some(high));
+                }
+                Some(Dest::GrandCentral) => {
+                    idx.clear();
+                    idx.extend(items.iter().map(|x| x.0));
+                    high.clear();
+                    high.extend(items.iter().map(|x| x.3));
+                    self.put_back(idx, high);
+                }
+                _ => {
+                    let batch: Vec<(u32, [i32; 4], bool, bool)> = items.iter().map(|x| (x.0, x.1, x.2, x.3)).collect();
+                    route_and_push(pool, self.station, Some(from), &batch, &ShmEnv(pool), self.owner());
+                }
             }
-            Some(Dest::GrandCentral) => {
-                idx.clear();
-                idx.extend(items.iter().map(|x| x.0));
-                high.clear();
-                high.extend(items.iter().map(|x| x.3));
-                let kept = self.put_back(idx, high);
-                self.account_out(items.len(), if kept { 0 } else { items.len() });
-                return Ok(());
-            }
-            _ => {
-                drop(s);
-                let batch: Vec<(u32, [i32; 4], bool, bool)> = items.iter().map(|x| (x.0, x.1, x.2, x.3)).collect();
-                route_and_push(pool, self.station, Some(from), &batch, &ShmEnv(pool), self.owner());
-            }
-        }
-        self.account_out(items.len(), items.len());
+        });
+        self.account_out(items.len());
         Ok(())
     }
 
@@ -690,7 +704,6 @@ impl LocalAttachment {
         pool.queue(self.station).push(idx, Lane::Front, OWNER_ATTACHMENT + self.att);
         let a = pool.attachment(self.att);
         a.got.fetch_sub(idx.len() as u64, Ordering::Relaxed);
-        a.held.fetch_sub(idx.len() as u64, Ordering::Relaxed);
         pool.station(self.station).events_out.fetch_sub(idx.len() as u64, Ordering::Relaxed);
         Ok(())
     }
@@ -720,7 +733,6 @@ impl LocalAttachment {
         self.recycle(idx, &temp);
         let a = pool.attachment(self.att);
         a.dumped.fetch_add(idx.len() as u64, Ordering::Relaxed);
-        a.held.fetch_sub(idx.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1170,6 +1182,34 @@ mod tests {
         drop(got);
         assert_eq!(pool.owner(c).load(Ordering::Acquire), 0, "a new event the producer held is free again");
         drop(producer);
+    }
+
+    /// An attachment whose process was still exiting when it was recovered, holding a queue's
+    /// lock: the repair waits for the process to be gone (the watchdog looks every 100 ms), and
+    /// until then its slot, whose id the lock word holds, is not given to a new attachment.
+    #[test]
+    fn a_slot_whose_id_a_dying_processs_lock_holds_is_not_reused_before_the_repair() {
+        use crate::pool::OWNER_ATTACHMENT;
+        use std::sync::atomic::Ordering;
+        let system = EtSystem::create(SystemConfig::new(format!("held-slot-{}", std::process::id()), 20, 64)).unwrap();
+        let (att, _, generation) = system.inner.attach("GRAND_CENTRAL", Holder::InProcess).unwrap();
+        let mut dying = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pool = &system.inner.pool;
+        pool.attachment(att).pid.store(dying.id(), Ordering::Release);
+        let q = pool.queue(0);
+        q.pop_lock.store(OWNER_ATTACHMENT + att, Ordering::Release);
+        system.inner.detach(att, generation, true);
+        assert_eq!(q.pop_lock.load(Ordering::Acquire), OWNER_ATTACHMENT + att, "not repaired while its process lives");
+        let other = system.attach("GRAND_CENTRAL").unwrap();
+        assert_ne!(other.att, att, "the slot whose id the lock holds was given out");
+        dying.kill().unwrap();
+        dying.wait().unwrap();
+        system.inner.repair_queues();
+        assert_eq!(q.pop_lock.load(Ordering::Acquire), 0);
+        let mut evs = other.new_events(2, 10, Wait::NoWait).unwrap();
+        assert_eq!(evs.len(), 2);
+        other.put_events(&mut evs).unwrap();
+        assert_eq!(system.snapshot().accounted(), 20);
     }
 
     #[test]

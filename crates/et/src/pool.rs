@@ -407,16 +407,23 @@ impl Pool {
         }
     }
 
-    /// How many events each queue holds now, by their owner words (`out[q]` for queue `q`):
-    /// exact per event, read one event after another while events move.
-    pub(crate) fn queued_counts(&self) -> Vec<u32> {
-        let mut out = vec![0u32; self.layout.max_stations as usize + 2];
+    /// How many events each queue holds now (`queued[q]` for queue `q`) and each attachment
+    /// (`held[a]`: held, or put back to GrandCentral and kept to go with others), by their owner
+    /// words: exact per event, read one event after another while events move.
+    pub(crate) fn owner_counts(&self) -> (Vec<u32>, Vec<u64>) {
+        let mut queued = vec![0u32; self.layout.max_stations as usize + 2];
+        let mut held = vec![0u64; self.layout.max_attachments as usize];
         for o in self.owners() {
-            if let Some(n) = out.get_mut(o.load(Ordering::Relaxed) as usize) {
+            let o = o.load(Ordering::Relaxed);
+            if let Some(n) = queued.get_mut(o as usize) {
+                *n += 1;
+            } else if matches!(o & 0xf000_0000, OWNER_ATTACHMENT | OWNER_RETURNING)
+                && let Some(n) = held.get_mut((o & 0x0fff_ffff) as usize)
+            {
                 *n += 1;
             }
         }
-        out
+        (queued, held)
     }
 
     /// The data buffer of event `idx` (`event_size` bytes). Only its owner may touch it.

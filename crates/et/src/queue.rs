@@ -515,7 +515,7 @@ impl<'a, P: Platform> Queue<'a, P> {
     }
 
     /// Calls `f` on every event queued here (tests: the ET process counts queued events by
-    /// their owner words, `Pool::queued_counts`).
+    /// their owner words, `Pool::owner_counts`).
     #[cfg(test)]
     pub(crate) fn for_each(&self, mut f: impl FnMut(u32)) {
         let cap = self.cap();

@@ -334,7 +334,12 @@ impl SystemInner {
                 });
             }
         }
-        let Some(att) = st.attachments.iter().position(Option::is_none) else {
+        // Not a slot whose id a queue lock still holds: its holder died there, and the repair
+        // (which reads the dead holder's pid from the slot's record) has not run yet.
+        let held = self.lock_holders();
+        let Some(att) = (0..st.attachments.len())
+            .find(|&i| st.attachments[i].is_none() && !held.contains(&(OWNER_ATTACHMENT + i as u32)))
+        else {
             return Err(EtError::Refused(format!(
                 "the system has room for {} attachments",
                 self.config.max_attachments
@@ -384,6 +389,17 @@ impl SystemInner {
             repaired += 1;
         }
         repaired
+    }
+
+    /// The ids in the queues' lock words now (holders mid-call, or dead ones not yet repaired).
+    fn lock_holders(&self) -> Vec<u32> {
+        (0..self.pool.layout.max_stations + 2)
+            .flat_map(|q| {
+                let queue = self.pool.queue(q);
+                [queue.push_lock.load(Ordering::Acquire), queue.pop_lock.load(Ordering::Acquire)]
+            })
+            .filter(|&v| v != 0)
+            .collect()
     }
 
     /// Whether the holder of a queue lock whose word is `v` is a dead process (the ET process,
@@ -630,7 +646,7 @@ impl SystemInner {
     pub(crate) fn snapshot(&self) -> Snapshot {
         let st = self.state();
         let mut stations = Vec::new();
-        let queued = self.pool.queued_counts();
+        let (queued, held) = self.pool.owner_counts();
         for &slot in std::iter::once(&0).chain(st.chain.iter()) {
             let Some(meta) = st.stations[slot as usize].as_ref() else { continue };
             let rec = self.pool.station(slot);
@@ -657,7 +673,7 @@ impl SystemInner {
                     station: st.stations[m.station as usize].as_ref().map_or_else(String::new, |s| s.name.clone()),
                     pid: a.pid.load(Ordering::Relaxed),
                     remote: matches!(m.holder, Holder::Remote { .. }),
-                    held: a.held.load(Ordering::Relaxed),
+                    held: held.get(i).copied().unwrap_or(0),
                     got: a.got.load(Ordering::Relaxed),
                     put: a.put.load(Ordering::Relaxed),
                     dumped: a.dumped.load(Ordering::Relaxed),
