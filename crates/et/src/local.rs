@@ -115,12 +115,14 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's scratch space (a fresh one if a call further up the thread's
-/// stack has it).
+/// stack has it, or if the thread is ending and its thread-locals are gone).
 fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
-    SCRATCH.with(|c| match c.try_borrow_mut() {
-        Ok(mut s) => f(&mut s),
-        Err(_) => f(&mut Scratch::default()),
-    })
+    let mut f = Some(f);
+    let done = SCRATCH.try_with(|c| c.try_borrow_mut().ok().map(|mut s| (f.take().expect("called once"))(&mut s)));
+    match done {
+        Ok(Some(r)) => r,
+        _ => (f.take().expect("not called yet"))(&mut Scratch::default()),
+    }
 }
 
 #[derive(Default)]
@@ -296,23 +298,16 @@ impl LocalAttachment {
     /// Takes one of this thread's scratch vectors out (empty; a new one if a call further up
     /// the thread's stack has the scratch space), so that a call that waits holds nothing.
     fn take_scratch<T>(&self, field: impl FnOnce(&mut Scratch) -> &mut Vec<T>) -> Vec<T> {
-        SCRATCH.with(|s| match s.try_borrow_mut() {
-            Ok(mut s) => {
-                let mut v = std::mem::take(field(&mut s));
-                v.clear();
-                v
-            }
-            Err(_) => Vec::new(),
+        with_scratch(|s| {
+            let mut v = std::mem::take(field(s));
+            v.clear();
+            v
         })
     }
 
     /// Puts a scratch vector back for the thread's next call.
     fn give_scratch<T>(&self, v: Vec<T>, field: impl FnOnce(&mut Scratch) -> &mut Vec<T>) {
-        SCRATCH.with(|s| {
-            if let Ok(mut s) = s.try_borrow_mut() {
-                *field(&mut s) = v;
-            }
-        });
+        with_scratch(|s| *field(s) = v);
     }
 
     /// Writes back what changed in the events' headers and checks they are ours.
