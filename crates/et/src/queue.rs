@@ -2,12 +2,13 @@
 //! its side writes, and rings whose slots say themselves whether they are filled.
 //!
 //! A queue has three rings, popped in this order: the *front* ring (events given back to the
-//! head of the queue), the high-priority ring and the low-priority ring. A ring is `cap` slots of
-//! one 64-bit word each, `position << 24 | event`, and two counters that only grow: `tail`
-//! (the pushers') and `head` (the poppers'). The slot of position `p` is `p % cap`. A slot is
-//! *filled at `p`* when it holds `p << 24 | e`: a popper at head `p` finds its event by reading
-//! the slot alone, without reading the pushers' tail (the line a pusher writes every push), and
-//! a slot from an earlier round can never read as filled at a later position. Nobody empties a
+//! head of the queue), the high-priority ring and the low-priority ring. A ring is `cap` slots (a
+//! power of two) of one 32-bit word each, `round << 24 | event` where the round of position `p`
+//! is `p / cap % 256`, and two counters that only grow: `tail` (the pushers') and `head` (the
+//! poppers'). The slot of position `p` is `p % cap`. A slot is *filled at `p`* when it holds
+//! `round(p) << 24 | e`: a popper at head `p` finds its event by reading the slot alone, without
+//! reading the pushers' tail (the line a pusher writes every push); until position `p` is filled
+//! its slot holds the round before (or `EMPTY`, never filled), so it cannot read as filled. Nobody empties a
 //! slot: the pusher at `t` knows the slot is free once the head has passed `t - cap`, which it
 //! reads only when its cached copy of the head (`seen`, on its own line) says the ring may be full.
 //!

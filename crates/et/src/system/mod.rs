@@ -433,12 +433,13 @@ impl SystemInner {
         // A queue whose lock a dead process holds (this attachment's, or another's whose process
         // died with it) is repaired first.
         self.repair_queues();
-        let mut held = Vec::new();
         // What it held becomes the ET process's.
         let mine = OWNER_ATTACHMENT + att;
-        held.extend((0..self.pool.layout.events).filter(|&i| {
-            self.pool.owner(i).compare_exchange(mine, OWNER_SYSTEM, Ordering::AcqRel, Ordering::Acquire).is_ok()
-        }));
+        let held: Vec<u32> = (0..self.pool.layout.events)
+            .filter(|&i| {
+                self.pool.owner(i).compare_exchange(mine, OWNER_SYSTEM, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            })
+            .collect();
         // Events it had put back to GrandCentral and kept to push in a group: free.
         let returning = OWNER_RETURNING + att;
         let freed: Vec<u32> = (0..self.pool.layout.events)
