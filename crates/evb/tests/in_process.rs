@@ -9,7 +9,7 @@ use daqflow_evb::bu::{Bu, BuConfig, BuDetail, EtOpener, Output};
 use daqflow_evb::evm::{Evm, EvmConfig, EvmDetail};
 use daqflow_evb::model::SizeModel;
 use daqflow_evb::ru::{Ru, RuConfig, RuDetail};
-use daqflow_evb::source::{Source, SourceConfig, SourceDetail};
+use daqflow_evb::source::{Payload, Source, SourceConfig, SourceDetail};
 use daqflow_wire::EventId;
 use daqflow_wire::sink::{EventSink, SinkError};
 use serde_json::{Value, json};
@@ -171,6 +171,59 @@ fn two_rus_two_bus_build_every_event_into_files() {
     }
     ids.sort_unstable();
     assert_eq!(ids, (1..=last).collect::<Vec<_>>());
+}
+
+#[test]
+fn cached_payload_sources_of_every_size_build_clean_events_into_files() {
+    // A cached payload is copied into the send chunk below 512 bytes and written from its own
+    // buffer above: sizes on both sides of that, and the event layout and every CRC must hold.
+    let dir = tempfile::tempdir().unwrap();
+    let bu = BuConfig { output: Output::Files, directory: dir.path().to_owned(), ..Default::default() };
+    let size = SizeModel::Uniform { min: 8, max: 3000 };
+    let mut b = setup(1, 1, 3, EvmConfig::default(), bu, size);
+    b.sources = (0..3)
+        .map(|k| {
+            let config = SourceConfig {
+                source_id: k,
+                ru: b.ru_addr.clone(),
+                size,
+                payload: Payload::Cached,
+                ..Default::default()
+            };
+            let mut src = Source::new(&format!("src-{k}"), config);
+            src.configure().unwrap();
+            src
+        })
+        .collect();
+    let (evm, _, bus) = b.run(3, 0.5);
+    let last = last_event(&evm);
+    assert!(last > 100, "{evm:?}");
+    assert_eq!(trigger(&evm).lost, 0, "{evm:?}");
+    assert_eq!(bus[0].events, last);
+    let (mut events, mut small, mut large) = (0, 0, 0);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let reader = daqflow_wire::file::FileReader::open(entry.unwrap().path()).unwrap();
+        for item in reader.scan() {
+            if let Ok(daqflow_wire::file::ScanItem::Record(r)) = item {
+                let ev = daqflow_wire::Event::parse(r.payload.clone()).unwrap();
+                let check = ev.check().unwrap();
+                assert!(check.is_clean(), "event {}: {check:?}", ev.header().event_id.0);
+                assert_eq!(check.fragments, 3);
+                for sf in ev.super_fragments() {
+                    for f in sf.unwrap().fragments() {
+                        if f.unwrap().header().payload_len < 512 {
+                            small += 1;
+                        } else {
+                            large += 1;
+                        }
+                    }
+                }
+                events += 1;
+            }
+        }
+    }
+    assert_eq!(events, last);
+    assert!(small > 0 && large > 0, "{small} fragments under 512 bytes, {large} above");
 }
 
 #[test]

@@ -1,8 +1,11 @@
 //! The EVM's bookkeeping, without sockets: triggers, credits, assignments, level-2 rejects,
 //! re-assignment after a BU loss, and the run's accounting.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::time::{Duration, Instant};
+
+use daqflow_engine::event_manager::EventIdHasher;
 
 use crate::model::Rng;
 use crate::protocol::{Message, Trigger};
@@ -28,8 +31,9 @@ struct Bu {
     /// Which admission of its id: the BUs with that id removed before it.
     generation: u32,
     credits: u64,
-    /// Assigned, not yet confirmed, in assignment order.
-    outstanding: BTreeMap<u64, Trigger>,
+    /// Assigned, not yet confirmed, by event id (a hash map: one insert and one remove per
+    /// event, where an ordered map's cost a measurable share of the EVM at 250 k events/s).
+    outstanding: HashMap<u64, Trigger, BuildHasherDefault<EventIdHasher>>,
     built: u64,
 }
 
@@ -174,7 +178,10 @@ impl EvmCore {
             return;
         }
         self.acc.reassigned += b.outstanding.len() as u64;
-        for (_, mut t) in b.outstanding.into_iter().rev() {
+        // Back to the front in event order: the oldest event first.
+        let mut back: Vec<Trigger> = b.outstanding.into_values().collect();
+        back.sort_unstable_by_key(|t| t.event_id);
+        for mut t in back.into_iter().rev() {
             t.flags |= Trigger::REASSIGNED;
             self.pending.push_front((t, now));
         }
@@ -421,6 +428,29 @@ mod tests {
         c.request(1, 0, &[3, 4], &mut out);
         assert!(c.is_drained());
         assert_eq!(c.finish().lost_total(), 0);
+    }
+
+    #[test]
+    fn a_lost_bus_unconfirmed_events_go_back_oldest_first_whatever_was_confirmed() {
+        let mut c = core(0.0);
+        let now = Instant::now();
+        let mut out = Vec::new();
+        c.add_bu(1);
+        c.request(1, 200, &[], &mut out);
+        trig(&mut c, 200, now, &mut out);
+        c.assign(now, &mut out);
+        // Confirmed out of order, as builder threads do: every third one.
+        let done: Vec<u64> = (1..=200).rev().filter(|id| id % 3 == 0).collect();
+        c.request(1, 0, &done, &mut out);
+        out.clear();
+        c.remove_bu(1, now, &mut out);
+        c.add_bu(2);
+        c.request(2, 1000, &[], &mut out);
+        c.stop(); // every pending event is due: the last batch goes out short
+        c.assign(now, &mut out);
+        let again: Vec<u64> = assigned(&out).into_iter().flat_map(|(_, ids)| ids).collect();
+        assert_eq!(again, (1..=200).filter(|id| id % 3 != 0).collect::<Vec<_>>());
+        assert_eq!(c.accounting().reassigned, again.len() as u64);
     }
 
     #[test]

@@ -198,8 +198,12 @@ impl Component for Source {
             addr: String::new(),
             generation: 0,
         };
-        let conn =
-            connect(&self.config.ru, &data_options(), Duration::from_millis(self.config.connect_timeout_ms), &hello)?;
+        let conn = connect(
+            &self.config.ru,
+            &source_options(self.config.payload),
+            Duration::from_millis(self.config.connect_timeout_ms),
+            &hello,
+        )?;
         self.shared = Arc::default();
         self.shared.rate_bits.store(self.config.rate_hz.to_bits(), Ordering::Relaxed);
         self.run = run;
@@ -299,6 +303,17 @@ impl Source {
     }
 }
 
+/// The options of a source's data connection. A cached payload is written from its one buffer
+/// from 512 bytes up: copying it into the send chunk first was a third of a source's time at
+/// 1 KiB (docs/performance.md, "Sources that do not copy"), where a slice of its own costs the
+/// kernel one more element of the vectored write.
+fn source_options(payload: Payload) -> daqflow_transport::ConnectionOptions {
+    match payload {
+        Payload::Cached => daqflow_transport::ConnectionOptions { copy_threshold_bytes: 511, ..data_options() },
+        Payload::Pattern | Payload::Adc => data_options(),
+    }
+}
+
 fn produce(
     name: String,
     config: SourceConfig,
@@ -390,13 +405,10 @@ fn produce(
                 info.payload_len = size as u32;
                 info.payload_crc =
                     *cached_crcs[size / 8].get_or_insert_with(|| daqflow_wire::crc::crc32c(&cached[..size]));
-                // Small fragments are copied into the send chunk from the cached buffer; large
-                // ones are written from it (a slice of the same memory, no copy).
-                if size <= 2048 {
-                    conn.send_slices(KIND_FRAGMENT, 0, 0, &[&info.encode(), &cached[..size]])
-                } else {
-                    conn.send_prefixed(KIND_FRAGMENT, 0, 0, &info.encode(), cached.slice(..size))
-                }
+                // The header is copied into the send chunk; the payload is written from the
+                // cached buffer (a slice of the same memory, no copy) unless it is smaller than
+                // the connection's copy threshold ([`source_options`]).
+                conn.send_prefixed(KIND_FRAGMENT, 0, 0, &info.encode(), cached.slice(..size))
             }
             Payload::Pattern | Payload::Adc => {
                 let padded = pad8(size);
