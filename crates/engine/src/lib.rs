@@ -53,6 +53,7 @@ pub mod event_manager;
 pub mod fifo;
 pub mod messages;
 pub mod profile;
+pub mod readiness;
 pub mod scheduler;
 pub mod task;
 

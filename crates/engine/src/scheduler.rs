@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::error::SchedulerError;
 use crate::profile::{self, Probe, ThreadStamps};
+use crate::readiness;
 use crate::task::{Module, Single, Task};
 use daqflow_wire::affinity::{CpuSet, CpuSetError};
 
@@ -135,6 +136,25 @@ fn wait_readable(pfds: &mut Vec<libc::pollfd>, wake: RawFd, fds: &[RawFd], timeo
         let mut count: u64 = 0;
         // SAFETY: reads at most 8 bytes into `count`, which lives across the call.
         let _ = unsafe { libc::read(wake, (&raw mut count).cast(), 8) };
+    }
+}
+
+/// Asks the kernel, without waiting, which of `fds` are readable (closed, in error): their
+/// `revents` in `pfds`. An error (EINTR) leaves every `revents` 0: nothing learnt, the next
+/// check or park asks again.
+fn check_readable(pfds: &mut Vec<libc::pollfd>, fds: &[RawFd]) {
+    pfds.clear();
+    pfds.extend(fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }));
+    if pfds.is_empty() {
+        return;
+    }
+    // SAFETY: `pfds` holds `pfds.len()` initialised pollfd structs, alive across the call; a
+    // zero timeout only asks.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 0) };
+    if n < 0 {
+        for p in pfds.iter_mut() {
+            p.revents = 0;
+        }
     }
 }
 
@@ -393,11 +413,17 @@ impl Scheduler {
                     })
                     .collect();
                 profile::start_recording(capacity);
+                readiness::forget_all();
                 let r = self.cycle_loop::<true>(&tasks, &probes);
                 (r, profile::stop_recording())
             }
-            None => (self.cycle_loop::<false>(&tasks, &[]), None),
+            None => {
+                readiness::forget_all();
+                (self.cycle_loop::<false>(&tasks, &[]), None)
+            }
         };
+        // What the loop learnt is of no use to whatever this thread does next.
+        readiness::forget_all();
         let (result, stamps) = result;
         result?;
         Ok(Report {
@@ -475,6 +501,8 @@ impl Scheduler {
                 if wants_park {
                     shared.parked.store(false, Ordering::Relaxed);
                 }
+                // Busy: every socket is worth reading again.
+                readiness::forget_all();
                 idle_cycles = 0;
                 park = idle.park_min;
                 continue;
@@ -487,11 +515,25 @@ impl Scheduler {
                     m.wait_fds(&mut fds);
                 }
                 match wake_fd {
-                    Some(wake) if !fds.is_empty() => wait_readable(&mut pfds, wake, &fds, park),
-                    _ => std::thread::park_timeout(park),
+                    Some(wake) if !fds.is_empty() => {
+                        wait_readable(&mut pfds, wake, &fds, park);
+                        readiness::learn(&pfds[1..]);
+                    }
+                    _ => {
+                        std::thread::park_timeout(park);
+                        readiness::forget_all();
+                    }
                 }
                 shared.parked.store(false, Ordering::Relaxed);
                 park = (park * 2).min(idle.park_max).max(idle.park_min);
+            } else if (idle_cycles + 1).is_multiple_of(readiness::RECHECK_EVERY) && readiness::any_empty() {
+                // Idle: one look at every socket the tasks read instead of a read of each.
+                fds.clear();
+                for m in &self.modules {
+                    m.wait_fds(&mut fds);
+                }
+                check_readable(&mut pfds, &fds);
+                readiness::learn(&pfds);
             } else if idle_cycles >= yield_after {
                 std::thread::yield_now();
             } else {

@@ -104,6 +104,9 @@ struct SocketReader {
     /// Read by the poll, counted by the action.
     pending: u64,
     got: Arc<AtomicU64>,
+    /// With a counter: reads only while the readiness cache says the socket is worth reading,
+    /// and counts its reads (its system calls).
+    cached: Option<Arc<AtomicU64>>,
 }
 
 impl task::Task for SocketReader {
@@ -111,10 +114,20 @@ impl task::Task for SocketReader {
         "read"
     }
     fn poll(&mut self) -> bool {
+        use daqflow_engine::readiness;
         use std::io::Read;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.socket);
+        if let Some(reads) = &self.cached {
+            if self.pending > 0 || !readiness::worth_reading(fd) {
+                return self.pending > 0;
+            }
+            reads.fetch_add(1, Ordering::Relaxed);
+        }
         let mut b = [0u8; 64];
-        if let Ok(n) = self.socket.read(&mut b) {
-            self.pending += b[..n].iter().map(|&x| u64::from(x)).sum::<u64>();
+        match self.socket.read(&mut b) {
+            Ok(n) if n > 0 => self.pending += b[..n].iter().map(|&x| u64::from(x)).sum::<u64>(),
+            _ if self.cached.is_some() => readiness::found_empty(fd),
+            _ => {}
         }
         self.pending > 0
     }
@@ -140,7 +153,7 @@ fn data_on_a_socket_a_task_waits_on_ends_the_park() {
         park_min: Duration::from_secs(60),
         park_max: Duration::from_secs(60),
     });
-    s.add(SocketReader { socket: rx, pending: 0, got: got.clone() });
+    s.add(SocketReader { socket: rx, pending: 0, got: got.clone(), cached: None });
     let running = s.spawn().unwrap();
     for i in 1..=5u64 {
         wait_until("the reader to park", || running.counters().parks() >= i);
@@ -333,5 +346,41 @@ fn profiling_records_every_poll_and_action_and_off_records_nothing() {
         let action = Probe::new(&format!("profiled/{task}.action")).index();
         let n = intervals.iter().find(|(p, _)| *p == action).map(|(_, v)| v.len());
         assert_eq!(n, Some(1_010), "{task}");
+    }
+}
+
+#[test]
+fn an_idle_scheduler_reads_a_socket_found_empty_only_once_the_kernel_says_it_is_readable() {
+    use std::io::Write;
+    // One that never parks (its idle checks find the data) and one that parks (its ppoll does).
+    for (name, idle) in [
+        ("busy", IdleStrategy::BUSY),
+        (
+            "lazy",
+            IdleStrategy { spins: 20, yields: 4, park_min: Duration::from_secs(60), park_max: Duration::from_secs(60) },
+        ),
+    ] {
+        let (mut tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let (got, reads) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let mut s = Scheduler::new(name).with_idle(idle);
+        s.add(SocketReader { socket: rx, pending: 0, got: got.clone(), cached: Some(reads.clone()) });
+        let running = s.spawn().unwrap();
+        let mut sum = 0;
+        for i in 1..=20u64 {
+            std::thread::sleep(Duration::from_millis(2));
+            tx.write_all(&[i as u8]).unwrap();
+            sum += i;
+            wait_until("the byte to be read", || got.load(Ordering::Relaxed) == sum);
+        }
+        let idle_cycles = running.counters().idle_cycles();
+        let reads = reads.load(Ordering::Relaxed);
+        running.stop().unwrap();
+        // A read for each byte and one that finds the socket empty after it, at most: every
+        // other idle cycle asked the kernel (or waited in ppoll) instead.
+        assert!(reads <= 2 * 20 + 2, "{name}: {reads} reads for 20 bytes in {idle_cycles} idle cycles");
+        if name == "busy" {
+            assert!(idle_cycles > 100 * reads, "{name}: {reads} reads in only {idle_cycles} idle cycles");
+        }
     }
 }

@@ -4,6 +4,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use daqflow_engine::readiness;
 use daqflow_transport::{Connection, ConnectionOptions, Listener, RecvError, RetryPolicy, WhenFull};
 use daqflow_wire::frame::Frame;
 
@@ -97,7 +98,9 @@ impl Peer {
     }
 
     /// Takes the next frame (the stashed one first) without waiting; a closed or broken
-    /// connection is remembered in `closed`.
+    /// connection is remembered in `closed`. A socket found empty is not read again until the
+    /// scheduler running this thread learns it is readable ([`daqflow_engine::readiness`]):
+    /// an idle cycle then costs no system call for it.
     pub fn next(&mut self) -> Option<Frame> {
         if let Some(f) = self.stash.take() {
             return Some(f);
@@ -105,7 +108,17 @@ impl Peer {
         if self.closed.is_some() {
             return None;
         }
-        match self.conn.try_recv() {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.conn);
+        let got = if readiness::worth_reading(fd) {
+            let got = self.conn.try_recv();
+            if matches!(got, Ok(None)) {
+                readiness::found_empty(fd);
+            }
+            got
+        } else {
+            self.conn.try_recv_buffered()
+        };
+        match got {
             Ok(Some(f)) => {
                 self.frames += 1;
                 Some(f)

@@ -274,6 +274,10 @@ impl Connection {
     pub fn try_recv(&mut self) -> Result<Option<Frame>, RecvError> {
         self.rx.try_recv()
     }
+    /// See [`RecvHalf::try_recv_buffered`].
+    pub fn try_recv_buffered(&mut self) -> Result<Option<Frame>, RecvError> {
+        self.rx.try_recv_buffered()
+    }
     /// See [`RecvHalf::recv_timeout`].
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Frame>, RecvError> {
         self.rx.recv_timeout(timeout)
@@ -622,6 +626,12 @@ impl RecvHalf {
             }
             self.read_more(0)?;
         }
+    }
+
+    /// The next frame if it has been read from the socket already (a frame of the last read
+    /// that was not taken yet), without a system call.
+    pub fn try_recv_buffered(&mut self) -> Result<Option<Frame>, RecvError> {
+        self.take_frame()
     }
 
     /// The next frame if one has arrived, without waiting.
