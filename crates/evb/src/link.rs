@@ -46,8 +46,13 @@ pub(crate) fn limits(large: &[(u16, u32)]) -> daqflow_wire::frame::FrameLimits {
 /// one of its body, and every read's window update made the RU's thread transmit the sources'
 /// queued data in its own system call (loopback).
 pub(crate) fn ru_data_options() -> ConnectionOptions {
-    ConnectionOptions { copy_threshold_bytes: 511, recv_chunk_bytes: 1 << 20, ..data_options() }
+    ConnectionOptions { copy_threshold_bytes: GATHER_FROM - 1, recv_chunk_bytes: 1 << 20, ..data_options() }
 }
+
+/// Payloads of this size and more that a sender holds already (the RU's stored fragments, a
+/// cached-payload source's pattern) are written from their own memory; smaller ones are copied
+/// into the send chunk with their headers.
+pub(crate) const GATHER_FROM: usize = 512;
 
 pub(crate) fn bind(addr: &str, opts: ConnectionOptions) -> Result<Listener, EvbError> {
     let a = resolve(addr)?;
@@ -108,15 +113,21 @@ impl Peer {
         if self.closed.is_some() {
             return None;
         }
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.conn);
-        let got = if readiness::worth_reading(fd) {
-            let got = self.conn.try_recv();
-            if matches!(got, Ok(None)) {
-                readiness::found_empty(fd);
+        // A frame already read comes first; the cache is asked only before a system call.
+        let got = match self.conn.try_recv_buffered() {
+            Ok(None) => {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&self.conn);
+                if readiness::worth_reading(fd) {
+                    let got = self.conn.try_recv();
+                    if matches!(got, Ok(None)) {
+                        readiness::found_empty(fd);
+                    }
+                    got
+                } else {
+                    Ok(None)
+                }
             }
-            got
-        } else {
-            self.conn.try_recv_buffered()
+            other => other,
         };
         match got {
             Ok(Some(f)) => {
