@@ -14,7 +14,8 @@
 //!   streams through 1 RU → 1 BU.
 //! - (b) `bu`: BU throughput of one BU fed by 1 RU × 8 streams, vs event size for the tasks
 //!   `build` (no CRC check), `crc` (CRC check of every fragment) and `write` (CRC check and data
-//!   files in a fresh directory under `/dev/shm`), and vs builder threads 1 … 4 (fig. 5).
+//!   files in a fresh directory under `/dev/shm`), and vs builder threads 1 … 4 (fig. 5), `crc`
+//!   and `write` (1, 2, 4): what writing costs against the same threads without files.
 //! - (b') `replay`: the BU's builder threads fed from memory (`daqflow_evb::bu::replay`: the
 //!   same tasks, FIFOs and outputs, no RU, EVM or socket), 128 KiB events of 4 RUs × 8
 //!   fragments, tasks `build`, `crc` and `write`, 1, 2 and 4 threads (and 8 with 8 CPUs or
@@ -44,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
+use super::harness::{BenchConfig, Metrics, Param, Plot, Point, Series, Suite};
 use super::helper::{Helper, helper_args};
 use super::{TempDir, ram_disk};
 use crate::evb_cmd::{LocalArgs, run_local};
@@ -281,11 +282,19 @@ pub fn run(config: BenchConfig, opts: EvbOptions) -> anyhow::Result<(Suite, Vec<
             measure(&mut suite, "bu", bu_params(f, task, 1), s);
         }
     }
-    // threads = 1 is the `crc` point of the size sweep above.
+    // threads = 1 is the `crc` and `write` points of the size sweep above. Writing is measured
+    // at 2 and 4 threads too (one file stream per thread): its cost is against `crc` at the
+    // same threads.
     let threads: &[usize] = if quick { &[2] } else { &[2, 3, 4] };
-    for &t in threads {
-        let s = Setup { task: Task::Crc, threads: t, side: Side::Bu, ..Setup::new(1, 1, bu_streams, threads_fragment) };
-        measure(&mut suite, "bu", bu_params(threads_fragment, Task::Crc, t), s);
+    let thread_tasks: &[Task] = if quick { &[Task::Crc] } else { &[Task::Crc, Task::Write] };
+    for &task in thread_tasks {
+        for &t in threads {
+            if task == Task::Write && t == 3 {
+                continue;
+            }
+            let s = Setup { task, threads: t, side: Side::Bu, ..Setup::new(1, 1, bu_streams, threads_fragment) };
+            measure(&mut suite, "bu", bu_params(threads_fragment, task, t), s);
+        }
     }
 
     // (b') The BU's builder threads fed from memory (no RU, EVM or socket in front of them):
@@ -482,7 +491,43 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
         None => "target: 16 KiB fragments: ≥ 50% of raw loopback — not measured (no ru point at 16 KiB × 8)".into(),
     });
     relay_notes(suite);
+    write_notes(suite);
     contention_notes(suite);
+}
+
+/// What writing files costs the BU: each `bu` point of task `write` against the `crc` point of
+/// the same event size and threads (the same work without files). Issue 29's goal: ≤ 10 % on a
+/// machine of 8 cores or more.
+fn write_notes(suite: &mut Suite) {
+    let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
+    let key = |p: &Point| (p.param("event_bytes").and_then(Param::num), p.param("threads").and_then(Param::num));
+    let mut cells = Vec::new();
+    let task = |p: &Point, t: &str| matches!(p.param("task"), Some(Param::Text(x)) if x == t);
+    for w in suite.points.iter().filter(|p| p.case == "bu" && task(p, "write")) {
+        let Some(c) = suite.points.iter().find(|p| p.case == "bu" && task(p, "crc") && key(p) == key(w)) else {
+            continue;
+        };
+        let ((Some(bytes), Some(threads)), Some(wr), Some(cr)) = (key(w), rate(w), rate(c)) else { continue };
+        if cr > 0.0 {
+            cells.push(format!(
+                "{} events × {threads} thread(s): {} against {} MB/s, {:.0} %",
+                crate::format::bytes(bytes),
+                crate::format::si(wr),
+                crate::format::si(cr),
+                100.0 * (1.0 - wr / cr)
+            ));
+        }
+    }
+    if cells.is_empty() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    suite.note(format!(
+        "writing files (bu: write against crc, the same builder without files; the cost is 1 − write/crc): {}. \
+         Goal (issue 29): ≤ 10 % on a machine of 8 cores or more{}.",
+        cells.join("; "),
+        if cpus >= 8 { "" } else { " (this one has fewer: not judged here)" }
+    ));
 }
 
 /// The goal of issue 29 for the RU against the raw relay: 80 % at 4 KiB and above, 60 % below.
@@ -752,7 +797,7 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
         },
         Plot {
             title: format!(
-                "(b) one BU, CRC check, {} events: builder threads",
+                "(b) one BU, CRC check (and files), {} events: builder threads",
                 crate::format::bytes((threads_fragment * 8) as f64)
             ),
             x: "threads",
@@ -761,12 +806,17 @@ fn plots(ru_streams: &[u32], threads_fragment: usize, scale_sizes: &[usize]) -> 
             x_bytes: false,
             y_label: "events per second".into(),
             y_log: false,
-            series: vec![s(
-                "crc",
-                "bu",
-                "events_per_s",
-                vec![("task", "crc".into()), ("fragment_bytes", threads_fragment.into())],
-            )],
+            series: [Task::Crc, Task::Write]
+                .into_iter()
+                .map(|t| {
+                    s(
+                        t.name(),
+                        "bu",
+                        "events_per_s",
+                        vec![("task", t.name().into()), ("fragment_bytes", threads_fragment.into())],
+                    )
+                })
+                .collect(),
         },
         Plot {
             title: "(b') builder threads fed from memory, 128 KiB events (replay)".into(),
@@ -844,6 +894,27 @@ mod tests {
         let m = table_means(8);
         assert_eq!((m.len(), m[0], m[7]), (8, 500.0, 8192.0));
         assert!(m.windows(2).all(|w| w[0] < w[1]), "{m:?}");
+    }
+
+    #[test]
+    fn the_cost_of_writing_is_against_crc_at_the_same_size_and_threads() {
+        let config =
+            BenchConfig { quick: true, repetitions: 1, measure_time: Duration::ZERO, warmup: false, out: None };
+        let mut suite = Suite::new("evb", "test", config);
+        for (task, threads, mb) in
+            [("crc", 1usize, 2000.0), ("write", 1, 1500.0), ("crc", 4, 2100.0), ("write", 4, 2000.0)]
+        {
+            let p = vec![("task", task.into()), ("threads", threads.into()), ("event_bytes", 131072usize.into())];
+            suite.measure("bu", p, || Ok(Metrics::new().with("mb_per_s", mb))).unwrap();
+        }
+        // A write point without its crc point is left out.
+        let p = vec![("task", "write".into()), ("threads", 2usize.into()), ("event_bytes", 131072usize.into())];
+        suite.measure("bu", p, || Ok(Metrics::new().with("mb_per_s", 1.0))).unwrap();
+        write_notes(&mut suite);
+        let note = suite.notes.last().expect("a note");
+        assert!(note.contains("128 KiB events × 1 thread(s): 1.5 k against 2.0 k MB/s, 25 %"), "{note}");
+        assert!(note.contains("× 4 thread(s): 2.0 k against 2.1 k MB/s, 5 %"), "{note}");
+        assert!(!note.contains("2 thread(s)"), "{note}");
     }
 
     #[test]

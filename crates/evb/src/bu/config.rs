@@ -69,7 +69,7 @@ pub struct BuConfig {
     /// lost with the BU's whole host is built again elsewhere.
     pub et_confirm: EtConfirm,
     /// Written events are flushed to the operating system (and then confirmed) at least this
-    /// often (ms).
+    /// often (ms), and sooner by the byte and event thresholds of [`super::FlushRule`].
     pub flush_interval_ms: u64,
     /// The BU tells the EVM it is alive at least this often (ms).
     pub heartbeat_ms: u64,
@@ -157,7 +157,7 @@ pub fn schema() -> Schema {
         .key(Key::integer("max_file_bytes", 1 << 16, 1 << 40, "A data file is closed and the next opened at this size.").unit("bytes"))
         .key(Key::new("et", daqflow_component::schema::Type::Text { empty: true }, "Name of the ET system (required with `output = \"et\"`)."))
         .key(Key::choice("et_confirm", &["put", "consumed"], "With `output = \"et\"`: confirm an event once it is in the ET system, or once every consumer is done with it (needs `threads = 1`)."))
-        .key(Key::integer("flush_interval_ms", 1, 60_000, "Written events are flushed (and then confirmed) at least this often.").unit("ms"))
+        .key(Key::integer("flush_interval_ms", 1, 60_000, "Written events are flushed (and then confirmed) at least this often, and as soon as half a builder thread's share of `credits` or of `max_bytes_in_flight` waits.").unit("ms"))
         .key(Key::integer("heartbeat_ms", 1, 60_000, "The BU tells the EVM it is alive at least this often.").unit("ms"))
         .key(Key::integer("end_timeout_ms", 1, 3_600_000, "How long `stop` waits for the EVM's end of run.").unit("ms"))
         .key(Key::integer("connect_timeout_ms", 1, 3_600_000, "How long `start` retries connecting to the EVM and the RUs.").unit("ms"))

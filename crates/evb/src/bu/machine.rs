@@ -46,6 +46,55 @@ use crate::protocol::{KIND_SUPER_FRAGMENT, Message, ProtocolError, Role};
 /// Confirmations wait at most this long for a request to carry them.
 pub const CONFIRM_EVERY: Duration = Duration::from_millis(2);
 
+/// When a builder thread flushes its output, and so confirms the events it put there (files:
+/// the writer's buffer pushed to the operating system; an output that holds an event as soon
+/// as it is put confirms at once instead): at least every `flush_interval_ms`, and as soon as
+/// what waits is half of the thread's share of the BU's window, in events (`credits`) **or in
+/// bytes** (`max_bytes_in_flight`). Events waiting for a flush hold credits, so a rule that
+/// counted only events let large events take the whole byte window and then wait for the
+/// interval: 128 KiB events, 16 MiB in flight (128 events) against a batch of 512, one flush per
+/// 20 ms: 16 MiB per 20 ms, 0.8 GB/s whatever the disk (issue 29's file row).
+///
+/// ```
+/// use std::time::Duration;
+/// use daqflow_evb::bu::FlushRule;
+///
+/// let rule = FlushRule::new(1024, 16 << 20, 1, Duration::from_millis(20));
+/// assert!(!rule.due(0, 0, Duration::from_secs(1)), "nothing to flush");
+/// assert!(rule.due(1, 100, Duration::from_millis(20)), "the interval");
+/// assert!(rule.due(512, 512 * 100, Duration::ZERO), "half the credits");
+/// assert!(rule.due(64, 64 * 131_072, Duration::ZERO), "half the bytes: 8 MiB of 128 KiB events");
+/// assert!(!rule.due(63, 63 * 131_072, Duration::ZERO));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushRule {
+    /// Flush at least this often.
+    pub every: Duration,
+    /// Flush once this many events wait.
+    pub events: usize,
+    /// Flush once this many bytes of events wait.
+    pub bytes: u64,
+}
+
+impl FlushRule {
+    /// The rule of one of `threads` builder threads of a BU with `credits` and
+    /// `max_bytes_in_flight`, flushing at least `every`.
+    pub fn new(credits: u32, max_bytes_in_flight: u64, threads: usize, every: Duration) -> FlushRule {
+        let threads = threads.max(1);
+        FlushRule {
+            every,
+            events: (credits as usize / (2 * threads)).max(1),
+            bytes: (max_bytes_in_flight / (2 * threads as u64)).max(1),
+        }
+    }
+
+    /// Whether `events` events of `bytes` bytes, put since the last flush `since` ago, are to
+    /// be flushed now.
+    pub fn due(&self, events: usize, bytes: u64, since: Duration) -> bool {
+        events > 0 && (since >= self.every || events >= self.events || bytes >= self.bytes)
+    }
+}
+
 /// What a [`BuMachine`] needs to know of its configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuSettings {

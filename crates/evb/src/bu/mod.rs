@@ -58,7 +58,7 @@ use daqflow_wire::{EventFlags, EventId};
 
 pub use self::config::{BuConfig, EtConfirm, Output, schema};
 pub use self::core::{BuCore, BuiltEvent, CheckLevel, ReadyEvent, SfParts, build};
-pub use self::machine::{BuMachine, BuOutput, BuSettings, CONFIRM_EVERY, Step};
+pub use self::machine::{BuMachine, BuOutput, BuSettings, CONFIRM_EVERY, FlushRule, Step};
 use crate::EvbError;
 use crate::common::{Rates, checked, per_second, read, set};
 use crate::link::{Peer, connect, control_options, data_options};
@@ -216,8 +216,13 @@ impl Bu {
             bu_id: self.config.id,
             run,
             level: CheckLevel { crc: self.config.check_crc },
-            flush_every: Duration::from_millis(self.config.flush_interval_ms),
-            flush_batch: (self.config.credits as usize / (2 * self.config.threads)).max(1),
+            flush: FlushRule::new(
+                self.config.credits,
+                self.config.max_bytes_in_flight,
+                self.config.threads,
+                Duration::from_millis(self.config.flush_interval_ms),
+            ),
+            unconfirmed_bytes: 0,
             durable_at_once,
             last_flush: Instant::now(),
             shared: self.unit.shared.clone(),
@@ -367,9 +372,10 @@ struct Builder {
     bu_id: u32,
     run: u32,
     level: CheckLevel,
-    flush_every: Duration,
-    /// Flush (and confirm) once this many events wait, even before `flush_every`.
-    flush_batch: usize,
+    /// When to flush (and confirm) what was put.
+    flush: FlushRule,
+    /// Bytes of the events in `unconfirmed`.
+    unconfirmed_bytes: u64,
     /// The output holds an event as soon as it is put (discard, ET): confirm at once.
     durable_at_once: bool,
     last_flush: Instant,
@@ -410,6 +416,7 @@ impl Builder {
             return Err(self.output_failed("flushing", e));
         }
         self.last_flush = Instant::now();
+        self.unconfirmed_bytes = 0;
         self.confirmable.extend(self.unconfirmed.drain(..));
         while let Some(&id) = self.confirmable.front() {
             if self.done.push(id).is_err() {
@@ -427,7 +434,7 @@ impl Task for Builder {
     }
     fn poll(&mut self) -> bool {
         !self.rx.is_empty()
-            || (!self.unconfirmed.is_empty() && self.last_flush.elapsed() >= self.flush_every)
+            || (!self.unconfirmed.is_empty() && self.last_flush.elapsed() >= self.flush.every)
             || (!self.confirmable.is_empty() && !self.done.is_full())
     }
     fn action(&mut self) -> Result<(), BoxError> {
@@ -454,10 +461,10 @@ impl Task for Builder {
             c.events.fetch_add(1, Ordering::Relaxed);
             c.bytes.fetch_add(built.len as u64, Ordering::Relaxed);
             self.unconfirmed.push(built.event_id);
+            self.unconfirmed_bytes += built.len as u64;
         }
         if self.durable_at_once
-            || self.last_flush.elapsed() >= self.flush_every
-            || self.unconfirmed.len() >= self.flush_batch
+            || self.flush.due(self.unconfirmed.len(), self.unconfirmed_bytes, self.last_flush.elapsed())
             || !self.confirmable.is_empty()
         {
             self.flush()?;

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use daqflow_engine::messages::{self, MessageKind};
-use daqflow_evb::bu::{BuMachine, BuOutput, BuSettings, CheckLevel, ReadyEvent, Step, build};
+use daqflow_evb::bu::{BuMachine, BuOutput, BuSettings, CheckLevel, FlushRule, ReadyEvent, Step, build};
 use daqflow_evb::evm::{Accounting, ConnId, CoreConfig, EvmMachine, EvmOutput, EvmSettings, TriggerMode};
 use daqflow_evb::model::{Rng, SizeModel, check_pattern, fill_pattern};
 use daqflow_evb::protocol::{KIND_FRAGMENT, KIND_SUPER_FRAGMENT, Message, Role};
@@ -326,6 +326,10 @@ struct BuProc {
     built_bytes: u64,
     building: Vec<(Instant, ReadyEvent)>,
     unflushed: Vec<u64>,
+    /// Bytes of the events in `unflushed`.
+    unflushed_bytes: u64,
+    /// The builder thread's rule ([`FlushRule`]: the real code's), from the spec.
+    flush: FlushRule,
     last_flush: Instant,
     /// Stopped while the run goes on: leaves once everything built is confirmed.
     leaving: bool,
@@ -747,6 +751,8 @@ impl Sim {
             built_bytes: 0,
             building: Vec::new(),
             unflushed: Vec::new(),
+            unflushed_bytes: 0,
+            flush: FlushRule::new(spec.credits, spec.max_bytes_in_flight, 1, spec.flush_interval),
             last_flush: self.now,
             leaving: false,
             linger: Duration::ZERO,
@@ -988,12 +994,11 @@ impl Sim {
             }
         }
         let b = &mut self.procs[p];
-        let flush_batch = (b.spec.credits as usize / 2).max(1);
-        if !b.unflushed.is_empty() && (now >= b.last_flush + b.spec.flush_interval || b.unflushed.len() >= flush_batch)
-        {
+        if b.flush.due(b.unflushed.len(), b.unflushed_bytes, now - b.last_flush) {
             for id in std::mem::take(&mut b.unflushed) {
                 b.machine.confirmed(id);
             }
+            b.unflushed_bytes = 0;
             b.last_flush = now;
         }
         let (events, bytes) = (b.output.len() as u64, b.built_bytes);
@@ -1095,6 +1100,7 @@ impl Sim {
         b.output.push(id);
         b.built_bytes += built.len as u64;
         b.unflushed.push(id);
+        b.unflushed_bytes += built.len as u64;
     }
 
     fn bu_wake(&self, p: usize) -> Option<Instant> {
