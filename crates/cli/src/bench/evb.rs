@@ -495,6 +495,11 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
     contention_notes(suite);
 }
 
+/// Whether `p` is a point of the BU task `task` (`build`, `crc`, `write`).
+fn is_task(p: &Point, task: &str) -> bool {
+    matches!(p.param("task"), Some(Param::Text(x)) if x == task)
+}
+
 /// What writing files costs the BU: each `bu` point of task `write` against the `crc` point of
 /// the same event size and threads (the same work without files). Issue 29's goal: ≤ 10 % on a
 /// machine of 8 cores or more.
@@ -502,9 +507,8 @@ fn write_notes(suite: &mut Suite) {
     let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
     let key = |p: &Point| (p.param("event_bytes").and_then(Param::num), p.param("threads").and_then(Param::num));
     let mut cells = Vec::new();
-    let task = |p: &Point, t: &str| matches!(p.param("task"), Some(Param::Text(x)) if x == t);
-    for w in suite.points.iter().filter(|p| p.case == "bu" && task(p, "write")) {
-        let Some(c) = suite.points.iter().find(|p| p.case == "bu" && task(p, "crc") && key(p) == key(w)) else {
+    for w in suite.points.iter().filter(|p| p.case == "bu" && is_task(p, "write")) {
+        let Some(c) = suite.points.iter().find(|p| p.case == "bu" && is_task(p, "crc") && key(p) == key(w)) else {
             continue;
         };
         let ((Some(bytes), Some(threads)), Some(wr), Some(cr)) = (key(w), rate(w), rate(c)) else { continue };
@@ -639,11 +643,7 @@ fn replay_notes(suite: &mut Suite) {
         suite
             .points
             .iter()
-            .find(|p| {
-                p.case == "replay"
-                    && matches!(p.param("task"), Some(Param::Text(x)) if x == task)
-                    && p.param("threads").and_then(Param::num) == Some(t)
-            })
+            .find(|p| p.case == "replay" && is_task(p, task) && p.param("threads").and_then(Param::num) == Some(t))
             .and_then(|p| Some((p.metric("events_per_s")?.median, p.metric("busy_pct").map(|b| b.median))))
     };
     let mut lines = Vec::new();

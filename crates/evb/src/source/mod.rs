@@ -304,9 +304,10 @@ impl Source {
 }
 
 /// The options of a source's data connection. A cached payload is written from its one buffer
-/// from [`GATHER_FROM`](crate::link::GATHER_FROM) bytes up, as the RU sends: copying it into the send chunk first was a third of a source's time at
-/// 1 KiB (docs/performance.md, "Sources that do not copy"), where a slice of its own costs the
-/// kernel one more element of the vectored write.
+/// from [`GATHER_FROM`](crate::link::GATHER_FROM) bytes up, as the RU sends: copying it into the
+/// send chunk first was a third of a source's time at 1 KiB (docs/performance.md, "Sources that
+/// do not copy"), where a slice of its own costs the kernel one more element of the vectored
+/// write.
 fn source_options(payload: Payload) -> daqflow_transport::ConnectionOptions {
     match payload {
         Payload::Cached => daqflow_transport::ConnectionOptions {
