@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 29's many-core rows in one bounded run: the builder threads fed from memory, the RU
-# against its raw relay, ET beside Jefferson Lab's, the BU writing files, RU × BU scaling and
-# the file writer alone, most important first, on a machine of 8 cores or more.
+# against its raw relay, ET beside Jefferson Lab's, the BU writing files, RU × BU scaling, the
+# file writer alone and the recorders writing files, most important first, on a machine of 8
+# cores or more.
 #
 #   cargo build --release && strip -o /tmp/daqflow target/release/daqflow
 #   scripts/build-jlab-et.sh jlab-et-src /tmp/jlab-et        # optional: the ET comparison
@@ -79,10 +80,11 @@ step replay 90 "$b" bench evb --cases replay --repetitions 3 --out "$out/replay"
 step ru 130 "$b" bench evb --cases ru,target_1ru_1bu --sizes 1024,4096,16384 --repetitions 3 --out "$out/ru"
 step et-batch 40 "$b" bench et --cases batch --repetitions 3 --out "$out/et-batch"
 if [ "$jlab" != "-" ]; then
-    step et-jlab 80 "$b" bench et --cases jlab --jlab-et "$jlab" --repetitions 3 --out "$out/et-jlab"
+    step et-jlab 100 "$b" bench et --cases jlab --jlab-et "$jlab" --repetitions 3 --out "$out/et-jlab"
 fi
 step bu 70 "$b" bench evb --cases bu --repetitions 1 --out "$out/bu"
 step scaling 60 "$b" bench evb --cases scaling --repetitions 2 --out "$out/scaling"
 step files 40 "$b" bench files --repetitions 3 --seconds 0.5 --out "$out/files"
+step recorder 110 "$b" bench et --cases recorder --repetitions 1 --seconds 0.5 --out "$out/recorder"
 echo "== done at $(($(date +%s) - start)) s" >>"$log"
 pack

@@ -414,8 +414,21 @@ fn bench_cases_are_checked_before_anything_runs() {
 fn bench_et_quick_runs_every_case_across_processes_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let o =
-        daqflow(&["bench", "et", "--quick", "--sizes", "8,65536", "--seconds", "0.05", "--out", out.to_str().unwrap()]);
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    let o = daqflow(&[
+        "bench",
+        "et",
+        "--quick",
+        "--sizes",
+        "8,65536",
+        "--seconds",
+        "0.05",
+        "--dir",
+        files.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     let t = text(&o);
     // The suite itself fails (exit 1) if any consumer saw fewer events or bytes than produced.
     assert!(o.status.success(), "{t}");
@@ -423,16 +436,29 @@ fn bench_et_quick_runs_every_case_across_processes_and_loses_nothing() {
         t.contains("[size]") && t.contains("[batch]") && t.contains("[consumers]") && t.contains("[remote]"),
         "{t}"
     );
+    assert!(t.contains("writing files (recorder: record against consume"), "{t}");
+    // Every repetition's files were removed.
+    assert_eq!(std::fs::read_dir(&files).unwrap().count(), 0);
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("et.json")).unwrap()).unwrap();
     let points = json.as_array().unwrap();
     let count = |case: &str| points.iter().filter(|p| p["case"] == case).count();
-    assert_eq!((count("size"), count("batch"), count("consumers"), count("remote")), (2, 2, 4, 2), "{json}");
+    assert_eq!(
+        (count("size"), count("batch"), count("consumers"), count("remote"), count("recorder")),
+        (2, 2, 4, 2, 4),
+        "{json}"
+    );
     for p in points {
         for k in ["event_bytes", "batch", "consumers"] {
             assert!(p["params"][k].is_u64(), "{k} in {p}");
         }
-        assert!(p["params"]["stations"] == "shared" || p["params"]["stations"] == "separate", "{p}");
-        assert_eq!(p["params"]["remote"], p["case"] == "remote", "{p}");
+        if p["case"] == "recorder" {
+            // Recorders writing files against consumers without them; the suite fails if a
+            // recorder recorded fewer events than produced or one without its header.
+            assert!(p["params"]["task"] == "record" || p["params"]["task"] == "consume", "{p}");
+        } else {
+            assert!(p["params"]["stations"] == "shared" || p["params"]["stations"] == "separate", "{p}");
+            assert_eq!(p["params"]["remote"], p["case"] == "remote", "{p}");
+        }
         for m in ["events_per_s", "mb_per_s"] {
             assert!(p["metrics"][m].as_f64().unwrap() > 0.0, "{m} in {p}");
         }

@@ -14,6 +14,11 @@
 //! - (b) `batch`: events/s vs events per call, 1 … 1000, at 64 B (fig. 4).
 //! - (c) `consumers`: 1, 2, 4, 8 consumers on one shared station vs one station each (fig. 3).
 //! - (d) `remote`: a consumer attached over TCP on 127.0.0.1, the producer writing the data.
+//! - (e) `recorder`: 1, 2, 4 `recorder` components (the real one, writing data files to a RAM
+//!   disk; more than one form a farm, `group`) against as many consumers that get and put the
+//!   same events and compute their CRC32C without writing them (one shared station), 1 KiB …
+//!   1 MiB events that begin with a builder's event header: what writing the files costs the
+//!   recorder (issue 29).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,7 +27,7 @@ use anyhow::{Context, bail};
 use daqflow_et::{Attachment, EtClient, EtError, Position, RemoteClient, StationConfig, Wait};
 use serde::{Deserialize, Serialize};
 
-use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
+use super::harness::{BenchConfig, Metrics, Param, Plot, Point, Series, Suite};
 use super::helper::{Helper, helper_args};
 
 /// `bench-helper et-producer`.
@@ -43,6 +48,10 @@ pub struct ProducerArgs {
     /// How long to produce.
     #[arg(long)]
     seconds: f64,
+    /// Begin each event with a builder's event header (event ids 1, 2, …), as a recorder
+    /// expects; with `--write`.
+    #[arg(long)]
+    header: bool,
 }
 
 /// `bench-helper et-consumer`.
@@ -60,6 +69,29 @@ pub struct ConsumerArgs {
     /// Events per call.
     #[arg(long)]
     batch: usize,
+    /// Compute the CRC32C of every event's data (what a recorder computes for its files).
+    #[arg(long)]
+    crc: bool,
+}
+
+/// `bench-helper et-recorder`: a `recorder` component run in this process.
+#[derive(clap::Args, Debug)]
+pub struct RecorderArgs {
+    /// The ET system.
+    #[arg(long)]
+    name: String,
+    /// The component's name (its station's and its files').
+    #[arg(long)]
+    component: String,
+    /// Where its files go.
+    #[arg(long)]
+    directory: std::path::PathBuf,
+    /// Events per call.
+    #[arg(long)]
+    batch: usize,
+    /// The farm it is a member of (its `group`), if any.
+    #[arg(long)]
+    group: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -96,11 +128,25 @@ pub fn producer(a: &ProducerArgs) -> anyhow::Result<()> {
     let mut events = Vec::with_capacity(a.batch);
     let stop = Instant::now() + Duration::from_secs_f64(a.seconds);
     let mut produced = 0u64;
+    let header_len = daqflow_wire::EVENT_HEADER_LEN;
+    anyhow::ensure!(!a.header || a.size >= header_len, "events with a header need at least {header_len} bytes");
     while Instant::now() < stop {
         att.new_events_into(a.batch, a.size, Wait::Sleep, &mut events)?;
         if a.write {
-            for e in events.iter_mut() {
+            for (k, e) in events.iter_mut().enumerate() {
                 e.write(&source)?;
+                if a.header {
+                    let h = daqflow_wire::EventHeader {
+                        flags: daqflow_wire::EventFlags::default(),
+                        bu_id: 0,
+                        event_id: daqflow_wire::EventId(produced + k as u64 + 1),
+                        run_number: 1,
+                        trigger_type: 0,
+                        super_fragment_count: 0,
+                        total_len: a.size as u64,
+                    };
+                    e.buffer_mut()[..header_len].copy_from_slice(&h.encode());
+                }
             }
         }
         produced += events.len() as u64;
@@ -146,6 +192,11 @@ pub fn consumer(a: &ConsumerArgs) -> anyhow::Result<()> {
                 last_ns = now;
                 n += k as u64;
                 bytes += events.iter().map(|e| e.len() as u64).sum::<u64>();
+                if a.crc {
+                    for e in &events {
+                        std::hint::black_box(daqflow_wire::crc::crc32c(e.data()));
+                    }
+                }
                 att.put_events(&mut events)?;
             }
             Err(EtError::Timeout) => {
@@ -160,6 +211,48 @@ pub fn consumer(a: &ConsumerArgs) -> anyhow::Result<()> {
     say(&serde_json::to_string(&ConsumerReport { events: n, bytes, first_ns, last_ns })?)
 }
 
+/// A recorder: the `recorder` component, configured, started, watched until no event came for
+/// half a second after the first, stopped; reports what it recorded and the window in which its
+/// count grew (read every 5 ms).
+pub fn recorder(a: &RecorderArgs) -> anyhow::Result<()> {
+    let mut config = toml::Table::new();
+    config.insert("et".into(), a.name.clone().into());
+    config.insert("directory".into(), a.directory.to_string_lossy().into_owned().into());
+    config.insert("batch".into(), (a.batch as i64).into());
+    if let Some(g) = &a.group {
+        config.insert("group".into(), g.clone().into());
+    }
+    // Disk throttling off: this measures writing (a full disk fails the point, named).
+    config.insert("throttle_high_pct".into(), 100.0.into());
+    let mut rec = daqflow_et::components::recorder::factory(&a.component, config)?;
+    rec.configure()?;
+    rec.start(1)?;
+    say("ready")?;
+    let (mut seen, mut first_ns, mut last_ns) = (0u64, 0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        std::thread::sleep(Duration::from_millis(5));
+        if let Some(why) = rec.failure() {
+            bail!("the recorder failed: {why}");
+        }
+        let now = wall_ns();
+        let events = rec.stats().events;
+        if events != seen {
+            if seen == 0 {
+                first_ns = now;
+            }
+            (seen, last_ns) = (events, now);
+        } else if seen > 0 && now.saturating_sub(last_ns) > 500_000_000 {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no events came");
+    }
+    let summary = rec.stop(None)?;
+    let bad = summary.detail.get("bad_events").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    anyhow::ensure!(bad == 0, "{bad} event(s) without a builder's header");
+    say(&serde_json::to_string(&ConsumerReport { events: summary.events, bytes: summary.bytes, first_ns, last_ns })?)
+}
+
 /// One measurement's setup.
 #[derive(Debug, Clone, Copy)]
 struct Setup {
@@ -169,6 +262,11 @@ struct Setup {
     separate: bool,
     remote: bool,
     write: bool,
+    /// The consumers are `recorder` components writing files (the producer writes a builder's
+    /// event header into every event).
+    record: bool,
+    /// The consumers compute the CRC32C of every event's data.
+    crc: bool,
 }
 
 struct Measured {
@@ -245,7 +343,7 @@ fn pool_events(size: usize) -> usize {
     (256usize << 20).checked_div(size.max(1)).unwrap_or(3000).clamp(64, 3000)
 }
 
-fn point(n: u64, s: Setup, seconds: f64) -> anyhow::Result<Measured> {
+fn point(n: u64, s: Setup, seconds: f64, dir: &std::path::Path) -> anyhow::Result<Measured> {
     let name = format!("bench-et-{}-{n}", std::process::id());
     let mut args: Vec<String> =
         ["et", "start", "--name", &name, "--events", &pool_events(s.size).to_string(), "--event-size"]
@@ -262,11 +360,28 @@ fn point(n: u64, s: Setup, seconds: f64) -> anyhow::Result<Measured> {
     if s.remote && remote_addr.is_none() {
         bail!("the ET system did not say its remote address: {ready}");
     }
+    // The recorders' files, removed after the point.
+    let files = if s.record { Some(super::TempDir::new(dir, "et", &format!("rec-{n}"))?) } else { None };
     let mut consumers = Vec::new();
     for i in 0..s.consumers {
         let station = if s.separate { format!("c{i}") } else { "c".into() };
-        let mut a = vec!["et-consumer", "--name", &name, "--station", &station];
         let batch = s.batch.to_string();
+        let (component, directory);
+        let mut a = match &files {
+            Some(dir) => {
+                component = format!("rec-{i}");
+                directory = dir.0.to_string_lossy().into_owned();
+                let mut a = vec!["et-recorder", "--name", &name, "--component", &component, "--directory", &directory];
+                if s.consumers > 1 {
+                    a.extend(["--group", "rec"]);
+                }
+                a
+            }
+            None => vec!["et-consumer", "--name", &name, "--station", &station],
+        };
+        if s.crc {
+            a.push("--crc");
+        }
         a.extend(["--batch", &batch]);
         if let Some(addr) = &remote_addr {
             a.extend(["--remote", addr]);
@@ -281,6 +396,9 @@ fn point(n: u64, s: Setup, seconds: f64) -> anyhow::Result<Measured> {
     let mut p = vec!["et-producer", "--name", &name, "--size", &size, "--batch", &batch, "--seconds", &secs];
     if s.write {
         p.push("--write");
+    }
+    if s.record {
+        p.push("--header");
     }
     let mut producer = Helper::spawn(&helper_args(&p))?;
     let mut ours: Vec<u32> = consumers.iter().map(Helper::pid).collect();
@@ -298,6 +416,7 @@ fn point(n: u64, s: Setup, seconds: f64) -> anyhow::Result<Measured> {
         reports.push(c.json::<ConsumerReport>(Duration::from_secs(60))?);
     }
     drop(system);
+    drop(files);
     let total: u64 = reports.iter().map(|r| r.events).sum();
     let bytes: u64 = reports.iter().map(|r| r.bytes).sum();
     if s.separate {
@@ -323,6 +442,43 @@ fn point(n: u64, s: Setup, seconds: f64) -> anyhow::Result<Measured> {
         same_core_pct: placement.same_core_pct(),
         others_cpu_pct: placement.others_cpu_pct(),
     })
+}
+
+/// What writing files costs the recorders: each `recorder` point of task `record` against the
+/// `consume` point of the same event size and count (consumers that get the same events,
+/// compute their CRC32C as the recorder does, and put them back, without writing them). Issue 29's goal: ≤ 10 % on a machine of 8 cores or more.
+fn record_notes(suite: &mut Suite) {
+    let task = |p: &Point, t: &str| matches!(p.param("task"), Some(Param::Text(x)) if x == t);
+    let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
+    let key = |p: &Point| (p.param("event_bytes").and_then(Param::num), p.param("consumers").and_then(Param::num));
+    let mut cells = Vec::new();
+    for r in suite.points.iter().filter(|p| p.case == "recorder" && task(p, "record")) {
+        let Some(c) = suite.points.iter().find(|p| p.case == "recorder" && task(p, "consume") && key(p) == key(r))
+        else {
+            continue;
+        };
+        let ((Some(bytes), Some(count)), Some(rr), Some(cr)) = (key(r), rate(r), rate(c)) else { continue };
+        if cr > 0.0 {
+            cells.push(format!(
+                "{} events × {count}: {} against {} MB/s, {:.0} %",
+                crate::format::bytes(bytes),
+                crate::format::si(rr),
+                crate::format::si(cr),
+                100.0 * (1.0 - rr / cr)
+            ));
+        }
+    }
+    if cells.is_empty() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    suite.note(format!(
+        "writing files (recorder: record against consume, as many consumers getting the same events, computing \
+         their CRC32C and putting them back, without files; the cost is 1 − record/consume): {}. Goal (issue 29): ≤ 10 % on a machine of 8 cores or \
+         more{}.",
+        cells.join("; "),
+        if cpus >= 8 { "" } else { " (this one has fewer: not judged here)" }
+    ));
 }
 
 /// Copies of `size` bytes from one buffer into successive slots of a working set of
@@ -365,10 +521,12 @@ pub struct EtOptions {
     pub jlab: Option<super::jlab_et::JlabEt>,
     /// Only these cases (`None`: all); each one of [`CASES`].
     pub cases: Option<Vec<String>>,
+    /// Where the recorders write (case `recorder`).
+    pub dir: std::path::PathBuf,
 }
 
 /// The suite's cases, in the order it runs them.
-pub const CASES: [&str; 5] = ["size", "batch", "consumers", "jlab", "remote"];
+pub const CASES: [&str; 6] = ["size", "batch", "consumers", "jlab", "remote", "recorder"];
 
 pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
     let mut suite =
@@ -385,7 +543,7 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
             suite
                 .measure(case, params, || {
                     n += 1;
-                    let m = point(n, s, seconds).with_context(|| format!("{s:?}"))?;
+                    let m = point(n, s, seconds, &opts.dir).with_context(|| format!("{s:?}"))?;
                     let mut metrics = Metrics::new()
                         .with("events_per_s", m.events_per_s)
                         .with("mb_per_s", m.mb_per_s)
@@ -402,7 +560,16 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
                 })
                 .map(|_| ())
         };
-    let base = Setup { size: 64, batch: 100, consumers: 1, separate: false, remote: false, write: false };
+    let base = Setup {
+        size: 64,
+        batch: 100,
+        consumers: 1,
+        separate: false,
+        remote: false,
+        write: false,
+        record: false,
+        crc: false,
+    };
     let params = |s: &Setup| -> Vec<(&'static str, Param)> {
         vec![
             ("event_bytes", s.size.into()),
@@ -438,7 +605,7 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
             suite.measure("jlab", params(&s), || {
                 n += 1;
                 let theirs = jlab.measure(batch, n).context("Jefferson Lab's ET")?;
-                let m = point(n, s, seconds).with_context(|| format!("{s:?}"))?;
+                let m = point(n, s, seconds, &opts.dir).with_context(|| format!("{s:?}"))?;
                 Ok(Metrics::new()
                     .with("events_per_s", m.events_per_s)
                     .with("jlab_events_per_s", theirs)
@@ -453,6 +620,30 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
         let s = Setup { size, remote: true, write: true, ..base };
         measure(&mut suite, "remote", params(&s), s, false)?;
     }
+    // (e) What writing files costs a recorder: the recorders against as many plain consumers.
+    let record_sizes: &[usize] = if quick { &[16384] } else { &[1024, 16384, 131072, 1 << 20] };
+    // Eight recorders where the machine has the cores for them (issue 29's goal is for 8 or more).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let record_counts: &[usize] = match (quick, cpus >= 8) {
+        (true, _) => &[1, 2],
+        (false, false) => &[1, 2, 4],
+        (false, true) => &[1, 2, 4, 8],
+    };
+    for &size in record_sizes {
+        for &consumers in record_counts {
+            for record in [false, true] {
+                let s = Setup { size, consumers, write: true, record, crc: !record, ..base };
+                let params = vec![
+                    ("event_bytes", size.into()),
+                    ("batch", s.batch.into()),
+                    ("consumers", consumers.into()),
+                    ("task", if record { "record" } else { "consume" }.into()),
+                ];
+                measure(&mut suite, "recorder", params, s, false)?;
+            }
+        }
+    }
+    record_notes(&mut suite);
 
     let series = |label: &str, case: &'static str, metric: &'static str, filter: Vec<(&'static str, Param)>| Series {
         label: label.into(),
@@ -517,13 +708,37 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
             ],
         },
     ];
+    let recorder_series = [(1usize, "consume"), (1, "record"), (4, "consume"), (4, "record")]
+        .into_iter()
+        .map(|(k, t)| {
+            let what = if t == "record" { "recorders writing files" } else { "consumers, no files" };
+            series(&format!("{k} {what}"), "recorder", "mb_per_s", vec![("consumers", k.into()), ("task", t.into())])
+        })
+        .collect();
+    suite.plots.push(Plot {
+        title: "(e) a recorder's MB/s vs event size, with and without its files".into(),
+        x: "event_bytes",
+        x_label: "event size (bytes)".into(),
+        x_log: true,
+        x_bytes: true,
+        y_label: "MB/s".into(),
+        y_log: false,
+        series: recorder_series,
+    });
     suite.note(super::machine_note());
+    let ram = opts.dir.display().to_string();
     suite.note(format!(
         "Separate processes: the ET system (`daqflow et start`), one producer, the consumers; {seconds} s of production \
          per point. Pool: 3000 events (the paper's), fewer above 85 KiB (at most 256 MiB). events_per_s: distinct \
          events through the system per second of the consumers' window; every produced event is checked to arrive \
          (once per station). (a) and remote: the producer writes the event's bytes into each event; (b) and (c): \
-         only the length is set (the paper's fig. 3 conditions). memcpy_mb_per_s: one thread copying the same size \
+         only the length is set (the paper's fig. 3 conditions). recorder: the producer writes every event, \
+         beginning with a builder's event header; task record: that many `recorder` components (the real one, \
+         each in a `bench-helper et-recorder` process; more than one form a farm, `group`) write the events into \
+         data files in a fresh directory of {ram} (disk throttling off), removed after each repetition; task consume: as \
+         many consumers on one shared station get the same events, compute their CRC32C (as the recorder does) \
+         and put them back, without writing them; batches of 100 \
+         both. memcpy_mb_per_s: one thread copying the same size \
          with the platform memcpy over a working set as large as the pool, in the same run; copy_into_mb_per_s: the \
          same with the copy `Event::write` does (streaming stores from 32 KiB up, which skip reading each \
          destination line into the cache first). MB = 10^6 bytes."
@@ -541,4 +756,30 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
             .to_string()
     });
     Ok(suite)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cost_of_recording_is_against_consumers_of_the_same_size_and_count() {
+        let config =
+            BenchConfig { quick: true, repetitions: 1, measure_time: Duration::ZERO, warmup: false, out: None };
+        let mut suite = Suite::new("et", "test", config);
+        for (task, count, mb) in
+            [("consume", 1usize, 8000.0), ("record", 1, 2000.0), ("consume", 4, 8000.0), ("record", 4, 7600.0)]
+        {
+            let p = vec![("event_bytes", 16384usize.into()), ("consumers", count.into()), ("task", task.into())];
+            suite.measure("recorder", p, || Ok(Metrics::new().with("mb_per_s", mb))).unwrap();
+        }
+        // A record point without its consume point is left out.
+        let p = vec![("event_bytes", 16384usize.into()), ("consumers", 2usize.into()), ("task", "record".into())];
+        suite.measure("recorder", p, || Ok(Metrics::new().with("mb_per_s", 1.0))).unwrap();
+        record_notes(&mut suite);
+        let note = suite.notes.last().expect("a note");
+        assert!(note.contains("16 KiB events × 1: 2.0 k against 8.0 k MB/s, 75 %"), "{note}");
+        assert!(note.contains("16 KiB events × 4: 7.6 k against 8.0 k MB/s, 5 %"), "{note}");
+        assert!(!note.contains("× 2:"), "{note}");
+    }
 }

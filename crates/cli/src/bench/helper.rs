@@ -73,6 +73,9 @@ pub enum HelperRole {
     EtProducer(super::et::ProducerArgs),
     /// Consume from an ET station until the flow stops; report the count and the window.
     EtConsumer(super::et::ConsumerArgs),
+    /// Run a `recorder` component on an ET system until the flow stops; report the count and
+    /// the window.
+    EtRecorder(super::et::RecorderArgs),
 }
 
 /// Runs a helper role; prints its JSON report on stdout.
@@ -80,6 +83,7 @@ pub fn run_helper(role: &HelperRole) -> anyhow::Result<()> {
     match role {
         HelperRole::EtProducer(a) => super::et::producer(a),
         HelperRole::EtConsumer(a) => super::et::consumer(a),
+        HelperRole::EtRecorder(a) => super::et::recorder(a),
         HelperRole::RawRelay { inputs, size, outputs } => super::relay::helper(*inputs, *size, outputs),
         HelperRole::Busy { seconds } => {
             busy(Duration::from_secs_f64(*seconds));

@@ -96,12 +96,13 @@ pub struct Args {
     /// machine's cores: this measures the software path across hosts, not a network.
     #[arg(long, value_name = "N")]
     pub hosts: Option<usize>,
-    /// files: the directory the files are written into (and removed from after each
-    /// repetition) [default: /dev/shm, else the system's temporary directory].
+    /// files, and et's case recorder: the directory the files are written into (and removed
+    /// from after each repetition) [default: /dev/shm, else the system's temporary directory].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// evb and et: run only these cases [default: all]. evb: ru, target_1ru_1bu, bu, scaling,
-    /// realistic, pinning, contention; et: size, batch, consumers, jlab, remote.
+    /// replay, realistic, pinning, contention; et: size, batch, consumers, jlab, remote,
+    /// recorder.
     #[arg(long, value_delimiter = ',', value_name = "CASE,CASE…")]
     pub cases: Option<Vec<String>>,
     /// et: also run Jefferson Lab's ET (its et_start, et_producer and et_consumer, found in DIR
@@ -179,7 +180,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             });
             let jlab = args.jlab_et.as_deref().map(jlab_et::JlabEt::find).transpose()?;
             let cases = known_cases("et", &args.cases, &et::CASES)?;
-            et::run(config, et::EtOptions { sizes, jlab, cases })?
+            let dir = args.dir.clone().unwrap_or_else(ram_disk);
+            et::run(config, et::EtOptions { sizes, jlab, cases, dir })?
         }
         SuiteName::Engine => {
             let (suite, figures) = engine::run(config)?;
