@@ -711,8 +711,8 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
     let recorder_series = [(1usize, "consume"), (1, "record"), (4, "consume"), (4, "record")]
         .into_iter()
         .map(|(k, t)| {
-            let what = if t == "record" { "recorders writing files" } else { "consumers, no files" };
-            series(&format!("{k} {what}"), "recorder", "mb_per_s", vec![("consumers", k.into()), ("task", t.into())])
+            let what = if t == "record" { "recorder writing files" } else { "consumer, no files" };
+            series(&format!("{k} × {what}"), "recorder", "mb_per_s", vec![("consumers", k.into()), ("task", t.into())])
         })
         .collect();
     suite.plots.push(Plot {
