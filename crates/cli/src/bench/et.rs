@@ -14,11 +14,11 @@
 //! - (b) `batch`: events/s vs events per call, 1 … 1000, at 64 B (fig. 4).
 //! - (c) `consumers`: 1, 2, 4, 8 consumers on one shared station vs one station each (fig. 3).
 //! - (d) `remote`: a consumer attached over TCP on 127.0.0.1, the producer writing the data.
-//! - (e) `recorder`: 1, 2, 4 `recorder` components (the real one, writing data files to a RAM
-//!   disk; more than one form a farm, `group`) against as many consumers that get and put the
-//!   same events and compute their CRC32C without writing them (one shared station), 1 KiB …
-//!   1 MiB events that begin with a builder's event header: what writing the files costs the
-//!   recorder (issue 29).
+//! - (e) `recorder`: 1, 2, 4 (8 on 8 cores or more) `recorder` components (the real one,
+//!   writing data files to a RAM disk or `--dir`; more than one form a farm, `group`) against
+//!   as many consumers that get and put the same events and compute their CRC32C without
+//!   writing them (one shared station), 1 KiB … 1 MiB events that begin with a builder's event
+//!   header: what writing the files costs the recorder (issue 29).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -446,7 +446,8 @@ fn point(n: u64, s: Setup, seconds: f64, dir: &std::path::Path) -> anyhow::Resul
 
 /// What writing files costs the recorders: each `recorder` point of task `record` against the
 /// `consume` point of the same event size and count (consumers that get the same events,
-/// compute their CRC32C as the recorder does, and put them back, without writing them). Issue 29's goal: ≤ 10 % on a machine of 8 cores or more.
+/// compute their CRC32C as the recorder does, and put them back, without writing them).
+/// Issue 29's goal: ≤ 10 % on a machine of 8 cores or more.
 fn record_notes(suite: &mut Suite) {
     let task = |p: &Point, t: &str| matches!(p.param("task"), Some(Param::Text(x)) if x == t);
     let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
@@ -473,9 +474,9 @@ fn record_notes(suite: &mut Suite) {
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     suite.note(format!(
-        "writing files (recorder: record against consume, as many consumers getting the same events, computing \
-         their CRC32C and putting them back, without files; the cost is 1 − record/consume): {}. Goal (issue 29): ≤ 10 % on a machine of 8 cores or \
-         more{}.",
+        "writing files (recorder: record against consume, as many consumers getting the same events, \
+         computing their CRC32C and putting them back, without files; the cost is 1 − record/consume): {}. \
+         Goal (issue 29): ≤ 10 % on a machine of 8 cores or more{}.",
         cells.join("; "),
         if cpus >= 8 { "" } else { " (this one has fewer: not judged here)" }
     ));
@@ -734,14 +735,13 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
          (once per station). (a) and remote: the producer writes the event's bytes into each event; (b) and (c): \
          only the length is set (the paper's fig. 3 conditions). recorder: the producer writes every event, \
          beginning with a builder's event header; task record: that many `recorder` components (the real one, \
-         each in a `bench-helper et-recorder` process; more than one form a farm, `group`) write the events into \
-         data files in a fresh directory of {ram} (disk throttling off), removed after each repetition; task consume: as \
-         many consumers on one shared station get the same events, compute their CRC32C (as the recorder does) \
-         and put them back, without writing them; batches of 100 \
-         both. memcpy_mb_per_s: one thread copying the same size \
-         with the platform memcpy over a working set as large as the pool, in the same run; copy_into_mb_per_s: the \
-         same with the copy `Event::write` does (streaming stores from 32 KiB up, which skip reading each \
-         destination line into the cache first). MB = 10^6 bytes."
+         each in a `bench-helper et-recorder` process; more than one form a farm, `group`) write the events \
+         into data files in a fresh directory of {ram} (disk throttling off), removed after each repetition; \
+         task consume: as many consumers on one shared station get the same events, compute their CRC32C (as \
+         the recorder does) and put them back, without writing them; batches of 100 both. memcpy_mb_per_s: \
+         one thread copying the same size with the platform memcpy over a working set as large as the pool, \
+         in the same run; copy_into_mb_per_s: the same with the copy `Event::write` does (streaming stores \
+         from 32 KiB up, which skip reading each destination line into the cache first). MB = 10^6 bytes."
     ));
     suite.note(if opts.jlab.is_some() {
         "jlab: Jefferson Lab's ET (its et_start, et_producer and et_consumer, --jlab-et) and daqflow's, one after the \
