@@ -298,23 +298,26 @@ fn inspect_refuses_a_file_that_is_not_daqflow_data() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-#[test]
-fn bench_files_quick_writes_every_event_next_to_write_and_memcpy() {
+/// `daqflow bench SUITE --quick --seconds 0.05 EXTRA…` writing its files into `files` and its
+/// table into `out`, both in a temporary directory (kept while the first value lives).
+fn bench_quick_writing_files(
+    suite: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Output) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let files = dir.path().join("files");
     std::fs::create_dir(&files).unwrap();
-    let o = daqflow(&[
-        "bench",
-        "files",
-        "--quick",
-        "--seconds",
-        "0.05",
-        "--dir",
-        files.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let mut args = vec!["bench", suite, "--quick", "--seconds", "0.05"];
+    args.extend_from_slice(extra);
+    args.extend(["--dir", files.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = daqflow(&args);
+    (dir, out, files, o)
+}
+
+#[test]
+fn bench_files_quick_writes_every_event_next_to_write_and_memcpy() {
+    let (_dir, out, files, o) = bench_quick_writing_files("files", &[]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("[writer]") && t.contains("target: the file writer alone"), "{t}");
@@ -412,23 +415,7 @@ fn bench_cases_are_checked_before_anything_runs() {
 
 #[test]
 fn bench_et_quick_runs_every_case_across_processes_and_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let files = dir.path().join("files");
-    std::fs::create_dir(&files).unwrap();
-    let o = daqflow(&[
-        "bench",
-        "et",
-        "--quick",
-        "--sizes",
-        "8,65536",
-        "--seconds",
-        "0.05",
-        "--dir",
-        files.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (_dir, out, files, o) = bench_quick_writing_files("et", &["--sizes", "8,65536"]);
     let t = text(&o);
     // The suite itself fails (exit 1) if any consumer saw fewer events or bytes than produced.
     assert!(o.status.success(), "{t}");

@@ -27,7 +27,7 @@ use anyhow::{Context, bail};
 use daqflow_et::{Attachment, EtClient, EtError, Position, RemoteClient, StationConfig, Wait};
 use serde::{Deserialize, Serialize};
 
-use super::harness::{BenchConfig, Metrics, Param, Plot, Point, Series, Suite};
+use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
 use super::helper::{Helper, helper_args};
 
 /// `bench-helper et-producer`.
@@ -448,38 +448,15 @@ fn point(n: u64, s: Setup, seconds: f64, dir: &std::path::Path) -> anyhow::Resul
 /// `consume` point of the same event size and count (consumers that get the same events,
 /// compute their CRC32C as the recorder does, and put them back, without writing them).
 /// Issue 29's goal: ≤ 10 % on a machine of 8 cores or more.
-fn record_notes(suite: &mut Suite) {
-    let task = |p: &Point, t: &str| matches!(p.param("task"), Some(Param::Text(x)) if x == t);
-    let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
-    let key = |p: &Point| (p.param("event_bytes").and_then(Param::num), p.param("consumers").and_then(Param::num));
-    let mut cells = Vec::new();
-    for r in suite.points.iter().filter(|p| p.case == "recorder" && task(p, "record")) {
-        let Some(c) = suite.points.iter().find(|p| p.case == "recorder" && task(p, "consume") && key(p) == key(r))
-        else {
-            continue;
-        };
-        let ((Some(bytes), Some(count)), Some(rr), Some(cr)) = (key(r), rate(r), rate(c)) else { continue };
-        if cr > 0.0 {
-            cells.push(format!(
-                "{} events × {count}: {} against {} MB/s, {:.0} %",
-                crate::format::bytes(bytes),
-                crate::format::si(rr),
-                crate::format::si(cr),
-                100.0 * (1.0 - rr / cr)
-            ));
-        }
-    }
-    if cells.is_empty() {
-        return;
-    }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    suite.note(format!(
-        "writing files (recorder: record against consume, as many consumers getting the same events, \
-         computing their CRC32C and putting them back, without files; the cost is 1 − record/consume): {}. \
-         Goal (issue 29): ≤ 10 % on a machine of 8 cores or more{}.",
-        cells.join("; "),
-        if cpus >= 8 { "" } else { " (this one has fewer: not judged here)" }
-    ));
+pub(super) fn record_notes(suite: &mut Suite) {
+    super::writing_cost_note(
+        suite,
+        "recorder",
+        ("record", "consume"),
+        ("consumers", ""),
+        "writing files (recorder: record against consume, as many consumers getting the same events, computing \
+         their CRC32C and putting them back, without files; the cost is 1 − record/consume)",
+    );
 }
 
 /// Copies of `size` bytes from one buffer into successive slots of a working set of
@@ -756,30 +733,4 @@ pub fn run(config: BenchConfig, opts: EtOptions) -> anyhow::Result<Suite> {
             .to_string()
     });
     Ok(suite)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cost_of_recording_is_against_consumers_of_the_same_size_and_count() {
-        let config =
-            BenchConfig { quick: true, repetitions: 1, measure_time: Duration::ZERO, warmup: false, out: None };
-        let mut suite = Suite::new("et", "test", config);
-        for (task, count, mb) in
-            [("consume", 1usize, 8000.0), ("record", 1, 2000.0), ("consume", 4, 8000.0), ("record", 4, 7600.0)]
-        {
-            let p = vec![("event_bytes", 16384usize.into()), ("consumers", count.into()), ("task", task.into())];
-            suite.measure("recorder", p, || Ok(Metrics::new().with("mb_per_s", mb))).unwrap();
-        }
-        // A record point without its consume point is left out.
-        let p = vec![("event_bytes", 16384usize.into()), ("consumers", 2usize.into()), ("task", "record".into())];
-        suite.measure("recorder", p, || Ok(Metrics::new().with("mb_per_s", 1.0))).unwrap();
-        record_notes(&mut suite);
-        let note = suite.notes.last().expect("a note");
-        assert!(note.contains("16 KiB events × 1: 2.0 k against 8.0 k MB/s, 75 %"), "{note}");
-        assert!(note.contains("16 KiB events × 4: 7.6 k against 8.0 k MB/s, 5 %"), "{note}");
-        assert!(!note.contains("× 2:"), "{note}");
-    }
 }

@@ -503,35 +503,14 @@ fn is_task(p: &Point, task: &str) -> bool {
 /// What writing files costs the BU: each `bu` point of task `write` against the `crc` point of
 /// the same event size and threads (the same work without files). Issue 29's goal: ≤ 10 % on a
 /// machine of 8 cores or more.
-fn write_notes(suite: &mut Suite) {
-    let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
-    let key = |p: &Point| (p.param("event_bytes").and_then(Param::num), p.param("threads").and_then(Param::num));
-    let mut cells = Vec::new();
-    for w in suite.points.iter().filter(|p| p.case == "bu" && is_task(p, "write")) {
-        let Some(c) = suite.points.iter().find(|p| p.case == "bu" && is_task(p, "crc") && key(p) == key(w)) else {
-            continue;
-        };
-        let ((Some(bytes), Some(threads)), Some(wr), Some(cr)) = (key(w), rate(w), rate(c)) else { continue };
-        if cr > 0.0 {
-            cells.push(format!(
-                "{} events × {threads} thread(s): {} against {} MB/s, {:.0} %",
-                crate::format::bytes(bytes),
-                crate::format::si(wr),
-                crate::format::si(cr),
-                100.0 * (1.0 - wr / cr)
-            ));
-        }
-    }
-    if cells.is_empty() {
-        return;
-    }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    suite.note(format!(
-        "writing files (bu: write against crc, the same builder without files; the cost is 1 − write/crc): {}. \
-         Goal (issue 29): ≤ 10 % on a machine of 8 cores or more{}.",
-        cells.join("; "),
-        if cpus >= 8 { "" } else { " (this one has fewer: not judged here)" }
-    ));
+pub(super) fn write_notes(suite: &mut Suite) {
+    super::writing_cost_note(
+        suite,
+        "bu",
+        ("write", "crc"),
+        ("threads", " thread(s)"),
+        "writing files (bu: write against crc, the same builder without files; the cost is 1 − write/crc)",
+    );
 }
 
 /// The goal of issue 29 for the RU against the raw relay: 80 % at 4 KiB and above, 60 % below.
@@ -894,27 +873,6 @@ mod tests {
         let m = table_means(8);
         assert_eq!((m.len(), m[0], m[7]), (8, 500.0, 8192.0));
         assert!(m.windows(2).all(|w| w[0] < w[1]), "{m:?}");
-    }
-
-    #[test]
-    fn the_cost_of_writing_is_against_crc_at_the_same_size_and_threads() {
-        let config =
-            BenchConfig { quick: true, repetitions: 1, measure_time: Duration::ZERO, warmup: false, out: None };
-        let mut suite = Suite::new("evb", "test", config);
-        for (task, threads, mb) in
-            [("crc", 1usize, 2000.0), ("write", 1, 1500.0), ("crc", 4, 2100.0), ("write", 4, 2000.0)]
-        {
-            let p = vec![("task", task.into()), ("threads", threads.into()), ("event_bytes", 131072usize.into())];
-            suite.measure("bu", p, || Ok(Metrics::new().with("mb_per_s", mb))).unwrap();
-        }
-        // A write point without its crc point is left out.
-        let p = vec![("task", "write".into()), ("threads", 2usize.into()), ("event_bytes", 131072usize.into())];
-        suite.measure("bu", p, || Ok(Metrics::new().with("mb_per_s", 1.0))).unwrap();
-        write_notes(&mut suite);
-        let note = suite.notes.last().expect("a note");
-        assert!(note.contains("128 KiB events × 1 thread(s): 1.5 k against 2.0 k MB/s, 25 %"), "{note}");
-        assert!(note.contains("× 4 thread(s): 2.0 k against 2.1 k MB/s, 5 %"), "{note}");
-        assert!(!note.contains("2 thread(s)"), "{note}");
     }
 
     #[test]

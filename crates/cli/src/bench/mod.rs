@@ -257,6 +257,48 @@ pub(crate) fn ram_disk() -> PathBuf {
     if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
 }
 
+/// Issue 29's "writing files costs ≤ 10 % of the rate without them", for the points of `case`:
+/// each point whose `task` is `with` (writing) against the point whose task is `without` at the
+/// same `event_bytes` and the same value of the parameter `count.0`. The note opens with `what`
+/// and names each pair's rates and cost (1 − with/without), each pair as "SIZE events × N" and
+/// `count.1`; the goal is judged on machines of 8 cores or more only. No note without a pair.
+pub(crate) fn writing_cost_note(
+    suite: &mut harness::Suite,
+    case: &str,
+    (with, without): (&str, &str),
+    count: (&str, &str),
+    what: &str,
+) {
+    use harness::{Param, Point};
+    let task = |p: &Point, t: &str| p.case == case && matches!(p.param("task"), Some(Param::Text(x)) if x == t);
+    let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
+    let key = |p: &Point| (p.param("event_bytes").and_then(Param::num), p.param(count.0).and_then(Param::num));
+    let mut cells = Vec::new();
+    for w in suite.points.iter().filter(|p| task(p, with)) {
+        let Some(c) = suite.points.iter().find(|p| task(p, without) && key(p) == key(w)) else { continue };
+        let ((Some(bytes), Some(n)), Some(wr), Some(cr)) = (key(w), rate(w), rate(c)) else { continue };
+        if cr > 0.0 {
+            cells.push(format!(
+                "{} events × {n}{}: {} against {} MB/s, {:.0} %",
+                crate::format::bytes(bytes),
+                count.1,
+                crate::format::si(wr),
+                crate::format::si(cr),
+                100.0 * (1.0 - wr / cr)
+            ));
+        }
+    }
+    if cells.is_empty() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    suite.note(format!(
+        "{what}: {}. Goal (issue 29): ≤ 10 % on a machine of 8 cores or more{}.",
+        cells.join("; "),
+        if cpus >= 8 { "" } else { " (this one has fewer: not judged here)" }
+    ));
+}
+
 /// A line describing the machine, for the notes under every table.
 pub fn machine_note() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -276,9 +318,49 @@ mod tests {
     #[test]
     fn a_misspelt_case_is_refused_with_the_suites_cases() {
         let bad = known_cases("et", &Some(vec!["batch".into(), "bacth".into()]), &et::CASES).unwrap_err();
-        assert_eq!(bad.to_string(), "et has no case \"bacth\"; its cases: size, batch, consumers, jlab, remote");
+        assert_eq!(
+            bad.to_string(),
+            "et has no case \"bacth\"; its cases: size, batch, consumers, jlab, remote, recorder"
+        );
         let good = known_cases("evb", &Some(vec!["ru".into(), "contention".into()]), &evb::CASES).unwrap();
         assert_eq!(good, Some(vec!["ru".to_owned(), "contention".to_owned()]));
         assert_eq!(known_cases("et", &None, &et::CASES).unwrap(), None);
+    }
+
+    #[test]
+    fn the_cost_of_writing_pairs_each_point_with_the_same_work_without_files() {
+        use harness::{BenchConfig, Metrics, Suite};
+        let config =
+            BenchConfig { quick: true, repetitions: 1, measure_time: Duration::ZERO, warmup: false, out: None };
+        let mut suite = Suite::new("test", "test", config);
+        // The BU's (`bench evb --cases bu`, per builder threads), then the recorders' (`bench et
+        // --cases recorder`, per count); a point without its partner (× 2) is left out.
+        for (case, task, count, n, bytes, mb) in [
+            ("bu", "crc", "threads", 1usize, 131072usize, 2000.0),
+            ("bu", "write", "threads", 1, 131072, 1500.0),
+            ("bu", "crc", "threads", 4, 131072, 2100.0),
+            ("bu", "write", "threads", 4, 131072, 2000.0),
+            ("bu", "write", "threads", 2, 131072, 1.0),
+            ("recorder", "consume", "consumers", 1, 16384, 8000.0),
+            ("recorder", "record", "consumers", 1, 16384, 2000.0),
+            ("recorder", "consume", "consumers", 4, 16384, 8000.0),
+            ("recorder", "record", "consumers", 4, 16384, 7600.0),
+            ("recorder", "record", "consumers", 2, 16384, 1.0),
+        ] {
+            let p = vec![("task", task.into()), (count, n.into()), ("event_bytes", bytes.into())];
+            suite.measure(case, p, || Ok(Metrics::new().with("mb_per_s", mb))).unwrap();
+        }
+        evb::write_notes(&mut suite);
+        et::record_notes(&mut suite);
+        let [bu, recorder] = &suite.notes[..] else { panic!("two notes: {:?}", suite.notes) };
+        assert!(bu.starts_with("writing files (bu: write against crc"), "{bu}");
+        assert!(bu.contains("128 KiB events × 1 thread(s): 1.5 k against 2.0 k MB/s, 25 %"), "{bu}");
+        assert!(bu.contains("× 4 thread(s): 2.0 k against 2.1 k MB/s, 5 %"), "{bu}");
+        assert!(!bu.contains("2 thread(s)") && !bu.contains("16 KiB"), "{bu}");
+        assert!(recorder.starts_with("writing files (recorder: record against consume"), "{recorder}");
+        assert!(recorder.contains("16 KiB events × 1: 2.0 k against 8.0 k MB/s, 75 %"), "{recorder}");
+        assert!(recorder.contains("16 KiB events × 4: 7.6 k against 8.0 k MB/s, 5 %"), "{recorder}");
+        assert!(!recorder.contains("× 2:") && !recorder.contains("128 KiB"), "{recorder}");
+        assert!(bu.contains("Goal (issue 29): ≤ 10 % on a machine of 8 cores or more"), "{bu}");
     }
 }
