@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::harness::{BenchConfig, Metrics, Param, Plot, Point, Series, Suite};
+use super::harness::{BenchConfig, Metrics, Param, Plot, Series, Suite};
 use super::helper::{Helper, helper_args};
 use super::{TempDir, ram_disk};
 use crate::evb_cmd::{LocalArgs, run_local};
@@ -495,11 +495,6 @@ fn notes(suite: &mut Suite, window: f64, raw_time: Duration, means: &[f64]) {
     contention_notes(suite);
 }
 
-/// Whether `p` is a point of the BU task `task` (`build`, `crc`, `write`).
-fn is_task(p: &Point, task: &str) -> bool {
-    matches!(p.param("task"), Some(Param::Text(x)) if x == task)
-}
-
 /// What writing files costs the BU: each `bu` point of task `write` against the `crc` point of
 /// the same event size and threads (the same work without files). Issue 29's goal: ≤ 10 % on a
 /// machine of 8 cores or more.
@@ -622,7 +617,9 @@ fn replay_notes(suite: &mut Suite) {
         suite
             .points
             .iter()
-            .find(|p| p.case == "replay" && is_task(p, task) && p.param("threads").and_then(Param::num) == Some(t))
+            .find(|p| {
+                p.case == "replay" && super::is_task(p, task) && p.param("threads").and_then(Param::num) == Some(t)
+            })
             .and_then(|p| Some((p.metric("events_per_s")?.median, p.metric("busy_pct").map(|b| b.median))))
     };
     let mut lines = Vec::new();

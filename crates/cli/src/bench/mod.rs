@@ -257,6 +257,12 @@ pub(crate) fn ram_disk() -> PathBuf {
     if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
 }
 
+/// Whether `p`'s parameter `task` is `task` (the BU's `build`, `crc`, `write`; the recorder
+/// case's `record`, `consume`).
+pub(crate) fn is_task(p: &harness::Point, task: &str) -> bool {
+    matches!(p.param("task"), Some(harness::Param::Text(x)) if x == task)
+}
+
 /// Issue 29's "writing files costs ≤ 10 % of the rate without them", for the points of `case`:
 /// each point whose `task` is `with` (writing) against the point whose task is `without` at the
 /// same `event_bytes` and the same value of the parameter `count.0`. The note opens with `what`
@@ -270,7 +276,7 @@ pub(crate) fn writing_cost_note(
     what: &str,
 ) {
     use harness::{Param, Point};
-    let task = |p: &Point, t: &str| p.case == case && matches!(p.param("task"), Some(Param::Text(x)) if x == t);
+    let task = |p: &Point, t: &str| p.case == case && is_task(p, t);
     let rate = |p: &Point| p.metric("mb_per_s").map(|m| m.median);
     let key = |p: &Point| (p.param("event_bytes").and_then(Param::num), p.param(count.0).and_then(Param::num));
     let mut cells = Vec::new();
